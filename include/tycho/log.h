@@ -50,7 +50,7 @@ struct ty_log_site {
 void ty_log_write(struct ty_log_site *site, enum ty_log_level level, const char *subsys,
                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void ty_log_vwrite(struct ty_log_site *site, enum ty_log_level level, const char *subsys,
-                   const char *fmt, va_list ap);
+                   const char *fmt, va_list ap) __attribute__((format(printf, 4, 0)));
 
 #define TY_LOG(level, subsys, ...)                                                                \
     do {                                                                                          \

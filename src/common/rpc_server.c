@@ -1,0 +1,419 @@
+/* RPC server: accepts connections, routes request frames to per-method handlers, tracks the
+ * open calls of each connection so cancel frames and connection loss reach them. Loop thread
+ * only (rpc.h). */
+#include "rpc-impl.h"
+
+#include "tycho/errors.h"
+#include "tycho/log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct handler {
+    uint16_t method;
+    ty_rpc_handler_cb cb;
+    void *arg;
+};
+
+struct srv_conn {
+    struct ty__rpc_conn conn; /* first: conn pointers convert to srv_conn */
+    ty_rpc_server_t *srv;
+    struct srv_conn *prev, *next;
+    ty_rpc_call_t *calls; /* open calls, doubly linked */
+};
+
+struct ty_rpc_call {
+    struct srv_conn *sc; /* NULL once the connection is gone */
+    uint64_t id;
+    uint16_t method;
+    bool canceled;
+    bool cancel_notified;
+    bool streamed;
+    ty_rpc_cancel_cb cancel_cb;
+    void *cancel_arg;
+    ty_rpc_call_t *prev, *next;
+};
+
+struct ty_rpc_server {
+    uv_loop_t *loop;
+    uv_tcp_t listener;
+    uint32_t max_frame;
+    uint16_t port;
+    struct handler *handlers;
+    size_t n_handlers;
+    struct srv_conn *conns;
+    size_t n_conns;
+    bool closing;
+    int open_handles; /* listener + connections not yet closed */
+    ty_rpc_closed_cb close_cb;
+    void *close_arg;
+};
+
+/* ---- calls ---------------------------------------------------------------------------- */
+
+static void call_unlink(ty_rpc_call_t *call)
+{
+    struct srv_conn *sc = call->sc;
+    if (!sc)
+        return;
+    if (call->prev)
+        call->prev->next = call->next;
+    else
+        sc->calls = call->next;
+    if (call->next)
+        call->next->prev = call->prev;
+    call->prev = call->next = NULL;
+    call->sc = NULL;
+}
+
+static void call_finish(ty_rpc_call_t *call)
+{
+    call_unlink(call);
+    free(call);
+}
+
+static void call_notify_cancel(ty_rpc_call_t *call, int reason)
+{
+    call->canceled = true;
+    if (call->cancel_notified)
+        return;
+    call->cancel_notified = true;
+    if (call->cancel_cb)
+        call->cancel_cb(call, reason, call->cancel_arg);
+}
+
+uint64_t ty_rpc_call_id(const ty_rpc_call_t *call)
+{
+    return call->id;
+}
+
+uint16_t ty_rpc_call_method(const ty_rpc_call_t *call)
+{
+    return call->method;
+}
+
+bool ty_rpc_call_is_canceled(const ty_rpc_call_t *call)
+{
+    return call->canceled;
+}
+
+void ty_rpc_call_set_cancel_cb(ty_rpc_call_t *call, ty_rpc_cancel_cb cb, void *arg)
+{
+    call->cancel_cb = cb;
+    call->cancel_arg = arg;
+}
+
+static int call_send(ty_rpc_call_t *call, enum ty_rpc_kind kind, const uint8_t *p, size_t len)
+{
+    if (!call->sc || call->canceled)
+        return TY_ENOTCONN;
+    return ty__rpc_conn_send(&call->sc->conn, kind, call->method, call->id, p, len);
+}
+
+int ty_rpc_call_reply(ty_rpc_call_t *call, const uint8_t *payload, size_t len)
+{
+    int rc = call->streamed ? TY_EINVAL : call_send(call, TY_RPC_KIND_RESPONSE, payload, len);
+    call_finish(call);
+    return rc;
+}
+
+int ty_rpc_call_reply_msg(ty_rpc_call_t *call, const ProtobufCMessage *msg)
+{
+    uint8_t *buf;
+    size_t len;
+    int rc = ty_rpc_pack(msg, &buf, &len);
+    if (rc < 0) {
+        /* still answer exactly once, so the client does not wait for its timeout */
+        return ty_rpc_call_fail(call, rc, "reply does not fit in a frame");
+    }
+    rc = ty_rpc_call_reply(call, buf, len);
+    free(buf);
+    return rc;
+}
+
+int ty_rpc_call_stream(ty_rpc_call_t *call, const uint8_t *payload, size_t len)
+{
+    call->streamed = true;
+    return call_send(call, TY_RPC_KIND_STREAM_ITEM, payload, len);
+}
+
+int ty_rpc_call_stream_msg(ty_rpc_call_t *call, const ProtobufCMessage *msg)
+{
+    uint8_t *buf;
+    size_t len;
+    int rc = ty_rpc_pack(msg, &buf, &len);
+    if (rc < 0)
+        return rc;
+    rc = ty_rpc_call_stream(call, buf, len);
+    free(buf);
+    return rc;
+}
+
+int ty_rpc_call_end(ty_rpc_call_t *call)
+{
+    int rc = call_send(call, TY_RPC_KIND_STREAM_END, NULL, 0);
+    call_finish(call);
+    return rc;
+}
+
+static int send_error(struct ty__rpc_conn *c, uint16_t method, uint64_t id, int code,
+                      const char *msg)
+{
+    uint8_t *buf;
+    size_t len;
+    int rc = ty__rpc_error_pack(code, msg, id, &buf, &len);
+    if (rc < 0)
+        return rc;
+    rc = ty__rpc_conn_send(c, TY_RPC_KIND_ERROR, method, id, buf, len);
+    free(buf);
+    return rc;
+}
+
+int ty_rpc_call_fail(ty_rpc_call_t *call, int code, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    int rc = TY_ENOTCONN;
+    if (call->sc && !call->canceled)
+        rc = send_error(&call->sc->conn, call->method, call->id, code, msg);
+    call_finish(call);
+    return rc;
+}
+
+/* ---- connections ---------------------------------------------------------------------- */
+
+static const struct handler *find_handler(const ty_rpc_server_t *s, uint16_t method)
+{
+    for (size_t i = 0; i < s->n_handlers; i++)
+        if (s->handlers[i].method == method)
+            return &s->handlers[i];
+    return NULL;
+}
+
+static void on_request(struct srv_conn *sc, const struct ty_rpc_frame *f)
+{
+    const struct handler *h = find_handler(sc->srv, f->method);
+    if (!h) {
+        send_error(&sc->conn, f->method, f->request_id, TY_ENOSYS, "no handler for method");
+        return;
+    }
+    ty_rpc_call_t *call = calloc(1, sizeof(*call));
+    TY_ASSERT(call); /* small metadata: abort on OOM (STYLE.md) */
+    call->sc = sc;
+    call->id = f->request_id;
+    call->method = f->method;
+    call->next = sc->calls;
+    if (sc->calls)
+        sc->calls->prev = call;
+    sc->calls = call;
+    h->cb(call, f->payload, f->len, h->arg);
+}
+
+static void on_cancel_frame(struct srv_conn *sc, uint64_t id)
+{
+    for (ty_rpc_call_t *call = sc->calls; call; call = call->next) {
+        if (call->id == id) {
+            call_notify_cancel(call, TY_ECANCELED);
+            return;
+        }
+    }
+}
+
+static void srv_on_frame(struct ty__rpc_conn *c, const struct ty_rpc_frame *f)
+{
+    struct srv_conn *sc = (struct srv_conn *)c;
+    switch (f->kind) {
+    case TY_RPC_KIND_REQUEST:
+        on_request(sc, f);
+        return;
+    case TY_RPC_KIND_CANCEL:
+        on_cancel_frame(sc, f->request_id);
+        return;
+    default:
+        TY_LOG_WARN("rpc", "server: closing connection %s: unexpected %s frame from a client",
+                    c->peer, ty_rpc_kind_name(f->kind));
+        ty__rpc_conn_close(c, TY_EPROTO);
+    }
+}
+
+static void srv_on_closing(struct ty__rpc_conn *c, int reason)
+{
+    struct srv_conn *sc = (struct srv_conn *)c;
+    while (sc->calls) {
+        ty_rpc_call_t *call = sc->calls;
+        call_unlink(call);
+        call_notify_cancel(call, reason ? reason : TY_ECONNRESET);
+    }
+}
+
+static void maybe_finish_close(ty_rpc_server_t *s)
+{
+    if (!s->closing || s->open_handles > 0)
+        return;
+    ty_rpc_closed_cb cb = s->close_cb;
+    void *arg = s->close_arg;
+    free(s->handlers);
+    free(s);
+    if (cb)
+        cb(arg);
+}
+
+static void srv_on_closed(struct ty__rpc_conn *c, int reason)
+{
+    struct srv_conn *sc = (struct srv_conn *)c;
+    ty_rpc_server_t *s = sc->srv;
+    if (sc->prev)
+        sc->prev->next = sc->next;
+    else
+        s->conns = sc->next;
+    if (sc->next)
+        sc->next->prev = sc->prev;
+    s->n_conns--;
+    s->open_handles--;
+    free(sc);
+    maybe_finish_close(s);
+}
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+    ty_rpc_server_t *s = listener->data;
+    if (status < 0) {
+        TY_LOG_WARN("rpc", "server: accept failed: %s", ty_strerror(status));
+        return;
+    }
+    struct srv_conn *sc = calloc(1, sizeof(*sc));
+    TY_ASSERT(sc);
+    if (ty__rpc_conn_init(&sc->conn, s->loop, s->max_frame, "server") < 0) {
+        free(sc);
+        return;
+    }
+    sc->srv = s;
+    sc->conn.on_frame = srv_on_frame;
+    sc->conn.on_closing = srv_on_closing;
+    sc->conn.on_closed = srv_on_closed;
+    sc->next = s->conns;
+    if (s->conns)
+        s->conns->prev = sc;
+    s->conns = sc;
+    s->n_conns++;
+    s->open_handles++;
+    int rc = uv_accept(listener, (uv_stream_t *)&sc->conn.tcp);
+    if (rc == 0)
+        rc = ty__rpc_conn_start(&sc->conn);
+    if (rc < 0) {
+        TY_LOG_WARN("rpc", "server: cannot start connection: %s", ty_strerror(rc));
+        ty__rpc_conn_close(&sc->conn, rc);
+    }
+}
+
+/* ---- server lifecycle ------------------------------------------------------------------ */
+
+static int parse_addr(const char *host, uint16_t port, struct sockaddr_storage *ss)
+{
+    if (uv_ip4_addr(host, port, (struct sockaddr_in *)ss) == 0)
+        return 0;
+    if (uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss) == 0)
+        return 0;
+    return TY_EINVAL;
+}
+
+static void on_listener_closed(uv_handle_t *h)
+{
+    ty_rpc_server_t *s = h->data;
+    s->open_handles--;
+    maybe_finish_close(s);
+}
+
+static int bind_and_listen(ty_rpc_server_t *s, const struct sockaddr_storage *ss, int backlog)
+{
+    int rc = uv_tcp_bind(&s->listener, (const struct sockaddr *)ss, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&s->listener, backlog, on_connection);
+    if (rc < 0)
+        return rc;
+    struct sockaddr_storage bound;
+    int n = sizeof(bound);
+    rc = uv_tcp_getsockname(&s->listener, (struct sockaddr *)&bound, &n);
+    if (rc < 0)
+        return rc;
+    s->port = ntohs(bound.ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
+                                               : ((struct sockaddr_in6 *)&bound)->sin6_port);
+    return 0;
+}
+
+int ty_rpc_server_new(ty_rpc_server_t **out, const struct ty_rpc_server_opts *opts)
+{
+    struct sockaddr_storage ss;
+    const char *host = opts->host ? opts->host : "127.0.0.1";
+    if (!opts->loop || opts->max_frame_size > TY_RPC_MAX_FRAME_LIMIT)
+        return TY_EINVAL;
+    if (parse_addr(host, opts->port, &ss) < 0) {
+        TY_LOG_ERROR("rpc", "server: '%s' is not a numeric IPv4/IPv6 address", host);
+        return TY_EINVAL;
+    }
+    ty_rpc_server_t *s = calloc(1, sizeof(*s));
+    TY_ASSERT(s);
+    s->loop = opts->loop;
+    s->max_frame = opts->max_frame_size ? opts->max_frame_size : TY_RPC_DEFAULT_MAX_FRAME;
+    int rc = uv_tcp_init(s->loop, &s->listener);
+    if (rc < 0) {
+        free(s);
+        return rc;
+    }
+    s->listener.data = s;
+    s->open_handles = 1;
+    rc = bind_and_listen(s, &ss, opts->backlog > 0 ? opts->backlog : 128);
+    if (rc < 0) {
+        TY_LOG_ERROR("rpc", "server: cannot listen on %s:%u: %s", host, opts->port,
+                     ty_strerror(rc));
+        ty_rpc_server_close(s, NULL, NULL); /* freed on the next loop iteration */
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+int ty_rpc_server_handle(ty_rpc_server_t *s, uint16_t method, ty_rpc_handler_cb cb, void *arg)
+{
+    if (method == 0 || !cb)
+        return TY_EINVAL;
+    for (size_t i = 0; i < s->n_handlers; i++) {
+        if (s->handlers[i].method == method) {
+            s->handlers[i].cb = cb;
+            s->handlers[i].arg = arg;
+            return 0;
+        }
+    }
+    struct handler *nh = realloc(s->handlers, (s->n_handlers + 1) * sizeof(*nh));
+    TY_ASSERT(nh);
+    s->handlers = nh;
+    s->handlers[s->n_handlers++] = (struct handler){method, cb, arg};
+    return 0;
+}
+
+uint16_t ty_rpc_server_port(const ty_rpc_server_t *s)
+{
+    return s->port;
+}
+
+size_t ty_rpc_server_conn_count(const ty_rpc_server_t *s)
+{
+    return s->n_conns;
+}
+
+void ty_rpc_server_close(ty_rpc_server_t *s, ty_rpc_closed_cb cb, void *arg)
+{
+    if (s->closing)
+        return;
+    s->closing = true;
+    s->close_cb = cb;
+    s->close_arg = arg;
+    uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+    for (struct srv_conn *sc = s->conns; sc; sc = sc->next)
+        ty__rpc_conn_close(&sc->conn, TY_ESHUTDOWN);
+}
