@@ -1,9 +1,22 @@
 /* C entry points of the CUDA kernels. Every launcher enqueues on the given stream and returns
- * 0 or TY_ECUDA (the launch error is logged with its call site); it never synchronizes.
- * Pointers are device pointers. Callers own all buffers. */
+ * 0, TY_EINVAL (bad shape or argument, checked on the host before anything is enqueued) or
+ * TY_ECUDA (the launch error is logged with its call site); it never synchronizes and never
+ * allocates. Pointers are device pointers unless a comment says otherwise. Callers own all
+ * buffers. Launchers may be called from any thread; work on one stream runs in order.
+ *
+ * Conventions shared by every kernel:
+ * - activations are f32, row-major; "(a, b)" below is a shape with b the fastest dimension;
+ * - KV page pool, per layer (DESIGN.md §4): K and V arrays (n_pages, n_kv_heads, page_tokens,
+ *   head_dim) of one element type (enum ty_cuda_dtype); a sequence's block table lists its page
+ *   ids in order, token p of the sequence lives in page table[p / page_tokens] at slot
+ *   p % page_tokens;
+ * - query head h reads KV head h / (n_heads / n_kv_heads) (grouped-query attention);
+ * - accumulation is always f32.
+ */
 #ifndef TYCHO_KERNELS_H
 #define TYCHO_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -11,11 +24,154 @@ extern "C" {
 #endif
 
 typedef struct CUstream_st *ty_cuda_stream_t;
+typedef struct cublasContext *ty_cublas_t;
+
+enum ty_cuda_dtype {
+    TY_CUDA_F32 = 0,
+    TY_CUDA_F16 = 1,
+    TY_CUDA_BF16 = 2,
+};
+
+/* Bytes per element of `dt` (0 for an unknown value). */
+size_t ty_cuda_dtype_size(enum ty_cuda_dtype dt);
+
+/* ---- norms, elementwise (rmsnorm.cu, elementwise.cu) ------------------------------------- */
 
 /* out[r][i] = x[r][i] * w[i] / sqrt(mean_i(x[r][i]^2) + eps)
  * x, out: (n_rows, dim) row-major f32; w: (dim) f32. out may alias x. */
 int ty_cuda_rmsnorm_f32(float *out, const float *x, const float *w, int n_rows, int dim, float eps,
                         ty_cuda_stream_t stream);
+
+/* x[i] += y[i] for i < n (the residual connection). */
+int ty_cuda_add_f32(float *x, const float *y, size_t n, ty_cuda_stream_t stream);
+
+/* SiLU-gated MLP activation (Shazeer 2020, SwiGLU):
+ * out[r][i] = silu(gate[r*ld_in + i]) * up[r*ld_in + i], silu(g) = g / (1 + exp(-g)).
+ * out: (n_rows, n_cols) dense; gate and up rows are ld_in floats apart (ld_in >= n_cols), so a
+ * fused (n_rows, 2*n_cols) [gate | up] GEMM output is passed as gate=buf, up=buf+n_cols,
+ * ld_in=2*n_cols. out may alias gate when ld_in == n_cols. */
+int ty_cuda_silu_mul_f32(float *out, const float *gate, const float *up, int n_rows, int n_cols,
+                         int ld_in, ty_cuda_stream_t stream);
+
+/* Element type conversion of n elements: f32 -> f16/bf16 (round to nearest even), f16/bf16 ->
+ * f32, or a plain copy when the types are equal. */
+int ty_cuda_convert(void *dst, enum ty_cuda_dtype dst_type, const void *src,
+                    enum ty_cuda_dtype src_type, size_t n, ty_cuda_stream_t stream);
+
+/* Embedding lookup: out[t][:] = table[ids[t]][:] as f32. table: (vocab, dim) of `type`;
+ * ids: (n_tokens) int32; ids outside [0, vocab) give a row of NaN (the host validates ids
+ * before upload; the NaNs make a missed check visible). */
+int ty_cuda_embed(float *out, const void *table, enum ty_cuda_dtype type, const int32_t *ids,
+                  int n_tokens, int dim, int vocab, ty_cuda_stream_t stream);
+
+/* ---- rotary position embedding (rope.cu) -------------------------------------------------- */
+
+struct ty_cuda_rope {
+    int head_dim;  /* elements per head (even) */
+    int rot_dim;   /* leading elements of each head that rotate (even, <= head_dim); 0 = head_dim */
+    float theta;   /* base, e.g. 10000 or 500000 */
+    int neox;      /* 0: pairs (2i, 2i+1) (GPT-J / GGUF llama); 1: pairs (i, i + rot_dim/2)
+                    * (GPT-NeoX / Hugging Face llama) */
+    /* llama3 frequency scaling (Meta's Llama 3.1 reference, apply_scaling): on when factor > 0 */
+    float llama3_factor;
+    float llama3_low_freq_factor;
+    float llama3_high_freq_factor;
+    int llama3_orig_max_pos;
+};
+
+/* Rotates x in place: x (n_tokens, n_heads, head_dim) f32, pos (n_tokens) int32 positions.
+ * Pair j (j < rot_dim/2) rotates by angle pos * inv_freq_j, inv_freq_j = theta^(-2j/rot_dim)
+ * (then llama3-scaled). Called once for q and once for k. */
+int ty_cuda_rope_f32(float *x, const int32_t *pos, int n_tokens, int n_heads,
+                     const struct ty_cuda_rope *rope, ty_cuda_stream_t stream);
+
+/* ---- KV pages (kv.cu) --------------------------------------------------------------------- */
+
+struct ty_cuda_kv_layout {
+    enum ty_cuda_dtype type; /* element type of the pool */
+    int n_kv_heads;
+    int page_tokens; /* B */
+    int head_dim;
+    int n_pages; /* pages in the pool (bounds for page ids) */
+};
+
+/* Bytes of one page of one of K or V in one layer: n_kv_heads * page_tokens * head_dim * elem. */
+size_t ty_cuda_kv_page_bytes(const struct ty_cuda_kv_layout *l);
+
+/* Writes new tokens' K and V (f32, (n_tokens, n_kv_heads, head_dim)) into the pool arrays
+ * k_pool/v_pool at slots[t] = page * page_tokens + offset (int32). A negative slot skips the
+ * token (padding). Slots must lie inside the pool; the host checks that. */
+int ty_cuda_kv_write(void *k_pool, void *v_pool, const struct ty_cuda_kv_layout *l,
+                     const float *k_new, const float *v_new, const int32_t *slots, int n_tokens,
+                     ty_cuda_stream_t stream);
+
+/* Gather (to_pool = 0): contig[i] = pool[pages[i]] for i < n; scatter (to_pool = 1): the
+ * reverse. One "page" is ty_cuda_kv_page_bytes() bytes; contig is n such pages back to back.
+ * This is how one layer's K (or V) of one request is moved to and from the transfer engine's
+ * contiguous buffers. pages: device int32 ids. */
+int ty_cuda_kv_copy_pages(void *pool, void *contig, const int32_t *pages, int n, size_t page_bytes,
+                          int to_pool, ty_cuda_stream_t stream);
+
+/* ---- attention (attn_decode.cu, attn_prefill.cu) ----------------------------------------- */
+
+struct ty_cuda_attn_shape {
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;       /* multiple of 4, <= 256 */
+    float scale;        /* usually 1/sqrt(head_dim) */
+    int max_pages;      /* row length of block_tables */
+};
+
+/* Decode attention (one new query token per sequence), split over the context for long
+ * sequences (flash-decoding, Dao et al. 2023) and reduced in a second kernel.
+ * q, out: (n_seqs, n_heads, head_dim) f32; block_tables: (n_seqs, max_pages) int32;
+ * seq_lens: (n_seqs) int32, tokens in the KV cache including the current one (>= 1);
+ * max_seq_len (host value) bounds seq_lens and sizes the split; workspace: at least
+ * ty_cuda_attn_decode_workspace() bytes (may be NULL when that is 0). */
+size_t ty_cuda_attn_decode_workspace(const struct ty_cuda_attn_shape *s, int n_seqs,
+                                     int max_seq_len);
+int ty_cuda_attn_decode(float *out, const float *q, const void *k_pool, const void *v_pool,
+                        const struct ty_cuda_kv_layout *l, const struct ty_cuda_attn_shape *s,
+                        const int32_t *block_tables, const int32_t *seq_lens, int n_seqs,
+                        int max_seq_len, void *workspace, ty_cuda_stream_t stream);
+
+/* Prefill attention, causal, over a batch of query chunks (FlashAttention-2 style online
+ * softmax, Dao 2023). Chunk s has q_lens[s] query rows starting at row q_starts[s] of q/out and
+ * attends to the first kv_lens[s] tokens of its sequence (which already include its own new
+ * tokens): query row i of chunk s has position kv_lens[s] - q_lens[s] + i and sees positions
+ * <= that. q, out: (total_rows, n_heads, head_dim) f32; block_tables (n_chunks, max_pages);
+ * max_q_len (host) bounds q_lens. All math in f32 on CUDA cores (no tensor-core path yet). */
+int ty_cuda_attn_prefill(float *out, const float *q, const void *k_pool, const void *v_pool,
+                         const struct ty_cuda_kv_layout *l, const struct ty_cuda_attn_shape *s,
+                         const int32_t *block_tables, const int32_t *q_starts,
+                         const int32_t *q_lens, const int32_t *kv_lens, int n_chunks,
+                         int max_q_len, ty_cuda_stream_t stream);
+
+/* ---- sampling (sample.cu) ----------------------------------------------------------------- */
+
+/* ids[r] = argmax_i logits[r][i] (the lowest index among equal maxima). logits (n_rows, vocab). */
+int ty_cuda_sample_greedy(int32_t *ids, const float *logits, int n_rows, int vocab,
+                          ty_cuda_stream_t stream);
+
+/* Temperature + top-k + top-p sampling, one row per block. For row r with t = temp[r]:
+ * t <= 0 is greedy; else x_i = logits_i / t, p_i ~ exp(x_i - max x). top_k[r] in [1, vocab)
+ * keeps the tokens whose x is >= the k-th largest x (ties at the boundary all kept), others
+ * keep all; top_p[r] < 1 then keeps the smallest set of most probable kept tokens whose mass
+ * is >= top_p (ties at the boundary kept). The sample is the first index i, in index order,
+ * where the running kept mass exceeds u[r] * (total kept mass), u[r] in [0, 1) drawn by the
+ * caller (so a seed reproduces a run). All arrays device, length n_rows. */
+int ty_cuda_sample_topkp(int32_t *ids, const float *logits, const float *temp,
+                         const int32_t *top_k, const float *top_p, const float *u, int n_rows,
+                         int vocab, ty_cuda_stream_t stream);
+
+/* ---- projections (gemm.cu) ---------------------------------------------------------------- */
+
+/* y = x W^T through cuBLAS: W (n_out, n_in) row-major of w_type (the GGUF/HF layout);
+ * x (n_rows, n_in) of the same type as W (convert f32 activations with ty_cuda_convert first
+ * when W is 16-bit); y (n_rows, n_out) f32, overwritten (beta = 0). f32 runs in full f32
+ * (no TF32); f16/bf16 accumulate in f32. The handle must be bound to the caller's stream. */
+int ty_cuda_gemm(ty_cublas_t h, float *y, const void *x, const void *w, enum ty_cuda_dtype w_type,
+                 int n_rows, int n_in, int n_out);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#define TY__NORETURN [[noreturn]]
+#else
+#define TY__NORETURN _Noreturn
+#endif
+
 enum ty_log_level {
     TY_LOG_LEVEL_ERROR = 0,
     TY_LOG_LEVEL_WARN = 1,
@@ -73,6 +80,11 @@ void ty_log_vwrite(struct ty_log_site *site, enum ty_log_level level, const char
             ty__assert_fail(#cond, __FILE__, __LINE__, __func__);                                 \
     } while (0)
 
-_Noreturn void ty__assert_fail(const char *expr, const char *file, int line, const char *func);
+TY__NORETURN void ty__assert_fail(const char *expr, const char *file, int line,
+                                  const char *func);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,0 +1,244 @@
+/* GPU op tests, part 2: paged decode attention (with and without context splits) and causal
+ * prefill attention (chunks with cached prefixes, GQA/MQA/MHA, head dims 8..256, page sizes
+ * 7..64, f32/f16/bf16 pools) against a double-precision softmax(q k^T * scale) v written from
+ * the definition. Pages of every sequence are drawn at random from the pool, so a kernel that
+ * ignores the block table or the page layout reads the wrong tokens and fails. */
+#include "gpu_test_util.h"
+
+struct pool {
+    struct ty_cuda_kv_layout l;
+    float *k, *v;        /* host copies, already rounded to the pool type */
+    void *dk, *dv;       /* device pool arrays */
+    int32_t *tables;     /* (n_seqs, max_pages) */
+    int32_t *dtables;
+    int max_pages;
+};
+
+/* A pool with enough pages for `lens`, filled with random K/V, and random distinct pages per
+ * sequence. */
+static void pool_make(struct pool *p, enum ty_cuda_dtype dt, int n_kv, int B, int hd,
+                      const int *lens, int n_seqs, uint64_t *s)
+{
+    int total = 0, maxp = 1;
+    for (int i = 0; i < n_seqs; i++) {
+        int np = (lens[i] + B - 1) / B;
+        total += np;
+        maxp = np > maxp ? np : maxp;
+    }
+    total += 3; /* pages nobody owns */
+    p->l = (struct ty_cuda_kv_layout){dt, n_kv, B, hd, total};
+    p->max_pages = maxp;
+    size_t n = (size_t)total * n_kv * B * hd, es = gt_dtype_size(dt);
+    p->k = malloc(n * 4), p->v = malloc(n * 4);
+    gt_fill(p->k, n, s, -1, 1);
+    gt_fill(p->v, n, s, -1, 1);
+    void *enc = malloc(n * 4);
+    gt_encode(enc, p->k, n, dt);
+    p->dk = gt_upload(enc, n * es);
+    gt_encode(enc, p->v, n, dt);
+    p->dv = gt_upload(enc, n * es);
+    free(enc);
+    int32_t *perm = malloc(total * 4);
+    for (int i = 0; i < total; i++)
+        perm[i] = i;
+    for (int i = total - 1; i > 0; i--) {
+        int j = gt_randint(s, 0, i), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    p->tables = malloc((size_t)n_seqs * maxp * 4);
+    for (int i = 0, next = 0; i < n_seqs; i++)
+        for (int j = 0; j < maxp; j++)
+            p->tables[i * maxp + j] = j < (lens[i] + B - 1) / B ? perm[next++] : -1;
+    p->dtables = gt_upload(p->tables, (size_t)n_seqs * maxp * 4);
+    free(perm);
+}
+
+static void pool_free(struct pool *p)
+{
+    cudaFree(p->dk), cudaFree(p->dv), cudaFree(p->dtables);
+    free(p->k), free(p->v), free(p->tables);
+}
+
+static const float *ref_row(const struct pool *p, const float *arr, int seq, int pos, int kh)
+{
+    const struct ty_cuda_kv_layout *l = &p->l;
+    int page = p->tables[seq * p->max_pages + pos / l->page_tokens];
+    return arr + (((size_t)page * l->n_kv_heads + kh) * l->page_tokens + pos % l->page_tokens) *
+                     l->head_dim;
+}
+
+/* out[d] = sum_{pos < n_vis} softmax_pos(scale * q.k_pos) v_pos[d] for one query head. */
+static void ref_attend(const struct pool *p, int seq, int kh, const float *q, int n_vis,
+                       float scale, double *out, double *sc)
+{
+    const int hd = p->l.head_dim;
+    double m = -INFINITY, z = 0;
+    for (int pos = 0; pos < n_vis; pos++) {
+        const float *k = ref_row(p, p->k, seq, pos, kh);
+        double a = 0;
+        for (int d = 0; d < hd; d++)
+            a += (double)q[d] * k[d];
+        sc[pos] = a * scale;
+        m = sc[pos] > m ? sc[pos] : m;
+    }
+    for (int d = 0; d < hd; d++)
+        out[d] = 0;
+    for (int pos = 0; pos < n_vis; pos++) {
+        double w = exp(sc[pos] - m);
+        z += w;
+        const float *v = ref_row(p, p->v, seq, pos, kh);
+        for (int d = 0; d < hd; d++)
+            out[d] += w * v[d];
+    }
+    for (int d = 0; d < hd; d++)
+        out[d] /= z;
+}
+
+struct dcase {
+    int n_heads, n_kv, hd, B, n_seqs;
+    int lens[8];
+};
+
+static void check_decode(const struct dcase *c, enum ty_cuda_dtype dt, uint64_t *s)
+{
+    struct pool p;
+    pool_make(&p, dt, c->n_kv, c->B, c->hd, c->lens, c->n_seqs, s);
+    const int H = c->n_heads, hd = c->hd, G = H / c->n_kv;
+    int max_len = 0;
+    for (int i = 0; i < c->n_seqs; i++)
+        max_len = c->lens[i] > max_len ? c->lens[i] : max_len;
+    size_t nq = (size_t)c->n_seqs * H * hd;
+    float *q = malloc(nq * 4), *got = malloc(nq * 4);
+    double *want = malloc(nq * 8), *sc = malloc((size_t)max_len * 8);
+    gt_fill(q, nq, s, -2, 2);
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int i = 0; i < c->n_seqs; i++)
+        for (int h = 0; h < H; h++)
+            ref_attend(&p, i, h / G, q + ((size_t)i * H + h) * hd, c->lens[i], scale,
+                       want + ((size_t)i * H + h) * hd, sc);
+    struct ty_cuda_attn_shape sh = {H, c->n_kv, hd, scale, p.max_pages};
+    size_t ws = ty_cuda_attn_decode_workspace(&sh, c->n_seqs, max_len);
+    void *dws = ws ? gt_dev(ws) : NULL;
+    float *dq = gt_upload(q, nq * 4), *dout = gt_dev(nq * 4);
+    int32_t *dlens = gt_upload(c->lens, c->n_seqs * 4);
+    gt_poison(dout, nq * 4);
+    if (dws)
+        gt_poison(dws, ws);
+    assert_int_equal(ty_cuda_attn_decode(dout, dq, p.dk, p.dv, &p.l, &sh, p.dtables, dlens,
+                                         c->n_seqs, max_len, dws, NULL),
+                     0);
+    gt_download(got, dout, nq * 4);
+    GT_EXPECT_NERR(got, want, nq, 2e-5, "decode %s H=%d kv=%d hd=%d B=%d seqs=%d max_len=%d ws=%zu",
+                   gt_dtype_name(dt), H, c->n_kv, hd, c->B, c->n_seqs, max_len, ws);
+    if (dws)
+        cudaFree(dws);
+    cudaFree(dq), cudaFree(dout), cudaFree(dlens);
+    free(q), free(got), free(want), free(sc);
+    pool_free(&p);
+}
+
+static void test_decode(void **state)
+{
+    static const struct dcase cases[] = {
+        {8, 4, 8, 16, 3, {1, 17, 300}},                     /* stories260K shape */
+        {32, 8, 128, 64, 5, {4097, 1, 65, 2000, 5000}},      /* llama-3-8B heads, long: splits */
+        {32, 2, 64, 16, 2, {129, 3000}},                     /* G = 16: two head groups */
+        {12, 12, 80, 32, 4, {31, 32, 33, 999}},              /* MHA, head_dim 80 */
+        {16, 1, 256, 64, 1, {1500}},                         /* MQA, head_dim 256 */
+        {6, 3, 4, 7, 3, {6, 7, 50}},                         /* odd page size */
+    };
+    uint64_t s = 21;
+    for (int dt = TY_CUDA_F32; dt <= TY_CUDA_BF16; dt++)
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+            check_decode(&cases[i], (enum ty_cuda_dtype)dt, &s);
+}
+
+struct pcase {
+    int n_heads, n_kv, hd, B, n_chunks;
+    int q_lens[6], kv_lens[6];
+};
+
+static void check_prefill(const struct pcase *c, enum ty_cuda_dtype dt, uint64_t *s)
+{
+    struct pool p;
+    pool_make(&p, dt, c->n_kv, c->B, c->hd, c->kv_lens, c->n_chunks, s);
+    const int H = c->n_heads, hd = c->hd, G = H / c->n_kv;
+    int rows = 0, max_q = 0, max_kv = 0, starts[6];
+    for (int i = 0; i < c->n_chunks; i++) {
+        starts[i] = rows;
+        rows += c->q_lens[i];
+        max_q = c->q_lens[i] > max_q ? c->q_lens[i] : max_q;
+        max_kv = c->kv_lens[i] > max_kv ? c->kv_lens[i] : max_kv;
+    }
+    size_t nq = (size_t)rows * H * hd;
+    float *q = malloc(nq * 4), *got = malloc(nq * 4);
+    double *want = malloc(nq * 8), *sc = malloc((size_t)max_kv * 8);
+    gt_fill(q, nq, s, -2, 2);
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int i = 0; i < c->n_chunks; i++)
+        for (int r = 0; r < c->q_lens[i]; r++)
+            for (int h = 0; h < H; h++) {
+                size_t o = ((size_t)(starts[i] + r) * H + h) * hd;
+                int vis = c->kv_lens[i] - c->q_lens[i] + r + 1; /* causal */
+                ref_attend(&p, i, h / G, q + o, vis, scale, want + o, sc);
+            }
+    struct ty_cuda_attn_shape sh = {H, c->n_kv, hd, scale, p.max_pages};
+    float *dq = gt_upload(q, nq * 4), *dout = gt_dev(nq * 4);
+    int32_t *dst = gt_upload(starts, c->n_chunks * 4), *dql = gt_upload(c->q_lens, c->n_chunks * 4);
+    int32_t *dkl = gt_upload(c->kv_lens, c->n_chunks * 4);
+    gt_poison(dout, nq * 4);
+    assert_int_equal(ty_cuda_attn_prefill(dout, dq, p.dk, p.dv, &p.l, &sh, p.dtables, dst, dql,
+                                          dkl, c->n_chunks, max_q, NULL),
+                     0);
+    gt_download(got, dout, nq * 4);
+    GT_EXPECT_NERR(got, want, nq, 2e-5, "prefill %s H=%d kv=%d hd=%d B=%d chunks=%d rows=%d",
+                   gt_dtype_name(dt), H, c->n_kv, hd, c->B, c->n_chunks, rows);
+    cudaFree(dq), cudaFree(dout), cudaFree(dst), cudaFree(dql), cudaFree(dkl);
+    free(q), free(got), free(want), free(sc);
+    pool_free(&p);
+}
+
+static void test_prefill(void **state)
+{
+    static const struct pcase cases[] = {
+        {8, 4, 8, 16, 2, {1, 37}, {1, 37}},                         /* stories260K shape */
+        {8, 2, 64, 16, 4, {20, 130, 1, 64}, {100, 130, 77, 64}},    /* cached prefixes */
+        {32, 8, 128, 64, 2, {257, 31}, {257, 1000}},
+        {12, 12, 80, 32, 3, {33, 5, 70}, {33, 40, 70}},             /* MHA, head_dim 80 */
+        {16, 1, 256, 64, 1, {45}, {100}},                           /* MQA, head_dim 256 */
+        {6, 3, 4, 7, 2, {13, 50}, {20, 50}},                        /* odd page size */
+        {4, 4, 128, 16, 1, {300}, {300}},                           /* page < tile */
+    };
+    uint64_t s = 22;
+    for (int dt = TY_CUDA_F32; dt <= TY_CUDA_BF16; dt++)
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+            check_prefill(&cases[i], (enum ty_cuda_dtype)dt, &s);
+}
+
+static void test_rejects_bad_shapes(void **state)
+{
+    struct ty_cuda_kv_layout l = {TY_CUDA_F16, 4, 16, 64, 10};
+    struct ty_cuda_attn_shape sh = {6, 4, 64, 0.125f, 4}; /* 6 heads over 4 kv heads */
+    assert_int_equal(ty_cuda_attn_decode(NULL, NULL, NULL, NULL, &l, &sh, NULL, NULL, 1, 10,
+                                         NULL, NULL),
+                     TY_EINVAL);
+    sh = (struct ty_cuda_attn_shape){8, 4, 66, 0.125f, 4}; /* head_dim not a multiple of 4 */
+    assert_int_equal(ty_cuda_attn_prefill(NULL, NULL, NULL, NULL, &l, &sh, NULL, NULL, NULL, NULL,
+                                          1, 10, NULL),
+                     TY_EINVAL);
+    sh = (struct ty_cuda_attn_shape){8, 4, 64, 0.125f, 4};
+    assert_int_equal(ty_cuda_attn_decode(NULL, NULL, NULL, NULL, &l, &sh, NULL, NULL, 1, 65,
+                                         NULL, NULL),
+                     TY_EINVAL); /* max_seq_len beyond max_pages * page_tokens */
+}
+
+int main(void)
+{
+    gt_require_gpu("test_gpu_attention");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_decode),
+        cmocka_unit_test(test_prefill),
+        cmocka_unit_test(test_rejects_bad_shapes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
