@@ -31,8 +31,19 @@ enum ty_tok_type {
     TY_TOK_TYPE_BYTE = 6,
 };
 
+/* Unicode normalization applied to input text before pre-tokenization (tokenizer.json
+ * "normalizer"), through utf8proc. */
+enum ty_tok_norm {
+    TY_TOK_NORM_NONE = 0,
+    TY_TOK_NORM_NFC,
+    TY_TOK_NORM_NFKC,
+    TY_TOK_NORM_NFD,
+    TY_TOK_NORM_NFKD,
+};
+
 /* Everything needed to build a tokenizer. Arrays are borrowed for the duration of
- * ty_tokenizer_new() only (the tokenizer copies what it keeps). Strings need not be
+ * ty_tokenizer_new() only (the tokenizer copies what it keeps); `scores` and `token_types` may
+ * be unaligned (they often point straight into a GGUF file's metadata). Strings need not be
  * NUL-terminated when a length array is given. */
 struct ty_tokenizer_spec {
     enum ty_tok_model model;
@@ -48,6 +59,23 @@ struct ty_tokenizer_spec {
     int32_t bos_id, eos_id, unk_id, pad_id; /* -1 when absent */
     bool add_bos, add_eos;
     bool add_space_prefix; /* SPM: prepend "▁" to the text (llama default true) */
+
+    /* Fields below were added for tokenizer.json; zero keeps the GGUF behaviour. */
+    const char *const *pre_regexes; /* Split regexes applied in order; when set, override `pre` */
+    uint32_t n_pre_regexes;         /* at most 4 */
+    enum ty_tok_norm normalizer;
+    /* BPE over UTF-8 characters with <0xNN> fallback (SentencePiece converted to HF BPE, e.g.
+     * Llama-2 / stories260K-hf tokenizer.json) instead of GPT-2 byte-level symbols; spaces become
+     * "▁" and add_space_prefix prepends one to every text segment. */
+    bool byte_fallback;
+    bool ignore_merges;        /* BPE: a pre-token that is itself a token is taken whole */
+    bool no_pre_split;         /* BPE: no regex split at all (tokenizer.json without Split) */
+    bool bytelevel_add_prefix; /* ByteLevel add_prefix_space: " " before text not starting so */
+    bool metaspace_split;      /* Metaspace split=true: a pre-token starts at every "▁" */
+    bool prefix_first_only;    /* add_space_prefix only at the start of the text, not after
+                                  every special token (Metaspace prepend_scheme "first") */
+    const char *chat_template; /* Jinja text (GGUF tokenizer.chat_template), copied; or NULL */
+    uint32_t chat_template_len; /* 0 = NUL-terminated */
 };
 
 /* Build a tokenizer from a spec. Returns 0, TY_EINVAL (inconsistent spec, with a message
@@ -59,6 +87,10 @@ int ty_tokenizer_new(ty_tokenizer_t **out, const struct ty_tokenizer_spec *spec,
  * (tokenizer_config.json beside it supplies bos/eos and add_bos). Errors: TY_ENOENT, TY_EPARSE,
  * TY_ENOTSUP (a model or pre-tokenizer kind not implemented), with a message in errbuf. */
 int ty_tokenizer_load_json(ty_tokenizer_t **out, const char *path, char *errbuf, size_t errlen);
+
+/* The same from tokenizer.json text in memory (no tokenizer_config.json). */
+int ty_tokenizer_load_json_buf(ty_tokenizer_t **out, const char *json, size_t len, char *errbuf,
+                               size_t errlen);
 
 void ty_tokenizer_free(ty_tokenizer_t *tok);
 
@@ -78,6 +110,21 @@ const char *ty_tokenizer_piece(const ty_tokenizer_t *tok, uint32_t id, size_t *l
 int ty_tokenizer_decode(const ty_tokenizer_t *tok, const uint32_t *ids, size_t n, bool skip_special,
                         char *buf, size_t cap);
 
+/* Fill a spec from a GGUF file's tokenizer.ggml.* metadata (tokenizer model "llama" or
+ * "gpt2"), then build. Defined in ty_tokenizer but calls the gguf.h accessors, so a binary using
+ * it links ty_engine too. Errors: TY_ENOTSUP (other tokenizer models), TY_EFORMAT (missing or
+ * inconsistent arrays), with a message. */
+struct ty_gguf;
+int ty_tokenizer_new_from_gguf(ty_tokenizer_t **out, const struct ty_gguf *g, char *errbuf,
+                               size_t errlen);
+
+/* The Jinja chat template the tokenizer came with (tokenizer_config.json, chat_template.jinja
+ * or GGUF tokenizer.chat_template), or NULL. Lives as long as the tokenizer. */
+const char *ty_tokenizer_chat_template(const ty_tokenizer_t *tok);
+/* Text of a token as stored in the vocabulary (control tokens too); NULL when id is out of
+ * range. */
+const char *ty_tokenizer_token_text(const ty_tokenizer_t *tok, uint32_t id, size_t *len);
+
 uint32_t ty_tokenizer_n_vocab(const ty_tokenizer_t *tok);
 int32_t ty_tokenizer_bos(const ty_tokenizer_t *tok);
 int32_t ty_tokenizer_eos(const ty_tokenizer_t *tok);
@@ -94,6 +141,8 @@ struct ty_detok {
     uint32_t n_fed;       /* ids fed so far (to drop the SPM leading space of the first piece) */
     unsigned char pending[8];
     uint32_t n_pending;
+    uint64_t n_out; /* bytes returned so far */
+    bool started;   /* a non-empty piece was fed; set true after init to keep a leading space */
 };
 void ty_detok_init(struct ty_detok *d, const ty_tokenizer_t *tok);
 /* Append the text of `id` to out (capacity cap, NUL-terminated); returns bytes written (>= 0)
@@ -111,6 +160,14 @@ enum ty_chat_family {
     TY_CHAT_CHATML, /* Qwen, SmolLM, many others */
     TY_CHAT_MISTRAL,
     TY_CHAT_GPTOSS, /* harmony format */
+    TY_CHAT_QWEN3,  /* chatml with <think> blocks (Qwen3's template) */
+};
+
+/* Variables some templates read besides the messages. Zero = the template's defaults. */
+struct ty_chat_opts {
+    const char *date;             /* gpt-oss "Current date:" as YYYY-MM-DD; NULL = today (UTC) */
+    const char *reasoning_effort; /* gpt-oss; NULL = "medium" */
+    bool disable_thinking;        /* qwen3 enable_thinking=false: empty think block appended */
 };
 
 struct ty_chat_msg {
@@ -120,7 +177,8 @@ struct ty_chat_msg {
 
 /* Recognize a model's Jinja chat template by its text. Returns TY_CHAT_NONE when unknown. */
 enum ty_chat_family ty_chat_detect(const char *template_text);
-/* Parse a configured family name ("llama-2", "llama-3", "chatml", "mistral", "gpt-oss"). */
+/* Parse a configured family name ("llama-2", "llama-3", "chatml", "mistral", "gpt-oss",
+ * "qwen3"). Returns 0 or TY_EINVAL. */
 int ty_chat_family_parse(const char *name, enum ty_chat_family *out);
 const char *ty_chat_family_name(enum ty_chat_family f);
 
@@ -129,5 +187,10 @@ const char *ty_chat_family_name(enum ty_chat_family f);
  * `bos_text`/`eos_text` are the tokenizer's special token texts (may be NULL). */
 char *ty_chat_render(enum ty_chat_family f, const struct ty_chat_msg *msgs, size_t n,
                      bool add_generation_prompt, const char *bos_text, const char *eos_text);
+/* Same, with template variables (opts may be NULL). A conversation the template rejects
+ * (roles not alternating for llama-2/mistral, a system message for mistral) gives NULL. */
+char *ty_chat_render_opts(enum ty_chat_family f, const struct ty_chat_msg *msgs, size_t n,
+                          bool add_generation_prompt, const char *bos_text, const char *eos_text,
+                          const struct ty_chat_opts *opts);
 
 #endif
