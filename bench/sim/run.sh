@@ -1,0 +1,41 @@
+#!/bin/sh
+# Trace experiments of issue 6: cache-sim tables, the policy comparison (FAST'25 Fig. 5), the
+# 2x overload admission comparison (arXiv Table 3), the scheduler decision benchmark, and
+# gnuplot PNGs. Usage: bench/sim/run.sh [BUILD_DIR] [OUT_DIR]
+#   BUILD_DIR defaults to build, OUT_DIR to BUILD_DIR/bench-sim-out. Needs gnuplot for the PNGs.
+set -eu
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${1:-$SRC/build}
+OUT=${2:-$BUILD/bench-sim-out}
+DATA=${TYCHO_TEST_DATA:-$SRC/../shared}/data/traces
+TYCHO=$BUILD/src/cli/tycho
+CONV=$DATA/conversation_trace.jsonl
+SYN=$DATA/synthetic_trace.jsonl
+mkdir -p "$OUT"
+
+echo "== cache-sim: conversation"
+"$TYCHO" cache-sim --trace "$CONV" | tee "$OUT/cache_conversation.txt"
+echo "== cache-sim: synthetic"
+"$TYCHO" cache-sim --trace "$SYN" | tee "$OUT/cache_synthetic.txt"
+
+echo "== policies, conversation trace, 8 prefill + 8 decode (FAST'25 Fig. 5)"
+mkdir -p "$OUT/policies"
+/usr/bin/time -f "wall %e s" "$TYCHO" sim --trace "$CONV" --config "$SRC/configs/sim/conversation-16.yaml" \
+    --policy all --plot "$OUT/policies" | tee "$OUT/policies.txt"
+
+echo "== policies with 10,000-block caches per prefill node"
+"$TYCHO" sim --trace "$CONV" --config "$SRC/configs/sim/conversation-16.yaml" --policy all \
+    --sweep --capacities 10000 | tee "$OUT/policies_10k.txt"
+
+echo "== admission at 2x speed (arXiv Table 3)"
+mkdir -p "$OUT/admission"
+"$TYCHO" sim --trace "$CONV" --config "$SRC/configs/sim/overload-2x.yaml" --admission all \
+    --sweep --ratios 8:2,8:3,6:2 --tbt-slos 25,30 --ttft-slos 10,30 --json > "$OUT/admission.json"
+"$TYCHO" sim --trace "$CONV" --config "$SRC/configs/sim/overload-2x.yaml" --admission all \
+    --plot "$OUT/admission" | tee "$OUT/admission.txt"
+
+echo "== scheduler decision time"
+for n in "32 32" "64 64"; do
+    # shellcheck disable=SC2086
+    "$BUILD/bench/sim/sched_bench" "$CONV" $n 2000
+done | tee "$OUT/sched_bench.txt"

@@ -1,0 +1,210 @@
+/* The Conductor's scheduler: prefix index, placement policies, cost model and admission
+ * (DESIGN.md §6; Mooncake arXiv 2407.00079 §6-§7, FAST'25 §4-§5, Algorithm 1).
+ *
+ * A ty_sched_t is pure logic: node state and block events come in through calls, time comes in
+ * as an argument (microseconds on any monotonic origin), and no call touches a socket or a
+ * clock. The live Conductor feeds it from heartbeats and KV block events; `tycho sim` feeds it
+ * from simulated nodes. One scheduler serves one model. It is not thread-safe: one thread owns
+ * it (the Conductor's loop thread, or one simulation). It owns everything it allocates; the
+ * caller keeps ownership of the requests and arrays it passes in.
+ */
+#ifndef TYCHO_SCHED_H
+#define TYCHO_SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TY_SCHED_MAX_NODES 256  /* node ids are 0 .. TY_SCHED_MAX_NODES-1 */
+#define TY_SCHED_MAX_CLASSES 8  /* priority classes with their own SLOs */
+#define TY_SCHED_NODE_NONE UINT32_MAX
+
+/* ---- cost model ------------------------------------------------------------------------- */
+
+/* Predicted times in microseconds for one model on one kind of node.
+ *
+ * Prefill of a prompt of L tokens whose first P tokens are cached (paper Eq. 1 is quadratic in
+ * the prompt length; the L^2 - P^2 term is causal attention over the new tokens):
+ *     t_prefill(L, P) = prefill[0] + prefill[1] * (L - P) + prefill[2] * (L^2 - P^2)
+ * One decode step of a batch of B sequences holding C context tokens in total (weights are
+ * read once per step, KV once per context token):
+ *     t_step(B, C) = decode[0] + decode[1] * B + decode[2] * C
+ * Moving T tokens of KV between nodes: T * kv_bytes_per_token / net_bytes_per_us. */
+struct ty_sched_cost {
+    double prefill[3];
+    double decode[3];
+    double kv_bytes_per_token;
+    double net_bytes_per_us;
+    uint32_t block_tokens; /* tokens per prefix-hash block (traces: 512) */
+};
+
+/* The built-in profiles (derivation in docs/arch/sched.md): "llama3-70b-8xa800",
+ * "llama3-70b-8xh800". Returns 0 or TY_ENOTFOUND. */
+int ty_sched_cost_profile(const char *name, struct ty_sched_cost *out);
+
+double ty_sched_cost_prefill_us(const struct ty_sched_cost *c, uint64_t tokens, uint64_t cached);
+double ty_sched_cost_step_us(const struct ty_sched_cost *c, uint64_t batch, uint64_t ctx_tokens);
+double ty_sched_cost_transfer_us(const struct ty_sched_cost *c, uint64_t tokens);
+
+/* One measured prefill (L tokens, P cached, microseconds) or decode step (B, C, microseconds). */
+struct ty_sched_sample {
+    double x0, x1; /* prefill: L, P; decode: B, C */
+    double us;
+};
+
+/* Least-squares refit of c->prefill (or c->decode) from n >= 3 samples whose features are not
+ * collinear. Returns 0, TY_EINVAL (n < 3, non-finite values) or TY_ERANGE (singular system). */
+int ty_sched_cost_fit_prefill(struct ty_sched_cost *c, const struct ty_sched_sample *s, size_t n);
+int ty_sched_cost_fit_decode(struct ty_sched_cost *c, const struct ty_sched_sample *s, size_t n);
+
+/* ---- prefix index ----------------------------------------------------------------------- */
+
+/* Which node holds which block hash. Fed by "stored"/"removed" events; answers the longest
+ * cached prefix of a request on every node in O(blocks of the request * nodes / 64). */
+typedef struct ty_sched_index ty_sched_index_t;
+
+int ty_sched_index_new(ty_sched_index_t **out);
+void ty_sched_index_free(ty_sched_index_t *ix);
+int ty_sched_index_add(ty_sched_index_t *ix, uint32_t node, const uint64_t *hashes, size_t n);
+int ty_sched_index_del(ty_sched_index_t *ix, uint32_t node, const uint64_t *hashes, size_t n);
+/* Forget every block of `node` (node left or restarted). */
+void ty_sched_index_drop_node(ty_sched_index_t *ix, uint32_t node);
+/* prefix[node] = number of leading blocks of `hashes` that node holds, for node < n_nodes. */
+void ty_sched_index_match(const ty_sched_index_t *ix, const uint64_t *hashes, size_t n,
+                          uint32_t *prefix, uint32_t n_nodes);
+/* Leading blocks present anywhere in the pool (each block on some node). */
+size_t ty_sched_index_pool_prefix(const ty_sched_index_t *ix, const uint64_t *hashes, size_t n);
+/* Distinct blocks indexed (for metrics and tests). */
+size_t ty_sched_index_size(const ty_sched_index_t *ix);
+
+/* ---- scheduler -------------------------------------------------------------------------- */
+
+typedef struct ty_sched ty_sched_t;
+
+enum ty_sched_policy {
+    TY_SCHED_POLICY_RANDOM = 0,
+    TY_SCHED_POLICY_ROUND_ROBIN,
+    TY_SCHED_POLICY_LOAD_BALANCE,    /* shortest predicted queue */
+    TY_SCHED_POLICY_CACHE_AWARE,     /* longest local prefix, queue as tie-break */
+    TY_SCHED_POLICY_KVCACHE_CENTRIC, /* Algorithm 1: min predicted TTFT with remote prefix */
+    TY_SCHED_POLICY_COUNT_,
+};
+
+enum ty_sched_admission {
+    TY_SCHED_ADMIT_BASELINE = 0, /* TTFT checked at arrival, decode load at decode arrival */
+    TY_SCHED_ADMIT_EARLY,        /* decode load as it is now, checked at arrival */
+    TY_SCHED_ADMIT_PREDICTED,    /* decode load predicted for when the request reaches decode */
+    TY_SCHED_ADMIT_COUNT_,
+};
+
+enum ty_sched_reject {
+    TY_SCHED_REJECT_NONE = 0,
+    TY_SCHED_REJECT_TTFT,        /* predicted TTFT above the class's TTFT SLO */
+    TY_SCHED_REJECT_TBT,         /* (predicted) decode TBT above the class's TBT SLO */
+    TY_SCHED_REJECT_DECODE_FULL, /* decode node at max batch or out of KV memory */
+    TY_SCHED_REJECT_NO_NODE,     /* no prefill or no decode node */
+};
+
+enum ty_sched_role {
+    TY_SCHED_ROLE_PREFILL = 1,
+    TY_SCHED_ROLE_DECODE = 2,
+};
+
+/* Names as used in configs and on the command line: "kvcache_centric", "early", "tbt", ...
+ * Parsers return 0 or TY_EINVAL. */
+const char *ty_sched_policy_name(enum ty_sched_policy p);
+int ty_sched_policy_parse(const char *s, enum ty_sched_policy *out);
+const char *ty_sched_admission_name(enum ty_sched_admission a);
+int ty_sched_admission_parse(const char *s, enum ty_sched_admission *out);
+const char *ty_sched_reject_name(enum ty_sched_reject r);
+
+struct ty_sched_slo {
+    uint64_t ttft_us; /* 0: no limit */
+    uint64_t tbt_us;  /* 0: no limit */
+};
+
+struct ty_sched_opts {
+    enum ty_sched_policy policy;
+    enum ty_sched_admission admission;
+    struct ty_sched_cost cost;
+    /* kvcache_centric fetches the best remote prefix R instead of using the local one L only
+     * when R > L * threshold (and R > L); 1.0 means "any longer remote prefix". */
+    double balancing_threshold;
+    uint32_t n_classes; /* 1..TY_SCHED_MAX_CLASSES; request.priority indexes slo[] */
+    struct ty_sched_slo slo[TY_SCHED_MAX_CLASSES];
+    uint64_t seed;               /* for the random policy */
+    uint64_t decode_duration_us; /* first estimate of the uniform decode duration (predicted
+                                  * admission); refined from ty_sched_request_done() */
+};
+
+/* Fill opts with defaults: kvcache_centric, predicted admission, the A800 profile, threshold
+ * 1.0, one class without limits, decode duration 10 s. */
+void ty_sched_opts_default(struct ty_sched_opts *o);
+
+struct ty_sched_node_desc {
+    enum ty_sched_role role;
+    uint32_t max_batch;          /* decode: most sequences in a batch (0: unlimited) */
+    uint64_t kv_capacity_tokens; /* decode: KV memory in tokens (0: unlimited) */
+};
+
+struct ty_sched_request {
+    uint64_t id;                 /* unique among requests in flight */
+    const uint64_t *block_hashes; /* prefix hashes of the prompt's blocks (borrowed) */
+    uint32_t n_blocks;
+    uint32_t prompt_tokens;
+    uint32_t output_tokens; /* expected output length (max_tokens or a prediction) */
+    uint32_t priority;      /* class index < n_classes */
+};
+
+struct ty_sched_decision {
+    enum ty_sched_reject reject; /* NONE: accepted and committed */
+    uint32_t prefill_node;
+    uint32_t decode_node;
+    uint32_t prefix_source;    /* node to fetch the prefix from, TY_SCHED_NODE_NONE: local */
+    uint32_t local_prefix_blocks;  /* cached on the chosen prefill node */
+    uint32_t remote_prefix_blocks; /* best single-node prefix anywhere */
+    uint32_t used_prefix_blocks;   /* what the prefill will reuse */
+    double queue_us, transfer_us, prefill_us, ttft_us; /* predicted */
+    double tbt_us;             /* predicted decode TBT (as checked by the admission mode) */
+};
+
+int ty_sched_new(ty_sched_t **out, const struct ty_sched_opts *opts);
+void ty_sched_free(ty_sched_t *s);
+const struct ty_sched_opts *ty_sched_opts_get(const ty_sched_t *s);
+
+/* Nodes. Ids are the caller's (< TY_SCHED_MAX_NODES); TY_EEXIST / TY_ENOTFOUND / TY_EINVAL. */
+int ty_sched_node_add(ty_sched_t *s, uint32_t id, const struct ty_sched_node_desc *d);
+int ty_sched_node_remove(ty_sched_t *s, uint32_t id);
+/* A prefill node reports `queued_us` of work left at `now_us`. */
+int ty_sched_node_set_prefill_queue(ty_sched_t *s, uint32_t id, uint64_t queued_us,
+                                    uint64_t now_us);
+/* A decode node reports its running batch (requests it holds, including those that joined). */
+int ty_sched_node_set_decode_load(ty_sched_t *s, uint32_t id, uint32_t batch,
+                                  uint64_t ctx_tokens);
+
+/* KV block events of a prefill node's cache (the prefix index). */
+int ty_sched_block_stored(ty_sched_t *s, uint32_t node, const uint64_t *hashes, size_t n);
+int ty_sched_block_removed(ty_sched_t *s, uint32_t node, const uint64_t *hashes, size_t n);
+const ty_sched_index_t *ty_sched_index(const ty_sched_t *s);
+
+/* Place a request arriving at now_us. Returns 0 with *d filled: accepted (d->reject == NONE,
+ * the work is committed to the chosen nodes and the request is in flight) or rejected with a
+ * reason. Returns TY_EINVAL for a malformed request (bad class, zero tokens) and TY_EEXIST for
+ * an id already in flight. */
+int ty_sched_pick(ty_sched_t *s, const struct ty_sched_request *r, uint64_t now_us,
+                  struct ty_sched_decision *d);
+
+/* The request's KV reached its decode node at now_us. Under BASELINE admission (and for the
+ * hard max_batch / KV limits under every mode) this is where the decode stage may still refuse
+ * it: returns 0 with *reject set; a refused request is no longer in flight. TY_ENOTFOUND for
+ * an unknown id. */
+int ty_sched_request_at_decode(ty_sched_t *s, uint64_t id, uint64_t now_us,
+                               enum ty_sched_reject *reject);
+
+/* The request finished (or was cancelled) at now_us; its reservations are released. */
+int ty_sched_request_done(ty_sched_t *s, uint64_t id, uint64_t now_us);
+
+/* Requests accepted and not yet done. */
+size_t ty_sched_in_flight(const ty_sched_t *s);
+
+#endif

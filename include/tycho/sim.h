@@ -1,0 +1,144 @@
+/* The trace simulator behind `tycho sim` and `tycho cache-sim`: a Mooncake trace reader, a KV
+ * pool model with eviction policies, and a discrete-event simulation of prefill nodes, decode
+ * nodes and their caches driven by the real scheduler (tycho/sched.h).
+ *
+ * Everything is single-threaded per object: a trace is immutable once read and may be shared
+ * read-only by several simulations running on different threads; a pool or a simulation is
+ * owned by one thread. Objects own what they allocate and are released by their _free.
+ */
+#ifndef TYCHO_SIM_H
+#define TYCHO_SIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tycho/sched.h"
+
+/* ---- traces ----------------------------------------------------------------------------- */
+
+/* One request of a Mooncake-format trace (JSON lines: timestamp in ms, input_length,
+ * output_length, hash_ids of 512-token blocks). */
+struct ty_sim_request {
+    uint64_t arrival_us;
+    uint32_t input_tokens;
+    uint32_t output_tokens;
+    uint32_t n_blocks;
+    const uint64_t *blocks; /* points into the trace */
+};
+
+struct ty_sim_trace {
+    struct ty_sim_request *reqs; /* sorted by arrival (stable) */
+    size_t n;
+    uint64_t *blocks; /* all hash ids, back to back */
+    size_t n_blocks;
+};
+
+/* Read a trace file. On a malformed line returns TY_EPARSE and writes "path:line: what" to
+ * err (err_len bytes, may be 0); TY_ENOENT etc. for I/O errors. Blank lines are skipped. */
+int ty_sim_trace_load(struct ty_sim_trace **out, const char *path, char *err, size_t err_len);
+/* The same from a memory buffer (name is used in messages). */
+int ty_sim_trace_parse(struct ty_sim_trace **out, const char *name, const char *buf, size_t len,
+                       char *err, size_t err_len);
+void ty_sim_trace_free(struct ty_sim_trace *t);
+
+/* ---- KV pool model ---------------------------------------------------------------------- */
+
+enum ty_sim_evict {
+    TY_SIM_EVICT_LRU = 0,
+    TY_SIM_EVICT_LFU,          /* least frequently used, LRU among equals */
+    TY_SIM_EVICT_LENGTH_AWARE, /* LFU; among equals evict the block deepest in its request */
+    TY_SIM_EVICT_COUNT_,
+};
+
+const char *ty_sim_evict_name(enum ty_sim_evict e);
+int ty_sim_evict_parse(const char *s, enum ty_sim_evict *out);
+
+typedef struct ty_sim_pool ty_sim_pool_t;
+
+/* Called for each block that enters (stored = true) or leaves the pool. */
+typedef void (*ty_sim_pool_event_cb)(void *arg, uint64_t hash, bool stored);
+
+struct ty_sim_pool_opts {
+    uint64_t capacity_blocks; /* 0: unlimited */
+    enum ty_sim_evict policy;
+    ty_sim_pool_event_cb on_event; /* may be NULL */
+    void *arg;
+};
+
+int ty_sim_pool_new(ty_sim_pool_t **out, const struct ty_sim_pool_opts *o);
+void ty_sim_pool_free(ty_sim_pool_t *p);
+/* Leading blocks of the sequence that are cached; no side effects. */
+size_t ty_sim_pool_prefix(const ty_sim_pool_t *p, const uint64_t *blocks, size_t n);
+/* Insert or touch every block of one request (block i at position i), then evict down to the
+ * capacity. Aborts on out-of-memory (simulation metadata). */
+void ty_sim_pool_access(ty_sim_pool_t *p, const uint64_t *blocks, size_t n);
+size_t ty_sim_pool_size(const ty_sim_pool_t *p);
+bool ty_sim_pool_contains(const ty_sim_pool_t *p, uint64_t hash);
+
+/* cache-sim: replay every request's blocks; hit = leading blocks already cached. */
+struct ty_sim_cache_result {
+    uint64_t hit_blocks, total_blocks;
+    double hit_rate;
+};
+int ty_sim_cache_run(const struct ty_sim_trace *t, uint64_t capacity, enum ty_sim_evict policy,
+                     struct ty_sim_cache_result *out);
+
+/* ---- cluster simulation ----------------------------------------------------------------- */
+
+struct ty_sim_opts {
+    uint32_t n_prefill, n_decode;
+    struct ty_sched_opts sched;   /* scheduler under test (its cost model predicts) */
+    struct ty_sched_cost truth;   /* what simulated nodes really take (usually = sched.cost) */
+    uint64_t cache_blocks;        /* per prefill node, 0: unlimited */
+    enum ty_sim_evict evict;
+    uint32_t decode_max_batch;    /* 0: unlimited */
+    uint64_t decode_kv_tokens;    /* 0: unlimited */
+    double speed;                 /* replay speed: arrival times divided by this */
+    uint64_t sample_us;           /* load sample interval (0: 10 s) */
+    size_t limit;                 /* first N requests only (0: all) */
+    void (*progress)(void *arg, size_t done, size_t total); /* may be NULL */
+    void *progress_arg;
+};
+
+void ty_sim_opts_default(struct ty_sim_opts *o);
+
+/* Per request outcome (index = trace order). */
+struct ty_sim_outcome {
+    uint8_t rejected;  /* enum ty_sched_reject, 0 = served */
+    uint8_t at_decode; /* 1: refused at the decode stage (after its prefill ran) */
+    double ttft_us;    /* served only */
+    double tbt_us;     /* mean time between tokens while decoding */
+};
+
+struct ty_sim_sample {
+    double t_s;
+    double prefill_queue_s; /* mean queued work per prefill node */
+    double decode_batch;    /* mean batch per decode node */
+    uint32_t in_flight;
+};
+
+struct ty_sim_result {
+    size_t n, served, rejected, rejected_at_decode, slo_met;
+    size_t rejected_by[TY_SCHED_REJECT_NO_NODE + 1];
+    double ttft_mean, ttft_p50, ttft_p90, ttft_p99; /* seconds, served requests */
+    double tbt_mean, tbt_p50, tbt_p90, tbt_p99;     /* seconds */
+    double slo_attainment;   /* slo_met / n (a rejection is a miss) */
+    double goodput_rps;      /* SLO-meeting requests per second of trace time */
+    double cache_hit_rate;   /* reused prefix blocks / prompt blocks, served requests */
+    double compute_saved;    /* prefill time saved by reuse / prefill time without reuse */
+    double wasted_prefill_s; /* prefill time spent on requests refused at decode */
+    double duration_s;       /* simulated time until the last request finished */
+    double wall_s;           /* host time the simulation took */
+    struct ty_sim_outcome *out;
+    struct ty_sim_sample *samples;
+    size_t n_samples;
+};
+
+/* Run one simulation. Returns 0 with *res filled (free with ty_sim_result_fini), or TY_EINVAL
+ * for bad options (no nodes, speed <= 0). */
+int ty_sim_run(const struct ty_sim_trace *t, const struct ty_sim_opts *o,
+               struct ty_sim_result *res);
+void ty_sim_result_fini(struct ty_sim_result *res);
+
+#endif

@@ -1,0 +1,74 @@
+/* The serving backend: what the API layer hands a validated, tokenized request to, and the
+ * token events it gets back. An object is {iface, context} (STYLE.md vtables). This session's
+ * implementation is the local engine worker (src/decode, ty_decode_worker); the Conductor's
+ * remote backend (RPC to prefill and decode nodes) implements the same interface later.
+ *
+ * Threading: submit, cancel and stats may be called from any one thread (the API's loop);
+ * the event callback given at the backend's creation runs on a backend thread, one event at a
+ * time per backend, and must only copy the event somewhere (the API posts it to its loop).
+ * Ownership: submit copies everything it needs from the request; an event and the text it
+ * points to are borrowed for the duration of the callback.
+ */
+#ifndef TYCHO_SERVE_H
+#define TYCHO_SERVE_H
+
+#include "tycho/engine.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TY_SERVE_MAX_STOP 8
+
+/* One sequence to generate. The API turns an OpenAI request with n choices into n of these. */
+struct ty_serve_request {
+    uint64_t id; /* unique among live requests, chosen by the caller */
+    const uint32_t *prompt;
+    size_t n_prompt;
+    struct ty_gen_params gen; /* sampling, max_tokens, ignore_eos, stop strings */
+};
+
+enum ty_serve_event_kind {
+    TY_SERVE_EV_TOKEN = 0, /* one output token (EOS is not reported as a token) */
+    TY_SERVE_EV_DONE,      /* finished: finish reason and usage are set */
+    TY_SERVE_EV_ERROR,     /* failed or cancelled: `error` is set; nothing follows */
+};
+
+struct ty_serve_event {
+    uint64_t id;
+    enum ty_serve_event_kind kind;
+    struct ty_sample sample; /* TOKEN: id, logprob and top logprobs */
+    const char *text;        /* TOKEN/DONE: new text, complete UTF-8 (may be empty); text held
+                                back because it might start a stop string comes later */
+    size_t text_len;
+    enum ty_finish finish;   /* DONE */
+    uint32_t n_prompt, n_cached, n_output; /* usage, set on every event */
+    int error;               /* ERROR: TY_ECANCELED, TY_ENOCAPACITY, TY_ERANGE, ... */
+};
+
+typedef void (*ty_serve_event_cb)(void *arg, const struct ty_serve_event *ev);
+
+struct ty_serve_stats {
+    uint32_t running, waiting; /* sequences in the batch / queued for admission */
+    double kv_usage;           /* used fraction of KV pages, 0..1 */
+    uint32_t max_ctx;          /* context length per sequence */
+    uint32_t kv_pages_total, kv_block_tokens;
+    uint64_t steps;            /* forward steps run so far */
+};
+
+struct ty_serve_backend_i {
+    /* Queue a request. Returns 0, TY_EREJECTED (queue full: retry later), TY_ESHUTDOWN,
+     * TY_ERANGE (can never fit the context or the KV pool), TY_EINVAL or TY_ENOMEM. */
+    int (*submit)(void *ctx, const struct ty_serve_request *req);
+    /* Cancel a request: its sequence leaves the batch, its pages are freed, and an ERROR event
+     * with TY_ECANCELED follows unless it already finished. Unknown ids are ignored. */
+    int (*cancel)(void *ctx, uint64_t id);
+    void (*stats)(void *ctx, struct ty_serve_stats *out);
+};
+
+struct ty_serve_backend {
+    const struct ty_serve_backend_i *iface;
+    void *context;
+};
+
+#endif

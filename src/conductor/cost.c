@@ -1,0 +1,167 @@
+/* Cost model: built-in profiles derived from FLOPs and bandwidth, and least-squares refits.
+ * The derivation is written out in docs/arch/sched.md; the numbers here are its inputs. */
+#include "tycho/errors.h"
+#include "tycho/sched.h"
+
+#include <math.h>
+#include <string.h>
+
+struct model_shape {
+    double params;   /* weights, each read once per decode step and 2 FLOPs per token */
+    double layers, attn_dim, kv_heads, head_dim, bytes_per_elem;
+};
+
+struct node_hw {
+    double gpus, peak_flops, hbm_bytes_s, net_bytes_s; /* per GPU / per node NIC total */
+    double mfu, mbu, net_eff, overhead_us;
+};
+
+/* LLaMA3-70B: 80 layers, 64 query heads x 128 = 8192, 8 KV heads (GQA), BF16. */
+static const struct model_shape llama3_70b = {70.6e9, 80, 8192, 8, 128, 2};
+
+static void derive(const struct model_shape *m, const struct node_hw *h, struct ty_sched_cost *c)
+{
+    double flops = h->gpus * h->peak_flops * h->mfu * 1e-6; /* effective FLOP per us */
+    double hbm = h->gpus * h->hbm_bytes_s * h->mbu * 1e-6;  /* effective bytes per us */
+    /* causal attention: QK^T and AV cost 4 * attn_dim * position FLOPs per layer per token;
+     * summed over positions P..L-1 that is 2 * attn_dim * layers * (L^2 - P^2) */
+    c->prefill[0] = h->overhead_us;
+    c->prefill[1] = 2.0 * m->params / flops;
+    c->prefill[2] = 2.0 * m->attn_dim * m->layers / flops;
+    c->kv_bytes_per_token = 2.0 * m->layers * m->kv_heads * m->head_dim * m->bytes_per_elem;
+    c->decode[0] = m->params * m->bytes_per_elem / hbm; /* read all weights once per step */
+    c->decode[1] = 2.0 * m->params / flops;             /* per sequence GEMV work, unhidden */
+    c->decode[2] = c->kv_bytes_per_token / hbm;         /* read every context token's KV */
+    c->net_bytes_per_us = h->net_bytes_s * h->net_eff * 1e-6;
+    c->block_tokens = 512;
+}
+
+int ty_sched_cost_profile(const char *name, struct ty_sched_cost *out)
+{
+    /* A800 SXM: 312 TFLOPS dense BF16, 2.039 TB/s HBM2e; 8 x 100 Gb/s RoCE per node.
+     * H800 SXM: 989 TFLOPS dense BF16, 3.35 TB/s HBM3; 8 x 200 Gb/s per node.
+     * MFU 40% for prefill, 60% of HBM bandwidth for decode, 80% of line rate for KV moves. */
+    static const struct node_hw a800 = {8, 312e12, 2.039e12, 100e9, 0.40, 0.60, 0.80, 10000};
+    static const struct node_hw h800 = {8, 989e12, 3.35e12, 200e9, 0.40, 0.60, 0.80, 10000};
+    if (!name)
+        return TY_EINVAL;
+    memset(out, 0, sizeof(*out));
+    if (strcmp(name, "llama3-70b-8xa800") == 0)
+        derive(&llama3_70b, &a800, out);
+    else if (strcmp(name, "llama3-70b-8xh800") == 0)
+        derive(&llama3_70b, &h800, out);
+    else
+        return TY_ENOTFOUND;
+    return 0;
+}
+
+double ty_sched_cost_prefill_us(const struct ty_sched_cost *c, uint64_t tokens, uint64_t cached)
+{
+    if (cached >= tokens)
+        cached = tokens ? tokens - 1 : 0; /* the last token is always computed */
+    double l = (double)tokens, p = (double)cached;
+    return c->prefill[0] + c->prefill[1] * (l - p) + c->prefill[2] * (l * l - p * p);
+}
+
+double ty_sched_cost_step_us(const struct ty_sched_cost *c, uint64_t batch, uint64_t ctx_tokens)
+{
+    return c->decode[0] + c->decode[1] * (double)batch + c->decode[2] * (double)ctx_tokens;
+}
+
+double ty_sched_cost_transfer_us(const struct ty_sched_cost *c, uint64_t tokens)
+{
+    if (c->net_bytes_per_us <= 0)
+        return 0;
+    return (double)tokens * c->kv_bytes_per_token / c->net_bytes_per_us;
+}
+
+/* Solve the 3x3 system a x = b by Gaussian elimination with partial pivoting. */
+static int solve3(double a[3][3], double b[3], double x[3])
+{
+    double tol = 1e-9 * fmax(fabs(a[0][0]), fmax(fabs(a[1][1]), fabs(a[2][2])));
+    for (int col = 0; col < 3; col++) {
+        int piv = col;
+        for (int r = col + 1; r < 3; r++)
+            if (fabs(a[r][col]) > fabs(a[piv][col]))
+                piv = r;
+        if (!(fabs(a[piv][col]) > tol))
+            return TY_ERANGE;
+        for (int k = 0; k < 3; k++) {
+            double t = a[col][k];
+            a[col][k] = a[piv][k];
+            a[piv][k] = t;
+        }
+        double t = b[col];
+        b[col] = b[piv];
+        b[piv] = t;
+        for (int r = col + 1; r < 3; r++) {
+            double f = a[r][col] / a[col][col];
+            for (int k = col; k < 3; k++)
+                a[r][k] -= f * a[col][k];
+            b[r] -= f * b[col];
+        }
+    }
+    for (int r = 2; r >= 0; r--) {
+        double s = b[r];
+        for (int k = r + 1; k < 3; k++)
+            s -= a[r][k] * x[k];
+        x[r] = s / a[r][r];
+    }
+    return 0;
+}
+
+/* Least squares over features phi(sample) via normal equations, features scaled to unit
+ * magnitude first so L^2 terms (1e10) and constants (1) do not ruin the conditioning. */
+static int fit3(const struct ty_sched_sample *s, size_t n, int prefill, double out[3])
+{
+    if (!s || n < 3)
+        return TY_EINVAL;
+    double scale[3] = {1, 1, 1};
+    for (size_t i = 0; i < n; i++) {
+        double f[3] = {1, prefill ? s[i].x0 - s[i].x1 : s[i].x0,
+                       prefill ? s[i].x0 * s[i].x0 - s[i].x1 * s[i].x1 : s[i].x1};
+        if (!isfinite(f[1]) || !isfinite(f[2]) || !isfinite(s[i].us))
+            return TY_EINVAL;
+        for (int k = 1; k < 3; k++)
+            scale[k] = fmax(scale[k], fabs(f[k]));
+    }
+    double ata[3][3] = {{0}}, atb[3] = {0}, x[3] = {0};
+    for (size_t i = 0; i < n; i++) {
+        double f[3] = {1, prefill ? s[i].x0 - s[i].x1 : s[i].x0,
+                       prefill ? s[i].x0 * s[i].x0 - s[i].x1 * s[i].x1 : s[i].x1};
+        for (int k = 0; k < 3; k++)
+            f[k] /= scale[k];
+        for (int r = 0; r < 3; r++) {
+            for (int k = 0; k < 3; k++)
+                ata[r][k] += f[r] * f[k];
+            atb[r] += f[r] * s[i].us;
+        }
+    }
+    int rc = solve3(ata, atb, x);
+    if (rc < 0)
+        return rc;
+    for (int k = 0; k < 3; k++) {
+        out[k] = x[k] / scale[k];
+        if (!isfinite(out[k]))
+            return TY_ERANGE;
+    }
+    return 0;
+}
+
+int ty_sched_cost_fit_prefill(struct ty_sched_cost *c, const struct ty_sched_sample *s, size_t n)
+{
+    double x[3];
+    int rc = fit3(s, n, 1, x);
+    if (rc == 0)
+        memcpy(c->prefill, x, sizeof(x));
+    return rc;
+}
+
+int ty_sched_cost_fit_decode(struct ty_sched_cost *c, const struct ty_sched_sample *s, size_t n)
+{
+    double x[3];
+    int rc = fit3(s, n, 0, x);
+    if (rc == 0)
+        memcpy(c->decode, x, sizeof(x));
+    return rc;
+}

@@ -1,0 +1,119 @@
+/* Open-addressing hash map uint64 -> uint32 with linear probing (see sched-impl.h). */
+#include "sched-impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "tycho/log.h"
+
+uint64_t ty__sched_mix64(uint64_t x)
+{
+    /* splitmix64 finaliser: trace hash ids are small consecutive integers */
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+uint64_t ty__sched_rand_next(uint64_t *state)
+{
+    uint64_t x = *state ? *state : 0x9e3779b97f4a7c15ull;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+void ty__sched_map_init(struct ty__sched_map *m)
+{
+    memset(m, 0, sizeof(*m));
+}
+
+void ty__sched_map_fini(struct ty__sched_map *m)
+{
+    free(m->keys);
+    free(m->vals);
+    free(m->used);
+    memset(m, 0, sizeof(*m));
+}
+
+static void map_alloc(struct ty__sched_map *m, size_t cap)
+{
+    m->keys = malloc(cap * sizeof(*m->keys));
+    m->vals = malloc(cap * sizeof(*m->vals));
+    m->used = calloc(cap, 1);
+    TY_ASSERT(m->keys && m->vals && m->used);
+    m->cap = cap;
+    m->len = 0;
+}
+
+static void map_grow(struct ty__sched_map *m)
+{
+    struct ty__sched_map old = *m;
+    map_alloc(m, old.cap ? old.cap * 2 : 64);
+    for (size_t i = 0; i < old.cap; i++)
+        if (old.used[i])
+            ty__sched_map_put(m, old.keys[i], old.vals[i]);
+    ty__sched_map_fini(&old);
+}
+
+uint32_t *ty__sched_map_get(const struct ty__sched_map *m, uint64_t key)
+{
+    if (!m->cap)
+        return NULL;
+    size_t mask = m->cap - 1;
+    for (size_t i = ty__sched_mix64(key) & mask;; i = (i + 1) & mask) {
+        if (!m->used[i])
+            return NULL;
+        if (m->keys[i] == key)
+            return &m->vals[i];
+    }
+}
+
+void ty__sched_map_put(struct ty__sched_map *m, uint64_t key, uint32_t val)
+{
+    if ((m->len + 1) * 4 > m->cap * 3)
+        map_grow(m);
+    size_t mask = m->cap - 1;
+    size_t i = ty__sched_mix64(key) & mask;
+    while (m->used[i] && m->keys[i] != key)
+        i = (i + 1) & mask;
+    if (!m->used[i]) {
+        m->used[i] = 1;
+        m->keys[i] = key;
+        m->len++;
+    }
+    m->vals[i] = val;
+}
+
+bool ty__sched_map_del(struct ty__sched_map *m, uint64_t key)
+{
+    if (!m->cap)
+        return false;
+    size_t mask = m->cap - 1;
+    size_t i = ty__sched_mix64(key) & mask;
+    while (m->used[i] && m->keys[i] != key)
+        i = (i + 1) & mask;
+    if (!m->used[i])
+        return false;
+    /* backward-shift deletion keeps every probe chain unbroken */
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (!m->used[j])
+            break;
+        size_t home = ty__sched_mix64(m->keys[j]) & mask;
+        bool movable = (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
+        if (movable) {
+            m->keys[i] = m->keys[j];
+            m->vals[i] = m->vals[j];
+            i = j;
+        }
+    }
+    m->used[i] = 0;
+    m->len--;
+    return true;
+}

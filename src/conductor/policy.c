@@ -1,0 +1,240 @@
+/* Placement policies and admission: ty_sched_pick() (tycho/sched.h).
+ *
+ * Every policy ends with a predicted TTFT for the node it chose, so admission treats all of
+ * them alike; only kvcache_centric also weighs fetching a longer prefix from another node
+ * (FAST'25 Algorithm 1). */
+#include "sched-impl.h"
+#include "tycho/errors.h"
+#include "tycho/sched.h"
+
+#include <math.h>
+#include <string.h>
+
+/* One prefill candidate: predicted pieces of TTFT. */
+struct cand {
+    uint32_t node;
+    uint32_t local, used; /* prefix blocks: cached there, reused by the plan */
+    bool remote;
+    double queue, transfer, prefill, ttft;
+};
+
+static uint64_t blocks_to_tokens(const ty_sched_t *s, const struct ty_sched_request *r,
+                                 uint32_t blocks)
+{
+    uint64_t t = (uint64_t)blocks * s->o.cost.block_tokens;
+    return t < r->prompt_tokens ? t : r->prompt_tokens;
+}
+
+static double queue_us(const ty_sched_t *s, uint32_t id, uint64_t now)
+{
+    double q = s->nodes[id].busy_until_us - (double)now;
+    return q > 0 ? q : 0;
+}
+
+/* Plan for node p: local prefix only, or (remote_ok) the best remote prefix when it beats
+ * the local one by the balancing threshold. */
+static struct cand plan(const ty_sched_t *s, const struct ty_sched_request *r, uint32_t p,
+                        uint32_t best_remote, bool remote_ok, uint64_t now)
+{
+    struct cand c = {.node = p, .local = s->prefix[p], .used = s->prefix[p]};
+    c.queue = queue_us(s, p, now);
+    if (remote_ok && best_remote > c.local &&
+        (double)best_remote > (double)c.local * s->o.balancing_threshold) {
+        c.remote = true;
+        c.used = best_remote;
+        c.transfer = ty_sched_cost_transfer_us(
+            &s->o.cost, blocks_to_tokens(s, r, best_remote) - blocks_to_tokens(s, r, c.local));
+    }
+    c.prefill = ty_sched_cost_prefill_us(&s->o.cost, r->prompt_tokens,
+                                         blocks_to_tokens(s, r, c.used));
+    c.ttft = c.queue + c.transfer + c.prefill;
+    return c;
+}
+
+static bool better(const struct cand *a, const struct cand *b, enum ty_sched_policy p)
+{
+    switch (p) {
+    case TY_SCHED_POLICY_LOAD_BALANCE:
+        return a->queue < b->queue;
+    case TY_SCHED_POLICY_CACHE_AWARE:
+        return a->local > b->local || (a->local == b->local && a->queue < b->queue);
+    default:
+        return a->ttft < b->ttft || (a->ttft == b->ttft && a->queue < b->queue);
+    }
+}
+
+static struct cand choose_prefill(ty_sched_t *s, const struct ty_sched_request *r,
+                                  uint32_t best_remote, uint64_t now)
+{
+    enum ty_sched_policy pol = s->o.policy;
+    if (pol == TY_SCHED_POLICY_RANDOM) {
+        uint32_t i = (uint32_t)(ty__sched_rand_next(&s->rng) % s->n_prefill);
+        return plan(s, r, s->prefill_ids[i], 0, false, now);
+    }
+    if (pol == TY_SCHED_POLICY_ROUND_ROBIN) {
+        uint32_t i = s->rr_prefill++ % s->n_prefill;
+        return plan(s, r, s->prefill_ids[i], 0, false, now);
+    }
+    bool remote_ok = pol == TY_SCHED_POLICY_KVCACHE_CENTRIC;
+    struct cand best = plan(s, r, s->prefill_ids[0], best_remote, remote_ok, now);
+    for (uint32_t i = 1; i < s->n_prefill; i++) {
+        struct cand c = plan(s, r, s->prefill_ids[i], best_remote, remote_ok, now);
+        if (better(&c, &best, pol))
+            best = c;
+    }
+    return best;
+}
+
+/* TBT of decode node d once this request (ctx tokens) joins it, counting reservations. */
+static double decode_tbt(const ty_sched_t *s, uint32_t d, uint64_t ctx)
+{
+    const struct node *n = &s->nodes[d];
+    return ty_sched_cost_step_us(&s->o.cost, n->batch + n->pending + 1,
+                                 n->ctx + n->pending_ctx + ctx);
+}
+
+static bool decode_full(const ty_sched_t *s, uint32_t d, uint64_t ctx)
+{
+    const struct node *n = &s->nodes[d];
+    if (n->max_batch && n->batch + n->pending + 1 > n->max_batch)
+        return true;
+    return n->kv_cap && n->ctx + n->pending_ctx + ctx > n->kv_cap;
+}
+
+/* Decode node: random / round robin for those policies, else the lowest predicted TBT among
+ * nodes with room (or among all when none has room). */
+static uint32_t choose_decode(ty_sched_t *s, uint64_t ctx)
+{
+    if (s->o.policy == TY_SCHED_POLICY_RANDOM)
+        return s->decode_ids[ty__sched_rand_next(&s->rng) % s->n_decode];
+    if (s->o.policy == TY_SCHED_POLICY_ROUND_ROBIN)
+        return s->decode_ids[s->rr_decode++ % s->n_decode];
+    uint32_t best = TY_SCHED_NODE_NONE;
+    double best_tbt = INFINITY;
+    for (int pass = 0; pass < 2 && best == TY_SCHED_NODE_NONE; pass++) {
+        for (uint32_t i = 0; i < s->n_decode; i++) {
+            uint32_t d = s->decode_ids[i];
+            if (pass == 0 && decode_full(s, d, ctx))
+                continue;
+            double t = decode_tbt(s, d, ctx);
+            if (t < best_tbt) {
+                best_tbt = t;
+                best = d;
+            }
+        }
+    }
+    return best;
+}
+
+/* Prediction-based early rejection (arXiv 2407.00079 §7.3): the decode pool's load at the
+ * moment this request would reach decode, system level, every request decoding for the same
+ * duration. Returns the TBT that load implies. */
+static double predicted_tbt(const ty_sched_t *s, uint64_t now, double t_arrive, uint64_t ctx)
+{
+    uint64_t count = 0, ctx_sum = 0;
+    for (size_t i = 0; i < s->n_fl; i++) {
+        const struct flight *f = &s->fl[i];
+        /* a request decoding past the uniform duration is known to be a long one: it is
+         * assumed to still run at t_arrive */
+        bool overdue = f->at_decode && f->end_us <= (double)now;
+        if (f->start_us <= t_arrive && (t_arrive < f->end_us || overdue)) {
+            count++;
+            ctx_sum += f->ctx;
+        }
+    }
+    double per_node = (double)count / s->n_decode;
+    double mean_ctx = count ? (double)ctx_sum / (double)count : (double)ctx;
+    double batch = per_node + 1;
+    return ty_sched_cost_step_us(&s->o.cost, (uint64_t)ceil(batch),
+                                 (uint64_t)(per_node * mean_ctx + (double)ctx));
+}
+
+/* Admission on the decode side at arrival; returns the reason to refuse, if any. */
+static enum ty_sched_reject admit_decode(ty_sched_t *s, const struct ty_sched_request *r,
+                                         uint32_t d, double ttft, uint64_t now, uint64_t ctx,
+                                         double *tbt)
+{
+    uint64_t slo = s->o.slo[r->priority].tbt_us;
+    switch (s->o.admission) {
+    case TY_SCHED_ADMIT_EARLY:
+        /* the load as it is now: running batch only, what is still in prefill is not seen */
+        *tbt = ty_sched_cost_step_us(&s->o.cost, s->nodes[d].batch + 1, s->nodes[d].ctx + ctx);
+        if (decode_full(s, d, ctx))
+            return TY_SCHED_REJECT_DECODE_FULL;
+        return slo && *tbt > (double)slo ? TY_SCHED_REJECT_TBT : TY_SCHED_REJECT_NONE;
+    case TY_SCHED_ADMIT_PREDICTED:
+        *tbt = predicted_tbt(s, now, (double)now + ttft, ctx);
+        return slo && *tbt > (double)slo ? TY_SCHED_REJECT_TBT : TY_SCHED_REJECT_NONE;
+    default:
+        *tbt = decode_tbt(s, d, ctx);
+        return TY_SCHED_REJECT_NONE;
+    }
+}
+
+static void commit(ty_sched_t *s, const struct ty_sched_request *r, const struct cand *c,
+                   uint32_t d, uint64_t ctx, uint64_t now)
+{
+    struct node *p = &s->nodes[c->node];
+    double start = p->busy_until_us > (double)now ? p->busy_until_us : (double)now;
+    p->busy_until_us = start + c->transfer + c->prefill;
+    s->nodes[d].pending++;
+    s->nodes[d].pending_ctx += ctx;
+    struct flight f = {.id = r->id, .prefill = c->node, .decode = d, .priority = r->priority,
+                       .ctx = ctx};
+    f.start_us = (double)now + c->ttft;
+    f.end_us = f.start_us + s->decode_dur_us;
+    ty__sched_flight_add(s, &f);
+}
+
+static int request_check(const ty_sched_t *s, const struct ty_sched_request *r)
+{
+    if (!r || r->prompt_tokens == 0 || r->priority >= s->o.n_classes ||
+        (r->n_blocks && !r->block_hashes))
+        return TY_EINVAL;
+    if (ty__sched_map_get(&s->fl_map, r->id))
+        return TY_EEXIST;
+    return 0;
+}
+
+int ty_sched_pick(ty_sched_t *s, const struct ty_sched_request *r, uint64_t now_us,
+                  struct ty_sched_decision *d)
+{
+    int rc = request_check(s, r);
+    if (rc < 0 || !d)
+        return rc < 0 ? rc : TY_EINVAL;
+    memset(d, 0, sizeof(*d));
+    d->prefill_node = d->decode_node = d->prefix_source = TY_SCHED_NODE_NONE;
+    if (!s->n_prefill || !s->n_decode) {
+        d->reject = TY_SCHED_REJECT_NO_NODE;
+        return 0;
+    }
+    ty_sched_index_match(s->ix, r->block_hashes, r->n_blocks, s->prefix, TY_SCHED_MAX_NODES);
+    uint32_t best_remote = 0, source = TY_SCHED_NODE_NONE;
+    for (uint32_t i = 0; i < TY_SCHED_MAX_NODES; i++) {
+        if (s->prefix[i] > best_remote) {
+            best_remote = s->prefix[i];
+            source = i;
+        }
+    }
+    struct cand c = choose_prefill(s, r, best_remote, now_us);
+    d->prefill_node = c.node;
+    d->prefix_source = c.remote ? source : TY_SCHED_NODE_NONE;
+    d->local_prefix_blocks = c.local;
+    d->remote_prefix_blocks = best_remote;
+    d->used_prefix_blocks = c.used;
+    d->queue_us = c.queue;
+    d->transfer_us = c.transfer;
+    d->prefill_us = c.prefill;
+    d->ttft_us = c.ttft;
+    uint64_t ttft_slo = s->o.slo[r->priority].ttft_us;
+    if (ttft_slo && c.ttft > (double)ttft_slo) {
+        d->reject = TY_SCHED_REJECT_TTFT;
+        return 0;
+    }
+    uint64_t ctx = (uint64_t)r->prompt_tokens + r->output_tokens;
+    d->decode_node = choose_decode(s, ctx);
+    d->reject = admit_decode(s, r, d->decode_node, c.ttft, now_us, ctx, &d->tbt_us);
+    if (d->reject == TY_SCHED_REJECT_NONE)
+        commit(s, r, &c, d->decode_node, ctx, now_us);
+    return 0;
+}

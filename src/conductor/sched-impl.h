@@ -1,0 +1,74 @@
+/* Private pieces of the scheduler library: an open-addressing uint64 -> uint32 map used by the
+ * prefix index and the in-flight table. Not thread-safe; the owner of the map is its only
+ * user. Keys may be any value (0 included); deletion shifts entries back (no tombstones). */
+#ifndef TYCHO_SCHED_IMPL_H
+#define TYCHO_SCHED_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ty__sched_map {
+    uint64_t *keys;
+    uint32_t *vals;
+    uint8_t *used;
+    size_t cap; /* power of two */
+    size_t len;
+};
+
+void ty__sched_map_init(struct ty__sched_map *m);
+void ty__sched_map_fini(struct ty__sched_map *m);
+/* Returns a pointer to the value of `key`, or NULL. The pointer is valid until the next put. */
+uint32_t *ty__sched_map_get(const struct ty__sched_map *m, uint64_t key);
+/* Inserts or overwrites; aborts on out-of-memory (small metadata). */
+void ty__sched_map_put(struct ty__sched_map *m, uint64_t key, uint32_t val);
+bool ty__sched_map_del(struct ty__sched_map *m, uint64_t key);
+uint64_t ty__sched_mix64(uint64_t x);
+
+/* Small xorshift64* generator: deterministic per seed. */
+uint64_t ty__sched_rand_next(uint64_t *state);
+
+/* ---- scheduler state (sched.c: nodes and events; policy.c: pick and admission) ---- */
+#include "tycho/sched.h"
+
+struct node {
+    bool present;
+    enum ty_sched_role role;
+    uint32_t max_batch;
+    uint64_t kv_cap;
+    double busy_until_us; /* prefill: predicted end of the queued work */
+    uint32_t batch;       /* decode: as last reported */
+    uint64_t ctx;
+    uint32_t pending;     /* decode: accepted requests not yet arrived */
+    uint64_t pending_ctx;
+};
+
+struct flight {
+    uint64_t id;
+    uint32_t prefill, decode;
+    uint32_t priority;
+    uint64_t ctx; /* prompt + expected output: the KV this request will hold on decode */
+    double start_us, end_us; /* predicted (then actual start) decode interval */
+    double at_decode_us;
+    bool at_decode;
+};
+
+struct ty_sched {
+    struct ty_sched_opts o;
+    struct node nodes[TY_SCHED_MAX_NODES];
+    uint32_t prefill_ids[TY_SCHED_MAX_NODES], n_prefill;
+    uint32_t decode_ids[TY_SCHED_MAX_NODES], n_decode;
+    ty_sched_index_t *ix;
+    uint32_t prefix[TY_SCHED_MAX_NODES]; /* scratch of one pick */
+    struct flight *fl;
+    size_t n_fl, cap_fl;
+    struct ty__sched_map fl_map; /* id -> index in fl[] */
+    uint64_t rng;
+    uint32_t rr_prefill, rr_decode;
+    double decode_dur_us;
+};
+
+int ty__sched_flight_add(ty_sched_t *s, const struct flight *f);
+struct flight *ty__sched_flight_get(ty_sched_t *s, uint64_t id);
+
+#endif

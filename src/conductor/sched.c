@@ -1,0 +1,308 @@
+/* The scheduler proper: node table, placement policies and admission (see tycho/sched.h). */
+#include "sched-impl.h"
+#include "tycho/errors.h"
+#include "tycho/log.h"
+#include "tycho/sched.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const policy_names[] = {"random", "round_robin", "load_balance", "cache_aware",
+                                           "kvcache_centric"};
+static const char *const admission_names[] = {"baseline", "early", "predicted"};
+static const char *const reject_names[] = {"none", "ttft", "tbt", "decode_full", "no_node"};
+
+const char *ty_sched_policy_name(enum ty_sched_policy p)
+{
+    return (unsigned)p < TY_SCHED_POLICY_COUNT_ ? policy_names[p] : "unknown";
+}
+
+int ty_sched_policy_parse(const char *s, enum ty_sched_policy *out)
+{
+    for (int i = 0; s && i < TY_SCHED_POLICY_COUNT_; i++) {
+        if (strcmp(s, policy_names[i]) == 0) {
+            *out = (enum ty_sched_policy)i;
+            return 0;
+        }
+    }
+    return TY_EINVAL;
+}
+
+const char *ty_sched_admission_name(enum ty_sched_admission a)
+{
+    return (unsigned)a < TY_SCHED_ADMIT_COUNT_ ? admission_names[a] : "unknown";
+}
+
+int ty_sched_admission_parse(const char *s, enum ty_sched_admission *out)
+{
+    for (int i = 0; s && i < TY_SCHED_ADMIT_COUNT_; i++) {
+        if (strcmp(s, admission_names[i]) == 0) {
+            *out = (enum ty_sched_admission)i;
+            return 0;
+        }
+    }
+    return TY_EINVAL;
+}
+
+const char *ty_sched_reject_name(enum ty_sched_reject r)
+{
+    return (unsigned)r <= TY_SCHED_REJECT_NO_NODE ? reject_names[r] : "unknown";
+}
+
+void ty_sched_opts_default(struct ty_sched_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->policy = TY_SCHED_POLICY_KVCACHE_CENTRIC;
+    o->admission = TY_SCHED_ADMIT_PREDICTED;
+    ty_sched_cost_profile("llama3-70b-8xa800", &o->cost);
+    o->balancing_threshold = 1.0;
+    o->n_classes = 1;
+    o->seed = 1;
+    o->decode_duration_us = 10000000;
+}
+
+static int opts_check(const struct ty_sched_opts *o)
+{
+    if ((unsigned)o->policy >= TY_SCHED_POLICY_COUNT_ ||
+        (unsigned)o->admission >= TY_SCHED_ADMIT_COUNT_)
+        return TY_EINVAL;
+    if (o->n_classes < 1 || o->n_classes > TY_SCHED_MAX_CLASSES)
+        return TY_EINVAL;
+    if (o->cost.block_tokens == 0 || !(o->balancing_threshold >= 0))
+        return TY_EINVAL;
+    for (int k = 0; k < 3; k++)
+        if (!isfinite(o->cost.prefill[k]) || !isfinite(o->cost.decode[k]))
+            return TY_EINVAL;
+    return 0;
+}
+
+int ty_sched_new(ty_sched_t **out, const struct ty_sched_opts *opts)
+{
+    int rc = opts_check(opts);
+    if (rc < 0)
+        return rc;
+    ty_sched_t *s = calloc(1, sizeof(*s));
+    if (!s)
+        return TY_ENOMEM;
+    rc = ty_sched_index_new(&s->ix);
+    if (rc < 0)
+        goto err_free;
+    s->o = *opts;
+    s->rng = opts->seed ? opts->seed : 1;
+    s->decode_dur_us = (double)opts->decode_duration_us;
+    ty__sched_map_init(&s->fl_map);
+    *out = s;
+    return 0;
+err_free:
+    free(s);
+    return rc;
+}
+
+void ty_sched_free(ty_sched_t *s)
+{
+    if (!s)
+        return;
+    ty_sched_index_free(s->ix);
+    ty__sched_map_fini(&s->fl_map);
+    free(s->fl);
+    free(s);
+}
+
+const struct ty_sched_opts *ty_sched_opts_get(const ty_sched_t *s)
+{
+    return &s->o;
+}
+
+const ty_sched_index_t *ty_sched_index(const ty_sched_t *s)
+{
+    return s->ix;
+}
+
+size_t ty_sched_in_flight(const ty_sched_t *s)
+{
+    return s->n_fl;
+}
+
+/* ---- nodes ------------------------------------------------------------------------------ */
+
+static void id_list_del(uint32_t *ids, uint32_t *n, uint32_t id)
+{
+    for (uint32_t i = 0; i < *n; i++) {
+        if (ids[i] == id) {
+            memmove(&ids[i], &ids[i + 1], (*n - i - 1) * sizeof(*ids));
+            (*n)--;
+            return;
+        }
+    }
+}
+
+int ty_sched_node_add(ty_sched_t *s, uint32_t id, const struct ty_sched_node_desc *d)
+{
+    if (id >= TY_SCHED_MAX_NODES || !d ||
+        (d->role != TY_SCHED_ROLE_PREFILL && d->role != TY_SCHED_ROLE_DECODE))
+        return TY_EINVAL;
+    struct node *n = &s->nodes[id];
+    if (n->present)
+        return TY_EEXIST;
+    memset(n, 0, sizeof(*n));
+    n->present = true;
+    n->role = d->role;
+    n->max_batch = d->max_batch;
+    n->kv_cap = d->kv_capacity_tokens;
+    if (d->role == TY_SCHED_ROLE_PREFILL)
+        s->prefill_ids[s->n_prefill++] = id;
+    else
+        s->decode_ids[s->n_decode++] = id;
+    return 0;
+}
+
+int ty_sched_node_remove(ty_sched_t *s, uint32_t id)
+{
+    if (id >= TY_SCHED_MAX_NODES || !s->nodes[id].present)
+        return TY_ENOTFOUND;
+    if (s->nodes[id].role == TY_SCHED_ROLE_PREFILL)
+        id_list_del(s->prefill_ids, &s->n_prefill, id);
+    else
+        id_list_del(s->decode_ids, &s->n_decode, id);
+    s->nodes[id].present = false;
+    ty_sched_index_drop_node(s->ix, id);
+    return 0;
+}
+
+static struct node *node_get(ty_sched_t *s, uint32_t id, enum ty_sched_role role)
+{
+    if (id >= TY_SCHED_MAX_NODES || !s->nodes[id].present || s->nodes[id].role != role)
+        return NULL;
+    return &s->nodes[id];
+}
+
+int ty_sched_node_set_prefill_queue(ty_sched_t *s, uint32_t id, uint64_t queued_us,
+                                    uint64_t now_us)
+{
+    struct node *n = node_get(s, id, TY_SCHED_ROLE_PREFILL);
+    if (!n)
+        return TY_ENOTFOUND;
+    n->busy_until_us = (double)now_us + (double)queued_us;
+    return 0;
+}
+
+int ty_sched_node_set_decode_load(ty_sched_t *s, uint32_t id, uint32_t batch,
+                                  uint64_t ctx_tokens)
+{
+    struct node *n = node_get(s, id, TY_SCHED_ROLE_DECODE);
+    if (!n)
+        return TY_ENOTFOUND;
+    n->batch = batch;
+    n->ctx = ctx_tokens;
+    return 0;
+}
+
+int ty_sched_block_stored(ty_sched_t *s, uint32_t node, const uint64_t *hashes, size_t n)
+{
+    return ty_sched_index_add(s->ix, node, hashes, n);
+}
+
+int ty_sched_block_removed(ty_sched_t *s, uint32_t node, const uint64_t *hashes, size_t n)
+{
+    return ty_sched_index_del(s->ix, node, hashes, n);
+}
+
+/* ---- requests in flight ---------------------------------------------------------------- */
+
+int ty__sched_flight_add(ty_sched_t *s, const struct flight *f)
+{
+    if (ty__sched_map_get(&s->fl_map, f->id))
+        return TY_EEXIST;
+    if (s->n_fl == s->cap_fl) {
+        size_t cap = s->cap_fl ? s->cap_fl * 2 : 256;
+        struct flight *nf = realloc(s->fl, cap * sizeof(*nf));
+        TY_ASSERT(nf);
+        s->fl = nf;
+        s->cap_fl = cap;
+    }
+    s->fl[s->n_fl] = *f;
+    ty__sched_map_put(&s->fl_map, f->id, (uint32_t)s->n_fl);
+    s->n_fl++;
+    return 0;
+}
+
+struct flight *ty__sched_flight_get(ty_sched_t *s, uint64_t id)
+{
+    uint32_t *v = ty__sched_map_get(&s->fl_map, id);
+    return v ? &s->fl[*v] : NULL;
+}
+
+static void flight_del(ty_sched_t *s, struct flight *f)
+{
+    size_t i = (size_t)(f - s->fl);
+    ty__sched_map_del(&s->fl_map, f->id);
+    if (i != s->n_fl - 1) {
+        s->fl[i] = s->fl[s->n_fl - 1];
+        ty__sched_map_put(&s->fl_map, s->fl[i].id, (uint32_t)i);
+    }
+    s->n_fl--;
+}
+
+static void pending_release(ty_sched_t *s, struct flight *f)
+{
+    struct node *d = &s->nodes[f->decode];
+    if (d->pending) {
+        d->pending--;
+        d->pending_ctx -= d->pending_ctx >= f->ctx ? f->ctx : d->pending_ctx;
+    }
+}
+
+/* Decode-stage check when the KV lands, under every admission mode: the node's hard limits
+ * and the TBT SLO with this request added. The early modes exist to make this refusal (which
+ * wastes the prefill already done) rare. */
+static enum ty_sched_reject decode_stage_check(const ty_sched_t *s, const struct node *d,
+                                               const struct flight *f, uint32_t priority)
+{
+    if (d->max_batch && d->batch + 1 > d->max_batch)
+        return TY_SCHED_REJECT_DECODE_FULL;
+    if (d->kv_cap && d->ctx + f->ctx > d->kv_cap)
+        return TY_SCHED_REJECT_DECODE_FULL;
+    uint64_t slo = s->o.slo[priority].tbt_us;
+    if (slo && ty_sched_cost_step_us(&s->o.cost, d->batch + 1, d->ctx + f->ctx) > (double)slo)
+        return TY_SCHED_REJECT_TBT;
+    return TY_SCHED_REJECT_NONE;
+}
+
+int ty_sched_request_at_decode(ty_sched_t *s, uint64_t id, uint64_t now_us,
+                               enum ty_sched_reject *reject)
+{
+    struct flight *f = ty__sched_flight_get(s, id);
+    if (!f || f->at_decode)
+        return TY_ENOTFOUND;
+    struct node *d = &s->nodes[f->decode];
+    pending_release(s, f);
+    enum ty_sched_reject r = decode_stage_check(s, d, f, f->priority);
+    *reject = r;
+    if (r != TY_SCHED_REJECT_NONE) {
+        flight_del(s, f);
+        return 0;
+    }
+    f->at_decode = true;
+    f->at_decode_us = (double)now_us;
+    f->start_us = (double)now_us;
+    f->end_us = (double)now_us + s->decode_dur_us;
+    return 0;
+}
+
+int ty_sched_request_done(ty_sched_t *s, uint64_t id, uint64_t now_us)
+{
+    struct flight *f = ty__sched_flight_get(s, id);
+    if (!f)
+        return TY_ENOTFOUND;
+    if (f->at_decode) {
+        /* system-level uniform decode duration: a slow moving average of what we observe */
+        double took = (double)now_us - f->at_decode_us;
+        if (took > 0)
+            s->decode_dur_us += 0.02 * (took - s->decode_dur_us);
+    } else {
+        pending_release(s, f);
+    }
+    flight_del(s, f);
+    return 0;
+}

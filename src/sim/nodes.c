@@ -1,0 +1,207 @@
+/* Simulated nodes: arrivals through the scheduler, FIFO prefill, continuous-batching decode.
+ *
+ * Decode uses a "virtual token clock" per node: between two batch changes every sequence
+ * gains one token per step, so v (tokens per sequence since t = 0) advances at 1/step_us and a
+ * request that joined at v0 with n tokens to produce finishes at v = v0 + n. The step time is
+ * recomputed from the batch and its context at every batch change. */
+#include "sim-impl.h"
+#include "tycho/clock.h"
+#include "tycho/log.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+double ty__sim_wall_s(void)
+{
+    return (double)ty_clock_ns() / 1e9;
+}
+
+static const struct ty_sim_request *req(const struct sim *s, size_t i)
+{
+    return &s->t->reqs[i];
+}
+
+double ty__sim_prefill_queued_us(const struct sim *s, const struct pnode *p, double now)
+{
+    double q = p->queued_us;
+    if (p->busy && p->cur_end > now)
+        q += p->cur_end - now;
+    return q;
+}
+
+static void report_queue(struct sim *s, struct pnode *p, double now)
+{
+    ty_sched_node_set_prefill_queue(s->sched, p->id, (uint64_t)ty__sim_prefill_queued_us(s, p, now),
+                                    (uint64_t)now);
+}
+
+/* Start the next waiting prompt: reuse what is really cached now (the local cache, or the
+ * planned remote prefix if its source still holds it) and take the true cost. */
+static void prefill_start(struct sim *s, struct pnode *p, double now)
+{
+    uint32_t i = p->fifo[p->head];
+    p->head = (p->head + 1) % p->cap;
+    p->len--;
+    struct rq *q = &s->rq[i];
+    const struct ty_sim_request *r = req(s, i);
+    p->queued_us -= q->d.prefill_us + q->d.transfer_us;
+    if (p->queued_us < 0 || p->len == 0)
+        p->queued_us = 0;
+    uint32_t local = (uint32_t)ty_sim_pool_prefix(p->cache, r->blocks, r->n_blocks);
+    uint32_t reuse = local;
+    double xfer = 0;
+    uint32_t src = q->d.prefix_source;
+    if (src != TY_SCHED_NODE_NONE && src < s->o.n_prefill && q->d.used_prefix_blocks > local) {
+        uint32_t there = (uint32_t)ty_sim_pool_prefix(s->p[src].cache, r->blocks, r->n_blocks);
+        if (there > local) {
+            reuse = there < q->d.used_prefix_blocks ? there : q->d.used_prefix_blocks;
+            uint64_t bt = s->o.truth.block_tokens;
+            uint64_t a = (uint64_t)local * bt, b = (uint64_t)reuse * bt;
+            a = a < r->input_tokens ? a : r->input_tokens;
+            b = b < r->input_tokens ? b : r->input_tokens;
+            xfer = ty_sched_cost_transfer_us(&s->o.truth, b - a);
+        }
+    }
+    uint64_t cached = (uint64_t)reuse * s->o.truth.block_tokens;
+    q->reuse = reuse;
+    q->prefill_us = xfer + ty_sched_cost_prefill_us(&s->o.truth, r->input_tokens, cached);
+    p->busy = true;
+    p->cur = i;
+    p->cur_end = now + q->prefill_us;
+    ty__sim_push(s, p->cur_end, EV_PREFILL_DONE, p->id, 0);
+}
+
+static void fifo_push(struct pnode *p, uint32_t i)
+{
+    if (p->len == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 64;
+        uint32_t *f = malloc(cap * sizeof(*f));
+        TY_ASSERT(f);
+        for (size_t k = 0; k < p->len; k++)
+            f[k] = p->fifo[(p->head + k) % p->cap];
+        free(p->fifo);
+        p->fifo = f;
+        p->head = 0;
+        p->cap = cap;
+    }
+    p->fifo[(p->head + p->len) % p->cap] = i;
+    p->len++;
+}
+
+void ty__sim_arrival(struct sim *s, size_t i, double now)
+{
+    const struct ty_sim_request *r = req(s, i);
+    struct rq *q = &s->rq[i];
+    q->arrival = now;
+    struct ty_sched_request sr = {.id = i, .block_hashes = r->blocks, .n_blocks = r->n_blocks,
+                                  .prompt_tokens = r->input_tokens,
+                                  .output_tokens = r->output_tokens};
+    if (ty_sched_pick(s->sched, &sr, (uint64_t)now, &q->d) < 0 ||
+        q->d.reject != TY_SCHED_REJECT_NONE) {
+        q->state = 2;
+        q->reject = q->d.reject ? (uint8_t)q->d.reject : TY_SCHED_REJECT_NO_NODE;
+        return;
+    }
+    struct pnode *p = &s->p[q->d.prefill_node];
+    fifo_push(p, (uint32_t)i);
+    p->queued_us += q->d.prefill_us + q->d.transfer_us;
+    if (!p->busy)
+        prefill_start(s, p, now);
+    report_queue(s, p, now);
+}
+
+void ty__sim_prefill_done(struct sim *s, struct pnode *p, double now)
+{
+    uint32_t i = p->cur;
+    const struct ty_sim_request *r = req(s, i);
+    struct rq *q = &s->rq[i];
+    q->ttft = now - q->arrival;
+    p->busy = false;
+    /* the node keeps every block of the prompt, fetched ones included: hot blocks replicate */
+    ty_sim_pool_access(p->cache, r->blocks, r->n_blocks);
+    double kv = ty_sched_cost_transfer_us(&s->o.truth, r->input_tokens);
+    ty__sim_push(s, now + kv, EV_DECODE_ARRIVE, i, 0);
+    if (p->len)
+        prefill_start(s, p, now);
+    report_queue(s, p, now);
+}
+
+static void decode_advance(struct dnode *d, double now)
+{
+    if (d->n_reqs && d->step_us > 0)
+        d->v += (now - d->last_t) / d->step_us;
+    d->last_t = now;
+}
+
+static double decode_tokens(const struct ty_sim_request *r)
+{
+    return r->output_tokens ? (double)r->output_tokens : 1.0;
+}
+
+/* After a batch change: new step time, next finish event, report the load. */
+static void decode_replan(struct sim *s, struct dnode *d)
+{
+    double b = (double)d->n_reqs;
+    double ctx = d->sum_prompt + b * d->v - d->sum_vjoin;
+    d->step_us = ty_sched_cost_step_us(&s->o.truth, d->n_reqs, (uint64_t)(ctx > 0 ? ctx : 0));
+    d->version++;
+    ty_sched_node_set_decode_load(s->sched, d->id, (uint32_t)d->n_reqs,
+                                  (uint64_t)(ctx > 0 ? ctx : 0));
+    if (!d->n_reqs)
+        return;
+    double left = INFINITY;
+    for (size_t k = 0; k < d->n_reqs; k++) {
+        const struct rq *q = &s->rq[d->reqs[k]];
+        double rem = q->vjoin + decode_tokens(req(s, d->reqs[k])) - d->v;
+        left = fmin(left, rem);
+    }
+    ty__sim_push(s, d->last_t + fmax(left, 0) * d->step_us, EV_DECODE_TICK,
+                 d->id - s->o.n_prefill, d->version);
+}
+
+void ty__sim_decode_arrive(struct sim *s, uint32_t i, double now)
+{
+    struct rq *q = &s->rq[i];
+    enum ty_sched_reject rej = TY_SCHED_REJECT_NONE;
+    ty_sched_request_at_decode(s->sched, i, (uint64_t)now, &rej);
+    if (rej != TY_SCHED_REJECT_NONE) {
+        q->state = 2;
+        q->reject = (uint8_t)rej;
+        q->at_decode = 1;
+        return;
+    }
+    struct dnode *d = &s->d[q->d.decode_node - s->o.n_prefill];
+    decode_advance(d, now);
+    if (d->n_reqs == d->cap_reqs) {
+        d->cap_reqs = d->cap_reqs ? d->cap_reqs * 2 : 16;
+        d->reqs = realloc(d->reqs, d->cap_reqs * sizeof(*d->reqs));
+        TY_ASSERT(d->reqs);
+    }
+    d->reqs[d->n_reqs++] = i;
+    q->join = now;
+    q->vjoin = d->v;
+    d->sum_prompt += req(s, i)->input_tokens;
+    d->sum_vjoin += d->v;
+    decode_replan(s, d);
+}
+
+void ty__sim_decode_tick(struct sim *s, struct dnode *d, double now)
+{
+    decode_advance(d, now);
+    for (size_t k = 0; k < d->n_reqs;) {
+        uint32_t i = d->reqs[k];
+        struct rq *q = &s->rq[i];
+        double n = decode_tokens(req(s, i));
+        if (q->vjoin + n - d->v > 1e-6) {
+            k++;
+            continue;
+        }
+        q->state = 1;
+        q->tbt = (now - q->join) / n;
+        d->sum_prompt -= req(s, i)->input_tokens;
+        d->sum_vjoin -= q->vjoin;
+        d->reqs[k] = d->reqs[--d->n_reqs];
+        ty_sched_request_done(s->sched, i, (uint64_t)now);
+    }
+    decode_replan(s, d);
+}

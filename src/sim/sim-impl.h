@@ -1,0 +1,76 @@
+/* Private state of one simulation (sim.c: event loop; nodes.c: prefill and decode nodes;
+ * report.c: metrics). One thread owns a struct sim. */
+#ifndef TYCHO_SIM_IMPL_H
+#define TYCHO_SIM_IMPL_H
+
+#include "tycho/sched.h"
+#include "tycho/sim.h"
+
+enum ev_kind { EV_PREFILL_DONE, EV_DECODE_ARRIVE, EV_DECODE_TICK, EV_SAMPLE };
+
+struct event {
+    double t; /* us */
+    uint64_t seq;
+    enum ev_kind kind;
+    uint32_t a;       /* node index or request index */
+    uint64_t version; /* decode ticks: stale when the node's version moved on */
+};
+
+struct sim;
+
+struct pnode {
+    uint32_t id;
+    struct sim *sim;
+    ty_sim_pool_t *cache;
+    uint32_t *fifo; /* request indices waiting */
+    size_t head, len, cap;
+    bool busy;
+    uint32_t cur;
+    double cur_end, queued_us; /* predicted work of the waiting requests */
+};
+
+struct dnode {
+    uint32_t id;
+    uint32_t *reqs;
+    size_t n_reqs, cap_reqs;
+    double v, last_t, step_us; /* tokens produced per sequence since t = 0 ("virtual") */
+    double sum_prompt, sum_vjoin;
+    uint64_t version;
+};
+
+struct rq { /* per request */
+    struct ty_sched_decision d;
+    double arrival, ttft, join, vjoin, prefill_us;
+    uint32_t reuse; /* prefix blocks actually reused */
+    uint8_t state;  /* 0 pending, 1 served, 2 rejected */
+    uint8_t reject, at_decode;
+    double tbt;
+};
+
+struct sim {
+    const struct ty_sim_trace *t;
+    struct ty_sim_opts o;
+    size_t n, next_arrival;
+    ty_sched_t *sched;
+    struct pnode *p;
+    struct dnode *d;
+    struct rq *rq;
+    struct event *ev;
+    size_t n_ev, cap_ev;
+    uint64_t seq;
+    double now;
+    double t_end; /* last event other than a load sample */
+    struct ty_sim_sample *samples;
+    size_t n_samples, cap_samples;
+};
+
+void ty__sim_push(struct sim *s, double t, enum ev_kind kind, uint32_t a, uint64_t version);
+void ty__sim_arrival(struct sim *s, size_t i, double now);
+void ty__sim_prefill_done(struct sim *s, struct pnode *p, double now);
+void ty__sim_decode_arrive(struct sim *s, uint32_t i, double now);
+void ty__sim_decode_tick(struct sim *s, struct dnode *d, double now);
+double ty__sim_prefill_queued_us(const struct sim *s, const struct pnode *p, double now);
+int ty__sim_summarize(struct sim *s, struct ty_sim_result *res);
+double ty__sim_wall_s(void);
+
+#endif

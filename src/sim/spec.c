@@ -1,0 +1,302 @@
+/* Cluster spec tables for `tycho sim` (tycho/sim_config.h), on top of tycho/config.h. */
+#include "tycho/config.h"
+#include "tycho/errors.h"
+#include "tycho/sim_config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct spec_class {
+    char *name;
+    uint64_t ttft_ns, tbt_ns;
+};
+
+struct spec_model {
+    char *name;
+    struct spec_class *slo;
+    uint32_t n_slo;
+};
+
+struct spec_cluster {
+    uint32_t prefill_nodes, decode_nodes;
+    char *profile;
+    uint64_t cache_blocks_per_node, decode_kv_tokens;
+    uint32_t decode_max_batch;
+    int eviction;
+};
+
+struct spec_sched {
+    int policy, admission;
+    double threshold;
+    uint64_t decode_duration_ns, seed;
+};
+
+struct spec_cost {
+    double *prefill, *decode;
+    uint32_t n_prefill, n_decode;
+    double kv_bytes_per_token, net_gbytes_per_s;
+    uint32_t block_tokens;
+};
+
+struct spec_root {
+    struct spec_cluster cluster;
+    struct spec_sched scheduler;
+    struct spec_cost cost;
+    char *model;
+    struct spec_model *models;
+    uint32_t n_models;
+    double speed;
+};
+
+struct ty_sim_spec {
+    ty_config_t *cfg;
+    struct spec_root v;
+    const struct spec_model *m;
+};
+
+static const char *const evict_names[] = {"lru", "lfu", "length_aware", NULL};
+static const char *const policy_names[] = {"random", "round_robin", "load_balance",
+                                           "cache_aware", "kvcache_centric", NULL};
+static const char *const admission_names[] = {"baseline", "early", "predicted", NULL};
+
+#define K struct spec_class
+static const struct ty_config_field class_fields[] = {
+    {.key = "class", .type = TY_CONFIG_STRING, TY_CONFIG_AT(K, name), .def = "default",
+     .min = "1", .help = "priority class name"},
+    {.key = "ttft", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(K, ttft_ns), .def = "0s",
+     .help = "time-to-first-token SLO (0: none)"},
+    {.key = "tbt", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(K, tbt_ns), .def = "0s",
+     .help = "time-between-tokens SLO (0: none)"},
+};
+#undef K
+static const struct ty_config_struct class_struct =
+    TY_CONFIG_STRUCT("slo_class", struct spec_class, class_fields);
+
+static const struct ty_config_field model_fields[] = {
+    {.key = "name", .type = TY_CONFIG_STRING, TY_CONFIG_AT(struct spec_model, name),
+     .min = "1", .flags = TY_CONFIG_REQUIRED, .help = "model id"},
+    {.key = "slo", .type = TY_CONFIG_LIST, .sub = &class_struct,
+     TY_CONFIG_LIST_AT(struct spec_model, slo, n_slo), .max = "8",
+     .help = "SLOs per priority class; class 0 is the default"},
+};
+static const struct ty_config_struct model_struct =
+    TY_CONFIG_STRUCT("model", struct spec_model, model_fields);
+
+#define K struct spec_cluster
+static const struct ty_config_field cluster_fields[] = {
+    {.key = "prefill_nodes", .type = TY_CONFIG_UINT, TY_CONFIG_AT(K, prefill_nodes), .def = "8",
+     .min = "1", .max = "128", .help = "simulated prefill nodes"},
+    {.key = "decode_nodes", .type = TY_CONFIG_UINT, TY_CONFIG_AT(K, decode_nodes), .def = "8",
+     .min = "1", .max = "128", .help = "simulated decode nodes"},
+    {.key = "profile", .type = TY_CONFIG_STRING, TY_CONFIG_AT(K, profile),
+     .def = "llama3-70b-8xa800", .min = "1", .help = "built-in cost profile"},
+    {.key = "cache_blocks_per_node", .type = TY_CONFIG_UINT,
+     TY_CONFIG_AT(K, cache_blocks_per_node), .def = "0",
+     .help = "KV cache capacity per prefill node in blocks (0: unlimited)"},
+    {.key = "eviction", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(K, eviction), .def = "lru",
+     .enum_names = evict_names, .help = "cache eviction policy"},
+    {.key = "decode_max_batch", .type = TY_CONFIG_UINT, TY_CONFIG_AT(K, decode_max_batch),
+     .def = "0", .help = "most sequences per decode batch (0: unlimited)"},
+    {.key = "decode_kv_tokens", .type = TY_CONFIG_UINT, TY_CONFIG_AT(K, decode_kv_tokens),
+     .def = "0", .help = "KV memory per decode node in tokens (0: unlimited)"},
+};
+#undef K
+static const struct ty_config_struct cluster_struct =
+    TY_CONFIG_STRUCT("cluster", struct spec_cluster, cluster_fields);
+
+#define K struct spec_sched
+static const struct ty_config_field sched_fields[] = {
+    {.key = "policy", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(K, policy), .def = "kvcache_centric",
+     .enum_names = policy_names, .help = "prefill placement policy"},
+    {.key = "admission", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(K, admission),
+     .def = "predicted", .enum_names = admission_names, .help = "admission control"},
+    {.key = "kvcache_balancing_threshold", .type = TY_CONFIG_DOUBLE, TY_CONFIG_AT(K, threshold),
+     .def = "1.0", .min = "0", .max = "1000",
+     .help = "fetch a remote prefix R over the local L only when R > L * threshold"},
+    {.key = "decode_duration", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(K, decode_duration_ns),
+     .def = "10s", .min = "1ms", .help = "first estimate of the uniform decode duration"},
+    {.key = "seed", .type = TY_CONFIG_UINT, TY_CONFIG_AT(K, seed), .def = "1",
+     .help = "seed of the random policy"},
+};
+#undef K
+static const struct ty_config_struct sched_struct =
+    TY_CONFIG_STRUCT("scheduler", struct spec_sched, sched_fields);
+
+#define K struct spec_cost
+static const struct ty_config_field cost_fields[] = {
+    {.key = "prefill", .type = TY_CONFIG_LIST, .elem = TY_CONFIG_DOUBLE,
+     TY_CONFIG_LIST_AT(K, prefill, n_prefill), .max = "3",
+     .help = "[c0 us, c1 us/token, c2 us/token^2] (empty: the profile's)"},
+    {.key = "decode", .type = TY_CONFIG_LIST, .elem = TY_CONFIG_DOUBLE,
+     TY_CONFIG_LIST_AT(K, decode, n_decode), .max = "3",
+     .help = "[d0 us, d1 us/sequence, d2 us/context token] (empty: the profile's)"},
+    {.key = "kv_bytes_per_token", .type = TY_CONFIG_DOUBLE, TY_CONFIG_AT(K, kv_bytes_per_token),
+     .def = "0", .min = "0", .help = "KV bytes per token (0: the profile's)"},
+    {.key = "net_gbytes_per_s", .type = TY_CONFIG_DOUBLE, TY_CONFIG_AT(K, net_gbytes_per_s),
+     .def = "0", .min = "0", .help = "KV transfer bandwidth per node (0: the profile's)"},
+    {.key = "block_tokens", .type = TY_CONFIG_UINT, TY_CONFIG_AT(K, block_tokens), .def = "0",
+     .max = "65536", .help = "tokens per hash block (0: the profile's 512)"},
+};
+#undef K
+static const struct ty_config_struct cost_struct =
+    TY_CONFIG_STRUCT("cost", struct spec_cost, cost_fields);
+
+#define K struct spec_root
+static const struct ty_config_field root_fields[] = {
+    {.key = "cluster", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(K, cluster),
+     .sub = &cluster_struct, .help = "simulated nodes"},
+    {.key = "scheduler", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(K, scheduler),
+     .sub = &sched_struct, .help = "scheduler under test"},
+    {.key = "cost", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(K, cost), .sub = &cost_struct,
+     .help = "cost model overrides"},
+    {.key = "model", .type = TY_CONFIG_STRING, TY_CONFIG_AT(K, model), .def = "",
+     .help = "served model (empty: the first of models)"},
+    {.key = "models", .type = TY_CONFIG_LIST, .sub = &model_struct,
+     TY_CONFIG_LIST_AT(K, models, n_models), .max = "64", .help = "models and their SLOs"},
+    {.key = "speed", .type = TY_CONFIG_DOUBLE, TY_CONFIG_AT(K, speed), .def = "1.0",
+     .min = "0.001", .max = "1000", .help = "replay speed (2: arrivals twice as fast)"},
+};
+#undef K
+static const struct ty_config_struct root_struct =
+    TY_CONFIG_STRUCT("sim", struct spec_root, root_fields);
+
+static int spec_fail(char *err, size_t len, const char *origin, const char *what)
+{
+    if (err && len)
+        snprintf(err, len, "%s: %s", origin ? origin : "<defaults>", what);
+    return TY_ECONFIG;
+}
+
+static int apply_cost(const struct spec_root *v, struct ty_sched_cost *c, const char *origin,
+                      char *err, size_t len)
+{
+    if (ty_sched_cost_profile(v->cluster.profile, c) < 0)
+        return spec_fail(err, len, origin,
+                         "cluster.profile: unknown profile (llama3-70b-8xa800, "
+                         "llama3-70b-8xh800)");
+    if (v->cost.n_prefill && v->cost.n_prefill != 3)
+        return spec_fail(err, len, origin, "cost.prefill: needs exactly 3 coefficients");
+    if (v->cost.n_decode && v->cost.n_decode != 3)
+        return spec_fail(err, len, origin, "cost.decode: needs exactly 3 coefficients");
+    for (uint32_t k = 0; k < v->cost.n_prefill; k++)
+        c->prefill[k] = v->cost.prefill[k];
+    for (uint32_t k = 0; k < v->cost.n_decode; k++)
+        c->decode[k] = v->cost.decode[k];
+    if (v->cost.kv_bytes_per_token > 0)
+        c->kv_bytes_per_token = v->cost.kv_bytes_per_token;
+    if (v->cost.net_gbytes_per_s > 0)
+        c->net_bytes_per_us = v->cost.net_gbytes_per_s * 1e3;
+    if (v->cost.block_tokens)
+        c->block_tokens = v->cost.block_tokens;
+    return 0;
+}
+
+static int find_model(ty_sim_spec_t *sp, const char *origin, char *err, size_t len)
+{
+    const struct spec_root *v = &sp->v;
+    sp->m = NULL;
+    for (uint32_t i = 0; i < v->n_models; i++)
+        if (!v->model[0] || strcmp(v->model, v->models[i].name) == 0) {
+            sp->m = &v->models[i];
+            break;
+        }
+    if (!sp->m && (v->n_models || v->model[0]))
+        return spec_fail(err, len, origin, "model: not found in models");
+    return 0;
+}
+
+static int to_opts(ty_sim_spec_t *sp, struct ty_sim_opts *o, const char *origin, char *err,
+                   size_t len)
+{
+    const struct spec_root *v = &sp->v;
+    ty_sim_opts_default(o);
+    int rc = apply_cost(v, &o->sched.cost, origin, err, len);
+    if (rc < 0 || (rc = find_model(sp, origin, err, len)) < 0)
+        return rc;
+    o->truth = o->sched.cost;
+    o->n_prefill = v->cluster.prefill_nodes;
+    o->n_decode = v->cluster.decode_nodes;
+    o->cache_blocks = v->cluster.cache_blocks_per_node;
+    o->evict = (enum ty_sim_evict)v->cluster.eviction;
+    o->decode_max_batch = v->cluster.decode_max_batch;
+    o->decode_kv_tokens = v->cluster.decode_kv_tokens;
+    o->speed = v->speed;
+    o->sched.policy = (enum ty_sched_policy)v->scheduler.policy;
+    o->sched.admission = (enum ty_sched_admission)v->scheduler.admission;
+    o->sched.balancing_threshold = v->scheduler.threshold;
+    o->sched.decode_duration_us = v->scheduler.decode_duration_ns / 1000;
+    o->sched.seed = v->scheduler.seed;
+    o->sched.n_classes = 1;
+    if (sp->m && sp->m->n_slo) {
+        o->sched.n_classes = sp->m->n_slo;
+        for (uint32_t i = 0; i < sp->m->n_slo; i++) {
+            o->sched.slo[i].ttft_us = sp->m->slo[i].ttft_ns / 1000;
+            o->sched.slo[i].tbt_us = sp->m->slo[i].tbt_ns / 1000;
+        }
+    }
+    return 0;
+}
+
+static int copy_cfg_err(const struct ty_config_error *ce, int rc, char *err, size_t len)
+{
+    if (err && len)
+        snprintf(err, len, "%s", ce->msg[0] ? ce->msg : ty_strerror(rc));
+    return rc;
+}
+
+int ty_sim_spec_load(ty_sim_spec_t **out, const char *path, char *const *args, size_t n_args,
+                     struct ty_sim_opts *opts, char *err, size_t err_len)
+{
+    ty_sim_spec_t *sp = calloc(1, sizeof(*sp));
+    if (!sp)
+        return TY_ENOMEM;
+    struct ty_config_error ce = {0};
+    struct ty_config_opts co = {.root = &root_struct, .data = &sp->v};
+    int rc = ty_config_new(&sp->cfg, &co, &ce);
+    if (rc < 0) {
+        copy_cfg_err(&ce, rc, err, err_len);
+        free(sp);
+        return rc;
+    }
+    if (path && (rc = ty_config_load_file(sp->cfg, path, &ce)) < 0)
+        goto err_cfg;
+    for (size_t i = 0; i < n_args; i++)
+        if ((rc = ty_config_set_arg(sp->cfg, args[i], &ce)) < 0)
+            goto err_cfg;
+    if ((rc = ty_config_finish(sp->cfg, &ce)) < 0)
+        goto err_cfg;
+    rc = to_opts(sp, opts, path, err, err_len);
+    if (rc < 0)
+        goto err_free;
+    *out = sp;
+    return 0;
+err_cfg:
+    copy_cfg_err(&ce, rc, err, err_len);
+err_free:
+    ty_sim_spec_free(sp);
+    return rc;
+}
+
+void ty_sim_spec_free(ty_sim_spec_t *spec)
+{
+    if (!spec)
+        return;
+    ty_config_free(spec->cfg);
+    free(spec);
+}
+
+int ty_sim_spec_dump(const ty_sim_spec_t *spec, FILE *out)
+{
+    return ty_config_dump(spec->cfg, out);
+}
+
+const char *ty_sim_spec_model(const ty_sim_spec_t *spec)
+{
+    return spec->m ? spec->m->name : "default";
+}
+
+const char *ty_sim_spec_class(const ty_sim_spec_t *spec, uint32_t i)
+{
+    return spec->m && i < spec->m->n_slo ? spec->m->slo[i].name : NULL;
+}

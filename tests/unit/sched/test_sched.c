@@ -1,0 +1,359 @@
+/* Scheduler: prefix index, every policy's decision and the admission rules on hand-built
+ * cluster states. Expected values are computed by hand in the comments from the toy cost
+ * model below, not taken from the code. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "tycho/errors.h"
+#include "tycho/sched.h"
+
+static const uint64_t H[10] = {11, 22, 33, 44, 55, 66, 77, 88, 99, 1010};
+
+/* Toy costs: prefill 1 us per uncached token, KV moves 0.1 us per token, 100-token blocks;
+ * a decode step costs 1000 us + 100 us per sequence. */
+static struct ty_sched_opts toy_opts(enum ty_sched_policy pol, enum ty_sched_admission adm)
+{
+    struct ty_sched_opts o;
+    ty_sched_opts_default(&o);
+    memset(&o.cost, 0, sizeof(o.cost));
+    o.cost.prefill[1] = 1.0;
+    o.cost.decode[0] = 1000;
+    o.cost.decode[1] = 100;
+    o.cost.kv_bytes_per_token = 1;
+    o.cost.net_bytes_per_us = 10;
+    o.cost.block_tokens = 100;
+    o.policy = pol;
+    o.admission = adm;
+    o.n_classes = 2;
+    o.decode_duration_us = 1000000000;
+    return o;
+}
+
+/* Nodes 0, 1, 2 prefill, 10 decode. Node 0 holds blocks 0-7 and has 5000 us queued; node 1
+ * holds blocks 0-1 and is idle; node 2 holds nothing and has 100 us queued. */
+static ty_sched_t *cluster(const struct ty_sched_opts *o)
+{
+    ty_sched_t *s;
+    assert_int_equal(ty_sched_new(&s, o), 0);
+    struct ty_sched_node_desc p = {.role = TY_SCHED_ROLE_PREFILL};
+    struct ty_sched_node_desc d = {.role = TY_SCHED_ROLE_DECODE};
+    for (uint32_t i = 0; i < 3; i++)
+        assert_int_equal(ty_sched_node_add(s, i, &p), 0);
+    assert_int_equal(ty_sched_node_add(s, 10, &d), 0);
+    assert_int_equal(ty_sched_block_stored(s, 0, H, 8), 0);
+    assert_int_equal(ty_sched_block_stored(s, 1, H, 2), 0);
+    assert_int_equal(ty_sched_node_set_prefill_queue(s, 0, 5000, 0), 0);
+    assert_int_equal(ty_sched_node_set_prefill_queue(s, 2, 100, 0), 0);
+    return s;
+}
+
+static struct ty_sched_request req(uint64_t id, uint32_t priority)
+{
+    return (struct ty_sched_request){.id = id, .block_hashes = H, .n_blocks = 10,
+                                     .prompt_tokens = 1000, .output_tokens = 10,
+                                     .priority = priority};
+}
+
+static void test_index_match(void **st)
+{
+    ty_sched_index_t *ix;
+    assert_int_equal(ty_sched_index_new(&ix), 0);
+    assert_int_equal(ty_sched_index_add(ix, 3, H, 5), 0);
+    assert_int_equal(ty_sched_index_add(ix, 200, H, 2), 0);
+    uint64_t gap[3] = {H[2], H[3], H[4]};
+    assert_int_equal(ty_sched_index_add(ix, 7, gap, 3), 0); /* no block 0: prefix 0 */
+    uint32_t pre[TY_SCHED_MAX_NODES];
+    memset(pre, 0xff, sizeof(pre));
+    ty_sched_index_match(ix, H, 10, pre, TY_SCHED_MAX_NODES);
+    assert_int_equal(pre[3], 5);
+    assert_int_equal(pre[200], 2);
+    assert_int_equal(pre[7], 0);
+    assert_int_equal(pre[0], 0);
+    /* pool-wide: block i anywhere; node 3's eviction of block 1 leaves node 200's copy */
+    assert_int_equal(ty_sched_index_del(ix, 3, &H[1], 1), 0);
+    ty_sched_index_match(ix, H, 10, pre, TY_SCHED_MAX_NODES);
+    assert_int_equal(pre[3], 1);
+    assert_int_equal(ty_sched_index_pool_prefix(ix, H, 10), 5);
+    ty_sched_index_drop_node(ix, 200);
+    assert_int_equal(ty_sched_index_pool_prefix(ix, H, 10), 1);
+    assert_int_equal(ty_sched_index_size(ix), 4); /* H0 (node 3), H2-H4 */
+    assert_int_equal(ty_sched_index_add(ix, TY_SCHED_MAX_NODES, H, 1), TY_EINVAL);
+    ty_sched_index_free(ix);
+}
+
+static void test_index_many_keys(void **st)
+{
+    /* the map must survive growth and backward-shift deletes: 20k keys in, odd ones out */
+    ty_sched_index_t *ix;
+    assert_int_equal(ty_sched_index_new(&ix), 0);
+    for (uint64_t k = 0; k < 20000; k++)
+        ty_sched_index_add(ix, (uint32_t)(k % 64), &k, 1);
+    for (uint64_t k = 1; k < 20000; k += 2)
+        ty_sched_index_del(ix, (uint32_t)(k % 64), &k, 1);
+    assert_int_equal(ty_sched_index_size(ix), 10000);
+    for (uint64_t k = 0; k < 20000; k++)
+        assert_int_equal(ty_sched_index_pool_prefix(ix, &k, 1), (k % 2) ? 0 : 1);
+    ty_sched_index_free(ix);
+}
+
+static void test_load_balance(void **st)
+{
+    struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_LOAD_BALANCE, TY_SCHED_ADMIT_BASELINE);
+    ty_sched_t *s = cluster(&o);
+    struct ty_sched_request r = req(1, 0);
+    struct ty_sched_decision d;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    /* shortest queue: node 1 (0 us); its local 2 blocks: prefill 800 us */
+    assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
+    assert_int_equal(d.prefill_node, 1);
+    assert_int_equal(d.used_prefix_blocks, 2);
+    assert_true(fabs(d.ttft_us - 800) < 1e-9);
+    assert_int_equal(d.decode_node, 10);
+    /* node 1 now has 800 us queued: the next goes to node 2 (100 us) */
+    r.id = 2;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.prefill_node, 2);
+    ty_sched_free(s);
+}
+
+static void test_cache_aware(void **st)
+{
+    struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_CACHE_AWARE, TY_SCHED_ADMIT_BASELINE);
+    ty_sched_t *s = cluster(&o);
+    struct ty_sched_request r = req(1, 0);
+    struct ty_sched_decision d;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    /* longest local prefix: node 0 (8 blocks) despite its queue: 5000 + 200 us */
+    assert_int_equal(d.prefill_node, 0);
+    assert_int_equal(d.local_prefix_blocks, 8);
+    assert_int_equal(d.prefix_source, TY_SCHED_NODE_NONE);
+    assert_true(fabs(d.ttft_us - 5200) < 1e-9);
+    /* with every block gone all prefixes are equal (0): the queue breaks the tie */
+    assert_int_equal(ty_sched_block_removed(s, 0, H, 8), 0);
+    assert_int_equal(ty_sched_block_removed(s, 1, H, 2), 0);
+    r.id = 2;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.prefill_node, 1); /* idle; node 2 has 100 us, node 0 5200 us */
+    ty_sched_free(s);
+}
+
+static void test_kvcache_centric(void **st)
+{
+    struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_KVCACHE_CENTRIC, TY_SCHED_ADMIT_BASELINE);
+    ty_sched_t *s = cluster(&o);
+    struct ty_sched_request r = req(1, 0);
+    struct ty_sched_decision d;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    /* node 0: 5000 + 200 = 5200; node 1: fetch 600 tokens from node 0 (60 us) + 200 = 260;
+     * node 2: 100 + fetch 800 tokens (80 us) + 200 = 380. Node 1 wins, prefix from node 0. */
+    assert_int_equal(d.prefill_node, 1);
+    assert_int_equal(d.prefix_source, 0);
+    assert_int_equal(d.local_prefix_blocks, 2);
+    assert_int_equal(d.remote_prefix_blocks, 8);
+    assert_int_equal(d.used_prefix_blocks, 8);
+    assert_true(fabs(d.transfer_us - 60) < 1e-9);
+    assert_true(fabs(d.ttft_us - 260) < 1e-9);
+    ty_sched_free(s);
+    /* threshold 5: node 1's 2 local blocks are kept (8 <= 2 * 5): 0 + 800; node 2 (nothing
+     * local) still fetches: 380. */
+    o.balancing_threshold = 5.0;
+    s = cluster(&o);
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.prefill_node, 2);
+    assert_int_equal(d.prefix_source, 0);
+    assert_true(fabs(d.ttft_us - 380) < 1e-9);
+    ty_sched_free(s);
+}
+
+static void test_round_robin_and_random(void **st)
+{
+    struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_ROUND_ROBIN, TY_SCHED_ADMIT_BASELINE);
+    ty_sched_t *s = cluster(&o);
+    struct ty_sched_decision d;
+    uint32_t want[4] = {0, 1, 2, 0};
+    for (uint64_t i = 0; i < 4; i++) {
+        struct ty_sched_request r = req(i, 0);
+        assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+        assert_int_equal(d.prefill_node, want[i]);
+    }
+    ty_sched_free(s);
+    o.policy = TY_SCHED_POLICY_RANDOM;
+    unsigned seen[3] = {0};
+    uint32_t first[20];
+    for (int rep = 0; rep < 2; rep++) {
+        s = cluster(&o);
+        for (uint64_t i = 0; i < 300; i++) {
+            struct ty_sched_request r = req(i, 0);
+            assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+            assert_true(d.prefill_node < 3);
+            seen[d.prefill_node]++;
+            if (i < 20 && rep == 0)
+                first[i] = d.prefill_node;
+            if (i < 20 && rep == 1)
+                assert_int_equal(first[i], d.prefill_node); /* same seed, same choices */
+        }
+        ty_sched_free(s);
+    }
+    for (int i = 0; i < 3; i++)
+        assert_true(seen[i] > 100); /* 600 draws over 3 nodes */
+}
+
+static void test_reject_ttft_and_no_node(void **st)
+{
+    struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_KVCACHE_CENTRIC, TY_SCHED_ADMIT_EARLY);
+    o.slo[1].ttft_us = 250; /* best plan is 260 us */
+    ty_sched_t *s = cluster(&o);
+    struct ty_sched_request r = req(1, 1);
+    struct ty_sched_decision d;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_TTFT);
+    assert_int_equal(ty_sched_in_flight(s), 0);
+    r.priority = 0; /* class 0 has no limit */
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), TY_EEXIST);
+    r.id = 9;
+    r.priority = 2;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), TY_EINVAL);
+    r.priority = 0;
+    r.prompt_tokens = 0;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), TY_EINVAL);
+    r.prompt_tokens = 1000;
+    assert_int_equal(ty_sched_node_remove(s, 10), 0);
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_NO_NODE);
+    ty_sched_free(s);
+}
+
+/* TBT SLO 2000 us: a step of B sequences costs 1000 + 100 B, so at most 10 sequences. */
+static void test_early_rejection(void **st)
+{
+    struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_LOAD_BALANCE, TY_SCHED_ADMIT_EARLY);
+    o.slo[1].tbt_us = 2000;
+    ty_sched_t *s = cluster(&o);
+    struct ty_sched_decision d;
+    struct ty_sched_request r = req(1, 1);
+    assert_int_equal(ty_sched_node_set_decode_load(s, 10, 9, 0), 0);
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_NONE); /* 10 sequences: 2000 us, not above */
+    assert_true(fabs(d.tbt_us - 2000) < 1e-9);
+    assert_int_equal(ty_sched_node_set_decode_load(s, 10, 10, 0), 0);
+    r.id = 2;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_TBT); /* 11 sequences: 2100 us */
+    ty_sched_free(s);
+}
+
+/* Ten requests of class 0 (no limits) are in prefill on the only prefill node; none has
+ * reached decode. Early rejection sees an empty decode node and admits a class-1 probe
+ * (TBT SLO 1500 us: 5 sequences); the prediction sees all ten landing before the probe (they
+ * are ahead of it in the one queue) and refuses it: 11 sequences, 2100 us. */
+static void test_prediction_based_rejection(void **st)
+{
+    enum ty_sched_admission modes[2] = {TY_SCHED_ADMIT_EARLY, TY_SCHED_ADMIT_PREDICTED};
+    enum ty_sched_reject want[2] = {TY_SCHED_REJECT_NONE, TY_SCHED_REJECT_TBT};
+    for (int m = 0; m < 2; m++) {
+        struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_LOAD_BALANCE, modes[m]);
+        o.slo[1].tbt_us = 1500;
+        ty_sched_t *s;
+        assert_int_equal(ty_sched_new(&s, &o), 0);
+        struct ty_sched_node_desc p = {.role = TY_SCHED_ROLE_PREFILL};
+        struct ty_sched_node_desc dn = {.role = TY_SCHED_ROLE_DECODE};
+        assert_int_equal(ty_sched_node_add(s, 0, &p), 0);
+        assert_int_equal(ty_sched_node_add(s, 1, &dn), 0);
+        struct ty_sched_decision d;
+        for (uint64_t i = 0; i < 10; i++) {
+            struct ty_sched_request r = req(i, 0);
+            assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+            assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
+        }
+        struct ty_sched_request probe = req(100, 1);
+        assert_int_equal(ty_sched_pick(s, &probe, 0, &d), 0);
+        assert_int_equal(d.reject, want[m]);
+        if (m == 1)
+            assert_true(fabs(d.tbt_us - 2100) < 1e-9);
+        ty_sched_free(s);
+    }
+}
+
+/* Per-stage baseline: admitted at arrival whatever the decode load, refused when the KV lands
+ * on a decode node that is over the TBT SLO; max_batch is a hard limit in every mode. */
+static void test_decode_stage_rejection(void **st)
+{
+    struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_LOAD_BALANCE, TY_SCHED_ADMIT_BASELINE);
+    o.slo[1].tbt_us = 2000;
+    ty_sched_t *s = cluster(&o);
+    struct ty_sched_decision d;
+    struct ty_sched_request r = req(1, 1);
+    assert_int_equal(ty_sched_node_set_decode_load(s, 10, 50, 0), 0);
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
+    enum ty_sched_reject rej;
+    assert_int_equal(ty_sched_request_at_decode(s, 1, 900, &rej), 0);
+    assert_int_equal(rej, TY_SCHED_REJECT_TBT);
+    assert_int_equal(ty_sched_in_flight(s), 0);
+    assert_int_equal(ty_sched_request_at_decode(s, 1, 900, &rej), TY_ENOTFOUND);
+    /* a light node takes it; done releases it */
+    assert_int_equal(ty_sched_node_set_decode_load(s, 10, 3, 0), 0);
+    r.id = 2;
+    assert_int_equal(ty_sched_pick(s, &r, 1000, &d), 0);
+    assert_int_equal(ty_sched_request_at_decode(s, 2, 2000, &rej), 0);
+    assert_int_equal(rej, TY_SCHED_REJECT_NONE);
+    assert_int_equal(ty_sched_in_flight(s), 1);
+    assert_int_equal(ty_sched_request_done(s, 2, 9000), 0);
+    assert_int_equal(ty_sched_in_flight(s), 0);
+    ty_sched_free(s);
+
+    struct ty_sched_node_desc full = {.role = TY_SCHED_ROLE_DECODE, .max_batch = 4};
+    o.admission = TY_SCHED_ADMIT_PREDICTED;
+    s = cluster(&o);
+    assert_int_equal(ty_sched_node_add(s, 11, &full), 0);
+    assert_int_equal(ty_sched_node_remove(s, 10), 0);
+    assert_int_equal(ty_sched_node_set_decode_load(s, 11, 4, 0), 0);
+    r = req(3, 0);
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_NONE); /* predicted: the batch may drain */
+    assert_int_equal(ty_sched_request_at_decode(s, 3, 500, &rej), 0);
+    assert_int_equal(rej, TY_SCHED_REJECT_DECODE_FULL); /* it did not */
+    ty_sched_free(s);
+}
+
+static void test_names(void **st)
+{
+    enum ty_sched_policy p;
+    enum ty_sched_admission a;
+    for (int i = 0; i < TY_SCHED_POLICY_COUNT_; i++) {
+        assert_int_equal(ty_sched_policy_parse(ty_sched_policy_name(i), &p), 0);
+        assert_int_equal(p, i);
+    }
+    assert_int_equal(ty_sched_policy_parse("kvcache_centric", &p), 0);
+    assert_int_equal(p, TY_SCHED_POLICY_KVCACHE_CENTRIC);
+    assert_int_equal(ty_sched_policy_parse("fastest", &p), TY_EINVAL);
+    assert_int_equal(ty_sched_admission_parse("predicted", &a), 0);
+    assert_int_equal(a, TY_SCHED_ADMIT_PREDICTED);
+    assert_int_equal(ty_sched_admission_parse(NULL, &a), TY_EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_index_match),
+        cmocka_unit_test(test_index_many_keys),
+        cmocka_unit_test(test_load_balance),
+        cmocka_unit_test(test_cache_aware),
+        cmocka_unit_test(test_kvcache_centric),
+        cmocka_unit_test(test_round_robin_and_random),
+        cmocka_unit_test(test_reject_ttft_and_no_node),
+        cmocka_unit_test(test_early_rejection),
+        cmocka_unit_test(test_prediction_based_rejection),
+        cmocka_unit_test(test_decode_stage_rejection),
+        cmocka_unit_test(test_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,90 @@
+/* Cost model: the built-in profiles against the derivation written out by hand, and the
+ * least-squares refit recovering known coefficients. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+
+#include "tycho/errors.h"
+#include "tycho/sched.h"
+
+static void test_profile_a800(void **st)
+{
+    struct ty_sched_cost c;
+    assert_int_equal(ty_sched_cost_profile("llama3-70b-8xa800", &c), 0);
+    /* 2 * 70.6e9 FLOP per token / (8 GPUs * 312e12 * 0.40) = 141.43 us per token */
+    assert_true(fabs(c.prefill[1] - 141.426) < 0.01);
+    /* attention: 2 * 8192 * 80 / 998.4e12 s = 1.3128e-3 us per token^2 */
+    assert_true(fabs(c.prefill[2] - 1.3128e-3) < 1e-6);
+    /* KV: 2 (K,V) * 80 layers * 8 heads * 128 dims * 2 bytes = 327,680 bytes per token */
+    assert_true(c.kv_bytes_per_token == 327680.0);
+    /* weights 141.2 GB / (8 * 2.039 TB/s * 0.6) = 14,427 us per decode step */
+    assert_true(fabs(c.decode[0] - 14427.0) < 1.0);
+    /* 100 GB/s * 0.8 = 80,000 bytes per us */
+    assert_true(fabs(c.net_bytes_per_us - 80000.0) < 1e-6);
+    assert_int_equal(c.block_tokens, 512);
+    /* 8k-token prompt, nothing cached: 10 ms + 8192 * 141.43 us + 8192^2 * 1.3128e-3 us */
+    double want = 10000 + 8192 * 141.426 + 8192.0 * 8192.0 * 1.3128e-3;
+    assert_true(fabs(ty_sched_cost_prefill_us(&c, 8192, 0) - want) / want < 1e-4);
+    /* the cached part costs nothing but the last token is always computed */
+    assert_true(ty_sched_cost_prefill_us(&c, 8192, 8192) < 10200);
+}
+
+static void test_profile_h800_faster(void **st)
+{
+    struct ty_sched_cost a, h;
+    assert_int_equal(ty_sched_cost_profile("llama3-70b-8xa800", &a), 0);
+    assert_int_equal(ty_sched_cost_profile("llama3-70b-8xh800", &h), 0);
+    /* 989 / 312 TFLOPS and 3.35 / 2.039 TB/s */
+    assert_true(fabs(a.prefill[1] / h.prefill[1] - 989.0 / 312.0) < 1e-9);
+    assert_true(fabs(a.decode[0] / h.decode[0] - 3.35 / 2.039) < 1e-9);
+    assert_int_equal(ty_sched_cost_profile("gpt-5-on-a-toaster", &a), TY_ENOTFOUND);
+}
+
+static void test_fit_recovers_prefill(void **st)
+{
+    struct ty_sched_cost c = {0};
+    struct ty_sched_sample s[12];
+    const double k0 = 5000, k1 = 120, k2 = 0.002; /* chosen by hand */
+    for (int i = 0; i < 12; i++) {
+        double l = 500.0 + 1500.0 * i, p = (i % 3) * 256.0;
+        s[i] = (struct ty_sched_sample){l, p, k0 + k1 * (l - p) + k2 * (l * l - p * p)};
+    }
+    assert_int_equal(ty_sched_cost_fit_prefill(&c, s, 12), 0);
+    assert_true(fabs(c.prefill[0] - k0) < 1e-3 * k0);
+    assert_true(fabs(c.prefill[1] - k1) < 1e-6 * k1);
+    assert_true(fabs(c.prefill[2] - k2) < 1e-6 * k2);
+}
+
+static void test_fit_decode_and_errors(void **st)
+{
+    struct ty_sched_cost c = {0};
+    struct ty_sched_sample s[6] = {
+        {1, 1000, 0}, {8, 50000, 0}, {16, 80000, 0}, {32, 300000, 0}, {4, 4000, 0}, {64, 9e5, 0}};
+    for (int i = 0; i < 6; i++)
+        s[i].us = 14000 + 140 * s[i].x0 + 0.0335 * s[i].x1;
+    assert_int_equal(ty_sched_cost_fit_decode(&c, s, 6), 0);
+    assert_true(fabs(c.decode[0] - 14000) < 1e-3);
+    assert_true(fabs(c.decode[1] - 140) < 1e-6);
+    assert_true(fabs(c.decode[2] - 0.0335) < 1e-9);
+    /* too few samples, collinear samples (one shape repeated), non-finite input */
+    assert_int_equal(ty_sched_cost_fit_decode(&c, s, 2), TY_EINVAL);
+    struct ty_sched_sample same[4] = {{8, 100, 1}, {8, 100, 2}, {8, 100, 3}, {8, 100, 4}};
+    assert_int_equal(ty_sched_cost_fit_decode(&c, same, 4), TY_ERANGE);
+    s[2].us = NAN;
+    assert_int_equal(ty_sched_cost_fit_decode(&c, s, 6), TY_EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_profile_a800),
+        cmocka_unit_test(test_profile_h800_faster),
+        cmocka_unit_test(test_fit_recovers_prefill),
+        cmocka_unit_test(test_fit_decode_and_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
