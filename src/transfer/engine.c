@@ -1,0 +1,430 @@
+/* The transfer engine object: options, region table, listeners, inbound connections, the
+ * notification queue and the watchdog that enforces peer timeouts. Segments and batches are in
+ * segment.c and batch.c. */
+#include "xfer-impl.h"
+
+#include "tycho/clock.h"
+#include "tycho/errors.h"
+#include "tycho/log.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static void read_host_id(char *out, size_t cap)
+{
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    out[0] = '\0';
+    if (f) {
+        if (fgets(out, (int)cap, f))
+            out[strcspn(out, "\n")] = '\0';
+        fclose(f);
+    }
+    if (!out[0]) {
+        char h[64] = "unknown";
+        gethostname(h, sizeof(h) - 1);
+        snprintf(out, cap, "host-%s", h);
+    }
+}
+
+static int copy_opt(char *dst, size_t cap, const char *src, const char *def)
+{
+    const char *s = src ? src : def;
+    if (strlen(s) >= cap)
+        return TY_EINVAL;
+    strcpy(dst, s);
+    return 0;
+}
+
+static int engine_set_opts(ty_xfer_engine_t *e, const struct ty_xfer_engine_opts *o)
+{
+    if (copy_opt(e->listen_host, sizeof(e->listen_host), o->listen_host, "127.0.0.1") ||
+        copy_opt(e->transport, sizeof(e->transport), o->transport, "auto"))
+        return TY_EINVAL;
+    const char *adv = o->advertise_host ? o->advertise_host : e->listen_host;
+    if (strcmp(adv, "0.0.0.0") == 0)
+        adv = "127.0.0.1";
+    if (copy_opt(e->advertise_host, sizeof(e->advertise_host), adv, adv))
+        return TY_EINVAL;
+    if (strcmp(e->transport, "auto") && strcmp(e->transport, "tcp") &&
+        strcmp(e->transport, "local") && strcmp(e->transport, "rdma")) {
+        TY_LOG_ERROR(TY_XFER_SUBSYS, "unknown transport '%s' (auto, tcp, local, rdma)",
+                     e->transport);
+        return TY_EINVAL;
+    }
+    e->tcp_conns = o->tcp_conns ? o->tcp_conns : 4;
+    e->slice_bytes = o->slice_bytes ? o->slice_bytes : (1u << 20);
+    e->timeout_ms = o->timeout_ms ? o->timeout_ms : 5000;
+    e->checksum = o->checksum;
+    if (e->tcp_conns > 64 || e->slice_bytes < 4096 || e->slice_bytes > TY__XFER_MAX_SLICE) {
+        TY_LOG_ERROR(TY_XFER_SUBSYS, "tcp_conns must be 1..64 and slice_bytes 4 KiB..256 MiB");
+        return TY_EINVAL;
+    }
+    if (o->name && (!*o->name || strlen(o->name) > TY_XFER_NAME_MAX))
+        return TY_EINVAL;
+    return 0;
+}
+
+static int engine_listen(ty_xfer_engine_t *e, uint16_t port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    if (inet_pton(AF_INET, e->listen_host, &sa.sin_addr) != 1) {
+        TY_LOG_ERROR(TY_XFER_SUBSYS, "listen_host '%s' is not an IPv4 address", e->listen_host);
+        return TY_EINVAL;
+    }
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return ty_errno();
+    int one = 1, rc;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 128) < 0) {
+        rc = ty_errno();
+        TY_LOG_ERROR(TY_XFER_SUBSYS, "cannot listen on %s:%u: %s", e->listen_host, port,
+                     ty_strerror(rc));
+        close(fd);
+        return rc;
+    }
+    socklen_t sl = sizeof(sa);
+    getsockname(fd, (struct sockaddr *)&sa, &sl);
+    e->port = ntohs(sa.sin_port);
+    e->listen_fd = fd;
+    return 0;
+}
+
+static void reap_inbound(ty_xfer_engine_t *e, bool all)
+{
+    pthread_mutex_lock(&e->inbound_mu);
+    struct ty__xfer_inbound **pp = &e->inbound, *done = NULL;
+    while (*pp) {
+        struct ty__xfer_inbound *in = *pp;
+        if (all)
+            shutdown(in->fd, SHUT_RDWR);
+        if (all || atomic_load(&in->finished)) {
+            *pp = in->next;
+            in->next = done;
+            done = in;
+        } else {
+            pp = &in->next;
+        }
+    }
+    pthread_mutex_unlock(&e->inbound_mu);
+    while (done) {
+        struct ty__xfer_inbound *next = done->next;
+        pthread_join(done->thr, NULL);
+        close(done->fd);
+#ifdef TY_XFER_HAVE_CUDA
+        ty__xfer_cuda_stage_free(&done->stage);
+#endif
+        free(done);
+        done = next;
+    }
+}
+
+static void *inbound_main(void *arg)
+{
+    struct ty__xfer_inbound *in = arg;
+    if (in->is_unix)
+        ty__xfer_local_serve(in->engine, in);
+    else
+        ty__xfer_tcp_serve(in->engine, in);
+    shutdown(in->fd, SHUT_RDWR);
+    atomic_store(&in->finished, true);
+    return NULL;
+}
+
+void ty__xfer_inbound_start(ty_xfer_engine_t *e, int fd, bool is_unix)
+{
+    struct ty__xfer_inbound *in = calloc(1, sizeof(*in));
+    if (!in)
+        abort();
+    in->fd = fd;
+    in->is_unix = is_unix;
+    in->engine = e;
+    reap_inbound(e, false);
+    pthread_mutex_lock(&e->inbound_mu);
+    if (atomic_load(&e->stopping) || pthread_create(&in->thr, NULL, inbound_main, in) != 0) {
+        pthread_mutex_unlock(&e->inbound_mu);
+        close(fd);
+        free(in);
+        return;
+    }
+    in->next = e->inbound;
+    e->inbound = in;
+    pthread_mutex_unlock(&e->inbound_mu);
+}
+
+static void *listen_main(void *arg)
+{
+    ty_xfer_engine_t *e = arg;
+    for (;;) {
+        int fd = accept4(e->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (atomic_load(&e->stopping)) {
+            if (fd >= 0)
+                close(fd);
+            return NULL;
+        }
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno == EMFILE || errno == ENFILE) {
+                TY_LOG_WARN(TY_XFER_SUBSYS, "accept: out of file descriptors");
+                ty_sleep_ns(10 * TY_NS_PER_MS);
+                continue;
+            }
+            return NULL;
+        }
+        ty__xfer_inbound_start(e, fd, false);
+    }
+}
+
+static void *watchdog_main(void *arg)
+{
+    ty_xfer_engine_t *e = arg;
+    uint64_t period_ms = e->timeout_ms / 4;
+    period_ms = period_ms < 10 ? 10 : period_ms > 250 ? 250 : period_ms;
+    pthread_mutex_lock(&e->wd_mu);
+    while (!atomic_load(&e->stopping)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + period_ms * TY_NS_PER_MS;
+        ts.tv_sec += (time_t)(ns / TY_NS_PER_S);
+        ts.tv_nsec = (long)(ns % TY_NS_PER_S);
+        pthread_cond_timedwait(&e->wd_cv, &e->wd_mu, &ts);
+        pthread_mutex_unlock(&e->wd_mu);
+        uint64_t now = ty_clock_ns();
+        pthread_mutex_lock(&e->seg_mu);
+        for (struct ty_xfer_segment *s = e->segments; s; s = s->next)
+            if (s->iface->tick)
+                s->iface->tick(s->context, now);
+        pthread_mutex_unlock(&e->seg_mu);
+        pthread_mutex_lock(&e->wd_mu);
+    }
+    pthread_mutex_unlock(&e->wd_mu);
+    return NULL;
+}
+
+static void engine_init_locks(ty_xfer_engine_t *e)
+{
+    pthread_rwlock_init(&e->regions_lock, NULL);
+    pthread_mutex_init(&e->inbound_mu, NULL);
+    pthread_mutex_init(&e->seg_mu, NULL);
+    pthread_mutex_init(&e->open_mu, NULL);
+    pthread_mutex_init(&e->notify_mu, NULL);
+    pthread_mutex_init(&e->wd_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->wd_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    e->listen_fd = e->unix_fd = -1;
+}
+
+static int engine_start(ty_xfer_engine_t *e, const struct ty_xfer_engine_opts *opts)
+{
+    int rc = engine_listen(e, opts->listen_port);
+    if (rc)
+        return rc;
+    if (opts->name)
+        strcpy(e->name, opts->name);
+    else
+        snprintf(e->name, sizeof(e->name), "%s:%u", e->advertise_host, e->port);
+    if ((rc = ty__xfer_local_listen(e)) != 0)
+        return rc;
+    if (opts->etcd_endpoint) {
+        if ((rc = ty__xfer_etcd_new(&e->etcd, opts->etcd_endpoint, e->timeout_ms)) != 0)
+            return rc;
+        if ((rc = ty__xfer_engine_publish(e)) != 0)
+            return rc;
+    }
+    if (pthread_create(&e->listen_thr, NULL, listen_main, e) != 0)
+        return TY_ENOMEM;
+    if (pthread_create(&e->wd_thr, NULL, watchdog_main, e) != 0) {
+        atomic_store(&e->stopping, true);
+        shutdown(e->listen_fd, SHUT_RDWR);
+        pthread_join(e->listen_thr, NULL);
+        return TY_ENOMEM;
+    }
+    return 0;
+}
+
+int ty_xfer_engine_new(ty_xfer_engine_t **out, const struct ty_xfer_engine_opts *opts)
+{
+    static const struct ty_xfer_engine_opts defaults = {0};
+    if (!out)
+        return TY_EINVAL;
+    if (!opts)
+        opts = &defaults;
+    ty_xfer_engine_t *e = calloc(1, sizeof(*e));
+    if (!e)
+        abort();
+    engine_init_locks(e);
+    read_host_id(e->host_id, sizeof(e->host_id));
+    int rc = engine_set_opts(e, opts);
+    if (rc)
+        goto err_free;
+    if ((rc = engine_start(e, opts)) != 0)
+        goto err_free;
+    if (pthread_create(&e->unix_thr, NULL, ty__xfer_local_accept_main, e) != 0) {
+        rc = TY_ENOMEM;
+        goto err_stop;
+    }
+    TY_LOG_INFO(TY_XFER_SUBSYS, "engine '%s' listening on %s:%u (transport %s, %u conns/peer)",
+                e->name, e->listen_host, e->port, e->transport, e->tcp_conns);
+    *out = e;
+    return 0;
+err_stop:
+    atomic_store(&e->stopping, true);
+    shutdown(e->listen_fd, SHUT_RDWR);
+    pthread_join(e->listen_thr, NULL);
+    pthread_mutex_lock(&e->wd_mu);
+    pthread_cond_broadcast(&e->wd_cv);
+    pthread_mutex_unlock(&e->wd_mu);
+    pthread_join(e->wd_thr, NULL);
+err_free:
+    if (e->etcd)
+        ty__xfer_etcd_free(e->etcd);
+    if (e->listen_fd >= 0)
+        close(e->listen_fd);
+    if (e->unix_fd >= 0)
+        close(e->unix_fd);
+    free(e);
+    return rc;
+}
+
+static void engine_free_regions(ty_xfer_engine_t *e)
+{
+    for (size_t i = 0; i < e->regions.n; i++) {
+        struct ty__xfer_region *r = &e->regions.v[i];
+        if (r->owned)
+            munmap((void *)(uintptr_t)r->addr, r->len);
+        if (r->memfd >= 0)
+            close(r->memfd);
+    }
+    ty__xfer_regions_clear(&e->regions);
+}
+
+void ty_xfer_engine_free(ty_xfer_engine_t *e)
+{
+    if (!e)
+        return;
+    atomic_store(&e->stopping, true);
+    pthread_mutex_lock(&e->wd_mu);
+    pthread_cond_broadcast(&e->wd_cv);
+    pthread_mutex_unlock(&e->wd_mu);
+    pthread_join(e->wd_thr, NULL);
+    while (e->segments) {
+        struct ty_xfer_segment *s = e->segments;
+        s->opens = 1;
+        ty_xfer_segment_close(e, s);
+    }
+    shutdown(e->listen_fd, SHUT_RDWR);
+    shutdown(e->unix_fd, SHUT_RDWR);
+    pthread_join(e->listen_thr, NULL);
+    pthread_join(e->unix_thr, NULL);
+    close(e->listen_fd);
+    close(e->unix_fd);
+    reap_inbound(e, true);
+    if (e->etcd) {
+        char key[TY_XFER_NAME_MAX + 64];
+        snprintf(key, sizeof(key), "/tycho/xfer/segments/%s", e->name);
+        ty__xfer_etcd_del(e->etcd, key);
+        ty__xfer_etcd_free(e->etcd);
+    }
+    engine_free_regions(e);
+    while (e->notify_head) {
+        struct ty__xfer_notify_node *n = e->notify_head;
+        e->notify_head = n->next;
+        free(n);
+    }
+    pthread_rwlock_destroy(&e->regions_lock);
+    free(e);
+}
+
+const char *ty_xfer_engine_name(const ty_xfer_engine_t *e)
+{
+    return e->name;
+}
+
+uint16_t ty_xfer_engine_port(const ty_xfer_engine_t *e)
+{
+    return e->port;
+}
+
+/* ---- notifications ------------------------------------------------------------------------ */
+
+int ty__xfer_notify_push(ty_xfer_engine_t *e, const char *from, const void *msg, size_t len)
+{
+    if (len > TY_XFER_NOTIFY_MAX)
+        return TY_EMSGSIZE;
+    struct ty__xfer_notify_node *n = calloc(1, sizeof(*n));
+    if (!n)
+        abort();
+    snprintf(n->n.from, sizeof(n->n.from), "%s", from);
+    n->n.len = (uint32_t)len;
+    memcpy(n->n.msg, msg, len);
+    pthread_mutex_lock(&e->notify_mu);
+    if (e->notify_len >= 65536) {
+        pthread_mutex_unlock(&e->notify_mu);
+        free(n);
+        return TY_ENOSPC;
+    }
+    if (e->notify_tail)
+        e->notify_tail->next = n;
+    else
+        e->notify_head = n;
+    e->notify_tail = n;
+    e->notify_len++;
+    pthread_mutex_unlock(&e->notify_mu);
+    return 0;
+}
+
+int ty_xfer_notify_poll(ty_xfer_engine_t *e, struct ty_xfer_notify *out)
+{
+    pthread_mutex_lock(&e->notify_mu);
+    struct ty__xfer_notify_node *n = e->notify_head;
+    if (n) {
+        e->notify_head = n->next;
+        if (!e->notify_head)
+            e->notify_tail = NULL;
+        e->notify_len--;
+    }
+    pthread_mutex_unlock(&e->notify_mu);
+    if (!n)
+        return TY_EAGAIN;
+    *out = n->n;
+    free(n);
+    return 0;
+}
+
+/* ---- stats -------------------------------------------------------------------------------- */
+
+void ty_xfer_engine_stats(ty_xfer_engine_t *e, struct ty_xfer_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->bytes_written = atomic_load(&e->st.bytes_written);
+    out->bytes_read = atomic_load(&e->st.bytes_read);
+    out->tasks_done = atomic_load(&e->st.tasks_done);
+    out->tasks_failed = atomic_load(&e->st.tasks_failed);
+    out->served_bytes_in = atomic_load(&e->st.served_in);
+    out->served_bytes_out = atomic_load(&e->st.served_out);
+    out->refused_accesses = atomic_load(&e->st.refused);
+    out->checksum_errors = atomic_load(&e->st.checksum_errors);
+    out->peer_failures = atomic_load(&e->st.peer_failures);
+    out->reconnects = atomic_load(&e->st.reconnects);
+    pthread_mutex_lock(&e->seg_mu);
+    for (struct ty_xfer_segment *s = e->segments; s; s = s->next) {
+        if (s->iface == &ty__xfer_tcp_iface)
+            out->segments_tcp++;
+        else if (s->iface == &ty__xfer_local_iface)
+            out->segments_local++;
+        else
+            out->segments_rdma++;
+    }
+    pthread_mutex_unlock(&e->seg_mu);
+}

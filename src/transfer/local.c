@@ -1,0 +1,412 @@
+/* Local transport: same process by memcpy against our own region table; same host, other
+ * process through shared memory. A peer's memfd-backed regions come over its unix socket
+ * (SOCK_SEQPACKET, abstract name from the hello) as SCM_RIGHTS, and are mapped here, so a task is
+ * one memcpy in the submitting thread: the task is DONE when submit returns. Bounds are checked
+ * against the mapped regions (nothing else is reachable). The socket stays open for ordered
+ * notifications and as a liveness signal: a hung-up peer fails new tasks with ECONNRESET.
+ * Threading: submit may run on many threads at once; notify serializes on the peer mutex.
+ */
+#include "xfer-impl.h"
+
+#include "tycho/errors.h"
+#include "tycho/log.h"
+
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+struct local_map {
+    uint64_t remote;
+    uint64_t len;
+    uint8_t *ptr;
+};
+
+struct local_peer {
+    ty_xfer_engine_t *e;
+    bool self;
+    int fd;
+    pthread_mutex_t mu; /* serializes notifications on fd */
+    size_t n;
+    struct local_map *maps; /* sorted by remote */
+};
+
+int ty__xfer_memfd_alloc(size_t len, int *fd, void **addr)
+{
+    int f = memfd_create("tycho-xfer", MFD_CLOEXEC);
+    if (f < 0)
+        return ty_errno();
+    if (ftruncate(f, (off_t)len) < 0) {
+        int rc = ty_errno();
+        close(f);
+        return rc == TY_EFBIG || rc == TY_EINVAL ? TY_ENOMEM : rc;
+    }
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+    if (p == MAP_FAILED) {
+        close(f);
+        return TY_ENOMEM;
+    }
+    *fd = f;
+    *addr = p;
+    return 0;
+}
+
+static socklen_t abstract_addr(struct sockaddr_un *sa, const char *name)
+{
+    memset(sa, 0, sizeof(*sa));
+    sa->sun_family = AF_UNIX;
+    size_t n = strlen(name);
+    if (n > sizeof(sa->sun_path) - 2)
+        n = sizeof(sa->sun_path) - 2;
+    memcpy(sa->sun_path + 1, name, n);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+int ty__xfer_local_listen(ty_xfer_engine_t *e)
+{
+    static _Atomic unsigned counter;
+    snprintf(e->unix_name, sizeof(e->unix_name), "tycho-xfer/%d/%u/%u", (int)getpid(), e->port,
+             atomic_fetch_add(&counter, 1));
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return ty_errno();
+    struct sockaddr_un sa;
+    socklen_t sl = abstract_addr(&sa, e->unix_name);
+    if (bind(fd, (struct sockaddr *)&sa, sl) < 0 || listen(fd, 64) < 0) {
+        int rc = ty_errno();
+        close(fd);
+        return rc;
+    }
+    e->unix_fd = fd;
+    return 0;
+}
+
+void *ty__xfer_local_accept_main(void *arg)
+{
+    ty_xfer_engine_t *e = arg;
+    for (;;) {
+        int fd = accept4(e->unix_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (atomic_load(&e->stopping)) {
+            if (fd >= 0)
+                close(fd);
+            return NULL;
+        }
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE)
+                continue;
+            return NULL;
+        }
+        ty__xfer_inbound_start(e, fd, true);
+    }
+}
+
+/* ---- messages on the seqpacket socket ------------------------------------------------------- */
+
+static int msg_send(int fd, const struct ty__xfer_hdr *h, const void *body, size_t len, int pass)
+{
+    uint8_t hb[TY__XFER_HDR_SIZE];
+    ty__xfer_hdr_encode(h, hb);
+    struct iovec iov[2] = {{hb, sizeof(hb)}, {(void *)body, len}};
+    union {
+        struct cmsghdr c;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } cm;
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = len ? 2 : 1};
+    if (pass >= 0) {
+        memset(&cm, 0, sizeof(cm));
+        m.msg_control = cm.buf;
+        m.msg_controllen = sizeof(cm.buf);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &pass, sizeof(int));
+    }
+    ssize_t n;
+    do {
+        n = sendmsg(fd, &m, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return errno == EAGAIN ? TY_ETIMEDOUT : ty_errno();
+    return 0;
+}
+
+/* Receive one message: header, up to cap body bytes, and an fd when one was passed (else -1). */
+static int msg_recv(int fd, struct ty__xfer_hdr *h, void *body, size_t cap, size_t *len, int *got)
+{
+    uint8_t buf[TY__XFER_HDR_SIZE + TY_XFER_NOTIFY_MAX + TY_XFER_NAME_MAX + 1];
+    union {
+        struct cmsghdr c;
+        char b[CMSG_SPACE(sizeof(int))];
+    } cm;
+    struct iovec iov = {buf, sizeof(buf)};
+    struct msghdr m = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b, .msg_controllen = sizeof(cm.b)};
+    ssize_t n;
+    do {
+        n = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+    } while (n < 0 && errno == EINTR);
+    if (n == 0)
+        return TY_ECONNRESET;
+    if (n < 0)
+        return errno == EAGAIN ? TY_ETIMEDOUT : ty_errno();
+    *got = -1;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+        memcpy(got, CMSG_DATA(c), sizeof(int));
+    if (n < TY__XFER_HDR_SIZE || (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
+        ty__xfer_hdr_decode(buf, h) != 0 || h->len != (uint64_t)n - TY__XFER_HDR_SIZE ||
+        h->len > cap) {
+        if (*got >= 0)
+            close(*got);
+        *got = -1;
+        return TY_EPROTO;
+    }
+    memcpy(body, buf + TY__XFER_HDR_SIZE, (size_t)h->len);
+    *len = (size_t)h->len;
+    return 0;
+}
+
+/* ---- server side -------------------------------------------------------------------------- */
+
+static int serve_fds(ty_xfer_engine_t *e, int fd)
+{
+    pthread_rwlock_rdlock(&e->regions_lock);
+    int rc = 0;
+    uint64_t count = 0;
+    for (size_t i = 0; i < e->regions.n && rc == 0; i++) {
+        const struct ty__xfer_region *r = &e->regions.v[i];
+        if (r->memfd < 0)
+            continue;
+        struct ty__xfer_hdr h = {.type = TY__XFER_MSG_FDS, .addr = r->addr, .seq = r->len};
+        rc = msg_send(fd, &h, NULL, 0, r->memfd);
+        count++;
+    }
+    pthread_rwlock_unlock(&e->regions_lock);
+    struct ty__xfer_hdr done = {.type = TY__XFER_MSG_ACK, .addr = count};
+    return rc ? rc : msg_send(fd, &done, NULL, 0, -1);
+}
+
+void ty__xfer_local_serve(ty_xfer_engine_t *e, struct ty__xfer_inbound *in)
+{
+    uint8_t body[TY_XFER_NOTIFY_MAX];
+    struct ty__xfer_hdr h;
+    size_t len;
+    int passed, rc;
+    ty__xfer_sock_timeouts(in->fd, e->timeout_ms);
+    if ((rc = msg_recv(in->fd, &h, body, TY_XFER_NAME_MAX, &len, &passed)) != 0 ||
+        h.type != TY__XFER_MSG_HELLO || passed >= 0)
+        return;
+    memcpy(in->peer_name, body, len);
+    in->peer_name[len] = '\0';
+    if (serve_fds(e, in->fd) != 0)
+        return;
+    ty__xfer_sock_timeouts(in->fd, 0);
+    while (!atomic_load(&e->stopping)) {
+        if ((rc = msg_recv(in->fd, &h, body, sizeof(body), &len, &passed)) != 0)
+            break;
+        if (passed >= 0 || h.type != TY__XFER_MSG_NOTIFY) {
+            if (passed >= 0)
+                close(passed);
+            TY_LOG_WARN(TY_XFER_SUBSYS, "unexpected message on unix socket from '%s'",
+                        in->peer_name);
+            break;
+        }
+        struct ty__xfer_hdr ack = {.type = TY__XFER_MSG_ACK, .seq = h.seq};
+        ack.status = ty__xfer_notify_push(e, in->peer_name, body, len);
+        if (msg_send(in->fd, &ack, NULL, 0, -1) != 0)
+            break;
+    }
+}
+
+/* ---- client side -------------------------------------------------------------------------- */
+
+static int map_add(struct local_peer *p, const struct ty__xfer_hdr *h, int fd)
+{
+    uint64_t len = h->seq;
+    if (len == 0 || h->addr + len < h->addr)
+        return TY_EPROTO;
+    /* MAP_POPULATE: fault the peer's pages in now, not during the first transfers */
+    void *ptr = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (ptr == MAP_FAILED)
+        return ty_errno();
+    struct local_map *m = realloc(p->maps, (p->n + 1) * sizeof(*m));
+    if (!m)
+        abort();
+    p->maps = m;
+    size_t i = p->n;
+    while (i > 0 && m[i - 1].remote > h->addr) {
+        m[i] = m[i - 1];
+        i--;
+    }
+    m[i] = (struct local_map){h->addr, len, ptr};
+    p->n++;
+    return 0;
+}
+
+static int local_handshake(struct local_peer *p)
+{
+    ty_xfer_engine_t *e = p->e;
+    struct ty__xfer_hdr h = {
+        .type = TY__XFER_MSG_HELLO, .addr = TY__XFER_VERSION, .len = strlen(e->name)};
+    int rc = msg_send(p->fd, &h, e->name, (size_t)h.len, -1);
+    while (rc == 0) {
+        uint8_t body[8];
+        size_t len;
+        int fd;
+        if ((rc = msg_recv(p->fd, &h, body, 0, &len, &fd)) != 0)
+            break;
+        if (h.type == TY__XFER_MSG_ACK)
+            return h.addr == p->n ? 0 : TY_EPROTO;
+        if (h.type != TY__XFER_MSG_FDS || fd < 0) {
+            if (fd >= 0)
+                close(fd);
+            return TY_EPROTO;
+        }
+        rc = map_add(p, &h, fd);
+        close(fd);
+    }
+    return rc;
+}
+
+static void local_free(struct local_peer *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        munmap(p->maps[i].ptr, (size_t)p->maps[i].len);
+    free(p->maps);
+    if (p->fd >= 0)
+        close(p->fd);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+static struct local_peer *peer_alloc(ty_xfer_engine_t *e)
+{
+    struct local_peer *p = calloc(1, sizeof(*p));
+    if (!p)
+        abort();
+    p->e = e;
+    p->fd = -1;
+    pthread_mutex_init(&p->mu, NULL);
+    return p;
+}
+
+int ty__xfer_local_open(ty_xfer_engine_t *e, const struct ty__xfer_hello *hello, void **ctx)
+{
+    struct local_peer *p = peer_alloc(e);
+    int rc;
+    p->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (p->fd < 0) {
+        rc = ty_errno();
+        goto err_free;
+    }
+    struct sockaddr_un sa;
+    socklen_t sl = abstract_addr(&sa, hello->unix_name);
+    if (connect(p->fd, (struct sockaddr *)&sa, sl) < 0) {
+        rc = ty_errno();
+        goto err_free;
+    }
+    ty__xfer_sock_timeouts(p->fd, e->timeout_ms);
+    if ((rc = local_handshake(p)) != 0)
+        goto err_free;
+    *ctx = p;
+    return 0;
+err_free:
+    local_free(p);
+    return rc;
+}
+
+int ty__xfer_local_open_self(ty_xfer_engine_t *e, void **ctx)
+{
+    struct local_peer *p = peer_alloc(e);
+    p->self = true;
+    *ctx = p;
+    return 0;
+}
+
+static const struct local_map *map_find(const struct local_peer *p, uint64_t addr, uint64_t len)
+{
+    size_t lo = 0, hi = p->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (p->maps[mid].remote <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0 || addr + len < addr)
+        return NULL;
+    const struct local_map *m = &p->maps[lo - 1];
+    return addr + len <= m->remote + m->len ? m : NULL;
+}
+
+static void copy(const struct ty__xfer_slice_req *r, uint8_t *remote)
+{
+    if (r->op == TY_XFER_OP_WRITE)
+        memcpy(remote, r->local, (size_t)r->len);
+    else
+        memcpy(r->local, remote, (size_t)r->len);
+}
+
+static int local_submit(void *ctx, const struct ty__xfer_slice_req *r)
+{
+    struct local_peer *p = ctx;
+    if (p->self) {
+        const struct ty__xfer_region *reg = ty__xfer_regions_rdlock(p->e, r->remote, r->len);
+        if (!reg || reg->loc_kind != TY__XFER_LOC_CPU) { /* device memory: use tcp */
+            if (reg)
+                ty__xfer_regions_unlock(p->e);
+            return reg ? TY_ENOTSUP : TY_EOUTOFRANGE;
+        }
+        copy(r, (uint8_t *)(uintptr_t)r->remote);
+        ty__xfer_regions_unlock(p->e);
+    } else {
+        struct pollfd pfd = {.fd = p->fd, .events = POLLRDHUP};
+        if (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+            return TY_ECONNRESET;
+        const struct local_map *m = map_find(p, r->remote, r->len);
+        if (!m)
+            return TY_EOUTOFRANGE;
+        copy(r, m->ptr + (r->remote - m->remote));
+    }
+    ty__xfer_task_start(r->task, 1);
+    ty__xfer_slice_done(r->task, r->len, 0);
+    return 0;
+}
+
+static int local_notify(void *ctx, const void *msg, size_t len)
+{
+    struct local_peer *p = ctx;
+    if (p->self)
+        return ty__xfer_notify_push(p->e, p->e->name, msg, len);
+    pthread_mutex_lock(&p->mu);
+    struct ty__xfer_hdr h = {.type = TY__XFER_MSG_NOTIFY, .len = len};
+    int rc = msg_send(p->fd, &h, msg, len, -1);
+    if (rc == 0) {
+        uint8_t body[8];
+        size_t blen;
+        int fd;
+        rc = msg_recv(p->fd, &h, body, 0, &blen, &fd);
+        if (rc == 0)
+            rc = h.type == TY__XFER_MSG_ACK ? h.status : TY_EPROTO;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+static void local_close(void *ctx)
+{
+    local_free(ctx);
+}
+
+const struct ty__xfer_transport_i ty__xfer_local_iface = {
+    .name = "local",
+    .submit = local_submit,
+    .notify = local_notify,
+    .tick = NULL,
+    .close = local_close,
+};

@@ -1,0 +1,335 @@
+/* Registered memory and remote segments: the region table of this engine, segment open/close,
+ * and the choice of transport for a peer (logged once per open, never changed afterwards). */
+#include "xfer-impl.h"
+
+#include "tycho/errors.h"
+#include "tycho/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* ---- memory ------------------------------------------------------------------------------- */
+
+void ty__xfer_engine_hello(ty_xfer_engine_t *e, struct ty__xfer_hello *h)
+{
+    memset(h, 0, sizeof(*h));
+    snprintf(h->name, sizeof(h->name), "%s", e->name);
+    snprintf(h->host_id, sizeof(h->host_id), "%s", e->host_id);
+    snprintf(h->unix_name, sizeof(h->unix_name), "%s", e->unix_name);
+    pthread_rwlock_rdlock(&e->regions_lock);
+    h->n_regions = e->regions.n;
+    h->regions = calloc(h->n_regions ? h->n_regions : 1, sizeof(*h->regions));
+    if (!h->regions)
+        abort();
+    for (size_t i = 0; i < e->regions.n; i++) {
+        const struct ty__xfer_region *r = &e->regions.v[i];
+        h->regions[i].addr = r->addr;
+        h->regions[i].len = r->len;
+        h->regions[i].shared = r->memfd >= 0;
+        snprintf(h->regions[i].location, sizeof(h->regions[i].location), "%s:%d",
+                 r->loc_kind == TY__XFER_LOC_CUDA ? "cuda" : "cpu", r->loc_dev);
+    }
+    pthread_rwlock_unlock(&e->regions_lock);
+}
+
+int ty__xfer_engine_publish(ty_xfer_engine_t *e)
+{
+    if (!e->etcd)
+        return 0;
+    struct ty__xfer_hello h;
+    ty__xfer_engine_hello(e, &h);
+    char *json = ty__xfer_meta_to_json(&h, e->advertise_host, e->port);
+    ty__xfer_hello_clear(&h);
+    char key[TY_XFER_NAME_MAX + 64];
+    snprintf(key, sizeof(key), "/tycho/xfer/segments/%s", e->name);
+    int rc = ty__xfer_etcd_put(e->etcd, key, json);
+    free(json);
+    if (rc)
+        TY_LOG_ERROR(TY_XFER_SUBSYS, "publishing segment '%s' to etcd failed: %s", e->name,
+                     ty_strerror(rc));
+    return rc;
+}
+
+static int mem_add(ty_xfer_engine_t *e, void *addr, size_t len, const char *location, int memfd,
+                   bool owned)
+{
+    struct ty__xfer_region r = {
+        .addr = (uintptr_t)addr, .len = len, .memfd = memfd, .owned = owned};
+    if (!addr || ty__xfer_location_parse(location, &r.loc_kind, &r.loc_dev) != 0)
+        return TY_EINVAL;
+#ifndef TY_XFER_HAVE_CUDA
+    if (r.loc_kind == TY__XFER_LOC_CUDA) {
+        TY_LOG_ERROR(TY_XFER_SUBSYS, "location '%s': this build has no CUDA", location);
+        return TY_ENOTSUP;
+    }
+#endif
+    pthread_rwlock_wrlock(&e->regions_lock);
+    int rc = ty__xfer_regions_add(&e->regions, &r);
+    pthread_rwlock_unlock(&e->regions_lock);
+    if (rc == 0)
+        ty__xfer_engine_publish(e);
+    return rc;
+}
+
+int ty_xfer_mem_register(ty_xfer_engine_t *e, void *addr, size_t len, const char *location)
+{
+    return mem_add(e, addr, len, location, -1, false);
+}
+
+static int mem_remove(ty_xfer_engine_t *e, void *addr, bool want_owned)
+{
+    struct ty__xfer_region r;
+    pthread_rwlock_wrlock(&e->regions_lock);
+    const struct ty__xfer_region *f = ty__xfer_regions_find(&e->regions, (uintptr_t)addr, 1);
+    int rc = TY_ENOTFOUND;
+    if (f && f->addr == (uintptr_t)addr && f->owned == want_owned)
+        rc = ty__xfer_regions_remove(&e->regions, (uintptr_t)addr, &r);
+    pthread_rwlock_unlock(&e->regions_lock);
+    if (rc)
+        return rc;
+    if (r.owned)
+        munmap(addr, r.len);
+    if (r.memfd >= 0)
+        close(r.memfd);
+    ty__xfer_engine_publish(e);
+    return 0;
+}
+
+int ty_xfer_mem_unregister(ty_xfer_engine_t *e, void *addr)
+{
+    return mem_remove(e, addr, false);
+}
+
+int ty_xfer_mem_alloc(ty_xfer_engine_t *e, size_t len, void **out)
+{
+    int fd;
+    void *p;
+    if (len == 0 || !out)
+        return TY_EINVAL;
+    int rc = ty__xfer_memfd_alloc(len, &fd, &p);
+    if (rc)
+        return rc;
+    if ((rc = mem_add(e, p, len, "cpu:0", fd, true)) != 0) {
+        munmap(p, len);
+        close(fd);
+        return rc;
+    }
+    *out = p;
+    return 0;
+}
+
+int ty_xfer_mem_release(ty_xfer_engine_t *e, void *addr)
+{
+    return mem_remove(e, addr, true);
+}
+
+const struct ty__xfer_region *ty__xfer_regions_rdlock(ty_xfer_engine_t *e, uint64_t addr,
+                                                      uint64_t len)
+{
+    pthread_rwlock_rdlock(&e->regions_lock);
+    const struct ty__xfer_region *r = ty__xfer_regions_find(&e->regions, addr, len);
+    if (!r)
+        pthread_rwlock_unlock(&e->regions_lock);
+    return r;
+}
+
+void ty__xfer_regions_unlock(ty_xfer_engine_t *e)
+{
+    pthread_rwlock_unlock(&e->regions_lock);
+}
+
+/* ---- segments ----------------------------------------------------------------------------- */
+
+static struct ty_xfer_segment *seg_find(ty_xfer_engine_t *e, const char *name)
+{
+    for (struct ty_xfer_segment *s = e->segments; s; s = s->next)
+        if (strcmp(s->name, name) == 0)
+            return s;
+    return NULL;
+}
+
+/* Where the peer lives and, in etcd mode, its regions. */
+static int seg_resolve(ty_xfer_engine_t *e, const char *name, char *host, size_t cap,
+                       uint16_t *port, struct ty__xfer_hello *meta)
+{
+    memset(meta, 0, sizeof(*meta));
+    if (!e->etcd) {
+        int rc = ty__xfer_split_hostport(name, host, cap, port);
+        if (rc)
+            TY_LOG_ERROR(TY_XFER_SUBSYS, "segment '%s': expected host:port (no etcd set)", name);
+        return rc;
+    }
+    char key[TY_XFER_NAME_MAX + 64], *json;
+    snprintf(key, sizeof(key), "/tycho/xfer/segments/%s", name);
+    int rc = ty__xfer_etcd_get(e->etcd, key, &json);
+    if (rc)
+        return rc;
+    rc = ty__xfer_meta_from_json(json, meta, host, cap, port);
+    free(json);
+    if (rc)
+        TY_LOG_ERROR(TY_XFER_SUBSYS, "segment '%s': malformed metadata in etcd", name);
+    return rc;
+}
+
+static bool all_shared(const struct ty__xfer_hello *h)
+{
+    for (size_t i = 0; i < h->n_regions; i++)
+        if (!h->regions[i].shared)
+            return false;
+    return h->n_regions > 0;
+}
+
+/* Pick and open the transport for a connected tcp peer. On return iface and ctx serve it. */
+static int seg_choose(ty_xfer_engine_t *e, const char *name, const struct ty__xfer_hello *h,
+                      void **ctx, const struct ty__xfer_transport_i **iface)
+{
+    bool same_host = strcmp(h->host_id, e->host_id) == 0 && h->unix_name[0];
+    bool want_local = strcmp(e->transport, "local") == 0;
+    if (want_local && (!same_host || !all_shared(h))) {
+        TY_LOG_ERROR(TY_XFER_SUBSYS,
+                     "segment '%s': local transport needs a same-host peer "
+                     "whose regions are all shared memory",
+                     name);
+        return TY_ENOTSUP;
+    }
+    if (want_local || (strcmp(e->transport, "auto") == 0 && same_host && all_shared(h))) {
+        void *lctx;
+        int rc = ty__xfer_local_open(e, h, &lctx);
+        if (rc == 0) {
+            ty__xfer_tcp_iface.close(*ctx);
+            *ctx = lctx;
+            *iface = &ty__xfer_local_iface;
+            TY_LOG_INFO(TY_XFER_SUBSYS, "segment '%s' served by local (shared memory)", name);
+            return 0;
+        }
+        if (want_local)
+            return rc;
+        TY_LOG_WARN(TY_XFER_SUBSYS, "segment '%s': shared memory unavailable (%s), using tcp", name,
+                    ty_strerror(rc));
+    }
+    *iface = &ty__xfer_tcp_iface;
+    TY_LOG_INFO(TY_XFER_SUBSYS, "segment '%s' served by tcp (%s)", name,
+                same_host ? "same host" : "remote host");
+    return 0;
+}
+
+static int seg_connect(ty_xfer_engine_t *e, const char *name, struct ty_xfer_segment *s)
+{
+    if (strcmp(e->transport, "rdma") == 0) {
+        TY_LOG_ERROR(TY_XFER_SUBSYS, "segment '%s': rdma transport %s", name,
+                     ty_xfer_rdma_available() ? "data path not built yet" : "has no device");
+        return TY_ENOTSUP;
+    }
+    if (strcmp(name, e->name) == 0) {
+        s->iface = &ty__xfer_local_iface;
+        TY_LOG_INFO(TY_XFER_SUBSYS, "segment '%s' served by local (same process)", name);
+        return ty__xfer_local_open_self(e, &s->context);
+    }
+    char host[128];
+    uint16_t port;
+    struct ty__xfer_hello meta, hello;
+    int rc = seg_resolve(e, name, host, sizeof(host), &port, &meta);
+    if (rc)
+        return rc;
+    if ((rc = ty__xfer_tcp_open(e, host, port, &hello, &s->context)) != 0)
+        goto out_meta;
+    if (e->etcd) { /* etcd is the source of region metadata in this mode */
+        ty__xfer_hello_clear(&hello);
+        hello.regions = meta.regions;
+        hello.n_regions = meta.n_regions;
+        meta.regions = NULL;
+    }
+    if ((rc = seg_choose(e, name, &hello, &s->context, &s->iface)) != 0) {
+        ty__xfer_tcp_iface.close(s->context);
+        ty__xfer_hello_clear(&hello);
+        goto out_meta;
+    }
+    s->regions = hello.regions;
+    s->n_regions = hello.n_regions;
+out_meta:
+    ty__xfer_hello_clear(&meta);
+    return rc;
+}
+
+int ty_xfer_segment_open(ty_xfer_engine_t *e, const char *name, ty_xfer_segment_t **out)
+{
+    if (!e || !name || !*name || strlen(name) > TY_XFER_NAME_MAX || !out)
+        return TY_EINVAL;
+    pthread_mutex_lock(&e->open_mu);
+    pthread_mutex_lock(&e->seg_mu);
+    struct ty_xfer_segment *s = seg_find(e, name);
+    if (s)
+        s->opens++;
+    pthread_mutex_unlock(&e->seg_mu);
+    int rc = 0;
+    if (!s) {
+        s = calloc(1, sizeof(*s));
+        if (!s)
+            abort();
+        snprintf(s->name, sizeof(s->name), "%s", name);
+        pthread_mutex_init(&s->mu, NULL);
+        s->opens = 1;
+        if ((rc = seg_connect(e, name, s)) != 0) {
+            free(s);
+            s = NULL;
+        } else {
+            pthread_mutex_lock(&e->seg_mu);
+            s->next = e->segments;
+            e->segments = s;
+            pthread_mutex_unlock(&e->seg_mu);
+        }
+    }
+    pthread_mutex_unlock(&e->open_mu);
+    *out = s;
+    return rc;
+}
+
+int ty_xfer_segment_close(ty_xfer_engine_t *e, ty_xfer_segment_t *seg)
+{
+    pthread_mutex_lock(&e->seg_mu);
+    if (--seg->opens > 0) {
+        pthread_mutex_unlock(&e->seg_mu);
+        return 0;
+    }
+    for (struct ty_xfer_segment **pp = &e->segments; *pp; pp = &(*pp)->next) {
+        if (*pp == seg) {
+            *pp = seg->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&e->seg_mu);
+    seg->iface->close(seg->context);
+    free(seg->regions);
+    pthread_mutex_destroy(&seg->mu);
+    free(seg);
+    return 0;
+}
+
+const char *ty_xfer_segment_transport(const ty_xfer_segment_t *seg)
+{
+    return seg->iface->name;
+}
+
+int ty_xfer_segment_regions(ty_xfer_segment_t *seg, struct ty_xfer_region_info *out, size_t cap,
+                            size_t *n)
+{
+    pthread_mutex_lock(&seg->mu);
+    for (size_t i = 0; i < seg->n_regions && i < cap; i++)
+        out[i] = seg->regions[i];
+    if (n)
+        *n = seg->n_regions;
+    pthread_mutex_unlock(&seg->mu);
+    return 0;
+}
+
+int ty_xfer_notify_send(ty_xfer_engine_t *e, ty_xfer_segment_t *seg, const void *msg, size_t len)
+{
+    if (!seg || (!msg && len))
+        return TY_EINVAL;
+    if (len > TY_XFER_NOTIFY_MAX)
+        return TY_EMSGSIZE;
+    return seg->iface->notify(seg->context, msg, len);
+}

@@ -1,0 +1,756 @@
+/* TCP transport: several connections per peer, each with a sender thread and a reply thread.
+ *
+ * A task is cut into slices that wait in one per-peer queue; whichever connection has room takes
+ * the next slice, so large transfers spread over all connections. Payloads go straight from and
+ * into registered memory (sendmsg with an iovec of header + memory; recv into the target), and
+ * every slice is acknowledged. A notification is a fence: it leaves the queue only when no slice
+ * before it is unacknowledged. The peer mutex guards the queue, the per-connection FIFOs of
+ * slices awaiting a reply, and the broken state; the engine watchdog calls tcp_tick() to break a
+ * peer that made no progress for timeout_ms while it had work. The server side (tcp_serve) runs
+ * one thread per inbound connection and validates every access against the region table.
+ */
+#include "xfer-impl.h"
+
+#include "tycho/clock.h"
+#include "tycho/errors.h"
+#include "tycho/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define TCP_WINDOW 4 /* slices in flight per connection */
+
+enum item_kind { ITEM_SLICE, ITEM_NOTIFY };
+
+struct tcp_item {
+    enum item_kind kind;
+    struct ty__xfer_task *task;
+    enum ty_xfer_op op;
+    uint8_t *local; /* slice: local memory; notify: message */
+    uint64_t remote;
+    uint64_t len;
+    uint64_t task_remote; /* the whole task's remote range */
+    uint64_t task_len;
+    uint64_t seq;
+    bool local_cuda;
+    int notify_rc; /* notify: result, valid when notify_done */
+    bool notify_done;
+    struct tcp_item *next;
+};
+
+struct tcp_peer;
+
+struct tcp_conn {
+    struct tcp_peer *peer;
+    int fd;
+    pthread_t send_thr, recv_thr;
+    bool threads;
+    struct tcp_item *fifo_head, *fifo_tail; /* sent, awaiting a reply */
+    uint32_t inflight;
+    struct tcp_item *sending;    /* item whose memory sendmsg is reading now */
+    struct ty__xfer_stage stage; /* pinned staging for cuda memory, owned by the conn threads */
+};
+
+struct tcp_peer {
+    ty_xfer_engine_t *e;
+    char host[128];
+    uint16_t port;
+    pthread_mutex_t reconnect_mu; /* serializes reconnect and close; taken before mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct tcp_item *q_head, *q_tail;
+    uint64_t inflight; /* taken from the queue, not yet answered */
+    uint64_t seq;
+    bool broken, stop;
+    int broken_err;
+    _Atomic uint64_t progress_ns;
+    uint32_t nconns;
+    struct tcp_conn *conns;
+};
+
+/* ---- completion ---------------------------------------------------------------------------- */
+
+/* Complete an item. mu held (notify waiters wait on cv). Slices are freed here. */
+static void item_finish(struct tcp_peer *p, struct tcp_item *it, int rc)
+{
+    if (it->kind == ITEM_NOTIFY) {
+        it->notify_rc = rc;
+        it->notify_done = true;
+        pthread_cond_broadcast(&p->cv);
+        return;
+    }
+    ty__xfer_slice_done(it->task, rc ? 0 : it->len, rc);
+    free(it);
+}
+
+/* Mark the peer broken, fail everything queued and wake every thread. mu held. */
+static void peer_break(struct tcp_peer *p, int err)
+{
+    if (p->broken)
+        return;
+    p->broken = true;
+    p->broken_err = err ? err : TY_ECONNRESET;
+    if (!p->stop) {
+        atomic_fetch_add(&p->e->st.peer_failures, 1);
+        TY_LOG_WARN(TY_XFER_SUBSYS, "tcp peer %s:%u failed: %s; failing its pending tasks", p->host,
+                    p->port, ty_strerror(p->broken_err));
+    }
+    for (uint32_t i = 0; i < p->nconns; i++)
+        if (p->conns[i].fd >= 0)
+            shutdown(p->conns[i].fd, SHUT_RDWR);
+    while (p->q_head) {
+        struct tcp_item *it = p->q_head;
+        p->q_head = it->next;
+        item_finish(p, it, p->broken_err);
+    }
+    p->q_tail = NULL;
+    pthread_cond_broadcast(&p->cv);
+}
+
+static void progress(struct tcp_peer *p)
+{
+    atomic_store_explicit(&p->progress_ns, ty_clock_ns(), memory_order_relaxed);
+}
+
+/* ---- sender -------------------------------------------------------------------------------- */
+
+static int send_item(struct tcp_conn *c, struct tcp_item *it)
+{
+    struct tcp_peer *p = c->peer;
+    struct ty__xfer_hdr h = {.seq = it->seq,
+                             .addr = it->remote,
+                             .len = it->len,
+                             .task_addr = it->task_remote,
+                             .task_len = it->task_len};
+    uint8_t hb[TY__XFER_HDR_SIZE];
+    struct iovec iov[2] = {{hb, sizeof(hb)}, {it->local, (size_t)it->len}};
+    int iovcnt = 2;
+    if (it->kind == ITEM_NOTIFY) {
+        h.type = TY__XFER_MSG_NOTIFY;
+    } else if (it->op == TY_XFER_OP_WRITE) {
+        h.type = TY__XFER_MSG_WRITE;
+#ifdef TY_XFER_HAVE_CUDA
+        if (it->local_cuda) { /* device -> pinned host, then send from the staging buffer */
+            int rc = ty__xfer_cuda_stage_reserve(&c->stage, (size_t)it->len);
+            if (rc || (rc = ty__xfer_cuda_copy(c->stage.ptr, it->local, (size_t)it->len)))
+                return rc;
+            iov[1].iov_base = c->stage.ptr;
+        }
+#endif
+        if (p->e->checksum) {
+            h.flags = TY__XFER_FLAG_CHECKSUM;
+            h.checksum = XXH3_64bits(iov[1].iov_base, (size_t)it->len);
+        }
+    } else {
+        h.type = TY__XFER_MSG_READ;
+        h.flags = p->e->checksum ? TY__XFER_FLAG_CHECKSUM : 0;
+        iovcnt = 1;
+    }
+    if (iovcnt == 2 && it->len == 0)
+        iovcnt = 1;
+    ty__xfer_hdr_encode(&h, hb);
+    int rc = ty__xfer_sendv_all(c->fd, iov, iovcnt);
+    if (rc == 0)
+        progress(p);
+    return rc;
+}
+
+static bool can_take(struct tcp_peer *p, struct tcp_conn *c)
+{
+    if (!p->q_head || c->inflight >= TCP_WINDOW)
+        return false;
+    return p->q_head->kind != ITEM_NOTIFY || p->inflight == 0;
+}
+
+static void *send_main(void *arg)
+{
+    struct tcp_conn *c = arg;
+    struct tcp_peer *p = c->peer;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->broken && !can_take(p, c))
+            pthread_cond_wait(&p->cv, &p->mu);
+        if (p->broken)
+            break;
+        struct tcp_item *it = p->q_head;
+        p->q_head = it->next;
+        if (!p->q_head)
+            p->q_tail = NULL;
+        it->next = NULL;
+        it->seq = ++p->seq;
+        if (c->fifo_tail)
+            c->fifo_tail->next = it;
+        else
+            c->fifo_head = it;
+        c->fifo_tail = it;
+        c->inflight++;
+        p->inflight++;
+        c->sending = it;
+        pthread_mutex_unlock(&p->mu);
+        int rc = send_item(c, it);
+        pthread_mutex_lock(&p->mu);
+        c->sending = NULL;
+        pthread_cond_broadcast(&p->cv);
+        if (rc) {
+            peer_break(p, rc);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+/* ---- reply reader -------------------------------------------------------------------------- */
+
+/* Handle the reply for `it`. Returns the item's status in *status and a connection error. */
+static int read_reply(struct tcp_conn *c, struct tcp_item *it, const struct ty__xfer_hdr *h,
+                      int *status)
+{
+    *status = h->status;
+    bool want_resp = it->kind == ITEM_SLICE && it->op == TY_XFER_OP_READ;
+    if (h->type != (want_resp ? TY__XFER_MSG_READ_RESP : TY__XFER_MSG_ACK))
+        return TY_EPROTO;
+    if (!want_resp || h->status != 0)
+        return h->len == 0 || !want_resp ? 0 : TY_EPROTO;
+    if (h->len != it->len)
+        return TY_EPROTO;
+    uint8_t *dst = it->local;
+#ifdef TY_XFER_HAVE_CUDA
+    if (it->local_cuda) {
+        int src = ty__xfer_cuda_stage_reserve(&c->stage, (size_t)it->len);
+        if (src)
+            return src;
+        dst = c->stage.ptr;
+    }
+#endif
+    int rc = ty__xfer_recv_all(c->fd, dst, (size_t)it->len);
+    if (rc)
+        return rc;
+    if ((h->flags & TY__XFER_FLAG_CHECKSUM) && XXH3_64bits(dst, (size_t)it->len) != h->checksum) {
+        atomic_fetch_add(&c->peer->e->st.checksum_errors, 1);
+        *status = TY_ECHECKSUM;
+    }
+#ifdef TY_XFER_HAVE_CUDA
+    if (it->local_cuda && *status == 0)
+        *status = ty__xfer_cuda_copy(it->local, dst, (size_t)it->len);
+#endif
+    return 0;
+}
+
+static void recv_fail_fifo(struct tcp_conn *c, int rc)
+{
+    struct tcp_peer *p = c->peer;
+    pthread_mutex_lock(&p->mu);
+    peer_break(p, rc);
+    while (c->sending)
+        pthread_cond_wait(&p->cv, &p->mu);
+    while (c->fifo_head) {
+        struct tcp_item *it = c->fifo_head;
+        c->fifo_head = it->next;
+        p->inflight--;
+        item_finish(p, it, p->broken_err);
+    }
+    c->fifo_tail = NULL;
+    c->inflight = 0;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void *recv_main(void *arg)
+{
+    struct tcp_conn *c = arg;
+    struct tcp_peer *p = c->peer;
+    uint8_t hb[TY__XFER_HDR_SIZE];
+    struct ty__xfer_hdr h;
+    int rc;
+    for (;;) {
+        if ((rc = ty__xfer_recv_all(c->fd, hb, sizeof(hb))) != 0)
+            break;
+        if ((rc = ty__xfer_hdr_decode(hb, &h)) != 0)
+            break;
+        pthread_mutex_lock(&p->mu);
+        struct tcp_item *it = c->fifo_head;
+        if (!it || it->seq != h.seq) {
+            pthread_mutex_unlock(&p->mu);
+            rc = TY_EPROTO;
+            break;
+        }
+        c->fifo_head = it->next;
+        if (!c->fifo_head)
+            c->fifo_tail = NULL;
+        pthread_mutex_unlock(&p->mu);
+        int status;
+        rc = read_reply(c, it, &h, &status);
+        progress(p);
+        pthread_mutex_lock(&p->mu);
+        c->inflight--;
+        p->inflight--;
+        item_finish(p, it, rc ? rc : status);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+        if (rc)
+            break;
+    }
+    recv_fail_fifo(c, rc);
+    return NULL;
+}
+
+/* ---- connection setup ---------------------------------------------------------------------- */
+
+/* Connect one socket and run the hello exchange; returns fd, fills *hello when non-NULL. */
+static int conn_dial(struct tcp_peer *p, struct ty__xfer_hello *hello)
+{
+    ty_xfer_engine_t *e = p->e;
+    int fd = ty__xfer_tcp_connect(p->host, p->port, e->timeout_ms);
+    if (fd < 0)
+        return fd;
+    ty__xfer_sock_timeouts(fd, e->timeout_ms);
+    struct ty__xfer_hdr h = {
+        .type = TY__XFER_MSG_HELLO, .addr = TY__XFER_VERSION, .len = strlen(e->name)};
+    uint8_t hb[TY__XFER_HDR_SIZE], *body = NULL;
+    ty__xfer_hdr_encode(&h, hb);
+    struct iovec iov[2] = {{hb, sizeof(hb)}, {e->name, (size_t)h.len}};
+    int rc = ty__xfer_sendv_all(fd, iov, 2);
+    if (rc || (rc = ty__xfer_recv_all(fd, hb, sizeof(hb))) != 0)
+        goto err_close;
+    if ((rc = ty__xfer_hdr_decode(hb, &h)) != 0 || h.type != TY__XFER_MSG_HELLO_REPLY) {
+        rc = TY_EPROTO;
+        goto err_close;
+    }
+    if (h.status) {
+        rc = h.status;
+        goto err_close;
+    }
+    body = malloc(h.len ? h.len : 1);
+    if (!body)
+        abort();
+    if ((rc = ty__xfer_recv_all(fd, body, (size_t)h.len)) != 0)
+        goto err_free;
+    struct ty__xfer_hello tmp;
+    if ((rc = ty__xfer_hello_decode(body, (size_t)h.len, &tmp)) != 0)
+        goto err_free;
+    if (hello)
+        *hello = tmp;
+    else
+        ty__xfer_hello_clear(&tmp);
+    free(body);
+    /* Replies may legitimately take long when a slice is large; the watchdog bounds stalls. */
+    ty__xfer_sock_timeouts(fd, 0);
+    return fd;
+err_free:
+    free(body);
+err_close:
+    close(fd);
+    return rc;
+}
+
+static void conns_close(struct tcp_peer *p)
+{
+    for (uint32_t i = 0; i < p->nconns; i++) {
+        struct tcp_conn *c = &p->conns[i];
+        if (c->threads) {
+            pthread_join(c->send_thr, NULL);
+            pthread_join(c->recv_thr, NULL);
+            c->threads = false;
+        }
+        if (c->fd >= 0)
+            close(c->fd);
+        c->fd = -1;
+#ifdef TY_XFER_HAVE_CUDA
+        ty__xfer_cuda_stage_free(&c->stage);
+#endif
+    }
+}
+
+/* Dial every connection (conn 0's hello into *hello) and start the threads. reconnect_mu held. */
+static int conns_open(struct tcp_peer *p, struct ty__xfer_hello *hello)
+{
+    for (uint32_t i = 0; i < p->nconns; i++) {
+        int fd = conn_dial(p, i == 0 ? hello : NULL);
+        if (fd < 0) {
+            if (i > 0 && hello)
+                ty__xfer_hello_clear(hello);
+            conns_close(p);
+            return fd;
+        }
+        p->conns[i].fd = fd;
+    }
+    pthread_mutex_lock(&p->mu);
+    p->broken = false;
+    p->broken_err = 0;
+    progress(p);
+    for (uint32_t i = 0; i < p->nconns; i++) {
+        struct tcp_conn *c = &p->conns[i];
+        if (pthread_create(&c->send_thr, NULL, send_main, c) != 0)
+            abort();
+        if (pthread_create(&c->recv_thr, NULL, recv_main, c) != 0)
+            abort();
+        c->threads = true;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
+int ty__xfer_tcp_open(ty_xfer_engine_t *e, const char *host, uint16_t port,
+                      struct ty__xfer_hello *hello, void **ctx)
+{
+    struct tcp_peer *p = calloc(1, sizeof(*p));
+    if (!p)
+        abort();
+    p->e = e;
+    snprintf(p->host, sizeof(p->host), "%s", host);
+    p->port = port;
+    pthread_mutex_init(&p->reconnect_mu, NULL);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->nconns = e->tcp_conns;
+    p->conns = calloc(p->nconns, sizeof(*p->conns));
+    if (!p->conns)
+        abort();
+    for (uint32_t i = 0; i < p->nconns; i++) {
+        p->conns[i].peer = p;
+        p->conns[i].fd = -1;
+    }
+    int rc = conns_open(p, hello);
+    if (rc) {
+        TY_LOG_ERROR(TY_XFER_SUBSYS, "cannot reach tcp peer %s:%u: %s", host, port,
+                     ty_strerror(rc));
+        free(p->conns);
+        free(p);
+        return rc;
+    }
+    *ctx = p;
+    return 0;
+}
+
+/* The peer broke earlier: wait for its threads, dial again. reconnect_mu held. */
+static int peer_reconnect(struct tcp_peer *p)
+{
+    conns_close(p);
+    atomic_fetch_add(&p->e->st.reconnects, 1);
+    int rc = conns_open(p, NULL);
+    if (rc) {
+        TY_LOG_WARN(TY_XFER_SUBSYS, "reconnect to %s:%u failed: %s", p->host, p->port,
+                    ty_strerror(rc));
+        return rc;
+    }
+    TY_LOG_INFO(TY_XFER_SUBSYS, "reconnected to %s:%u (tcp)", p->host, p->port);
+    return 0;
+}
+
+static int peer_ready(struct tcp_peer *p)
+{
+    pthread_mutex_lock(&p->mu);
+    bool broken = p->broken;
+    pthread_mutex_unlock(&p->mu);
+    if (!broken)
+        return 0;
+    pthread_mutex_lock(&p->reconnect_mu);
+    pthread_mutex_lock(&p->mu);
+    broken = p->broken && !p->stop;
+    bool stopped = p->stop;
+    pthread_mutex_unlock(&p->mu);
+    int rc = stopped ? TY_ESHUTDOWN : broken ? peer_reconnect(p) : 0;
+    pthread_mutex_unlock(&p->reconnect_mu);
+    return rc;
+}
+
+/* Append items to the queue; reset the progress clock when the peer was idle. mu held. */
+static void enqueue(struct tcp_peer *p, struct tcp_item *first, struct tcp_item *last)
+{
+    if (!p->q_head && p->inflight == 0)
+        progress(p);
+    if (p->q_tail)
+        p->q_tail->next = first;
+    else
+        p->q_head = first;
+    p->q_tail = last;
+    pthread_cond_broadcast(&p->cv);
+}
+
+static int tcp_submit(void *ctx, const struct ty__xfer_slice_req *req)
+{
+    struct tcp_peer *p = ctx;
+    int rc = peer_ready(p);
+    if (rc)
+        return rc;
+    uint64_t slice = p->e->slice_bytes;
+    uint32_t n = (uint32_t)((req->len + slice - 1) / slice);
+    struct tcp_item *first = NULL, *last = NULL;
+    for (uint32_t i = 0; i < n; i++) {
+        struct tcp_item *it = calloc(1, sizeof(*it));
+        if (!it)
+            abort();
+        uint64_t off = (uint64_t)i * slice;
+        it->kind = ITEM_SLICE;
+        it->task = req->task;
+        it->op = req->op;
+        it->local = req->local + off;
+        it->remote = req->remote + off;
+        it->len = req->len - off < slice ? req->len - off : slice;
+        it->task_remote = req->remote;
+        it->local_cuda = req->local_cuda;
+        it->task_len = req->len;
+        if (last)
+            last->next = it;
+        else
+            first = it;
+        last = it;
+    }
+    ty__xfer_task_start(req->task, n);
+    pthread_mutex_lock(&p->mu);
+    if (p->broken) { /* broke between peer_ready and now */
+        rc = p->broken_err;
+        for (struct tcp_item *it = first, *nx; it; it = nx) {
+            nx = it->next;
+            item_finish(p, it, rc);
+        }
+    } else {
+        enqueue(p, first, last);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
+static int tcp_notify(void *ctx, const void *msg, size_t len)
+{
+    struct tcp_peer *p = ctx;
+    int rc = peer_ready(p);
+    if (rc)
+        return rc;
+    struct tcp_item it = {.kind = ITEM_NOTIFY, .local = (uint8_t *)msg, .len = len};
+    pthread_mutex_lock(&p->mu);
+    if (p->broken) {
+        pthread_mutex_unlock(&p->mu);
+        return p->broken_err;
+    }
+    enqueue(p, &it, &it);
+    while (!it.notify_done)
+        pthread_cond_wait(&p->cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    return it.notify_rc;
+}
+
+static void tcp_tick(void *ctx, uint64_t now_ns)
+{
+    struct tcp_peer *p = ctx;
+    pthread_mutex_lock(&p->mu);
+    uint64_t last = atomic_load_explicit(&p->progress_ns, memory_order_relaxed);
+    if (!p->broken && (p->q_head || p->inflight) &&
+        now_ns > last + (uint64_t)p->e->timeout_ms * TY_NS_PER_MS)
+        peer_break(p, TY_ETIMEDOUT);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void tcp_close(void *ctx)
+{
+    struct tcp_peer *p = ctx;
+    pthread_mutex_lock(&p->reconnect_mu);
+    pthread_mutex_lock(&p->mu);
+    p->stop = true;
+    peer_break(p, TY_ECANCELED);
+    pthread_mutex_unlock(&p->mu);
+    conns_close(p);
+    pthread_mutex_unlock(&p->reconnect_mu);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->reconnect_mu);
+    free(p->conns);
+    free(p);
+}
+
+const struct ty__xfer_transport_i ty__xfer_tcp_iface = {
+    .name = "tcp",
+    .submit = tcp_submit,
+    .notify = tcp_notify,
+    .tick = tcp_tick,
+    .close = tcp_close,
+};
+
+/* ---- server side --------------------------------------------------------------------------- */
+
+static int reply(int fd, uint8_t type, uint64_t seq, int status)
+{
+    struct ty__xfer_hdr h = {.type = type, .seq = seq, .status = status};
+    uint8_t hb[TY__XFER_HDR_SIZE];
+    ty__xfer_hdr_encode(&h, hb);
+    struct iovec iov = {hb, sizeof(hb)};
+    return ty__xfer_sendv_all(fd, &iov, 1);
+}
+
+static void refuse_log(ty_xfer_engine_t *e, struct ty__xfer_inbound *in, const char *what,
+                       const struct ty__xfer_hdr *h)
+{
+    atomic_fetch_add(&e->st.refused, 1);
+    TY_LOG_WARN(TY_XFER_SUBSYS,
+                "refused %s of %llu bytes at 0x%llx (task 0x%llx+%llu) from "
+                "'%s': outside registered memory",
+                what, (unsigned long long)h->len, (unsigned long long)h->addr,
+                (unsigned long long)h->task_addr, (unsigned long long)h->task_len, in->peer_name);
+}
+
+static int serve_write(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
+                       const struct ty__xfer_hdr *h)
+{
+    const struct ty__xfer_region *r = ty__xfer_regions_rdlock(e, h->task_addr, h->task_len);
+    if (!r) {
+        refuse_log(e, in, "write", h);
+        int rc = ty__xfer_drain(in->fd, h->len);
+        return rc ? rc : reply(in->fd, TY__XFER_MSG_ACK, h->seq, TY_EOUTOFRANGE);
+    }
+    uint8_t *target = (uint8_t *)(uintptr_t)h->addr, *dst = target;
+    int rc = 0, status = 0;
+#ifdef TY_XFER_HAVE_CUDA
+    bool cuda = r->loc_kind == TY__XFER_LOC_CUDA;
+    if (cuda && (rc = ty__xfer_cuda_stage_reserve(&in->stage, (size_t)h->len)) == 0)
+        dst = in->stage.ptr;
+#endif
+    if (rc == 0)
+        rc = ty__xfer_recv_all(in->fd, dst, (size_t)h->len);
+    if (rc == 0 && (h->flags & TY__XFER_FLAG_CHECKSUM) &&
+        XXH3_64bits(dst, (size_t)h->len) != h->checksum) {
+        atomic_fetch_add(&e->st.checksum_errors, 1);
+        status = TY_ECHECKSUM;
+    }
+#ifdef TY_XFER_HAVE_CUDA
+    if (rc == 0 && status == 0 && cuda)
+        status = ty__xfer_cuda_copy(target, dst, (size_t)h->len);
+#endif
+    ty__xfer_regions_unlock(e);
+    if (rc)
+        return rc;
+    atomic_fetch_add(&e->st.served_in, h->len);
+    return reply(in->fd, TY__XFER_MSG_ACK, h->seq, status);
+}
+
+static int serve_read(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
+                      const struct ty__xfer_hdr *h)
+{
+    const struct ty__xfer_region *r = ty__xfer_regions_rdlock(e, h->task_addr, h->task_len);
+    if (!r) {
+        refuse_log(e, in, "read", h);
+        return reply(in->fd, TY__XFER_MSG_READ_RESP, h->seq, TY_EOUTOFRANGE);
+    }
+    uint8_t *src = (uint8_t *)(uintptr_t)h->addr;
+#ifdef TY_XFER_HAVE_CUDA
+    if (r->loc_kind == TY__XFER_LOC_CUDA) {
+        int crc = ty__xfer_cuda_stage_reserve(&in->stage, (size_t)h->len);
+        if (crc == 0)
+            crc = ty__xfer_cuda_copy(in->stage.ptr, src, (size_t)h->len);
+        if (crc) {
+            ty__xfer_regions_unlock(e);
+            return reply(in->fd, TY__XFER_MSG_READ_RESP, h->seq, crc);
+        }
+        src = in->stage.ptr;
+    }
+#endif
+    struct ty__xfer_hdr rh = {.type = TY__XFER_MSG_READ_RESP, .seq = h->seq, .len = h->len};
+    if (h->flags & TY__XFER_FLAG_CHECKSUM) {
+        rh.flags = TY__XFER_FLAG_CHECKSUM;
+        rh.checksum = XXH3_64bits(src, (size_t)h->len);
+    }
+    uint8_t hb[TY__XFER_HDR_SIZE];
+    ty__xfer_hdr_encode(&rh, hb);
+    struct iovec iov[2] = {{hb, sizeof(hb)}, {src, (size_t)h->len}};
+    int rc = ty__xfer_sendv_all(in->fd, iov, 2);
+    ty__xfer_regions_unlock(e);
+    if (rc == 0)
+        atomic_fetch_add(&e->st.served_out, h->len);
+    return rc;
+}
+
+static int serve_hello(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
+                       const struct ty__xfer_hdr *h)
+{
+    int rc = ty__xfer_recv_all(in->fd, in->peer_name, (size_t)h->len);
+    if (rc)
+        return rc;
+    in->peer_name[h->len] = '\0';
+    if (h->addr != TY__XFER_VERSION)
+        return reply(in->fd, TY__XFER_MSG_HELLO_REPLY, h->seq, TY_EPROTO);
+    struct ty__xfer_hello hello;
+    uint8_t *body, hb[TY__XFER_HDR_SIZE];
+    size_t len;
+    ty__xfer_engine_hello(e, &hello);
+    ty__xfer_hello_encode(&hello, &body, &len);
+    ty__xfer_hello_clear(&hello);
+    struct ty__xfer_hdr rh = {.type = TY__XFER_MSG_HELLO_REPLY, .len = len};
+    ty__xfer_hdr_encode(&rh, hb);
+    struct iovec iov[2] = {{hb, sizeof(hb)}, {body, len}};
+    rc = ty__xfer_sendv_all(in->fd, iov, 2);
+    free(body);
+    return rc;
+}
+
+static int serve_notify(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
+                        const struct ty__xfer_hdr *h)
+{
+    uint8_t msg[TY_XFER_NOTIFY_MAX];
+    int rc = ty__xfer_recv_all(in->fd, msg, (size_t)h->len);
+    if (rc)
+        return rc;
+    return reply(in->fd, TY__XFER_MSG_ACK, h->seq,
+                 ty__xfer_notify_push(e, in->peer_name, msg, (size_t)h->len));
+}
+
+/* Wait for the next header. An idle connection is fine; a header cut short is not. */
+static int recv_hdr_idle(ty_xfer_engine_t *e, int fd, uint8_t *hb)
+{
+    size_t got = 0;
+    while (got < TY__XFER_HDR_SIZE) {
+        ssize_t n = recv(fd, hb + got, TY__XFER_HDR_SIZE - got, 0);
+        if (n == 0)
+            return TY_ECONNRESET;
+        if (n < 0) {
+            if (errno == EINTR || ((errno == EAGAIN) && got == 0 && !atomic_load(&e->stopping)))
+                continue;
+            return errno == EAGAIN ? TY_ETIMEDOUT : ty_errno();
+        }
+        got += (size_t)n;
+    }
+    return 0;
+}
+
+void ty__xfer_tcp_serve(ty_xfer_engine_t *e, struct ty__xfer_inbound *in)
+{
+    uint8_t hb[TY__XFER_HDR_SIZE];
+    struct ty__xfer_hdr h;
+    ty__xfer_sock_timeouts(in->fd, e->timeout_ms);
+    int rc = 0;
+    bool hello = false;
+    while (rc == 0 && !atomic_load(&e->stopping)) {
+        if ((rc = recv_hdr_idle(e, in->fd, hb)) != 0)
+            break;
+        if ((rc = ty__xfer_hdr_decode(hb, &h)) != 0)
+            break;
+        if (!hello && h.type != TY__XFER_MSG_HELLO) {
+            rc = TY_EPROTO;
+            break;
+        }
+        switch (h.type) {
+        case TY__XFER_MSG_HELLO:
+            rc = hello ? TY_EPROTO : serve_hello(e, in, &h);
+            hello = true;
+            break;
+        case TY__XFER_MSG_WRITE:
+            rc = serve_write(e, in, &h);
+            break;
+        case TY__XFER_MSG_READ:
+            rc = serve_read(e, in, &h);
+            break;
+        case TY__XFER_MSG_NOTIFY:
+            rc = serve_notify(e, in, &h);
+            break;
+        default:
+            rc = TY_EPROTO;
+        }
+    }
+    if (rc && rc != TY_ECONNRESET && !atomic_load(&e->stopping))
+        TY_LOG_WARN(TY_XFER_SUBSYS, "closing inbound connection from '%s': %s",
+                    in->peer_name[0] ? in->peer_name : "?", ty_strerror(rc));
+}

@@ -1,0 +1,309 @@
+/* Transfer engine internals shared by engine.c and the transports.
+ *
+ * A segment is {iface, context}: the transport's vtable and its per-peer state. Tasks are split
+ * into slices by the transport; every slice completion goes through ty__xfer_slice_done(), which
+ * is thread-safe. The engine's region table is guarded by a rwlock that remote accesses hold
+ * for reading while they touch the memory, so unregister waits for them.
+ */
+#ifndef TYCHO_XFER_IMPL_H
+#define TYCHO_XFER_IMPL_H
+
+#include "tycho/transfer.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#define TY_XFER_SUBSYS "xfer"
+
+/* ---- regions (pure table; locking is the caller's) ----------------------------------------- */
+
+enum ty__xfer_loc_kind { TY__XFER_LOC_CPU = 0, TY__XFER_LOC_CUDA = 1 };
+
+struct ty__xfer_region {
+    uint64_t addr;
+    uint64_t len;
+    int loc_kind;
+    int loc_dev;
+    int memfd;  /* >= 0 when shareable through the local transport */
+    bool owned; /* mapped by ty_xfer_mem_alloc */
+};
+
+struct ty__xfer_region_table {
+    struct ty__xfer_region *v; /* sorted by addr, non-overlapping */
+    size_t n, cap;
+};
+
+/* Parse "cpu:N" / "cuda:N" (N optional, default 0). Returns 0 or TY_EINVAL. */
+int ty__xfer_location_parse(const char *s, int *kind, int *dev);
+/* Insert; TY_EINVAL when empty or overlapping, TY_ENOSPC past TY_XFER_REGIONS_MAX. */
+int ty__xfer_regions_add(struct ty__xfer_region_table *t, const struct ty__xfer_region *r);
+/* Remove the region starting at addr into *out. TY_ENOTFOUND if none. */
+int ty__xfer_regions_remove(struct ty__xfer_region_table *t, uint64_t addr,
+                            struct ty__xfer_region *out);
+/* The region wholly containing [addr, addr+len), or NULL (also on overflow, len 0). */
+const struct ty__xfer_region *ty__xfer_regions_find(const struct ty__xfer_region_table *t,
+                                                    uint64_t addr, uint64_t len);
+void ty__xfer_regions_clear(struct ty__xfer_region_table *t);
+
+/* ---- wire format (tcp and unix sockets; little-endian, 64-byte header) ---------------------- */
+
+#define TY__XFER_MAGIC         0x46585954u /* "TYXF" */
+#define TY__XFER_HDR_SIZE      64
+#define TY__XFER_VERSION       1
+#define TY__XFER_FLAG_CHECKSUM 0x1
+#define TY__XFER_MAX_SLICE     (256ull << 20) /* the largest payload a peer accepts in one message */
+
+enum ty__xfer_msg {
+    TY__XFER_MSG_HELLO = 1,       /* payload: sender name; addr = version */
+    TY__XFER_MSG_HELLO_REPLY = 2, /* payload: hello body (regions, host id, unix name) */
+    TY__XFER_MSG_WRITE = 3,       /* addr, len, payload len bytes */
+    TY__XFER_MSG_READ = 4,        /* addr, len */
+    TY__XFER_MSG_ACK = 5,         /* status; answers WRITE, NOTIFY */
+    TY__XFER_MSG_READ_RESP = 6,   /* status, payload len bytes when status == 0 */
+    TY__XFER_MSG_NOTIFY = 7,      /* payload: message */
+    TY__XFER_MSG_FDS = 8,         /* unix only: one region per message, memfd in SCM_RIGHTS */
+};
+
+struct ty__xfer_hdr {
+    uint32_t magic;
+    uint8_t type;
+    uint8_t flags;
+    uint16_t reserved;
+    int32_t status;
+    uint32_t reserved2;
+    uint64_t seq;
+    uint64_t addr;
+    uint64_t len;
+    uint64_t checksum;
+    uint64_t task_addr; /* WRITE/READ: the whole task's range, which must lie in one region */
+    uint64_t task_len;
+};
+
+void ty__xfer_hdr_encode(const struct ty__xfer_hdr *h, uint8_t out[TY__XFER_HDR_SIZE]);
+/* Decode and validate magic, type and that len fits a payload. Returns 0 or TY_EPROTO. */
+int ty__xfer_hdr_decode(const uint8_t in[TY__XFER_HDR_SIZE], struct ty__xfer_hdr *h);
+
+/* Hello body: host id, unix socket name, then the region list. */
+struct ty__xfer_hello {
+    char name[TY_XFER_NAME_MAX + 1];
+    char host_id[64];
+    char unix_name[108];
+    size_t n_regions;
+    struct ty_xfer_region_info *regions; /* malloc'd by decode; free with ty__xfer_hello_clear */
+};
+
+/* Encode into a malloc'd buffer (*out, *out_len). Aborts on OOM (small metadata). */
+void ty__xfer_hello_encode(const struct ty__xfer_hello *h, uint8_t **out, size_t *out_len);
+/* Decode outside input. Returns 0 or TY_EPROTO with nothing allocated. */
+int ty__xfer_hello_decode(const uint8_t *buf, size_t len, struct ty__xfer_hello *h);
+void ty__xfer_hello_clear(struct ty__xfer_hello *h);
+
+/* ---- socket helpers (blocking fds) ---------------------------------------------------------- */
+
+/* Send/receive exactly the iovecs / len bytes; 0, -errno, or -ECONNRESET on EOF. */
+int ty__xfer_sendv_all(int fd, struct iovec *iov, int iovcnt);
+int ty__xfer_recv_all(int fd, void *buf, size_t len);
+/* Receive and discard len bytes. */
+int ty__xfer_drain(int fd, uint64_t len);
+/* Connect to host:port within timeout_ms; returns fd or -errno / TY_ETIMEDOUT. */
+int ty__xfer_tcp_connect(const char *host, uint16_t port, uint32_t timeout_ms);
+/* Split "host:port". Returns 0 or TY_EINVAL. */
+int ty__xfer_split_hostport(const char *s, char *host, size_t host_cap, uint16_t *port);
+/* Set SO_RCVTIMEO and SO_SNDTIMEO. */
+void ty__xfer_sock_timeouts(int fd, uint32_t timeout_ms);
+
+/* ---- CUDA staging (cuda.c; only in CUDA builds) --------------------------------------------- */
+
+struct ty__xfer_stage {
+    void *ptr; /* pinned host memory */
+    size_t cap;
+};
+
+#ifdef TY_XFER_HAVE_CUDA
+/* Make s hold at least len bytes. Returns 0 or TY_ECUDA. */
+int ty__xfer_cuda_stage_reserve(struct ty__xfer_stage *s, size_t len);
+void ty__xfer_cuda_stage_free(struct ty__xfer_stage *s);
+/* cudaMemcpy with cudaMemcpyDefault (UVA decides the direction). Returns 0 or TY_ECUDA. */
+int ty__xfer_cuda_copy(void *dst, const void *src, size_t len);
+#endif
+
+/* ---- tasks, batches ----------------------------------------------------------------------- */
+
+struct ty__xfer_task {
+    _Atomic int state; /* enum ty_xfer_task_state */
+    _Atomic uint64_t bytes_done;
+    _Atomic int err;
+    _Atomic uint32_t slices_left;
+    enum ty_xfer_op op;
+    uint64_t len;
+    struct ty_xfer_batch *batch;
+};
+
+struct ty_xfer_batch {
+    ty_xfer_engine_t *engine;
+    size_t cap;
+    _Atomic size_t n; /* submitted */
+    _Atomic size_t pending;
+    pthread_mutex_t mu; /* guards submission and the wait condition */
+    pthread_cond_t cv;
+    struct ty__xfer_task *tasks;
+};
+
+/* Set the number of slices before the first ty__xfer_slice_done(). */
+void ty__xfer_task_start(struct ty__xfer_task *t, uint32_t slices);
+/* One slice of t ended with err (0: ok, `bytes` landed). Thread-safe. */
+void ty__xfer_slice_done(struct ty__xfer_task *t, uint64_t bytes, int err);
+
+/* ---- transports -------------------------------------------------------------------------- */
+
+struct ty__xfer_slice_req {
+    struct ty__xfer_task *task;
+    enum ty_xfer_op op;
+    uint8_t *local;
+    uint64_t remote;
+    uint64_t len;
+    bool local_cuda; /* local lies in a cuda:N region: staged through pinned memory */
+};
+
+struct ty__xfer_transport_i {
+    const char *name;
+    /* Queue one task (already validated locally); completes through ty__xfer_slice_done. */
+    int (*submit)(void *ctx, const struct ty__xfer_slice_req *req);
+    /* Ordered notification; blocks until acknowledged. */
+    int (*notify)(void *ctx, const void *msg, size_t len);
+    /* Periodic check from the engine's watchdog (optional, NULL: none). */
+    void (*tick)(void *ctx, uint64_t now_ns);
+    /* Fail everything pending, stop threads, free ctx. */
+    void (*close)(void *ctx);
+};
+
+struct ty_xfer_segment {
+    const struct ty__xfer_transport_i *iface;
+    void *context;
+    char name[TY_XFER_NAME_MAX + 1];
+    int opens;
+    pthread_mutex_t mu; /* guards regions */
+    size_t n_regions;
+    struct ty_xfer_region_info *regions;
+    struct ty_xfer_segment *next;
+};
+
+struct ty__xfer_stats_atomic {
+    _Atomic uint64_t bytes_written, bytes_read, tasks_done, tasks_failed;
+    _Atomic uint64_t served_in, served_out, refused, checksum_errors, peer_failures, reconnects;
+};
+
+struct ty__xfer_inbound {
+    int fd;
+    pthread_t thr;
+    bool is_unix;
+    _Atomic bool finished;
+    struct ty__xfer_stage stage; /* for cuda regions (CUDA builds) */
+    ty_xfer_engine_t *engine;
+    char peer_name[TY_XFER_NAME_MAX + 1];
+    struct ty__xfer_inbound *next;
+};
+
+struct ty__xfer_notify_node {
+    struct ty_xfer_notify n;
+    struct ty__xfer_notify_node *next;
+};
+
+struct ty__xfer_etcd;
+
+struct ty_xfer_engine {
+    char name[TY_XFER_NAME_MAX + 1];
+    char listen_host[64];
+    char advertise_host[64];
+    uint16_t port;
+    char transport[16];
+    uint32_t tcp_conns;
+    uint64_t slice_bytes;
+    uint32_t timeout_ms;
+    bool checksum;
+    char host_id[64];
+
+    pthread_rwlock_t regions_lock;
+    struct ty__xfer_region_table regions;
+
+    int listen_fd;
+    pthread_t listen_thr;
+    int unix_fd;
+    char unix_name[108]; /* abstract socket name, without the leading NUL */
+    pthread_t unix_thr;
+
+    pthread_mutex_t inbound_mu; /* guards inbound list */
+    struct ty__xfer_inbound *inbound;
+    _Atomic bool stopping;
+
+    pthread_mutex_t seg_mu; /* guards segments list and opens */
+    struct ty_xfer_segment *segments;
+
+    pthread_mutex_t notify_mu;
+    struct ty__xfer_notify_node *notify_head, *notify_tail;
+    size_t notify_len;
+    pthread_mutex_t open_mu; /* serializes segment opens (connects run without seg_mu) */
+
+    pthread_mutex_t wd_mu;
+    pthread_cond_t wd_cv;
+    pthread_t wd_thr;
+
+    struct ty__xfer_etcd *etcd;
+    struct ty__xfer_stats_atomic st;
+};
+
+/* Engine services used by the transports and servers. */
+/* Hold the region table for reading while touching memory at [addr, addr+len): returns the
+ * region (lock held) or NULL (lock released). Pair with ty__xfer_regions_unlock. */
+const struct ty__xfer_region *ty__xfer_regions_rdlock(ty_xfer_engine_t *e, uint64_t addr,
+                                                      uint64_t len);
+void ty__xfer_regions_unlock(ty_xfer_engine_t *e);
+/* Fill a hello describing this engine (regions malloc'd). */
+void ty__xfer_engine_hello(ty_xfer_engine_t *e, struct ty__xfer_hello *h);
+/* Queue a received notification; TY_ENOSPC when the queue is full. */
+int ty__xfer_notify_push(ty_xfer_engine_t *e, const char *from, const void *msg, size_t len);
+/* Register an accepted connection and start its serving thread. */
+void ty__xfer_inbound_start(ty_xfer_engine_t *e, int fd, bool is_unix);
+
+/* tcp.c */
+extern const struct ty__xfer_transport_i ty__xfer_tcp_iface;
+/* Connect to host:port, handshake, fill *hello. On success *ctx is the peer state. */
+int ty__xfer_tcp_open(ty_xfer_engine_t *e, const char *host, uint16_t port,
+                      struct ty__xfer_hello *hello, void **ctx);
+/* Serve one inbound tcp connection until it closes (runs on its own thread). */
+void ty__xfer_tcp_serve(ty_xfer_engine_t *e, struct ty__xfer_inbound *in);
+
+/* local.c */
+extern const struct ty__xfer_transport_i ty__xfer_local_iface;
+/* Same-host peer: connect its unix socket and map its memfd regions. */
+int ty__xfer_local_open(ty_xfer_engine_t *e, const struct ty__xfer_hello *hello, void **ctx);
+/* Same process: memcpy against our own table. */
+int ty__xfer_local_open_self(ty_xfer_engine_t *e, void **ctx);
+void ty__xfer_local_serve(ty_xfer_engine_t *e, struct ty__xfer_inbound *in);
+int ty__xfer_local_listen(ty_xfer_engine_t *e);
+/* Accept loop of the unix socket (thread body). */
+void *ty__xfer_local_accept_main(void *arg);
+/* Republish this engine's metadata to etcd (no-op without etcd). */
+int ty__xfer_engine_publish(ty_xfer_engine_t *e);
+int ty__xfer_memfd_alloc(size_t len, int *fd, void **addr);
+
+/* etcd.c */
+int ty__xfer_etcd_new(struct ty__xfer_etcd **out, const char *endpoint, uint32_t timeout_ms);
+void ty__xfer_etcd_free(struct ty__xfer_etcd *c);
+int ty__xfer_etcd_put(struct ty__xfer_etcd *c, const char *key, const char *value);
+/* *value is malloc'd; TY_ENOTFOUND when the key is absent. */
+int ty__xfer_etcd_get(struct ty__xfer_etcd *c, const char *key, char **value);
+int ty__xfer_etcd_del(struct ty__xfer_etcd *c, const char *key);
+/* Standard base64 (RFC 4648 §4); decode returns 0 or TY_EPARSE. Outputs malloc'd. */
+char *ty__xfer_b64_encode(const uint8_t *in, size_t len);
+int ty__xfer_b64_decode(const char *in, uint8_t **out, size_t *out_len);
+/* Segment metadata JSON <-> hello ("host", "port", "host_id", "regions"). */
+char *ty__xfer_meta_to_json(const struct ty__xfer_hello *h, const char *host, uint16_t port);
+int ty__xfer_meta_from_json(const char *json, struct ty__xfer_hello *h, char *host, size_t host_cap,
+                            uint16_t *port);
+
+#endif

@@ -1,0 +1,577 @@
+/* End-to-end transfer tests between this process and a peer process (see harness.h).
+ *
+ * Usage: test_xfer_e2e tcp|local|netns|oob|kill|notify|etcd. Every mode moves real bytes over
+ * real sockets and checks them against the independent pattern or the peer's own hash. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "harness.h"
+#include "tycho/clock.h"
+#include "tycho/errors.h"
+#include "tycho/transfer.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define MiB (1ull << 20)
+
+static char g_exe[4096];
+static const char *g_mode;
+
+static void *map_buf(uint64_t size)
+{
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(p != MAP_FAILED);
+    return p;
+}
+
+/* ---- the random round: non-overlapping reads of A and writes of B ------------------------- */
+
+struct round_ctx {
+    ty_xfer_engine_t *e;
+    ty_xfer_segment_t *seg;
+    struct peer_proc *peer;
+    uint8_t *local;  /* registered, peer->size bytes */
+    uint8_t *shadow; /* what B must hold */
+    uint64_t rng;
+};
+
+static uint64_t rand_len(uint64_t *rng, uint64_t max)
+{
+    double u = (double)(rng_next(rng) >> 11) / (double)(1ull << 53);
+    uint64_t len = (uint64_t)exp(u * log((double)(64 * MiB)));
+    len = len < 1 ? 1 : len > 64 * MiB ? 64 * MiB : len;
+    return len > max ? max : len;
+}
+
+/* One round over [0, size): tasks spread over n_batches batches submitted before any wait. */
+static void run_round(struct round_ctx *c, int round, size_t n_batches)
+{
+    struct ty_xfer_request reqs[256];
+    size_t n = 0;
+    uint64_t size = c->peer->size, cur = rng_next(&c->rng) % 4096;
+    while (cur < size && n < 256) {
+        uint64_t len = rand_len(&c->rng, size - cur);
+        if (round == 0 && n == 0)
+            len = 1;
+        if (round == 0 && n == 1 && size - cur >= 64 * MiB)
+            len = 64 * MiB;
+        bool write = rng_next(&c->rng) & 1;
+        struct ty_xfer_request *r = &reqs[n++];
+        r->op = write ? TY_XFER_OP_WRITE : TY_XFER_OP_READ;
+        r->local = c->local + cur;
+        r->segment = c->seg;
+        r->remote = (write ? c->peer->addr_b : c->peer->addr_a) + cur;
+        r->len = len;
+        if (write) {
+            for (uint64_t i = 0; i < len; i++)
+                c->local[cur + i] = (uint8_t)rng_next(&c->rng);
+            memcpy(c->shadow + cur, c->local + cur, len);
+        } else {
+            memset(c->local + cur, 0xEE, len);
+        }
+        cur += len + rng_next(&c->rng) % 8192;
+    }
+    ty_xfer_batch_t *b[8];
+    size_t per = (n + n_batches - 1) / n_batches;
+    for (size_t k = 0; k < n_batches; k++) {
+        assert_int_equal(ty_xfer_batch_new(c->e, per, &b[k]), 0);
+        size_t lo = k * per, hi = lo + per > n ? n : lo + per;
+        if (lo < hi)
+            assert_int_equal(ty_xfer_batch_submit(b[k], &reqs[lo], hi - lo), 0);
+    }
+    for (size_t k = 0; k < n_batches; k++) {
+        assert_int_equal(ty_xfer_batch_wait(b[k], 30000), 0);
+        assert_int_equal(ty_xfer_batch_free(b[k]), 0);
+    }
+    uint8_t *expect = malloc(64 * MiB);
+    for (size_t i = 0; i < n; i++) {
+        if (reqs[i].op != TY_XFER_OP_READ)
+            continue;
+        uint64_t off = reqs[i].remote - c->peer->addr_a;
+        pattern_fill(expect, PATTERN_SEED, off, reqs[i].len);
+        assert_memory_equal(reqs[i].local, expect, reqs[i].len);
+    }
+    free(expect);
+}
+
+static void round_setup(struct round_ctx *c, const char *transport, struct peer_proc *peer,
+                        const char *host, const char *peer_host)
+{
+    struct ty_xfer_engine_opts o = {
+        .transport = transport, .listen_host = host, .timeout_ms = 3000, .checksum = true};
+    memset(c, 0, sizeof(*c));
+    c->peer = peer;
+    c->rng = 0x1234567 + (uint64_t)getpid();
+    assert_int_equal(ty_xfer_engine_new(&c->e, &o), 0);
+    c->local = map_buf(peer->size);
+    c->shadow = calloc(1, peer->size);
+    assert_int_equal(ty_xfer_mem_register(c->e, c->local, peer->size, "cpu:0"), 0);
+    char name[128];
+    snprintf(name, sizeof(name), "%s:%u", peer_host, peer->port);
+    assert_int_equal(ty_xfer_segment_open(c->e, name, &c->seg), 0);
+}
+
+static void round_check_b(struct round_ctx *c)
+{
+    /* the peer's own view of B, and B read back through the engine */
+    uint64_t size = c->peer->size;
+    assert_true(peer_hash(c->peer, c->peer->addr_b, size) == XXH3_64bits(c->shadow, size));
+    ty_xfer_batch_t *b;
+    assert_int_equal(ty_xfer_batch_new(c->e, 1, &b), 0);
+    struct ty_xfer_request r = {TY_XFER_OP_READ, c->local, c->seg, c->peer->addr_b, size};
+    assert_int_equal(ty_xfer_batch_submit(b, &r, 1), 0);
+    assert_int_equal(ty_xfer_batch_wait(b, 30000), 0);
+    assert_int_equal(ty_xfer_batch_free(b), 0);
+    assert_memory_equal(c->local, c->shadow, size);
+}
+
+static void round_teardown(struct round_ctx *c)
+{
+    ty_xfer_segment_close(c->e, c->seg);
+    ty_xfer_engine_free(c->e);
+    munmap(c->local, c->peer->size);
+    free(c->shadow);
+}
+
+static void random_rounds(const char *transport, const char *host, const char *peer_host,
+                          const char *netns, bool shared)
+{
+    struct peer_proc peer;
+    assert_int_equal(peer_start(&peer, g_exe, peer_host, 128, netns, NULL, NULL, shared), 0);
+    struct round_ctx c;
+    round_setup(&c, transport, &peer, host, peer_host);
+    assert_string_equal(ty_xfer_segment_transport(c.seg), transport);
+    for (int r = 0; r < 4; r++)
+        run_round(&c, r, 4);
+    round_check_b(&c);
+    struct ty_xfer_stats st;
+    ty_xfer_engine_stats(c.e, &st);
+    assert_int_equal(st.tasks_failed, 0);
+    assert_true(st.tasks_done > 8);
+    assert_int_equal(strcmp(transport, "tcp") == 0 ? st.segments_tcp : st.segments_local, 1);
+    round_teardown(&c);
+    peer_stop(&peer);
+}
+
+static void test_tcp(void **state)
+{
+    random_rounds("tcp", "127.0.0.1", "127.0.0.1", NULL, false);
+}
+
+static void test_local(void **state)
+{
+    random_rounds("local", "127.0.0.1", "127.0.0.1", NULL, true);
+}
+
+/* ---- network namespaces ------------------------------------------------------------------------
+ */
+
+static char ns_a[32], ns_b[32];
+
+static void netns_cleanup(void)
+{
+    char cmd[160];
+    if (ns_a[0]) {
+        snprintf(cmd, sizeof(cmd), "ip netns del %s 2>/dev/null; ip netns del %s 2>/dev/null", ns_a,
+                 ns_b);
+        if (system(cmd) != 0)
+            fprintf(stderr, "netns cleanup failed\n");
+    }
+}
+
+static int enter_ns(const char *ns);
+
+static void test_netns(void **state)
+{
+    int x = 1 + getpid() % 250;
+    char ip_a[32], ip_b[32], cmd[1024];
+    snprintf(ns_a, sizeof(ns_a), "tyxf%da", (int)getpid());
+    snprintf(ns_b, sizeof(ns_b), "tyxf%db", (int)getpid());
+    snprintf(ip_a, sizeof(ip_a), "10.200.%d.1", x);
+    snprintf(ip_b, sizeof(ip_b), "10.200.%d.2", x);
+    atexit(netns_cleanup);
+    snprintf(cmd, sizeof(cmd),
+             "set -e; ip netns add %1$s; ip netns add %2$s;"
+             "ip link add %1$s0 type veth peer name %2$s0;"
+             "ip link set %1$s0 netns %1$s; ip link set %2$s0 netns %2$s;"
+             "ip -n %1$s addr add %3$s/24 dev %1$s0; ip -n %2$s addr add %4$s/24 dev %2$s0;"
+             "ip -n %1$s link set %1$s0 up; ip -n %2$s link set %2$s0 up;"
+             "ip -n %1$s link set lo up; ip -n %2$s link set lo up",
+             ns_a, ns_b, ip_a, ip_b);
+    if (system(cmd) != 0) {
+        netns_cleanup();
+        ns_a[0] = '\0';
+        fprintf(stderr, "network namespaces unavailable: skipping\n");
+        exit(77);
+    }
+    assert_int_equal(enter_ns(ns_a), 0);
+    random_rounds("tcp", ip_a, ip_b, ns_b, false);
+}
+
+#include <fcntl.h>
+#include <sched.h>
+
+static int enter_ns(const char *ns)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/var/run/netns/%s", ns);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = setns(fd, CLONE_NEWNET);
+    close(fd);
+    return rc;
+}
+
+/* ---- out-of-range accesses ----------------------------------------------------------------------
+ */
+
+static void one(ty_xfer_engine_t *e, struct ty_xfer_request *r, int want)
+{
+    ty_xfer_batch_t *b;
+    assert_int_equal(ty_xfer_batch_new(e, 1, &b), 0);
+    assert_int_equal(ty_xfer_batch_submit(b, r, 1), 0);
+    assert_int_equal(ty_xfer_batch_wait(b, 10000), want);
+    struct ty_xfer_task_status st;
+    assert_int_equal(ty_xfer_batch_status(b, 0, &st), 0);
+    assert_int_equal(st.state, want ? TY_XFER_TASK_FAILED : TY_XFER_TASK_DONE);
+    assert_int_equal(st.err, want);
+    assert_int_equal(ty_xfer_batch_free(b), 0);
+}
+
+static void test_oob(void **state)
+{
+    struct peer_proc peer;
+    assert_int_equal(peer_start(&peer, g_exe, "127.0.0.1", 16, NULL, NULL, NULL, false), 0);
+    struct round_ctx bad, good;
+    round_setup(&bad, "tcp", &peer, "127.0.0.1", "127.0.0.1");
+    round_setup(&good, "tcp", &peer, "127.0.0.1", "127.0.0.1");
+    uint64_t B = peer.addr_b, S = peer.size;
+    memset(bad.local, 0x5A, S);
+    memset(good.local, 0xC3, S);
+    /* straddling the end of B, far outside, and a read past A: all refused by the receiver */
+    struct ty_xfer_request r1 = {TY_XFER_OP_WRITE, bad.local, bad.seg, B + S - 100, 4 * MiB};
+    struct ty_xfer_request r2 = {TY_XFER_OP_WRITE, bad.local, bad.seg, 0x1000, 4096};
+    struct ty_xfer_request r3 = {TY_XFER_OP_READ, bad.local, bad.seg, peer.addr_a + S - 1, 2};
+    one(bad.e, &r1, TY_EOUTOFRANGE);
+    one(bad.e, &r2, TY_EOUTOFRANGE);
+    one(bad.e, &r3, TY_EOUTOFRANGE);
+    /* the other initiator is served, and so is the offender's next valid write */
+    struct ty_xfer_request g1 = {TY_XFER_OP_WRITE, good.local, good.seg, B, S / 2};
+    struct ty_xfer_request g2 = {TY_XFER_OP_WRITE, bad.local, bad.seg, B + S / 2, S / 2};
+    one(good.e, &g1, 0);
+    one(bad.e, &g2, 0);
+    one(bad.e, &r1, TY_EOUTOFRANGE);
+    memset(bad.shadow, 0xC3, S / 2);
+    memset(bad.shadow + S / 2, 0x5A, S / 2);
+    assert_true(peer_hash(&peer, B, S) == XXH3_64bits(bad.shadow, S));
+    /* the straddling write touched neither the end of B nor whatever lies after it (A) */
+    uint8_t *pat = malloc(S);
+    pattern_fill(pat, PATTERN_SEED, 0, S);
+    assert_true(peer_hash(&peer, peer.addr_a, S) == XXH3_64bits(pat, S));
+    free(pat);
+    struct ty_xfer_stats st;
+    ty_xfer_engine_stats(bad.e, &st);
+    assert_int_equal(st.peer_failures, 0);
+    assert_int_equal(st.reconnects, 0);
+    assert_int_equal(st.tasks_failed, 4);
+    /* a local range that was never registered is refused at submit */
+    struct ty_xfer_request r4 = {TY_XFER_OP_WRITE, (uint8_t *)&st, bad.seg, B, 8};
+    ty_xfer_batch_t *b;
+    assert_int_equal(ty_xfer_batch_new(bad.e, 1, &b), 0);
+    assert_int_equal(ty_xfer_batch_submit(b, &r4, 1), TY_EOUTOFRANGE);
+    assert_int_equal(ty_xfer_batch_free(b), 0);
+    round_teardown(&bad);
+    round_teardown(&good);
+    peer_stop(&peer);
+}
+
+/* ---- peer death and stall -----------------------------------------------------------------------
+ */
+
+#define KILL_TIMEOUT_MS 1000
+
+struct big {
+    ty_xfer_engine_t *e;
+    uint8_t *local;
+    uint64_t size;
+};
+
+/* Submit size bytes of writes as 16 tasks; wait until some bytes landed; signal the peer; return
+ * ms until every task ended. Checks that every task unfinished at the signal FAILED. */
+static uint64_t big_transfer_then(struct big *g, ty_xfer_segment_t *seg, struct peer_proc *peer,
+                                  int sig, int want_err)
+{
+    ty_xfer_batch_t *b;
+    struct ty_xfer_request reqs[16];
+    uint64_t part = g->size / 16;
+    for (int i = 0; i < 16; i++)
+        reqs[i] = (struct ty_xfer_request){TY_XFER_OP_WRITE, g->local + i * part, seg,
+                                           peer->addr_b + i * part, part};
+    assert_int_equal(ty_xfer_batch_new(g->e, 16, &b), 0);
+    assert_int_equal(ty_xfer_batch_submit(b, reqs, 16), 0);
+    uint64_t done = 0, t_end = ty_clock_ms() + 20000;
+    while (done < 32 * MiB && ty_clock_ms() < t_end) {
+        done = 0;
+        for (int i = 0; i < 16; i++) {
+            struct ty_xfer_task_status st;
+            ty_xfer_batch_status(b, (size_t)i, &st);
+            done += st.bytes_done;
+        }
+    }
+    assert_true(done >= 32 * MiB && done < g->size);
+    bool was_done[16];
+    for (int i = 0; i < 16; i++) {
+        struct ty_xfer_task_status st;
+        ty_xfer_batch_status(b, (size_t)i, &st);
+        was_done[i] = st.state == TY_XFER_TASK_DONE;
+    }
+    uint64_t t0 = ty_clock_ms();
+    peer_kill(peer, sig);
+    int rc = ty_xfer_batch_wait(b, 4 * KILL_TIMEOUT_MS);
+    uint64_t elapsed = ty_clock_ms() - t0;
+    assert_int_not_equal(rc, TY_EBUSY);
+    int failed = 0;
+    for (int i = 0; i < 16; i++) {
+        struct ty_xfer_task_status st;
+        ty_xfer_batch_status(b, (size_t)i, &st);
+        if (!was_done[i]) {
+            assert_int_equal(st.state, TY_XFER_TASK_FAILED);
+            if (want_err)
+                assert_int_equal(st.err, want_err);
+            failed++;
+        }
+    }
+    assert_true(failed > 0);
+    assert_int_equal(ty_xfer_batch_free(b), 0);
+    fprintf(stderr, "signal %d: %d tasks failed within %" PRIu64 " ms\n", sig, failed, elapsed);
+    return elapsed;
+}
+
+static void test_kill(void **state)
+{
+    struct big g = {.size = 1024 * MiB};
+    struct ty_xfer_engine_opts o = {.transport = "tcp", .timeout_ms = KILL_TIMEOUT_MS};
+    assert_int_equal(ty_xfer_engine_new(&g.e, &o), 0);
+    g.local = map_buf(g.size);
+    memset(g.local, 0x42, g.size);
+    assert_int_equal(ty_xfer_mem_register(g.e, g.local, g.size, "cpu:0"), 0);
+    char name[64];
+    struct peer_proc p1, p2, p3;
+    ty_xfer_segment_t *s1, *s2, *s3;
+
+    /* 1. SIGKILL during a 1 GiB write */
+    assert_int_equal(peer_start(&p1, g_exe, "127.0.0.1", 1024, NULL, NULL, NULL, false), 0);
+    snprintf(name, sizeof(name), "127.0.0.1:%u", p1.port);
+    assert_int_equal(ty_xfer_segment_open(g.e, name, &s1), 0);
+    assert_true(big_transfer_then(&g, s1, &p1, SIGKILL, 0) <= 2 * KILL_TIMEOUT_MS);
+    /* the dead peer's next submit tries to reconnect and fails at once, not hangs */
+    struct ty_xfer_request r = {TY_XFER_OP_WRITE, g.local, s1, p1.addr_b, 4096};
+    uint64_t t0 = ty_clock_ms();
+    one(g.e, &r, TY_ECONNREFUSED);
+    assert_true(ty_clock_ms() - t0 <= 2 * KILL_TIMEOUT_MS);
+    ty_xfer_segment_close(g.e, s1);
+
+    /* 2. SIGSTOP (a stalled peer): tasks fail with ETIMEDOUT; after SIGCONT the next submit
+     *    reconnects to the same segment and succeeds */
+    assert_int_equal(peer_start(&p2, g_exe, "127.0.0.1", 1024, NULL, NULL, NULL, false), 0);
+    snprintf(name, sizeof(name), "127.0.0.1:%u", p2.port);
+    assert_int_equal(ty_xfer_segment_open(g.e, name, &s2), 0);
+    uint64_t ms = big_transfer_then(&g, s2, &p2, SIGSTOP, TY_ETIMEDOUT);
+    assert_true(ms >= KILL_TIMEOUT_MS / 2 && ms <= 2 * KILL_TIMEOUT_MS);
+    kill(p2.pid, SIGCONT);
+    struct ty_xfer_request r2 = {TY_XFER_OP_WRITE, g.local, s2, p2.addr_b, 8 * MiB};
+    one(g.e, &r2, 0);
+    assert_true(peer_hash(&p2, p2.addr_b, 8 * MiB) == XXH3_64bits(g.local, 8 * MiB));
+    struct ty_xfer_stats st;
+    ty_xfer_engine_stats(g.e, &st);
+    assert_true(st.reconnects >= 1);
+    assert_true(st.peer_failures >= 2);
+    ty_xfer_segment_close(g.e, s2);
+    peer_stop(&p2);
+
+    /* 3. a new peer is served normally */
+    assert_int_equal(peer_start(&p3, g_exe, "127.0.0.1", 64, NULL, NULL, NULL, false), 0);
+    snprintf(name, sizeof(name), "127.0.0.1:%u", p3.port);
+    assert_int_equal(ty_xfer_segment_open(g.e, name, &s3), 0);
+    for (uint64_t i = 0; i < 64 * MiB; i++)
+        g.local[i] = (uint8_t)(i * 7 + (i >> 13));
+    struct ty_xfer_request r3 = {TY_XFER_OP_WRITE, g.local, s3, p3.addr_b, 64 * MiB};
+    one(g.e, &r3, 0);
+    assert_true(peer_hash(&p3, p3.addr_b, 64 * MiB) == XXH3_64bits(g.local, 64 * MiB));
+    ty_xfer_segment_close(g.e, s3);
+    peer_stop(&p3);
+    ty_xfer_engine_free(g.e);
+    munmap(g.local, g.size);
+}
+
+/* ---- notifications ------------------------------------------------------------------------------
+ */
+
+static void notify_after_write(const char *transport, bool shared)
+{
+    struct peer_proc peer;
+    assert_int_equal(peer_start(&peer, g_exe, "127.0.0.1", 64, NULL, NULL, NULL, shared), 0);
+    struct round_ctx c;
+    round_setup(&c, transport, &peer, "127.0.0.1", "127.0.0.1");
+    uint64_t rng = 99;
+    for (uint64_t i = 0; i < peer.size; i++)
+        c.local[i] = (uint8_t)rng_next(&rng);
+    ty_xfer_batch_t *b;
+    assert_int_equal(ty_xfer_batch_new(c.e, 1, &b), 0);
+    struct ty_xfer_request r = {TY_XFER_OP_WRITE, c.local, c.seg, peer.addr_b, peer.size};
+    assert_int_equal(ty_xfer_batch_submit(b, &r, 1), 0);
+    /* sent without waiting for the batch: must still arrive after all 64 slices landed */
+    char msg[128];
+    int len = snprintf(msg, sizeof(msg), "%" PRIx64 " %" PRIu64 " %" PRIx64, peer.addr_b, peer.size,
+                       XXH3_64bits(c.local, peer.size));
+    assert_int_equal(ty_xfer_notify_send(c.e, c.seg, msg, (size_t)len), 0);
+    char from[300];
+    assert_int_equal(peer_check_notify(&peer, from, sizeof(from)), 1);
+    assert_string_equal(from, ty_xfer_engine_name(c.e));
+    assert_int_equal(ty_xfer_batch_wait(b, 10000), 0);
+    assert_int_equal(ty_xfer_batch_free(b), 0);
+    assert_int_equal(ty_xfer_notify_send(c.e, c.seg, msg, TY_XFER_NOTIFY_MAX + 1), TY_EMSGSIZE);
+    round_teardown(&c);
+    peer_stop(&peer);
+}
+
+static void test_notify(void **state)
+{
+    notify_after_write("tcp", false);
+    notify_after_write("local", true);
+}
+
+/* ---- etcd metadata ------------------------------------------------------------------------------
+ */
+
+static uint16_t free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+    socklen_t sl = sizeof(sa);
+    getsockname(fd, (struct sockaddr *)&sa, &sl);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static pid_t etcd_start(char *endpoint, size_t cap, char *dir)
+{
+    uint16_t cport = free_port(), pport = free_port();
+    char curls[64], purls[64], cluster[96];
+    snprintf(curls, sizeof(curls), "http://127.0.0.1:%u", cport);
+    snprintf(purls, sizeof(purls), "http://127.0.0.1:%u", pport);
+    snprintf(cluster, sizeof(cluster), "tyxf=%s", purls);
+    snprintf(endpoint, cap, "%s", curls);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 1);
+        dup2(devnull, 2);
+        execlp("etcd", "etcd", "--name", "tyxf", "--data-dir", dir, "--listen-client-urls", curls,
+               "--advertise-client-urls", curls, "--listen-peer-urls", purls,
+               "--initial-advertise-peer-urls", purls, "--initial-cluster", cluster, (char *)NULL);
+        _exit(127);
+    }
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "curl -sf -m 1 %s/health >/dev/null 2>&1", curls);
+    for (int i = 0; i < 100; i++) {
+        if (system(cmd) == 0)
+            return pid;
+        usleep(100000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+}
+
+static void test_etcd(void **state)
+{
+    if (system("command -v etcd >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "etcd not installed: skipping\n");
+        exit(77);
+    }
+    char dir[] = "/tmp/tyxf-etcd-XXXXXX", endpoint[128], cmd[512];
+    assert_non_null(mkdtemp(dir));
+    pid_t etcd = etcd_start(endpoint, sizeof(endpoint), dir);
+    assert_true(etcd > 0);
+    struct peer_proc peer;
+    assert_int_equal(peer_start(&peer, g_exe, "127.0.0.1", 32, NULL, endpoint, "decode-7", false),
+                     0);
+    /* etcd itself (through etcdctl) holds the segment's metadata */
+    snprintf(cmd, sizeof(cmd),
+             "ETCDCTL_API=3 etcdctl --endpoints=%s get --print-value-only "
+             "/tycho/xfer/segments/decode-7 | grep -q '\"port\":%u'",
+             endpoint, peer.port);
+    assert_int_equal(system(cmd), 0);
+    struct ty_xfer_engine_opts o = {
+        .transport = "tcp", .etcd_endpoint = endpoint, .name = "prefill-3"};
+    struct round_ctx c;
+    memset(&c, 0, sizeof(c));
+    c.peer = &peer;
+    c.rng = 77;
+    assert_int_equal(ty_xfer_engine_new(&c.e, &o), 0);
+    c.local = map_buf(peer.size);
+    c.shadow = calloc(1, peer.size);
+    assert_int_equal(ty_xfer_mem_register(c.e, c.local, peer.size, "cpu:0"), 0);
+    assert_int_equal(ty_xfer_segment_open(c.e, "decode-7", &c.seg), 0);
+    struct ty_xfer_region_info regs[4];
+    size_t n;
+    ty_xfer_segment_regions(c.seg, regs, 4, &n);
+    assert_int_equal(n, 2);
+    assert_true(regs[0].addr == (peer.addr_a < peer.addr_b ? peer.addr_a : peer.addr_b));
+    run_round(&c, 0, 2);
+    round_check_b(&c);
+    ty_xfer_segment_t *missing;
+    assert_int_equal(ty_xfer_segment_open(c.e, "no-such-node", &missing), TY_ENOTFOUND);
+    round_teardown(&c);
+    peer_stop(&peer); /* its engine_free removes the key */
+    snprintf(cmd, sizeof(cmd),
+             "test -z \"$(ETCDCTL_API=3 etcdctl --endpoints=%s get --prefix "
+             "--keys-only /tycho/xfer/segments/decode-7)\"",
+             endpoint);
+    assert_int_equal(system(cmd), 0);
+    kill(etcd, SIGTERM);
+    waitpid(etcd, NULL, 0);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--child") == 0)
+        return peer_child_main(argc, argv);
+    ssize_t n = readlink("/proc/self/exe", g_exe, sizeof(g_exe) - 1);
+    if (n <= 0)
+        return 1;
+    g_exe[n] = '\0';
+    g_mode = argc > 1 ? argv[1] : "tcp";
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest all[] = {
+        cmocka_unit_test(test_tcp),  cmocka_unit_test(test_local), cmocka_unit_test(test_netns),
+        cmocka_unit_test(test_oob),  cmocka_unit_test(test_kill),  cmocka_unit_test(test_notify),
+        cmocka_unit_test(test_etcd),
+    };
+    static const char *names[] = {"tcp", "local", "netns", "oob", "kill", "notify", "etcd"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(g_mode, names[i]) == 0)
+            return _cmocka_run_group_tests(names[i], &all[i], 1, NULL, NULL);
+    fprintf(stderr, "unknown mode %s\n", g_mode);
+    return 2;
+}

@@ -1,0 +1,202 @@
+/* Unit tests of the transfer engine's pure parts (wire format, hello body, region table,
+ * base64, metadata JSON) and of the API's validation, in one process over loopback. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "tycho/errors.h"
+#include "tycho/transfer.h"
+#include "xfer-impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void test_hdr_bytes(void **state)
+{
+    struct ty__xfer_hdr h = {.type = TY__XFER_MSG_WRITE,
+                             .flags = 1,
+                             .status = 0,
+                             .seq = 0x0102,
+                             .addr = 0x1000,
+                             .len = 16,
+                             .checksum = 0xAABB,
+                             .task_addr = 0x1000,
+                             .task_len = 32};
+    uint8_t b[TY__XFER_HDR_SIZE];
+    ty__xfer_hdr_encode(&h, b);
+    /* hand-written little-endian layout of the header */
+    static const uint8_t want[64] = {
+        'T', 'Y',  'X',  'F',  3, 1, 0, 0, 0, 0,  0,  0, 0, 0, 0, 0, 0x02, 0x01, 0,    0, 0, 0, 0,
+        0,   0x00, 0x10, 0,    0, 0, 0, 0, 0, 16, 0,  0, 0, 0, 0, 0, 0,    0xBB, 0xAA, 0, 0, 0, 0,
+        0,   0,    0x00, 0x10, 0, 0, 0, 0, 0, 0,  32, 0, 0, 0, 0, 0, 0,    0};
+    assert_memory_equal(b, want, 64);
+    struct ty__xfer_hdr d;
+    assert_int_equal(ty__xfer_hdr_decode(b, &d), 0);
+    assert_true(d.seq == 0x0102 && d.addr == 0x1000 && d.len == 16 && d.task_len == 32);
+    b[0] = 'X';
+    assert_int_equal(ty__xfer_hdr_decode(b, &d), TY_EPROTO);
+    /* a slice outside its own task, an oversized notify, an unknown type */
+    h.addr = 0x1000 + 20;
+    ty__xfer_hdr_encode(&h, b);
+    assert_int_equal(ty__xfer_hdr_decode(b, &d), TY_EPROTO);
+    h = (struct ty__xfer_hdr){.type = TY__XFER_MSG_NOTIFY, .len = TY_XFER_NOTIFY_MAX + 1};
+    ty__xfer_hdr_encode(&h, b);
+    assert_int_equal(ty__xfer_hdr_decode(b, &d), TY_EPROTO);
+    h = (struct ty__xfer_hdr){.type = 99};
+    ty__xfer_hdr_encode(&h, b);
+    assert_int_equal(ty__xfer_hdr_decode(b, &d), TY_EPROTO);
+}
+
+static void test_hello_roundtrip_and_truncation(void **state)
+{
+    struct ty_xfer_region_info regs[2] = {{0x1000, 4096, "cpu:0", true},
+                                          {0x9000, 1, "cuda:3", false}};
+    struct ty__xfer_hello h = {
+        .name = "decode-1", .host_id = "boot-1", .unix_name = "u", .n_regions = 2, .regions = regs};
+    uint8_t *buf;
+    size_t len;
+    ty__xfer_hello_encode(&h, &buf, &len);
+    struct ty__xfer_hello d;
+    assert_int_equal(ty__xfer_hello_decode(buf, len, &d), 0);
+    assert_string_equal(d.name, "decode-1");
+    assert_int_equal(d.n_regions, 2);
+    assert_true(d.regions[1].addr == 0x9000 && d.regions[1].len == 1 && !d.regions[1].shared);
+    assert_string_equal(d.regions[1].location, "cuda:3");
+    ty__xfer_hello_clear(&d);
+    for (size_t cut = 0; cut < len; cut++)
+        assert_int_equal(ty__xfer_hello_decode(buf, cut, &d), TY_EPROTO);
+    buf[len - 1] = 7; /* "shared" must be 0 or 1 */
+    assert_int_equal(ty__xfer_hello_decode(buf, len, &d), TY_EPROTO);
+    free(buf);
+}
+
+static void test_regions(void **state)
+{
+    struct ty__xfer_region_table t = {0};
+    struct ty__xfer_region a = {.addr = 1000, .len = 100, .memfd = -1};
+    struct ty__xfer_region b = {.addr = 2000, .len = 50, .memfd = -1};
+    struct ty__xfer_region o = {.addr = 1099, .len = 2, .memfd = -1};
+    assert_int_equal(ty__xfer_regions_add(&t, &b), 0);
+    assert_int_equal(ty__xfer_regions_add(&t, &a), 0);
+    assert_int_equal(ty__xfer_regions_add(&t, &o), TY_EINVAL);
+    assert_non_null(ty__xfer_regions_find(&t, 1000, 100));
+    assert_null(ty__xfer_regions_find(&t, 1000, 101));
+    assert_null(ty__xfer_regions_find(&t, 999, 1));
+    assert_null(ty__xfer_regions_find(&t, 1050, 951));         /* spans the gap into b */
+    assert_null(ty__xfer_regions_find(&t, UINT64_MAX - 1, 4)); /* wraps */
+    assert_true(ty__xfer_regions_find(&t, 2049, 1)->addr == 2000);
+    assert_int_equal(ty__xfer_regions_remove(&t, 1000, NULL), 0);
+    assert_null(ty__xfer_regions_find(&t, 1000, 1));
+    assert_int_equal(ty__xfer_regions_remove(&t, 1000, NULL), TY_ENOTFOUND);
+    ty__xfer_regions_clear(&t);
+    int kind, dev;
+    assert_int_equal(ty__xfer_location_parse("cuda:7", &kind, &dev), 0);
+    assert_true(kind == TY__XFER_LOC_CUDA && dev == 7);
+    assert_int_equal(ty__xfer_location_parse("cpu", &kind, &dev), 0);
+    assert_int_equal(ty__xfer_location_parse("gpu:0", &kind, &dev), TY_EINVAL);
+    assert_int_equal(ty__xfer_location_parse("cpu:x", &kind, &dev), TY_EINVAL);
+}
+
+static void test_base64_rfc4648(void **state)
+{
+    /* RFC 4648 §10 test vectors */
+    static const char *in[] = {"", "f", "fo", "foo", "foob", "fooba", "foobar"};
+    static const char *out[] = {"", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy"};
+    for (int i = 0; i < 7; i++) {
+        char *e = ty__xfer_b64_encode((const uint8_t *)in[i], strlen(in[i]));
+        assert_string_equal(e, out[i]);
+        uint8_t *d;
+        size_t n;
+        assert_int_equal(ty__xfer_b64_decode(e, &d, &n), 0);
+        assert_int_equal(n, strlen(in[i]));
+        assert_memory_equal(d, in[i], n);
+        free(d);
+        free(e);
+    }
+    uint8_t *d;
+    size_t n;
+    assert_int_equal(ty__xfer_b64_decode("Zm9", &d, &n), TY_EPARSE);
+    assert_int_equal(ty__xfer_b64_decode("Zm=v", &d, &n), TY_EPARSE);
+    assert_int_equal(ty__xfer_b64_decode("Z!9v", &d, &n), TY_EPARSE);
+}
+
+static void test_meta_json(void **state)
+{
+    struct ty_xfer_region_info regs[1] = {{0x7f0000001000ull, 1ull << 30, "cpu:0", true}};
+    struct ty__xfer_hello h = {
+        .name = "n", .host_id = "b", .unix_name = "u", .n_regions = 1, .regions = regs};
+    char *js = ty__xfer_meta_to_json(&h, "10.0.0.5", 4242), host[64];
+    struct ty__xfer_hello d;
+    uint16_t port;
+    assert_int_equal(ty__xfer_meta_from_json(js, &d, host, sizeof(host), &port), 0);
+    assert_string_equal(host, "10.0.0.5");
+    assert_int_equal(port, 4242);
+    assert_true(d.n_regions == 1 && d.regions[0].addr == 0x7f0000001000ull);
+    ty__xfer_hello_clear(&d);
+    free(js);
+    assert_int_equal(ty__xfer_meta_from_json("{\"port\":99999}", &d, host, 64, &port), TY_EPARSE);
+    assert_int_equal(ty__xfer_meta_from_json("not json", &d, host, 64, &port), TY_EPARSE);
+}
+
+static void test_api_validation(void **state)
+{
+    ty_xfer_engine_t *e;
+    struct ty_xfer_engine_opts bad = {.transport = "carrier-pigeon"};
+    assert_int_equal(ty_xfer_engine_new(&e, &bad), TY_EINVAL);
+    struct ty_xfer_engine_opts o = {.timeout_ms = 1000};
+    assert_int_equal(ty_xfer_engine_new(&e, &o), 0);
+    static uint8_t mem[1 << 16], other[64];
+    assert_int_equal(ty_xfer_mem_register(e, mem, sizeof(mem), "cpu:0"), 0);
+    assert_int_equal(ty_xfer_mem_register(e, mem + 8, 8, "cpu:0"), TY_EINVAL);
+    assert_int_equal(ty_xfer_mem_register(e, other, sizeof(other), "tpu:0"), TY_EINVAL);
+    ty_xfer_segment_t *seg;
+    assert_int_equal(ty_xfer_segment_open(e, "no-port-here", &seg), TY_EINVAL);
+    /* our own name: served in-process by memcpy */
+    assert_int_equal(ty_xfer_segment_open(e, ty_xfer_engine_name(e), &seg), 0);
+    assert_string_equal(ty_xfer_segment_transport(seg), "local");
+    ty_xfer_batch_t *b;
+    assert_int_equal(ty_xfer_batch_new(e, 2, &b), 0);
+    for (size_t i = 0; i < 4096; i++)
+        mem[i] = (uint8_t)(i * 31);
+    struct ty_xfer_request r[3] = {
+        {TY_XFER_OP_WRITE, mem, seg, (uintptr_t)(mem + 8192), 4096},
+        {TY_XFER_OP_READ, mem + 16384, seg, (uintptr_t)(mem + 8192), 4096},
+        {TY_XFER_OP_READ, mem, seg, (uintptr_t)mem, 1}};
+    assert_int_equal(ty_xfer_batch_submit(b, r, 3), TY_ENOSPC);
+    struct ty_xfer_request z = r[0];
+    z.len = 0;
+    assert_int_equal(ty_xfer_batch_submit(b, &z, 1), TY_EINVAL);
+    z = r[0];
+    z.local = other; /* not registered */
+    assert_int_equal(ty_xfer_batch_submit(b, &z, 1), TY_EOUTOFRANGE);
+    assert_int_equal(ty_xfer_batch_submit(b, r, 1), 0);
+    assert_int_equal(ty_xfer_batch_submit(b, r + 1, 1), 0);
+    assert_int_equal(ty_xfer_batch_wait(b, 1000), 0);
+    for (size_t i = 0; i < 4096; i++)
+        assert_int_equal(mem[16384 + i], (uint8_t)(i * 31));
+    struct ty_xfer_task_status st;
+    assert_int_equal(ty_xfer_batch_status(b, 1, &st), 0);
+    assert_true(st.state == TY_XFER_TASK_DONE && st.bytes_done == 4096);
+    assert_int_equal(ty_xfer_batch_free(b), 0);
+    assert_int_equal(ty_xfer_notify_send(e, seg, "hi", 2), 0);
+    struct ty_xfer_notify n;
+    assert_int_equal(ty_xfer_notify_poll(e, &n), 0);
+    assert_true(n.len == 2 && memcmp(n.msg, "hi", 2) == 0);
+    assert_int_equal(ty_xfer_notify_poll(e, &n), TY_EAGAIN);
+    assert_int_equal(ty_xfer_segment_close(e, seg), 0);
+    assert_int_equal(ty_xfer_mem_unregister(e, mem), 0);
+    assert_int_equal(ty_xfer_mem_unregister(e, mem), TY_ENOTFOUND);
+    ty_xfer_engine_free(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hdr_bytes), cmocka_unit_test(test_hello_roundtrip_and_truncation),
+        cmocka_unit_test(test_regions),   cmocka_unit_test(test_base64_rfc4648),
+        cmocka_unit_test(test_meta_json), cmocka_unit_test(test_api_validation),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
