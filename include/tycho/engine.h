@@ -1,0 +1,80 @@
+/* The engine: a model, a backend and a KV page pool put together, with chunked, batched
+ * forward passes and a generation loop (sampling, stop strings, max tokens, EOS).
+ *
+ * Threads: an engine and its sequences are used by one thread at a time. Ownership: the
+ * engine borrows the model (which must outlive it) and owns its backend and pool.
+ */
+#ifndef TYCHO_ENGINE_H
+#define TYCHO_ENGINE_H
+
+#include "tycho/backend.h"
+#include "tycho/kvpool.h"
+#include "tycho/model.h"
+#include "tycho/sampling.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ty_engine ty_engine_t;
+
+struct ty_engine_opts {
+    uint32_t n_threads;        /* CPU threads, 0 = 1 */
+    uint32_t kv_block_tokens;  /* B, 0 = 64 */
+    uint32_t kv_pages;         /* pages per layer, 0 = enough for max_seqs full contexts */
+    uint32_t max_seqs;         /* for the kv_pages default, 0 = 8 */
+    uint32_t max_ctx;          /* context per sequence, 0 = the model's (capped at 4096) */
+    uint32_t max_batch_tokens; /* tokens per forward call (prefill chunk size), 0 = 512 */
+    bool no_prefix_sharing;
+};
+
+int ty_engine_new(ty_engine_t **out, const ty_model_t *m, const struct ty_engine_opts *opts);
+void ty_engine_free(ty_engine_t *e);
+ty_kvpool_t *ty_engine_pool(ty_engine_t *e);
+const ty_model_t *ty_engine_model(const ty_engine_t *e);
+uint32_t ty_engine_max_ctx(const ty_engine_t *e);
+
+/* Reserve, run and commit a batch, split into forward calls of at most max_batch_tokens
+ * (chunked prefill). Logits as ty_backend_forward (rows in batch order). Returns 0,
+ * TY_ENOCAPACITY (pool full), TY_ERANGE (beyond max_ctx), TY_EINVAL or TY_ENOMEM. */
+int ty_engine_forward(ty_engine_t *e, const struct ty_batch *batch, float *logits);
+
+enum ty_finish {
+    TY_FINISH_NONE = 0,
+    TY_FINISH_LENGTH, /* max_tokens */
+    TY_FINISH_EOS,
+    TY_FINISH_STOP,   /* a stop string */
+    TY_FINISH_CTX,    /* context full */
+};
+const char *ty_finish_name(enum ty_finish f);
+
+struct ty_gen_params {
+    struct ty_sampling_params sampling;
+    uint32_t max_tokens;
+    bool ignore_eos;
+    const char *const *stop; /* stop strings (text is cut before the match) */
+    size_t n_stop;
+};
+
+struct ty_gen_result {
+    uint32_t *ids; /* output token ids (malloc'ed) */
+    size_t n_ids;
+    char *text;    /* decoded output (malloc'ed; NULL without a tokenizer) */
+    struct ty_sample *samples; /* per output token (malloc'ed), with logprobs */
+    enum ty_finish finish;
+    uint32_t n_prompt, n_cached; /* prompt tokens, of which found in the prefix cache */
+    double prefill_ms, decode_ms;
+};
+void ty_gen_result_clear(struct ty_gen_result *r);
+
+/* Called after each token of sequence `seq` (streaming); text may be "" while a UTF-8
+ * character is incomplete. Return non-zero to stop that sequence. */
+typedef int (*ty_gen_token_cb)(void *arg, size_t seq, uint32_t id, const char *text);
+
+/* Generate for `n` prompts at once, all sequences sharing every forward call (continuous
+ * batching: prefill of all, then one decode token per live sequence per step). */
+int ty_engine_generate(ty_engine_t *e, const uint32_t *const *prompts, const size_t *n_prompt,
+                       size_t n, const struct ty_gen_params *p, struct ty_gen_result *results,
+                       ty_gen_token_cb cb, void *cb_arg);
+
+#endif

@@ -1,0 +1,83 @@
+/* KV page pool: per layer, K and V arrays laid out [page][kv_head][token][head_dim] (f32),
+ * pages of B = block_tokens tokens (DESIGN.md §4). A sequence owns a block table (page ids) and
+ * the tokens whose KV it holds; pages are reference-counted so sequences with the same full
+ * prefix blocks share them (found by the chained prefix hash of ty_hash_prefix_step()).
+ *
+ * Threads: a pool and its sequences belong to one thread (the engine's); the forward pass
+ * reads and writes page memory from its worker threads only inside one forward call.
+ * Ownership: sequences are created and freed through the pool; the pool must outlive them.
+ */
+#ifndef TYCHO_KVPOOL_H
+#define TYCHO_KVPOOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ty_kvpool ty_kvpool_t;
+typedef struct ty_kvseq ty_kvseq_t;
+
+struct ty_kvpool_opts {
+    uint32_t n_layers, n_kv_heads, head_dim;
+    uint32_t block_tokens; /* B; default 64 when 0 */
+    uint32_t n_pages;      /* pages per layer */
+    uint64_t hash_seed;    /* prefix hash seed (ty_hash_prefix_seed()) */
+    bool no_prefix_sharing;
+};
+
+/* Returns 0, TY_EINVAL (bad geometry) or TY_ENOMEM (page memory). */
+int ty_kvpool_new(ty_kvpool_t **out, const struct ty_kvpool_opts *opts);
+void ty_kvpool_free(ty_kvpool_t *p);
+
+uint32_t ty_kvpool_block_tokens(const ty_kvpool_t *p);
+uint32_t ty_kvpool_pages_total(const ty_kvpool_t *p);
+uint32_t ty_kvpool_pages_used(const ty_kvpool_t *p);
+/* Bytes of one page's K (or V) chunk for one layer: n_kv_heads * B * head_dim * 4. */
+size_t ty_kvpool_page_bytes(const ty_kvpool_t *p);
+/* K or V chunk of `page` in `layer`: float (n_kv_heads, B, head_dim). */
+float *ty_kvpool_k(ty_kvpool_t *p, uint32_t layer, uint32_t page);
+float *ty_kvpool_v(ty_kvpool_t *p, uint32_t layer, uint32_t page);
+
+/* A new empty sequence. */
+int ty_kvpool_seq_new(ty_kvpool_t *p, ty_kvseq_t **out);
+/* Release the sequence's pages (unshared ones return to the free list). NULL is a no-op. */
+void ty_kvpool_seq_free(ty_kvpool_t *p, ty_kvseq_t *s);
+/* On an empty sequence: attach already-computed full blocks that are a prefix of `tokens`
+ * (at most (n-1)/B blocks, so at least one token is left to compute). Returns the number of
+ * tokens whose KV is now present (a multiple of B), or a negative TY_E*. */
+int ty_kvpool_seq_match_prefix(ty_kvpool_t *p, ty_kvseq_t *s, const uint32_t *tokens, size_t n);
+/* Make room for `n_new` more tokens (allocating pages). TY_ENOCAPACITY when the pool is full. */
+int ty_kvpool_seq_reserve(ty_kvpool_t *p, ty_kvseq_t *s, uint32_t n_new);
+/* Record that KV for the next `n` tokens has been written; full blocks become shareable. */
+int ty_kvpool_seq_commit(ty_kvpool_t *p, ty_kvseq_t *s, const uint32_t *tokens, uint32_t n);
+
+uint32_t ty_kvseq_n_tokens(const ty_kvseq_t *s);
+const uint32_t *ty_kvseq_tokens(const ty_kvseq_t *s);
+uint32_t ty_kvseq_n_pages(const ty_kvseq_t *s);
+const uint32_t *ty_kvseq_pages(const ty_kvseq_t *s);
+
+/* ---- export / import ---------------------------------------------------------------------
+ * The KV of one sequence as per-layer byte ranges: for layer l, the K chunk then the V chunk
+ * of every page of the block table, in order (2 * n_pages ranges of page_bytes each). These
+ * are what a prefill node sends to a decode node layer by layer; the destination obtains its
+ * own ranges for a sequence reserved with the same token count and copies range i to range i.
+ */
+struct ty_kv_range {
+    void *ptr;
+    size_t len;
+};
+/* Fill `out` (capacity `cap`, needs 2 * n_pages) for `layer`; returns the count or TY_ERANGE. */
+int ty_kvpool_seq_layer_ranges(ty_kvpool_t *p, const ty_kvseq_t *s, uint32_t layer,
+                               struct ty_kv_range *out, size_t cap);
+/* Prepare an empty sequence to receive `n` tokens of KV (pages reserved, tokens recorded,
+ * nothing shared): then copy into its layer ranges and call ty_kvpool_seq_import_done(). */
+int ty_kvpool_seq_import_begin(ty_kvpool_t *p, ty_kvseq_t *s, const uint32_t *tokens, uint32_t n);
+int ty_kvpool_seq_import_done(ty_kvpool_t *p, ty_kvseq_t *s);
+
+/* Flat serialisation of a sequence's KV (header, tokens, then per layer the ranges above),
+ * e.g. for files or a single transfer. export: malloc'ed buffer the caller frees. import:
+ * validates the header against this pool's geometry (TY_EFORMAT with a reason). */
+int ty_kvpool_seq_export(ty_kvpool_t *p, const ty_kvseq_t *s, void **buf, size_t *len);
+int ty_kvpool_seq_import(ty_kvpool_t *p, ty_kvseq_t *s, const void *buf, size_t len);
+
+#endif

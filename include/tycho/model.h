@@ -1,0 +1,70 @@
+/* A loaded model: its configuration, mmapped weights, tokenizer and end-of-generation ids.
+ *
+ * Sources: a GGUF file, or a Hugging Face directory (config.json + model.safetensors or a
+ * sharded model.safetensors.index.json, tokenizer.json, generation_config.json). Architectures:
+ * the Llama family (Llama 2/3 with llama3 rope scaling, Mistral, TinyLlama, SmolLM) and Qwen2
+ * (q/k/v bias); tied or untied output; GQA. Weights stay in the file mappings (F32/F16/BF16/Q8_0).
+ * A ty_model_t is immutable after ty_model_load() and may be shared by any threads; it must
+ * outlive every engine, pool or backend that uses it.
+ */
+#ifndef TYCHO_MODEL_H
+#define TYCHO_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ty_model ty_model_t;
+struct ty_tokenizer;
+
+enum ty_model_arch {
+    TY_MODEL_ARCH_LLAMA = 0, /* also Mistral, TinyLlama, SmolLM */
+    TY_MODEL_ARCH_QWEN2 = 1,
+};
+
+enum ty_rope_kind {
+    TY_ROPE_NORM = 0, /* rotate pairs (2i, 2i+1): llama.cpp / llama2.c layout */
+    TY_ROPE_NEOX = 1, /* rotate pairs (i, i + head_dim/2): HF rotate_half layout */
+};
+
+struct ty_model_config {
+    enum ty_model_arch arch;
+    uint32_t n_vocab;
+    uint32_t dim;        /* hidden size */
+    uint32_t n_layers;
+    uint32_t n_heads;
+    uint32_t n_kv_heads; /* GQA: n_heads % n_kv_heads == 0 */
+    uint32_t head_dim;
+    uint32_t ffn_dim;    /* intermediate size */
+    uint32_t ctx_len;    /* trained context length */
+    float rms_eps;
+    float rope_theta;
+    enum ty_rope_kind rope;
+    /* HF llama checkpoints store q/k rows for rotate_half; the engine permutes q/k activations
+     * to the interleaved layout so that KV bytes equal those of the GGUF of the same model. */
+    bool qk_hf_order;
+    bool qkv_bias;
+    bool tied_output;
+    uint32_t weight_type; /* enum ty_ggml_type of the largest matrices (for display) */
+};
+
+/* Load `path` (a .gguf file or an HF directory). On error returns TY_ENOENT, TY_EFORMAT,
+ * TY_ENOTSUP or TY_ENOMEM with a message naming the problem in errbuf. */
+int ty_model_load(ty_model_t **out, const char *path, char *errbuf, size_t errlen);
+void ty_model_free(ty_model_t *m);
+
+const struct ty_model_config *ty_model_config(const ty_model_t *m);
+/* The model's tokenizer, or NULL when the build has no tokenizer library or the file has
+ * none (then only token ids can be used). Borrowed: lives as long as the model. */
+const struct ty_tokenizer *ty_model_tokenizer(const ty_model_t *m);
+/* True when `id` ends generation (the file's eos ids, generation_config.json eos list, and the
+ * tokenizer's end-of-generation tokens). */
+bool ty_model_is_eog(const ty_model_t *m, uint32_t id);
+/* The Jinja chat template text from the model, or NULL. Borrowed. */
+const char *ty_model_chat_template(const ty_model_t *m);
+/* Bytes of weights the forward pass reads per token (all matrices and norms). */
+uint64_t ty_model_weight_bytes(const ty_model_t *m);
+/* A short description: "llama 5L d64 h8/4 ff172 v512 F32". Borrowed. */
+const char *ty_model_desc(const ty_model_t *m);
+
+#endif

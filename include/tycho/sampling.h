@@ -1,0 +1,49 @@
+/* Token sampling from a row of logits: penalties (repetition as in CTRL/llama.cpp, presence
+ * and frequency as in OpenAI's API), then greedy, or top-k -> temperature -> top-p -> min-p and
+ * a seeded draw. Same params and seed give the same tokens.
+ * Threads: a sampler is per sequence and owned by one thread; it keeps its RNG state.
+ */
+#ifndef TYCHO_SAMPLING_H
+#define TYCHO_SAMPLING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TY_SAMPLE_MAX_LOGPROBS 20
+
+struct ty_sampling_params {
+    float temperature;        /* <= 0: greedy */
+    uint32_t top_k;           /* 0: off */
+    float top_p;              /* >= 1 or <= 0: off */
+    float min_p;              /* <= 0: off */
+    uint64_t seed;
+    float repetition_penalty; /* 1 (or 0): off; logit > 0 ? logit / p : logit * p */
+    float presence_penalty;   /* subtracted once from every token seen */
+    float frequency_penalty;  /* subtracted per occurrence */
+    uint32_t penalty_last_n;  /* window of history the penalties see; 0 = all */
+    uint32_t n_logprobs;      /* top-n log-probabilities to report, <= TY_SAMPLE_MAX_LOGPROBS */
+};
+
+struct ty_token_logprob {
+    uint32_t id;
+    float logprob;
+};
+
+struct ty_sample {
+    uint32_t id;
+    float logprob; /* of the chosen token under the penalised distribution (temperature 1) */
+    uint32_t n_top;
+    struct ty_token_logprob top[TY_SAMPLE_MAX_LOGPROBS];
+};
+
+typedef struct ty_sampler ty_sampler_t;
+
+/* Returns 0, TY_EINVAL (parameters out of range) or TY_ENOMEM. */
+int ty_sampler_new(ty_sampler_t **out, const struct ty_sampling_params *p, uint32_t n_vocab);
+void ty_sampler_free(ty_sampler_t *s);
+/* Pick the next token. `logits` (n_vocab) is modified in place; `history` is the sequence so
+ * far (prompt and output) for the penalties. */
+int ty_sampler_sample(ty_sampler_t *s, float *logits, const uint32_t *history, size_t n_history,
+                      struct ty_sample *out);
+
+#endif

@@ -1,0 +1,19 @@
+/* Backend interface table (ggml-backend-impl.h style). Every slot is required. */
+#ifndef TYCHO_ENGINE_BACKEND_IMPL_H
+#define TYCHO_ENGINE_BACKEND_IMPL_H
+
+#include "tycho/backend.h"
+
+struct ty_backend_i {
+    const char *(*name)(const ty_backend_t *b);
+    void (*free)(ty_backend_t *b);
+    int (*forward)(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
+                   const struct ty_batch *batch, float *logits);
+};
+
+struct ty_backend {
+    const struct ty_backend_i *iface;
+    void *context;
+};
+
+#endif

@@ -1,0 +1,38 @@
+/* CPU backend internals: element conversion, GEMM wrapper, small ops, a worker pool.
+ * Every function here is called from the backend's owning thread; ty__cpu_pool_run() fans a
+ * range out to the workers and returns when all are done. */
+#ifndef TYCHO_ENGINE_CPU_IMPL_H
+#define TYCHO_ENGINE_CPU_IMPL_H
+
+#include "model-impl.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Convert `n` elements of a row of type `type` starting at element `first` to f32. */
+void ty__cpu_row_to_f32(const struct ty_weight *w, uint64_t row, float *out);
+
+/* y (T, w->rows) = x (T, w->cols) · w^T. F32 weights go straight to OpenBLAS; other types are
+ * converted `tile_rows` rows at a time into `scratch` (tile_rows * cols floats). */
+void ty__cpu_matmul(const struct ty_weight *w, const float *x, float *y, uint32_t T,
+                    float *scratch, size_t scratch_floats);
+/* Scratch floats ty__cpu_matmul needs for a weight with `cols` inputs. */
+size_t ty__cpu_matmul_scratch(uint64_t cols);
+
+/* out (n) = x (n) / rms(x) * g (n) */
+void ty__cpu_rmsnorm(float *out, const float *x, const float *g, uint32_t n, float eps);
+/* Rotate one head vector x (head_dim) at position pos (ggml_rope NORM or NEOX). */
+void ty__cpu_rope(float *x, uint32_t head_dim, uint32_t pos, const struct ty_model *m);
+/* HF rotate_half row order -> interleaved, in place, for n_heads heads of head_dim. */
+void ty__cpu_unpermute_heads(float *x, uint32_t n_heads, uint32_t head_dim, float *tmp);
+
+typedef struct ty_cpu_pool ty_cpu_pool_t;
+/* A slice [begin, end) run by worker `thread` (0 = the caller). */
+typedef void (*ty_cpu_task_cb)(void *arg, uint32_t thread, uint32_t begin, uint32_t end);
+int ty__cpu_pool_new(ty_cpu_pool_t **out, uint32_t n_threads);
+void ty__cpu_pool_free(ty_cpu_pool_t *p);
+/* Run fn over [0, n) split into contiguous parts, one per thread (the caller takes one). */
+void ty__cpu_pool_run(ty_cpu_pool_t *p, uint32_t n, ty_cpu_task_cb fn, void *arg);
+
+#endif

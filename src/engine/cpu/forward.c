@@ -1,0 +1,379 @@
+/* The CPU backend: one batched forward pass over the new tokens of many sequences (prefill
+ * chunks and decode tokens mixed), llama2.c style but with all tokens of the batch flattened
+ * into the rows of each GEMM, and attention reading K/V from the paged pool.
+ *
+ * Shapes below: T = new tokens in the batch, D = dim, Q = n_heads*head_dim,
+ * KV = n_kv_heads*head_dim, F = ffn_dim, V = n_vocab.
+ */
+#include "backend-impl.h"
+#include "cpu-impl.h"
+
+#include "tycho/errors.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void openblas_set_num_threads(int num_threads); /* OpenBLAS extension, not in cblas.h */
+
+struct cpu_ctx {
+    uint32_t n_threads;
+    ty_cpu_pool_t *pool;
+    float *buf; /* all activation scratch, grown on demand */
+    size_t buf_floats;
+    float *abuf; /* prefill attention scratch: K, V gathered (ctx, hd) x2 + scores (n, ctx) */
+    size_t abuf_floats;
+};
+
+struct fwd {
+    const struct ty_model *m;
+    ty_kvpool_t *kv;
+    const struct ty_batch *batch;
+    uint32_t layer, T, B, max_ctx;
+    uint32_t *pos;    /* (T) position of each new token */
+    uint32_t *seq_of; /* (T) index into batch->seqs */
+    float *x;         /* (T, D) residual stream */
+    float *xb;        /* (T, D) normed input; (T, D) branch output */
+    float *q;         /* (T, Q) */
+    float *k, *v;     /* (T, KV) */
+    float *att;       /* (T, Q) attention output */
+    float *hb, *hb2;  /* (T, F) */
+    float *scores;    /* (n_threads, max_ctx) */
+    float *tile;      /* (tile_floats) matmul conversion scratch */
+    size_t tile_floats;
+};
+
+static const char *cpu_name(const ty_backend_t *b)
+{
+    return "cpu";
+}
+
+static void cpu_free(ty_backend_t *b)
+{
+    struct cpu_ctx *c = b->context;
+    ty__cpu_pool_free(c->pool);
+    free(c->buf);
+    free(c->abuf);
+    free(c);
+    free(b);
+}
+
+/* Attention for tasks [begin, end) of T * n_heads (token t, head h), causal over positions
+ * 0..pos[t] of t's sequence, all of which are in the pool by now. */
+static void attn_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
+{
+    struct fwd *f = arg;
+    const struct ty_model_config *c = &f->m->cfg;
+    uint32_t hd = c->head_dim, B = f->B, group = c->n_heads / c->n_kv_heads;
+    float scale = 1.0f / sqrtf((float)hd);
+    float *sc = f->scores + (size_t)thread * f->max_ctx; /* (max_ctx) */
+    for (uint32_t task = begin; task < end; task++) {
+        uint32_t t = task / c->n_heads, h = task % c->n_heads, kvh = h / group, n = f->pos[t] + 1;
+        if (f->batch->seqs[f->seq_of[t]].n > 1)
+            continue; /* prefill chunks go through attn_prefill() */
+        const uint32_t *pages = ty_kvseq_pages(f->batch->seqs[f->seq_of[t]].seq);
+        const float *qv = f->q + ((size_t)t * c->n_heads + h) * hd;
+        float *out = f->att + ((size_t)t * c->n_heads + h) * hd;
+        float mx = -INFINITY;
+        for (uint32_t j = 0; j < n; j++) {
+            const float *kp = ty_kvpool_k(f->kv, f->layer, pages[j / B]) +
+                              ((size_t)kvh * B + j % B) * hd; /* (hd) */
+            float d = 0;
+            for (uint32_t i = 0; i < hd; i++)
+                d += qv[i] * kp[i];
+            sc[j] = d * scale;
+            mx = sc[j] > mx ? sc[j] : mx;
+        }
+        double sum = 0;
+        for (uint32_t j = 0; j < n; j++) {
+            sc[j] = expf(sc[j] - mx);
+            sum += sc[j];
+        }
+        float inv = (float)(1.0 / sum);
+        memset(out, 0, hd * sizeof(float));
+        for (uint32_t j = 0; j < n; j++) {
+            const float *vp = ty_kvpool_v(f->kv, f->layer, pages[j / B]) +
+                              ((size_t)kvh * B + j % B) * hd;
+            float a = sc[j] * inv;
+            for (uint32_t i = 0; i < hd; i++)
+                out[i] += a * vp[i];
+        }
+    }
+}
+
+/* Gather the first `ctx` positions of kv head `kvh` from the sequence's pages into
+ * contiguous (ctx, hd) arrays. */
+static void gather_kv(struct fwd *f, const uint32_t *pages, uint32_t kvh, uint32_t ctx, float *kc,
+                      float *vc)
+{
+    uint32_t hd = f->m->cfg.head_dim, B = f->B;
+    for (uint32_t j = 0; j < ctx; j += B) {
+        uint32_t n = ctx - j < B ? ctx - j : B;
+        size_t off = (size_t)kvh * B * hd;
+        memcpy(kc + (size_t)j * hd, ty_kvpool_k(f->kv, f->layer, pages[j / B]) + off, n * hd * 4);
+        memcpy(vc + (size_t)j * hd, ty_kvpool_v(f->kv, f->layer, pages[j / B]) + off, n * hd * 4);
+    }
+}
+
+/* Attention of one prefill chunk (n > 1 new tokens at rows t0.., positions p0..) as GEMMs:
+ * S (n, ctx) = Q_h K^T * scale, causal mask, softmax rows, out (n, hd) = S V. */
+static int attn_prefill(struct fwd *f, struct cpu_ctx *cc, uint32_t t0, uint32_t n)
+{
+    const struct ty_model_config *c = &f->m->cfg;
+    uint32_t hd = c->head_dim, p0 = f->pos[t0], ctx = p0 + n, group = c->n_heads / c->n_kv_heads;
+    size_t Q = (size_t)c->n_heads * hd, need = 2 * (size_t)ctx * hd + (size_t)n * ctx;
+    if (need > cc->abuf_floats) {
+        float *nb = realloc(cc->abuf, need * sizeof(float));
+        if (!nb)
+            return TY_ENOMEM;
+        cc->abuf = nb;
+        cc->abuf_floats = need;
+    }
+    float *kc = cc->abuf, *vc = kc + (size_t)ctx * hd, *S = vc + (size_t)ctx * hd;
+    const uint32_t *pages = ty_kvseq_pages(f->batch->seqs[f->seq_of[t0]].seq);
+    for (uint32_t kvh = 0; kvh < c->n_kv_heads; kvh++) {
+        gather_kv(f, pages, kvh, ctx, kc, vc);
+        for (uint32_t h = kvh * group; h < (kvh + 1) * group; h++) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)ctx, (int)hd,
+                        1.0f / sqrtf((float)hd), f->q + t0 * Q + (size_t)h * hd, (int)Q, kc,
+                        (int)hd, 0.0f, S, (int)ctx);
+            for (uint32_t i = 0; i < n; i++) {
+                float *row = S + (size_t)i * ctx, mx = -INFINITY;
+                uint32_t valid = p0 + i + 1;
+                for (uint32_t j = 0; j < valid; j++)
+                    mx = row[j] > mx ? row[j] : mx;
+                double sum = 0;
+                for (uint32_t j = 0; j < valid; j++) {
+                    row[j] = expf(row[j] - mx);
+                    sum += row[j];
+                }
+                float inv = (float)(1.0 / sum);
+                for (uint32_t j = 0; j < valid; j++)
+                    row[j] *= inv;
+                for (uint32_t j = valid; j < ctx; j++)
+                    row[j] = 0.0f;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)hd, (int)ctx,
+                        1.0f, S, (int)ctx, vc, (int)hd, 0.0f, f->att + t0 * Q + (size_t)h * hd,
+                        (int)Q);
+        }
+    }
+    return 0;
+}
+
+/* Prefill chunks through GEMM attention, single tokens through the worker pool. */
+static int attention(struct fwd *f, struct cpu_ctx *cc)
+{
+    int rc = 0;
+    for (uint32_t i = 0, t = 0; i < f->batch->n_seqs && !rc; t += f->batch->seqs[i++].n)
+        if (f->batch->seqs[i].n > 1)
+            rc = attn_prefill(f, cc, t, f->batch->seqs[i].n);
+    ty__cpu_pool_run(cc->pool, f->T * f->m->cfg.n_heads, attn_task, f);
+    return rc;
+}
+
+static void add_bias(float *y, const struct ty_weight *b, uint32_t T, uint64_t n)
+{
+    if (!b->data)
+        return;
+    const float *bv = b->data;
+    for (uint32_t t = 0; t < T; t++)
+        for (uint64_t i = 0; i < n; i++)
+            y[t * n + i] += bv[i];
+}
+
+/* q, k, v projections, rope, and the new K/V written to each token's page slot. */
+static void qkv_and_store(struct fwd *f, const struct ty_layer_weights *L)
+{
+    const struct ty_model_config *c = &f->m->cfg;
+    uint32_t hd = c->head_dim, T = f->T, B = f->B;
+    size_t nq = (size_t)c->n_heads * hd, nkv = (size_t)c->n_kv_heads * hd;
+    ty__cpu_matmul(&L->wq, f->xb, f->q, T, f->tile, f->tile_floats);
+    ty__cpu_matmul(&L->wk, f->xb, f->k, T, f->tile, f->tile_floats);
+    ty__cpu_matmul(&L->wv, f->xb, f->v, T, f->tile, f->tile_floats);
+    add_bias(f->q, &L->bq, T, nq);
+    add_bias(f->k, &L->bk, T, nkv);
+    add_bias(f->v, &L->bv, T, nkv);
+    for (uint32_t t = 0; t < T; t++) {
+        float *qt = f->q + t * nq, *kt = f->k + t * nkv, *vt = f->v + t * nkv;
+        if (c->qk_hf_order) {
+            ty__cpu_unpermute_heads(qt, c->n_heads, hd, f->att);
+            ty__cpu_unpermute_heads(kt, c->n_kv_heads, hd, f->att);
+        }
+        for (uint32_t h = 0; h < c->n_heads; h++)
+            ty__cpu_rope(qt + h * hd, hd, f->pos[t], f->m);
+        const uint32_t *pages = ty_kvseq_pages(f->batch->seqs[f->seq_of[t]].seq);
+        uint32_t page = pages[f->pos[t] / B], slot = f->pos[t] % B;
+        float *kp = ty_kvpool_k(f->kv, f->layer, page), *vp = ty_kvpool_v(f->kv, f->layer, page);
+        for (uint32_t h = 0; h < c->n_kv_heads; h++) {
+            ty__cpu_rope(kt + h * hd, hd, f->pos[t], f->m);
+            memcpy(kp + ((size_t)h * B + slot) * hd, kt + h * hd, hd * sizeof(float));
+            memcpy(vp + ((size_t)h * B + slot) * hd, vt + h * hd, hd * sizeof(float));
+        }
+    }
+}
+
+static int layer_forward(struct fwd *f, struct cpu_ctx *cc)
+{
+    const struct ty_model_config *c = &f->m->cfg;
+    const struct ty_layer_weights *L = &f->m->layers[f->layer];
+    uint32_t T = f->T, D = c->dim, F = c->ffn_dim;
+    for (uint32_t t = 0; t < T; t++)
+        ty__cpu_rmsnorm(f->xb + (size_t)t * D, f->x + (size_t)t * D, L->attn_norm.data, D,
+                        c->rms_eps);
+    qkv_and_store(f, L);
+    int rc = attention(f, cc);
+    if (rc)
+        return rc;
+    ty__cpu_matmul(&L->wo, f->att, f->xb, T, f->tile, f->tile_floats);
+    for (size_t i = 0; i < (size_t)T * D; i++)
+        f->x[i] += f->xb[i];
+    for (uint32_t t = 0; t < T; t++)
+        ty__cpu_rmsnorm(f->xb + (size_t)t * D, f->x + (size_t)t * D, L->ffn_norm.data, D,
+                        c->rms_eps);
+    ty__cpu_matmul(&L->w_gate, f->xb, f->hb, T, f->tile, f->tile_floats);
+    ty__cpu_matmul(&L->w_up, f->xb, f->hb2, T, f->tile, f->tile_floats);
+    for (size_t i = 0; i < (size_t)T * F; i++) {
+        float g = f->hb[i];
+        f->hb[i] = g / (1.0f + expf(-g)) * f->hb2[i]; /* SwiGLU: silu(gate) * up */
+    }
+    ty__cpu_matmul(&L->w_down, f->hb, f->xb, T, f->tile, f->tile_floats);
+    for (size_t i = 0; i < (size_t)T * D; i++)
+        f->x[i] += f->xb[i];
+    return 0;
+}
+
+/* Check the batch and fill pos/seq_of; returns T via f->T and max context via f->max_ctx. */
+static int plan_batch(struct fwd *f, const struct ty_batch *b)
+{
+    uint32_t t = 0;
+    f->max_ctx = 1;
+    for (uint32_t i = 0; i < b->n_seqs; i++) {
+        const struct ty_batch_seq *s = &b->seqs[i];
+        uint64_t past = ty_kvseq_n_tokens(s->seq), end = past + s->n;
+        if (!s->n || end > (uint64_t)ty_kvseq_n_pages(s->seq) * f->B || end > (1u << 24))
+            return TY_EINVAL;
+        for (uint32_t j = 0; j < s->n; j++, t++) {
+            if (s->tokens[j] >= f->m->cfg.n_vocab)
+                return TY_EINVAL;
+            f->pos[t] = (uint32_t)(past + j);
+            f->seq_of[t] = i;
+        }
+        f->max_ctx = end > f->max_ctx ? (uint32_t)end : f->max_ctx;
+    }
+    return 0;
+}
+
+static uint32_t batch_tokens(const struct ty_batch *b)
+{
+    uint64_t T = 0;
+    for (uint32_t i = 0; i < b->n_seqs; i++)
+        T += b->seqs[i].n;
+    return T > (1u << 20) ? 0 : (uint32_t)T;
+}
+
+static int carve(struct cpu_ctx *cc, struct fwd *f, uint32_t T, uint32_t max_ctx)
+{
+    const struct ty_model_config *c = &f->m->cfg;
+    size_t D = c->dim, Q = (size_t)c->n_heads * c->head_dim, KV = (size_t)c->n_kv_heads * c->head_dim;
+    size_t F = c->ffn_dim;
+    f->tile_floats = ty__cpu_matmul_scratch(D > F ? (D > Q ? D : Q) : F);
+    size_t need = T * (2 * D + 2 * Q + 2 * KV + 2 * F) + (size_t)cc->n_threads * max_ctx +
+                  f->tile_floats;
+    if (need > cc->buf_floats) {
+        float *nb = realloc(cc->buf, need * sizeof(float));
+        if (!nb)
+            return TY_ENOMEM;
+        cc->buf = nb;
+        cc->buf_floats = need;
+    }
+    float *p = cc->buf;
+    f->x = p, p += T * D;
+    f->xb = p, p += T * D;
+    f->q = p, p += T * Q;
+    f->att = p, p += T * Q;
+    f->k = p, p += T * KV;
+    f->v = p, p += T * KV;
+    f->hb = p, p += T * F;
+    f->hb2 = p, p += T * F;
+    f->scores = p, p += (size_t)cc->n_threads * max_ctx;
+    f->tile = p;
+    return 0;
+}
+
+/* Final norm and the output projection for the rows that want logits. */
+static void output_logits(struct fwd *f, float *logits)
+{
+    const struct ty_model_config *c = &f->m->cfg;
+    uint32_t D = c->dim, n = 0, t = 0;
+    for (uint32_t i = 0; i < f->batch->n_seqs; i++) {
+        const struct ty_batch_seq *s = &f->batch->seqs[i];
+        for (uint32_t j = 0; j < s->n; j++, t++)
+            if (s->logits_all || j == s->n - 1)
+                ty__cpu_rmsnorm(f->xb + (size_t)n++ * D, f->x + (size_t)t * D,
+                                f->m->out_norm.data, D, c->rms_eps);
+    }
+    ty__cpu_matmul(&f->m->output, f->xb, logits, n, f->tile, f->tile_floats);
+}
+
+static int cpu_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
+                       const struct ty_batch *batch, float *logits)
+{
+    struct cpu_ctx *cc = b->context;
+    struct fwd f = {.m = m, .kv = pool, .batch = batch, .B = ty_kvpool_block_tokens(pool)};
+    uint32_t T = batch_tokens(batch);
+    if (T == 0)
+        return TY_EINVAL;
+    f.T = T;
+    f.pos = malloc(2 * (size_t)T * sizeof(uint32_t));
+    if (!f.pos)
+        return TY_ENOMEM;
+    f.seq_of = f.pos + T;
+    int rc = plan_batch(&f, batch);
+    if (!rc)
+        rc = carve(cc, &f, T, f.max_ctx);
+    if (rc)
+        goto out;
+    for (uint32_t t = 0, k = 0; k < batch->n_seqs; k++)
+        for (uint32_t j = 0; j < batch->seqs[k].n; j++, t++)
+            ty__cpu_row_to_f32(&m->tok_embd, batch->seqs[k].tokens[j], f.x + (size_t)t * m->cfg.dim);
+    for (f.layer = 0; f.layer < m->cfg.n_layers && !rc; f.layer++)
+        rc = layer_forward(&f, cc);
+    if (!rc)
+        output_logits(&f, logits);
+out:
+    free(f.pos);
+    return rc;
+}
+
+static const struct ty_backend_i cpu_iface = {
+    .name = cpu_name,
+    .free = cpu_free,
+    .forward = cpu_forward,
+};
+
+int ty_backend_cpu_new(ty_backend_t **out, const struct ty_backend_cpu_opts *opts)
+{
+    ty_backend_t *b = calloc(1, sizeof(*b));
+    struct cpu_ctx *c = calloc(1, sizeof(*c));
+    int rc = TY_ENOMEM;
+    if (!b || !c)
+        goto err;
+    c->n_threads = opts && opts->n_threads ? opts->n_threads : 1;
+    if (c->n_threads > 256) {
+        rc = TY_EINVAL;
+        goto err;
+    }
+    if ((rc = ty__cpu_pool_new(&c->pool, c->n_threads)))
+        goto err;
+    openblas_set_num_threads((int)c->n_threads);
+    b->iface = &cpu_iface;
+    b->context = c;
+    *out = b;
+    return 0;
+err:
+    free(c);
+    free(b);
+    return rc;
+}

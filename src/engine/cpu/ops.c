@@ -1,0 +1,153 @@
+/* CPU reference ops. Numerics follow ggml where it matters for matching llama.cpp's greedy
+ * ids: rmsnorm sums in double, rope thetas are the cumulative float product of
+ * ggml_rope_cache_init. */
+#include "cpu-impl.h"
+
+#include "tycho/gguf.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#define TILE_FLOATS (64u * 1024u) /* 256 KiB of f32 per converted tile: stays in L2 */
+
+static float f16_table[65536];
+static pthread_once_t f16_once = PTHREAD_ONCE_INIT;
+
+/* IEEE half -> float, including subnormals, inf and NaN. */
+static float half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else if (exp == 0) {
+        float f = ldexpf((float)man, -24);
+        return sign ? -f : f;
+    } else {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static void f16_init(void)
+{
+    for (uint32_t i = 0; i < 65536; i++)
+        f16_table[i] = half_to_float((uint16_t)i);
+}
+
+void ty__cpu_row_to_f32(const struct ty_weight *w, uint64_t row, float *out)
+{
+    uint64_t n = w->cols;
+    const unsigned char *base = w->data;
+    switch (w->type) {
+    case TY_GGML_F32:
+        memcpy(out, base + row * n * 4, n * 4);
+        break;
+    case TY_GGML_F16: {
+        pthread_once(&f16_once, f16_init);
+        const uint16_t *p = (const uint16_t *)(base + row * n * 2);
+        for (uint64_t i = 0; i < n; i++)
+            out[i] = f16_table[p[i]];
+        break;
+    }
+    case TY_GGML_BF16: {
+        const uint16_t *p = (const uint16_t *)(base + row * n * 2);
+        for (uint64_t i = 0; i < n; i++) {
+            uint32_t bits = (uint32_t)p[i] << 16;
+            memcpy(&out[i], &bits, 4);
+        }
+        break;
+    }
+    case TY_GGML_Q8_0: {
+        /* blocks of 32: f16 scale d, then 32 int8; x = d * q (ggml block_q8_0) */
+        pthread_once(&f16_once, f16_init);
+        const unsigned char *p = base + row * (n / 32) * 34;
+        for (uint64_t b = 0; b < n / 32; b++, p += 34) {
+            uint16_t d16;
+            memcpy(&d16, p, 2);
+            float d = f16_table[d16];
+            for (int j = 0; j < 32; j++)
+                out[b * 32 + j] = d * (float)(int8_t)p[2 + j];
+        }
+        break;
+    }
+    default:
+        memset(out, 0, n * 4);
+    }
+}
+
+size_t ty__cpu_matmul_scratch(uint64_t cols)
+{
+    return cols > TILE_FLOATS ? cols : TILE_FLOATS;
+}
+
+void ty__cpu_matmul(const struct ty_weight *w, const float *x, float *y, uint32_t T,
+                    float *scratch, size_t scratch_floats)
+{
+    int rows = (int)w->rows, cols = (int)w->cols;
+    if (w->type == TY_GGML_F32) {
+        if (T == 1)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, cols, 1.0f, w->data, cols, x, 1, 0.0f,
+                        y, 1);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, rows, cols, 1.0f, x,
+                        cols, w->data, cols, 0.0f, y, rows);
+        return;
+    }
+    /* Converted tiles: trade conversion work per call for no resident f32 copy. */
+    int tile = (int)(scratch_floats / (size_t)cols);
+    for (int r0 = 0; r0 < rows; r0 += tile) {
+        int nr = rows - r0 < tile ? rows - r0 : tile;
+        for (int r = 0; r < nr; r++)
+            ty__cpu_row_to_f32(w, (uint64_t)(r0 + r), scratch + (size_t)r * cols);
+        if (T == 1)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, nr, cols, 1.0f, scratch, cols, x, 1, 0.0f,
+                        y + r0, 1);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, nr, cols, 1.0f, x, cols,
+                        scratch, cols, 0.0f, y + r0, rows);
+    }
+}
+
+void ty__cpu_rmsnorm(float *out, const float *x, const float *g, uint32_t n, float eps)
+{
+    double ss = 0;
+    for (uint32_t i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    float scale = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (uint32_t i = 0; i < n; i++)
+        out[i] = x[i] * scale * g[i];
+}
+
+void ty__cpu_rope(float *x, uint32_t head_dim, uint32_t pos, const struct ty_model *m)
+{
+    uint32_t half = head_dim / 2;
+    float theta = (float)pos;
+    for (uint32_t i = 0; i < half; i++) {
+        float t = theta / m->rope_div[i];
+        float c = cosf(t), s = sinf(t);
+        uint32_t a = m->cfg.rope == TY_ROPE_NEOX ? i : 2 * i;
+        uint32_t b = m->cfg.rope == TY_ROPE_NEOX ? i + half : 2 * i + 1;
+        float x0 = x[a], x1 = x[b];
+        x[a] = x0 * c - x1 * s;
+        x[b] = x0 * s + x1 * c;
+        theta *= m->rope_theta_scale;
+    }
+}
+
+void ty__cpu_unpermute_heads(float *x, uint32_t n_heads, uint32_t head_dim, float *tmp)
+{
+    uint32_t half = head_dim / 2;
+    for (uint32_t h = 0; h < n_heads; h++) {
+        float *v = x + (size_t)h * head_dim;
+        /* HF row j*half + i holds what the interleaved layout keeps at 2i + j */
+        for (uint32_t i = 0; i < half; i++) {
+            tmp[2 * i] = v[i];
+            tmp[2 * i + 1] = v[half + i];
+        }
+        memcpy(v, tmp, head_dim * sizeof(float));
+    }
+}

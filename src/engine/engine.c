@@ -1,0 +1,163 @@
+/* Engine: chunked batched forward over the pool, and the generation loop. */
+#include "tycho/engine.h"
+
+#include "model-impl.h"
+
+#include "tycho/clock.h"
+#include "tycho/errors.h"
+#include "tycho/hash.h"
+#include "tycho/tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ty_engine {
+    const ty_model_t *m;
+    ty_backend_t *be;
+    ty_kvpool_t *pool;
+    uint32_t max_ctx, max_batch;
+    float *tmp_logits; /* (max_batch, n_vocab) */
+};
+
+int ty_engine_new(ty_engine_t **out, const ty_model_t *m, const struct ty_engine_opts *opts)
+{
+    const struct ty_model_config *c = ty_model_config(m);
+    struct ty_engine_opts o = opts ? *opts : (struct ty_engine_opts){0};
+    int rc = TY_ENOMEM;
+    *out = NULL;
+    o.kv_block_tokens = o.kv_block_tokens ? o.kv_block_tokens : 64;
+    o.max_seqs = o.max_seqs ? o.max_seqs : 8;
+    o.max_ctx = o.max_ctx ? o.max_ctx : (c->ctx_len < 4096 ? c->ctx_len : 4096);
+    o.max_batch_tokens = o.max_batch_tokens ? o.max_batch_tokens : 512;
+    if (!o.kv_pages)
+        o.kv_pages = o.max_seqs * ((o.max_ctx + o.kv_block_tokens - 1) / o.kv_block_tokens);
+    if (o.max_batch_tokens > 65536 || o.max_ctx > (1u << 20))
+        return TY_EINVAL;
+    ty_engine_t *e = calloc(1, sizeof(*e));
+    if (!e)
+        return TY_ENOMEM;
+    e->m = m;
+    e->max_ctx = o.max_ctx;
+    e->max_batch = o.max_batch_tokens;
+    struct ty_kvpool_opts po = {
+        .n_layers = c->n_layers, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
+        .block_tokens = o.kv_block_tokens, .n_pages = o.kv_pages,
+        .hash_seed = ty_hash_prefix_seed(ty_model_desc(m), "f32", o.kv_block_tokens, NULL),
+        .no_prefix_sharing = o.no_prefix_sharing};
+    struct ty_backend_cpu_opts bo = {.n_threads = o.n_threads};
+    e->tmp_logits = malloc((size_t)e->max_batch * c->n_vocab * sizeof(float));
+    if (!e->tmp_logits || (rc = ty_kvpool_new(&e->pool, &po)) ||
+        (rc = ty_backend_cpu_new(&e->be, &bo))) {
+        ty_engine_free(e);
+        return rc ? rc : TY_ENOMEM;
+    }
+    *out = e;
+    return 0;
+}
+
+void ty_engine_free(ty_engine_t *e)
+{
+    if (!e)
+        return;
+    ty_backend_free(e->be);
+    ty_kvpool_free(e->pool);
+    free(e->tmp_logits);
+    free(e);
+}
+
+ty_kvpool_t *ty_engine_pool(ty_engine_t *e)
+{
+    return e->pool;
+}
+
+const ty_model_t *ty_engine_model(const ty_engine_t *e)
+{
+    return e->m;
+}
+
+uint32_t ty_engine_max_ctx(const ty_engine_t *e)
+{
+    return e->max_ctx;
+}
+
+/* Run one sub-batch: the next <= max_batch tokens, starting at seq `*si`, token `*ti`. */
+static int forward_chunk(ty_engine_t *e, const struct ty_batch *b, uint32_t *si, uint32_t *ti,
+                         float *logits, uint32_t *row)
+{
+    struct ty_batch_seq sub[64];
+    uint32_t ns = 0, budget = e->max_batch, V = e->m->cfg.n_vocab;
+    uint32_t first = *si;
+    while (*si < b->n_seqs && budget && ns < 64) {
+        const struct ty_batch_seq *s = &b->seqs[*si];
+        uint32_t take = s->n - *ti < budget ? s->n - *ti : budget;
+        sub[ns++] = (struct ty_batch_seq){s->seq, s->tokens + *ti, take, s->logits_all};
+        budget -= take;
+        *ti += take;
+        if (*ti == s->n) {
+            (*si)++;
+            *ti = 0;
+        }
+    }
+    struct ty_batch sb = {sub, ns};
+    int rc = ty_backend_forward(e->be, e->m, e->pool, &sb, e->tmp_logits);
+    if (rc)
+        return rc;
+    /* keep the rows the caller asked for: every row of logits_all sequences, and the last
+     * token's row of a sequence whose final chunk this was */
+    uint32_t r = 0;
+    for (uint32_t i = 0; i < ns; i++) {
+        const struct ty_batch_seq *orig = &b->seqs[first + i];
+        bool last = sub[i].tokens + sub[i].n == orig->tokens + orig->n;
+        uint32_t rows = sub[i].logits_all ? sub[i].n : 1;
+        if (sub[i].logits_all || last) {
+            memcpy(logits + (size_t)*row * V, e->tmp_logits + (size_t)r * V,
+                   (size_t)rows * V * sizeof(float));
+            *row += rows;
+        }
+        r += rows;
+        if ((rc = ty_kvpool_seq_commit(e->pool, sub[i].seq, sub[i].tokens, sub[i].n)))
+            return rc;
+    }
+    return 0;
+}
+
+int ty_engine_forward(ty_engine_t *e, const struct ty_batch *b, float *logits)
+{
+    for (uint32_t i = 0; i < b->n_seqs; i++) {
+        const struct ty_batch_seq *s = &b->seqs[i];
+        if (!s->seq || !s->n)
+            return TY_EINVAL;
+        if ((uint64_t)ty_kvseq_n_tokens(s->seq) + s->n > e->max_ctx)
+            return TY_ERANGE;
+        int rc = ty_kvpool_seq_reserve(e->pool, s->seq, s->n);
+        if (rc)
+            return rc;
+    }
+    uint32_t si = 0, ti = 0, row = 0;
+    while (si < b->n_seqs) {
+        int rc = forward_chunk(e, b, &si, &ti, logits, &row);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+const char *ty_finish_name(enum ty_finish f)
+{
+    switch (f) {
+    case TY_FINISH_LENGTH: return "length";
+    case TY_FINISH_EOS: return "stop";
+    case TY_FINISH_STOP: return "stop";
+    case TY_FINISH_CTX: return "length";
+    default: return "none";
+    }
+}
+
+void ty_gen_result_clear(struct ty_gen_result *r)
+{
+    free(r->ids);
+    free(r->text);
+    free(r->samples);
+    memset(r, 0, sizeof(*r));
+}

@@ -1,0 +1,238 @@
+/* The generation loop: prefill all prompts (prefix cache first), then one decode token per
+ * live sequence per forward call, sampling, detokenising and checking stop conditions. */
+#include "tycho/engine.h"
+
+#include "tycho/clock.h"
+#include "tycho/errors.h"
+#include "tycho/tokenizer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct gen_seq {
+    ty_kvseq_t *seq;
+    ty_sampler_t *sampler;
+    uint32_t *hist; /* prompt then output */
+    size_t n_hist, cap_hist;
+    size_t n_prompt;
+    char *text;
+    size_t n_text, cap_text;
+#ifdef TY_HAVE_TOKENIZER
+    struct ty_detok detok;
+#endif
+    bool done;
+};
+
+static int push_text(struct gen_seq *g, const char *s, size_t n)
+{
+    if (g->n_text + n + 1 > g->cap_text) {
+        size_t cap = g->cap_text ? g->cap_text * 2 : 256;
+        while (cap < g->n_text + n + 1)
+            cap *= 2;
+        char *nt = realloc(g->text, cap);
+        if (!nt)
+            return TY_ENOMEM;
+        g->text = nt;
+        g->cap_text = cap;
+    }
+    memcpy(g->text + g->n_text, s, n);
+    g->n_text += n;
+    g->text[g->n_text] = 0;
+    return 0;
+}
+
+static int push_id(struct gen_seq *g, uint32_t id)
+{
+    if (g->n_hist == g->cap_hist) {
+        size_t cap = g->cap_hist * 2 + 64;
+        uint32_t *nh = realloc(g->hist, cap * sizeof(uint32_t));
+        if (!nh)
+            return TY_ENOMEM;
+        g->hist = nh;
+        g->cap_hist = cap;
+    }
+    g->hist[g->n_hist++] = id;
+    return 0;
+}
+
+/* Cut the text at the first stop string that now appears; true when one did. */
+static bool check_stop(struct gen_seq *g, const struct ty_gen_params *p, size_t before)
+{
+    for (size_t i = 0; i < p->n_stop; i++) {
+        size_t sl = strlen(p->stop[i]);
+        if (!sl)
+            continue;
+        size_t from = before > sl ? before - sl + 1 : 0;
+        char *hit = g->text ? strstr(g->text + from, p->stop[i]) : NULL;
+        if (hit) {
+            g->n_text = (size_t)(hit - g->text);
+            g->text[g->n_text] = 0;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Record token `s` for sequence `i`, updating text and finish state. */
+static int accept(ty_engine_t *e, struct gen_seq *g, struct ty_gen_result *r, size_t i,
+                  const struct ty_sample *s, const struct ty_gen_params *p, ty_gen_token_cb cb,
+                  void *arg)
+{
+    const ty_model_t *m = ty_engine_model(e);
+    char piece[64] = "";
+    if (!p->ignore_eos && ty_model_is_eog(m, s->id)) {
+        r->finish = TY_FINISH_EOS;
+        g->done = true;
+        return 0;
+    }
+    int rc = push_id(g, s->id);
+    if (rc)
+        return rc;
+    r->ids[r->n_ids] = s->id;
+    r->samples[r->n_ids++] = *s;
+#ifdef TY_HAVE_TOKENIZER
+    if (ty_model_tokenizer(m)) {
+        int n = ty_detok_feed(&g->detok, s->id, piece, sizeof(piece));
+        size_t before = g->n_text;
+        if (n > 0 && (rc = push_text(g, piece, (size_t)n)))
+            return rc;
+        if (check_stop(g, p, before)) {
+            r->finish = TY_FINISH_STOP;
+            g->done = true;
+        }
+    }
+#endif
+    if (cb && cb(arg, i, s->id, piece))
+        g->done = true;
+    if (!g->done && r->n_ids >= p->max_tokens) {
+        r->finish = TY_FINISH_LENGTH;
+        g->done = true;
+    }
+    if (!g->done && ty_kvseq_n_tokens(g->seq) + 1 >= ty_engine_max_ctx(e)) {
+        r->finish = TY_FINISH_CTX;
+        g->done = true;
+    }
+    return 0;
+}
+
+static int setup(ty_engine_t *e, struct gen_seq *g, const uint32_t *prompt, size_t n,
+                 const struct ty_gen_params *p, struct ty_gen_result *r)
+{
+    const ty_model_t *m = ty_engine_model(e);
+    int rc = ty_kvpool_seq_new(ty_engine_pool(e), &g->seq);
+    if (rc)
+        return rc;
+    if ((rc = ty_sampler_new(&g->sampler, &p->sampling, ty_model_config(m)->n_vocab)))
+        return rc;
+    for (size_t j = 0; j < n; j++)
+        if ((rc = push_id(g, prompt[j])))
+            return rc;
+    g->n_prompt = n;
+#ifdef TY_HAVE_TOKENIZER
+    if (ty_model_tokenizer(m))
+        ty_detok_init(&g->detok, ty_model_tokenizer(m));
+#endif
+    r->ids = malloc(((size_t)p->max_tokens + 1) * sizeof(uint32_t));
+    r->samples = malloc(((size_t)p->max_tokens + 1) * sizeof(struct ty_sample));
+    if (!r->ids || !r->samples)
+        return TY_ENOMEM;
+    r->n_prompt = (uint32_t)n;
+    rc = ty_kvpool_seq_match_prefix(ty_engine_pool(e), g->seq, prompt, n);
+    if (rc < 0)
+        return rc;
+    r->n_cached = (uint32_t)rc;
+    return 0;
+}
+
+/* One forward over every live sequence (its pending tokens), then sample each. */
+static int step(ty_engine_t *e, struct gen_seq *gs, size_t n, const struct ty_gen_params *p,
+                struct ty_gen_result *res, float *logits, ty_gen_token_cb cb, void *arg)
+{
+    struct ty_batch_seq *bs = calloc(n, sizeof(*bs));
+    uint32_t *map = calloc(n, sizeof(uint32_t)), nb = 0, V = ty_model_config(ty_engine_model(e))->n_vocab;
+    int rc = TY_ENOMEM;
+    if (!bs || !map)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t have = ty_kvseq_n_tokens(gs[i].seq);
+        if (gs[i].done || have >= gs[i].n_hist)
+            continue;
+        bs[nb] = (struct ty_batch_seq){gs[i].seq, gs[i].hist + have,
+                                       (uint32_t)(gs[i].n_hist - have), false};
+        map[nb++] = (uint32_t)i;
+    }
+    struct ty_batch b = {bs, nb};
+    if (nb && (rc = ty_engine_forward(e, &b, logits)))
+        goto out;
+    rc = 0;
+    for (uint32_t k = 0; k < nb && !rc; k++) {
+        struct gen_seq *g = &gs[map[k]];
+        struct ty_sample s;
+        rc = ty_sampler_sample(g->sampler, logits + (size_t)k * V, g->hist, g->n_hist, &s);
+        if (!rc)
+            rc = accept(e, g, &res[map[k]], map[k], &s, p, cb, arg);
+    }
+out:
+    free(bs);
+    free(map);
+    return rc;
+}
+
+static int finish_results(struct gen_seq *gs, size_t n, struct ty_gen_result *res)
+{
+    for (size_t i = 0; i < n; i++) {
+#ifdef TY_HAVE_TOKENIZER
+        char tail[64];
+        int k = gs[i].detok.tok ? ty_detok_flush(&gs[i].detok, tail, sizeof(tail)) : 0;
+        if (k > 0 && res[i].finish != TY_FINISH_STOP && push_text(&gs[i], tail, (size_t)k))
+            return TY_ENOMEM;
+        if (gs[i].detok.tok && !gs[i].text && push_text(&gs[i], "", 0))
+            return TY_ENOMEM;
+#endif
+        res[i].text = gs[i].text;
+        gs[i].text = NULL;
+    }
+    return 0;
+}
+
+int ty_engine_generate(ty_engine_t *e, const uint32_t *const *prompts, const size_t *n_prompt,
+                       size_t n, const struct ty_gen_params *p, struct ty_gen_result *res,
+                       ty_gen_token_cb cb, void *cb_arg)
+{
+    const struct ty_model_config *c = ty_model_config(ty_engine_model(e));
+    struct gen_seq *gs = calloc(n ? n : 1, sizeof(*gs));
+    float *logits = malloc(n * (size_t)c->n_vocab * sizeof(float) + 1);
+    int rc = gs && logits ? 0 : TY_ENOMEM;
+    memset(res, 0, n * sizeof(*res));
+    for (size_t i = 0; i < n && !rc; i++) {
+        if (!n_prompt[i] || n_prompt[i] >= ty_engine_max_ctx(e))
+            rc = TY_ERANGE;
+        else
+            rc = setup(e, &gs[i], prompts[i], n_prompt[i], p, &res[i]);
+        gs[i].done = p->max_tokens == 0;
+    }
+    uint64_t t0 = ty_clock_ns(), t1 = t0;
+    bool live = true;
+    for (int first = 1; !rc && live; first = 0) {
+        rc = step(e, gs, n, p, res, logits, cb, cb_arg);
+        if (first)
+            t1 = ty_clock_ns();
+        live = false;
+        for (size_t i = 0; i < n; i++)
+            live |= !gs[i].done;
+    }
+    uint64_t t2 = ty_clock_ns();
+    if (!rc)
+        rc = finish_results(gs, n, res);
+    for (size_t i = 0; gs && i < n; i++) {
+        res[i].prefill_ms = (double)(t1 - t0) / 1e6;
+        res[i].decode_ms = (double)(t2 - t1) / 1e6;
+        ty_kvpool_seq_free(ty_engine_pool(e), gs[i].seq);
+        ty_sampler_free(gs[i].sampler);
+        free(gs[i].hist);
+        free(gs[i].text);
+    }
+    free(gs);
+    free(logits);
+    return rc;
+}

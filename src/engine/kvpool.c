@@ -1,0 +1,408 @@
+/* KV page pool: page memory, reference counts, free list, a prefix index (open addressing,
+ * chained block hash -> page id) and per-sequence block tables. */
+#include "tycho/kvpool.h"
+
+#include "tycho/errors.h"
+#include "tycho/hash.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define NO_PAGE UINT32_MAX
+
+struct ty_kvseq {
+    uint32_t *pages; /* block table */
+    uint32_t n_pages, cap_pages;
+    uint32_t *tokens; /* tokens whose KV is (or is being) stored */
+    uint32_t n_tokens, cap_tokens;
+    uint32_t n_hashed;  /* full blocks whose chain hash is known */
+    uint64_t last_hash; /* chain hash of block n_hashed - 1 */
+    uint32_t n_pending; /* import: tokens reserved but not yet valid */
+};
+
+struct slot {
+    uint64_t hash;
+    uint32_t page; /* NO_PAGE: empty; tombstones keep hash with page = NO_PAGE - 1 */
+};
+#define TOMB (NO_PAGE - 1)
+
+struct ty_kvpool {
+    struct ty_kvpool_opts o;
+    size_t page_floats; /* n_kv_heads * B * head_dim */
+    float **k, **v;     /* [layer] -> (n_pages, n_kv_heads, B, head_dim) */
+    uint32_t *ref;      /* [page] */
+    uint64_t *page_hash;
+    bool *page_indexed;
+    uint32_t *free_list;
+    uint32_t n_free;
+    struct slot *idx;
+    uint32_t idx_cap; /* power of two, >= 2 * n_pages */
+};
+
+int ty_kvpool_new(ty_kvpool_t **out, const struct ty_kvpool_opts *opts)
+{
+    *out = NULL;
+    struct ty_kvpool_opts o = *opts;
+    if (!o.block_tokens)
+        o.block_tokens = 64;
+    if (!o.n_layers || !o.n_kv_heads || !o.head_dim || !o.n_pages || o.n_pages > (1u << 28) ||
+        o.block_tokens > 65536)
+        return TY_EINVAL;
+    ty_kvpool_t *p = calloc(1, sizeof(*p));
+    if (!p)
+        return TY_ENOMEM;
+    p->o = o;
+    p->page_floats = (size_t)o.n_kv_heads * o.block_tokens * o.head_dim;
+    p->k = calloc(o.n_layers, sizeof(float *));
+    p->v = calloc(o.n_layers, sizeof(float *));
+    p->ref = calloc(o.n_pages, sizeof(uint32_t));
+    p->page_hash = calloc(o.n_pages, sizeof(uint64_t));
+    p->page_indexed = calloc(o.n_pages, sizeof(bool));
+    p->free_list = malloc(o.n_pages * sizeof(uint32_t));
+    p->idx_cap = 16;
+    while (p->idx_cap < 2 * o.n_pages)
+        p->idx_cap *= 2;
+    p->idx = malloc(p->idx_cap * sizeof(struct slot));
+    if (!p->k || !p->v || !p->ref || !p->page_hash || !p->page_indexed || !p->free_list || !p->idx)
+        goto err;
+    for (uint32_t l = 0; l < o.n_layers; l++) {
+        p->k[l] = calloc(o.n_pages * p->page_floats, sizeof(float));
+        p->v[l] = calloc(o.n_pages * p->page_floats, sizeof(float));
+        if (!p->k[l] || !p->v[l])
+            goto err;
+    }
+    for (uint32_t i = 0; i < o.n_pages; i++)
+        p->free_list[i] = o.n_pages - 1 - i; /* pop from the end: page 0 first */
+    p->n_free = o.n_pages;
+    for (uint32_t i = 0; i < p->idx_cap; i++)
+        p->idx[i].page = NO_PAGE;
+    *out = p;
+    return 0;
+err:
+    ty_kvpool_free(p);
+    return TY_ENOMEM;
+}
+
+void ty_kvpool_free(ty_kvpool_t *p)
+{
+    if (!p)
+        return;
+    for (uint32_t l = 0; l < p->o.n_layers; l++) {
+        if (p->k)
+            free(p->k[l]);
+        if (p->v)
+            free(p->v[l]);
+    }
+    free(p->k);
+    free(p->v);
+    free(p->ref);
+    free(p->page_hash);
+    free(p->page_indexed);
+    free(p->free_list);
+    free(p->idx);
+    free(p);
+}
+
+uint32_t ty_kvpool_block_tokens(const ty_kvpool_t *p)
+{
+    return p->o.block_tokens;
+}
+
+uint32_t ty_kvpool_pages_total(const ty_kvpool_t *p)
+{
+    return p->o.n_pages;
+}
+
+uint32_t ty_kvpool_pages_used(const ty_kvpool_t *p)
+{
+    return p->o.n_pages - p->n_free;
+}
+
+size_t ty_kvpool_page_bytes(const ty_kvpool_t *p)
+{
+    return p->page_floats * sizeof(float);
+}
+
+float *ty_kvpool_k(ty_kvpool_t *p, uint32_t layer, uint32_t page)
+{
+    return p->k[layer] + (size_t)page * p->page_floats;
+}
+
+float *ty_kvpool_v(ty_kvpool_t *p, uint32_t layer, uint32_t page)
+{
+    return p->v[layer] + (size_t)page * p->page_floats;
+}
+
+/* ---- prefix index ---------------------------------------------------------------------- */
+
+static uint32_t idx_find(const ty_kvpool_t *p, uint64_t h)
+{
+    uint32_t mask = p->idx_cap - 1;
+    for (uint32_t i = (uint32_t)h & mask, n = 0; n < p->idx_cap; i = (i + 1) & mask, n++) {
+        if (p->idx[i].page == NO_PAGE)
+            return NO_PAGE;
+        if (p->idx[i].page != TOMB && p->idx[i].hash == h)
+            return i;
+    }
+    return NO_PAGE;
+}
+
+static void idx_insert(ty_kvpool_t *p, uint64_t h, uint32_t page)
+{
+    uint32_t mask = p->idx_cap - 1;
+    if (idx_find(p, h) != NO_PAGE)
+        return; /* an equal block is already shared: keep the first */
+    for (uint32_t i = (uint32_t)h & mask;; i = (i + 1) & mask)
+        if (p->idx[i].page == NO_PAGE || p->idx[i].page == TOMB) {
+            p->idx[i] = (struct slot){h, page};
+            p->page_hash[page] = h;
+            p->page_indexed[page] = true;
+            return;
+        }
+}
+
+static void page_unref(ty_kvpool_t *p, uint32_t page)
+{
+    if (--p->ref[page])
+        return;
+    if (p->page_indexed[page]) {
+        uint32_t i = idx_find(p, p->page_hash[page]);
+        if (i != NO_PAGE && p->idx[i].page == page)
+            p->idx[i].page = TOMB;
+        p->page_indexed[page] = false;
+    }
+    p->free_list[p->n_free++] = page;
+}
+
+/* ---- sequences ------------------------------------------------------------------------- */
+
+int ty_kvpool_seq_new(ty_kvpool_t *p, ty_kvseq_t **out)
+{
+    *out = calloc(1, sizeof(**out));
+    return *out ? 0 : TY_ENOMEM;
+}
+
+void ty_kvpool_seq_free(ty_kvpool_t *p, ty_kvseq_t *s)
+{
+    if (!s)
+        return;
+    for (uint32_t i = 0; i < s->n_pages; i++)
+        page_unref(p, s->pages[i]);
+    free(s->pages);
+    free(s->tokens);
+    free(s);
+}
+
+static int grow_u32(uint32_t **a, uint32_t *cap, uint32_t need)
+{
+    if (need <= *cap)
+        return 0;
+    uint32_t c = *cap ? *cap : 16;
+    while (c < need)
+        c *= 2;
+    uint32_t *n = realloc(*a, (size_t)c * sizeof(uint32_t));
+    if (!n)
+        return TY_ENOMEM;
+    *a = n;
+    *cap = c;
+    return 0;
+}
+
+static int push_tokens(ty_kvseq_t *s, const uint32_t *tokens, uint32_t n)
+{
+    int rc = grow_u32(&s->tokens, &s->cap_tokens, s->n_tokens + s->n_pending + n);
+    if (!rc)
+        memcpy(s->tokens + s->n_tokens + s->n_pending, tokens, (size_t)n * sizeof(uint32_t));
+    return rc;
+}
+
+int ty_kvpool_seq_match_prefix(ty_kvpool_t *p, ty_kvseq_t *s, const uint32_t *tokens, size_t n)
+{
+    uint32_t B = p->o.block_tokens;
+    if (s->n_tokens || s->n_pages)
+        return TY_EINVAL;
+    if (p->o.no_prefix_sharing || n < 1)
+        return 0;
+    size_t max_blocks = (n - 1) / B;
+    uint64_t h = 0;
+    for (size_t b = 0; b < max_blocks; b++) {
+        h = ty_hash_prefix_step(h, b == 0, tokens + b * B, B, p->o.hash_seed);
+        uint32_t i = idx_find(p, h);
+        if (i == NO_PAGE)
+            break;
+        int rc = grow_u32(&s->pages, &s->cap_pages, s->n_pages + 1);
+        if (!rc)
+            rc = push_tokens(s, tokens + b * B, B);
+        if (rc)
+            return rc;
+        uint32_t page = p->idx[i].page;
+        p->ref[page]++;
+        s->pages[s->n_pages++] = page;
+        s->n_tokens += B;
+        s->n_hashed++;
+        s->last_hash = h;
+    }
+    return (int)s->n_tokens;
+}
+
+int ty_kvpool_seq_reserve(ty_kvpool_t *p, ty_kvseq_t *s, uint32_t n_new)
+{
+    uint32_t B = p->o.block_tokens;
+    uint64_t total = (uint64_t)s->n_tokens + s->n_pending + n_new;
+    uint64_t need = (total + B - 1) / B;
+    if (need > s->n_pages + (uint64_t)p->n_free)
+        return TY_ENOCAPACITY;
+    int rc = grow_u32(&s->pages, &s->cap_pages, (uint32_t)need);
+    if (rc)
+        return rc;
+    while (s->n_pages < need) {
+        uint32_t page = p->free_list[--p->n_free];
+        p->ref[page] = 1;
+        s->pages[s->n_pages++] = page;
+    }
+    return 0;
+}
+
+/* Register every newly full block of `s` in the prefix index. */
+static void index_full_blocks(ty_kvpool_t *p, ty_kvseq_t *s)
+{
+    uint32_t B = p->o.block_tokens;
+    while (!p->o.no_prefix_sharing && (s->n_hashed + 1) * B <= s->n_tokens) {
+        s->last_hash = ty_hash_prefix_step(s->last_hash, s->n_hashed == 0,
+                                           s->tokens + s->n_hashed * B, B, p->o.hash_seed);
+        idx_insert(p, s->last_hash, s->pages[s->n_hashed]);
+        s->n_hashed++;
+    }
+}
+
+int ty_kvpool_seq_commit(ty_kvpool_t *p, ty_kvseq_t *s, const uint32_t *tokens, uint32_t n)
+{
+    uint32_t B = p->o.block_tokens;
+    if (s->n_pending || ((uint64_t)s->n_tokens + n + B - 1) / B > s->n_pages)
+        return TY_EINVAL; /* not reserved */
+    int rc = push_tokens(s, tokens, n);
+    if (rc)
+        return rc;
+    s->n_tokens += n;
+    index_full_blocks(p, s);
+    return 0;
+}
+
+uint32_t ty_kvseq_n_tokens(const ty_kvseq_t *s)
+{
+    return s->n_tokens;
+}
+
+const uint32_t *ty_kvseq_tokens(const ty_kvseq_t *s)
+{
+    return s->tokens;
+}
+
+uint32_t ty_kvseq_n_pages(const ty_kvseq_t *s)
+{
+    return s->n_pages;
+}
+
+const uint32_t *ty_kvseq_pages(const ty_kvseq_t *s)
+{
+    return s->pages;
+}
+
+/* ---- export / import ------------------------------------------------------------------- */
+
+int ty_kvpool_seq_layer_ranges(ty_kvpool_t *p, const ty_kvseq_t *s, uint32_t layer,
+                               struct ty_kv_range *out, size_t cap)
+{
+    if (layer >= p->o.n_layers)
+        return TY_EINVAL;
+    if (cap < 2 * (size_t)s->n_pages)
+        return TY_ERANGE;
+    size_t bytes = ty_kvpool_page_bytes(p);
+    for (uint32_t i = 0; i < s->n_pages; i++) {
+        out[2 * i] = (struct ty_kv_range){ty_kvpool_k(p, layer, s->pages[i]), bytes};
+        out[2 * i + 1] = (struct ty_kv_range){ty_kvpool_v(p, layer, s->pages[i]), bytes};
+    }
+    return (int)(2 * s->n_pages);
+}
+
+int ty_kvpool_seq_import_begin(ty_kvpool_t *p, ty_kvseq_t *s, const uint32_t *tokens, uint32_t n)
+{
+    if (s->n_tokens || s->n_pages || s->n_pending)
+        return TY_EINVAL;
+    int rc = ty_kvpool_seq_reserve(p, s, n);
+    if (!rc)
+        rc = push_tokens(s, tokens, n);
+    if (!rc)
+        s->n_pending = n;
+    return rc;
+}
+
+int ty_kvpool_seq_import_done(ty_kvpool_t *p, ty_kvseq_t *s)
+{
+    s->n_tokens += s->n_pending;
+    s->n_pending = 0;
+    index_full_blocks(p, s);
+    return 0;
+}
+
+#define KV_MAGIC 0x564b5954u /* "TYKV" */
+
+struct kv_header {
+    uint32_t magic, version;
+    uint32_t n_layers, n_kv_heads, head_dim, block_tokens;
+    uint32_t n_tokens, n_pages;
+};
+
+int ty_kvpool_seq_export(ty_kvpool_t *p, const ty_kvseq_t *s, void **buf, size_t *len)
+{
+    struct kv_header h = {KV_MAGIC, 1, p->o.n_layers, p->o.n_kv_heads, p->o.head_dim,
+                          p->o.block_tokens, s->n_tokens, s->n_pages};
+    size_t pb = ty_kvpool_page_bytes(p);
+    size_t total = sizeof(h) + (size_t)s->n_tokens * 4 + (size_t)p->o.n_layers * s->n_pages * 2 * pb;
+    unsigned char *b = malloc(total);
+    struct ty_kv_range *r = malloc((2 * (size_t)s->n_pages + 1) * sizeof(*r));
+    if (!b || !r) {
+        free(b);
+        free(r);
+        return TY_ENOMEM;
+    }
+    memcpy(b, &h, sizeof(h));
+    memcpy(b + sizeof(h), s->tokens, (size_t)s->n_tokens * 4);
+    unsigned char *w = b + sizeof(h) + (size_t)s->n_tokens * 4;
+    for (uint32_t l = 0; l < p->o.n_layers; l++) {
+        int n = ty_kvpool_seq_layer_ranges(p, s, l, r, 2 * (size_t)s->n_pages + 1);
+        for (int i = 0; i < n; i++, w += pb)
+            memcpy(w, r[i].ptr, pb);
+    }
+    free(r);
+    *buf = b;
+    *len = total;
+    return 0;
+}
+
+int ty_kvpool_seq_import(ty_kvpool_t *p, ty_kvseq_t *s, const void *buf, size_t len)
+{
+    struct kv_header h;
+    size_t pb = ty_kvpool_page_bytes(p);
+    if (len < sizeof(h))
+        return TY_EFORMAT;
+    memcpy(&h, buf, sizeof(h));
+    uint32_t B = p->o.block_tokens;
+    if (h.magic != KV_MAGIC || h.version != 1 || h.n_layers != p->o.n_layers ||
+        h.n_kv_heads != p->o.n_kv_heads || h.head_dim != p->o.head_dim || h.block_tokens != B ||
+        h.n_pages != (h.n_tokens + B - 1) / B ||
+        len != sizeof(h) + (size_t)h.n_tokens * 4 + (size_t)h.n_layers * h.n_pages * 2 * pb)
+        return TY_EFORMAT;
+    const unsigned char *src = (const unsigned char *)buf + sizeof(h);
+    int rc = ty_kvpool_seq_import_begin(p, s, (const uint32_t *)src, h.n_tokens);
+    if (rc)
+        return rc;
+    src += (size_t)h.n_tokens * 4;
+    for (uint32_t l = 0; l < p->o.n_layers; l++)
+        for (uint32_t i = 0; i < s->n_pages; i++) {
+            memcpy(ty_kvpool_k(p, l, s->pages[i]), src, pb);
+            memcpy(ty_kvpool_v(p, l, s->pages[i]), src + pb, pb);
+            src += 2 * pb;
+        }
+    return ty_kvpool_seq_import_done(p, s);
+}

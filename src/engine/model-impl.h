@@ -1,0 +1,68 @@
+/* Private model layout shared by the loaders (model_gguf.c, model_hf.c) and the backends.
+ * Every weight is a row-major matrix view into a file mapping: `rows` outputs of `cols` inputs
+ * (GGUF ne = {cols, rows}; safetensors shape = [rows, cols]). */
+#ifndef TYCHO_ENGINE_MODEL_IMPL_H
+#define TYCHO_ENGINE_MODEL_IMPL_H
+
+#include "tycho/model.h"
+
+#include <stdint.h>
+
+struct ty_weight {
+    const void *data; /* NULL when absent (optional biases) */
+    uint32_t type;    /* enum ty_ggml_type */
+    uint64_t rows, cols;
+};
+
+struct ty_layer_weights {
+    struct ty_weight attn_norm;      /* (dim) */
+    struct ty_weight wq, wk, wv, wo; /* (n_heads*hd, dim) (n_kv*hd, dim) x2 (dim, n_heads*hd) */
+    struct ty_weight bq, bk, bv;     /* Qwen2 biases, (n_heads*hd) (n_kv*hd) x2 */
+    struct ty_weight ffn_norm;       /* (dim) */
+    struct ty_weight w_gate, w_up;   /* (ffn, dim) */
+    struct ty_weight w_down;         /* (dim, ffn) */
+};
+
+struct ty_mapping {
+    void *addr;
+    size_t len;
+};
+
+#define TY_MODEL_MAX_EOG 8
+#define TY_MODEL_MAX_MAPS 64
+
+struct ty_model {
+    struct ty_model_config cfg;
+    struct ty_weight tok_embd; /* (n_vocab, dim) */
+    struct ty_weight out_norm; /* (dim) */
+    struct ty_weight output;   /* (n_vocab, dim); == tok_embd when tied */
+    struct ty_layer_weights *layers;
+    /* rope, computed as llama.cpp does (ggml_rope_cache_init): theta_0 = pos,
+     * theta_{i+1} = theta_i * rope_theta_scale in float, each divided by rope_div[i] */
+    float rope_theta_scale; /* rope_theta^(-2/head_dim) */
+    float *rope_div;        /* (head_dim/2) frequency divisors from scaling; 1 = none */
+    /* rope scaling as read from the file, turned into inv_freq by ty__model_finish() */
+    int rope_scaling;          /* 0 none, 1 linear, 2 llama3 */
+    float rope_factor, rope_low_freq, rope_high_freq;
+    uint32_t rope_orig_ctx;
+    const float *rope_freqs;   /* GGUF rope_freqs.weight (head_dim/2), divides frequencies */
+    struct ty_tokenizer *tok;
+    uint32_t eog[TY_MODEL_MAX_EOG];
+    uint32_t n_eog;
+    char *chat_template;
+    char desc[128];
+    /* owners of the memory the weights point into */
+    struct ty_gguf *gguf;
+    struct ty_mapping maps[TY_MODEL_MAX_MAPS];
+    uint32_t n_maps;
+};
+
+/* Loaders fill `m` (zeroed by the caller); on error they write errbuf and return TY_E*;
+ * ty_model_free() releases whatever was filled. */
+int ty__model_load_gguf(struct ty_model *m, const char *path, char *errbuf, size_t errlen);
+int ty__model_load_hf(struct ty_model *m, const char *dir, char *errbuf, size_t errlen);
+/* Shared checks after a loader filled cfg and weights: shapes, dims, rope table. */
+int ty__model_finish(struct ty_model *m, char *errbuf, size_t errlen);
+void ty__model_add_eog(struct ty_model *m, int64_t id);
+
+#endif

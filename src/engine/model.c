@@ -1,0 +1,258 @@
+/* Model loading front: picks the loader by path kind, validates the configuration and every
+ * weight's shape against it, and computes the rope frequency table. */
+#include "model-impl.h"
+
+#include "tycho/errors.h"
+#include "tycho/gguf.h"
+#include "tycho/tokenizer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#define MAX_DIM (1u << 16)
+#define MAX_LAYERS 512u
+#define MAX_VOCAB (1u << 20)
+
+static int check_w(const struct ty_weight *w, const char *what, uint32_t layer, uint64_t rows,
+                   uint64_t cols, bool optional, char *errbuf, size_t errlen)
+{
+    if (!w->data) {
+        if (optional)
+            return 0;
+        snprintf(errbuf, errlen, "missing tensor: %s of layer %u", what, layer);
+        return TY_EFORMAT;
+    }
+    if (w->rows != rows || w->cols != cols) {
+        snprintf(errbuf, errlen, "tensor %s (layer %u) has shape [%llu, %llu], expected [%llu, %llu]",
+                 what, layer, (unsigned long long)w->rows, (unsigned long long)w->cols,
+                 (unsigned long long)rows, (unsigned long long)cols);
+        return TY_EFORMAT;
+    }
+    return 0;
+}
+
+static int check_config(const struct ty_model_config *c, char *errbuf, size_t errlen)
+{
+    if (c->dim == 0 || c->dim > MAX_DIM || c->n_layers == 0 || c->n_layers > MAX_LAYERS ||
+        c->n_heads == 0 || c->n_heads > c->dim || c->n_kv_heads == 0 ||
+        c->n_heads % c->n_kv_heads || c->head_dim == 0 || c->head_dim % 2 ||
+        c->head_dim > 1024 || c->ffn_dim == 0 || c->ffn_dim > 8 * MAX_DIM || c->n_vocab == 0 ||
+        c->n_vocab > MAX_VOCAB) {
+        snprintf(errbuf, errlen,
+                 "invalid model dimensions: dim %u layers %u heads %u kv_heads %u head_dim %u "
+                 "ffn %u vocab %u",
+                 c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn_dim,
+                 c->n_vocab);
+        return TY_EFORMAT;
+    }
+    if (!(c->rms_eps > 0 && c->rms_eps < 1) || !(c->rope_theta > 0) || !isfinite(c->rope_theta)) {
+        snprintf(errbuf, errlen, "invalid rms_eps %g or rope_theta %g", c->rms_eps,
+                 c->rope_theta);
+        return TY_EFORMAT;
+    }
+    return 0;
+}
+
+static int check_layer(const struct ty_model *m, uint32_t l, char *errbuf, size_t errlen)
+{
+    const struct ty_model_config *c = &m->cfg;
+    const struct ty_layer_weights *L = &m->layers[l];
+    uint64_t q = (uint64_t)c->n_heads * c->head_dim, kv = (uint64_t)c->n_kv_heads * c->head_dim;
+    int rc;
+    if ((rc = check_w(&L->attn_norm, "attn_norm", l, 1, c->dim, false, errbuf, errlen)) ||
+        (rc = check_w(&L->wq, "attn_q", l, q, c->dim, false, errbuf, errlen)) ||
+        (rc = check_w(&L->wk, "attn_k", l, kv, c->dim, false, errbuf, errlen)) ||
+        (rc = check_w(&L->wv, "attn_v", l, kv, c->dim, false, errbuf, errlen)) ||
+        (rc = check_w(&L->wo, "attn_output", l, c->dim, q, false, errbuf, errlen)) ||
+        (rc = check_w(&L->ffn_norm, "ffn_norm", l, 1, c->dim, false, errbuf, errlen)) ||
+        (rc = check_w(&L->w_gate, "ffn_gate", l, c->ffn_dim, c->dim, false, errbuf, errlen)) ||
+        (rc = check_w(&L->w_up, "ffn_up", l, c->ffn_dim, c->dim, false, errbuf, errlen)) ||
+        (rc = check_w(&L->w_down, "ffn_down", l, c->dim, c->ffn_dim, false, errbuf, errlen)))
+        return rc;
+    bool need_bias = c->qkv_bias;
+    if ((rc = check_w(&L->bq, "attn_q.bias", l, 1, q, !need_bias, errbuf, errlen)) ||
+        (rc = check_w(&L->bk, "attn_k.bias", l, 1, kv, !need_bias, errbuf, errlen)) ||
+        (rc = check_w(&L->bv, "attn_v.bias", l, 1, kv, !need_bias, errbuf, errlen)))
+        return rc;
+    const struct ty_weight *norms[] = {&L->attn_norm, &L->ffn_norm, &L->bq, &L->bk, &L->bv};
+    for (size_t i = 0; i < sizeof(norms) / sizeof(norms[0]); i++)
+        if (norms[i]->data && norms[i]->type != TY_GGML_F32) {
+            snprintf(errbuf, errlen, "layer %u: norm and bias tensors must be F32 (got %s)", l,
+                     ty_ggml_type_name(norms[i]->type));
+            return TY_ENOTSUP;
+        }
+    return 0;
+}
+
+/* Rope frequency divisors per pair i. llama3 scaling as in Meta's reference (apply_scaling
+ * in llama/model.py) and HF's _compute_llama3_parameters: long wavelengths are divided by
+ * `factor`, short ones kept, the band between interpolated. */
+static int make_rope(struct ty_model *m)
+{
+    uint32_t half = m->cfg.head_dim / 2;
+    m->rope_theta_scale = powf(m->cfg.rope_theta, -2.0f / (float)m->cfg.head_dim);
+    m->rope_div = malloc(half * sizeof(float));
+    if (!m->rope_div)
+        return TY_ENOMEM;
+    for (uint32_t i = 0; i < half; i++) {
+        double f = pow((double)m->cfg.rope_theta, -2.0 * i / m->cfg.head_dim), nf = f;
+        if (m->rope_freqs) {
+            m->rope_div[i] = m->rope_freqs[i];
+            continue;
+        }
+        if (m->rope_scaling == 1) {
+            nf = f / m->rope_factor;
+        } else if (m->rope_scaling == 2) {
+            double lo_wl = m->rope_orig_ctx / m->rope_low_freq;
+            double hi_wl = m->rope_orig_ctx / m->rope_high_freq;
+            double wl = 2 * M_PI / f;
+            if (wl > lo_wl) {
+                nf = f / m->rope_factor;
+            } else if (wl >= hi_wl) {
+                double s = (m->rope_orig_ctx / wl - m->rope_low_freq) /
+                           (m->rope_high_freq - m->rope_low_freq);
+                nf = (1 - s) * f / m->rope_factor + s * f;
+            }
+        }
+        m->rope_div[i] = (float)(f / nf);
+    }
+    return 0;
+}
+
+int ty__model_finish(struct ty_model *m, char *errbuf, size_t errlen)
+{
+    struct ty_model_config *c = &m->cfg;
+    int rc;
+    if ((rc = check_config(c, errbuf, errlen)))
+        return rc;
+    if ((rc = check_w(&m->tok_embd, "token_embd", 0, c->n_vocab, c->dim, false, errbuf, errlen)) ||
+        (rc = check_w(&m->out_norm, "output_norm", 0, 1, c->dim, false, errbuf, errlen)) ||
+        (rc = check_w(&m->output, "output", 0, c->n_vocab, c->dim, false, errbuf, errlen)))
+        return rc;
+    if (m->out_norm.type != TY_GGML_F32) {
+        snprintf(errbuf, errlen, "output_norm must be F32");
+        return TY_ENOTSUP;
+    }
+    for (uint32_t l = 0; l < c->n_layers; l++)
+        if ((rc = check_layer(m, l, errbuf, errlen)))
+            return rc;
+    if (m->rope_scaling == 2 && !(m->rope_factor > 0 && m->rope_low_freq > 0 &&
+                                  m->rope_high_freq > m->rope_low_freq && m->rope_orig_ctx > 0)) {
+        snprintf(errbuf, errlen, "invalid llama3 rope scaling parameters");
+        return TY_EFORMAT;
+    }
+    if (m->rope_scaling == 1 && !(m->rope_factor > 0)) {
+        snprintf(errbuf, errlen, "invalid linear rope scaling factor");
+        return TY_EFORMAT;
+    }
+    if ((rc = make_rope(m)))
+        return rc;
+    c->weight_type = m->layers[0].wq.type;
+    snprintf(m->desc, sizeof(m->desc), "%s %uL d%u h%u/%u hd%u ff%u v%u %s%s",
+             c->arch == TY_MODEL_ARCH_QWEN2 ? "qwen2" : "llama", c->n_layers, c->dim, c->n_heads,
+             c->n_kv_heads, c->head_dim, c->ffn_dim, c->n_vocab, ty_ggml_type_name(c->weight_type),
+             c->tied_output ? " tied" : "");
+    return 0;
+}
+
+void ty__model_add_eog(struct ty_model *m, int64_t id)
+{
+    if (id < 0 || id >= (int64_t)m->cfg.n_vocab || m->n_eog >= TY_MODEL_MAX_EOG)
+        return;
+    for (uint32_t i = 0; i < m->n_eog; i++)
+        if (m->eog[i] == (uint32_t)id)
+            return;
+    m->eog[m->n_eog++] = (uint32_t)id;
+}
+
+int ty_model_load(ty_model_t **out, const char *path, char *errbuf, size_t errlen)
+{
+    struct stat st;
+    *out = NULL;
+    if (stat(path, &st) != 0) {
+        snprintf(errbuf, errlen, "%s: %s", path, strerror(errno));
+        return -errno;
+    }
+    struct ty_model *m = calloc(1, sizeof(*m));
+    if (!m)
+        return TY_ENOMEM;
+    int rc = S_ISDIR(st.st_mode) ? ty__model_load_hf(m, path, errbuf, errlen)
+                                 : ty__model_load_gguf(m, path, errbuf, errlen);
+    if (!rc)
+        rc = ty__model_finish(m, errbuf, errlen);
+    if (rc) {
+        ty_model_free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+void ty_model_free(ty_model_t *m)
+{
+    if (!m)
+        return;
+#ifdef TY_HAVE_TOKENIZER
+    ty_tokenizer_free(m->tok);
+#endif
+    free(m->layers);
+    free(m->rope_div);
+    free(m->chat_template);
+    ty_gguf_close(m->gguf);
+    for (uint32_t i = 0; i < m->n_maps; i++)
+        munmap(m->maps[i].addr, m->maps[i].len);
+    free(m);
+}
+
+const struct ty_model_config *ty_model_config(const ty_model_t *m)
+{
+    return &m->cfg;
+}
+
+const struct ty_tokenizer *ty_model_tokenizer(const ty_model_t *m)
+{
+    return m->tok;
+}
+
+bool ty_model_is_eog(const ty_model_t *m, uint32_t id)
+{
+    for (uint32_t i = 0; i < m->n_eog; i++)
+        if (m->eog[i] == id)
+            return true;
+#ifdef TY_HAVE_TOKENIZER
+    if (m->tok && id < ty_tokenizer_n_vocab(m->tok))
+        return ty_tokenizer_is_eog(m->tok, id);
+#endif
+    return false;
+}
+
+const char *ty_model_chat_template(const ty_model_t *m)
+{
+    return m->chat_template;
+}
+
+static uint64_t wbytes(const struct ty_weight *w)
+{
+    return w->data ? ty_ggml_type_nbytes(w->type, w->rows * w->cols) : 0;
+}
+
+uint64_t ty_model_weight_bytes(const ty_model_t *m)
+{
+    uint64_t b = wbytes(&m->out_norm) + wbytes(&m->output);
+    for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
+        const struct ty_layer_weights *L = &m->layers[l];
+        b += wbytes(&L->attn_norm) + wbytes(&L->wq) + wbytes(&L->wk) + wbytes(&L->wv) +
+             wbytes(&L->wo) + wbytes(&L->bq) + wbytes(&L->bk) + wbytes(&L->bv) +
+             wbytes(&L->ffn_norm) + wbytes(&L->w_gate) + wbytes(&L->w_up) + wbytes(&L->w_down);
+    }
+    return b;
+}
+
+const char *ty_model_desc(const ty_model_t *m)
+{
+    return m->desc;
+}

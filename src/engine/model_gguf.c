@@ -1,0 +1,207 @@
+/* GGUF model loader: llama-style tensor names (blk.N.attn_q.weight, ...), hyper-parameters
+ * from <arch>.* keys, tokenizer from tokenizer.ggml.* keys (llama.cpp's conventions). */
+#include "model-impl.h"
+
+#include "tycho/errors.h"
+#include "tycho/gguf.h"
+#include "tycho/tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int weight_from(struct ty_weight *w, const struct ty_gguf_tensor *t, char *errbuf,
+                       size_t errlen)
+{
+    if (!t)
+        return 0;
+    if (t->n_dims > 2) {
+        snprintf(errbuf, errlen, "tensor '%s' has %u dimensions, expected a matrix or vector",
+                 t->name, t->n_dims);
+        return TY_EFORMAT;
+    }
+    w->data = t->data;
+    w->type = t->type;
+    w->cols = t->ne[0];
+    w->rows = t->ne[1];
+    return 0;
+}
+
+static int get_w(const ty_gguf_t *g, struct ty_weight *w, const char *name, char *errbuf,
+                 size_t errlen)
+{
+    return weight_from(w, ty_gguf_find_tensor(g, name), errbuf, errlen);
+}
+
+static int load_layer(struct ty_model *m, uint32_t l, char *errbuf, size_t errlen)
+{
+    static const struct {
+        const char *name;
+        size_t off;
+    } map[] = {
+        {"attn_norm.weight", offsetof(struct ty_layer_weights, attn_norm)},
+        {"attn_q.weight", offsetof(struct ty_layer_weights, wq)},
+        {"attn_k.weight", offsetof(struct ty_layer_weights, wk)},
+        {"attn_v.weight", offsetof(struct ty_layer_weights, wv)},
+        {"attn_output.weight", offsetof(struct ty_layer_weights, wo)},
+        {"attn_q.bias", offsetof(struct ty_layer_weights, bq)},
+        {"attn_k.bias", offsetof(struct ty_layer_weights, bk)},
+        {"attn_v.bias", offsetof(struct ty_layer_weights, bv)},
+        {"ffn_norm.weight", offsetof(struct ty_layer_weights, ffn_norm)},
+        {"ffn_gate.weight", offsetof(struct ty_layer_weights, w_gate)},
+        {"ffn_up.weight", offsetof(struct ty_layer_weights, w_up)},
+        {"ffn_down.weight", offsetof(struct ty_layer_weights, w_down)},
+    };
+    char name[96];
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
+        snprintf(name, sizeof(name), "blk.%u.%s", l, map[i].name);
+        struct ty_weight *w = (struct ty_weight *)((char *)&m->layers[l] + map[i].off);
+        int rc = get_w(m->gguf, w, name, errbuf, errlen);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static bool key_u32(const ty_gguf_t *g, const char *arch, const char *key, uint32_t *v)
+{
+    char full[128];
+    snprintf(full, sizeof(full), "%s.%s", arch, key);
+    return ty_gguf_get_u32(g, full, v);
+}
+
+static bool key_f32(const ty_gguf_t *g, const char *arch, const char *key, float *v)
+{
+    char full[128];
+    snprintf(full, sizeof(full), "%s.%s", arch, key);
+    return ty_gguf_get_f32(g, full, v);
+}
+
+static int read_rope_scaling(struct ty_model *m, const char *arch, char *errbuf, size_t errlen)
+{
+    char full[128];
+    const char *s;
+    uint64_t len;
+    snprintf(full, sizeof(full), "%s.rope.scaling.type", arch);
+    if (ty_gguf_get_str(m->gguf, full, &s, &len) && len == 6 && memcmp(s, "linear", 6) == 0) {
+        m->rope_scaling = 1;
+        if (!key_f32(m->gguf, arch, "rope.scaling.factor", &m->rope_factor)) {
+            snprintf(errbuf, errlen, "linear rope scaling without %s.rope.scaling.factor", arch);
+            return TY_EFORMAT;
+        }
+    }
+    const struct ty_gguf_tensor *rf = ty_gguf_find_tensor(m->gguf, "rope_freqs.weight");
+    if (rf) {
+        if (rf->type != TY_GGML_F32 || rf->n_dims != 1 || rf->ne[0] != m->cfg.head_dim / 2) {
+            snprintf(errbuf, errlen, "rope_freqs.weight must be F32 of %u elements",
+                     m->cfg.head_dim / 2);
+            return TY_EFORMAT;
+        }
+        m->rope_freqs = rf->data;
+    }
+    return 0;
+}
+
+static int read_hparams(struct ty_model *m, char *errbuf, size_t errlen)
+{
+    const char *a;
+    uint64_t alen;
+    char arch[32];
+    struct ty_model_config *c = &m->cfg;
+    if (!ty_gguf_get_str(m->gguf, "general.architecture", &a, &alen)) {
+        snprintf(errbuf, errlen, "missing general.architecture");
+        return TY_EFORMAT;
+    }
+    if (alen >= sizeof(arch) || (!(alen == 5 && memcmp(a, "llama", 5) == 0) &&
+                                 !(alen == 5 && memcmp(a, "qwen2", 5) == 0) &&
+                                 !(alen == 7 && memcmp(a, "mistral", 7) == 0))) {
+        snprintf(errbuf, errlen, "unsupported architecture '%.*s' (llama, mistral, qwen2)",
+                 (int)(alen > 64 ? 64 : alen), a);
+        return TY_ENOTSUP;
+    }
+    memcpy(arch, a, alen);
+    arch[alen] = 0;
+    c->arch = strcmp(arch, "qwen2") == 0 ? TY_MODEL_ARCH_QWEN2 : TY_MODEL_ARCH_LLAMA;
+    c->rope = c->arch == TY_MODEL_ARCH_QWEN2 ? TY_ROPE_NEOX : TY_ROPE_NORM;
+    c->qkv_bias = c->arch == TY_MODEL_ARCH_QWEN2;
+    if (!key_u32(m->gguf, arch, "embedding_length", &c->dim) ||
+        !key_u32(m->gguf, arch, "block_count", &c->n_layers) ||
+        !key_u32(m->gguf, arch, "attention.head_count", &c->n_heads) ||
+        !key_u32(m->gguf, arch, "feed_forward_length", &c->ffn_dim)) {
+        snprintf(errbuf, errlen, "missing %s.{embedding_length,block_count,attention.head_count,"
+                                 "feed_forward_length}", arch);
+        return TY_EFORMAT;
+    }
+    if (!key_u32(m->gguf, arch, "attention.head_count_kv", &c->n_kv_heads))
+        c->n_kv_heads = c->n_heads;
+    if (!key_u32(m->gguf, arch, "attention.key_length", &c->head_dim))
+        c->head_dim = c->n_heads ? c->dim / c->n_heads : 0;
+    if (!key_u32(m->gguf, arch, "context_length", &c->ctx_len))
+        c->ctx_len = 2048;
+    if (!key_f32(m->gguf, arch, "attention.layer_norm_rms_epsilon", &c->rms_eps))
+        c->rms_eps = 1e-5f;
+    if (!key_f32(m->gguf, arch, "rope.freq_base", &c->rope_theta))
+        c->rope_theta = 10000.0f;
+    const struct ty_gguf_tensor *emb = ty_gguf_find_tensor(m->gguf, "token_embd.weight");
+    if (!key_u32(m->gguf, arch, "vocab_size", &c->n_vocab))
+        c->n_vocab = emb ? (uint32_t)emb->ne[1] : 0;
+    return read_rope_scaling(m, arch, errbuf, errlen);
+}
+
+static void read_eog_and_template(struct ty_model *m)
+{
+    static const char *keys[] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                                 "tokenizer.ggml.eom_token_id"};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        uint32_t v;
+        if (ty_gguf_get_u32(m->gguf, keys[i], &v))
+            ty__model_add_eog(m, v);
+    }
+    const char *s;
+    uint64_t len;
+    if (ty_gguf_get_str(m->gguf, "tokenizer.chat_template", &s, &len) && len < (1u << 24))
+        m->chat_template = strndup(s, len);
+}
+
+int ty__model_load_gguf(struct ty_model *m, const char *path, char *errbuf, size_t errlen)
+{
+    int rc = ty_gguf_open(&m->gguf, path, errbuf, errlen);
+    if (rc)
+        return rc;
+    if ((rc = read_hparams(m, errbuf, errlen)))
+        return rc;
+    if (m->cfg.n_layers == 0 || m->cfg.n_layers > 512) {
+        snprintf(errbuf, errlen, "absurd block_count %u", m->cfg.n_layers);
+        return TY_EFORMAT;
+    }
+    m->layers = calloc(m->cfg.n_layers, sizeof(*m->layers));
+    if (!m->layers)
+        return TY_ENOMEM;
+    if ((rc = get_w(m->gguf, &m->tok_embd, "token_embd.weight", errbuf, errlen)) ||
+        (rc = get_w(m->gguf, &m->out_norm, "output_norm.weight", errbuf, errlen)) ||
+        (rc = get_w(m->gguf, &m->output, "output.weight", errbuf, errlen)))
+        return rc;
+    if (!m->output.data) {
+        m->output = m->tok_embd;
+        m->cfg.tied_output = true;
+    }
+    for (uint32_t l = 0; l < m->cfg.n_layers; l++)
+        if ((rc = load_layer(m, l, errbuf, errlen)))
+            return rc;
+    read_eog_and_template(m);
+#ifdef TY_HAVE_TOKENIZER
+    /* The tokenizer library maps tokenizer.ggml.* to its spec (llama.cpp's defaults), so
+     * `tycho tokenize` and generation read a GGUF file identically. */
+    const char *tm;
+    uint64_t tl;
+    if (ty_gguf_get_str(m->gguf, "tokenizer.ggml.model", &tm, &tl) &&
+        (rc = ty_tokenizer_new_from_gguf(&m->tok, m->gguf, errbuf, errlen)))
+        return rc;
+    if (m->tok && ty_tokenizer_n_vocab(m->tok) > m->cfg.n_vocab) {
+        snprintf(errbuf, errlen, "tokenizer has %u tokens, the model only %u",
+                 ty_tokenizer_n_vocab(m->tok), m->cfg.n_vocab);
+        return TY_EFORMAT;
+    }
+#endif
+    return 0;
+}

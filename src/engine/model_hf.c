@@ -1,0 +1,339 @@
+/* Hugging Face directory loader: config.json (LlamaForCausalLM, MistralForCausalLM,
+ * Qwen2ForCausalLM), model.safetensors or model.safetensors.index.json shards, and the
+ * tokenizer through ty_tokenizer_load_json(). Safetensors (huggingface/safetensors README):
+ * u64 LE header length N, N bytes of JSON {name: {dtype, shape, data_offsets: [begin, end]}},
+ * then the data; offsets are relative to the end of the header. */
+#include "model-impl.h"
+
+#include "tycho/errors.h"
+#include "tycho/gguf.h"
+#include "tycho/tokenizer.h"
+
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ST_MAX_HEADER (100u << 20)
+
+struct hf_ctx {
+    struct ty_model *m;
+    json_t *index[TY_MODEL_MAX_MAPS]; /* parsed header of each mapped shard */
+    const unsigned char *data[TY_MODEL_MAX_MAPS];
+    uint64_t data_len[TY_MODEL_MAX_MAPS];
+    char *errbuf;
+    size_t errlen;
+};
+
+static int map_shard(struct hf_ctx *h, const char *path)
+{
+    struct stat st;
+    uint64_t hlen;
+    struct ty_model *m = h->m;
+    if (m->n_maps >= TY_MODEL_MAX_MAPS) {
+        snprintf(h->errbuf, h->errlen, "too many safetensors shards");
+        return TY_EFORMAT;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(h->errbuf, h->errlen, "%s: %s", path, strerror(errno));
+        return -errno;
+    }
+    if (fstat(fd, &st) != 0 || st.st_size < 8) {
+        close(fd);
+        snprintf(h->errbuf, h->errlen, "%s: truncated safetensors file", path);
+        return TY_EFORMAT;
+    }
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        snprintf(h->errbuf, h->errlen, "%s: mmap: %s", path, strerror(errno));
+        return TY_EIO;
+    }
+    uint32_t i = m->n_maps++;
+    m->maps[i] = (struct ty_mapping){p, (size_t)st.st_size};
+    memcpy(&hlen, p, 8);
+    if (hlen > ST_MAX_HEADER || hlen > (uint64_t)st.st_size - 8) {
+        snprintf(h->errbuf, h->errlen, "%s: safetensors header length %llu out of range", path,
+                 (unsigned long long)hlen);
+        return TY_EFORMAT;
+    }
+    json_error_t je;
+    h->index[i] = json_loadb((const char *)p + 8, hlen, 0, &je);
+    if (!json_is_object(h->index[i])) {
+        snprintf(h->errbuf, h->errlen, "%s: bad safetensors header: %s", path, je.text);
+        return TY_EFORMAT;
+    }
+    h->data[i] = (const unsigned char *)p + 8 + hlen;
+    h->data_len[i] = (uint64_t)st.st_size - 8 - hlen;
+    return 0;
+}
+
+static int st_dtype(const char *s, uint32_t *type)
+{
+    if (!s)
+        return TY_EFORMAT;
+    if (strcmp(s, "F32") == 0)
+        *type = TY_GGML_F32;
+    else if (strcmp(s, "F16") == 0)
+        *type = TY_GGML_F16;
+    else if (strcmp(s, "BF16") == 0)
+        *type = TY_GGML_BF16;
+    else
+        return TY_ENOTSUP;
+    return 0;
+}
+
+/* Find `name` in any shard and make a weight view of it, validating dtype, shape and range. */
+static int get_w(struct hf_ctx *h, struct ty_weight *w, const char *name)
+{
+    for (uint32_t i = 0; i < h->m->n_maps; i++) {
+        json_t *t = json_object_get(h->index[i], name);
+        if (!t)
+            continue;
+        json_t *shape = json_object_get(t, "shape"), *offs = json_object_get(t, "data_offsets");
+        int rc = st_dtype(json_string_value(json_object_get(t, "dtype")), &w->type);
+        size_t nd = json_array_size(shape);
+        if (rc || nd < 1 || nd > 2 || json_array_size(offs) != 2) {
+            snprintf(h->errbuf, h->errlen, "tensor '%s': unsupported dtype or bad shape", name);
+            return rc ? rc : TY_EFORMAT;
+        }
+        json_int_t d0 = json_integer_value(json_array_get(shape, 0));
+        json_int_t d1 = nd == 2 ? json_integer_value(json_array_get(shape, 1)) : 1;
+        json_int_t b = json_integer_value(json_array_get(offs, 0));
+        json_int_t e = json_integer_value(json_array_get(offs, 1));
+        w->rows = nd == 2 ? (uint64_t)d0 : 1;
+        w->cols = nd == 2 ? (uint64_t)d1 : (uint64_t)d0;
+        if (d0 <= 0 || d1 <= 0 || d0 > (1 << 24) || d1 > (1 << 24) || b < 0 || e < b ||
+            (uint64_t)e > h->data_len[i] ||
+            (uint64_t)(e - b) != ty_ggml_type_nbytes(w->type, w->rows * w->cols)) {
+            snprintf(h->errbuf, h->errlen, "tensor '%s': shape or data_offsets out of range",
+                     name);
+            return TY_EFORMAT;
+        }
+        w->data = h->data[i] + b;
+        if ((uintptr_t)w->data % (w->type == TY_GGML_F32 ? 4 : 2)) {
+            snprintf(h->errbuf, h->errlen, "tensor '%s': data not aligned to its element size",
+                     name);
+            return TY_ENOTSUP;
+        }
+        return 0;
+    }
+    return 0; /* absent: the shape check reports missing required tensors */
+}
+
+static int load_layers(struct hf_ctx *h)
+{
+    static const struct {
+        const char *name;
+        size_t off;
+    } map[] = {
+        {"input_layernorm.weight", offsetof(struct ty_layer_weights, attn_norm)},
+        {"self_attn.q_proj.weight", offsetof(struct ty_layer_weights, wq)},
+        {"self_attn.k_proj.weight", offsetof(struct ty_layer_weights, wk)},
+        {"self_attn.v_proj.weight", offsetof(struct ty_layer_weights, wv)},
+        {"self_attn.o_proj.weight", offsetof(struct ty_layer_weights, wo)},
+        {"self_attn.q_proj.bias", offsetof(struct ty_layer_weights, bq)},
+        {"self_attn.k_proj.bias", offsetof(struct ty_layer_weights, bk)},
+        {"self_attn.v_proj.bias", offsetof(struct ty_layer_weights, bv)},
+        {"post_attention_layernorm.weight", offsetof(struct ty_layer_weights, ffn_norm)},
+        {"mlp.gate_proj.weight", offsetof(struct ty_layer_weights, w_gate)},
+        {"mlp.up_proj.weight", offsetof(struct ty_layer_weights, w_up)},
+        {"mlp.down_proj.weight", offsetof(struct ty_layer_weights, w_down)},
+    };
+    char name[128];
+    for (uint32_t l = 0; l < h->m->cfg.n_layers; l++)
+        for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
+            snprintf(name, sizeof(name), "model.layers.%u.%s", l, map[i].name);
+            struct ty_weight *w = (struct ty_weight *)((char *)&h->m->layers[l] + map[i].off);
+            int rc = get_w(h, w, name);
+            if (rc)
+                return rc;
+        }
+    return 0;
+}
+
+static uint32_t cfg_u32(json_t *cfg, const char *key, uint32_t dflt)
+{
+    json_t *v = json_object_get(cfg, key);
+    json_int_t i = json_integer_value(v);
+    return json_is_integer(v) && i >= 0 && i <= UINT32_MAX ? (uint32_t)i : dflt;
+}
+
+static float cfg_f32(json_t *cfg, const char *key, float dflt)
+{
+    json_t *v = json_object_get(cfg, key);
+    return json_is_number(v) ? (float)json_number_value(v) : dflt;
+}
+
+static int read_rope_scaling(struct ty_model *m, json_t *cfg, char *errbuf, size_t errlen)
+{
+    json_t *rs = json_object_get(cfg, "rope_scaling");
+    if (!json_is_object(rs))
+        return 0;
+    const char *type = json_string_value(json_object_get(rs, "rope_type"));
+    if (!type)
+        type = json_string_value(json_object_get(rs, "type"));
+    m->rope_factor = cfg_f32(rs, "factor", 0);
+    if (type && strcmp(type, "llama3") == 0) {
+        m->rope_scaling = 2;
+        m->rope_low_freq = cfg_f32(rs, "low_freq_factor", 0);
+        m->rope_high_freq = cfg_f32(rs, "high_freq_factor", 0);
+        m->rope_orig_ctx = cfg_u32(rs, "original_max_position_embeddings", 0);
+    } else if (type && strcmp(type, "linear") == 0) {
+        m->rope_scaling = 1;
+    } else if (!type || strcmp(type, "default") != 0) {
+        snprintf(errbuf, errlen, "unsupported rope_scaling type '%s'", type ? type : "?");
+        return TY_ENOTSUP;
+    }
+    return 0;
+}
+
+static int read_config(struct ty_model *m, json_t *cfg, char *errbuf, size_t errlen)
+{
+    struct ty_model_config *c = &m->cfg;
+    const char *mt = json_string_value(json_object_get(cfg, "model_type"));
+    if (!mt || (strcmp(mt, "llama") && strcmp(mt, "mistral") && strcmp(mt, "qwen2"))) {
+        snprintf(errbuf, errlen, "unsupported model_type '%s' (llama, mistral, qwen2)",
+                 mt ? mt : "(missing)");
+        return TY_ENOTSUP;
+    }
+    c->arch = strcmp(mt, "qwen2") == 0 ? TY_MODEL_ARCH_QWEN2 : TY_MODEL_ARCH_LLAMA;
+    /* Qwen2 is rotate_half natively; HF llama rows are permuted from the interleaved
+     * original (convert_llama_weights_to_hf.py permute()). */
+    c->rope = c->arch == TY_MODEL_ARCH_QWEN2 ? TY_ROPE_NEOX : TY_ROPE_NORM;
+    c->qk_hf_order = c->arch == TY_MODEL_ARCH_LLAMA;
+    c->dim = cfg_u32(cfg, "hidden_size", 0);
+    c->n_layers = cfg_u32(cfg, "num_hidden_layers", 0);
+    c->n_heads = cfg_u32(cfg, "num_attention_heads", 0);
+    c->n_kv_heads = cfg_u32(cfg, "num_key_value_heads", c->n_heads);
+    c->head_dim = cfg_u32(cfg, "head_dim", c->n_heads ? c->dim / c->n_heads : 0);
+    c->ffn_dim = cfg_u32(cfg, "intermediate_size", 0);
+    c->n_vocab = cfg_u32(cfg, "vocab_size", 0);
+    c->ctx_len = cfg_u32(cfg, "max_position_embeddings", 2048);
+    c->rms_eps = cfg_f32(cfg, "rms_norm_eps", 1e-6f);
+    c->rope_theta = cfg_f32(cfg, "rope_theta", 10000.0f);
+    c->qkv_bias = c->arch == TY_MODEL_ARCH_QWEN2 ||
+                  json_is_true(json_object_get(cfg, "attention_bias"));
+    c->tied_output = json_is_true(json_object_get(cfg, "tie_word_embeddings"));
+    if (c->n_layers == 0 || c->n_layers > 512) {
+        snprintf(errbuf, errlen, "config.json: num_hidden_layers %u out of range", c->n_layers);
+        return TY_EFORMAT;
+    }
+    return read_rope_scaling(m, cfg, errbuf, errlen);
+}
+
+static void add_eos_json(struct ty_model *m, json_t *v)
+{
+    size_t i;
+    json_t *e;
+    if (json_is_integer(v))
+        ty__model_add_eog(m, json_integer_value(v));
+    json_array_foreach(v, i, e) ty__model_add_eog(m, json_integer_value(e));
+}
+
+static json_t *load_json(const char *dir, const char *file, char *errbuf, size_t errlen)
+{
+    char path[4096];
+    json_error_t je;
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j && errbuf)
+        snprintf(errbuf, errlen, "%s: %s", path, je.text);
+    return j;
+}
+
+/* Map model.safetensors, or every shard named by model.safetensors.index.json. */
+static int map_weights(struct hf_ctx *h, const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    if (access(path, R_OK) == 0)
+        return map_shard(h, path);
+    json_t *idx = load_json(dir, "model.safetensors.index.json", h->errbuf, h->errlen);
+    json_t *wm = json_object_get(idx, "weight_map");
+    if (!json_is_object(wm)) {
+        json_decref(idx);
+        snprintf(h->errbuf, h->errlen, "%s: no model.safetensors or usable index", dir);
+        return TY_ENOENT;
+    }
+    const char *key;
+    json_t *v;
+    int rc = 0;
+    char seen[TY_MODEL_MAX_MAPS][256];
+    uint32_t n_seen = 0;
+    json_object_foreach(wm, key, v)
+    {
+        const char *f = json_string_value(v);
+        bool dup = false;
+        for (uint32_t i = 0; f && i < n_seen; i++)
+            dup |= strcmp(seen[i], f) == 0;
+        if (!f || dup || strchr(f, '/') || strlen(f) >= 256)
+            continue;
+        snprintf(seen[n_seen++ % TY_MODEL_MAX_MAPS], 256, "%s", f);
+        snprintf(path, sizeof(path), "%s/%s", dir, f);
+        if ((rc = map_shard(h, path)))
+            break;
+    }
+    json_decref(idx);
+    return rc;
+}
+
+static int load_weights(struct hf_ctx *h, const char *dir)
+{
+    struct ty_model *m = h->m;
+    int rc = map_weights(h, dir);
+    if (rc)
+        return rc;
+    if (!(m->layers = calloc(m->cfg.n_layers, sizeof(*m->layers))))
+        return TY_ENOMEM;
+    if ((rc = get_w(h, &m->tok_embd, "model.embed_tokens.weight")) ||
+        (rc = get_w(h, &m->out_norm, "model.norm.weight")) ||
+        (rc = get_w(h, &m->output, "lm_head.weight")) || (rc = load_layers(h)))
+        return rc;
+    if (!m->output.data) {
+        m->output = m->tok_embd;
+        m->cfg.tied_output = true;
+    }
+    return 0;
+}
+
+static void read_tokenizer_side(struct ty_model *m, const char *dir, json_t *cfg)
+{
+    json_t *gen = load_json(dir, "generation_config.json", NULL, 0);
+    add_eos_json(m, json_object_get(gen, "eos_token_id"));
+    add_eos_json(m, json_object_get(cfg, "eos_token_id"));
+    json_decref(gen);
+    json_t *tc = load_json(dir, "tokenizer_config.json", NULL, 0);
+    const char *tmpl = json_string_value(json_object_get(tc, "chat_template"));
+    if (tmpl)
+        m->chat_template = strdup(tmpl);
+    json_decref(tc);
+}
+
+int ty__model_load_hf(struct ty_model *m, const char *dir, char *errbuf, size_t errlen)
+{
+    struct hf_ctx h = {.m = m, .errbuf = errbuf, .errlen = errlen};
+    json_t *cfg = load_json(dir, "config.json", errbuf, errlen);
+    int rc = TY_EFORMAT;
+    if (!json_is_object(cfg))
+        goto out;
+    if ((rc = read_config(m, cfg, errbuf, errlen)) || (rc = load_weights(&h, dir)))
+        goto out;
+    read_tokenizer_side(m, dir, cfg);
+#ifdef TY_HAVE_TOKENIZER
+    char tpath[4096];
+    snprintf(tpath, sizeof(tpath), "%s/tokenizer.json", dir);
+    if (access(tpath, R_OK) == 0)
+        rc = ty_tokenizer_load_json(&m->tok, dir, errbuf, errlen);
+#endif
+out:
+    for (uint32_t i = 0; i < TY_MODEL_MAX_MAPS; i++)
+        json_decref(h.index[i]);
+    json_decref(cfg);
+    return rc;
+}
