@@ -37,6 +37,9 @@ struct ty_xfer_engine_opts {
     bool checksum;              /* XXH3 per TCP slice, verified by the receiving side */
     const char *etcd_endpoint;  /* "http://127.0.0.1:2379": metadata in etcd; NULL: handshake */
     const char *advertise_host; /* address peers should dial (etcd mode); NULL: listen_host */
+    uint32_t etcd_ttl_s;        /* lease TTL of our etcd key (kept alive while we run); 0: 10 */
+    const char *rdma_devices;   /* comma list of RDMA devices to use; NULL: every device with an
+                                 * ACTIVE port; "none": no RDMA (no memory registration) */
 };
 
 /* Create an engine listening on opts->listen_host:port. Returns 0 and *out, or TY_EINVAL for a

@@ -49,13 +49,13 @@ static void on_signal(int sig)
 
 static void usage(void)
 {
-    fprintf(
-        stderr,
-        "usage: tycho transfer-bench --role target [--listen HOST:PORT] [--buffer-mb N]\n"
-        "       tycho transfer-bench --role initiator --target HOST:PORT [--transport tcp|local]\n"
-        "            [--op read|write] [--block-size BYTES] [--batch-size N] [--threads N]\n"
-        "            [--duration S] [--conns N] [--checksum] [--json]\n"
-        "       tycho transfer-bench --role memcpy [same sizing options]   (baseline)\n");
+    fprintf(stderr,
+            "usage: tycho transfer-bench --role target [--listen HOST:PORT] [--buffer-mb N]\n"
+            "       tycho transfer-bench --role initiator --target HOST:PORT\n"
+            "            [--transport tcp|local|rdma] [--op read|write] [--block-size BYTES] "
+            "[--batch-size N] [--threads N]\n"
+            "            [--duration S] [--conns N] [--checksum] [--json]\n"
+            "       tycho transfer-bench --role memcpy [same sizing options]   (baseline)\n");
 }
 
 static int parse(int argc, char **argv, struct bench_opts *o)
@@ -365,5 +365,5 @@ static int run_transfer_bench(int argc, char **argv)
 }
 
 const struct ty_cli_command ty_cli_cmd_transfer_bench = {
-    "transfer-bench", "measure transfer engine throughput and latency (tcp, local, memcpy)",
+    "transfer-bench", "measure transfer engine throughput and latency (tcp, local, rdma, memcpy)",
     run_transfer_bench};

@@ -93,8 +93,9 @@ static int validate(ty_xfer_engine_t *e, const struct ty_xfer_request *r, bool *
         return TY_EOUTOFRANGE;
     *cuda = reg->loc_kind == TY__XFER_LOC_CUDA;
     ty__xfer_regions_unlock(e);
-    if (*cuda && r->segment->iface != &ty__xfer_tcp_iface)
-        return TY_ENOTSUP; /* local memcpy of device memory: not supported */
+    if (*cuda && r->segment->iface == &ty__xfer_local_iface)
+        return TY_ENOTSUP; /* local memcpy of device memory: not supported (tcp stages it, rdma
+                            * needs the NIC to have registered it: GPUDirect) */
     return 0;
 }
 

@@ -1,7 +1,7 @@
 /* The transfer engine object: options, region table, listeners, inbound connections, the
  * notification queue and the watchdog that enforces peer timeouts. Segments and batches are in
  * segment.c and batch.c. */
-#include "xfer-impl.h"
+#include "rdma-impl.h"
 
 #include "tycho/clock.h"
 #include "tycho/errors.h"
@@ -62,6 +62,7 @@ static int engine_set_opts(ty_xfer_engine_t *e, const struct ty_xfer_engine_opts
     e->slice_bytes = o->slice_bytes ? o->slice_bytes : (1u << 20);
     e->timeout_ms = o->timeout_ms ? o->timeout_ms : 5000;
     e->checksum = o->checksum;
+    e->etcd_ttl_s = o->etcd_ttl_s ? o->etcd_ttl_s : 10;
     if (e->tcp_conns > 64 || e->slice_bytes < 4096 || e->slice_bytes > TY__XFER_MAX_SLICE) {
         TY_LOG_ERROR(TY_XFER_SUBSYS, "tcp_conns must be 1..64 and slice_bytes 4 KiB..256 MiB");
         return TY_EINVAL;
@@ -209,9 +210,63 @@ static void *watchdog_main(void *arg)
     return NULL;
 }
 
+/* Keep the etcd lease of our segment key alive; when it expired anyway (etcd unreachable longer
+ * than the TTL), take a new lease and publish again. */
+static void *etcd_keepalive_main(void *arg)
+{
+    ty_xfer_engine_t *e = arg;
+    uint64_t period_ms = (uint64_t)e->etcd_ttl_s * 1000 / 3;
+    pthread_mutex_lock(&e->wd_mu);
+    while (!atomic_load(&e->stopping)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + period_ms * TY_NS_PER_MS;
+        ts.tv_sec += (time_t)(ns / TY_NS_PER_S);
+        ts.tv_nsec = (long)(ns % TY_NS_PER_S);
+        pthread_cond_timedwait(&e->wd_cv, &e->wd_mu, &ts);
+        if (atomic_load(&e->stopping))
+            break;
+        pthread_mutex_unlock(&e->wd_mu);
+        int rc = ty__xfer_etcd_lease_keepalive(e->etcd);
+        if (rc == TY_ELEASE) {
+            TY_LOG_WARN(TY_XFER_SUBSYS, "etcd lease of '%s' expired: publishing again", e->name);
+            if (ty__xfer_etcd_lease_grant(e->etcd, e->etcd_ttl_s) == 0)
+                ty__xfer_engine_publish(e);
+        } else if (rc) {
+            TY_LOG_WARN(TY_XFER_SUBSYS, "etcd keepalive of '%s' failed: %s", e->name,
+                        ty_strerror(rc));
+        }
+        pthread_mutex_lock(&e->wd_mu);
+    }
+    pthread_mutex_unlock(&e->wd_mu);
+    return NULL;
+}
+
+static void engine_etcd_stop(ty_xfer_engine_t *e, bool delete_key);
+
+static int engine_etcd_start(ty_xfer_engine_t *e, const char *endpoint)
+{
+    int rc = ty__xfer_etcd_new(&e->etcd, endpoint, e->timeout_ms);
+    if (rc)
+        return rc;
+    if ((rc = ty__xfer_etcd_lease_grant(e->etcd, e->etcd_ttl_s)) != 0)
+        return rc;
+    if ((rc = ty__xfer_engine_publish(e)) != 0)
+        return rc;
+    if (pthread_create(&e->etcd_thr, NULL, etcd_keepalive_main, e) != 0)
+        return TY_ENOMEM;
+    e->etcd_thr_started = true;
+    return 0;
+}
+
 static void engine_init_locks(ty_xfer_engine_t *e)
 {
-    pthread_rwlock_init(&e->regions_lock, NULL);
+    /* writer preference: a stream of remote accesses must not starve unregister */
+    pthread_rwlockattr_t ra;
+    pthread_rwlockattr_init(&ra);
+    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&e->regions_lock, &ra);
+    pthread_rwlockattr_destroy(&ra);
     pthread_mutex_init(&e->inbound_mu, NULL);
     pthread_mutex_init(&e->seg_mu, NULL);
     pthread_mutex_init(&e->open_mu, NULL);
@@ -236,12 +291,8 @@ static int engine_start(ty_xfer_engine_t *e, const struct ty_xfer_engine_opts *o
         snprintf(e->name, sizeof(e->name), "%s:%u", e->advertise_host, e->port);
     if ((rc = ty__xfer_local_listen(e)) != 0)
         return rc;
-    if (opts->etcd_endpoint) {
-        if ((rc = ty__xfer_etcd_new(&e->etcd, opts->etcd_endpoint, e->timeout_ms)) != 0)
-            return rc;
-        if ((rc = ty__xfer_engine_publish(e)) != 0)
-            return rc;
-    }
+    if (opts->etcd_endpoint && (rc = engine_etcd_start(e, opts->etcd_endpoint)) != 0)
+        return rc;
     if (pthread_create(&e->listen_thr, NULL, listen_main, e) != 0)
         return TY_ENOMEM;
     if (pthread_create(&e->wd_thr, NULL, watchdog_main, e) != 0) {
@@ -268,6 +319,8 @@ int ty_xfer_engine_new(ty_xfer_engine_t **out, const struct ty_xfer_engine_opts 
     int rc = engine_set_opts(e, opts);
     if (rc)
         goto err_free;
+    if ((rc = ty__xfer_rdma_new(e, opts->rdma_devices, &e->rdma)) != 0)
+        goto err_free;
     if ((rc = engine_start(e, opts)) != 0)
         goto err_free;
     if (pthread_create(&e->unix_thr, NULL, ty__xfer_local_accept_main, e) != 0) {
@@ -287,8 +340,8 @@ err_stop:
     pthread_mutex_unlock(&e->wd_mu);
     pthread_join(e->wd_thr, NULL);
 err_free:
-    if (e->etcd)
-        ty__xfer_etcd_free(e->etcd);
+    engine_etcd_stop(e, false);
+    ty__xfer_rdma_free(e->rdma);
     if (e->listen_fd >= 0)
         close(e->listen_fd);
     if (e->unix_fd >= 0)
@@ -297,10 +350,34 @@ err_free:
     return rc;
 }
 
+/* Stop the keepalive thread (stopping is set and wd_cv broadcast already), remove our key and
+ * revoke the lease. */
+static void engine_etcd_stop(ty_xfer_engine_t *e, bool delete_key)
+{
+    if (!e->etcd)
+        return;
+    if (e->etcd_thr_started) {
+        atomic_store(&e->stopping, true);
+        pthread_mutex_lock(&e->wd_mu);
+        pthread_cond_broadcast(&e->wd_cv);
+        pthread_mutex_unlock(&e->wd_mu);
+        pthread_join(e->etcd_thr, NULL);
+    }
+    if (delete_key) {
+        char key[TY_XFER_NAME_MAX + 64];
+        snprintf(key, sizeof(key), "/tycho/xfer/segments/%s", e->name);
+        ty__xfer_etcd_del(e->etcd, key);
+    }
+    ty__xfer_etcd_lease_revoke(e->etcd);
+    ty__xfer_etcd_free(e->etcd);
+    e->etcd = NULL;
+}
+
 static void engine_free_regions(ty_xfer_engine_t *e)
 {
     for (size_t i = 0; i < e->regions.n; i++) {
         struct ty__xfer_region *r = &e->regions.v[i];
+        ty__xfer_rdma_dereg(r);
         if (r->owned)
             munmap((void *)(uintptr_t)r->addr, r->len);
         if (r->memfd >= 0)
@@ -330,13 +407,9 @@ void ty_xfer_engine_free(ty_xfer_engine_t *e)
     close(e->listen_fd);
     close(e->unix_fd);
     reap_inbound(e, true);
-    if (e->etcd) {
-        char key[TY_XFER_NAME_MAX + 64];
-        snprintf(key, sizeof(key), "/tycho/xfer/segments/%s", e->name);
-        ty__xfer_etcd_del(e->etcd, key);
-        ty__xfer_etcd_free(e->etcd);
-    }
+    engine_etcd_stop(e, true);
     engine_free_regions(e);
+    ty__xfer_rdma_free(e->rdma); /* after every QP (segments, inbound) and MR is gone */
     while (e->notify_head) {
         struct ty__xfer_notify_node *n = e->notify_head;
         e->notify_head = n->next;

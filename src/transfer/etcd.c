@@ -1,6 +1,8 @@
 /* Segment metadata in etcd through its v3 JSON gateway (POST /v3/kv/put, /v3/kv/range,
- * /v3/kv/deleterange with base64 keys and values), over libcurl. One curl easy handle per call,
- * so the client is safe from any thread. The value is a JSON object describing a segment:
+ * /v3/kv/deleterange with base64 keys and values; /v3/lease/grant, /v3/lease/keepalive,
+ * /v3/lease/revoke for the lease the segment key is put under), over libcurl. One curl easy
+ * handle per call, so the client is safe from any thread (the lease id is an atomic). The value is
+ * a JSON object describing a segment:
  * {"name", "host", "port", "host_id", "unix", "regions": [{"addr", "len", "location", "shared"}]}.
  */
 #include "xfer-impl.h"
@@ -11,6 +13,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +21,7 @@
 struct ty__xfer_etcd {
     char endpoint[256];
     uint32_t timeout_ms;
+    _Atomic int64_t lease; /* 0: puts carry no lease */
 };
 
 /* ---- base64 (RFC 4648 §4) -------------------------------------------------------------------- */
@@ -86,17 +90,36 @@ err:
 /* ---- metadata JSON -----------------------------------------------------------------------------
  */
 
+static json_t *nics_to_json(const struct ty__xfer_hello *h)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < h->n_nics; i++) {
+        const struct ty__xfer_nic_info *n = &h->nics[i];
+        char gid[33];
+        for (int k = 0; k < 16; k++)
+            snprintf(gid + 2 * k, 3, "%02x", n->gid[k]);
+        json_array_append_new(arr, json_pack("{s:s,s:i,s:i,s:i,s:i,s:i,s:s}", "name", n->name,
+                                             "port", n->port, "link", n->link_layer, "mtu", n->mtu,
+                                             "gid_index", n->gid_index, "lid", n->lid, "gid", gid));
+    }
+    return arr;
+}
+
 char *ty__xfer_meta_to_json(const struct ty__xfer_hello *h, const char *host, uint16_t port)
 {
     json_t *regs = json_array();
     for (size_t i = 0; i < h->n_regions; i++) {
         const struct ty_xfer_region_info *r = &h->regions[i];
-        json_array_append_new(regs, json_pack("{s:I,s:I,s:s,s:b}", "addr", (json_int_t)r->addr,
+        json_t *rk = json_array();
+        for (size_t k = 0; k < h->n_nics; k++)
+            json_array_append_new(rk, json_integer(h->rkeys[i * h->n_nics + k]));
+        json_array_append_new(regs, json_pack("{s:I,s:I,s:s,s:b,s:o}", "addr", (json_int_t)r->addr,
                                               "len", (json_int_t)r->len, "location", r->location,
-                                              "shared", r->shared));
+                                              "shared", r->shared, "rkeys", rk));
     }
-    json_t *o = json_pack("{s:s,s:s,s:i,s:s,s:s,s:o}", "name", h->name, "host", host, "port",
-                          (int)port, "host_id", h->host_id, "unix", h->unix_name, "regions", regs);
+    json_t *o = json_pack("{s:s,s:s,s:i,s:s,s:s,s:o,s:o}", "name", h->name, "host", host, "port",
+                          (int)port, "host_id", h->host_id, "unix", h->unix_name, "regions", regs,
+                          "nics", nics_to_json(h));
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     if (!s)
@@ -110,6 +133,71 @@ static int copy_str(json_t *o, const char *key, char *dst, size_t cap)
     if (!s || strlen(s) >= cap)
         return TY_EPARSE;
     strcpy(dst, s);
+    return 0;
+}
+
+static int json_small(json_t *o, const char *key, int max, int *out)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > max)
+        return TY_EPARSE;
+    *out = (int)json_integer_value(v);
+    return 0;
+}
+
+static int meta_nic(json_t *o, struct ty__xfer_nic_info *n)
+{
+    int port, link, mtu, gi, lid;
+    char gid[33];
+    if (copy_str(o, "name", n->name, sizeof(n->name)) || json_small(o, "port", 255, &port) ||
+        json_small(o, "link", 2, &link) || json_small(o, "mtu", 5, &mtu) ||
+        json_small(o, "gid_index", 255, &gi) || json_small(o, "lid", 65535, &lid) ||
+        copy_str(o, "gid", gid, sizeof(gid)) || strlen(gid) != 32 || port == 0 || link == 0 ||
+        mtu == 0)
+        return TY_EPARSE;
+    for (int k = 0; k < 16; k++) {
+        unsigned v;
+        if (sscanf(gid + 2 * k, "%2x", &v) != 1)
+            return TY_EPARSE;
+        n->gid[k] = (uint8_t)v;
+    }
+    n->port = (uint8_t)port;
+    n->link_layer = (uint8_t)link;
+    n->mtu = (uint8_t)mtu;
+    n->gid_index = (uint8_t)gi;
+    n->lid = (uint16_t)lid;
+    return 0;
+}
+
+/* "nics" (absent: none) and each region's "rkeys" (one per NIC). Regions parsed already. */
+static int meta_nics(json_t *o, struct ty__xfer_hello *h)
+{
+    json_t *arr = json_object_get(o, "nics");
+    size_t n = json_array_size(arr);
+    if (!arr || n == 0)
+        return 0;
+    if (n > TY__XFER_RDMA_MAX_NICS)
+        return TY_EPARSE;
+    for (size_t i = 0; i < n; i++)
+        if (meta_nic(json_array_get(arr, i), &h->nics[i]))
+            return TY_EPARSE;
+    h->n_nics = n;
+    h->rkeys = calloc(h->n_regions * n + 1, sizeof(*h->rkeys));
+    if (!h->rkeys)
+        abort();
+    json_t *regs = json_object_get(o, "regions");
+    for (size_t r = 0; r < h->n_regions; r++) {
+        json_t *rk = json_object_get(json_array_get(regs, r), "rkeys");
+        if (json_array_size(rk) != n)
+            return TY_EPARSE;
+        for (size_t k = 0; k < n; k++) {
+            json_t *v = json_array_get(rk, k);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                json_integer_value(v) > UINT32_MAX)
+                return TY_EPARSE;
+            h->rkeys[r * n + k] = (uint32_t)json_integer_value(v);
+        }
+    }
     return 0;
 }
 
@@ -154,6 +242,8 @@ int ty__xfer_meta_from_json(const char *json, struct ty__xfer_hello *h, char *ho
         goto out;
     *port = (uint16_t)json_integer_value(p);
     rc = meta_regions(json_object_get(o, "regions"), h);
+    if (rc == 0)
+        rc = meta_nics(o, h);
 out:
     if (rc)
         ty__xfer_hello_clear(h);
@@ -263,6 +353,12 @@ int ty__xfer_etcd_put(struct ty__xfer_etcd *c, const char *key, const char *valu
     char *v = ty__xfer_b64_encode((const uint8_t *)value, strlen(value));
     json_object_set_new(req, "value", json_string(v));
     free(v);
+    int64_t lease = atomic_load(&c->lease);
+    if (lease) { /* int64 fields are decimal strings in the gateway's JSON */
+        char id[32];
+        snprintf(id, sizeof(id), "%lld", (long long)lease);
+        json_object_set_new(req, "lease", json_string(id));
+    }
     int rc = etcd_post(c, "/v3/kv/put", req, &resp);
     json_decref(req);
     json_decref(resp);
@@ -297,6 +393,67 @@ int ty__xfer_etcd_del(struct ty__xfer_etcd *c, const char *key)
 {
     json_t *req = key_obj(key), *resp = NULL;
     int rc = etcd_post(c, "/v3/kv/deleterange", req, &resp);
+    json_decref(req);
+    json_decref(resp);
+    return rc;
+}
+
+/* ---- leases --------------------------------------------------------------------------------- */
+
+/* An int64 the gateway may send as a string or a number. */
+static int64_t json_i64(json_t *v)
+{
+    if (json_is_integer(v))
+        return (int64_t)json_integer_value(v);
+    const char *s = json_string_value(v);
+    return s ? strtoll(s, NULL, 10) : 0;
+}
+
+int ty__xfer_etcd_lease_grant(struct ty__xfer_etcd *c, uint32_t ttl_s)
+{
+    json_t *req = json_pack("{s:I}", "TTL", (json_int_t)ttl_s), *resp = NULL;
+    int rc = etcd_post(c, "/v3/lease/grant", req, &resp);
+    json_decref(req);
+    if (rc)
+        return rc;
+    int64_t id = json_i64(json_object_get(resp, "ID"));
+    json_decref(resp);
+    if (id == 0) {
+        TY_LOG_ERROR(TY_XFER_SUBSYS, "etcd lease grant: no lease id in the answer");
+        return TY_EPARSE;
+    }
+    atomic_store(&c->lease, id);
+    return 0;
+}
+
+int ty__xfer_etcd_lease_keepalive(struct ty__xfer_etcd *c)
+{
+    int64_t id = atomic_load(&c->lease);
+    if (!id)
+        return TY_ELEASE;
+    char ids[32];
+    snprintf(ids, sizeof(ids), "%lld", (long long)id);
+    json_t *req = json_pack("{s:s}", "ID", ids), *resp = NULL;
+    int rc = etcd_post(c, "/v3/lease/keepalive", req, &resp);
+    json_decref(req);
+    if (rc)
+        return rc;
+    /* one streamed message: {"result":{"ID":..,"TTL":..}}; TTL absent or 0: the lease is gone */
+    json_t *res = json_object_get(resp, "result");
+    int64_t ttl = json_i64(json_object_get(res ? res : resp, "TTL"));
+    json_decref(resp);
+    return ttl > 0 ? 0 : TY_ELEASE;
+}
+
+int ty__xfer_etcd_lease_revoke(struct ty__xfer_etcd *c)
+{
+    int64_t id = atomic_exchange(&c->lease, 0);
+    if (!id)
+        return 0;
+    char ids[32];
+    snprintf(ids, sizeof(ids), "%lld", (long long)id);
+    json_t *req = json_pack("{s:s}", "ID", ids), *resp = NULL;
+    int rc = etcd_post(c, "/v3/lease/revoke", req, &resp);
     json_decref(req);
     json_decref(resp);
     return rc;

@@ -2,9 +2,12 @@
  * process through shared memory. A peer's memfd-backed regions come over its unix socket
  * (SOCK_SEQPACKET, abstract name from the hello) as SCM_RIGHTS, and are mapped here, so a task is
  * one memcpy in the submitting thread: the task is DONE when submit returns. Bounds are checked
- * against the mapped regions (nothing else is reachable). The socket stays open for ordered
- * notifications and as a liveness signal: a hung-up peer fails new tasks with ECONNRESET.
- * Threading: submit may run on many threads at once; notify serializes on the peer mutex.
+ * against the mapped regions (nothing else is reachable); a task outside them first asks the peer
+ * for its current regions again (regions registered after the open become reachable, released
+ * ones are unmapped). The socket stays open for ordered notifications and as a liveness signal:
+ * a hung-up peer fails new tasks with ECONNRESET. Threading: submit may run on many threads at
+ * once (copies hold maps_lock for reading); the socket (notify, refresh) serializes on `mu`,
+ * taken before maps_lock.
  */
 #include "xfer-impl.h"
 
@@ -30,7 +33,8 @@ struct local_peer {
     ty_xfer_engine_t *e;
     bool self;
     int fd;
-    pthread_mutex_t mu; /* serializes notifications on fd */
+    pthread_mutex_t mu;         /* serializes requests on fd */
+    pthread_rwlock_t maps_lock; /* guards n, maps; held for reading while copying */
     size_t n;
     struct local_map *maps; /* sorted by remote */
 };
@@ -209,6 +213,11 @@ void ty__xfer_local_serve(ty_xfer_engine_t *e, struct ty__xfer_inbound *in)
     while (!atomic_load(&e->stopping)) {
         if ((rc = msg_recv(in->fd, &h, body, sizeof(body), &len, &passed)) != 0)
             break;
+        if (passed < 0 && h.type == TY__XFER_MSG_FDS) { /* refresh: send the regions again */
+            if (serve_fds(e, in->fd) != 0)
+                break;
+            continue;
+        }
         if (passed >= 0 || h.type != TY__XFER_MSG_NOTIFY) {
             if (passed >= 0)
                 close(passed);
@@ -225,27 +234,96 @@ void ty__xfer_local_serve(ty_xfer_engine_t *e, struct ty__xfer_inbound *in)
 
 /* ---- client side -------------------------------------------------------------------------- */
 
-static int map_add(struct local_peer *p, const struct ty__xfer_hdr *h, int fd)
+struct map_list {
+    size_t n;
+    struct local_map *v; /* sorted by remote */
+};
+
+/* Insert keeping the list sorted. */
+static void map_insert(struct map_list *l, struct local_map m)
+{
+    struct local_map *v = realloc(l->v, (l->n + 1) * sizeof(*v));
+    if (!v)
+        abort();
+    l->v = v;
+    size_t i = l->n;
+    while (i > 0 && v[i - 1].remote > m.remote) {
+        v[i] = v[i - 1];
+        i--;
+    }
+    v[i] = m;
+    l->n++;
+}
+
+/* Add the region of one FDS message to `next`, reusing the mapping in `old` when it has the
+ * same range (then marked taken by ptr = NULL in old). */
+static int map_add(struct map_list *next, struct map_list *old, const struct ty__xfer_hdr *h,
+                   int fd)
 {
     uint64_t len = h->seq;
     if (len == 0 || h->addr + len < h->addr)
         return TY_EPROTO;
+    for (size_t i = 0; i < old->n; i++) {
+        if (old->v[i].ptr && old->v[i].remote == h->addr && old->v[i].len == len) {
+            map_insert(next, old->v[i]);
+            old->v[i].ptr = NULL;
+            return 0;
+        }
+    }
     /* MAP_POPULATE: fault the peer's pages in now, not during the first transfers */
     void *ptr = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (ptr == MAP_FAILED)
         return ty_errno();
-    struct local_map *m = realloc(p->maps, (p->n + 1) * sizeof(*m));
-    if (!m)
-        abort();
-    p->maps = m;
-    size_t i = p->n;
-    while (i > 0 && m[i - 1].remote > h->addr) {
-        m[i] = m[i - 1];
-        i--;
-    }
-    m[i] = (struct local_map){h->addr, len, ptr};
-    p->n++;
+    map_insert(next, (struct local_map){h->addr, len, ptr});
     return 0;
+}
+
+static void maps_unmap(struct map_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (l->v[i].ptr)
+            munmap(l->v[i].ptr, (size_t)l->v[i].len);
+    free(l->v);
+    l->v = NULL;
+    l->n = 0;
+}
+
+/* Receive FDS messages up to the closing ACK into *next. Mappings of `old` that reappear are
+ * moved over; on error everything new is unmapped. */
+static int maps_receive(struct local_peer *p, struct map_list *old, struct map_list *next)
+{
+    struct ty__xfer_hdr h;
+    int rc = 0;
+    while (rc == 0) {
+        uint8_t body[8];
+        size_t len;
+        int fd;
+        if ((rc = msg_recv(p->fd, &h, body, 0, &len, &fd)) != 0)
+            break;
+        if (h.type == TY__XFER_MSG_ACK) {
+            if (h.addr == next->n)
+                return 0;
+            rc = TY_EPROTO;
+            break;
+        }
+        if (h.type != TY__XFER_MSG_FDS || fd < 0) {
+            if (fd >= 0)
+                close(fd);
+            rc = TY_EPROTO;
+            break;
+        }
+        rc = map_add(next, old, &h, fd);
+        close(fd);
+    }
+    /* give reused mappings back to old, unmap the new ones */
+    for (size_t i = 0; i < next->n; i++)
+        for (size_t k = 0; k < old->n; k++)
+            if (!old->v[k].ptr && old->v[k].remote == next->v[i].remote) {
+                old->v[k].ptr = next->v[i].ptr;
+                next->v[i].ptr = NULL;
+            }
+    maps_unmap(next);
+    return rc;
 }
 
 static int local_handshake(struct local_peer *p)
@@ -254,22 +332,32 @@ static int local_handshake(struct local_peer *p)
     struct ty__xfer_hdr h = {
         .type = TY__XFER_MSG_HELLO, .addr = TY__XFER_VERSION, .len = strlen(e->name)};
     int rc = msg_send(p->fd, &h, e->name, (size_t)h.len, -1);
-    while (rc == 0) {
-        uint8_t body[8];
-        size_t len;
-        int fd;
-        if ((rc = msg_recv(p->fd, &h, body, 0, &len, &fd)) != 0)
-            break;
-        if (h.type == TY__XFER_MSG_ACK)
-            return h.addr == p->n ? 0 : TY_EPROTO;
-        if (h.type != TY__XFER_MSG_FDS || fd < 0) {
-            if (fd >= 0)
-                close(fd);
-            return TY_EPROTO;
-        }
-        rc = map_add(p, &h, fd);
-        close(fd);
+    struct map_list none = {0}, next = {0};
+    if (rc == 0 && (rc = maps_receive(p, &none, &next)) == 0) {
+        p->maps = next.v;
+        p->n = next.n;
     }
+    return rc;
+}
+
+/* Ask the peer for its regions again and swap the mapping table. */
+static int local_refresh(struct local_peer *p)
+{
+    pthread_mutex_lock(&p->mu);
+    struct ty__xfer_hdr h = {.type = TY__XFER_MSG_FDS};
+    int rc = msg_send(p->fd, &h, NULL, 0, -1);
+    pthread_rwlock_wrlock(&p->maps_lock);
+    struct map_list old = {p->n, p->maps}, next = {0};
+    if (rc == 0 && (rc = maps_receive(p, &old, &next)) == 0) {
+        maps_unmap(&old); /* what is left was released by the peer */
+        p->maps = next.v;
+        p->n = next.n;
+    }
+    pthread_rwlock_unlock(&p->maps_lock);
+    pthread_mutex_unlock(&p->mu);
+    if (rc)
+        TY_LOG_WARN(TY_XFER_SUBSYS, "refreshing the regions of a local peer failed: %s",
+                    ty_strerror(rc));
     return rc;
 }
 
@@ -280,6 +368,7 @@ static void local_free(struct local_peer *p)
     free(p->maps);
     if (p->fd >= 0)
         close(p->fd);
+    pthread_rwlock_destroy(&p->maps_lock);
     pthread_mutex_destroy(&p->mu);
     free(p);
 }
@@ -292,6 +381,7 @@ static struct local_peer *peer_alloc(ty_xfer_engine_t *e)
     p->e = e;
     p->fd = -1;
     pthread_mutex_init(&p->mu, NULL);
+    pthread_rwlock_init(&p->maps_lock, NULL);
     return p;
 }
 
@@ -352,6 +442,16 @@ static void copy(const struct ty__xfer_slice_req *r, uint8_t *remote)
         memcpy(r->local, remote, (size_t)r->len);
 }
 
+static int copy_mapped(struct local_peer *p, const struct ty__xfer_slice_req *r)
+{
+    pthread_rwlock_rdlock(&p->maps_lock);
+    const struct local_map *m = map_find(p, r->remote, r->len);
+    if (m)
+        copy(r, m->ptr + (r->remote - m->remote));
+    pthread_rwlock_unlock(&p->maps_lock);
+    return m ? 0 : TY_EOUTOFRANGE;
+}
+
 static int local_submit(void *ctx, const struct ty__xfer_slice_req *r)
 {
     struct local_peer *p = ctx;
@@ -368,10 +468,11 @@ static int local_submit(void *ctx, const struct ty__xfer_slice_req *r)
         struct pollfd pfd = {.fd = p->fd, .events = POLLRDHUP};
         if (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))
             return TY_ECONNRESET;
-        const struct local_map *m = map_find(p, r->remote, r->len);
-        if (!m)
-            return TY_EOUTOFRANGE;
-        copy(r, m->ptr + (r->remote - m->remote));
+        int rc = copy_mapped(p, r);
+        if (rc == TY_EOUTOFRANGE && local_refresh(p) == 0)
+            rc = copy_mapped(p, r); /* the peer may have registered it after our open */
+        if (rc)
+            return rc;
     }
     ty__xfer_task_start(r->task, 1);
     ty__xfer_slice_done(r->task, r->len, 0);

@@ -1,6 +1,6 @@
 /* Registered memory and remote segments: the region table of this engine, segment open/close,
  * and the choice of transport for a peer (logged once per open, never changed afterwards). */
-#include "xfer-impl.h"
+#include "rdma-impl.h"
 
 #include "tycho/errors.h"
 #include "tycho/log.h"
@@ -31,6 +31,14 @@ void ty__xfer_engine_hello(ty_xfer_engine_t *e, struct ty__xfer_hello *h)
         h->regions[i].shared = r->memfd >= 0;
         snprintf(h->regions[i].location, sizeof(h->regions[i].location), "%s:%d",
                  r->loc_kind == TY__XFER_LOC_CUDA ? "cuda" : "cpu", r->loc_dev);
+    }
+    ty__xfer_rdma_describe(e->rdma, h);
+    if (h->n_nics) { /* rkeys[region][nic] */
+        h->rkeys = calloc(h->n_regions * h->n_nics, sizeof(*h->rkeys));
+        if (!h->rkeys)
+            abort();
+        for (size_t i = 0; i < e->regions.n; i++)
+            memcpy(&h->rkeys[i * h->n_nics], e->regions.v[i].rkey, h->n_nics * sizeof(uint32_t));
     }
     pthread_rwlock_unlock(&e->regions_lock);
 }
@@ -66,11 +74,16 @@ static int mem_add(ty_xfer_engine_t *e, void *addr, size_t len, const char *loca
         return TY_ENOTSUP;
     }
 #endif
+    int rc = ty__xfer_rdma_reg(e->rdma, &r); /* pins the pages on every NIC */
+    if (rc)
+        return rc;
     pthread_rwlock_wrlock(&e->regions_lock);
-    int rc = ty__xfer_regions_add(&e->regions, &r);
+    rc = ty__xfer_regions_add(&e->regions, &r);
     pthread_rwlock_unlock(&e->regions_lock);
     if (rc == 0)
         ty__xfer_engine_publish(e);
+    else
+        ty__xfer_rdma_dereg(&r);
     return rc;
 }
 
@@ -90,6 +103,7 @@ static int mem_remove(ty_xfer_engine_t *e, void *addr, bool want_owned)
     pthread_rwlock_unlock(&e->regions_lock);
     if (rc)
         return rc;
+    ty__xfer_rdma_dereg(&r); /* peers' RDMA access to it fails from here on */
     if (r.owned)
         munmap(addr, r.len);
     if (r.memfd >= 0)
@@ -182,35 +196,78 @@ static bool all_shared(const struct ty__xfer_hello *h)
     return h->n_regions > 0;
 }
 
-/* Pick and open the transport for a connected tcp peer. On return iface and ctx serve it. */
-static int seg_choose(ty_xfer_engine_t *e, const char *name, const struct ty__xfer_hello *h,
-                      void **ctx, const struct ty__xfer_transport_i **iface)
+/* Replace the tcp peer state in *ctx with the RDMA transport. Returns 0 or an error (tcp kept). */
+static int seg_use_rdma(ty_xfer_engine_t *e, const char *name, const char *host, uint16_t port,
+                        const struct ty__xfer_hello *h, void **ctx,
+                        const struct ty__xfer_transport_i **iface)
+{
+    void *rctx;
+    int rc = ty__xfer_rdma_open(e, host, port, h, &rctx);
+    if (rc)
+        return rc;
+    ty__xfer_tcp_iface.close(*ctx);
+    *ctx = rctx;
+    *iface = &ty__xfer_rdma_iface;
+    TY_LOG_INFO(TY_XFER_SUBSYS, "segment '%s' served by rdma", name);
+    return 0;
+}
+
+static int seg_use_local(ty_xfer_engine_t *e, const char *name, const struct ty__xfer_hello *h,
+                         void **ctx, const struct ty__xfer_transport_i **iface)
+{
+    void *lctx;
+    int rc = ty__xfer_local_open(e, h, &lctx);
+    if (rc)
+        return rc;
+    ty__xfer_tcp_iface.close(*ctx);
+    *ctx = lctx;
+    *iface = &ty__xfer_local_iface;
+    TY_LOG_INFO(TY_XFER_SUBSYS, "segment '%s' served by local (shared memory)", name);
+    return 0;
+}
+
+/* Pick and open the transport for a connected tcp peer. On return iface and ctx serve it.
+ * auto: local for a same-host peer whose regions are all shared memory, else rdma when both
+ * sides have NICs that pair, else tcp; every fallback is logged as a warning. */
+static int seg_choose(ty_xfer_engine_t *e, const char *name, const char *host, uint16_t port,
+                      const struct ty__xfer_hello *h, void **ctx,
+                      const struct ty__xfer_transport_i **iface)
 {
     bool same_host = strcmp(h->host_id, e->host_id) == 0 && h->unix_name[0];
-    bool want_local = strcmp(e->transport, "local") == 0;
-    if (want_local && (!same_host || !all_shared(h))) {
-        TY_LOG_ERROR(TY_XFER_SUBSYS,
-                     "segment '%s': local transport needs a same-host peer "
-                     "whose regions are all shared memory",
-                     name);
-        return TY_ENOTSUP;
-    }
-    if (want_local || (strcmp(e->transport, "auto") == 0 && same_host && all_shared(h))) {
-        void *lctx;
-        int rc = ty__xfer_local_open(e, h, &lctx);
-        if (rc == 0) {
-            ty__xfer_tcp_iface.close(*ctx);
-            *ctx = lctx;
-            *iface = &ty__xfer_local_iface;
-            TY_LOG_INFO(TY_XFER_SUBSYS, "segment '%s' served by local (shared memory)", name);
-            return 0;
+    bool is_auto = strcmp(e->transport, "auto") == 0;
+    int rc;
+    *iface = &ty__xfer_tcp_iface;
+    if (strcmp(e->transport, "local") == 0) {
+        if (!same_host || !all_shared(h)) {
+            TY_LOG_ERROR(TY_XFER_SUBSYS,
+                         "segment '%s': local transport needs a same-host peer "
+                         "whose regions are all shared memory",
+                         name);
+            return TY_ENOTSUP;
         }
-        if (want_local)
-            return rc;
+        return seg_use_local(e, name, h, ctx, iface);
+    }
+    if (strcmp(e->transport, "rdma") == 0) {
+        if (!ty__xfer_rdma_can_serve(e, h)) {
+            TY_LOG_ERROR(TY_XFER_SUBSYS,
+                         "segment '%s': rdma needs active NICs on both sides "
+                         "(here %zu, peer %zu) with a common link layer",
+                         name, e->rdma ? e->rdma->n : (size_t)0, h->n_nics);
+            return TY_ENOTSUP;
+        }
+        return seg_use_rdma(e, name, host, port, h, ctx, iface);
+    }
+    if (is_auto && same_host && all_shared(h)) {
+        if ((rc = seg_use_local(e, name, h, ctx, iface)) == 0)
+            return 0;
         TY_LOG_WARN(TY_XFER_SUBSYS, "segment '%s': shared memory unavailable (%s), using tcp", name,
                     ty_strerror(rc));
+    } else if (is_auto && ty__xfer_rdma_can_serve(e, h)) {
+        if ((rc = seg_use_rdma(e, name, host, port, h, ctx, iface)) == 0)
+            return 0;
+        TY_LOG_WARN(TY_XFER_SUBSYS, "segment '%s': rdma unavailable (%s), using tcp", name,
+                    ty_strerror(rc));
     }
-    *iface = &ty__xfer_tcp_iface;
     TY_LOG_INFO(TY_XFER_SUBSYS, "segment '%s' served by tcp (%s)", name,
                 same_host ? "same host" : "remote host");
     return 0;
@@ -218,9 +275,11 @@ static int seg_choose(ty_xfer_engine_t *e, const char *name, const struct ty__xf
 
 static int seg_connect(ty_xfer_engine_t *e, const char *name, struct ty_xfer_segment *s)
 {
-    if (strcmp(e->transport, "rdma") == 0) {
-        TY_LOG_ERROR(TY_XFER_SUBSYS, "segment '%s': rdma transport %s", name,
-                     ty_xfer_rdma_available() ? "data path not built yet" : "has no device");
+    if (strcmp(e->transport, "rdma") == 0 && !e->rdma) {
+        TY_LOG_ERROR(TY_XFER_SUBSYS,
+                     "segment '%s': rdma transport requested but this engine "
+                     "has no active RDMA NIC",
+                     name);
         return TY_ENOTSUP;
     }
     if (strcmp(name, e->name) == 0) {
@@ -240,9 +299,13 @@ static int seg_connect(ty_xfer_engine_t *e, const char *name, struct ty_xfer_seg
         ty__xfer_hello_clear(&hello);
         hello.regions = meta.regions;
         hello.n_regions = meta.n_regions;
+        hello.rkeys = meta.rkeys;
+        hello.n_nics = meta.n_nics;
+        memcpy(hello.nics, meta.nics, sizeof(hello.nics));
         meta.regions = NULL;
+        meta.rkeys = NULL;
     }
-    if ((rc = seg_choose(e, name, &hello, &s->context, &s->iface)) != 0) {
+    if ((rc = seg_choose(e, name, host, port, &hello, &s->context, &s->iface)) != 0) {
         ty__xfer_tcp_iface.close(s->context);
         ty__xfer_hello_clear(&hello);
         goto out_meta;

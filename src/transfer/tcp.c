@@ -9,7 +9,7 @@
  * peer that made no progress for timeout_ms while it had work. The server side (tcp_serve) runs
  * one thread per inbound connection and validates every access against the region table.
  */
-#include "xfer-impl.h"
+#include "rdma-impl.h"
 
 #include "tycho/clock.h"
 #include "tycho/errors.h"
@@ -117,6 +117,24 @@ static void progress(struct tcp_peer *p)
     atomic_store_explicit(&p->progress_ns, ty_clock_ns(), memory_order_relaxed);
 }
 
+/* Unlink an item that was never sent from c's FIFO (it may not be the head: a reply-less
+ * item is always the most recent one this connection took). mu held. */
+static void fifo_remove(struct tcp_conn *c, struct tcp_item *it)
+{
+    struct tcp_item **pp = &c->fifo_head, *prev = NULL;
+    while (*pp && *pp != it) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (!*pp)
+        return;
+    *pp = it->next;
+    if (c->fifo_tail == it)
+        c->fifo_tail = prev;
+    c->inflight--;
+    c->peer->inflight--;
+}
+
 /* ---- sender -------------------------------------------------------------------------------- */
 
 static int send_item(struct tcp_conn *c, struct tcp_item *it)
@@ -167,6 +185,55 @@ static bool can_take(struct tcp_peer *p, struct tcp_conn *c)
     return p->q_head->kind != ITEM_NOTIFY || p->inflight == 0;
 }
 
+/* Take the next item off the queue into c's FIFO. mu held. */
+static struct tcp_item *take_next(struct tcp_peer *p, struct tcp_conn *c)
+{
+    struct tcp_item *it = p->q_head;
+    p->q_head = it->next;
+    if (!p->q_head)
+        p->q_tail = NULL;
+    it->next = NULL;
+    it->seq = ++p->seq;
+    if (c->fifo_tail)
+        c->fifo_tail->next = it;
+    else
+        c->fifo_head = it;
+    c->fifo_tail = it;
+    c->inflight++;
+    p->inflight++;
+    return it;
+}
+
+/* A WRITE reads local memory: it must still lie in one registered region, and the region lock is
+ * held while sendmsg reads it (so unregister waits). Returns true with the lock held. */
+static bool local_lock(struct tcp_peer *p, const struct tcp_item *it)
+{
+    if (it->kind != ITEM_SLICE)
+        return false;
+    return ty__xfer_regions_rdlock(p->e, (uintptr_t)it->local, it->len) != NULL;
+}
+
+/* Send one item taken by this connection. A WRITE whose local memory was unregistered since
+ * submit is not sent: it fails with TY_EOUTOFRANGE and leaves the FIFO. mu not held. */
+static int send_taken(struct tcp_conn *c, struct tcp_item *it)
+{
+    struct tcp_peer *p = c->peer;
+    bool is_write = it->kind == ITEM_SLICE && it->op == TY_XFER_OP_WRITE;
+    bool locked = is_write && local_lock(p, it);
+    if (is_write && !locked) {
+        pthread_mutex_lock(&p->mu);
+        fifo_remove(c, it);
+        item_finish(p, it, TY_EOUTOFRANGE);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+        return 0;
+    }
+    int rc = send_item(c, it);
+    if (locked)
+        ty__xfer_regions_unlock(p->e);
+    return rc;
+}
+
 static void *send_main(void *arg)
 {
     struct tcp_conn *c = arg;
@@ -177,22 +244,10 @@ static void *send_main(void *arg)
             pthread_cond_wait(&p->cv, &p->mu);
         if (p->broken)
             break;
-        struct tcp_item *it = p->q_head;
-        p->q_head = it->next;
-        if (!p->q_head)
-            p->q_tail = NULL;
-        it->next = NULL;
-        it->seq = ++p->seq;
-        if (c->fifo_tail)
-            c->fifo_tail->next = it;
-        else
-            c->fifo_head = it;
-        c->fifo_tail = it;
-        c->inflight++;
-        p->inflight++;
+        struct tcp_item *it = take_next(p, c);
         c->sending = it;
         pthread_mutex_unlock(&p->mu);
-        int rc = send_item(c, it);
+        int rc = send_taken(c, it);
         pthread_mutex_lock(&p->mu);
         c->sending = NULL;
         pthread_cond_broadcast(&p->cv);
@@ -207,6 +262,9 @@ static void *send_main(void *arg)
 
 /* ---- reply reader -------------------------------------------------------------------------- */
 
+static int recv_payload(struct tcp_conn *c, struct tcp_item *it, const struct ty__xfer_hdr *h,
+                        int *status);
+
 /* Handle the reply for `it`. Returns the item's status in *status and a connection error. */
 static int read_reply(struct tcp_conn *c, struct tcp_item *it, const struct ty__xfer_hdr *h,
                       int *status)
@@ -219,6 +277,20 @@ static int read_reply(struct tcp_conn *c, struct tcp_item *it, const struct ty__
         return h->len == 0 || !want_resp ? 0 : TY_EPROTO;
     if (h->len != it->len)
         return TY_EPROTO;
+    /* the target memory must still be registered; hold the region while receiving into it */
+    if (!local_lock(c->peer, it)) {
+        *status = TY_EOUTOFRANGE;
+        return ty__xfer_drain(c->fd, h->len);
+    }
+    int rc = recv_payload(c, it, h, status);
+    ty__xfer_regions_unlock(c->peer->e);
+    return rc;
+}
+
+/* Receive a READ_RESP payload into it->local (through staging for cuda). Region lock held. */
+static int recv_payload(struct tcp_conn *c, struct tcp_item *it, const struct ty__xfer_hdr *h,
+                        int *status)
+{
     uint8_t *dst = it->local;
 #ifdef TY_XFER_HAVE_CUDA
     if (it->local_cuda) {
@@ -305,8 +377,13 @@ static void *recv_main(void *arg)
 /* Connect one socket and run the hello exchange; returns fd, fills *hello when non-NULL. */
 static int conn_dial(struct tcp_peer *p, struct ty__xfer_hello *hello)
 {
-    ty_xfer_engine_t *e = p->e;
-    int fd = ty__xfer_tcp_connect(p->host, p->port, e->timeout_ms);
+    return ty__xfer_tcp_dial(p->e, p->host, p->port, hello);
+}
+
+int ty__xfer_tcp_dial(ty_xfer_engine_t *e, const char *host, uint16_t port,
+                      struct ty__xfer_hello *hello)
+{
+    int fd = ty__xfer_tcp_connect(host, port, e->timeout_ms);
     if (fd < 0)
         return fd;
     ty__xfer_sock_timeouts(fd, e->timeout_ms);
@@ -746,10 +823,14 @@ void ty__xfer_tcp_serve(ty_xfer_engine_t *e, struct ty__xfer_inbound *in)
         case TY__XFER_MSG_NOTIFY:
             rc = serve_notify(e, in, &h);
             break;
+        case TY__XFER_MSG_RDMA_CONNECT:
+            rc = ty__xfer_rdma_serve_connect(e, in, &h);
+            break;
         default:
             rc = TY_EPROTO;
         }
     }
+    ty__xfer_rdma_serve_free(in); /* the QPs of an rdma peer live as long as its control conn */
     if (rc && rc != TY_ECONNRESET && !atomic_load(&e->stopping))
         TY_LOG_WARN(TY_XFER_SUBSYS, "closing inbound connection from '%s': %s",
                     in->peer_name[0] ? in->peer_name : "?", ty_strerror(rc));

@@ -191,7 +191,8 @@ int ty__xfer_hdr_decode(const uint8_t in[TY__XFER_HDR_SIZE], struct ty__xfer_hdr
     h->checksum = get_u64(in + 40);
     h->task_addr = get_u64(in + 48);
     h->task_len = get_u64(in + 56);
-    if (h->magic != TY__XFER_MAGIC || h->type < TY__XFER_MSG_HELLO || h->type > TY__XFER_MSG_FDS)
+    if (h->magic != TY__XFER_MAGIC || h->type < TY__XFER_MSG_HELLO ||
+        h->type > TY__XFER_MSG_RDMA_CONNECT_REPLY)
         return TY_EPROTO;
     if (h->status > 0 || h->status < -20000)
         return TY_EPROTO;
@@ -199,6 +200,8 @@ int ty__xfer_hdr_decode(const uint8_t in[TY__XFER_HDR_SIZE], struct ty__xfer_hdr
     case TY__XFER_MSG_HELLO:
         return h->len <= TY_XFER_NAME_MAX ? 0 : TY_EPROTO;
     case TY__XFER_MSG_NOTIFY:
+    case TY__XFER_MSG_RDMA_CONNECT:
+    case TY__XFER_MSG_RDMA_CONNECT_REPLY:
         return h->len <= TY_XFER_NOTIFY_MAX ? 0 : TY_EPROTO;
     case TY__XFER_MSG_HELLO_REPLY:
     case TY__XFER_MSG_FDS:
@@ -263,6 +266,20 @@ void ty__xfer_hello_encode(const struct ty__xfer_hello *h, uint8_t **out, size_t
         wbuf_str(&b, r->location);
         *wbuf_grow(&b, 1) = r->shared ? 1 : 0;
     }
+    *wbuf_grow(&b, 1) = (uint8_t)h->n_nics;
+    for (size_t i = 0; i < h->n_nics; i++) {
+        const struct ty__xfer_nic_info *n = &h->nics[i];
+        wbuf_str(&b, n->name);
+        uint8_t *p = wbuf_grow(&b, 22);
+        p[0] = n->port;
+        p[1] = n->link_layer;
+        p[2] = n->mtu;
+        p[3] = n->gid_index;
+        put_u16(p + 4, n->lid);
+        memcpy(p + 6, n->gid, 16);
+    }
+    for (size_t i = 0; i < h->n_regions * h->n_nics; i++)
+        put_u32(wbuf_grow(&b, 4), h->rkeys[i]);
     *out = b.p;
     *out_len = b.n;
 }
@@ -285,6 +302,44 @@ static int rbuf_str(struct rbuf *b, char *dst, size_t cap)
     if (memchr(dst, '\0', len))
         return TY_EPROTO;
     b->off += len;
+    return 0;
+}
+
+static int hello_decode_nics(struct rbuf *b, struct ty__xfer_hello *h)
+{
+    if (b->n - b->off < 1)
+        return TY_EPROTO;
+    size_t n = b->p[b->off++];
+    if (n > TY__XFER_RDMA_MAX_NICS)
+        return TY_EPROTO;
+    for (size_t i = 0; i < n; i++) {
+        struct ty__xfer_nic_info *nic = &h->nics[i];
+        if (rbuf_str(b, nic->name, sizeof(nic->name)) || b->n - b->off < 22)
+            return TY_EPROTO;
+        const uint8_t *p = b->p + b->off;
+        nic->port = p[0];
+        nic->link_layer = p[1];
+        nic->mtu = p[2];
+        nic->gid_index = p[3];
+        nic->lid = get_u16(p + 4);
+        memcpy(nic->gid, p + 6, 16);
+        b->off += 22;
+        if (nic->port == 0 ||
+            (nic->link_layer != TY__XFER_LINK_IB && nic->link_layer != TY__XFER_LINK_ETH) ||
+            nic->mtu < 1 || nic->mtu > 5)
+            return TY_EPROTO;
+    }
+    h->n_nics = n;
+    size_t nk = h->n_regions * n;
+    if (nk == 0)
+        return 0;
+    if ((b->n - b->off) / 4 < nk)
+        return TY_EPROTO;
+    h->rkeys = calloc(nk, sizeof(*h->rkeys));
+    if (!h->rkeys)
+        abort();
+    for (size_t i = 0; i < nk; i++, b->off += 4)
+        h->rkeys[i] = get_u32(b->p + b->off);
     return 0;
 }
 
@@ -317,10 +372,12 @@ int ty__xfer_hello_decode(const uint8_t *buf, size_t len, struct ty__xfer_hello 
             goto err_free;
         regs[i].shared = shared == 1;
     }
-    if (b.off != b.n)
-        goto err_free;
     h->regions = regs;
     h->n_regions = n;
+    if (hello_decode_nics(&b, h) != 0 || b.off != b.n) {
+        ty__xfer_hello_clear(h);
+        return TY_EPROTO;
+    }
     return 0;
 err_free:
     free(regs);
@@ -330,8 +387,11 @@ err_free:
 void ty__xfer_hello_clear(struct ty__xfer_hello *h)
 {
     free(h->regions);
+    free(h->rkeys);
     h->regions = NULL;
+    h->rkeys = NULL;
     h->n_regions = 0;
+    h->n_nics = 0;
 }
 
 /* ---- sockets -------------------------------------------------------------------------------- */

@@ -23,6 +23,8 @@
 
 enum ty__xfer_loc_kind { TY__XFER_LOC_CPU = 0, TY__XFER_LOC_CUDA = 1 };
 
+#define TY__XFER_RDMA_MAX_NICS 8
+
 struct ty__xfer_region {
     uint64_t addr;
     uint64_t len;
@@ -30,6 +32,9 @@ struct ty__xfer_region {
     int loc_dev;
     int memfd;  /* >= 0 when shareable through the local transport */
     bool owned; /* mapped by ty_xfer_mem_alloc */
+    /* RDMA: one memory registration per local NIC (struct ibv_mr *; NULL: not registered) */
+    void *mr[TY__XFER_RDMA_MAX_NICS];
+    uint32_t lkey[TY__XFER_RDMA_MAX_NICS], rkey[TY__XFER_RDMA_MAX_NICS];
 };
 
 struct ty__xfer_region_table {
@@ -58,14 +63,16 @@ void ty__xfer_regions_clear(struct ty__xfer_region_table *t);
 #define TY__XFER_MAX_SLICE     (256ull << 20) /* the largest payload a peer accepts in one message */
 
 enum ty__xfer_msg {
-    TY__XFER_MSG_HELLO = 1,       /* payload: sender name; addr = version */
-    TY__XFER_MSG_HELLO_REPLY = 2, /* payload: hello body (regions, host id, unix name) */
-    TY__XFER_MSG_WRITE = 3,       /* addr, len, payload len bytes */
-    TY__XFER_MSG_READ = 4,        /* addr, len */
-    TY__XFER_MSG_ACK = 5,         /* status; answers WRITE, NOTIFY */
-    TY__XFER_MSG_READ_RESP = 6,   /* status, payload len bytes when status == 0 */
-    TY__XFER_MSG_NOTIFY = 7,      /* payload: message */
-    TY__XFER_MSG_FDS = 8,         /* unix only: one region per message, memfd in SCM_RIGHTS */
+    TY__XFER_MSG_HELLO = 1,        /* payload: sender name; addr = version */
+    TY__XFER_MSG_HELLO_REPLY = 2,  /* payload: hello body (regions, host id, unix name) */
+    TY__XFER_MSG_WRITE = 3,        /* addr, len, payload len bytes */
+    TY__XFER_MSG_READ = 4,         /* addr, len */
+    TY__XFER_MSG_ACK = 5,          /* status; answers WRITE, NOTIFY */
+    TY__XFER_MSG_READ_RESP = 6,    /* status, payload len bytes when status == 0 */
+    TY__XFER_MSG_NOTIFY = 7,       /* payload: message */
+    TY__XFER_MSG_FDS = 8,          /* unix only: one region per message, memfd in SCM_RIGHTS */
+    TY__XFER_MSG_RDMA_CONNECT = 9, /* payload: rdma connect body (the initiator's QPs) */
+    TY__XFER_MSG_RDMA_CONNECT_REPLY = 10, /* status; payload: the target's QPs, same order */
 };
 
 struct ty__xfer_hdr {
@@ -87,13 +94,31 @@ void ty__xfer_hdr_encode(const struct ty__xfer_hdr *h, uint8_t out[TY__XFER_HDR_
 /* Decode and validate magic, type and that len fits a payload. Returns 0 or TY_EPROTO. */
 int ty__xfer_hdr_decode(const uint8_t in[TY__XFER_HDR_SIZE], struct ty__xfer_hdr *h);
 
-/* Hello body: host id, unix socket name, then the region list. */
+/* One RDMA NIC (device port) as peers need to know it. */
+struct ty__xfer_nic_info {
+    char name[64];      /* device name, e.g. "mlx5_0" */
+    uint8_t port;       /* 1-based port number */
+    uint8_t link_layer; /* 1 InfiniBand, 2 Ethernet (RoCE) */
+    uint8_t mtu;        /* active MTU as enum ibv_mtu: 1 = 256 .. 5 = 4096 bytes */
+    uint8_t gid_index;
+    uint16_t lid;
+    uint8_t gid[16];
+};
+
+#define TY__XFER_LINK_IB  1
+#define TY__XFER_LINK_ETH 2
+
+/* Hello body: host id, unix socket name, the region list, then the RDMA NICs and, per region
+ * and NIC, the rkey of that region's registration on that NIC (0: not reachable by RDMA). */
 struct ty__xfer_hello {
     char name[TY_XFER_NAME_MAX + 1];
     char host_id[64];
     char unix_name[108];
     size_t n_regions;
     struct ty_xfer_region_info *regions; /* malloc'd by decode; free with ty__xfer_hello_clear */
+    size_t n_nics;
+    struct ty__xfer_nic_info nics[TY__XFER_RDMA_MAX_NICS];
+    uint32_t *rkeys; /* [region * n_nics + nic], malloc'd (NULL when n_nics == 0) */
 };
 
 /* Encode into a malloc'd buffer (*out, *out_len). Aborts on OOM (small metadata). */
@@ -101,6 +126,56 @@ void ty__xfer_hello_encode(const struct ty__xfer_hello *h, uint8_t **out, size_t
 /* Decode outside input. Returns 0 or TY_EPROTO with nothing allocated. */
 int ty__xfer_hello_decode(const uint8_t *buf, size_t len, struct ty__xfer_hello *h);
 void ty__xfer_hello_clear(struct ty__xfer_hello *h);
+
+/* ---- RDMA pure parts (rdma_plan.c): no verbs calls, unit-tested -------------------------- */
+
+#define TY__XFER_RDMA_SLICE       (64u << 10) /* bytes per RDMA WRITE/READ work request */
+#define TY__XFER_RDMA_QPS_PER_NIC 2           /* so a failed QP leaves another on one NIC */
+#define TY__XFER_RDMA_MAX_LANES   (TY__XFER_RDMA_MAX_NICS * TY__XFER_RDMA_QPS_PER_NIC)
+#define TY__XFER_RDMA_MAX_TRIES   3 /* attempts of one slice, each on a lane not tried before */
+
+/* One RC queue pair as announced in the connect exchange. */
+struct ty__xfer_rdma_lane_info {
+    uint8_t nic;      /* the sender's NIC index (in its hello) */
+    uint8_t peer_nic; /* the receiver's NIC index the QP must be created on */
+    uint8_t mtu;      /* the sender NIC's active MTU (enum ibv_mtu) */
+    uint8_t link_layer;
+    uint32_t qpn; /* 24 bits */
+    uint32_t psn; /* 24 bits */
+    uint16_t lid;
+    uint8_t gid[16];
+};
+
+struct ty__xfer_rdma_connect {
+    uint32_t n;
+    struct ty__xfer_rdma_lane_info lanes[TY__XFER_RDMA_MAX_LANES];
+};
+
+/* Path MTU of a QP pair: the smaller active MTU (enum ibv_mtu values 1..5); 0 if either is not
+ * a valid MTU. */
+int ty__xfer_rdma_mtu_negotiate(int local_mtu, int peer_mtu);
+/* Pair every local NIC with a peer NIC of the same link layer, spreading them (local i prefers
+ * peer i % n_peer). pair[i] = peer index or -1. Returns the number of local NICs paired. */
+size_t ty__xfer_rdma_pair_nics(const struct ty__xfer_nic_info *local, size_t n_local,
+                               const struct ty__xfer_nic_info *peer, size_t n_peer, int *pair);
+/* Number of slices of a task of len bytes. */
+uint32_t ty__xfer_rdma_slice_count(uint64_t len, uint64_t slice);
+/* Lane of slice i when the task starts at lane `cursor`: round robin. Lanes are numbered
+ * lane = qp * n_nics + nic, so consecutive slices go to different NICs. */
+uint32_t ty__xfer_rdma_lane_of(uint32_t cursor, uint32_t i, uint32_t n_lanes);
+/* Lane for retrying a slice that failed on lane `failed`: an alive lane not in `tried` (bit per
+ * lane), preferring another NIC than failed's. -1 when none is left. */
+int ty__xfer_rdma_retry_lane(uint32_t failed, uint32_t tried, const bool *alive, uint32_t n_lanes,
+                             uint32_t n_nics);
+/* The QP local ACK timeout exponent (4.096 us * 2^t per try) such that retry_cnt + 1 tries fit
+ * in half of timeout_ms; clamped to 8..24. */
+uint8_t ty__xfer_rdma_ack_timeout(uint32_t timeout_ms, uint8_t retry_cnt);
+/* Connect body: u8 n, then per lane u8 nic, u8 peer_nic, u8 mtu, u8 link, u32 qpn, u32 psn,
+ * u16 lid, 16 B gid (little-endian). Encode returns the length written (cap >= 1 + 32 * n). */
+size_t ty__xfer_rdma_connect_encode(const struct ty__xfer_rdma_connect *c, uint8_t *out,
+                                    size_t cap);
+/* Decode outside input. Returns 0 or TY_EPROTO. */
+int ty__xfer_rdma_connect_decode(const uint8_t *buf, size_t len, struct ty__xfer_rdma_connect *c);
 
 /* ---- socket helpers (blocking fds) ---------------------------------------------------------- */
 
@@ -205,6 +280,7 @@ struct ty__xfer_inbound {
     struct ty__xfer_stage stage; /* for cuda regions (CUDA builds) */
     ty_xfer_engine_t *engine;
     char peer_name[TY_XFER_NAME_MAX + 1];
+    void *rdma_qps; /* target-side QPs made by RDMA_CONNECT on this connection (rdma.c) */
     struct ty__xfer_inbound *next;
 };
 
@@ -214,6 +290,7 @@ struct ty__xfer_notify_node {
 };
 
 struct ty__xfer_etcd;
+struct ty__xfer_rdma;
 
 struct ty_xfer_engine {
     char name[TY_XFER_NAME_MAX + 1];
@@ -252,7 +329,11 @@ struct ty_xfer_engine {
     pthread_cond_t wd_cv;
     pthread_t wd_thr;
 
+    struct ty__xfer_rdma *rdma; /* NULL: no RDMA device (or rdma_devices "none") */
     struct ty__xfer_etcd *etcd;
+    uint32_t etcd_ttl_s;
+    pthread_t etcd_thr; /* lease keepalive, every ttl/3 */
+    bool etcd_thr_started;
     struct ty__xfer_stats_atomic st;
 };
 
@@ -277,6 +358,33 @@ int ty__xfer_tcp_open(ty_xfer_engine_t *e, const char *host, uint16_t port,
 /* Serve one inbound tcp connection until it closes (runs on its own thread). */
 void ty__xfer_tcp_serve(ty_xfer_engine_t *e, struct ty__xfer_inbound *in);
 
+/* Dial host:port and run the hello exchange (fills *hello when non-NULL). Returns the connected
+ * fd (blocking, no socket timeouts) or a negative error. */
+int ty__xfer_tcp_dial(ty_xfer_engine_t *e, const char *host, uint16_t port,
+                      struct ty__xfer_hello *hello);
+
+/* rdma.c, rdma_xport.c */
+/* Open the devices named in `filter` (comma list; NULL: all) that have an ACTIVE port, one NIC
+ * per device (its first active port), each with a PD, a CQ and a completion thread. *out is NULL
+ * (and 0 returned) when there is none. */
+int ty__xfer_rdma_new(ty_xfer_engine_t *e, const char *filter, struct ty__xfer_rdma **out);
+/* Stop the completion threads and close the devices. Every QP and MR must be gone. */
+void ty__xfer_rdma_free(struct ty__xfer_rdma *r);
+/* Register reg's memory on every NIC (fills mr, lkey, rkey). A cuda region that a NIC cannot
+ * register (no GPUDirect) keeps mr NULL and rkey 0 on it. Returns 0 or -errno. */
+int ty__xfer_rdma_reg(struct ty__xfer_rdma *r, struct ty__xfer_region *reg);
+void ty__xfer_rdma_dereg(struct ty__xfer_region *reg);
+/* Our NICs for a hello. */
+void ty__xfer_rdma_describe(const struct ty__xfer_rdma *r, struct ty__xfer_hello *h);
+
+extern const struct ty__xfer_transport_i ty__xfer_rdma_iface;
+/* Whether RDMA can serve this peer: we and it have NICs that pair. */
+bool ty__xfer_rdma_can_serve(ty_xfer_engine_t *e, const struct ty__xfer_hello *hello);
+/* Open the RDMA transport to a peer whose hello we have: a control tcp connection, then one RC
+ * QP pair per lane. On success *ctx is the peer state. */
+int ty__xfer_rdma_open(ty_xfer_engine_t *e, const char *host, uint16_t port,
+                       const struct ty__xfer_hello *hello, void **ctx);
+
 /* local.c */
 extern const struct ty__xfer_transport_i ty__xfer_local_iface;
 /* Same-host peer: connect its unix socket and map its memfd regions. */
@@ -298,6 +406,12 @@ int ty__xfer_etcd_put(struct ty__xfer_etcd *c, const char *key, const char *valu
 /* *value is malloc'd; TY_ENOTFOUND when the key is absent. */
 int ty__xfer_etcd_get(struct ty__xfer_etcd *c, const char *key, char **value);
 int ty__xfer_etcd_del(struct ty__xfer_etcd *c, const char *key);
+/* Grant a lease of ttl_s seconds; later puts carry it. Returns 0, TY_ERPC, TY_EPARSE. */
+int ty__xfer_etcd_lease_grant(struct ty__xfer_etcd *c, uint32_t ttl_s);
+/* Refresh the lease once. Returns 0, TY_ELEASE when it expired (grant a new one), TY_ERPC. */
+int ty__xfer_etcd_lease_keepalive(struct ty__xfer_etcd *c);
+/* Revoke the lease (its keys vanish with it); no-op without one. */
+int ty__xfer_etcd_lease_revoke(struct ty__xfer_etcd *c);
 /* Standard base64 (RFC 4648 §4); decode returns 0 or TY_EPARSE. Outputs malloc'd. */
 char *ty__xfer_b64_encode(const uint8_t *in, size_t len);
 int ty__xfer_b64_decode(const char *in, uint8_t **out, size_t *out_len);

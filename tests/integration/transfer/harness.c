@@ -103,6 +103,15 @@ int peer_check_notify(struct peer_proc *p, char *from, size_t from_cap)
     return ok;
 }
 
+uint64_t peer_late_region(struct peer_proc *p, uint64_t len)
+{
+    dprintf(p->cmd_fd, "R %" PRIu64 "\n", len);
+    uint64_t addr = 0;
+    if (fscanf(p->reply, "%" SCNx64, &addr) != 1)
+        return 0;
+    return addr;
+}
+
 void peer_stop(struct peer_proc *p)
 {
     if (p->pid <= 0)
@@ -173,6 +182,15 @@ static void *child_region(ty_xfer_engine_t *e, uint64_t size, bool shared)
     return p;
 }
 
+/* Register one more region (after peers opened us), filled with the pattern at seed 2. */
+static void child_late_region(ty_xfer_engine_t *e, uint64_t len, bool shared)
+{
+    uint8_t *p = child_region(e, len, shared);
+    if (p)
+        pattern_fill(p, PATTERN_SEED + 2, 0, len);
+    printf("%" PRIx64 "\n", (uint64_t)(uintptr_t)p);
+}
+
 int peer_child_main(int argc, char **argv)
 {
     if (argc < 8)
@@ -182,7 +200,7 @@ int peer_child_main(int argc, char **argv)
     bool shared = strcmp(argv[7], "shared") == 0;
     if (strcmp(netns, "-") && enter_netns(netns) != 0)
         return 3;
-    struct ty_xfer_engine_opts o = {.listen_host = host, .timeout_ms = 2000};
+    struct ty_xfer_engine_opts o = {.listen_host = host, .timeout_ms = 2000, .etcd_ttl_s = 2};
     if (strcmp(etcd, "-")) {
         o.etcd_endpoint = etcd;
         o.name = name;
@@ -204,6 +222,8 @@ int peer_child_main(int argc, char **argv)
             printf("%" PRIx64 "\n", XXH3_64bits((void *)(uintptr_t)addr, len));
         else if (line[0] == 'N')
             child_notify(e);
+        else if (line[0] == 'R' && sscanf(line + 1, "%" SCNu64, &len) == 1)
+            child_late_region(e, len, shared);
         else
             break;
     }

@@ -27,7 +27,8 @@ uint8_t pattern_byte(uint64_t seed, uint64_t off);
 void pattern_fill(uint8_t *dst, uint64_t seed, uint64_t off, uint64_t len);
 
 /* Start a peer: regions of size_mb MiB each, listening on host. netns: NULL or a namespace name
- * to enter first; etcd/name: etcd mode. shared: memfd regions (else malloc'd). Returns 0. */
+ * to enter first; etcd/name: etcd mode (lease TTL 2 s). shared: memfd regions (else malloc'd).
+ * Returns 0. */
 int peer_start(struct peer_proc *p, const char *self_exe, const char *host, uint64_t size_mb,
                const char *netns, const char *etcd, const char *name, bool shared);
 /* XXH3 of the peer's memory [addr, addr+len) as the peer sees it now. */
@@ -35,6 +36,9 @@ uint64_t peer_hash(struct peer_proc *p, uint64_t addr, uint64_t len);
 /* Ask the peer to wait for one notification (up to 10 s) and check that the hash it carries
  * matches its memory at the moment it arrived. Returns 1 match, 0 mismatch, -1 none. */
 int peer_check_notify(struct peer_proc *p, char *from, size_t from_cap);
+/* Ask the peer to register one more region of len bytes (pattern seed PATTERN_SEED + 2, shared
+ * like the others); returns its address or 0. */
+uint64_t peer_late_region(struct peer_proc *p, uint64_t len);
 void peer_stop(struct peer_proc *p);
 void peer_kill(struct peer_proc *p, int sig);
 

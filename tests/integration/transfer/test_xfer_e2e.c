@@ -1,6 +1,7 @@
 /* End-to-end transfer tests between this process and a peer process (see harness.h).
  *
- * Usage: test_xfer_e2e tcp|local|netns|oob|kill|notify|etcd. Every mode moves real bytes over
+ * Usage: test_xfer_e2e tcp|local|netns|oob|kill|notify|etcd|rdma|rdma_kill (the rdma modes
+ * skip with 77 without an RDMA device). Every mode moves real bytes over
  * real sockets and checks them against the independent pattern or the peer's own hash. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -163,19 +164,88 @@ static void random_rounds(const char *transport, const char *host, const char *p
     ty_xfer_engine_stats(c.e, &st);
     assert_int_equal(st.tasks_failed, 0);
     assert_true(st.tasks_done > 8);
-    assert_int_equal(strcmp(transport, "tcp") == 0 ? st.segments_tcp : st.segments_local, 1);
+    assert_int_equal(strcmp(transport, "tcp") == 0    ? st.segments_tcp
+                     : strcmp(transport, "rdma") == 0 ? st.segments_rdma
+                                                      : st.segments_local,
+                     1);
     round_teardown(&c);
+    peer_stop(&peer);
+}
+
+/* A region the peer registers after we opened it is reachable (the segment refreshes its view
+ * on a miss); bytes are checked against the pattern the peer filled it with. */
+static void late_region_check(const char *transport, bool shared)
+{
+    struct peer_proc peer;
+    assert_int_equal(peer_start(&peer, g_exe, "127.0.0.1", 4, NULL, NULL, NULL, shared), 0);
+    struct round_ctx c;
+    round_setup(&c, transport, &peer, "127.0.0.1", "127.0.0.1");
+    assert_string_equal(ty_xfer_segment_transport(c.seg), transport);
+    uint64_t late = peer_late_region(&peer, 2 * MiB);
+    assert_true(late != 0);
+    struct ty_xfer_request r = {TY_XFER_OP_READ, c.local, c.seg, late + 4096, MiB};
+    ty_xfer_batch_t *b;
+    assert_int_equal(ty_xfer_batch_new(c.e, 1, &b), 0);
+    assert_int_equal(ty_xfer_batch_submit(b, &r, 1), 0);
+    assert_int_equal(ty_xfer_batch_wait(b, 10000), 0);
+    assert_int_equal(ty_xfer_batch_free(b), 0);
+    uint8_t *expect = malloc(MiB);
+    pattern_fill(expect, PATTERN_SEED + 2, 4096, MiB);
+    assert_memory_equal(c.local, expect, MiB);
+    free(expect);
+    round_teardown(&c);
+    peer_stop(&peer);
+}
+
+/* Unregistering local memory while a TCP write from it is queued: unregister waits for the
+ * slices being sent, and no byte written into that memory afterwards reaches the peer. */
+static void unregister_during_write(void)
+{
+    struct peer_proc peer;
+    assert_int_equal(peer_start(&peer, g_exe, "127.0.0.1", 64, NULL, NULL, NULL, false), 0);
+    struct round_ctx c;
+    round_setup(&c, "tcp", &peer, "127.0.0.1", "127.0.0.1");
+    memset(c.local, 0x11, peer.size);
+    ty_xfer_batch_t *b;
+    assert_int_equal(ty_xfer_batch_new(c.e, 1, &b), 0);
+    struct ty_xfer_request r = {TY_XFER_OP_WRITE, c.local, c.seg, peer.addr_b, peer.size};
+    assert_int_equal(ty_xfer_batch_submit(b, &r, 1), 0);
+    assert_int_equal(ty_xfer_mem_unregister(c.e, c.local), 0);
+    memset(c.local, 0x22, peer.size); /* no longer ours to send */
+    int rc = ty_xfer_batch_wait(b, 10000);
+    assert_true(rc == 0 || rc == TY_EOUTOFRANGE);
+    assert_int_equal(ty_xfer_batch_free(b), 0);
+    /* B holds only 0x11 (sent before the unregister) and 0 (never sent): hash each 1 MiB */
+    uint8_t *ones = malloc(MiB), *zeros = calloc(1, MiB);
+    memset(ones, 0x11, MiB);
+    uint64_t h1 = XXH3_64bits(ones, MiB), h0 = XXH3_64bits(zeros, MiB);
+    int sent = 0;
+    for (uint64_t off = 0; off < peer.size; off += MiB) {
+        uint64_t h = peer_hash(&peer, peer.addr_b + off, MiB);
+        assert_true(h == h1 || h == h0);
+        sent += h == h1;
+    }
+    fprintf(stderr, "unregister during write: %d of 64 slices sent, wait rc %d\n", sent, rc);
+    free(ones);
+    free(zeros);
+    ty_xfer_segment_close(c.e, c.seg);
+    ty_xfer_engine_free(c.e);
+    munmap(c.local, peer.size);
+    free(c.shadow);
     peer_stop(&peer);
 }
 
 static void test_tcp(void **state)
 {
     random_rounds("tcp", "127.0.0.1", "127.0.0.1", NULL, false);
+    late_region_check("tcp", false);
+    unregister_during_write();
 }
 
 static void test_local(void **state)
 {
     random_rounds("local", "127.0.0.1", "127.0.0.1", NULL, true);
+    late_region_check("local", true);
 }
 
 /* ---- network namespaces ------------------------------------------------------------------------
@@ -363,10 +433,12 @@ static uint64_t big_transfer_then(struct big *g, ty_xfer_segment_t *seg, struct 
     return elapsed;
 }
 
-static void test_kill(void **state)
+/* SIGKILL during a 1 GiB write: every unfinished task fails within 2x the timeout, the next
+ * submit to the dead peer fails at once, and a new peer is then served. */
+static void kill_scenario(const char *transport, bool with_stall)
 {
     struct big g = {.size = 1024 * MiB};
-    struct ty_xfer_engine_opts o = {.transport = "tcp", .timeout_ms = KILL_TIMEOUT_MS};
+    struct ty_xfer_engine_opts o = {.transport = transport, .timeout_ms = KILL_TIMEOUT_MS};
     assert_int_equal(ty_xfer_engine_new(&g.e, &o), 0);
     g.local = map_buf(g.size);
     memset(g.local, 0x42, g.size);
@@ -379,6 +451,7 @@ static void test_kill(void **state)
     assert_int_equal(peer_start(&p1, g_exe, "127.0.0.1", 1024, NULL, NULL, NULL, false), 0);
     snprintf(name, sizeof(name), "127.0.0.1:%u", p1.port);
     assert_int_equal(ty_xfer_segment_open(g.e, name, &s1), 0);
+    assert_string_equal(ty_xfer_segment_transport(s1), transport);
     assert_true(big_transfer_then(&g, s1, &p1, SIGKILL, 0) <= 2 * KILL_TIMEOUT_MS);
     /* the dead peer's next submit tries to reconnect and fails at once, not hangs */
     struct ty_xfer_request r = {TY_XFER_OP_WRITE, g.local, s1, p1.addr_b, 4096};
@@ -387,23 +460,26 @@ static void test_kill(void **state)
     assert_true(ty_clock_ms() - t0 <= 2 * KILL_TIMEOUT_MS);
     ty_xfer_segment_close(g.e, s1);
 
-    /* 2. SIGSTOP (a stalled peer): tasks fail with ETIMEDOUT; after SIGCONT the next submit
-     *    reconnects to the same segment and succeeds */
-    assert_int_equal(peer_start(&p2, g_exe, "127.0.0.1", 1024, NULL, NULL, NULL, false), 0);
-    snprintf(name, sizeof(name), "127.0.0.1:%u", p2.port);
-    assert_int_equal(ty_xfer_segment_open(g.e, name, &s2), 0);
-    uint64_t ms = big_transfer_then(&g, s2, &p2, SIGSTOP, TY_ETIMEDOUT);
-    assert_true(ms >= KILL_TIMEOUT_MS / 2 && ms <= 2 * KILL_TIMEOUT_MS);
-    kill(p2.pid, SIGCONT);
-    struct ty_xfer_request r2 = {TY_XFER_OP_WRITE, g.local, s2, p2.addr_b, 8 * MiB};
-    one(g.e, &r2, 0);
-    assert_true(peer_hash(&p2, p2.addr_b, 8 * MiB) == XXH3_64bits(g.local, 8 * MiB));
-    struct ty_xfer_stats st;
-    ty_xfer_engine_stats(g.e, &st);
-    assert_true(st.reconnects >= 1);
-    assert_true(st.peer_failures >= 2);
-    ty_xfer_segment_close(g.e, s2);
-    peer_stop(&p2);
+    if (with_stall) {
+        /* 2. SIGSTOP (a stalled peer): tasks fail with ETIMEDOUT; after SIGCONT the next submit
+         *    reconnects to the same segment and succeeds. (tcp only: a stopped process's NIC
+         *    still answers RDMA.) */
+        assert_int_equal(peer_start(&p2, g_exe, "127.0.0.1", 1024, NULL, NULL, NULL, false), 0);
+        snprintf(name, sizeof(name), "127.0.0.1:%u", p2.port);
+        assert_int_equal(ty_xfer_segment_open(g.e, name, &s2), 0);
+        uint64_t ms = big_transfer_then(&g, s2, &p2, SIGSTOP, TY_ETIMEDOUT);
+        assert_true(ms >= KILL_TIMEOUT_MS / 2 && ms <= 2 * KILL_TIMEOUT_MS);
+        kill(p2.pid, SIGCONT);
+        struct ty_xfer_request r2 = {TY_XFER_OP_WRITE, g.local, s2, p2.addr_b, 8 * MiB};
+        one(g.e, &r2, 0);
+        assert_true(peer_hash(&p2, p2.addr_b, 8 * MiB) == XXH3_64bits(g.local, 8 * MiB));
+        struct ty_xfer_stats st;
+        ty_xfer_engine_stats(g.e, &st);
+        assert_true(st.reconnects >= 1);
+        assert_true(st.peer_failures >= 2);
+        ty_xfer_segment_close(g.e, s2);
+        peer_stop(&p2);
+    }
 
     /* 3. a new peer is served normally */
     assert_int_equal(peer_start(&p3, g_exe, "127.0.0.1", 64, NULL, NULL, NULL, false), 0);
@@ -418,6 +494,11 @@ static void test_kill(void **state)
     peer_stop(&p3);
     ty_xfer_engine_free(g.e);
     munmap(g.local, g.size);
+}
+
+static void test_kill(void **state)
+{
+    kill_scenario("tcp", true);
 }
 
 /* ---- notifications ------------------------------------------------------------------------------
@@ -501,6 +582,40 @@ static pid_t etcd_start(char *endpoint, size_t cap, char *dir)
     return -1;
 }
 
+static bool etcd_has_key(const char *endpoint, const char *key)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd),
+             "test -n \"$(ETCDCTL_API=3 etcdctl --endpoints=%s get --keys-only %s)\"", endpoint,
+             key);
+    return system(cmd) == 0;
+}
+
+/* The key lives under a 2 s lease: kept alive well past the TTL while the engine runs, gone
+ * within TTL + margin once the engine is SIGKILLed (no engine_free to delete it). */
+static void etcd_lease_check(const char *endpoint)
+{
+    struct peer_proc peer;
+    assert_int_equal(peer_start(&peer, g_exe, "127.0.0.1", 1, NULL, endpoint, "doomed-1", false),
+                     0);
+    const char *key = "/tycho/xfer/segments/doomed-1";
+    assert_true(etcd_has_key(endpoint, key));
+    ty_sleep_ns(5 * TY_NS_PER_S); /* 2.5 TTLs: only keepalive keeps it */
+    assert_true(etcd_has_key(endpoint, key));
+    peer_kill(&peer, SIGKILL);
+    uint64_t t0 = ty_clock_ms(), gone_ms = 0;
+    while (ty_clock_ms() - t0 < 10000) {
+        if (!etcd_has_key(endpoint, key)) {
+            gone_ms = ty_clock_ms() - t0;
+            break;
+        }
+        ty_sleep_ns(100 * TY_NS_PER_MS);
+    }
+    fprintf(stderr, "etcd key of a SIGKILLed engine gone after %" PRIu64 " ms (TTL 2000)\n",
+            gone_ms);
+    assert_true(gone_ms > 0 && gone_ms <= 2000 + 1500);
+}
+
 static void test_etcd(void **state)
 {
     if (system("command -v etcd >/dev/null 2>&1") != 0) {
@@ -547,10 +662,50 @@ static void test_etcd(void **state)
              "--keys-only /tycho/xfer/segments/decode-7)\"",
              endpoint);
     assert_int_equal(system(cmd), 0);
+    etcd_lease_check(endpoint);
     kill(etcd, SIGTERM);
     waitpid(etcd, NULL, 0);
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     assert_int_equal(system(cmd), 0);
+}
+
+/* ---- rdma (needs a device: skips with 77 otherwise) ------------------------------------------ */
+
+static void need_rdma(void)
+{
+    if (!ty_xfer_rdma_available()) {
+        fprintf(stderr, "no active RDMA device: skipping\n");
+        exit(77);
+    }
+}
+
+static void test_rdma(void **state)
+{
+    need_rdma();
+    random_rounds("rdma", "127.0.0.1", "127.0.0.1", NULL, false);
+    notify_after_write("rdma", false);
+    late_region_check("rdma", false);
+    /* outside the peer's regions: refused, and the segment keeps serving */
+    struct peer_proc peer;
+    assert_int_equal(peer_start(&peer, g_exe, "127.0.0.1", 16, NULL, NULL, NULL, false), 0);
+    struct round_ctx c;
+    round_setup(&c, "rdma", &peer, "127.0.0.1", "127.0.0.1");
+    struct ty_xfer_request bad = {TY_XFER_OP_WRITE, c.local, c.seg, peer.addr_b + peer.size - 100,
+                                  4 * MiB};
+    struct ty_xfer_request good = {TY_XFER_OP_WRITE, c.local, c.seg, peer.addr_b, peer.size};
+    memset(c.local, 0x5A, peer.size);
+    one(c.e, &bad, TY_EOUTOFRANGE);
+    one(c.e, &good, 0);
+    memset(c.shadow, 0x5A, peer.size);
+    assert_true(peer_hash(&peer, peer.addr_b, peer.size) == XXH3_64bits(c.shadow, peer.size));
+    round_teardown(&c);
+    peer_stop(&peer);
+}
+
+static void test_rdma_kill(void **state)
+{
+    need_rdma();
+    kill_scenario("rdma", false);
 }
 
 int main(int argc, char **argv)
@@ -566,9 +721,10 @@ int main(int argc, char **argv)
     const struct CMUnitTest all[] = {
         cmocka_unit_test(test_tcp),  cmocka_unit_test(test_local), cmocka_unit_test(test_netns),
         cmocka_unit_test(test_oob),  cmocka_unit_test(test_kill),  cmocka_unit_test(test_notify),
-        cmocka_unit_test(test_etcd),
+        cmocka_unit_test(test_etcd), cmocka_unit_test(test_rdma),  cmocka_unit_test(test_rdma_kill),
     };
-    static const char *names[] = {"tcp", "local", "netns", "oob", "kill", "notify", "etcd"};
+    static const char *names[] = {"tcp",    "local", "netns", "oob",      "kill",
+                                  "notify", "etcd",  "rdma",  "rdma_kill"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(g_mode, names[i]) == 0)
             return _cmocka_run_group_tests(names[i], &all[i], 1, NULL, NULL);

@@ -191,12 +191,157 @@ static void test_api_validation(void **state)
     ty_xfer_engine_free(e);
 }
 
+/* ---- RDMA pure parts ---------------------------------------------------------------------- */
+
+static void test_rdma_mtu(void **state)
+{
+    /* enum ibv_mtu: 1 = 256, 2 = 512, 3 = 1024, 4 = 2048, 5 = 4096 bytes */
+    assert_int_equal(ty__xfer_rdma_mtu_negotiate(5, 3), 3); /* 4096 vs 1024: 1024 */
+    assert_int_equal(ty__xfer_rdma_mtu_negotiate(2, 4), 2);
+    assert_int_equal(ty__xfer_rdma_mtu_negotiate(5, 5), 5);
+    assert_int_equal(ty__xfer_rdma_mtu_negotiate(0, 5), 0);
+    assert_int_equal(ty__xfer_rdma_mtu_negotiate(5, 6), 0);
+}
+
+static void test_rdma_pairing_and_striping(void **state)
+{
+    struct ty__xfer_nic_info local[3] = {{.link_layer = TY__XFER_LINK_IB},
+                                         {.link_layer = TY__XFER_LINK_ETH},
+                                         {.link_layer = TY__XFER_LINK_IB}};
+    struct ty__xfer_nic_info peer[2] = {{.link_layer = TY__XFER_LINK_ETH},
+                                        {.link_layer = TY__XFER_LINK_IB}};
+    int pair[3];
+    assert_int_equal(ty__xfer_rdma_pair_nics(local, 3, peer, 2, pair), 3);
+    assert_int_equal(pair[0], 1); /* IB: prefers peer 0 (RoCE), takes peer 1 */
+    assert_int_equal(pair[1], 0); /* RoCE: prefers peer 1 (IB), takes peer 0 */
+    assert_int_equal(pair[2], 1);
+    assert_int_equal(ty__xfer_rdma_pair_nics(local + 1, 1, peer + 1, 1, pair), 0);
+    assert_int_equal(pair[0], -1);
+
+    /* 64 KiB slices: 64 MiB -> 1024, 1 B -> 1, 64 KiB + 1 -> 2 */
+    assert_int_equal(ty__xfer_rdma_slice_count(64u << 20, TY__XFER_RDMA_SLICE), 1024);
+    assert_int_equal(ty__xfer_rdma_slice_count(1, TY__XFER_RDMA_SLICE), 1);
+    assert_int_equal(ty__xfer_rdma_slice_count((64u << 10) + 1, TY__XFER_RDMA_SLICE), 2);
+    /* 2 NICs x 2 QPs = 4 lanes (lane = qp * 2 + nic), task starting at lane 3 */
+    static const uint32_t want[6] = {3, 0, 1, 2, 3, 0};
+    for (uint32_t i = 0; i < 6; i++)
+        assert_int_equal(ty__xfer_rdma_lane_of(3, i, 4), want[i]);
+    /* a 1 MiB task (16 slices): 8 slices per NIC, consecutive slices on different NICs */
+    int per_nic[2] = {0, 0};
+    for (uint32_t i = 0; i < 16; i++) {
+        uint32_t nic = ty__xfer_rdma_lane_of(1, i, 4) % 2;
+        per_nic[nic]++;
+        if (i > 0)
+            assert_int_not_equal(nic, ty__xfer_rdma_lane_of(1, i - 1, 4) % 2);
+    }
+    assert_true(per_nic[0] == 8 && per_nic[1] == 8);
+}
+
+static void test_rdma_retry(void **state)
+{
+    bool alive[4] = {true, true, true, true};
+    /* lane 0 (nic 0) failed: another NIC first (lane 1), then lane 3, then nic 0's other QP */
+    assert_int_equal(ty__xfer_rdma_retry_lane(0, 1u << 0, alive, 4, 2), 1);
+    alive[1] = false;
+    assert_int_equal(ty__xfer_rdma_retry_lane(0, 1u << 0, alive, 4, 2), 3);
+    assert_int_equal(ty__xfer_rdma_retry_lane(0, (1u << 0) | (1u << 3), alive, 4, 2), 2);
+    assert_int_equal(ty__xfer_rdma_retry_lane(0, 0xF, alive, 4, 2), -1);
+    alive[2] = alive[3] = false;
+    assert_int_equal(ty__xfer_rdma_retry_lane(0, 1u << 0, alive, 4, 2), -1);
+    /* one NIC, two QPs: the other QP */
+    bool one[2] = {true, true};
+    assert_int_equal(ty__xfer_rdma_retry_lane(1, 1u << 1, one, 2, 1), 0);
+    /* ACK timeout: 4.096 us * 2^t * 8 tries <= timeout / 2
+     * 5000 ms: 2^t <= 2.5e9 / 32768 = 76293 -> t = 16; 1000 ms: 15258 -> t = 13 */
+    assert_int_equal(ty__xfer_rdma_ack_timeout(5000, 7), 16);
+    assert_int_equal(ty__xfer_rdma_ack_timeout(1000, 7), 13);
+    assert_int_equal(ty__xfer_rdma_ack_timeout(1, 7), 8);
+    assert_int_equal(ty__xfer_rdma_ack_timeout(4000000000u, 0), 24);
+}
+
+static void test_rdma_connect_codec(void **state)
+{
+    struct ty__xfer_rdma_connect c = {.n = 1};
+    c.lanes[0] = (struct ty__xfer_rdma_lane_info){.nic = 1,
+                                                  .peer_nic = 0,
+                                                  .mtu = 5,
+                                                  .link_layer = TY__XFER_LINK_ETH,
+                                                  .qpn = 0x123456,
+                                                  .psn = 0xABCDEF,
+                                                  .lid = 0x0102};
+    for (int i = 0; i < 16; i++)
+        c.lanes[0].gid[i] = (uint8_t)i;
+    uint8_t b[64];
+    assert_int_equal(ty__xfer_rdma_connect_encode(&c, b, sizeof(b)), 33);
+    static const uint8_t want[33] = {1,    1, 0,    5,  2,  0x56, 0x34, 0x12, 0,  0xEF, 0xCD,
+                                     0xAB, 0, 0x02, 1,  0,  1,    2,    3,    4,  5,    6,
+                                     7,    8, 9,    10, 11, 12,   13,   14,   15, 0,    0};
+    assert_memory_equal(b, want, 33);
+    struct ty__xfer_rdma_connect d;
+    assert_int_equal(ty__xfer_rdma_connect_decode(b, 33, &d), 0);
+    assert_true(d.n == 1 && d.lanes[0].qpn == 0x123456 && d.lanes[0].psn == 0xABCDEF);
+    assert_true(d.lanes[0].lid == 0x0102 && d.lanes[0].gid[15] == 15 && d.lanes[0].mtu == 5);
+    for (size_t cut = 0; cut < 33; cut++)
+        assert_int_equal(ty__xfer_rdma_connect_decode(b, cut, &d), TY_EPROTO);
+    b[8] = 1; /* qpn wider than 24 bits */
+    assert_int_equal(ty__xfer_rdma_connect_decode(b, 33, &d), TY_EPROTO);
+    b[8] = 0;
+    b[3] = 6; /* no such MTU */
+    assert_int_equal(ty__xfer_rdma_connect_decode(b, 33, &d), TY_EPROTO);
+    assert_int_equal(ty__xfer_rdma_connect_encode(&c, b, 32), 0); /* no room */
+}
+
+/* rkeys of every region on every NIC travel in the hello and in the etcd JSON */
+static void test_rdma_rkeys_in_metadata(void **state)
+{
+    struct ty_xfer_region_info regs[2] = {{0x1000, 4096, "cpu:0", false},
+                                          {0x9000, 8192, "cpu:0", false}};
+    uint32_t rkeys[4] = {0x11, 0x22, 0x33, 0xFFFFFFFFu}; /* [region][nic] */
+    struct ty__xfer_hello h = {.name = "n",
+                               .host_id = "b",
+                               .unix_name = "u",
+                               .n_regions = 2,
+                               .regions = regs,
+                               .n_nics = 2,
+                               .rkeys = rkeys};
+    h.nics[0] = (struct ty__xfer_nic_info){"mlx5_0", 1, TY__XFER_LINK_IB, 5, 0, 7, {0xfe, 0x80}};
+    h.nics[1] = (struct ty__xfer_nic_info){"mlx5_1", 1, TY__XFER_LINK_ETH, 3, 3, 0, {[15] = 9}};
+    uint8_t *buf;
+    size_t len;
+    ty__xfer_hello_encode(&h, &buf, &len);
+    struct ty__xfer_hello d;
+    assert_int_equal(ty__xfer_hello_decode(buf, len, &d), 0);
+    assert_int_equal(d.n_nics, 2);
+    assert_string_equal(d.nics[1].name, "mlx5_1");
+    assert_true(d.nics[0].lid == 7 && d.nics[1].mtu == 3 && d.nics[1].gid[15] == 9);
+    assert_memory_equal(d.rkeys, rkeys, sizeof(rkeys));
+    ty__xfer_hello_clear(&d);
+    for (size_t cut = 0; cut < len; cut++)
+        assert_int_equal(ty__xfer_hello_decode(buf, cut, &d), TY_EPROTO);
+    free(buf);
+    char *js = ty__xfer_meta_to_json(&h, "10.0.0.5", 4242), host[64];
+    uint16_t port;
+    assert_int_equal(ty__xfer_meta_from_json(js, &d, host, sizeof(host), &port), 0);
+    assert_true(d.n_nics == 2 && d.nics[0].gid[0] == 0xfe && d.nics[0].gid[1] == 0x80);
+    assert_memory_equal(d.rkeys, rkeys, sizeof(rkeys));
+    ty__xfer_hello_clear(&d);
+    free(js);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hdr_bytes), cmocka_unit_test(test_hello_roundtrip_and_truncation),
-        cmocka_unit_test(test_regions),   cmocka_unit_test(test_base64_rfc4648),
-        cmocka_unit_test(test_meta_json), cmocka_unit_test(test_api_validation),
+        cmocka_unit_test(test_hdr_bytes),
+        cmocka_unit_test(test_hello_roundtrip_and_truncation),
+        cmocka_unit_test(test_regions),
+        cmocka_unit_test(test_base64_rfc4648),
+        cmocka_unit_test(test_meta_json),
+        cmocka_unit_test(test_api_validation),
+        cmocka_unit_test(test_rdma_mtu),
+        cmocka_unit_test(test_rdma_pairing_and_striping),
+        cmocka_unit_test(test_rdma_retry),
+        cmocka_unit_test(test_rdma_connect_codec),
+        cmocka_unit_test(test_rdma_rkeys_in_metadata),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
