@@ -4,7 +4,7 @@
 import {createRequire} from "node:module";
 import path from "node:path";
 
-const prefix = process.env.LLAMACPP_PREFIX || "/work/peers/llamacpp";
+const prefix = process.env.LLAMACPP_PREFIX || `${process.env.TYCHO_PEERS_DIR || "/opt/tycho-peers"}/llamacpp`;
 const require = createRequire(path.join(prefix, "node_modules", "x.js"));
 const {getLlama, LlamaLogLevel} = await import(require.resolve("node-llama-cpp"));
 const [modelPath, pArg, gArg, tArg] = process.argv.slice(2);

@@ -9,7 +9,7 @@ import {createRequire} from "node:module";
 import {readFileSync} from "node:fs";
 import path from "node:path";
 
-const prefix = process.env.LLAMACPP_PREFIX || "/work/peers/llamacpp";
+const prefix = process.env.LLAMACPP_PREFIX || `${process.env.TYCHO_PEERS_DIR || "/opt/tycho-peers"}/llamacpp`;
 const require = createRequire(path.join(prefix, "node_modules", "x.js"));
 const {getLlama, LlamaLogLevel} = await import(require.resolve("node-llama-cpp"));
 

@@ -9,7 +9,7 @@ import path from "node:path";
 import {fileURLToPath} from "node:url";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const prefix = process.env.LLAMACPP_PREFIX || "/work/peers/llamacpp";
+const prefix = process.env.LLAMACPP_PREFIX || `${process.env.TYCHO_PEERS_DIR || "/opt/tycho-peers"}/llamacpp`;
 const data = process.env.TYCHO_TEST_DATA;
 const tycho = path.join(process.env.TYCHO_BUILD_DIR || ".", "src/cli/tycho");
 const N = Number(process.env.N_TOKENS || 256);
