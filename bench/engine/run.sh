@@ -22,7 +22,7 @@ fi
 echo "# model $MODEL ($(du -m "$MODEL" | cut -f1) MiB), prompt $P tokens, decode $G tokens"
 OUT=$(mktemp)
 "$BENCH" "$MODEL" "$P" "$G" 2 | tee "$OUT"
-if [ -f "${LLAMACPP_PREFIX:-/work/peers/llamacpp}/node_modules/node-llama-cpp/package.json" ]; then
+if [ -f "${LLAMACPP_PREFIX:-${TYCHO_PEERS_DIR:-/opt/tycho-peers}/llamacpp}/node_modules/node-llama-cpp/package.json" ]; then
     node "$ROOT/bench/engine/llamacpp_bench.mjs" "$MODEL" "$P" "$G" 2 | tee -a "$OUT"
 else
     echo "# node-llama-cpp not installed: no llama.cpp figures"
