@@ -1,6 +1,6 @@
 #!/bin/sh
 # Trace experiments of issue 6: cache-sim tables, the policy comparison (FAST'25 Fig. 5), the
-# 2x overload admission comparison (arXiv Table 3), the scheduler decision benchmark, and
+# 2x overload admission comparison (arXiv Table 3, with bench/sim/capacity.py), the scheduler decision benchmark, and
 # gnuplot PNGs. Usage: bench/sim/run.sh [BUILD_DIR] [OUT_DIR]
 #   BUILD_DIR defaults to build, OUT_DIR to BUILD_DIR/bench-sim-out. Needs gnuplot for the PNGs.
 set -eu
@@ -27,12 +27,18 @@ echo "== policies with 10,000-block caches per prefill node"
 "$TYCHO" sim --trace "$CONV" --config "$SRC/configs/sim/conversation-16.yaml" --policy all \
     --sweep --capacities 10000 | tee "$OUT/policies_10k.txt"
 
-echo "== admission at 2x speed (arXiv Table 3)"
-mkdir -p "$OUT/admission"
+echo "== admission at 2x speed (arXiv Table 3): stage capacities, then the two settings"
+python3 "$SRC/bench/sim/capacity.py" "$CONV" | tee "$OUT/capacity.txt"
+for cfg in overload-2x overload-2x-tbt25; do
+    mkdir -p "$OUT/$cfg"
+    "$TYCHO" sim --trace "$CONV" --config "$SRC/configs/sim/$cfg.yaml" --admission all \
+        --plot "$OUT/$cfg" | tee "$OUT/$cfg.txt"
+    "$TYCHO" sim --trace "$CONV" --config "$SRC/configs/sim/$cfg.yaml" --admission all \
+        --json > "$OUT/$cfg.json"
+done
+echo "== admission sweep (robustness): P:D x TBT SLO at TTFT 30 s"
 "$TYCHO" sim --trace "$CONV" --config "$SRC/configs/sim/overload-2x.yaml" --admission all \
-    --sweep --ratios 8:2,8:3,6:2 --tbt-slos 25,30 --ttft-slos 10,30 --json > "$OUT/admission.json"
-"$TYCHO" sim --trace "$CONV" --config "$SRC/configs/sim/overload-2x.yaml" --admission all \
-    --plot "$OUT/admission" | tee "$OUT/admission.txt"
+    --sweep --ratios 8:1,8:2,8:3,8:4 --tbt-slos 25,100 --ttft-slos 30 --json > "$OUT/admission.json"
 
 echo "== scheduler decision time"
 for n in "32 32" "64 64"; do

@@ -1,5 +1,6 @@
 /* Settings tables of the roles known before their daemons exist (src/common/config_roles.c):
- * the Conductor's own basics and a pool/engine `node` (prefill, decode or store).
+ * the Conductor's own basics with its scheduler, and a pool/engine `node` (prefill, decode or
+ * store). The scheduler's table is also the `scheduler:` section of `tycho sim`'s spec.
  *
  * Filled by a ty_config_t (see config.h) on the daemon's main thread; read-only afterwards,
  * except for TY_CONFIG_RELOADABLE fields that ty_config_reload() changes on that same thread.
@@ -12,6 +13,36 @@
 #include "tycho/config.h"
 
 #include <stdint.h>
+
+/* The scheduler's settings (tycho/sched.h): one table shared by the Conductor's `scheduler:`
+ * section and `tycho sim`'s cluster spec (src/sim/spec.c). policy and admission hold enum
+ * ty_sched_policy / enum ty_sched_admission values; the name lists below are in that order
+ * and are the ones the scheduler's own parsers use. */
+struct ty_sched_slo_config {
+    char *class_name;  /* priority class; entry i is class i, entry 0 the default */
+    uint64_t ttft_ns;  /* 0: no limit */
+    uint64_t tbt_ns;   /* 0: no limit */
+};
+
+struct ty_sched_model_config {
+    char *name;
+    struct ty_sched_slo_config *slo;
+    uint32_t n_slo;
+};
+
+struct ty_sched_config {
+    int policy;                          /* enum ty_sched_policy */
+    int admission;                       /* enum ty_sched_admission */
+    double kvcache_balancing_threshold;
+    uint64_t decode_duration_ns;         /* first estimate of the uniform decode duration */
+    uint64_t seed;                       /* random policy */
+    struct ty_sched_model_config *models; /* SLOs per model and priority class */
+    uint32_t n_models;
+};
+
+extern const struct ty_config_struct ty_sched_config_table;
+extern const char *const ty_config_sched_policy_names[];    /* NULL-terminated */
+extern const char *const ty_config_sched_admission_names[]; /* NULL-terminated */
 
 /* HTTP request limits of the Conductor's front door. */
 struct ty_conductor_limits {
@@ -31,6 +62,7 @@ struct ty_conductor_config {
     int log_level;                /* enum ty_log_level */
     uint64_t heartbeat_timeout_ns;
     struct ty_conductor_limits limits;
+    struct ty_sched_config scheduler;
 };
 
 enum ty_node_role {

@@ -2,12 +2,13 @@
  *
  *   cluster:   prefill_nodes, decode_nodes, profile, cache_blocks_per_node, eviction,
  *              decode_max_batch, decode_kv_tokens
- *   scheduler: policy, admission, kvcache_balancing_threshold, decode_duration, seed
+ *   scheduler: policy, admission, kvcache_balancing_threshold, decode_duration, seed,
+ *              models: [{name, slo: [{class, ttft, tbt}, ...]}]  SLOs per model and class
+ *              (the Conductor's own table, ty_sched_config_table in tycho/config_roles.h)
  *   cost:      optional override of the profile (prefill: [c0, c1, c2], decode: [...],
  *              kv_bytes_per_token, net_gbytes_per_s, block_tokens)
- *   model:     which entry of `models` the simulated cluster serves
- *   models:    - name, slo: [{class, ttft, tbt}, ...]   SLOs per model and priority class
- *   replay:    speed
+ *   model:     which entry of scheduler.models the simulated cluster serves
+ *   speed:     replay speed
  *
  * A ty_sim_spec is owned by the caller; load fills it, ty_sim_spec_free releases it. One
  * thread at a time. Errors name file:line:col and the field.

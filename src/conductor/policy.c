@@ -126,45 +126,44 @@ static uint32_t choose_decode(ty_sched_t *s, uint64_t ctx)
     return best;
 }
 
-/* Prediction-based early rejection (arXiv 2407.00079 §7.3): the decode pool's load at the
- * moment this request would reach decode, system level, every request decoding for the same
- * duration. Returns the TBT that load implies. */
-static double predicted_tbt(const ty_sched_t *s, uint64_t now, double t_arrive, uint64_t ctx)
+/* Prediction-based early rejection (arXiv 2407.00079 §7.3): the decode pool's load at
+ * t_arrive, the moment this request would reach decode, predicted at system level with every
+ * request decoding for the same duration D. A request accepted earlier is counted when
+ * [start, start + D) covers t_arrive, start being its predicted decode start while it is in
+ * prefill and its real one once it decodes (finished requests are gone from the table). The
+ * load is spread evenly over the decode nodes. Out: per-node batch and KV tokens. */
+static void predicted_load(const ty_sched_t *s, double t_arrive, double *batch, double *ctx)
 {
-    uint64_t count = 0, ctx_sum = 0;
+    uint64_t count = 0;
+    double ctx_sum = 0;
     for (size_t i = 0; i < s->n_fl; i++) {
         const struct flight *f = &s->fl[i];
-        /* a request decoding past the uniform duration is known to be a long one: it is
-         * assumed to still run at t_arrive */
-        bool overdue = f->at_decode && f->end_us <= (double)now;
-        if (f->start_us <= t_arrive && (t_arrive < f->end_us || overdue)) {
+        if (f->start_us <= t_arrive && t_arrive < f->end_us) {
             count++;
-            ctx_sum += f->ctx;
+            ctx_sum += (double)f->ctx;
         }
     }
-    double per_node = (double)count / s->n_decode;
-    double mean_ctx = count ? (double)ctx_sum / (double)count : (double)ctx;
-    double batch = per_node + 1;
-    return ty_sched_cost_step_us(&s->o.cost, (uint64_t)ceil(batch),
-                                 (uint64_t)(per_node * mean_ctx + (double)ctx));
+    *batch = (double)count / s->n_decode;
+    *ctx = ctx_sum / s->n_decode;
 }
 
-/* Admission on the decode side at arrival; returns the reason to refuse, if any. */
+/* Admission on the decode side at arrival; returns the reason to refuse, if any. Every mode
+ * applies the same rule (ty__sched_decode_check) to a different picture of the decode node:
+ * early to its load as reported now (what is still in prefill is not seen), predicted to the
+ * load predicted for when the request gets there; baseline checks nothing here. */
 static enum ty_sched_reject admit_decode(ty_sched_t *s, const struct ty_sched_request *r,
                                          uint32_t d, double ttft, uint64_t now, uint64_t ctx,
                                          double *tbt)
 {
-    uint64_t slo = s->o.slo[r->priority].tbt_us;
+    const struct node *n = &s->nodes[d];
+    double batch, kv;
     switch (s->o.admission) {
     case TY_SCHED_ADMIT_EARLY:
-        /* the load as it is now: running batch only, what is still in prefill is not seen */
-        *tbt = ty_sched_cost_step_us(&s->o.cost, s->nodes[d].batch + 1, s->nodes[d].ctx + ctx);
-        if (decode_full(s, d, ctx))
-            return TY_SCHED_REJECT_DECODE_FULL;
-        return slo && *tbt > (double)slo ? TY_SCHED_REJECT_TBT : TY_SCHED_REJECT_NONE;
+        return ty__sched_decode_check(s, n, (double)n->batch + 1, (double)(n->ctx + ctx),
+                                      r->priority, tbt);
     case TY_SCHED_ADMIT_PREDICTED:
-        *tbt = predicted_tbt(s, now, (double)now + ttft, ctx);
-        return slo && *tbt > (double)slo ? TY_SCHED_REJECT_TBT : TY_SCHED_REJECT_NONE;
+        predicted_load(s, (double)now + ttft, &batch, &kv);
+        return ty__sched_decode_check(s, n, batch + 1, kv + (double)ctx, r->priority, tbt);
     default:
         *tbt = decode_tbt(s, d, ctx);
         return TY_SCHED_REJECT_NONE;

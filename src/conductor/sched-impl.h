@@ -68,6 +68,9 @@ struct ty_sched {
     double decode_dur_us;
 };
 
+enum ty_sched_reject ty__sched_decode_check(const ty_sched_t *s, const struct node *d,
+                                            double batch, double ctx_tokens, uint32_t priority,
+                                            double *tbt);
 int ty__sched_flight_add(ty_sched_t *s, const struct flight *f);
 struct flight *ty__sched_flight_get(ty_sched_t *s, uint64_t id);
 

@@ -1,5 +1,6 @@
 /* The scheduler proper: node table, placement policies and admission (see tycho/sched.h). */
 #include "sched-impl.h"
+#include "tycho/config_roles.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
 #include "tycho/sched.h"
@@ -8,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const policy_names[] = {"random", "round_robin", "load_balance", "cache_aware",
-                                           "kvcache_centric"};
-static const char *const admission_names[] = {"baseline", "early", "predicted"};
+/* The names are those of the settings table (tycho/config_roles.h), in enum order. */
+#define policy_names ty_config_sched_policy_names
+#define admission_names ty_config_sched_admission_names
 static const char *const reject_names[] = {"none", "ttft", "tbt", "decode_full", "no_node"};
 
 const char *ty_sched_policy_name(enum ty_sched_policy p)
@@ -253,20 +254,25 @@ static void pending_release(ty_sched_t *s, struct flight *f)
     }
 }
 
-/* Decode-stage check when the KV lands, under every admission mode: the node's hard limits
- * and the TBT SLO with this request added. The early modes exist to make this refusal (which
- * wastes the prefill already done) rare. */
-static enum ty_sched_reject decode_stage_check(const ty_sched_t *s, const struct node *d,
-                                               const struct flight *f, uint32_t priority)
+/* The one decode-load rule every admission mode applies (arXiv 2407.00079 §7: a decode
+ * instance is overloaded when taking the request would break the TBT SLO; max_batch and KV
+ * memory are hard limits). batch and ctx_tokens describe the node with the request added;
+ * only the state they come from differs between modes: the real state when the KV lands, the
+ * reported state at arrival (early), the predicted state at arrival (predicted). */
+enum ty_sched_reject ty__sched_decode_check(const ty_sched_t *s, const struct node *d,
+                                            double batch, double ctx_tokens, uint32_t priority,
+                                            double *tbt)
 {
-    if (d->max_batch && d->batch + 1 > d->max_batch)
+    double t = ty_sched_cost_step_us(&s->o.cost, (uint64_t)ceil(batch),
+                                     (uint64_t)(ctx_tokens > 0 ? ctx_tokens : 0));
+    if (tbt)
+        *tbt = t;
+    if (d->max_batch && batch > (double)d->max_batch)
         return TY_SCHED_REJECT_DECODE_FULL;
-    if (d->kv_cap && d->ctx + f->ctx > d->kv_cap)
+    if (d->kv_cap && ctx_tokens > (double)d->kv_cap)
         return TY_SCHED_REJECT_DECODE_FULL;
     uint64_t slo = s->o.slo[priority].tbt_us;
-    if (slo && ty_sched_cost_step_us(&s->o.cost, d->batch + 1, d->ctx + f->ctx) > (double)slo)
-        return TY_SCHED_REJECT_TBT;
-    return TY_SCHED_REJECT_NONE;
+    return slo && t > (double)slo ? TY_SCHED_REJECT_TBT : TY_SCHED_REJECT_NONE;
 }
 
 int ty_sched_request_at_decode(ty_sched_t *s, uint64_t id, uint64_t now_us,
@@ -277,7 +283,10 @@ int ty_sched_request_at_decode(ty_sched_t *s, uint64_t id, uint64_t now_us,
         return TY_ENOTFOUND;
     struct node *d = &s->nodes[f->decode];
     pending_release(s, f);
-    enum ty_sched_reject r = decode_stage_check(s, d, f, f->priority);
+    /* the decode stage sees its real batch at the moment the KV lands (every mode) */
+    enum ty_sched_reject r = ty__sched_decode_check(s, d, (double)d->batch + 1,
+                                                    (double)d->ctx + (double)f->ctx, f->priority,
+                                                    NULL);
     *reject = r;
     if (r != TY_SCHED_REJECT_NONE) {
         flight_del(s, f);

@@ -1,5 +1,8 @@
-/* Cluster spec tables for `tycho sim` (tycho/sim_config.h), on top of tycho/config.h. */
+/* Cluster spec tables for `tycho sim` (tycho/sim_config.h), on top of tycho/config.h. The
+ * `scheduler:` section is the Conductor's own table (ty_sched_config_table), so the simulator
+ * and the live Conductor read the same settings the same way. */
 #include "tycho/config.h"
+#include "tycho/config_roles.h"
 #include "tycho/errors.h"
 #include "tycho/sim_config.h"
 
@@ -7,29 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct spec_class {
-    char *name;
-    uint64_t ttft_ns, tbt_ns;
-};
-
-struct spec_model {
-    char *name;
-    struct spec_class *slo;
-    uint32_t n_slo;
-};
-
 struct spec_cluster {
     uint32_t prefill_nodes, decode_nodes;
     char *profile;
     uint64_t cache_blocks_per_node, decode_kv_tokens;
     uint32_t decode_max_batch;
     int eviction;
-};
-
-struct spec_sched {
-    int policy, admission;
-    double threshold;
-    uint64_t decode_duration_ns, seed;
 };
 
 struct spec_cost {
@@ -41,47 +27,19 @@ struct spec_cost {
 
 struct spec_root {
     struct spec_cluster cluster;
-    struct spec_sched scheduler;
+    struct ty_sched_config scheduler; /* the Conductor's table (tycho/config_roles.h) */
     struct spec_cost cost;
     char *model;
-    struct spec_model *models;
-    uint32_t n_models;
     double speed;
 };
 
 struct ty_sim_spec {
     ty_config_t *cfg;
     struct spec_root v;
-    const struct spec_model *m;
+    const struct ty_sched_model_config *m;
 };
 
 static const char *const evict_names[] = {"lru", "lfu", "length_aware", NULL};
-static const char *const policy_names[] = {"random", "round_robin", "load_balance",
-                                           "cache_aware", "kvcache_centric", NULL};
-static const char *const admission_names[] = {"baseline", "early", "predicted", NULL};
-
-#define K struct spec_class
-static const struct ty_config_field class_fields[] = {
-    {.key = "class", .type = TY_CONFIG_STRING, TY_CONFIG_AT(K, name), .def = "default",
-     .min = "1", .help = "priority class name"},
-    {.key = "ttft", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(K, ttft_ns), .def = "0s",
-     .help = "time-to-first-token SLO (0: none)"},
-    {.key = "tbt", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(K, tbt_ns), .def = "0s",
-     .help = "time-between-tokens SLO (0: none)"},
-};
-#undef K
-static const struct ty_config_struct class_struct =
-    TY_CONFIG_STRUCT("slo_class", struct spec_class, class_fields);
-
-static const struct ty_config_field model_fields[] = {
-    {.key = "name", .type = TY_CONFIG_STRING, TY_CONFIG_AT(struct spec_model, name),
-     .min = "1", .flags = TY_CONFIG_REQUIRED, .help = "model id"},
-    {.key = "slo", .type = TY_CONFIG_LIST, .sub = &class_struct,
-     TY_CONFIG_LIST_AT(struct spec_model, slo, n_slo), .max = "8",
-     .help = "SLOs per priority class; class 0 is the default"},
-};
-static const struct ty_config_struct model_struct =
-    TY_CONFIG_STRUCT("model", struct spec_model, model_fields);
 
 #define K struct spec_cluster
 static const struct ty_config_field cluster_fields[] = {
@@ -104,24 +62,6 @@ static const struct ty_config_field cluster_fields[] = {
 #undef K
 static const struct ty_config_struct cluster_struct =
     TY_CONFIG_STRUCT("cluster", struct spec_cluster, cluster_fields);
-
-#define K struct spec_sched
-static const struct ty_config_field sched_fields[] = {
-    {.key = "policy", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(K, policy), .def = "kvcache_centric",
-     .enum_names = policy_names, .help = "prefill placement policy"},
-    {.key = "admission", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(K, admission),
-     .def = "predicted", .enum_names = admission_names, .help = "admission control"},
-    {.key = "kvcache_balancing_threshold", .type = TY_CONFIG_DOUBLE, TY_CONFIG_AT(K, threshold),
-     .def = "1.0", .min = "0", .max = "1000",
-     .help = "fetch a remote prefix R over the local L only when R > L * threshold"},
-    {.key = "decode_duration", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(K, decode_duration_ns),
-     .def = "10s", .min = "1ms", .help = "first estimate of the uniform decode duration"},
-    {.key = "seed", .type = TY_CONFIG_UINT, TY_CONFIG_AT(K, seed), .def = "1",
-     .help = "seed of the random policy"},
-};
-#undef K
-static const struct ty_config_struct sched_struct =
-    TY_CONFIG_STRUCT("scheduler", struct spec_sched, sched_fields);
 
 #define K struct spec_cost
 static const struct ty_config_field cost_fields[] = {
@@ -147,13 +87,11 @@ static const struct ty_config_field root_fields[] = {
     {.key = "cluster", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(K, cluster),
      .sub = &cluster_struct, .help = "simulated nodes"},
     {.key = "scheduler", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(K, scheduler),
-     .sub = &sched_struct, .help = "scheduler under test"},
+     .sub = &ty_sched_config_table, .help = "scheduler under test, SLOs per model"},
     {.key = "cost", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(K, cost), .sub = &cost_struct,
      .help = "cost model overrides"},
     {.key = "model", .type = TY_CONFIG_STRING, TY_CONFIG_AT(K, model), .def = "",
-     .help = "served model (empty: the first of models)"},
-    {.key = "models", .type = TY_CONFIG_LIST, .sub = &model_struct,
-     TY_CONFIG_LIST_AT(K, models, n_models), .max = "64", .help = "models and their SLOs"},
+     .help = "served model (empty: the first of scheduler.models)"},
     {.key = "speed", .type = TY_CONFIG_DOUBLE, TY_CONFIG_AT(K, speed), .def = "1.0",
      .min = "0.001", .max = "1000", .help = "replay speed (2: arrivals twice as fast)"},
 };
@@ -196,13 +134,14 @@ static int find_model(ty_sim_spec_t *sp, const char *origin, char *err, size_t l
 {
     const struct spec_root *v = &sp->v;
     sp->m = NULL;
-    for (uint32_t i = 0; i < v->n_models; i++)
-        if (!v->model[0] || strcmp(v->model, v->models[i].name) == 0) {
-            sp->m = &v->models[i];
+    const struct ty_sched_config *sc = &v->scheduler;
+    for (uint32_t i = 0; i < sc->n_models; i++)
+        if (!v->model[0] || strcmp(v->model, sc->models[i].name) == 0) {
+            sp->m = &sc->models[i];
             break;
         }
-    if (!sp->m && (v->n_models || v->model[0]))
-        return spec_fail(err, len, origin, "model: not found in models");
+    if (!sp->m && (sc->n_models || v->model[0]))
+        return spec_fail(err, len, origin, "model: not found in scheduler.models");
     return 0;
 }
 
@@ -224,7 +163,7 @@ static int to_opts(ty_sim_spec_t *sp, struct ty_sim_opts *o, const char *origin,
     o->speed = v->speed;
     o->sched.policy = (enum ty_sched_policy)v->scheduler.policy;
     o->sched.admission = (enum ty_sched_admission)v->scheduler.admission;
-    o->sched.balancing_threshold = v->scheduler.threshold;
+    o->sched.balancing_threshold = v->scheduler.kvcache_balancing_threshold;
     o->sched.decode_duration_us = v->scheduler.decode_duration_ns / 1000;
     o->sched.seed = v->scheduler.seed;
     o->sched.n_classes = 1;
@@ -298,5 +237,5 @@ const char *ty_sim_spec_model(const ty_sim_spec_t *spec)
 
 const char *ty_sim_spec_class(const ty_sim_spec_t *spec, uint32_t i)
 {
-    return spec->m && i < spec->m->n_slo ? spec->m->slo[i].name : NULL;
+    return spec->m && i < spec->m->n_slo ? spec->m->slo[i].class_name : NULL;
 }

@@ -324,6 +324,84 @@ static void test_decode_stage_rejection(void **st)
     ty_sched_free(s);
 }
 
+/* One prefill node (0) and one decode node (1) with the given KV capacity, toy costs. */
+static ty_sched_t *pair(const struct ty_sched_opts *o, uint64_t kv_cap)
+{
+    ty_sched_t *s;
+    assert_int_equal(ty_sched_new(&s, o), 0);
+    struct ty_sched_node_desc p = {.role = TY_SCHED_ROLE_PREFILL};
+    struct ty_sched_node_desc dn = {.role = TY_SCHED_ROLE_DECODE, .kv_capacity_tokens = kv_cap};
+    assert_int_equal(ty_sched_node_add(s, 0, &p), 0);
+    assert_int_equal(ty_sched_node_add(s, 1, &dn), 0);
+    return s;
+}
+
+/* Decode KV memory is part of the decode load in both arrival-time modes, each on its own
+ * picture of the node. Node KV 2500 tokens; every request holds 1000 + 10 = 1010. Two class-0
+ * requests are in prefill (0-1000 us and 1000-2000 us); the probe at t = 0 would land at
+ * 2000 + 1000 = 3000 us. Early rejection sees the reported (empty) node: 1010 <= 2500, admit;
+ * once the node reports 1600 tokens: 2610 > 2500, full. The prediction sees both queued
+ * requests decoding at 3000 us: 3 x 1010 = 3030 > 2500, full. */
+static void test_decode_kv_in_admission(void **st)
+{
+    enum ty_sched_admission modes[2] = {TY_SCHED_ADMIT_EARLY, TY_SCHED_ADMIT_PREDICTED};
+    enum ty_sched_reject want[2] = {TY_SCHED_REJECT_NONE, TY_SCHED_REJECT_DECODE_FULL};
+    for (int m = 0; m < 2; m++) {
+        struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_LOAD_BALANCE, modes[m]);
+        ty_sched_t *s = pair(&o, 2500);
+        struct ty_sched_decision d;
+        for (uint64_t i = 0; i < 2; i++) {
+            struct ty_sched_request r = req(i, 0);
+            r.n_blocks = 0;
+            assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+            assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
+        }
+        struct ty_sched_request probe = req(100, 1);
+        probe.n_blocks = 0;
+        assert_int_equal(ty_sched_pick(s, &probe, 0, &d), 0);
+        assert_true(fabs(d.ttft_us - 3000) < 1e-9);
+        assert_int_equal(d.reject, want[m]);
+        if (m == 0) {
+            assert_int_equal(ty_sched_node_set_decode_load(s, 1, 2, 1600), 0);
+            probe.id = 101;
+            assert_int_equal(ty_sched_pick(s, &probe, 0, &d), 0);
+            assert_int_equal(d.reject, TY_SCHED_REJECT_DECODE_FULL);
+        }
+        ty_sched_free(s);
+    }
+}
+
+/* The prediction uses one uniform decode duration D = 1000 us for every request: one that
+ * started decoding at 100 us is predicted gone by 1100 us, even if it still runs at 5000 us.
+ * Class 1 TBT SLO 1150 us allows one sequence (1100 us), not two (1200 us). The probe arrives
+ * at 5000 us (idle prefill: TTFT 1000 us, lands at 6000 us): predicted batch 0 + 1, admitted;
+ * early rejection sees the long request still running (reported batch 1): two, refused. */
+static void test_prediction_uniform_duration(void **st)
+{
+    enum ty_sched_admission modes[2] = {TY_SCHED_ADMIT_PREDICTED, TY_SCHED_ADMIT_EARLY};
+    enum ty_sched_reject want[2] = {TY_SCHED_REJECT_NONE, TY_SCHED_REJECT_TBT};
+    for (int m = 0; m < 2; m++) {
+        struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_LOAD_BALANCE, modes[m]);
+        o.decode_duration_us = 1000;
+        o.slo[1].tbt_us = 1150;
+        ty_sched_t *s = pair(&o, 0);
+        struct ty_sched_decision d;
+        enum ty_sched_reject rej;
+        struct ty_sched_request a = req(1, 0);
+        a.n_blocks = 0;
+        assert_int_equal(ty_sched_pick(s, &a, 0, &d), 0);
+        assert_int_equal(ty_sched_request_at_decode(s, 1, 100, &rej), 0);
+        assert_int_equal(rej, TY_SCHED_REJECT_NONE);
+        assert_int_equal(ty_sched_node_set_decode_load(s, 1, 1, 0), 0);
+        struct ty_sched_request probe = req(2, 1);
+        probe.n_blocks = 0;
+        assert_int_equal(ty_sched_pick(s, &probe, 5000, &d), 0);
+        assert_int_equal(d.reject, want[m]);
+        assert_true(fabs(d.tbt_us - (m == 0 ? 1100 : 1200)) < 1e-9);
+        ty_sched_free(s);
+    }
+}
+
 static void test_names(void **st)
 {
     enum ty_sched_policy p;
@@ -353,6 +431,8 @@ int main(void)
         cmocka_unit_test(test_early_rejection),
         cmocka_unit_test(test_prediction_based_rejection),
         cmocka_unit_test(test_decode_stage_rejection),
+        cmocka_unit_test(test_decode_kv_in_admission),
+        cmocka_unit_test(test_prediction_uniform_duration),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,85 @@
+/* Cluster spec files of `tycho sim`: the examples in configs/sim/ load with the values they
+ * state (read off the files by hand), and the `scheduler:` section - the Conductor's own
+ * table - reports a bad policy with file:line:column and the field. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tycho/errors.h"
+#include "tycho/sim_config.h"
+
+static void load_example(const char *name, struct ty_sim_opts *o)
+{
+    char path[1024], err[512] = "";
+    snprintf(path, sizeof(path), "%s/configs/sim/%s", getenv("TYCHO_SOURCE_DIR"), name);
+    ty_sim_spec_t *sp;
+    if (ty_sim_spec_load(&sp, path, NULL, 0, o, err, sizeof(err)) != 0)
+        fail_msg("%s: %s", path, err);
+    ty_sim_spec_free(sp);
+}
+
+static void test_examples(void **st)
+{
+    (void)st;
+    struct ty_sim_opts o;
+    load_example("overload-2x.yaml", &o);
+    assert_int_equal(o.n_prefill, 8);
+    assert_int_equal(o.n_decode, 1);
+    assert_int_equal(o.decode_kv_tokens, 1500000);
+    assert_int_equal(o.sched.policy, TY_SCHED_POLICY_KVCACHE_CENTRIC);
+    assert_int_equal(o.sched.admission, TY_SCHED_ADMIT_PREDICTED);
+    assert_int_equal(o.sched.decode_duration_us, 28000000);
+    assert_int_equal(o.sched.n_classes, 1);
+    assert_int_equal(o.sched.slo[0].ttft_us, 30000000);
+    assert_int_equal(o.sched.slo[0].tbt_us, 100000);
+    assert_true(o.speed == 2.0);
+    load_example("overload-2x-tbt25.yaml", &o);
+    assert_int_equal(o.n_decode, 2);
+    assert_int_equal(o.sched.slo[0].tbt_us, 25000);
+    assert_int_equal(o.sched.decode_duration_us, 8500000);
+    load_example("conversation-16.yaml", &o);
+    assert_int_equal(o.sched.admission, TY_SCHED_ADMIT_BASELINE);
+    assert_int_equal(o.sched.slo[0].ttft_us, 0);
+}
+
+static void test_bad_policy(void **st)
+{
+    (void)st;
+    char path[] = "/tmp/tycho-sim-spec-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    fputs("cluster:\n  prefill_nodes: 2\nscheduler:\n  admission: early\n  policy: fastest\n", f);
+    fclose(f);
+    struct ty_sim_opts o;
+    ty_sim_spec_t *sp = NULL;
+    char err[512] = "", want[600];
+    assert_int_equal(ty_sim_spec_load(&sp, path, NULL, 0, &o, err, sizeof(err)), TY_ECONFIG);
+    snprintf(want, sizeof(want), "%s:5:3: scheduler.policy: ", path);
+    if (!strstr(err, want))
+        fail_msg("want '%s' in '%s'", want, err);
+    /* the same through a flag override */
+    char *args[] = {"--scheduler.admission=sometimes"};
+    assert_int_equal(ty_sim_spec_load(&sp, NULL, args, 1, &o, err, sizeof(err)), TY_ECONFIG);
+    assert_non_null(strstr(err, "scheduler.admission"));
+    unlink(path);
+}
+
+int main(void)
+{
+    if (!getenv("TYCHO_SOURCE_DIR"))
+        return 77;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_examples),
+        cmocka_unit_test(test_bad_policy),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
