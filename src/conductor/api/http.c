@@ -415,6 +415,11 @@ static void conn_process(struct conn *c)
     }
 }
 
+static void on_shutdown(uv_shutdown_t *sh, int status)
+{
+    free(sh);
+}
+
 /* The response ended: go back to reading the next request. */
 static void conn_request_done(struct conn *c)
 {
@@ -423,7 +428,7 @@ static void conn_request_done(struct conn *c)
     if (!c->keep_alive) {
         c->state = CONN_CLOSING;
         uv_shutdown_t *sh = malloc(sizeof(*sh));
-        if (!sh || uv_shutdown(sh, (uv_stream_t *)&c->tcp, (uv_shutdown_cb)free) != 0) {
+        if (!sh || uv_shutdown(sh, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
             free(sh);
             conn_close(c);
             return;
@@ -443,8 +448,8 @@ static void conn_fail(struct conn *c, int status, const char *msg)
 {
     if (c->state == CONN_CLOSING || c->closed)
         return;
-    json_t *o = json_pack("{s:{s:s,s:s,s:n,s:i}}", "error", "message", msg, "type",
-                          "invalid_request_error", "param", "code", status);
+    json_t *o = json_pack("{s:{s:s,s:s,s:n,s:n}}", "error", "message", msg, "type",
+                          "invalid_request_error", "param", "code");
     char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     c->keep_alive = false;

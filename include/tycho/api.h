@@ -1,0 +1,121 @@
+/* The OpenAI-compatible API: request validation (pure, no sockets) and the front door that
+ * serves /v1/chat/completions, /v1/completions, /v1/models, /tokenize, /detokenize, /health
+ * and /metrics over tycho/http.h, handing generation to a tycho/serve.h backend.
+ *
+ * Threading: ty_api_parse_* are pure and thread-safe. A ty_api_t belongs to the loop it was
+ * created on; only its backend's event callback (ty_api_backend_event) may be called from
+ * another thread. Ownership: a parsed request owns its strings (ty_api_request_clear frees
+ * them); the API borrows the model, backend and metrics registry, which must outlive it.
+ */
+#ifndef TYCHO_API_H
+#define TYCHO_API_H
+
+#include "tycho/metrics.h"
+#include "tycho/model.h"
+#include "tycho/serve.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+enum ty_api_kind {
+    TY_API_CHAT = 0,   /* POST /v1/chat/completions */
+    TY_API_COMPLETION, /* POST /v1/completions */
+};
+
+#define TY_API_MAX_N 16
+#define TY_API_MAX_MESSAGES 256
+
+struct ty_api_message {
+    char *role;
+    char *content;
+};
+
+/* A validated OpenAI request. Absent optional fields keep the defaults noted. */
+struct ty_api_request {
+    enum ty_api_kind kind;
+    char *model;                 /* NULL: the served model */
+    struct ty_api_message *msgs; /* chat */
+    size_t n_msgs;
+    char *prompt;                /* completion, text form */
+    uint32_t *prompt_ids;        /* completion, token-id form */
+    size_t n_prompt_ids;
+    uint32_t n;                  /* choices, 1 */
+    int64_t max_tokens;          /* -1: absent */
+    float temperature;           /* 1 */
+    float top_p;                 /* 1 */
+    int32_t top_k;               /* -1 / 0: off */
+    float min_p;                 /* 0 */
+    bool has_seed;
+    uint64_t seed;
+    float presence_penalty, frequency_penalty; /* 0 */
+    float repetition_penalty;    /* 1 */
+    char *stop[TY_SERVE_MAX_STOP];
+    size_t n_stop;
+    bool stream, include_usage, ignore_eos;
+    bool logprobs;               /* chat: logprobs=true; completion: logprobs=N given */
+    uint32_t top_logprobs;       /* chat top_logprobs, completion logprobs N */
+    bool return_token_ids;       /* vLLM extension: token_ids in choices, prompt_token_ids */
+};
+
+/* An OpenAI-shaped error: {"error":{"message","type","param","code"}} with an HTTP status. */
+struct ty_api_error {
+    int status;
+    char message[256];
+    char type[48];
+    char param[48]; /* "" renders as null */
+    char code[48];  /* "" renders as null */
+};
+
+/* Parse and validate a request body. Returns 0, or TY_EINVAL with `err` filled (status 400,
+ * `param` naming the offending field). Never keeps pointers into `body`. */
+int ty_api_parse_request(const char *body, size_t len, enum ty_api_kind kind,
+                         struct ty_api_request *out, struct ty_api_error *err);
+void ty_api_request_clear(struct ty_api_request *r);
+
+/* Fill an error (printf-style message). Returns TY_EINVAL for use in `return`. */
+int ty_api_error_set(struct ty_api_error *e, int status, const char *type, const char *param,
+                     const char *code, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* The JSON text of an error (malloc'ed, caller frees), or NULL on allocation failure. */
+char *ty_api_error_json(const struct ty_api_error *e);
+
+/* True when `s` (length n) is well-formed UTF-8. */
+bool ty_api_utf8_valid(const char *s, size_t n);
+
+/* ---- the front door --------------------------------------------------------------------- */
+
+typedef struct ty_api ty_api_t;
+
+struct ty_api_opts {
+    const char *host;
+    uint16_t port;                 /* 0: ephemeral */
+    const ty_model_t *model;       /* for tokenizer and chat template */
+    const char *model_name;        /* served model id ("stories260K") */
+    const char *model_path;        /* also accepted as a model id */
+    struct ty_serve_backend backend;
+    ty_metrics_registry_t *metrics;
+    const char *const *api_keys;   /* NULL or empty: no authentication */
+    size_t n_api_keys;
+    size_t max_body_bytes;
+    uint64_t header_timeout_ms, body_timeout_ms;
+    uint32_t max_connections;
+};
+
+/* Start the HTTP server on `loop`. Returns 0 or a negative TY_E* (bind failure, ...). */
+int ty_api_new(ty_api_t **out, uv_loop_t *loop, const struct ty_api_opts *opts);
+uint16_t ty_api_port(const ty_api_t *a);
+/* The backend's event callback: any thread (posts to the API's loop). `arg` is the ty_api_t. */
+void ty_api_backend_event(void *arg, const struct ty_serve_event *ev);
+/* Stop taking generation requests (503) and call `done(arg)` on the loop once every request
+ * in flight has finished. */
+void ty_api_drain(ty_api_t *a, void (*done)(void *arg), void *arg);
+/* Replace the accepted API keys (SIGHUP reload). Copies them. */
+void ty_api_set_keys(ty_api_t *a, const char *const *keys, size_t n);
+/* Requests being generated right now. */
+uint32_t ty_api_n_inflight(const ty_api_t *a);
+/* Close the server (aborting what is left), then free; `cb(arg)` after. Stop the backend's
+ * thread from emitting events before calling this. */
+void ty_api_close(ty_api_t *a, void (*cb)(void *arg), void *arg);
+
+#endif

@@ -1,0 +1,284 @@
+/* `tycho serve`: every role in one process. The OpenAI API (ty_api) on a libuv loop in the
+ * main thread, the continuous-batching engine worker (ty_decode) on its own thread, the
+ * daemon scaffolding for --config / --check-config / signals / sd_notify. Given no model, it
+ * writes a small random-weight GGUF with `tycho mkmodel` into a cache folder and says so. */
+#include "cli.h"
+
+#include "tycho/api.h"
+#include "tycho/config_roles.h"
+#include "tycho/daemon.h"
+#include "tycho/decode.h"
+#include "tycho/engine.h"
+#include "tycho/errors.h"
+#include "tycho/log.h"
+
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+extern const struct ty_cli_command ty_cli_cmd_mkmodel;
+
+#define MAX_ARGS 256
+
+struct serve {
+    struct ty_conductor_config cfg;
+    ty_daemon_t *d;
+    ty_model_t *model;
+    ty_engine_t *engine;
+    ty_decode_worker_t *worker;
+    ty_metrics_registry_t *reg;
+    ty_api_t *api;
+    uint32_t threads, max_running, step_tokens;
+    char random_model[PATH_MAX];
+};
+
+static void serve_event(void *arg, const struct ty_serve_event *ev)
+{
+    struct serve *s = arg;
+    ty_api_backend_event(s->api, ev);
+}
+
+static void on_drained(void *arg)
+{
+    struct serve *s = arg;
+    TY_LOG_INFO("serve", "drained; exiting");
+    ty_daemon_stop(s->d);
+}
+
+static void on_drain(ty_daemon_t *d, void *arg)
+{
+    struct serve *s = arg;
+    TY_LOG_INFO("serve", "draining %u request(s) in flight", ty_api_n_inflight(s->api));
+    ty_api_drain(s->api, on_drained, s);
+}
+
+static void on_reload(ty_daemon_t *d, unsigned n_changed, void *arg)
+{
+    struct serve *s = arg;
+    ty_log_set_level((enum ty_log_level)s->cfg.log_level);
+    ty_api_set_keys(s->api, (const char *const *)s->cfg.api_keys, s->cfg.n_api_keys);
+}
+
+/* The vocabulary donor for a random model: stories260K from the shared test data. */
+static const char *find_vocab(void)
+{
+    static char buf[PATH_MAX];
+    const char *env = getenv("TYCHO_VOCAB_FROM");
+    if (env && !access(env, R_OK))
+        return env;
+    const char *roots[] = {getenv("TYCHO_TEST_DATA"), "../shared"};
+    for (size_t i = 0; i < sizeof(roots) / sizeof(roots[0]); i++) {
+        if (!roots[i])
+            continue;
+        snprintf(buf, sizeof(buf), "%s/models/stories260K/stories260K.gguf", roots[i]);
+        if (!access(buf, R_OK))
+            return buf;
+    }
+    return NULL;
+}
+
+/* Write (once) a small random-weight model into the cache and return its path. */
+static int make_random_model(struct serve *s)
+{
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    char dir[PATH_MAX - 64];
+    snprintf(dir, sizeof(dir), "%s%s/tycho", xdg ? xdg : home ? home : "/tmp",
+             xdg ? "" : "/.cache");
+    snprintf(s->random_model, sizeof(s->random_model), "%s/random-tiny.gguf", dir);
+    fprintf(stderr,
+            "tycho serve: no --model given: serving a small RANDOM-WEIGHT model (%s).\n"
+            "tycho serve: its output is noise. Point it at a real model with\n"
+            "tycho serve:   tycho serve --model /path/to/model.gguf  (or a Hugging Face "
+            "model directory)\n", s->random_model);
+    if (!access(s->random_model, R_OK))
+        return 0;
+    const char *vocab = find_vocab();
+    if (!vocab) {
+        fprintf(stderr, "tycho serve: no vocabulary donor GGUF found (set TYCHO_VOCAB_FROM); "
+                        "pass --model PATH\n");
+        return TY_ENOENT;
+    }
+    char cmd[PATH_MAX];
+    snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", dir);
+    if (system(cmd) != 0)
+        return TY_EIO;
+    char *argv[] = {"mkmodel", "--preset", "tiny", "--vocab-from", (char *)vocab,
+                    "--out", s->random_model, NULL};
+    return ty_cli_cmd_mkmodel.run(7, argv) ? TY_EIO : 0;
+}
+
+static bool parse_u32(const char *v, uint32_t *out)
+{
+    char *end;
+    unsigned long x = v ? strtoul(v, &end, 10) : 0;
+    if (!v || !*v || *end || x > 1u << 24)
+        return false;
+    *out = (uint32_t)x;
+    return true;
+}
+
+/* Rewrite the short flags into the daemon's --setting=value form and take our own. */
+static int translate_args(struct serve *s, int argc, char **argv, char **out, int *n_out,
+                          char *store, size_t store_len)
+{
+    bool have_model = false, have_config = false;
+    int n = 0;
+    size_t used = 0;
+    out[n++] = argv[0];
+    for (int i = 1; i < argc && n < MAX_ARGS - 2; i++) {
+        const char *a = argv[i], *map = NULL;
+        uint32_t *own = NULL;
+        if (!strcmp(a, "--model")) map = "model_path";
+        else if (!strcmp(a, "--port")) map = "listen_port";
+        else if (!strcmp(a, "--host")) map = "listen_host";
+        else if (!strcmp(a, "--api-key")) map = "api_keys";
+        else if (!strcmp(a, "--threads")) own = &s->threads;
+        else if (!strcmp(a, "--max-running")) own = &s->max_running;
+        else if (!strcmp(a, "--step-tokens")) own = &s->step_tokens;
+        have_model |= !strncmp(a, "--model", 7);
+        have_config |= !strncmp(a, "--config", 8) || !strcmp(a, "--help") ||
+                       !strcmp(a, "--version");
+        if ((map || own) && i + 1 >= argc) {
+            fprintf(stderr, "tycho serve: %s needs a value\n", a);
+            return TY_EINVAL;
+        }
+        if (own) {
+            if (!parse_u32(argv[++i], own)) {
+                fprintf(stderr, "tycho serve: bad value '%s' for %s\n", argv[i], a);
+                return TY_EINVAL;
+            }
+            continue;
+        }
+        if (!map) {
+            out[n++] = argv[i];
+            continue;
+        }
+        const char *v = argv[++i];
+        int k = snprintf(store + used, store_len - used,
+                         !strcmp(map, "api_keys") ? "--%s=[%s]" : "--%s=%s", map, v);
+        if (k < 0 || (size_t)k >= store_len - used)
+            return TY_EINVAL;
+        out[n++] = store + used;
+        used += (size_t)k + 1;
+    }
+    if (!have_model && !have_config && !getenv("TYCHO_MODEL_PATH")) {
+        int rc = make_random_model(s);
+        if (rc)
+            return rc;
+        int k = snprintf(store + used, store_len - used, "--model_path=%s", s->random_model);
+        if (k < 0 || (size_t)k >= store_len - used)
+            return TY_EINVAL;
+        out[n++] = store + used;
+    }
+    out[n] = NULL;
+    *n_out = n;
+    return 0;
+}
+
+static int load_engine(struct serve *s)
+{
+    char err[512] = "";
+    int rc = ty_model_load(&s->model, s->cfg.model_path, err, sizeof(err));
+    if (rc) {
+        fprintf(stderr, "tycho serve: cannot load model %s: %s (%s)\n", s->cfg.model_path, err,
+                ty_err_name(rc));
+        return rc;
+    }
+    struct ty_engine_opts eo = {.n_threads = s->threads, .kv_block_tokens = s->cfg.kv_block_tokens,
+                                .max_seqs = s->max_running ? s->max_running : 64};
+    if ((rc = ty_engine_new(&s->engine, s->model, &eo))) {
+        fprintf(stderr, "tycho serve: engine: %s\n", ty_strerror(rc));
+        return rc;
+    }
+    struct ty_decode_worker_opts wo = {.engine = s->engine, .max_running = eo.max_seqs,
+                                       .step_tokens = s->step_tokens, .event_cb = serve_event,
+                                       .event_arg = s};
+    if ((rc = ty_decode_worker_new(&s->worker, &wo)))
+        fprintf(stderr, "tycho serve: worker: %s\n", ty_strerror(rc));
+    return rc;
+}
+
+/* "stories260K" from ".../stories260K.gguf" or ".../stories260K-hf/". */
+static void model_name(const char *path, char *out, size_t cap)
+{
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/')
+        len--;
+    size_t start = len;
+    while (start > 0 && path[start - 1] != '/')
+        start--;
+    snprintf(out, cap, "%.*s", (int)(len - start), path + start);
+    char *dot = strrchr(out, '.');
+    if (dot && !strcmp(dot, ".gguf"))
+        *dot = 0;
+}
+
+static int start_api(struct serve *s, uv_loop_t *loop)
+{
+    char name[256];
+    model_name(s->cfg.model_path, name, sizeof(name));
+    int rc = ty_metrics_registry_new(&s->reg);
+    struct ty_api_opts ao = {
+        .host = s->cfg.listen_host, .port = s->cfg.listen_port, .model = s->model,
+        .model_name = name, .model_path = s->cfg.model_path,
+        .backend = ty_decode_worker_backend(s->worker), .metrics = s->reg,
+        .api_keys = (const char *const *)s->cfg.api_keys, .n_api_keys = s->cfg.n_api_keys,
+        .max_body_bytes = s->cfg.limits.max_body_bytes,
+        .header_timeout_ms = s->cfg.limits.header_timeout_ns / 1000000,
+        .body_timeout_ms = s->cfg.limits.body_timeout_ns / 1000000,
+        .max_connections = s->cfg.limits.max_connections};
+    if (!rc)
+        rc = ty_api_new(&s->api, loop, &ao);
+    if (rc) {
+        fprintf(stderr, "tycho serve: cannot listen on %s:%u: %s\n", s->cfg.listen_host,
+                s->cfg.listen_port, ty_strerror(rc));
+        return rc;
+    }
+    fprintf(stderr, "tycho serve: serving %s (%s) on http://%s:%u/v1\n", name,
+            ty_model_desc(s->model), s->cfg.listen_host, ty_api_port(s->api));
+    return 0;
+}
+
+static int run_serve(int argc, char **argv)
+{
+    static struct serve s;
+    char *args[MAX_ARGS], store[8192];
+    int n_args = 0, code = 0;
+    memset(&s, 0, sizeof(s));
+    if (translate_args(&s, argc, argv, args, &n_args, store, sizeof(store)))
+        return TY_CLI_EXIT_USAGE;
+    struct ty_daemon_opts o = {.name = "tycho serve",
+                               .summary = "all roles in one process: the OpenAI API over the "
+                                          "local engine (also --model PATH, --port N, "
+                                          "--host H, --threads N, --max-running N)",
+                               .table = &ty_conductor_config_table, .config = &s.cfg,
+                               .drain = on_drain, .reload = on_reload, .arg = &s};
+    if (ty_daemon_new(&s.d, &o, n_args, args, &code) != 0)
+        return code;
+    ty_log_set_level((enum ty_log_level)s.cfg.log_level);
+    signal(SIGPIPE, SIG_IGN); /* a client that vanished mid-write is an error code, not death */
+    uv_loop_t *loop = uv_default_loop();
+    int ret = TY_CLI_EXIT_FAIL;
+    if (load_engine(&s) || start_api(&s, loop) || ty_daemon_start(s.d, loop))
+        goto out;
+    uv_run(loop, UV_RUN_DEFAULT);
+    ret = TY_CLI_EXIT_OK;
+out:
+    ty_decode_worker_free(s.worker); /* no more events after this */
+    if (s.api)
+        ty_api_close(s.api, NULL, NULL);
+    ty_daemon_free(s.d);
+    uv_run(loop, UV_RUN_DEFAULT); /* close callbacks */
+    ty_metrics_registry_free(s.reg);
+    ty_engine_free(s.engine);
+    ty_model_free(s.model);
+    return ret;
+}
+
+const struct ty_cli_command ty_cli_cmd_serve = {
+    "serve", "serve the OpenAI API with the local engine (all roles in one process)",
+    run_serve};

@@ -1,0 +1,97 @@
+/* Internals of the API front door shared by api_server.c (routing, mailbox, lifecycle),
+ * api_gen.c (generation requests and their responses) and api_misc.c (models, tokenize,
+ * metrics). Loop thread only, except the mailbox's queue (under `mu`). */
+#ifndef TYCHO_API_IMPL_H
+#define TYCHO_API_IMPL_H
+
+#include "tycho/api.h"
+#include "tycho/http.h"
+#include "tycho/tokenizer.h"
+
+#include <jansson.h>
+#include <pthread.h>
+
+#define TY__API_BUCKETS 1024
+#define TY__API_CHOICE_BITS 5 /* backend id = (request seq << 5) | choice; TY_API_MAX_N <= 32 */
+
+struct ty__api_choice {
+    uint64_t id;
+    bool done;
+    enum ty_finish finish;
+    char *text;
+    size_t n_text, cap_text;
+    uint32_t *ids;
+    size_t n_ids, cap_ids;
+    json_t *logprobs; /* accumulated (non-streaming) */
+    uint32_t n_out;
+};
+
+struct ty__api_gen {
+    struct ty__api_gen *hnext;
+    ty_api_t *a;
+    ty_http_req_t *http; /* NULL once the client left */
+    uint64_t seq;
+    struct ty_api_request req;
+    uint32_t *prompt;
+    size_t n_prompt;
+    uint32_t n_cached;
+    char rid[40];
+    int64_t created;
+    uint64_t t0_ns, t_first_ns, t_last_ns;
+    uint32_t n_done;
+    bool streaming_started, failed;
+    struct ty__api_choice ch[TY_API_MAX_N];
+};
+
+struct ty__api_mail {
+    struct ty_serve_event ev;
+    char *text;
+};
+
+struct ty_api {
+    uv_loop_t *loop;
+    ty_http_server_t *http;
+    struct ty_api_opts o;
+    char **keys;
+    size_t n_keys;
+    char *model_name, *model_path;
+    const ty_tokenizer_t *tok;
+    uint32_t max_ctx;
+    uv_async_t async;
+    pthread_mutex_t mu;
+    struct ty__api_mail *mail; /* under mu */
+    size_t n_mail, cap_mail;
+    struct ty__api_gen *buckets[TY__API_BUCKETS];
+    uint64_t next_seq;
+    uint32_t n_inflight;
+    bool draining;
+    void (*drain_done)(void *arg);
+    void *drain_arg;
+    int n_open_handles;
+    void (*close_cb)(void *arg);
+    void *close_arg;
+    struct {
+        ty_metrics_child_t *running, *waiting, *kv_usage, *ttft, *tpot, *itl, *e2e, *prompt,
+            *gen, *cache_q, *cache_hit, *ok_stop, *ok_length, *ok_abort;
+    } m;
+};
+
+/* api_server.c */
+void ty__api_send_error(ty_http_req_t *r, const struct ty_api_error *e);
+void ty__api_send_json(ty_http_req_t *r, int status, json_t *o); /* steals o */
+/* api_gen.c */
+void ty__api_handle_generate(ty_api_t *a, ty_http_req_t *r, enum ty_api_kind kind);
+void ty__api_on_event(ty_api_t *a, const struct ty_serve_event *ev);
+void ty__api_gen_abort_all(ty_api_t *a);
+/* api_misc.c */
+void ty__api_handle_models(ty_api_t *a, ty_http_req_t *r);
+void ty__api_handle_tokenize(ty_api_t *a, ty_http_req_t *r);
+void ty__api_handle_detokenize(ty_api_t *a, ty_http_req_t *r);
+void ty__api_handle_metrics(ty_api_t *a, ty_http_req_t *r);
+int ty__api_metrics_init(ty_api_t *a);
+/* Tokenize a chat or completion prompt. Returns 0 or TY_EINVAL with err set. */
+int ty__api_tokenize(ty_api_t *a, const struct ty_api_request *q, uint32_t **ids, size_t *n,
+                     struct ty_api_error *err);
+json_t *ty__api_piece_json(ty_api_t *a, uint32_t id);
+
+#endif

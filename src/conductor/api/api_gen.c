@@ -1,0 +1,520 @@
+/* Generation requests: /v1/chat/completions and /v1/completions, streamed (SSE) or not.
+ * A request with n choices becomes n backend sequences with ids (seq << 5) | choice. Events
+ * come back through the mailbox (api_server.c) and are matched by seq in a hash table; a
+ * request whose client left is removed at once and its late events are dropped. */
+#include "api-impl.h"
+
+#include "tycho/clock.h"
+#include "tycho/errors.h"
+#include "tycho/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static struct ty__api_gen **bucket(ty_api_t *a, uint64_t seq)
+{
+    return &a->buckets[seq % TY__API_BUCKETS];
+}
+
+static struct ty__api_gen *gen_find(ty_api_t *a, uint64_t seq)
+{
+    for (struct ty__api_gen *g = *bucket(a, seq); g; g = g->hnext)
+        if (g->seq == seq)
+            return g;
+    return NULL;
+}
+
+static void gen_free(struct ty__api_gen *g)
+{
+    ty_api_t *a = g->a;
+    for (struct ty__api_gen **pp = bucket(a, g->seq); *pp; pp = &(*pp)->hnext) {
+        if (*pp == g) {
+            *pp = g->hnext;
+            a->n_inflight--;
+            break;
+        }
+    }
+    for (uint32_t i = 0; i < TY_API_MAX_N; i++) {
+        free(g->ch[i].text);
+        free(g->ch[i].ids);
+        json_decref(g->ch[i].logprobs);
+    }
+    ty_api_request_clear(&g->req);
+    free(g->prompt);
+    free(g);
+    if (a->draining && !a->n_inflight && a->drain_done) {
+        void (*done)(void *) = a->drain_done;
+        a->drain_done = NULL;
+        done(a->drain_arg);
+    }
+}
+
+static void cancel_choices(struct ty__api_gen *g)
+{
+    const struct ty_serve_backend *b = &g->a->o.backend;
+    for (uint32_t i = 0; i < g->req.n; i++)
+        if (!g->ch[i].done)
+            b->iface->cancel(b->context, g->ch[i].id);
+}
+
+/* The client went away: cancel every choice in the backend (pages freed there). */
+static void on_abort(void *arg, ty_http_req_t *r)
+{
+    struct ty__api_gen *g = arg;
+    g->http = NULL;
+    cancel_choices(g);
+    ty_metrics_counter_inc(g->a->m.ok_abort);
+    TY_LOG_DEBUG("api", "%s: client disconnected, cancelled", g->rid);
+    gen_free(g);
+}
+
+void ty__api_gen_abort_all(ty_api_t *a)
+{
+    for (size_t b = 0; b < TY__API_BUCKETS; b++)
+        while (a->buckets[b]) {
+            struct ty__api_gen *g = a->buckets[b];
+            if (g->http)
+                ty_http_req_set_abort(g->http, NULL, NULL);
+            cancel_choices(g);
+            gen_free(g);
+        }
+}
+
+/* ---- JSON pieces ---------------------------------------------------------------------------- */
+
+static json_t *usage_json(const struct ty__api_gen *g)
+{
+    uint32_t out = 0;
+    for (uint32_t i = 0; i < g->req.n; i++)
+        out += g->ch[i].n_out;
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", (json_int_t)g->n_prompt,
+                     "completion_tokens", (json_int_t)out, "total_tokens",
+                     (json_int_t)(g->n_prompt + out), "prompt_tokens_details", "cached_tokens",
+                     (json_int_t)g->n_cached);
+}
+
+static json_t *ids_json(const uint32_t *ids, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(a, json_integer(ids[i]));
+    return a;
+}
+
+static json_t *text_json(const char *s, size_t n)
+{
+    json_t *t = json_stringn(s, n);
+    return t ? t : json_string("\xef\xbf\xbd");
+}
+
+/* One token's logprobs in the request's shape: chat {"token","logprob","bytes",
+ * "top_logprobs"}, completion: appended to the tokens/token_logprobs/top_logprobs arrays. */
+static void logprob_add(struct ty__api_gen *g, json_t *lp, const struct ty_sample *s)
+{
+    ty_api_t *a = g->a;
+    if (g->req.kind == TY_API_CHAT) {
+        json_t *top = json_array();
+        for (uint32_t k = 0; k < s->n_top && k < g->req.top_logprobs; k++) {
+            json_t *t = ty__api_piece_json(a, s->top[k].id);
+            json_object_set_new(t, "logprob", json_real(s->top[k].logprob));
+            json_array_append_new(top, t);
+        }
+        json_t *t = ty__api_piece_json(a, s->id);
+        json_object_set_new(t, "logprob", json_real(s->logprob));
+        json_object_set_new(t, "top_logprobs", top);
+        json_array_append_new(json_object_get(lp, "content"), t);
+        return;
+    }
+    json_t *top = json_object();
+    for (uint32_t k = 0; k < s->n_top && k < g->req.top_logprobs; k++) {
+        json_t *p = ty__api_piece_json(a, s->top[k].id);
+        json_object_set_new(top, json_string_value(json_object_get(p, "token")),
+                            json_real(s->top[k].logprob));
+        json_decref(p);
+    }
+    json_t *p = ty__api_piece_json(a, s->id);
+    json_array_append(json_object_get(lp, "tokens"), json_object_get(p, "token"));
+    json_decref(p);
+    json_array_append_new(json_object_get(lp, "token_logprobs"), json_real(s->logprob));
+    json_array_append_new(json_object_get(lp, "top_logprobs"), top);
+}
+
+static json_t *logprobs_new(const struct ty__api_gen *g)
+{
+    if (g->req.kind == TY_API_CHAT)
+        return json_pack("{s:[]}", "content");
+    return json_pack("{s:[],s:[],s:[],s:[]}", "tokens", "token_logprobs", "top_logprobs",
+                     "text_offset");
+}
+
+static json_t *envelope(const struct ty__api_gen *g, bool chunk)
+{
+    const char *obj = g->req.kind == TY_API_CHAT
+                          ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                          : "text_completion";
+    return json_pack("{s:s,s:s,s:I,s:s,s:[]}", "id", g->rid, "object", obj, "created",
+                     (json_int_t)g->created, "model", g->a->model_name, "choices");
+}
+
+/* ---- streaming ---------------------------------------------------------------------------- */
+
+static void sse_send(struct ty__api_gen *g, json_t *o)
+{
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!s || !g->http) {
+        free(s);
+        return;
+    }
+    size_t n = strlen(s);
+    char *frame = malloc(n + 9);
+    if (frame) {
+        memcpy(frame, "data: ", 6);
+        memcpy(frame + 6, s, n);
+        memcpy(frame + 6 + n, "\n\n", 2);
+        ty_http_stream_write(g->http, frame, n + 8);
+    }
+    free(frame);
+    free(s);
+}
+
+/* A chunk for choice i: delta text (or role), optional logprobs, finish reason. */
+static void stream_chunk(struct ty__api_gen *g, uint32_t i, const char *text, size_t len,
+                         const struct ty_sample *smp, const char *role, enum ty_finish fin)
+{
+    json_t *o = envelope(g, true), *c = json_pack("{s:i}", "index", (json_int_t)i);
+    if (g->req.kind == TY_API_CHAT) {
+        json_t *d = json_object();
+        if (role)
+            json_object_set_new(d, "role", json_string(role));
+        json_object_set_new(d, "content", text_json(text, len));
+        json_object_set_new(c, "delta", d);
+    } else {
+        json_object_set_new(c, "text", text_json(text, len));
+    }
+    json_t *lp = json_null();
+    if (g->req.logprobs && smp) {
+        lp = logprobs_new(g);
+        logprob_add(g, lp, smp);
+    }
+    json_object_set_new(c, "logprobs", lp);
+    json_object_set_new(c, "finish_reason", fin ? json_string(ty_finish_name(fin)) : json_null());
+    if (g->req.return_token_ids && smp)
+        json_object_set_new(c, "token_ids", json_pack("[i]", (json_int_t)smp->id));
+    json_array_append_new(json_object_get(o, "choices"), c);
+    sse_send(g, o);
+}
+
+static void stream_finish(struct ty__api_gen *g)
+{
+    if (g->req.include_usage) {
+        json_t *o = envelope(g, true);
+        json_object_set_new(o, "usage", usage_json(g));
+        sse_send(g, o);
+    }
+    if (g->http) {
+        ty_http_stream_write(g->http, "data: [DONE]\n\n", 14);
+        ty_http_stream_end(g->http);
+        g->http = NULL;
+    }
+}
+
+/* ---- whole responses ------------------------------------------------------------------------ */
+
+static void respond_whole(struct ty__api_gen *g)
+{
+    json_t *o = envelope(g, false);
+    for (uint32_t i = 0; i < g->req.n; i++) {
+        struct ty__api_choice *ch = &g->ch[i];
+        json_t *c = json_pack("{s:i}", "index", (json_int_t)i);
+        json_t *t = text_json(ch->text ? ch->text : "", ch->n_text);
+        if (g->req.kind == TY_API_CHAT)
+            json_object_set_new(c, "message", json_pack("{s:s,s:o}", "role", "assistant",
+                                                        "content", t));
+        else
+            json_object_set_new(c, "text", t);
+        json_object_set_new(c, "logprobs", ch->logprobs ? json_incref(ch->logprobs) : json_null());
+        json_object_set_new(c, "finish_reason", json_string(ty_finish_name(ch->finish)));
+        if (g->req.return_token_ids)
+            json_object_set_new(c, "token_ids", ids_json(ch->ids, ch->n_ids));
+        json_array_append_new(json_object_get(o, "choices"), c);
+    }
+    json_object_set_new(o, "usage", usage_json(g));
+    if (g->req.return_token_ids)
+        json_object_set_new(o, "prompt_token_ids", ids_json(g->prompt, g->n_prompt));
+    ty__api_send_json(g->http, 200, o);
+    g->http = NULL;
+}
+
+static void backend_error(struct ty_api_error *e, int rc)
+{
+    if (rc == TY_EREJECTED)
+        ty_api_error_set(e, 429, "rate_limit_exceeded", NULL, "rate_limit_exceeded",
+                         "the server is at capacity; retry later");
+    else if (rc == TY_ESHUTDOWN || rc == TY_EUNAVAIL)
+        ty_api_error_set(e, 503, "service_unavailable", NULL, "service_unavailable",
+                         "no backend is available to serve the request");
+    else if (rc == TY_ERANGE || rc == TY_ENOCAPACITY || rc == TY_EINVAL)
+        ty_api_error_set(e, 400, "invalid_request_error", NULL, "context_length_exceeded",
+                         "the request does not fit the model's context or KV cache (%s)",
+                         ty_strerror(rc));
+    else
+        ty_api_error_set(e, 500, "server_error", NULL, NULL, "generation failed: %s",
+                         ty_strerror(rc));
+}
+
+/* ---- events --------------------------------------------------------------------------------- */
+
+static int push_bytes(char **buf, size_t *len, size_t *cap, const void *p, size_t n, size_t el)
+{
+    if (*len + n + 1 > *cap) {
+        size_t nc = *cap ? *cap * 2 : 64;
+        while (nc < *len + n + 1)
+            nc *= 2;
+        char *nb = realloc(*buf, nc * el);
+        if (!nb)
+            abort();
+        *buf = nb;
+        *cap = nc;
+    }
+    memcpy(*buf + *len * el, p, n * el);
+    *len += n;
+    if (el == 1)
+        (*buf)[*len] = 0;
+    return 0;
+}
+
+static void record_done(struct ty__api_gen *g)
+{
+    ty_api_t *a = g->a;
+    uint64_t now = ty_clock_ns();
+    uint32_t out = 0;
+    for (uint32_t i = 0; i < g->req.n; i++)
+        out += g->ch[i].n_out;
+    ty_metrics_histogram_observe(a->m.e2e, (double)(now - g->t0_ns) / 1e9);
+    if (out > 1 && g->t_first_ns)
+        ty_metrics_histogram_observe(a->m.tpot, (double)(g->t_last_ns - g->t_first_ns) / 1e9 /
+                                                    (double)(out - 1));
+    ty_metrics_counter_add(a->m.prompt, (double)g->n_prompt);
+    ty_metrics_counter_add(a->m.gen, (double)out);
+    ty_metrics_counter_add(a->m.cache_q, (double)g->n_prompt);
+    ty_metrics_counter_add(a->m.cache_hit, (double)g->n_cached);
+    enum ty_finish f = g->ch[0].finish;
+    ty_metrics_counter_inc(f == TY_FINISH_LENGTH || f == TY_FINISH_CTX ? a->m.ok_length
+                                                                       : a->m.ok_stop);
+}
+
+static void on_token(struct ty__api_gen *g, uint32_t i, const struct ty_serve_event *ev)
+{
+    struct ty__api_choice *ch = &g->ch[i];
+    uint64_t now = ty_clock_ns();
+    if (!g->t_first_ns) {
+        g->t_first_ns = now;
+        ty_metrics_histogram_observe(g->a->m.ttft, (double)(now - g->t0_ns) / 1e9);
+    } else if (i == 0) {
+        ty_metrics_histogram_observe(g->a->m.itl, (double)(now - g->t_last_ns) / 1e9);
+    }
+    if (i == 0 || !g->t_last_ns)
+        g->t_last_ns = now;
+    ch->n_out = ev->n_output;
+    if (g->req.stream) {
+        stream_chunk(g, i, ev->text, ev->text_len, &ev->sample, NULL, TY_FINISH_NONE);
+        return;
+    }
+    push_bytes(&ch->text, &ch->n_text, &ch->cap_text, ev->text, ev->text_len, 1);
+    push_bytes((char **)&ch->ids, &ch->n_ids, &ch->cap_ids, &ev->sample.id, 1,
+               sizeof(uint32_t));
+    if (g->req.logprobs) {
+        if (!ch->logprobs)
+            ch->logprobs = logprobs_new(g);
+        logprob_add(g, ch->logprobs, &ev->sample);
+        if (g->req.kind == TY_API_COMPLETION)
+            json_array_append_new(json_object_get(ch->logprobs, "text_offset"),
+                                  json_integer((json_int_t)(ch->n_text - ev->text_len)));
+    }
+}
+
+static void on_error(struct ty__api_gen *g, const struct ty_serve_event *ev)
+{
+    struct ty_api_error e;
+    backend_error(&e, ev->error);
+    g->failed = true;
+    cancel_choices(g);
+    if (g->req.stream) {
+        char *s = ty_api_error_json(&e);
+        if (s && g->http) {
+            ty_http_stream_write(g->http, "data: ", 6);
+            ty_http_stream_write(g->http, s, strlen(s));
+            ty_http_stream_write(g->http, "\n\n", 2);
+        }
+        free(s);
+        stream_finish(g);
+    } else if (g->http) {
+        ty__api_send_error(g->http, &e);
+        g->http = NULL;
+    }
+    gen_free(g);
+}
+
+void ty__api_on_event(ty_api_t *a, const struct ty_serve_event *ev)
+{
+    struct ty__api_gen *g = gen_find(a, ev->id >> TY__API_CHOICE_BITS);
+    uint32_t i = (uint32_t)(ev->id & ((1u << TY__API_CHOICE_BITS) - 1));
+    if (!g || i >= g->req.n || g->ch[i].done)
+        return; /* the client left, or a late event */
+    g->n_cached = ev->n_cached;
+    if (ev->kind == TY_SERVE_EV_ERROR) {
+        g->ch[i].done = true;
+        on_error(g, ev);
+        return;
+    }
+    if (ev->kind == TY_SERVE_EV_TOKEN) {
+        on_token(g, i, ev);
+        return;
+    }
+    struct ty__api_choice *ch = &g->ch[i];
+    ch->done = true;
+    ch->finish = ev->finish;
+    ch->n_out = ev->n_output;
+    g->n_done++;
+    if (g->req.stream)
+        stream_chunk(g, i, ev->text, ev->text_len, NULL, NULL, ev->finish);
+    else
+        push_bytes(&ch->text, &ch->n_text, &ch->cap_text, ev->text, ev->text_len, 1);
+    if (g->n_done < g->req.n)
+        return;
+    record_done(g);
+    if (g->http)
+        ty_http_req_set_abort(g->http, NULL, NULL);
+    if (g->req.stream)
+        stream_finish(g);
+    else
+        respond_whole(g);
+    gen_free(g);
+}
+
+/* ---- a new request ------------------------------------------------------------------------------ */
+
+static bool model_ok(ty_api_t *a, const char *m)
+{
+    return !m || !strcmp(m, a->model_name) || (a->model_path && !strcmp(m, a->model_path));
+}
+
+/* max_tokens: given, or (completions) 16 as in OpenAI's reference, or (chat) the rest of the
+ * context; prompt + max_tokens must fit the context. */
+static int resolve_max_tokens(ty_api_t *a, struct ty__api_gen *g, struct ty_api_error *e)
+{
+    size_t room = a->max_ctx > g->n_prompt ? a->max_ctx - g->n_prompt : 0;
+    const char *param = g->req.kind == TY_API_CHAT ? "messages" : "prompt";
+    if (room < 1)
+        return ty_api_error_set(e, 400, "invalid_request_error", param,
+                                "context_length_exceeded",
+                                "this model's maximum context length is %u tokens; the prompt "
+                                "has %zu", a->max_ctx, g->n_prompt);
+    if (g->req.max_tokens < 0)
+        g->req.max_tokens = g->req.kind == TY_API_CHAT ? (int64_t)room
+                                                       : (int64_t)(room < 16 ? room : 16);
+    if ((uint64_t)g->req.max_tokens > room)
+        return ty_api_error_set(e, 400, "invalid_request_error", "max_tokens",
+                                "context_length_exceeded",
+                                "this model's maximum context length is %u tokens; you asked "
+                                "for %zu in the prompt and %lld in the completion", a->max_ctx,
+                                g->n_prompt, (long long)g->req.max_tokens);
+    return 0;
+}
+
+static void fill_params(const struct ty__api_gen *g, uint32_t i, struct ty_serve_request *sr)
+{
+    const struct ty_api_request *q = &g->req;
+    struct ty_sampling_params *sp = &sr->gen.sampling;
+    sr->id = (g->seq << TY__API_CHOICE_BITS) | i;
+    sr->prompt = g->prompt;
+    sr->n_prompt = g->n_prompt;
+    sr->gen.max_tokens = (uint32_t)q->max_tokens;
+    sr->gen.ignore_eos = q->ignore_eos;
+    sr->gen.stop = (const char *const *)q->stop;
+    sr->gen.n_stop = q->n_stop;
+    sp->temperature = q->temperature;
+    sp->top_k = q->top_k > 0 ? (uint32_t)q->top_k : 0;
+    sp->top_p = q->top_p;
+    sp->min_p = q->min_p;
+    sp->seed = (q->has_seed ? q->seed : ty_clock_ns() ^ g->seq * 0x9e3779b97f4a7c15ull) + i;
+    sp->repetition_penalty = q->repetition_penalty;
+    sp->presence_penalty = q->presence_penalty;
+    sp->frequency_penalty = q->frequency_penalty;
+    sp->n_logprobs = q->logprobs ? q->top_logprobs : 0;
+}
+
+/* Hand every choice to the backend; on failure cancel those already queued. */
+static int submit_all(ty_api_t *a, struct ty__api_gen *g)
+{
+    const struct ty_serve_backend *b = &a->o.backend;
+    for (uint32_t i = 0; i < g->req.n; i++) {
+        struct ty_serve_request sr = {0};
+        fill_params(g, i, &sr);
+        g->ch[i].id = sr.id;
+        int rc = b->iface->submit(b->context, &sr);
+        if (rc) {
+            for (uint32_t k = 0; k < i; k++)
+                b->iface->cancel(b->context, g->ch[k].id);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static int prepare(ty_api_t *a, ty_http_req_t *r, struct ty__api_gen *g, enum ty_api_kind kind,
+                   struct ty_api_error *e)
+{
+    size_t len;
+    const char *body = ty_http_req_body(r, &len);
+    int rc = ty_api_parse_request(body, len, kind, &g->req, e);
+    if (rc)
+        return rc;
+    if (!model_ok(a, g->req.model))
+        return ty_api_error_set(e, 404, "invalid_request_error", "model", "model_not_found",
+                                "the model '%s' does not exist", g->req.model);
+    if (a->draining)
+        return ty_api_error_set(e, 503, "service_unavailable", NULL, "service_unavailable",
+                                "the server is shutting down");
+    if ((rc = ty__api_tokenize(a, &g->req, &g->prompt, &g->n_prompt, e)))
+        return rc;
+    return resolve_max_tokens(a, g, e);
+}
+
+void ty__api_handle_generate(ty_api_t *a, ty_http_req_t *r, enum ty_api_kind kind)
+{
+    struct ty__api_gen *g = calloc(1, sizeof(*g));
+    struct ty_api_error e;
+    if (!g)
+        abort();
+    g->a = a;
+    g->t0_ns = ty_clock_ns();
+    g->created = (int64_t)time(NULL);
+    g->seq = a->next_seq++;
+    int rc = prepare(a, r, g, kind, &e);
+    if (!rc && (rc = submit_all(a, g)))
+        backend_error(&e, rc);
+    if (rc) {
+        ty__api_send_error(r, &e);
+        ty_api_request_clear(&g->req);
+        free(g->prompt);
+        free(g);
+        return;
+    }
+    snprintf(g->rid, sizeof(g->rid), "%s-%016llx%08llx", kind == TY_API_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)g->t0_ns, (unsigned long long)g->seq);
+    g->http = r;
+    g->hnext = *bucket(a, g->seq);
+    *bucket(a, g->seq) = g;
+    a->n_inflight++;
+    ty_http_req_set_abort(r, on_abort, g);
+    if (!g->req.stream)
+        return;
+    ty_http_stream_begin(r, 200, "text/event-stream", NULL);
+    if (kind == TY_API_CHAT)
+        for (uint32_t i = 0; i < g->req.n; i++)
+            stream_chunk(g, i, "", 0, NULL, "assistant", TY_FINISH_NONE);
+}

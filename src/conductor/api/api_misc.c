@@ -1,0 +1,286 @@
+/* /v1/models, /tokenize, /detokenize (vLLM's shapes), /metrics (vLLM's metric names), and the
+ * prompt tokenization shared with the generation endpoints. */
+#include "api-impl.h"
+
+#include "tycho/errors.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* A token's text for logprobs: {"token": text, "bytes": [...]}; bytes that are not valid
+ * UTF-8 on their own (a byte-fallback piece) show as U+FFFD in "token". */
+json_t *ty__api_piece_json(ty_api_t *a, uint32_t id)
+{
+    size_t len = 0;
+    const char *p = a->tok ? ty_tokenizer_piece(a->tok, id, &len) : "";
+    json_t *bytes = json_array();
+    for (size_t i = 0; i < len; i++)
+        json_array_append_new(bytes, json_integer((unsigned char)p[i]));
+    json_t *t = ty_api_utf8_valid(p, len) ? json_stringn(p, len) : json_string("\xef\xbf\xbd");
+    return json_pack("{s:o,s:o}", "token", t, "bytes", bytes);
+}
+
+static int encode(ty_api_t *a, const char *text, bool special, bool parse_special,
+                  uint32_t **ids, size_t *n)
+{
+    int k = ty_tokenizer_encode(a->tok, text, strlen(text), special, parse_special, NULL, 0);
+    if (k < 0)
+        return k;
+    if (!(*ids = malloc(((size_t)k + 1) * sizeof(uint32_t))))
+        return TY_ENOMEM;
+    k = ty_tokenizer_encode(a->tok, text, strlen(text), special, parse_special, *ids,
+                            (size_t)k + 1);
+    if (k < 0)
+        return k;
+    *n = (size_t)k;
+    return 0;
+}
+
+/* Chat messages to prompt text: the model's template, or for a model without a recognised
+ * one the message contents joined by newlines. */
+static char *render_chat(ty_api_t *a, const struct ty_api_request *q, bool *special)
+{
+    const char *tmpl = ty_model_chat_template(a->o.model);
+    enum ty_chat_family fam = tmpl ? ty_chat_detect(tmpl) : TY_CHAT_NONE;
+    if (fam != TY_CHAT_NONE) {
+        struct ty_chat_msg msgs[TY_API_MAX_MESSAGES];
+        for (size_t i = 0; i < q->n_msgs; i++)
+            msgs[i] = (struct ty_chat_msg){q->msgs[i].role, q->msgs[i].content};
+        *special = true;
+        return ty_chat_render(fam, msgs, q->n_msgs, true, NULL, NULL);
+    }
+    size_t len = 1;
+    for (size_t i = 0; i < q->n_msgs; i++)
+        len += strlen(q->msgs[i].content) + 1;
+    char *s = malloc(len), *p = s;
+    if (!s)
+        return NULL;
+    for (size_t i = 0; i < q->n_msgs; i++) {
+        size_t l = strlen(q->msgs[i].content);
+        memcpy(p, q->msgs[i].content, l);
+        p += l;
+        if (i + 1 < q->n_msgs)
+            *p++ = '\n';
+    }
+    *p = 0;
+    *special = false;
+    return s;
+}
+
+int ty__api_tokenize(ty_api_t *a, const struct ty_api_request *q, uint32_t **ids, size_t *n,
+                     struct ty_api_error *err)
+{
+    uint32_t V = ty_model_config(a->o.model)->n_vocab;
+    const char *param = q->kind == TY_API_CHAT ? "messages" : "prompt";
+    if (q->prompt_ids) {
+        for (size_t i = 0; i < q->n_prompt_ids; i++)
+            if (q->prompt_ids[i] >= V)
+                return ty_api_error_set(err, 400, "invalid_request_error", "prompt", NULL,
+                                        "token id %u at %zu is outside the vocabulary (%u)",
+                                        q->prompt_ids[i], i, V);
+        if (!(*ids = malloc(q->n_prompt_ids * sizeof(uint32_t))))
+            abort();
+        memcpy(*ids, q->prompt_ids, q->n_prompt_ids * sizeof(uint32_t));
+        *n = q->n_prompt_ids;
+        return 0;
+    }
+    if (!a->tok)
+        return ty_api_error_set(err, 400, "invalid_request_error", param, NULL,
+                                "the model has no tokenizer; send token ids as 'prompt'");
+    bool special = false;
+    char *text = q->kind == TY_API_CHAT ? render_chat(a, q, &special) : strdup(q->prompt);
+    if (!text)
+        return ty_api_error_set(err, 400, "invalid_request_error", param, NULL,
+                                "the conversation does not fit the model's chat template");
+    int rc = encode(a, text, true, special, ids, n);
+    free(text);
+    if (rc || !*n)
+        return ty_api_error_set(err, 400, "invalid_request_error", param, NULL,
+                                "cannot tokenize the prompt (%s)", ty_strerror(rc));
+    return 0;
+}
+
+void ty__api_handle_models(ty_api_t *a, ty_http_req_t *r)
+{
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:s,s:i}", "id", a->model_name, "object", "model",
+                          "created", (json_int_t)time(NULL), "owned_by", "tycho", "root",
+                          a->model_path ? a->model_path : a->model_name, "max_model_len",
+                          (json_int_t)a->max_ctx);
+    ty__api_send_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+}
+
+static int parse_body(ty_http_req_t *r, json_t **o, struct ty_api_error *e)
+{
+    size_t len;
+    const char *body = ty_http_req_body(r, &len);
+    json_error_t je;
+    if (!ty_api_utf8_valid(body, len))
+        return ty_api_error_set(e, 400, "invalid_request_error", NULL, NULL,
+                                "the request body is not valid UTF-8");
+    *o = json_loadb(body, len, 0, &je);
+    if (!*o || !json_is_object(*o)) {
+        json_decref(*o);
+        return ty_api_error_set(e, 400, "invalid_request_error", NULL, NULL,
+                                "the body must be a JSON object (%s)", je.text);
+    }
+    return 0;
+}
+
+/* POST /tokenize {"prompt": text | "messages": [...], "add_special_tokens": bool}
+ * -> {"count", "max_model_len", "tokens"} */
+void ty__api_handle_tokenize(ty_api_t *a, ty_http_req_t *r)
+{
+    struct ty_api_error e;
+    json_t *o = NULL;
+    uint32_t *ids = NULL;
+    size_t n = 0;
+    if (parse_body(r, &o, &e))
+        goto fail;
+    bool chat = json_object_get(o, "messages") != NULL;
+    size_t len;
+    const char *body = ty_http_req_body(r, &len);
+    struct ty_api_request q;
+    if (ty_api_parse_request(body, len, chat ? TY_API_CHAT : TY_API_COMPLETION, &q, &e))
+        goto fail;
+    json_t *add = json_object_get(o, "add_special_tokens");
+    if (!chat && q.prompt && json_is_false(add) && a->tok) {
+        if (encode(a, q.prompt, false, false, &ids, &n))
+            ty_api_error_set(&e, 400, "invalid_request_error", "prompt", NULL, "cannot tokenize");
+    } else if (ty__api_tokenize(a, &q, &ids, &n, &e)) {
+        ids = NULL;
+    }
+    ty_api_request_clear(&q);
+    if (!ids)
+        goto fail;
+    json_t *t = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(t, json_integer(ids[i]));
+    free(ids);
+    json_decref(o);
+    ty__api_send_json(r, 200, json_pack("{s:i,s:i,s:o}", "count", (json_int_t)n,
+                                        "max_model_len", (json_int_t)a->max_ctx, "tokens", t));
+    return;
+fail:
+    json_decref(o);
+    ty__api_send_error(r, &e);
+}
+
+/* POST /detokenize {"tokens": [ids]} -> {"prompt": text} */
+void ty__api_handle_detokenize(ty_api_t *a, ty_http_req_t *r)
+{
+    struct ty_api_error e;
+    json_t *o = NULL;
+    if (parse_body(r, &o, &e))
+        goto fail;
+    json_t *t = json_object_get(o, "tokens");
+    uint32_t V = ty_model_config(a->o.model)->n_vocab;
+    if (!json_is_array(t)) {
+        ty_api_error_set(&e, 400, "invalid_request_error", "tokens",
+                         NULL, "'tokens' must be an array of token ids");
+        goto fail;
+    }
+    size_t n = json_array_size(t), i;
+    uint32_t *ids = malloc((n + 1) * sizeof(uint32_t));
+    json_t *v;
+    json_array_foreach(t, i, v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= V) {
+            free(ids);
+            ty_api_error_set(&e, 400, "invalid_request_error", "tokens", NULL,
+                             "'tokens[%zu]' is not a token id of this model", i);
+            goto fail;
+        }
+        ids[i] = (uint32_t)json_integer_value(v);
+    }
+    int k = a->tok ? ty_tokenizer_decode(a->tok, ids, n, true, NULL, 0) : 0;
+    char *text = k >= 0 ? malloc((size_t)k + 1) : NULL;
+    if (text)
+        ty_tokenizer_decode(a->tok, ids, n, true, text, (size_t)k + 1);
+    free(ids);
+    json_decref(o);
+    json_t *pt = text ? json_string(text) : NULL;
+    ty__api_send_json(r, 200, json_pack("{s:o}", "prompt", pt ? pt : json_string("")));
+    free(text);
+    return;
+fail:
+    json_decref(o);
+    ty__api_send_error(r, &e);
+}
+
+/* ---- metrics ------------------------------------------------------------------------------ */
+
+static const double lat_buckets[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25,
+                                     0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+
+static int family(ty_api_t *a, int type, const char *name, const char *help, const char *label2,
+                  const char *value2, ty_metrics_child_t **out)
+{
+    ty_metrics_family_t *f;
+    const char *names[] = {"model_name", label2};
+    const char *values[] = {a->model_name, value2};
+    size_t nl = label2 ? 2 : 1;
+    ty_metrics_registry_t *reg = a->o.metrics;
+    int rc = type == 0   ? ty_metrics_counter_new(reg, &f, name, help, names, nl)
+             : type == 1 ? ty_metrics_gauge_new(reg, &f, name, help, names, nl)
+                         : ty_metrics_histogram_new(reg, &f, name, help, names, nl, lat_buckets,
+                                                    sizeof(lat_buckets) / sizeof(lat_buckets[0]));
+    return rc ? rc : ty_metrics_child_get(f, values, out);
+}
+
+int ty__api_metrics_init(ty_api_t *a)
+{
+    int rc = 0;
+    rc = rc ? rc : family(a, 1, "vllm:num_requests_running", "Sequences in the running batch.",
+                          NULL, NULL, &a->m.running);
+    rc = rc ? rc : family(a, 1, "vllm:num_requests_waiting", "Sequences waiting for admission.",
+                          NULL, NULL, &a->m.waiting);
+    rc = rc ? rc : family(a, 1, "vllm:kv_cache_usage_perc", "Fraction of KV pages in use (0-1).",
+                          NULL, NULL, &a->m.kv_usage);
+    rc = rc ? rc : family(a, 2, "vllm:time_to_first_token_seconds", "Time to first token.",
+                          NULL, NULL, &a->m.ttft);
+    rc = rc ? rc : family(a, 2, "vllm:time_per_output_token_seconds",
+                          "Mean time per output token after the first, per request.", NULL,
+                          NULL, &a->m.tpot);
+    rc = rc ? rc : family(a, 2, "vllm:inter_token_latency_seconds", "Time between tokens.",
+                          NULL, NULL, &a->m.itl);
+    rc = rc ? rc : family(a, 2, "vllm:e2e_request_latency_seconds", "End-to-end latency.",
+                          NULL, NULL, &a->m.e2e);
+    rc = rc ? rc : family(a, 0, "vllm:prompt_tokens_total", "Prompt tokens processed.", NULL,
+                          NULL, &a->m.prompt);
+    rc = rc ? rc : family(a, 0, "vllm:generation_tokens_total", "Tokens generated.", NULL, NULL,
+                          &a->m.gen);
+    rc = rc ? rc : family(a, 0, "vllm:prefix_cache_queries_total",
+                          "Prompt tokens looked up in the prefix cache.", NULL, NULL,
+                          &a->m.cache_q);
+    rc = rc ? rc : family(a, 0, "vllm:prefix_cache_hits_total",
+                          "Prompt tokens found in the prefix cache.", NULL, NULL,
+                          &a->m.cache_hit);
+    ty_metrics_family_t *f;
+    const char *names[] = {"model_name", "finished_reason"};
+    if (!rc)
+        rc = ty_metrics_counter_new(a->o.metrics, &f, "vllm:request_success_total",
+                                    "Requests finished, by reason.", names, 2);
+    const char *v_stop[] = {a->model_name, "stop"}, *v_len[] = {a->model_name, "length"},
+               *v_ab[] = {a->model_name, "abort"};
+    rc = rc ? rc : ty_metrics_child_get(f, v_stop, &a->m.ok_stop);
+    rc = rc ? rc : ty_metrics_child_get(f, v_len, &a->m.ok_length);
+    rc = rc ? rc : ty_metrics_child_get(f, v_ab, &a->m.ok_abort);
+    return rc;
+}
+
+void ty__api_handle_metrics(ty_api_t *a, ty_http_req_t *r)
+{
+    struct ty_serve_stats st;
+    a->o.backend.iface->stats(a->o.backend.context, &st);
+    ty_metrics_gauge_set(a->m.running, st.running);
+    ty_metrics_gauge_set(a->m.waiting, st.waiting);
+    ty_metrics_gauge_set(a->m.kv_usage, st.kv_usage);
+    char *text = NULL;
+    size_t len = 0;
+    if (ty_metrics_render(a->o.metrics, &text, &len)) {
+        ty_http_respond(r, 500, "text/plain", NULL, "metrics unavailable\n", 20);
+        return;
+    }
+    ty_http_respond(r, 200, TY_METRICS_CONTENT_TYPE, NULL, text, len);
+    free(text);
+}

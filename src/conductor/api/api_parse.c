@@ -1,0 +1,398 @@
+/* OpenAI request validation: JSON body -> struct ty_api_request, with a 400 naming `param`
+ * for the first field that is wrong. Ranges follow the OpenAI API reference (temperature
+ * 0..2, top_p 0..1, penalties -2..2, top_logprobs 0..20, n >= 1, max_tokens >= 1) and vLLM's
+ * extensions (top_k, min_p, repetition_penalty, ignore_eos). Unknown fields are ignored. */
+#include "tycho/api.h"
+
+#include "tycho/errors.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BAD(param, ...)                                                                           \
+    ty_api_error_set(err, 400, "invalid_request_error", param, NULL, __VA_ARGS__)
+
+int ty_api_error_set(struct ty_api_error *e, int status, const char *type, const char *param,
+                     const char *code, const char *fmt, ...)
+{
+    va_list ap;
+    e->status = status;
+    snprintf(e->type, sizeof(e->type), "%s", type ? type : "invalid_request_error");
+    snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
+    snprintf(e->code, sizeof(e->code), "%s", code ? code : "");
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof(e->message), fmt, ap);
+    va_end(ap);
+    return TY_EINVAL;
+}
+
+char *ty_api_error_json(const struct ty_api_error *e)
+{
+    json_t *err = json_object();
+    json_object_set_new(err, "message", json_string(e->message));
+    json_object_set_new(err, "type", json_string(e->type));
+    json_object_set_new(err, "param", e->param[0] ? json_string(e->param) : json_null());
+    json_object_set_new(err, "code", e->code[0] ? json_string(e->code) : json_null());
+    json_t *o = json_pack("{s:o}", "error", err);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+bool ty_api_utf8_valid(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = p[i], len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3
+                                              : (c >> 3) == 30 ? 4 : 0;
+        if (!len || i + len > n || (len == 2 && c < 0xc2) || (c == 0xf4 && len == 4 && p[i + 1] > 0x8f) || c > 0xf4)
+            return false;
+        for (unsigned k = 1; k < len; k++)
+            if ((p[i + k] & 0xc0) != 0x80)
+                return false;
+        if (len == 3 && ((c == 0xe0 && p[i + 1] < 0xa0) || (c == 0xed && p[i + 1] > 0x9f)))
+            return false;
+        if (len == 4 && c == 0xf0 && p[i + 1] < 0x90)
+            return false;
+        i += len;
+    }
+    return true;
+}
+
+/* ---- typed field readers: 1 = absent, 0 = read, TY_EINVAL = wrong (err set) -------------- */
+
+static int get_number(json_t *o, const char *key, double lo, double hi, double *out,
+                      struct ty_api_error *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 1;
+    if (!json_is_number(v))
+        return BAD(key, "'%s' must be a number", key);
+    double d = json_number_value(v);
+    if (!isfinite(d) || d < lo || d > hi)
+        return BAD(key, "'%s' must be between %g and %g, got %g", key, lo, hi, d);
+    *out = d;
+    return 0;
+}
+
+static int get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out,
+                   struct ty_api_error *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 1;
+    if (!json_is_integer(v))
+        return BAD(key, "'%s' must be an integer", key);
+    json_int_t i = json_integer_value(v);
+    if (i < lo || i > hi)
+        return BAD(key, "'%s' must be between %lld and %lld, got %lld", key, (long long)lo,
+                   (long long)hi, (long long)i);
+    *out = i;
+    return 0;
+}
+
+static int get_bool(json_t *o, const char *key, bool *out, struct ty_api_error *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 1;
+    if (!json_is_boolean(v))
+        return BAD(key, "'%s' must be a boolean", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int set_float(json_t *o, const char *key, double lo, double hi, float *out,
+                     struct ty_api_error *err)
+{
+    double d = 0;
+    int rc = get_number(o, key, lo, hi, &d, err);
+    if (rc == 0)
+        *out = (float)d;
+    return rc < 0 ? rc : 0;
+}
+
+/* ---- composite fields ----------------------------------------------------------------------- */
+
+static int parse_stop(json_t *o, struct ty_api_request *r, struct ty_api_error *err)
+{
+    json_t *v = json_object_get(o, "stop");
+    if (!v || json_is_null(v))
+        return 0;
+    if (json_is_string(v)) {
+        if (json_string_length(v))
+            r->stop[r->n_stop++] = strdup(json_string_value(v));
+        return 0;
+    }
+    if (!json_is_array(v))
+        return BAD("stop", "'stop' must be a string or an array of strings");
+    if (json_array_size(v) > TY_SERVE_MAX_STOP)
+        return BAD("stop", "'stop' may hold at most %d strings", TY_SERVE_MAX_STOP);
+    size_t i;
+    json_t *s;
+    json_array_foreach(v, i, s) {
+        if (!json_is_string(s))
+            return BAD("stop", "'stop[%zu]' must be a string", i);
+        if (json_string_length(s))
+            r->stop[r->n_stop++] = strdup(json_string_value(s));
+    }
+    return 0;
+}
+
+/* Message content: a string, or an array of {"type":"text","text":...} parts (joined). */
+static int content_text(json_t *c, size_t i, char **out, struct ty_api_error *err)
+{
+    if (json_is_string(c)) {
+        *out = strdup(json_string_value(c));
+        return 0;
+    }
+    if (json_is_null(c)) {
+        *out = strdup("");
+        return 0;
+    }
+    if (!json_is_array(c))
+        return BAD("messages", "'messages[%zu].content' must be a string or an array", i);
+    size_t k, len = 0;
+    json_t *part;
+    char *s = calloc(1, 1);
+    json_array_foreach(c, k, part) {
+        json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+        if (!json_is_string(type) || strcmp(json_string_value(type), "text") ||
+            !json_is_string(text)) {
+            free(s);
+            return BAD("messages", "'messages[%zu].content[%zu]' must be a text part", i, k);
+        }
+        size_t tl = json_string_length(text);
+        char *ns = realloc(s, len + tl + 1);
+        if (!ns) {
+            free(s);
+            return TY_ENOMEM;
+        }
+        s = ns;
+        memcpy(s + len, json_string_value(text), tl + 1);
+        len += tl;
+    }
+    *out = s;
+    return 0;
+}
+
+static int parse_messages(json_t *o, struct ty_api_request *r, struct ty_api_error *err)
+{
+    json_t *v = json_object_get(o, "messages");
+    if (!v)
+        return BAD("messages", "'messages' is required");
+    if (!json_is_array(v))
+        return BAD("messages", "'messages' must be an array");
+    size_t n = json_array_size(v);
+    if (n == 0 || n > TY_API_MAX_MESSAGES)
+        return BAD("messages", "'messages' must hold 1 to %d messages", TY_API_MAX_MESSAGES);
+    r->msgs = calloc(n, sizeof(*r->msgs));
+    if (!r->msgs)
+        return TY_ENOMEM;
+    size_t i;
+    json_t *m;
+    json_array_foreach(v, i, m) {
+        json_t *role = json_object_get(m, "role");
+        if (!json_is_object(m) || !json_is_string(role))
+            return BAD("messages", "'messages[%zu]' must be an object with a string 'role'", i);
+        const char *rs = json_string_value(role);
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") &&
+            strcmp(rs, "tool") && strcmp(rs, "developer"))
+            return BAD("messages", "'messages[%zu].role' must be system, user, assistant, "
+                                   "tool or developer", i);
+        json_t *c = json_object_get(m, "content");
+        if (!c)
+            return BAD("messages", "'messages[%zu].content' is required", i);
+        int rc = content_text(c, i, &r->msgs[i].content, err);
+        if (rc)
+            return rc;
+        r->msgs[i].role = strdup(strcmp(rs, "developer") ? rs : "system");
+        r->n_msgs++;
+    }
+    return 0;
+}
+
+/* prompt: a string, an array of token ids, or an array holding exactly one of those. */
+static int parse_prompt(json_t *o, struct ty_api_request *r, struct ty_api_error *err)
+{
+    json_t *v = json_object_get(o, "prompt");
+    if (!v)
+        return BAD("prompt", "'prompt' is required");
+    if (json_is_array(v) && json_array_size(v) == 1 && !json_is_integer(json_array_get(v, 0)))
+        v = json_array_get(v, 0);
+    if (json_is_string(v)) {
+        if (!json_string_length(v))
+            return BAD("prompt", "'prompt' must not be empty");
+        r->prompt = strdup(json_string_value(v));
+        return 0;
+    }
+    if (!json_is_array(v))
+        return BAD("prompt", "'prompt' must be a string or an array of token ids");
+    size_t n = json_array_size(v), i;
+    if (n == 0)
+        return BAD("prompt", "'prompt' must not be empty");
+    if (!(r->prompt_ids = malloc(n * sizeof(uint32_t))))
+        return TY_ENOMEM;
+    json_t *t;
+    json_array_foreach(v, i, t) {
+        if (!json_is_integer(t) || json_integer_value(t) < 0 ||
+            json_integer_value(t) > UINT32_MAX)
+            return BAD("prompt", "'prompt' holds several prompts or a bad token id at %zu; "
+                                 "send one prompt per request", i);
+        r->prompt_ids[i] = (uint32_t)json_integer_value(t);
+    }
+    r->n_prompt_ids = n;
+    return 0;
+}
+
+static int parse_logprobs(json_t *o, struct ty_api_request *r, struct ty_api_error *err)
+{
+    int64_t k = 0;
+    int rc;
+    if (r->kind == TY_API_CHAT) {
+        if ((rc = get_bool(o, "logprobs", &r->logprobs, err)) < 0)
+            return rc;
+        if ((rc = get_int(o, "top_logprobs", 0, TY_SAMPLE_MAX_LOGPROBS, &k, err)) < 0)
+            return rc;
+        if (rc == 0 && !r->logprobs)
+            return BAD("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    } else {
+        json_t *v = json_object_get(o, "logprobs");
+        if (json_is_boolean(v))
+            return BAD("logprobs", "'logprobs' must be an integer for completions");
+        if ((rc = get_int(o, "logprobs", 0, TY_SAMPLE_MAX_LOGPROBS, &k, err)) < 0)
+            return rc;
+        r->logprobs = rc == 0;
+    }
+    r->top_logprobs = (uint32_t)k;
+    return 0;
+}
+
+static int parse_stream(json_t *o, struct ty_api_request *r, struct ty_api_error *err)
+{
+    int rc = get_bool(o, "stream", &r->stream, err);
+    if (rc < 0)
+        return rc;
+    json_t *so = json_object_get(o, "stream_options");
+    if (!so || json_is_null(so))
+        return 0;
+    if (!json_is_object(so))
+        return BAD("stream_options", "'stream_options' must be an object");
+    if (!r->stream)
+        return BAD("stream_options", "'stream_options' is only allowed with 'stream': true");
+    rc = get_bool(so, "include_usage", &r->include_usage, err);
+    return rc < 0 ? rc : 0;
+}
+
+static int parse_lengths(json_t *o, struct ty_api_request *r, struct ty_api_error *err)
+{
+    int64_t v;
+    int rc = get_int(o, "max_completion_tokens", 1, INT32_MAX, &v, err);
+    if (rc < 0)
+        return rc;
+    if (rc == 0)
+        r->max_tokens = v;
+    if ((rc = get_int(o, "max_tokens", 1, INT32_MAX, &v, err)) < 0)
+        return rc;
+    if (rc == 0)
+        r->max_tokens = v;
+    if ((rc = get_int(o, "n", 1, TY_API_MAX_N, &v, err)) < 0)
+        return rc;
+    r->n = rc == 0 ? (uint32_t)v : 1;
+    if ((rc = get_int(o, "top_k", -1, 1 << 20, &v, err)) < 0)
+        return rc;
+    r->top_k = rc == 0 ? (int32_t)v : -1;
+    if ((rc = get_int(o, "seed", INT64_MIN, INT64_MAX, &v, err)) < 0)
+        return rc;
+    r->has_seed = rc == 0;
+    r->seed = (uint64_t)v;
+    return 0;
+}
+
+static int parse_sampling(json_t *o, struct ty_api_request *r, struct ty_api_error *err)
+{
+    int rc;
+    if ((rc = set_float(o, "temperature", 0, 2, &r->temperature, err)) ||
+        (rc = set_float(o, "top_p", 0, 1, &r->top_p, err)) ||
+        (rc = set_float(o, "min_p", 0, 1, &r->min_p, err)) ||
+        (rc = set_float(o, "presence_penalty", -2, 2, &r->presence_penalty, err)) ||
+        (rc = set_float(o, "frequency_penalty", -2, 2, &r->frequency_penalty, err)) ||
+        (rc = set_float(o, "repetition_penalty", 0.01, 10, &r->repetition_penalty, err)))
+        return rc;
+    if (json_object_get(o, "top_p") && r->top_p <= 0)
+        return BAD("top_p", "'top_p' must be greater than 0");
+    if ((rc = get_bool(o, "ignore_eos", &r->ignore_eos, err)) < 0)
+        return rc;
+    if ((rc = get_bool(o, "return_token_ids", &r->return_token_ids, err)) < 0)
+        return rc;
+    bool echo = false;
+    if ((rc = get_bool(o, "echo", &echo, err)) < 0)
+        return rc;
+    if (echo)
+        return BAD("echo", "'echo' is not supported");
+    json_t *model = json_object_get(o, "model");
+    if (model && !json_is_null(model) && !json_is_string(model))
+        return BAD("model", "'model' must be a string");
+    if (json_is_string(model))
+        r->model = strdup(json_string_value(model));
+    return 0;
+}
+
+int ty_api_parse_request(const char *body, size_t len, enum ty_api_kind kind,
+                         struct ty_api_request *r, struct ty_api_error *err)
+{
+    memset(r, 0, sizeof(*r));
+    r->kind = kind;
+    r->max_tokens = -1;
+    r->temperature = 1;
+    r->top_p = 1;
+    r->repetition_penalty = 1;
+    if (!ty_api_utf8_valid(body, len))
+        return BAD(NULL, "the request body is not valid UTF-8");
+    json_error_t je;
+    json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!o)
+        return BAD(NULL, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
+    int rc = 0;
+    if (!json_is_object(o))
+        rc = BAD(NULL, "the request body must be a JSON object");
+    if (!rc)
+        rc = kind == TY_API_CHAT ? parse_messages(o, r, err) : parse_prompt(o, r, err);
+    if (!rc)
+        rc = parse_lengths(o, r, err);
+    if (!rc)
+        rc = parse_sampling(o, r, err);
+    if (!rc)
+        rc = parse_stop(o, r, err);
+    if (!rc)
+        rc = parse_stream(o, r, err);
+    if (!rc)
+        rc = parse_logprobs(o, r, err);
+    json_decref(o);
+    if (rc == TY_ENOMEM)
+        ty_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    if (rc)
+        ty_api_request_clear(r);
+    return rc;
+}
+
+void ty_api_request_clear(struct ty_api_request *r)
+{
+    for (size_t i = 0; i < r->n_msgs; i++) {
+        free(r->msgs[i].role);
+        free(r->msgs[i].content);
+    }
+    free(r->msgs);
+    free(r->model);
+    free(r->prompt);
+    free(r->prompt_ids);
+    for (size_t i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    memset(r, 0, sizeof(*r));
+}

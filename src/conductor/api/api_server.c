@@ -1,0 +1,265 @@
+/* The API front door: routing, authentication, the event mailbox from the backend's thread,
+ * drain and close (tycho/api.h). */
+#include "api-impl.h"
+
+#include "tycho/errors.h"
+#include "tycho/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+void ty__api_send_json(ty_http_req_t *r, int status, json_t *o)
+{
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!s) {
+        ty_http_respond(r, 500, "application/json", NULL, "{}", 2);
+        return;
+    }
+    ty_http_respond(r, status, "application/json", NULL, s, strlen(s));
+    free(s);
+}
+
+void ty__api_send_error(ty_http_req_t *r, const struct ty_api_error *e)
+{
+    char *s = ty_api_error_json(e);
+    const char *extra = e->status == 429 ? "Retry-After: 1\r\n"
+                        : e->status == 503 ? "Retry-After: 5\r\n"
+                        : e->status == 401 ? "WWW-Authenticate: Bearer\r\n"
+                                           : NULL;
+    ty_http_respond(r, e->status, "application/json", extra, s ? s : "{}", s ? strlen(s) : 2);
+    free(s);
+}
+
+static bool authorized(ty_api_t *a, ty_http_req_t *r)
+{
+    if (!a->n_keys)
+        return true;
+    const char *h = ty_http_req_header(r, "authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7))
+        return false;
+    for (size_t i = 0; i < a->n_keys; i++)
+        if (!strcmp(h + 7, a->keys[i]))
+            return true;
+    return false;
+}
+
+enum route_id { R_CHAT, R_COMPL, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_HEALTH, R_METRICS };
+
+static const struct route {
+    const char *path, *method;
+    enum route_id id;
+} routes[] = {
+    {"/v1/chat/completions", "POST", R_CHAT}, {"/v1/completions", "POST", R_COMPL},
+    {"/v1/models", "GET", R_MODELS},          {"/tokenize", "POST", R_TOKENIZE},
+    {"/detokenize", "POST", R_DETOKENIZE},    {"/health", "GET", R_HEALTH},
+    {"/metrics", "GET", R_METRICS},
+};
+
+static void dispatch(ty_api_t *a, ty_http_req_t *r, enum route_id id)
+{
+    switch (id) {
+    case R_CHAT: ty__api_handle_generate(a, r, TY_API_CHAT); break;
+    case R_COMPL: ty__api_handle_generate(a, r, TY_API_COMPLETION); break;
+    case R_MODELS: ty__api_handle_models(a, r); break;
+    case R_TOKENIZE: ty__api_handle_tokenize(a, r); break;
+    case R_DETOKENIZE: ty__api_handle_detokenize(a, r); break;
+    case R_METRICS: ty__api_handle_metrics(a, r); break;
+    case R_HEALTH:
+        if (a->draining)
+            ty_http_respond(r, 503, "text/plain", NULL, "draining\n", 9);
+        else
+            ty_http_respond(r, 200, "text/plain", NULL, "", 0);
+        break;
+    }
+}
+
+static void on_request(void *arg, ty_http_req_t *r)
+{
+    ty_api_t *a = arg;
+    const char *path = ty_http_req_path(r), *method = ty_http_req_method(r);
+    struct ty_api_error e;
+    bool path_known = false;
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        if (strcmp(path, routes[i].path))
+            continue;
+        path_known = true;
+        bool head = !strcmp(method, "HEAD") && !strcmp(routes[i].method, "GET");
+        if (strcmp(method, routes[i].method) && !head)
+            continue;
+        if (!strncmp(path, "/v1/", 4) && !authorized(a, r)) {
+            ty_api_error_set(&e, 401, "invalid_request_error", NULL, "invalid_api_key",
+                             "missing or invalid API key (send Authorization: Bearer KEY)");
+            ty__api_send_error(r, &e);
+            return;
+        }
+        dispatch(a, r, routes[i].id);
+        return;
+    }
+    if (path_known)
+        ty_api_error_set(&e, 405, "invalid_request_error", NULL, "method_not_allowed",
+                         "method %s is not allowed on %s", method, path);
+    else
+        ty_api_error_set(&e, 404, "invalid_request_error", NULL, "not_found",
+                         "no such endpoint: %s %s", method, path);
+    ty__api_send_error(r, &e);
+}
+
+/* ---- mailbox: backend thread -> loop -------------------------------------------------------- */
+
+void ty_api_backend_event(void *arg, const struct ty_serve_event *ev)
+{
+    ty_api_t *a = arg;
+    char *text = NULL;
+    if (ev->text_len) {
+        text = malloc(ev->text_len + 1);
+        if (!text)
+            abort(); /* small metadata allocation (STYLE.md) */
+        memcpy(text, ev->text, ev->text_len);
+        text[ev->text_len] = 0;
+    }
+    pthread_mutex_lock(&a->mu);
+    if (a->n_mail == a->cap_mail) {
+        size_t cap = a->cap_mail ? a->cap_mail * 2 : 256;
+        struct ty__api_mail *nm = realloc(a->mail, cap * sizeof(*nm));
+        if (!nm)
+            abort();
+        a->mail = nm;
+        a->cap_mail = cap;
+    }
+    a->mail[a->n_mail].ev = *ev;
+    a->mail[a->n_mail].ev.text = NULL;
+    a->mail[a->n_mail++].text = text;
+    pthread_mutex_unlock(&a->mu);
+    uv_async_send(&a->async);
+}
+
+static void on_async(uv_async_t *h)
+{
+    ty_api_t *a = h->data;
+    pthread_mutex_lock(&a->mu);
+    struct ty__api_mail *mail = a->mail;
+    size_t n = a->n_mail;
+    a->mail = NULL;
+    a->n_mail = a->cap_mail = 0;
+    pthread_mutex_unlock(&a->mu);
+    for (size_t i = 0; i < n; i++) {
+        mail[i].ev.text = mail[i].text ? mail[i].text : "";
+        ty__api_on_event(a, &mail[i].ev);
+        free(mail[i].text);
+    }
+    free(mail);
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------------------- */
+
+void ty_api_set_keys(ty_api_t *a, const char *const *keys, size_t n)
+{
+    for (size_t i = 0; i < a->n_keys; i++)
+        free(a->keys[i]);
+    free(a->keys);
+    a->keys = n ? calloc(n, sizeof(char *)) : NULL;
+    a->n_keys = a->keys ? n : 0;
+    for (size_t i = 0; i < a->n_keys; i++)
+        a->keys[i] = strdup(keys[i]);
+}
+
+int ty_api_new(ty_api_t **out, uv_loop_t *loop, const struct ty_api_opts *o)
+{
+    if (!out || !loop || !o || !o->model || !o->backend.iface || !o->metrics || !o->model_name)
+        return TY_EINVAL;
+    ty_api_t *a = calloc(1, sizeof(*a));
+    if (!a)
+        return TY_ENOMEM;
+    a->loop = loop;
+    a->o = *o;
+    a->model_name = strdup(o->model_name);
+    a->model_path = o->model_path ? strdup(o->model_path) : NULL;
+    a->tok = ty_model_tokenizer(o->model);
+    a->next_seq = 1;
+    struct ty_serve_stats st;
+    o->backend.iface->stats(o->backend.context, &st);
+    a->max_ctx = st.max_ctx;
+    ty_api_set_keys(a, o->api_keys, o->n_api_keys);
+    pthread_mutex_init(&a->mu, NULL);
+    int rc = ty__api_metrics_init(a);
+    struct ty_http_server_opts ho = {
+        .host = o->host ? o->host : "127.0.0.1", .port = o->port,
+        .max_body_bytes = o->max_body_bytes, .header_timeout_ms = o->header_timeout_ms,
+        .body_timeout_ms = o->body_timeout_ms, .max_connections = o->max_connections,
+        .handler = on_request, .arg = a};
+    if (!rc)
+        rc = ty_http_server_new(&a->http, loop, &ho);
+    if (rc) {
+        ty_api_set_keys(a, NULL, 0);
+        pthread_mutex_destroy(&a->mu);
+        free(a->model_name);
+        free(a->model_path);
+        free(a);
+        return rc;
+    }
+    uv_async_init(loop, &a->async, on_async);
+    a->async.data = a;
+    *out = a;
+    return 0;
+}
+
+uint16_t ty_api_port(const ty_api_t *a)
+{
+    return ty_http_server_port(a->http);
+}
+
+uint32_t ty_api_n_inflight(const ty_api_t *a)
+{
+    return a->n_inflight;
+}
+
+void ty_api_drain(ty_api_t *a, void (*done)(void *arg), void *arg)
+{
+    a->draining = true;
+    a->drain_done = done;
+    a->drain_arg = arg;
+    if (!a->n_inflight && done) {
+        a->drain_done = NULL;
+        done(arg);
+    }
+}
+
+static void api_free_maybe(ty_api_t *a)
+{
+    if (--a->n_open_handles > 0)
+        return;
+    void (*cb)(void *) = a->close_cb;
+    void *arg = a->close_arg;
+    for (size_t i = 0; i < a->n_mail; i++)
+        free(a->mail[i].text);
+    free(a->mail);
+    ty_api_set_keys(a, NULL, 0);
+    pthread_mutex_destroy(&a->mu);
+    free(a->model_name);
+    free(a->model_path);
+    free(a);
+    if (cb)
+        cb(arg);
+}
+
+static void on_http_closed(void *arg)
+{
+    api_free_maybe(arg);
+}
+
+static void on_async_closed(uv_handle_t *h)
+{
+    api_free_maybe(h->data);
+}
+
+void ty_api_close(ty_api_t *a, void (*cb)(void *arg), void *arg)
+{
+    a->close_cb = cb;
+    a->close_arg = arg;
+    a->n_open_handles = 2;
+    ty__api_gen_abort_all(a);
+    ty_http_server_close(a->http, on_http_closed, a);
+    uv_close((uv_handle_t *)&a->async, on_async_closed);
+}

@@ -1,0 +1,540 @@
+/* The continuous-batching worker (tycho/decode.h). The token rules (EOS not reported, stop
+ * string cut, max_tokens, context full) are those of ty_engine_generate() in
+ * src/engine/generate.c, so a request served here gives the ids and text `tycho generate`
+ * gives for the same prompt and parameters. */
+#include "tycho/decode.h"
+
+#include "tycho/errors.h"
+#include "tycho/log.h"
+#include "tycho/tokenizer.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct wseq {
+    struct wseq *next;
+    uint64_t id;
+    uint32_t *hist; /* prompt then output */
+    size_t n_hist, cap_hist, n_prompt;
+    struct ty_gen_params gen;
+    char *stop[TY_SERVE_MAX_STOP];
+    size_t max_stop;
+    ty_kvseq_t *seq;
+    ty_sampler_t *sampler;
+    struct ty_detok detok;
+    char *text;
+    size_t n_text, cap_text, n_emitted;
+    uint32_t n_cached, n_out;
+    bool cancelled;
+};
+
+struct ty_decode_worker {
+    struct ty_decode_worker_opts o;
+    ty_engine_t *e;
+    const ty_model_t *m;
+    const ty_tokenizer_t *tok;
+    uint32_t V;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct wseq *inbox, **inbox_tail; /* under mu */
+    uint64_t *cancels;                /* under mu */
+    size_t n_cancels, cap_cancels;
+    uint32_t n_inbox;
+    bool stop;
+    struct ty_serve_stats stats;      /* under mu */
+    /* worker thread only */
+    struct wseq *waiting, **waiting_tail;
+    uint32_t n_waiting;
+    struct wseq **running;
+    uint32_t n_running;
+    float *logits;                    /* (max_running, V) */
+};
+
+static void wseq_free(ty_decode_worker_t *w, struct wseq *s)
+{
+    if (!s)
+        return;
+    ty_kvpool_seq_free(ty_engine_pool(w->e), s->seq);
+    ty_sampler_free(s->sampler);
+    for (size_t i = 0; i < TY_SERVE_MAX_STOP; i++)
+        free(s->stop[i]);
+    free(s->hist);
+    free(s->text);
+    free(s);
+}
+
+static void emit(ty_decode_worker_t *w, struct wseq *s, enum ty_serve_event_kind kind,
+                 const struct ty_sample *smp, size_t text_end, enum ty_finish fin, int error)
+{
+    struct ty_serve_event ev = {.id = s->id, .kind = kind, .finish = fin, .error = error};
+    if (smp)
+        ev.sample = *smp;
+    if (text_end > s->n_emitted) {
+        ev.text = s->text + s->n_emitted;
+        ev.text_len = text_end - s->n_emitted;
+        s->n_emitted = text_end;
+    } else {
+        ev.text = "";
+    }
+    ev.n_prompt = (uint32_t)s->n_prompt;
+    ev.n_cached = s->n_cached;
+    ev.n_output = s->n_out;
+    w->o.event_cb(w->o.event_arg, &ev);
+}
+
+static int push_text(struct wseq *s, const char *t, size_t n)
+{
+    if (s->n_text + n + 1 > s->cap_text) {
+        size_t cap = s->cap_text ? s->cap_text * 2 : 256;
+        while (cap < s->n_text + n + 1)
+            cap *= 2;
+        char *nt = realloc(s->text, cap);
+        if (!nt)
+            return TY_ENOMEM;
+        s->text = nt;
+        s->cap_text = cap;
+    }
+    memcpy(s->text + s->n_text, t, n);
+    s->n_text += n;
+    s->text[s->n_text] = 0;
+    return 0;
+}
+
+/* ---- submit / cancel / stats (any thread) ----------------------------------------------------- */
+
+static int wseq_build(ty_decode_worker_t *w, const struct ty_serve_request *r, struct wseq **out)
+{
+    struct wseq *s = calloc(1, sizeof(*s));
+    if (!s)
+        return TY_ENOMEM;
+    s->id = r->id;
+    s->gen = r->gen;
+    s->gen.stop = NULL;
+    s->gen.n_stop = 0;
+    s->cap_hist = r->n_prompt + (r->gen.max_tokens < 4096 ? r->gen.max_tokens : 4096) + 1;
+    s->hist = malloc(s->cap_hist * sizeof(uint32_t));
+    int rc = s->hist ? 0 : TY_ENOMEM;
+    for (size_t i = 0; !rc && i < r->gen.n_stop && i < TY_SERVE_MAX_STOP; i++) {
+        if (!(s->stop[i] = strdup(r->gen.stop[i])))
+            rc = TY_ENOMEM;
+        else if (strlen(s->stop[i]) > s->max_stop)
+            s->max_stop = strlen(s->stop[i]);
+    }
+    if (!rc)
+        rc = ty_sampler_new(&s->sampler, &r->gen.sampling, w->V);
+    if (rc) {
+        free(s->hist);
+        for (size_t i = 0; i < TY_SERVE_MAX_STOP; i++)
+            free(s->stop[i]);
+        ty_sampler_free(s->sampler);
+        free(s);
+        return rc;
+    }
+    memcpy(s->hist, r->prompt, r->n_prompt * sizeof(uint32_t));
+    s->n_hist = s->n_prompt = r->n_prompt;
+    if (w->tok)
+        ty_detok_init(&s->detok, w->tok);
+    *out = s;
+    return 0;
+}
+
+static int worker_submit(void *ctx, const struct ty_serve_request *r)
+{
+    ty_decode_worker_t *w = ctx;
+    uint32_t max_ctx = ty_engine_max_ctx(w->e);
+    if (!r->prompt || !r->n_prompt || !r->gen.max_tokens)
+        return TY_EINVAL;
+    for (size_t i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] >= w->V)
+            return TY_EINVAL;
+    if (r->n_prompt + 1 > max_ctx)
+        return TY_ERANGE;
+    struct wseq *s;
+    int rc = wseq_build(w, r, &s);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&w->mu);
+    if (w->stop)
+        rc = TY_ESHUTDOWN;
+    else if (w->stats.waiting >= w->o.max_waiting)
+        rc = TY_EREJECTED;
+    if (!rc) {
+        *w->inbox_tail = s;
+        w->inbox_tail = &s->next;
+        w->n_inbox++;
+        w->stats.waiting++;
+        pthread_cond_signal(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (rc)
+        wseq_free(w, s);
+    return rc;
+}
+
+static int worker_cancel(void *ctx, uint64_t id)
+{
+    ty_decode_worker_t *w = ctx;
+    int rc = 0;
+    pthread_mutex_lock(&w->mu);
+    if (w->n_cancels == w->cap_cancels) {
+        size_t cap = w->cap_cancels ? w->cap_cancels * 2 : 64;
+        uint64_t *nc = realloc(w->cancels, cap * sizeof(uint64_t));
+        if (nc) {
+            w->cancels = nc;
+            w->cap_cancels = cap;
+        }
+    }
+    if (w->n_cancels < w->cap_cancels) {
+        w->cancels[w->n_cancels++] = id;
+        pthread_cond_signal(&w->cv);
+    } else {
+        rc = TY_ENOMEM;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+static void worker_stats(void *ctx, struct ty_serve_stats *out)
+{
+    ty_decode_worker_t *w = ctx;
+    pthread_mutex_lock(&w->mu);
+    *out = w->stats;
+    pthread_mutex_unlock(&w->mu);
+}
+
+static const struct ty_serve_backend_i worker_iface = {
+    .submit = worker_submit,
+    .cancel = worker_cancel,
+    .stats = worker_stats,
+};
+
+struct ty_serve_backend ty_decode_worker_backend(ty_decode_worker_t *w)
+{
+    return (struct ty_serve_backend){&worker_iface, w};
+}
+
+/* ---- the worker thread ------------------------------------------------------------------------- */
+
+static void publish_stats(ty_decode_worker_t *w)
+{
+    ty_kvpool_t *p = ty_engine_pool(w->e);
+    pthread_mutex_lock(&w->mu);
+    w->stats.running = w->n_running;
+    w->stats.waiting = w->n_waiting + w->n_inbox;
+    w->stats.kv_pages_total = ty_kvpool_pages_total(p);
+    w->stats.kv_usage = w->stats.kv_pages_total
+                            ? (double)ty_kvpool_pages_used(p) / w->stats.kv_pages_total
+                            : 0;
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Drop the running or waiting sequence `id` (an ERROR ECANCELED event). */
+static void apply_cancel(ty_decode_worker_t *w, uint64_t id)
+{
+    for (uint32_t i = 0; i < w->n_running; i++) {
+        if (w->running[i]->id == id) {
+            struct wseq *s = w->running[i];
+            w->running[i] = w->running[--w->n_running];
+            emit(w, s, TY_SERVE_EV_ERROR, NULL, 0, TY_FINISH_NONE, TY_ECANCELED);
+            wseq_free(w, s);
+            return;
+        }
+    }
+    for (struct wseq **pp = &w->waiting; *pp; pp = &(*pp)->next) {
+        if ((*pp)->id == id) {
+            struct wseq *s = *pp;
+            *pp = s->next;
+            if (w->waiting_tail == &s->next)
+                w->waiting_tail = pp;
+            w->n_waiting--;
+            emit(w, s, TY_SERVE_EV_ERROR, NULL, 0, TY_FINISH_NONE, TY_ECANCELED);
+            wseq_free(w, s);
+            return;
+        }
+    }
+}
+
+/* Move the inbox to the waiting queue and apply cancels; block while there is nothing to do.
+ * Returns false when the worker must stop. */
+static bool take_inbox(ty_decode_worker_t *w)
+{
+    pthread_mutex_lock(&w->mu);
+    while (!w->stop && !w->inbox && !w->n_cancels && !w->n_running && !w->n_waiting)
+        pthread_cond_wait(&w->cv, &w->mu);
+    struct wseq *in = w->inbox;
+    uint32_t n_in = w->n_inbox;
+    w->inbox = NULL;
+    w->inbox_tail = &w->inbox;
+    w->n_inbox = 0;
+    size_t nc = w->n_cancels;
+    uint64_t ids[64];
+    if (nc > 64)
+        nc = 64;
+    if (nc) {
+        memcpy(ids, w->cancels, nc * sizeof(uint64_t));
+        memmove(w->cancels, w->cancels + nc, (w->n_cancels - nc) * sizeof(uint64_t));
+        w->n_cancels -= nc;
+    }
+    bool stop = w->stop;
+    pthread_mutex_unlock(&w->mu);
+    if (in) {
+        *w->waiting_tail = in;
+        while (in->next)
+            in = in->next;
+        w->waiting_tail = &in->next;
+        w->n_waiting += n_in;
+    }
+    for (size_t i = 0; i < nc; i++)
+        apply_cancel(w, ids[i]);
+    return !stop;
+}
+
+/* Admit waiting requests in FIFO order while their pages can be reserved. */
+static void admit(ty_decode_worker_t *w)
+{
+    ty_kvpool_t *p = ty_engine_pool(w->e);
+    uint32_t max_ctx = ty_engine_max_ctx(w->e);
+    while (w->waiting && w->n_running < w->o.max_running) {
+        struct wseq *s = w->waiting;
+        int rc = ty_kvpool_seq_new(p, &s->seq);
+        int cached = rc ? rc : ty_kvpool_seq_match_prefix(p, s->seq, s->hist, s->n_prompt);
+        uint64_t total = s->n_prompt + (uint64_t)s->gen.max_tokens;
+        if (total > max_ctx)
+            total = max_ctx;
+        if (cached >= 0)
+            rc = ty_kvpool_seq_reserve(p, s->seq, (uint32_t)(total - (uint64_t)cached));
+        else
+            rc = cached;
+        if (rc == TY_ENOCAPACITY && w->n_running) {
+            ty_kvpool_seq_free(p, s->seq); /* wait for pages to free up */
+            s->seq = NULL;
+            return;
+        }
+        w->waiting = s->next;
+        if (!w->waiting)
+            w->waiting_tail = &w->waiting;
+        w->n_waiting--;
+        s->next = NULL;
+        if (rc) {
+            emit(w, s, TY_SERVE_EV_ERROR, NULL, 0, TY_FINISH_NONE, rc);
+            wseq_free(w, s);
+            continue;
+        }
+        s->n_cached = (uint32_t)cached;
+        w->running[w->n_running++] = s;
+    }
+}
+
+/* Cut the text at the first stop string that now appears (as generate.c's check_stop). */
+static bool check_stop(struct wseq *s, size_t before)
+{
+    for (size_t i = 0; i < TY_SERVE_MAX_STOP && s->stop[i]; i++) {
+        size_t sl = strlen(s->stop[i]);
+        size_t from = before > sl ? before - sl + 1 : 0;
+        char *hit = s->text ? strstr(s->text + from, s->stop[i]) : NULL;
+        if (hit) {
+            s->n_text = (size_t)(hit - s->text);
+            s->text[s->n_text] = 0;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Text that can be sent: all of it, less what could still start a stop string, never
+ * ending inside a UTF-8 character. */
+static size_t safe_end(const struct wseq *s)
+{
+    if (!s->max_stop)
+        return s->n_text;
+    size_t end = s->n_text > s->max_stop - 1 ? s->n_text - (s->max_stop - 1) : 0;
+    while (end > s->n_emitted && ((unsigned char)s->text[end] & 0xc0) == 0x80)
+        end--;
+    return end < s->n_emitted ? s->n_emitted : end;
+}
+
+/* Record sampled token `smp` for `s`. Returns the finish reason (NONE: keeps going). */
+static enum ty_finish accept_token(ty_decode_worker_t *w, struct wseq *s,
+                                   const struct ty_sample *smp, int *err)
+{
+    if (!s->gen.ignore_eos && ty_model_is_eog(w->m, smp->id))
+        return TY_FINISH_EOS;
+    if (s->n_hist == s->cap_hist) {
+        uint32_t *nh = realloc(s->hist, (s->cap_hist * 2) * sizeof(uint32_t));
+        if (!nh) {
+            *err = TY_ENOMEM;
+            return TY_FINISH_NONE;
+        }
+        s->hist = nh;
+        s->cap_hist *= 2;
+    }
+    s->hist[s->n_hist++] = smp->id;
+    s->n_out++;
+    enum ty_finish fin = TY_FINISH_NONE;
+    if (w->tok) {
+        char piece[64];
+        int n = ty_detok_feed(&s->detok, smp->id, piece, sizeof(piece));
+        size_t before = s->n_text;
+        if (n > 0 && (*err = push_text(s, piece, (size_t)n)))
+            return TY_FINISH_NONE;
+        if (check_stop(s, before))
+            fin = TY_FINISH_STOP;
+    }
+    if (!fin && s->n_out >= s->gen.max_tokens)
+        fin = TY_FINISH_LENGTH;
+    if (!fin && ty_kvseq_n_tokens(s->seq) + 1 >= ty_engine_max_ctx(w->e))
+        fin = TY_FINISH_CTX;
+    return fin;
+}
+
+/* Sample the next token of `s` from its logits row and report it; true when s finished. */
+static bool sample_and_report(ty_decode_worker_t *w, struct wseq *s, float *row)
+{
+    struct ty_sample smp;
+    int err = ty_sampler_sample(s->sampler, row, s->hist, s->n_hist, &smp);
+    enum ty_finish fin = err ? TY_FINISH_NONE : accept_token(w, s, &smp, &err);
+    if (err) {
+        emit(w, s, TY_SERVE_EV_ERROR, NULL, 0, TY_FINISH_NONE, err);
+        return true;
+    }
+    if (fin != TY_FINISH_EOS)
+        emit(w, s, TY_SERVE_EV_TOKEN, &smp, fin ? s->n_text : safe_end(s), fin, 0);
+    if (!fin)
+        return false;
+    if (w->tok && fin != TY_FINISH_STOP) {
+        char tail[64];
+        int k = ty_detok_flush(&s->detok, tail, sizeof(tail));
+        if (k > 0)
+            push_text(s, tail, (size_t)k);
+    }
+    emit(w, s, TY_SERVE_EV_DONE, NULL, s->n_text, fin, 0);
+    return true;
+}
+
+/* One step: every decoding sequence's next token plus prefill chunks of the others, within
+ * the step's token budget; then sample the sequences whose pending tokens are all in. */
+static int step(ty_decode_worker_t *w)
+{
+    struct ty_batch_seq bs[w->n_running ? w->n_running : 1];
+    uint32_t map[w->n_running ? w->n_running : 1], nb = 0, budget = w->o.step_tokens;
+    for (int pass = 0; pass < 2; pass++) { /* decodes first, then prefill chunks */
+        for (uint32_t i = 0; i < w->n_running && budget; i++) {
+            struct wseq *s = w->running[i];
+            uint32_t have = ty_kvseq_n_tokens(s->seq), left = (uint32_t)(s->n_hist - have);
+            bool decoding = have >= s->n_prompt;
+            if (!left || decoding != (pass == 0))
+                continue;
+            uint32_t n = left < budget ? left : budget;
+            bs[nb] = (struct ty_batch_seq){.seq = s->seq, .tokens = s->hist + have, .n = n};
+            map[nb++] = i;
+            budget -= n;
+        }
+    }
+    if (!nb)
+        return 0;
+    struct ty_batch b = {.seqs = bs, .n_seqs = nb};
+    int rc = ty_engine_forward(w->e, &b, w->logits);
+    bool done[w->n_running];
+    memset(done, 0, sizeof(done));
+    for (uint32_t k = 0; k < nb; k++) {
+        struct wseq *s = w->running[map[k]];
+        if (rc) {
+            emit(w, s, TY_SERVE_EV_ERROR, NULL, 0, TY_FINISH_NONE, rc);
+            done[map[k]] = true;
+        } else if (ty_kvseq_n_tokens(s->seq) == s->n_hist) {
+            done[map[k]] = sample_and_report(w, s, w->logits + (size_t)k * w->V);
+        }
+    }
+    for (uint32_t i = w->n_running; i-- > 0;) {
+        if (done[i]) {
+            wseq_free(w, w->running[i]);
+            w->running[i] = w->running[--w->n_running];
+        }
+    }
+    pthread_mutex_lock(&w->mu);
+    w->stats.steps++;
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+static void *worker_main(void *arg)
+{
+    ty_decode_worker_t *w = arg;
+    while (take_inbox(w)) {
+        admit(w);
+        publish_stats(w);
+        int rc = step(w);
+        if (rc)
+            TY_LOG_WARN("decode", "forward step failed: %s", ty_strerror(rc));
+        publish_stats(w);
+    }
+    return NULL;
+}
+
+int ty_decode_worker_new(ty_decode_worker_t **out, const struct ty_decode_worker_opts *opts)
+{
+    if (!out || !opts || !opts->engine || !opts->event_cb)
+        return TY_EINVAL;
+    ty_decode_worker_t *w = calloc(1, sizeof(*w));
+    if (!w)
+        return TY_ENOMEM;
+    w->o = *opts;
+    if (!w->o.max_running)
+        w->o.max_running = 64;
+    if (!w->o.max_waiting)
+        w->o.max_waiting = 1024;
+    if (!w->o.step_tokens)
+        w->o.step_tokens = 256;
+    w->e = opts->engine;
+    w->m = ty_engine_model(w->e);
+    w->tok = ty_model_tokenizer(w->m);
+    w->V = ty_model_config(w->m)->n_vocab;
+    w->inbox_tail = &w->inbox;
+    w->waiting_tail = &w->waiting;
+    w->running = calloc(w->o.max_running, sizeof(*w->running));
+    w->logits = malloc((size_t)w->o.max_running * w->V * sizeof(float));
+    w->stats.max_ctx = ty_engine_max_ctx(w->e);
+    w->stats.kv_block_tokens = ty_kvpool_block_tokens(ty_engine_pool(w->e));
+    w->stats.kv_pages_total = ty_kvpool_pages_total(ty_engine_pool(w->e));
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    if (!w->running || !w->logits || pthread_create(&w->thread, NULL, worker_main, w)) {
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        free(w->running);
+        free(w->logits);
+        free(w);
+        return TY_ENOMEM;
+    }
+    *out = w;
+    return 0;
+}
+
+void ty_decode_worker_free(ty_decode_worker_t *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL);
+    for (uint32_t i = 0; i < w->n_running; i++)
+        wseq_free(w, w->running[i]);
+    for (struct wseq *s = w->waiting, *n; s; s = n) {
+        n = s->next;
+        wseq_free(w, s);
+    }
+    for (struct wseq *s = w->inbox, *n; s; s = n) {
+        n = s->next;
+        wseq_free(w, s);
+    }
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w->cancels);
+    free(w->running);
+    free(w->logits);
+    free(w);
+}

@@ -1,0 +1,86 @@
+// The official `openai` npm client against `tycho serve` on stories260K: chat and completions,
+// streaming and not. Expected text comes from `tycho generate` (temperature 0).
+// Usage: node openai_client.mjs TYCHO_BINARY. Exit 77 when the package or the model is missing.
+import { spawn, execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+
+const tycho = process.argv[2];
+const model = path.join(process.env.TYCHO_TEST_DATA || '', 'models/stories260K/stories260K.gguf');
+const pkg = path.join(process.env.TYCHO_PEERS_DIR || '/opt/tycho-peers',
+                      'openai/node_modules/openai/index.mjs');
+if (!existsSync(model) || !existsSync(pkg)) {
+  console.log('skip: missing', existsSync(model) ? pkg : model);
+  process.exit(77);
+}
+const { default: OpenAI } = await import(pathToFileURL(pkg).href);
+
+const port = await new Promise((res) => {
+  const s = net.createServer().listen(0, '127.0.0.1', () => {
+    const p = s.address().port;
+    s.close(() => res(p));
+  });
+});
+const srv = spawn(tycho, ['serve', '--model', model, '--port', String(port), '--api-key', 'k1'],
+                  { stdio: ['ignore', 'ignore', 'inherit'] });
+let failed = false;
+function check(cond, what) {
+  console.log(cond ? 'ok:' : 'FAIL:', what);
+  if (!cond) failed = true;
+}
+try {
+  const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'k1', maxRetries: 0 });
+  for (let i = 0; i < 100; i++) {
+    try { await client.models.list(); break; } catch { await new Promise((r) => setTimeout(r, 100)); }
+  }
+  const models = await client.models.list();
+  check(models.data[0].id === 'stories260K', 'models.list');
+  const prompt = 'Once upon a time';
+  const ref = JSON.parse(execFileSync(tycho, ['generate', '--model', model, '--prompt', prompt,
+                                              '-n', '32', '--temp', '0', '--json']));
+  const c = await client.completions.create({ model: 'stories260K', prompt, max_tokens: 32,
+                                              temperature: 0 });
+  check(c.choices[0].text === ref.text && c.usage.completion_tokens === ref.output_ids.length,
+        'completions.create');
+  const ch = await client.chat.completions.create({
+    model: 'stories260K', messages: [{ role: 'user', content: prompt }], max_tokens: 32,
+    temperature: 0 });
+  check(ch.choices[0].message.content === ref.text && ch.choices[0].message.role === 'assistant',
+        'chat.completions.create');
+  let text = '', usage = null;
+  const s1 = await client.chat.completions.create({
+    model: 'stories260K', messages: [{ role: 'user', content: prompt }], max_tokens: 32,
+    temperature: 0, stream: true, stream_options: { include_usage: true } });
+  for await (const chunk of s1) {
+    if (chunk.choices.length) text += chunk.choices[0].delta.content || '';
+    if (chunk.usage) usage = chunk.usage;
+  }
+  check(text === ref.text && usage && usage.completion_tokens === ref.output_ids.length,
+        'chat streaming with include_usage');
+  text = '';
+  const s2 = await client.completions.create({ model: 'stories260K', prompt, max_tokens: 32,
+                                               temperature: 0, stream: true });
+  for await (const chunk of s2) text += chunk.choices[0]?.text || '';
+  check(text === ref.text, 'completions streaming');
+  try {
+    await client.chat.completions.create({ model: 'nope', messages: [{ role: 'user', content: 'x' }] });
+    check(false, 'unknown model raises');
+  } catch (e) {
+    check(e.status === 404, `unknown model raises NotFoundError (${e.status})`);
+  }
+  try {
+    await new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'bad', maxRetries: 0 })
+      .models.list();
+    check(false, 'bad key raises');
+  } catch (e) {
+    check(e.status === 401, `bad key raises AuthenticationError (${e.status})`);
+  }
+} catch (e) {
+  console.log('FAIL:', e);
+  failed = true;
+} finally {
+  srv.kill('SIGTERM');
+}
+process.exit(failed ? 1 : 0);

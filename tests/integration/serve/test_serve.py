@@ -1,0 +1,382 @@
+#!/usr/bin/env python3
+"""Integration tests of `tycho serve` on stories260K: real processes on loopback ports.
+
+Usage: test_serve.py TYCHO_BINARY CASE   (CASE: malformed, greedy, concurrent, disconnect,
+auth_drain). Exits 77 when the shared test data is missing. Expected token ids come from
+running `tycho generate` (a separate code path: ty_engine_generate), not from the server.
+"""
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+TYCHO = sys.argv[1]
+CASE = sys.argv[2]
+DATA = os.environ.get("TYCHO_TEST_DATA", "")
+MODEL = os.path.join(DATA, "models/stories260K/stories260K.gguf")
+PROMPTS = ["Once upon a time", "The little dog", "Lily and Tom went to the park",
+           "One day, a big bear"]
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Server:
+    def __init__(self, *extra):
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [TYCHO, "serve", "--model", MODEL, "--port", str(self.port),
+             "--limits.max_body_bytes=64K", "--limits.header_timeout=2s",
+             "--limits.body_timeout=2s", *extra],
+            stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            try:
+                if self.get("/health")[0] == 200:
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("server did not start: " + self.proc.stderr.read())
+
+    def conn(self, timeout=30):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def get(self, path):
+        c = self.conn(5)
+        c.request("GET", path)
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        return r.status, body
+
+    def post(self, path, obj, headers=None):
+        c = self.conn()
+        body = obj if isinstance(obj, (bytes, str)) else json.dumps(obj)
+        c.request("POST", path, body=body, headers=headers or {"Content-Type": "application/json"})
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r.status, data, r
+
+    def raw(self, data, timeout=10, slow=None):
+        """Send raw bytes (optionally one byte per `slow` seconds); return the response head."""
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+        out = b""
+        try:
+            if slow:
+                for b in data:
+                    s.sendall(bytes([b]))
+                    time.sleep(slow)
+                    s.setblocking(False)
+                    try:
+                        first = s.recv(65536)
+                    except BlockingIOError:
+                        first = None
+                    s.setblocking(True)
+                    if first is not None:
+                        out = first
+                        break
+            else:
+                s.sendall(data)
+            out = out if slow else b""
+            while b"\r\n\r\n" not in out or len(out) < out.find(b"\r\n\r\n") + 4 + content_len(out):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+            return out
+        except (BrokenPipeError, ConnectionResetError):
+            return out
+        finally:
+            s.close()
+
+    def metric(self, name):
+        _, body = self.get("/metrics")
+        for line in body.decode().splitlines():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                return float(line.rsplit(" ", 1)[1])
+        raise KeyError(name)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return self.proc.wait()
+
+
+def content_len(head):
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return int(line.split(b":")[1])
+    return 0
+
+
+def generate(prompt, n):
+    out = subprocess.run([TYCHO, "generate", "--model", MODEL, "--prompt", prompt, "-n", str(n),
+                          "--temp", "0", "--json"], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def check(cond, what):
+    if not cond:
+        print("FAIL:", what)
+        sys.exit(1)
+    print("ok:", what)
+
+
+def sse_events(resp):
+    """Parse an SSE body from an http.client response into a list of JSON objects / 'DONE'."""
+    events, buf = [], b""
+    while True:
+        chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(65536)
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n\n" in buf:
+            ev, buf = buf.split(b"\n\n", 1)
+            assert ev.startswith(b"data: "), ev
+            payload = ev[6:]
+            events.append("DONE" if payload == b"[DONE]" else json.loads(payload))
+    return events
+
+
+# ---- cases --------------------------------------------------------------------------------
+
+def err_of(body):
+    e = json.loads(body)["error"]
+    assert set(e) >= {"message", "type", "param", "code"}, e
+    return e
+
+
+def case_malformed(srv):
+    ok = {"n": 0, "bad": 0, "stop": False}
+
+    def good_client():
+        while not ok["stop"]:
+            st, body, _ = srv.post("/v1/completions", {"prompt": "Once upon a time",
+                                                        "max_tokens": 8, "temperature": 0})
+            if st == 200 and json.loads(body)["choices"][0]["text"]:
+                ok["n"] += 1
+            else:
+                ok["bad"] += 1
+    t = threading.Thread(target=good_client)
+    t.start()
+    C, X = "/v1/chat/completions", "/v1/completions"
+    msgs = [{"role": "user", "content": "hi"}]
+    json_cases = [
+        ("bad JSON", X, b'{"prompt": "x",', 400, None),
+        ("body not an object", X, b'[1,2]', 400, None),
+        ("prompt wrong type", X, {"prompt": 5}, 400, "prompt"),
+        ("missing prompt", X, {"max_tokens": 3}, 400, "prompt"),
+        ("missing messages", C, {"model": "stories260K"}, 400, "messages"),
+        ("messages not array", C, {"messages": "hi"}, 400, "messages"),
+        ("bad role", C, {"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages"),
+        ("negative max_tokens", X, {"prompt": "x", "max_tokens": -5}, 400, "max_tokens"),
+        ("max_tokens string", X, {"prompt": "x", "max_tokens": "5"}, 400, "max_tokens"),
+        ("n=0", C, {"messages": msgs, "n": 0}, 400, "n"),
+        ("temperature=-1", C, {"messages": msgs, "temperature": -1}, 400, "temperature"),
+        ("top_p=1.5", X, {"prompt": "x", "top_p": 1.5}, 400, "top_p"),
+        ("presence_penalty=3", X, {"prompt": "x", "presence_penalty": 3}, 400,
+         "presence_penalty"),
+        ("stop wrong type", X, {"prompt": "x", "stop": 7}, 400, "stop"),
+        ("stream not bool", X, {"prompt": "x", "stream": "yes"}, 400, "stream"),
+        ("stream_options without stream", X, {"prompt": "x", "stream_options":
+                                              {"include_usage": True}}, 400, "stream_options"),
+        ("top_logprobs=50", C, {"messages": msgs, "logprobs": True, "top_logprobs": 50}, 400,
+         "top_logprobs"),
+        ("unknown model", X, {"prompt": "x", "model": "gpt-9"}, 404, "model"),
+        ("invalid UTF-8", X, b'{"prompt": "\xff\xfe bad"}', 400, None),
+        ("prompt beyond context", X, {"prompt": "Once upon a time " * 600}, 400, None),
+        ("token id outside vocab", X, {"prompt": [1, 99999]}, 400, "prompt"),
+        ("max_tokens beyond context", X, {"prompt": "x", "max_tokens": 100000}, 400,
+         "max_tokens"),
+    ]
+    for name, path, body, status, param in json_cases:
+        st, data, _ = srv.post(path, body)
+        e = err_of(data)
+        check(st == status and (param is None or e["param"] == param),
+              f"{name}: {st} param={e['param']}")
+    st, data = srv.get("/v1/nope")
+    check(st == 404 and err_of(data), "unknown path: 404")
+    st, data = srv.get("/v1/completions")
+    check(st == 405 and err_of(data), "GET on a POST endpoint: 405")
+    big = json.dumps({"prompt": "x" * 70000}).encode()
+    st, data, _ = srv.post(X, big)
+    check(st == 413 and err_of(data), "body over 64K: 413")
+    head = srv.raw(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                   b"".join(b"8000\r\n" + b"a" * 0x8000 + b"\r\n" for _ in range(3)))
+    check(head.startswith(b"HTTP/1.1 413"), "chunked body over 64K: 413")
+    head = srv.raw(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n")
+    check(head.startswith(b"HTTP/1.1 431"), "oversized headers: 431")
+    head = srv.raw(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n")
+    check(head.startswith(b"HTTP/1.1 400"), "bad Content-Length: 400")
+    head = srv.raw(b"BREW /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n")
+    check(head.startswith(b"HTTP/1.1 400") or head.startswith(b"HTTP/1.1 405"),
+          "unsupported method: 4xx")
+    head = srv.raw(b"this is not http\r\n\r\n")
+    check(head.startswith(b"HTTP/1.1 400"), "garbage request line: 400")
+    t0 = time.time()
+    head = srv.raw(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n{",
+                   timeout=10)
+    check(head.startswith(b"HTTP/1.1 408") and time.time() - t0 < 5, "body never completes: 408")
+    t0 = time.time()
+    n_before = ok["n"]
+    head = srv.raw(b"GET /health HTTP/1.1\r\nHost: localhost\r\nUser-Agent: slowloris\r\n\r\n",
+                   timeout=10, slow=1.0)
+    check(head.startswith(b"HTTP/1.1 408") and time.time() - t0 < 6,
+          f"one byte a second: cut off with 408 after {time.time() - t0:.1f}s")
+    check(ok["n"] > n_before, "other clients served during the slow-loris")
+    # pipelining: two requests in one write get two responses in order
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+    s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\n\r\n")
+    got = b""
+    while got.count(b"HTTP/1.1 ") < 2 or not got.rstrip().endswith(b"}"):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    s.close()
+    first, second = got.find(b"HTTP/1.1 200"), got.find(b"HTTP/1.1 404")
+    check(0 <= first < second, "pipelined requests answered in order")
+    ok["stop"] = True
+    t.join()
+    check(ok["n"] > 5 and ok["bad"] == 0, f"concurrent good client: {ok['n']} ok, {ok['bad']} bad")
+    check(srv.proc.poll() is None, "server still running")
+
+
+def case_greedy(srv):
+    for p in PROMPTS:
+        ref = generate(p, 48)
+        st, data, _ = srv.post("/v1/completions", {"prompt": p, "max_tokens": 48,
+                                                    "temperature": 0, "return_token_ids": True})
+        ch = json.loads(data)["choices"][0]
+        check(st == 200 and ch["token_ids"] == ref["output_ids"] and ch["text"] == ref["text"],
+              f"completions == tycho generate for {p!r}")
+        # chat on a model without a template: the message content is the prompt
+        st, data, _ = srv.post("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": p}], "max_tokens": 48, "temperature": 0})
+        check(st == 200 and json.loads(data)["choices"][0]["message"]["content"] == ref["text"],
+              f"chat == tycho generate for {p!r}")
+        c = srv.conn()
+        c.request("POST", "/v1/completions", json.dumps({
+            "prompt": p, "max_tokens": 48, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}))
+        ev = sse_events(c.getresponse())
+        text = "".join(e["choices"][0]["text"] for e in ev[:-1] if e != "DONE" and e["choices"])
+        usage = [e for e in ev if e != "DONE" and e.get("usage")]
+        check(ev[-1] == "DONE" and text == ref["text"] and usage and
+              usage[0]["usage"]["completion_tokens"] == len(ref["output_ids"]),
+              f"streamed text and usage == tycho generate for {p!r}")
+    st, data, _ = srv.post("/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 48,
+                                                "temperature": 0, "stop": [" girl"]})
+    ref = generate(PROMPTS[0], 48)["text"]
+    ch = json.loads(data)["choices"][0]
+    check(ch["text"] == ref[:ref.find(" girl")] and ch["finish_reason"] == "stop",
+          "stop string cuts the text before the match")
+    st, data, _ = srv.post("/tokenize", {"prompt": PROMPTS[0]})
+    toks = json.loads(data)["tokens"]
+    check(toks == generate(PROMPTS[0], 1)["prompt_ids"], "/tokenize == tycho generate's ids")
+    st, data, _ = srv.post("/detokenize", {"tokens": ref and generate(PROMPTS[0], 48)["output_ids"]})
+    check(json.loads(data)["prompt"].strip() == ref.strip(), "/detokenize gives the text back")
+
+
+def case_concurrent(srv):
+    refs = {p: generate(p, 40)["text"] for p in PROMPTS}
+    results = [None] * 64
+
+    def one(i):
+        p = PROMPTS[i % len(PROMPTS)]
+        c = srv.conn(60)
+        c.request("POST", "/v1/chat/completions", json.dumps({
+            "messages": [{"role": "user", "content": p}], "max_tokens": 40,
+            "temperature": 0, "stream": True}))
+        ev = sse_events(c.getresponse())
+        text = "".join(e["choices"][0]["delta"].get("content", "") for e in ev
+                       if e != "DONE" and e["choices"])
+        results[i] = ev[-1] == "DONE" and text == refs[p]
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(64)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    check(all(results), f"64 concurrent streams complete and correct ({sum(map(bool, results))}/64)")
+
+
+def case_disconnect(srv):
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 2000, "n": 16,
+                       "ignore_eos": True, "temperature": 0.8, "stream": True}).encode()
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" %
+              len(body) + body)
+    got = b""
+    while got.count(b"data: ") < 40:
+        got += s.recv(65536)
+    running = srv.metric("vllm:num_requests_running")
+    check(running >= 1, f"running while streaming: {running}")
+    s.close()
+    deadline = time.time() + 5
+    while time.time() < deadline and srv.metric("vllm:num_requests_running") > 0:
+        time.sleep(0.05)
+    check(srv.metric("vllm:num_requests_running") == 0, "disconnect cancels: running drops to 0")
+    check(srv.metric("vllm:kv_cache_usage_perc") == 0, "its KV pages are freed")
+    check(srv.metric("vllm:generation_tokens_total") < 16 * 2000, "it did not run to the end")
+    _, m = srv.get("/metrics")
+    check(b'finished_reason="abort"} 1' in m, "the abort is counted")
+
+
+def case_auth_drain(srv):
+    st, data, _ = srv.post("/v1/completions", {"prompt": "x", "max_tokens": 2})
+    check(st == 401 and err_of(data)["code"] == "invalid_api_key", "no key: 401")
+    hdr = {"Authorization": "Bearer wrong"}
+    st, data, _ = srv.post("/v1/completions", {"prompt": "x", "max_tokens": 2}, hdr)
+    check(st == 401, "wrong key: 401")
+    hdr = {"Authorization": "Bearer sekrit"}
+    st, data, _ = srv.post("/v1/completions", {"prompt": "x", "max_tokens": 2}, hdr)
+    check(st == 200, "right key: 200")
+    # SIGTERM while a stream is in flight: the stream completes, then exit 0
+    c = srv.conn()
+    c.request("POST", "/v1/completions", json.dumps({
+        "prompt": "Once upon a time", "max_tokens": 2000, "n": 8, "ignore_eos": True,
+        "stream": True}), headers=hdr)
+    r = c.getresponse()
+    first = r.read1(100)
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.05)
+    try:
+        st, data, _ = srv.post("/v1/completions", {"prompt": "x", "max_tokens": 2}, hdr)
+        check(st == 503, f"new request while draining: {st}")
+    except OSError:
+        print("ok: new request while draining: refused (already gone)")
+    rest = first + r.read()
+    check(rest.rstrip().endswith(b"data: [DONE]"), "in-flight stream finished during drain")
+    check(srv.proc.wait(15) == 0, "exit 0 after drain")
+
+
+def main():
+    if not os.path.exists(MODEL):
+        print("skip: no", MODEL)
+        sys.exit(77)
+    extra = ["--api-key", "sekrit"] if CASE == "auth_drain" else []
+    srv = Server(*extra)
+    try:
+        globals()["case_" + CASE](srv)
+    finally:
+        rc = srv.stop()
+    if CASE != "auth_drain":
+        check(rc == 0, f"SIGTERM exits 0 (got {rc})")
+
+
+main()

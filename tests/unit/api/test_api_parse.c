@@ -1,0 +1,164 @@
+/* OpenAI request validation (api_parse.c) alone: values and precise 400s naming `param`.
+ * Expected ranges are those of the OpenAI API reference. */
+#include "tycho/api.h"
+#include "tycho/errors.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+static int parse(const char *body, enum ty_api_kind k, struct ty_api_request *r,
+                 struct ty_api_error *e)
+{
+    return ty_api_parse_request(body, strlen(body), k, r, e);
+}
+
+static void test_chat_full(void **state)
+{
+    struct ty_api_request r;
+    struct ty_api_error e;
+    const char *b = "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},"
+                    "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+                    "{\"type\":\"text\",\"text\":\"b\"}]}],\"n\":3,\"max_completion_tokens\":7,"
+                    "\"temperature\":0.5,\"top_p\":0.9,\"top_k\":40,\"min_p\":0.05,\"seed\":42,"
+                    "\"presence_penalty\":0.5,\"frequency_penalty\":-1,\"repetition_penalty\":1.1,"
+                    "\"stop\":[\"x\",\"yy\"],\"stream\":true,\"stream_options\":"
+                    "{\"include_usage\":true},\"logprobs\":true,\"top_logprobs\":3}";
+    assert_int_equal(parse(b, TY_API_CHAT, &r, &e), 0);
+    assert_string_equal(r.model, "m");
+    assert_int_equal(r.n_msgs, 2);
+    assert_string_equal(r.msgs[1].content, "ab");
+    assert_string_equal(r.msgs[0].role, "system");
+    assert_int_equal(r.n, 3);
+    assert_int_equal(r.max_tokens, 7);
+    assert_float_equal(r.temperature, 0.5, 1e-6);
+    assert_float_equal(r.top_p, 0.9, 1e-6);
+    assert_int_equal(r.top_k, 40);
+    assert_true(r.has_seed && r.seed == 42);
+    assert_float_equal(r.frequency_penalty, -1, 1e-6);
+    assert_int_equal(r.n_stop, 2);
+    assert_string_equal(r.stop[1], "yy");
+    assert_true(r.stream && r.include_usage && r.logprobs);
+    assert_int_equal(r.top_logprobs, 3);
+    ty_api_request_clear(&r);
+}
+
+static void test_defaults_and_prompt_forms(void **state)
+{
+    struct ty_api_request r;
+    struct ty_api_error e;
+    assert_int_equal(parse("{\"prompt\":\"hi\"}", TY_API_COMPLETION, &r, &e), 0);
+    assert_int_equal(r.n, 1);
+    assert_int_equal(r.max_tokens, -1);
+    assert_float_equal(r.temperature, 1, 0);
+    assert_float_equal(r.repetition_penalty, 1, 0);
+    assert_false(r.stream);
+    assert_null(r.model);
+    ty_api_request_clear(&r);
+    assert_int_equal(parse("{\"prompt\":[1,2,3],\"stop\":\"\\n\",\"logprobs\":2}",
+                           TY_API_COMPLETION, &r, &e), 0);
+    assert_int_equal(r.n_prompt_ids, 3);
+    assert_int_equal(r.prompt_ids[2], 3);
+    assert_int_equal(r.n_stop, 1);
+    assert_string_equal(r.stop[0], "\n");
+    assert_true(r.logprobs);
+    assert_int_equal(r.top_logprobs, 2);
+    ty_api_request_clear(&r);
+    assert_int_equal(parse("{\"prompt\":[\"one\"]}", TY_API_COMPLETION, &r, &e), 0);
+    assert_string_equal(r.prompt, "one");
+    ty_api_request_clear(&r);
+}
+
+struct bad {
+    const char *body;
+    enum ty_api_kind kind;
+    const char *param; /* "" = null */
+};
+
+static void test_errors_name_param(void **state)
+{
+    static const struct bad cases[] = {
+        {"{\"prompt\":", TY_API_COMPLETION, ""},
+        {"[]", TY_API_COMPLETION, ""},
+        {"{\"prompt\":\"a\",\"prompt\":\"b\"}", TY_API_COMPLETION, ""},
+        {"{}", TY_API_COMPLETION, "prompt"},
+        {"{\"prompt\":\"\"}", TY_API_COMPLETION, "prompt"},
+        {"{\"prompt\":[1,-2]}", TY_API_COMPLETION, "prompt"},
+        {"{\"prompt\":[\"a\",\"b\"]}", TY_API_COMPLETION, "prompt"},
+        {"{}", TY_API_CHAT, "messages"},
+        {"{\"messages\":[]}", TY_API_CHAT, "messages"},
+        {"{\"messages\":[{\"content\":\"x\"}]}", TY_API_CHAT, "messages"},
+        {"{\"messages\":[{\"role\":\"user\"}]}", TY_API_CHAT, "messages"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":5}]}", TY_API_CHAT, "messages"},
+        {"{\"prompt\":\"x\",\"max_tokens\":0}", TY_API_COMPLETION, "max_tokens"},
+        {"{\"prompt\":\"x\",\"max_tokens\":1.5}", TY_API_COMPLETION, "max_tokens"},
+        {"{\"prompt\":\"x\",\"n\":0}", TY_API_COMPLETION, "n"},
+        {"{\"prompt\":\"x\",\"n\":17}", TY_API_COMPLETION, "n"},
+        {"{\"prompt\":\"x\",\"temperature\":2.5}", TY_API_COMPLETION, "temperature"},
+        {"{\"prompt\":\"x\",\"temperature\":\"hot\"}", TY_API_COMPLETION, "temperature"},
+        {"{\"prompt\":\"x\",\"top_p\":0}", TY_API_COMPLETION, "top_p"},
+        {"{\"prompt\":\"x\",\"top_k\":-2}", TY_API_COMPLETION, "top_k"},
+        {"{\"prompt\":\"x\",\"min_p\":2}", TY_API_COMPLETION, "min_p"},
+        {"{\"prompt\":\"x\",\"frequency_penalty\":-2.5}", TY_API_COMPLETION, "frequency_penalty"},
+        {"{\"prompt\":\"x\",\"repetition_penalty\":0}", TY_API_COMPLETION, "repetition_penalty"},
+        {"{\"prompt\":\"x\",\"seed\":\"1\"}", TY_API_COMPLETION, "seed"},
+        {"{\"prompt\":\"x\",\"stop\":[1]}", TY_API_COMPLETION, "stop"},
+        {"{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"]}",
+         TY_API_COMPLETION, "stop"},
+        {"{\"prompt\":\"x\",\"stream\":1}", TY_API_COMPLETION, "stream"},
+        {"{\"prompt\":\"x\",\"stream_options\":{}}", TY_API_COMPLETION, "stream_options"},
+        {"{\"prompt\":\"x\",\"logprobs\":true}", TY_API_COMPLETION, "logprobs"},
+        {"{\"prompt\":\"x\",\"logprobs\":21}", TY_API_COMPLETION, "logprobs"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", TY_API_CHAT,
+         "top_logprobs"},
+        {"{\"prompt\":\"x\",\"model\":5}", TY_API_COMPLETION, "model"},
+        {"{\"prompt\":\"x\",\"echo\":true}", TY_API_COMPLETION, "echo"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct ty_api_request r;
+        struct ty_api_error e;
+        int rc = parse(cases[i].body, cases[i].kind, &r, &e);
+        if (rc != TY_EINVAL || e.status != 400 || strcmp(e.param, cases[i].param))
+            fail_msg("case %zu (%s): rc %d status %d param '%s', want '%s'", i, cases[i].body, rc,
+                     e.status, e.param, cases[i].param);
+        assert_true(e.message[0] != 0);
+    }
+}
+
+static void test_utf8_and_error_json(void **state)
+{
+    assert_true(ty_api_utf8_valid("h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80", 15));
+    assert_false(ty_api_utf8_valid("\xff", 1));
+    assert_false(ty_api_utf8_valid("\xc3", 1));          /* truncated */
+    assert_false(ty_api_utf8_valid("\xc0\xaf", 2));      /* overlong */
+    assert_false(ty_api_utf8_valid("\xed\xa0\x80", 3));  /* surrogate */
+    assert_false(ty_api_utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
+    struct ty_api_request r;
+    struct ty_api_error e;
+    assert_int_equal(ty_api_parse_request("{\"prompt\":\"\xff\"}", 14, TY_API_COMPLETION, &r, &e),
+                     TY_EINVAL);
+    ty_api_error_set(&e, 404, "invalid_request_error", "model", "model_not_found", "no %s", "m");
+    char *s = ty_api_error_json(&e);
+    assert_string_equal(s, "{\"error\":{\"message\":\"no m\",\"type\":\"invalid_request_error\","
+                           "\"param\":\"model\",\"code\":\"model_not_found\"}}");
+    free(s);
+    ty_api_error_set(&e, 400, NULL, NULL, NULL, "bad");
+    s = ty_api_error_json(&e);
+    assert_string_equal(s, "{\"error\":{\"message\":\"bad\",\"type\":\"invalid_request_error\","
+                           "\"param\":null,\"code\":null}}");
+    free(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_chat_full),
+        cmocka_unit_test(test_defaults_and_prompt_forms),
+        cmocka_unit_test(test_errors_name_param),
+        cmocka_unit_test(test_utf8_and_error_json),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
