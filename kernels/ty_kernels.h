@@ -112,6 +112,29 @@ int ty_cuda_kv_write(void *k_pool, void *v_pool, const struct ty_cuda_kv_layout 
 int ty_cuda_kv_copy_pages(void *pool, void *contig, const int32_t *pages, int n, size_t page_bytes,
                           int to_pool, ty_cuda_stream_t stream);
 
+/* ---- fused q|k|v post-processing (qkv.cu) ------------------------------------------------ */
+
+struct ty_cuda_qkv {
+    int n_heads, n_kv_heads, head_dim;
+    int neox;              /* rope pairs: 0 (2i, 2i+1) (GGUF llama), 1 (i, i + head_dim/2) */
+    int hf_order;          /* q/k rows come in HF rotate_half order: projection elements i and
+                            * head_dim/2 + i hold what the interleaved layout keeps at 2i, 2i+1
+                            * (reordered before rotating, as the CPU backend does) */
+    float theta_scale;     /* rope_theta^(-2/head_dim) */
+    const float *freq_div; /* device (head_dim/2): per-pair divisors (1 = no scaling) */
+};
+
+/* From the fused projection qkv (n_tokens, Q + 2*KV) f32, Q = n_heads*head_dim and KV =
+ * n_kv_heads*head_dim, plus an optional bias (Q + 2*KV; NULL = none): writes q_out
+ * (n_tokens, n_heads, head_dim) rotated, and K (rotated) and V into the pool arrays at
+ * slots[t] (negative: skipped). Pair i of token t rotates by angle theta_i / freq_div[i] with
+ * theta_0 = pos[t], theta_{i+1} = theta_i * theta_scale computed in f32 (ggml's recurrence, so
+ * that results follow the CPU backend to the last bits of the angle). */
+int ty_cuda_qkv_rope_store(float *q_out, void *k_pool, void *v_pool,
+                           const struct ty_cuda_kv_layout *l, const float *qkv, const float *bias,
+                           const int32_t *pos, const int32_t *slots, int n_tokens,
+                           const struct ty_cuda_qkv *q, ty_cuda_stream_t stream);
+
 /* ---- attention (attn_decode.cu, attn_prefill.cu) ----------------------------------------- */
 
 struct ty_cuda_attn_shape {

@@ -2,6 +2,8 @@
 # One command for a GPU machine (issue 7 item 5): configure with CUDA, build, run every
 # `gpu`-labelled test and the GPU benchmarks, print a summary table. Budget: < 8 minutes on an
 # H200 with 16 cores. Usage: scripts/gpu-check.sh [BUILD_DIR]   (default build-gpu-check)
+# Env: TYCHO_TEST_DATA (default ../shared: stories260K for the e2e test, a tokenizer GGUF for
+# the 1B model), TYCHO_BENCH_MODEL (an existing ~1B GGUF to use instead of generating one).
 # Exit status: 0 when every gpu test passed (skips count as failures here: a GPU is expected).
 set -uo pipefail
 SRC="$(cd "$(dirname "$0")/.." && pwd)"
@@ -23,7 +25,7 @@ if ! timeout 120 cmake -S "$SRC" -B "$BUILD" -DTYCHO_CUDA=ON -DTYCHO_WERROR=ON \
     tail -30 "$LOG/configure.log"; echo "gpu-check: configure failed"; exit 1
 fi
 # Only the GPU targets: the rest of the tree is CI's job and would cost minutes here.
-TARGETS=$(cd "$BUILD" && cmake --build . --target help | awk '/^\.\.\. (test_gpu_|bench_gpu_|ty_backend_cuda|ty_kernels)/ {print $2}')
+TARGETS=$(cd "$BUILD" && cmake --build . --target help | awk '/^\.\.\. (test_gpu_|bench_gpu_|ty_backend_cuda|ty_kernels|tycho$)/ {print $2}')
 if ! timeout 300 cmake --build "$BUILD" -j"$JOBS" --target $TARGETS >"$LOG/build.log" 2>&1; then
     grep -E "error|warning" "$LOG/build.log" | head -40; echo "gpu-check: build failed"; exit 1
 fi
@@ -53,7 +55,22 @@ if python3 -c "import torch" >/dev/null 2>&1; then
 else
     row "sdpa_ref (PyTorch SDPA)" skipped "torch not importable"
 fi
-[ -x "$BUILD/bench/gpu/bench_gpu_decode" ] && bench bench_gpu_decode "$BUILD/bench/gpu/bench_gpu_decode"
+# Decode tokens/s of a ~1B random model (TinyLlama-1.1B shape, f16), made once per build dir
+# (~20 s of `tycho mkmodel`; the file is 2.2 GB).
+DATA="${TYCHO_TEST_DATA:-$SRC/../shared}"
+MODEL1B="${TYCHO_BENCH_MODEL:-$BUILD/bench-models/1b-f16.gguf}"
+VOCAB="$DATA/models/llama-2-tiny-random/llama-2-tiny-random.gguf"
+if [ ! -f "$MODEL1B" ] && [ -f "$VOCAB" ] && [ -x "$BUILD/src/cli/tycho" ]; then
+    mkdir -p "$(dirname "$MODEL1B")"
+    timeout 120 "$BUILD/src/cli/tycho" mkmodel --preset 1b --type f16 --vocab-from "$VOCAB" \
+        --out "$MODEL1B" >"$LOG/mkmodel.log" 2>&1 || rm -f "$MODEL1B"
+fi
+if [ -x "$BUILD/bench/gpu/bench_gpu_decode" ] && [ -f "$MODEL1B" ]; then
+    bench bench_gpu_decode "$BUILD/bench/gpu/bench_gpu_decode" "$MODEL1B" --batches 1,16,64 \
+        --prompt 128 --steps 64 --tag 1b --compare-graphs
+else
+    row "bench_gpu_decode (1B model)" skipped "no model: $VOCAB or tycho missing"
+fi
 
 # Targets of issue 7, from the RESULT lines.
 get() { grep -h "^RESULT $1 " "$LOG"/*.log 2>/dev/null | awk '{print $3}' | head -1; }

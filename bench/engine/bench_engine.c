@@ -84,7 +84,7 @@ static int run_engine(const ty_model_t *m, uint32_t threads, uint32_t P, uint32_
         ty_kvseq_t *s;
         ty_kvpool_seq_new(ty_engine_pool(e), &s);
         struct ty_batch_seq bs = {s, t, P, false};
-        struct ty_batch b = {&bs, 1};
+        struct ty_batch b = {.seqs = &bs, .n_seqs = 1};
         uint64_t t0 = ty_clock_ns();
         rc = ty_engine_forward(e, &b, l);
         uint64_t t1 = ty_clock_ns();

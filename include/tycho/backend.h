@@ -27,9 +27,19 @@ struct ty_batch_seq {
     bool logits_all; /* logits for every new token; else only for the last one */
 };
 
+struct ty_batch;
+/* Optional per-layer hook: called on the forward's calling thread right after layer `layer`'s
+ * K/V of every token of `batch` are in the pool, before the next layer starts (the prefill
+ * node posts that layer's KV transfer from here). `batch` is the batch the backend runs (a
+ * chunk of the caller's when the engine splits it); n_past of a sequence is still
+ * ty_kvseq_n_tokens(seq) (nothing committed yet). Must not touch the pool's structure. */
+typedef void (*ty_batch_layer_cb)(void *arg, const struct ty_batch *batch, uint32_t layer);
+
 struct ty_batch {
     const struct ty_batch_seq *seqs;
     uint32_t n_seqs;
+    ty_batch_layer_cb layer_cb; /* NULL: none */
+    void *layer_arg;
 };
 
 /* Rows of logits a batch produces (sum over sequences of n or 1). */
@@ -42,12 +52,43 @@ struct ty_backend_cpu_opts {
 /* The CPU reference backend: OpenBLAS GEMMs, f32 activations and KV, F16/BF16/Q8_0 weights
  * converted to f32 tile by tile (a few hundred KiB of scratch, no full f32 copy). */
 int ty_backend_cpu_new(ty_backend_t **out, const struct ty_backend_cpu_opts *opts);
+
+struct ty_backend_cuda_opts {
+    int device;          /* CUDA device ordinal */
+    const char *weights; /* device weight type: NULL or "auto" (F32 stays f32, F16 f16, BF16
+                          * bf16, Q8_0 becomes f16), "f32", "f16" or "bf16" */
+    bool no_graphs;      /* never capture decode steps into CUDA graphs */
+};
+
+/* The CUDA backend (src/engine/cuda/): weights uploaded once per model, f32 activations, KV
+ * pages in device memory (see ty_backend_kv_storage()), one stream, cuBLAS projections.
+ * Returns TY_ENOTSUP in a build without CUDA, TY_ENODEV when no usable device exists,
+ * TY_EINVAL for bad options, TY_ECUDA / TY_ENOMEM on a failed setup. */
+int ty_backend_cuda_new(ty_backend_t **out, const struct ty_backend_cuda_opts *opts);
+
+/* Backend by name: "cpu" (cpu_opts) or "cuda" (cuda_opts; either opts may be NULL for the
+ * defaults). TY_EINVAL for an unknown name, else as the constructor. */
+int ty_backend_new_by_name(ty_backend_t **out, const char *name,
+                           const struct ty_backend_cpu_opts *cpu_opts,
+                           const struct ty_backend_cuda_opts *cuda_opts);
+
 void ty_backend_free(ty_backend_t *b);
 const char *ty_backend_name(const ty_backend_t *b);
 
-/* Run the forward pass; writes ty_batch_n_logits(batch) rows of n_vocab floats to `logits`,
- * in batch order. Returns 0, TY_EINVAL (bad batch: position beyond context, unreserved pages,
- * token id out of range) or TY_ENOMEM. */
+/* Page memory the KV pool used with this backend must have: fills *out and returns 1 for
+ * backend memory (pass out as ty_kvpool_opts.storage), 0 for host memory. The hooks stay
+ * valid until ty_backend_free(); free the pool first. */
+int ty_backend_kv_storage(ty_backend_t *b, struct ty_kvpool_storage *out);
+
+/* False once the backend saw a device error it cannot recover from (a sticky CUDA error):
+ * every later forward fails with TY_ECUDA, and a node should stop taking work and exit so
+ * that traffic moves elsewhere. Always true for the CPU backend. */
+bool ty_backend_healthy(const ty_backend_t *b);
+
+/* Run the forward pass; writes ty_batch_n_logits(batch) rows of n_vocab floats to `logits`
+ * (host memory), in batch order. Returns 0, TY_EINVAL (bad batch: position beyond context,
+ * unreserved pages, token id out of range, a pool whose memory is not this backend's),
+ * TY_ENOMEM or TY_ECUDA. */
 int ty_backend_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
                        const struct ty_batch *batch, float *logits);
 

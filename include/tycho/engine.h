@@ -26,11 +26,22 @@ struct ty_engine_opts {
     uint32_t max_ctx;          /* context per sequence, 0 = the model's (capped at 4096) */
     uint32_t max_batch_tokens; /* tokens per forward call (prefill chunk size), 0 = 512 */
     bool no_prefix_sharing;
+    const char *backend;       /* "cpu" (NULL) or "cuda"; TY_ENOTSUP for "cuda" in a build
+                                * without CUDA */
+    int cuda_device;           /* cuda: device ordinal */
+    const char *cuda_weights;  /* cuda: device weight type, see ty_backend_cuda_opts */
+    bool cuda_no_graphs;       /* cuda: no CUDA graphs for decode steps */
 };
 
+/* Returns 0, TY_EINVAL (bad options, unknown backend), TY_ENOTSUP (backend not in this
+ * build), TY_ENODEV (no CUDA device), TY_ENOMEM or TY_ECUDA. */
 int ty_engine_new(ty_engine_t **out, const ty_model_t *m, const struct ty_engine_opts *opts);
 void ty_engine_free(ty_engine_t *e);
 ty_kvpool_t *ty_engine_pool(ty_engine_t *e);
+/* The engine's backend (borrowed), its name ("cpu", "cuda") and health: false after a sticky
+ * device error (then stop taking work; see ty_backend_healthy()). */
+ty_backend_t *ty_engine_backend(ty_engine_t *e);
+bool ty_engine_healthy(const ty_engine_t *e);
 const ty_model_t *ty_engine_model(const ty_engine_t *e);
 uint32_t ty_engine_max_ctx(const ty_engine_t *e);
 

@@ -1,5 +1,7 @@
 /* KV page pool: per layer, K and V arrays laid out [page][kv_head][token][head_dim] (f32),
- * pages of B = block_tokens tokens (DESIGN.md §4). A sequence owns a block table (page ids) and
+ * pages of B = block_tokens tokens (DESIGN.md §4). Page memory is host memory, or memory a
+ * backend supplies through struct ty_kvpool_storage (device memory of a GPU backend); the
+ * bookkeeping is the same either way. A sequence owns a block table (page ids) and
  * the tokens whose KV it holds; pages are reference-counted so sequences with the same full
  * prefix blocks share them (found by the chained prefix hash of ty_hash_prefix_step()).
  *
@@ -17,12 +19,25 @@
 typedef struct ty_kvpool ty_kvpool_t;
 typedef struct ty_kvseq ty_kvseq_t;
 
+/* Page memory supplied by a backend (e.g. device memory). alloc returns zeroed memory of
+ * `bytes` (NULL on failure); copy moves `bytes` between host memory and that memory
+ * (to_pool: host src -> pool dst, else pool src -> host dst) and returns 0 or TY_E*, complete
+ * when it returns. The hooks are called from the pool's thread; ctx must outlive the pool. */
+struct ty_kvpool_storage {
+    void *ctx;
+    void *(*alloc)(void *ctx, size_t bytes);
+    void (*free)(void *ctx, void *ptr);
+    int (*copy)(void *ctx, void *dst, const void *src, size_t bytes, bool to_pool);
+    const char *name; /* for messages, e.g. "cuda:0" */
+};
+
 struct ty_kvpool_opts {
     uint32_t n_layers, n_kv_heads, head_dim;
     uint32_t block_tokens; /* B; default 64 when 0 */
     uint32_t n_pages;      /* pages per layer */
     uint64_t hash_seed;    /* prefix hash seed (ty_hash_prefix_seed()) */
     bool no_prefix_sharing;
+    const struct ty_kvpool_storage *storage; /* NULL: host memory; copied */
 };
 
 /* Returns 0, TY_EINVAL (bad geometry) or TY_ENOMEM (page memory). */
@@ -34,7 +49,15 @@ uint32_t ty_kvpool_pages_total(const ty_kvpool_t *p);
 uint32_t ty_kvpool_pages_used(const ty_kvpool_t *p);
 /* Bytes of one page's K (or V) chunk for one layer: n_kv_heads * B * head_dim * 4. */
 size_t ty_kvpool_page_bytes(const ty_kvpool_t *p);
-/* K or V chunk of `page` in `layer`: float (n_kv_heads, B, head_dim). */
+/* True when page memory is host memory (no storage hooks): only then may the host
+ * dereference what ty_kvpool_k/v and the layer ranges return. */
+bool ty_kvpool_is_host(const ty_kvpool_t *p);
+/* Copy `n` bytes between host memory and page memory of this pool (a memcpy for host pools,
+ * the storage's copy hook otherwise). Returns 0 or the hook's TY_E*. */
+int ty_kvpool_copy_in(ty_kvpool_t *p, void *pool_dst, const void *host_src, size_t n);
+int ty_kvpool_copy_out(ty_kvpool_t *p, void *host_dst, const void *pool_src, size_t n);
+/* K or V chunk of `page` in `layer`: float (n_kv_heads, B, head_dim), in page memory (see
+ * ty_kvpool_is_host()). */
 float *ty_kvpool_k(ty_kvpool_t *p, uint32_t layer, uint32_t page);
 float *ty_kvpool_v(ty_kvpool_t *p, uint32_t layer, uint32_t page);
 
@@ -61,6 +84,7 @@ const uint32_t *ty_kvseq_pages(const ty_kvseq_t *s);
  * of every page of the block table, in order (2 * n_pages ranges of page_bytes each). These
  * are what a prefill node sends to a decode node layer by layer; the destination obtains its
  * own ranges for a sequence reserved with the same token count and copies range i to range i.
+ * The ranges are in page memory: device pointers for a device pool (ty_kvpool_is_host()).
  */
 struct ty_kv_range {
     void *ptr;
@@ -75,8 +99,10 @@ int ty_kvpool_seq_import_begin(ty_kvpool_t *p, ty_kvseq_t *s, const uint32_t *to
 int ty_kvpool_seq_import_done(ty_kvpool_t *p, ty_kvseq_t *s);
 
 /* Flat serialisation of a sequence's KV (header, tokens, then per layer the ranges above),
- * e.g. for files or a single transfer. export: malloc'ed buffer the caller frees. import:
- * validates the header against this pool's geometry (TY_EFORMAT with a reason). */
+ * e.g. for files or a single transfer; always host memory, the same bytes for host and device
+ * pools (so KV moves between backends). export: malloc'ed buffer the caller frees. import:
+ * validates the header against this pool's geometry (TY_EFORMAT with a reason); on a copy
+ * error the sequence is left empty. */
 int ty_kvpool_seq_export(ty_kvpool_t *p, const ty_kvseq_t *s, void **buf, size_t *len);
 int ty_kvpool_seq_import(ty_kvpool_t *p, ty_kvseq_t *s, const void *buf, size_t len);
 

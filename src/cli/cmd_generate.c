@@ -1,5 +1,5 @@
-/* `tycho generate`: load a model, tokenize a prompt (or take ids), generate on the CPU
- * engine, print the text or one JSON object. */
+/* `tycho generate`: load a model, tokenize a prompt (or take ids), generate on the engine
+ * (CPU or CUDA backend), print the text or one JSON object. */
 #include "cli.h"
 
 #include "tycho/engine.h"
@@ -30,7 +30,10 @@ static void usage(FILE *f)
             "         [--repeat-penalty R] [--presence-penalty P] [--frequency-penalty F]\n"
             "         [--stop STR]... [--logprobs N] [--ignore-eos] [--chat] [--json] [--raw]\n"
             "         [--threads N] [--kv-block B] [--batch-tokens N]\n"
+            "         [--backend cpu|cuda] [--device N] [--weights auto|f32|f16|bf16]\n"
+            "         [--no-graphs]\n"
             "  PATH is a .gguf file or a Hugging Face model directory.\n"
+            "  --backend cuda runs on GPU N (--device) with weights of the given type.\n"
             "  --raw: do not add BOS; --ignore-eos: always generate N tokens.\n");
 }
 
@@ -51,8 +54,38 @@ static bool parse_u32(const char *s, uint32_t *out)
     return true;
 }
 
+/* --backend, --device, --weights, --no-graphs: 0 or TY_EINVAL; 1 when `c` is none of them. */
+static int parse_backend_opt(struct gen_args *a, int c, const char *arg)
+{
+    uint32_t d;
+    switch (c) {
+    case 'K':
+        a->eo.backend = arg;
+        return !strcmp(arg, "cpu") || !strcmp(arg, "cuda") ? 0 : TY_EINVAL;
+    case 'D':
+        if (!parse_u32(arg, &d) || d > 255)
+            return TY_EINVAL;
+        a->eo.cuda_device = (int)d;
+        return 0;
+    case 'W':
+        a->eo.cuda_weights = arg;
+        return !strcmp(arg, "auto") || !strcmp(arg, "f32") || !strcmp(arg, "f16") ||
+                       !strcmp(arg, "bf16")
+                   ? 0
+                   : TY_EINVAL;
+    case 'G':
+        a->eo.cuda_no_graphs = true;
+        return 0;
+    default:
+        return 1;
+    }
+}
+
 static int parse_opt(struct gen_args *a, int c, const char *arg)
 {
+    int brc = parse_backend_opt(a, c, arg);
+    if (brc != 1)
+        return brc;
     struct ty_sampling_params *sp = &a->gp.sampling;
     bool ok = true;
     switch (c) {
@@ -100,7 +133,9 @@ static int parse_args(struct gen_args *a, int argc, char **argv)
         {"min-p", 1, 0, 'M'}, {"repeat-penalty", 1, 0, 'r'}, {"presence-penalty", 1, 0, 'e'},
         {"frequency-penalty", 1, 0, 'f'}, {"logprobs", 1, 0, 'L'}, {"stop", 1, 0, 'S'},
         {"threads", 1, 0, 'T'}, {"kv-block", 1, 0, 'B'}, {"batch-tokens", 1, 0, 'b'},
-        {"ignore-eos", 0, 0, 'E'}, {"chat", 0, 0, 'c'}, {"json", 0, 0, 'j'}, {"raw", 0, 0, 'R'},
+        {"backend", 1, 0, 'K'}, {"device", 1, 0, 'D'}, {"weights", 1, 0, 'W'},
+        {"no-graphs", 0, 0, 'G'}, {"ignore-eos", 0, 0, 'E'}, {"chat", 0, 0, 'c'},
+        {"json", 0, 0, 'j'}, {"raw", 0, 0, 'R'},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     a->gp.max_tokens = 128;
@@ -261,7 +296,12 @@ static int run_generate(int argc, char **argv)
         goto out;
     }
     if ((rc = ty_engine_new(&e, m, &a.eo))) {
-        fprintf(stderr, "tycho generate: engine: %s\n", ty_strerror(rc));
+        if (rc == TY_ENOTSUP && a.eo.backend && !strcmp(a.eo.backend, "cuda"))
+            fprintf(stderr, "tycho generate: --backend cuda: this build has no CUDA backend "
+                            "(configured without CUDA) (ENOTSUP)\n");
+        else
+            fprintf(stderr, "tycho generate: engine (%s backend): %s (%s)\n",
+                    a.eo.backend ? a.eo.backend : "cpu", ty_strerror(rc), ty_err_name(rc));
         goto out;
     }
     const uint32_t *pp = ids;
@@ -283,4 +323,4 @@ out:
 }
 
 const struct ty_cli_command ty_cli_cmd_generate = {
-    "generate", "generate text with a model on the CPU engine", run_generate};
+    "generate", "generate text with a model (CPU or CUDA backend)", run_generate};

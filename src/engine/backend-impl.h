@@ -1,4 +1,6 @@
-/* Backend interface table (ggml-backend-impl.h style). Every slot is required. */
+/* Backend interface table (ggml-backend-impl.h style). name, free and forward are required;
+ * kv_storage (NULL: the pool uses host memory) and healthy (NULL: always healthy) are
+ * optional. */
 #ifndef TYCHO_ENGINE_BACKEND_IMPL_H
 #define TYCHO_ENGINE_BACKEND_IMPL_H
 
@@ -9,6 +11,8 @@ struct ty_backend_i {
     void (*free)(ty_backend_t *b);
     int (*forward)(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
                    const struct ty_batch *batch, float *logits);
+    int (*kv_storage)(ty_backend_t *b, struct ty_kvpool_storage *out);
+    bool (*healthy)(const ty_backend_t *b);
 };
 
 struct ty_backend {

@@ -20,6 +20,28 @@ struct ty_engine {
     float *tmp_logits; /* (max_batch, n_vocab) */
 };
 
+/* Backend first: a device backend supplies the pool's page memory. */
+static int make_backend_and_pool(ty_engine_t *e, const struct ty_engine_opts *o)
+{
+    const struct ty_model_config *c = ty_model_config(e->m);
+    struct ty_backend_cpu_opts bo = {.n_threads = o->n_threads};
+    struct ty_backend_cuda_opts go = {.device = o->cuda_device, .weights = o->cuda_weights,
+                                      .no_graphs = o->cuda_no_graphs};
+    struct ty_kvpool_storage st;
+    int rc = ty_backend_new_by_name(&e->be, o->backend, &bo, &go);
+    if (rc)
+        return rc;
+    int dev = ty_backend_kv_storage(e->be, &st);
+    if (dev < 0)
+        return dev;
+    struct ty_kvpool_opts po = {
+        .n_layers = c->n_layers, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
+        .block_tokens = o->kv_block_tokens, .n_pages = o->kv_pages,
+        .hash_seed = ty_hash_prefix_seed(ty_model_desc(e->m), "f32", o->kv_block_tokens, NULL),
+        .no_prefix_sharing = o->no_prefix_sharing, .storage = dev ? &st : NULL};
+    return ty_kvpool_new(&e->pool, &po);
+}
+
 int ty_engine_new(ty_engine_t **out, const ty_model_t *m, const struct ty_engine_opts *opts)
 {
     const struct ty_model_config *c = ty_model_config(m);
@@ -40,15 +62,8 @@ int ty_engine_new(ty_engine_t **out, const ty_model_t *m, const struct ty_engine
     e->m = m;
     e->max_ctx = o.max_ctx;
     e->max_batch = o.max_batch_tokens;
-    struct ty_kvpool_opts po = {
-        .n_layers = c->n_layers, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
-        .block_tokens = o.kv_block_tokens, .n_pages = o.kv_pages,
-        .hash_seed = ty_hash_prefix_seed(ty_model_desc(m), "f32", o.kv_block_tokens, NULL),
-        .no_prefix_sharing = o.no_prefix_sharing};
-    struct ty_backend_cpu_opts bo = {.n_threads = o.n_threads};
     e->tmp_logits = malloc((size_t)e->max_batch * c->n_vocab * sizeof(float));
-    if (!e->tmp_logits || (rc = ty_kvpool_new(&e->pool, &po)) ||
-        (rc = ty_backend_cpu_new(&e->be, &bo))) {
+    if (!e->tmp_logits || (rc = make_backend_and_pool(e, &o))) {
         ty_engine_free(e);
         return rc ? rc : TY_ENOMEM;
     }
@@ -60,10 +75,20 @@ void ty_engine_free(ty_engine_t *e)
 {
     if (!e)
         return;
+    ty_kvpool_free(e->pool); /* before the backend: its page memory may be the backend's */
     ty_backend_free(e->be);
-    ty_kvpool_free(e->pool);
     free(e->tmp_logits);
     free(e);
+}
+
+ty_backend_t *ty_engine_backend(ty_engine_t *e)
+{
+    return e->be;
+}
+
+bool ty_engine_healthy(const ty_engine_t *e)
+{
+    return ty_backend_healthy(e->be);
 }
 
 ty_kvpool_t *ty_engine_pool(ty_engine_t *e)
@@ -99,7 +124,7 @@ static int forward_chunk(ty_engine_t *e, const struct ty_batch *b, uint32_t *si,
             *ti = 0;
         }
     }
-    struct ty_batch sb = {sub, ns};
+    struct ty_batch sb = {sub, ns, b->layer_cb, b->layer_arg};
     int rc = ty_backend_forward(e->be, e->m, e->pool, &sb, e->tmp_logits);
     if (rc)
         return rc;

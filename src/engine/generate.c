@@ -161,7 +161,7 @@ static int step(ty_engine_t *e, struct gen_seq *gs, size_t n, const struct ty_ge
                                        (uint32_t)(gs[i].n_hist - have), false};
         map[nb++] = (uint32_t)i;
     }
-    struct ty_batch b = {bs, nb};
+    struct ty_batch b = {.seqs = bs, .n_seqs = nb};
     if (nb && (rc = ty_engine_forward(e, &b, logits)))
         goto out;
     rc = 0;

@@ -1,5 +1,6 @@
-/* KV page pool: page memory, reference counts, free list, a prefix index (open addressing,
- * chained block hash -> page id) and per-sequence block tables. */
+/* KV page pool: page memory (host, or a backend's through ty_kvpool_storage), reference
+ * counts, free list, a prefix index (open addressing, chained block hash -> page id) and
+ * per-sequence block tables. */
 #include "tycho/kvpool.h"
 
 #include "tycho/errors.h"
@@ -28,6 +29,7 @@ struct slot {
 
 struct ty_kvpool {
     struct ty_kvpool_opts o;
+    struct ty_kvpool_storage st; /* alloc == NULL: host memory */
     size_t page_floats; /* n_kv_heads * B * head_dim */
     float **k, **v;     /* [layer] -> (n_pages, n_kv_heads, B, head_dim) */
     uint32_t *ref;      /* [page] */
@@ -39,6 +41,19 @@ struct ty_kvpool {
     uint32_t idx_cap; /* power of two, >= 2 * n_pages */
 };
 
+static float *page_alloc(ty_kvpool_t *p, size_t bytes)
+{
+    return p->st.alloc ? p->st.alloc(p->st.ctx, bytes) : calloc(1, bytes);
+}
+
+static void page_release(ty_kvpool_t *p, float *ptr)
+{
+    if (ptr && p->st.alloc)
+        p->st.free(p->st.ctx, ptr);
+    else
+        free(ptr);
+}
+
 int ty_kvpool_new(ty_kvpool_t **out, const struct ty_kvpool_opts *opts)
 {
     *out = NULL;
@@ -46,12 +61,16 @@ int ty_kvpool_new(ty_kvpool_t **out, const struct ty_kvpool_opts *opts)
     if (!o.block_tokens)
         o.block_tokens = 64;
     if (!o.n_layers || !o.n_kv_heads || !o.head_dim || !o.n_pages || o.n_pages > (1u << 28) ||
-        o.block_tokens > 65536)
+        o.block_tokens > 65536 || (o.storage && (!o.storage->alloc || !o.storage->free ||
+                                                  !o.storage->copy)))
         return TY_EINVAL;
     ty_kvpool_t *p = calloc(1, sizeof(*p));
     if (!p)
         return TY_ENOMEM;
     p->o = o;
+    p->o.storage = NULL;
+    if (o.storage)
+        p->st = *o.storage;
     p->page_floats = (size_t)o.n_kv_heads * o.block_tokens * o.head_dim;
     p->k = calloc(o.n_layers, sizeof(float *));
     p->v = calloc(o.n_layers, sizeof(float *));
@@ -66,8 +85,8 @@ int ty_kvpool_new(ty_kvpool_t **out, const struct ty_kvpool_opts *opts)
     if (!p->k || !p->v || !p->ref || !p->page_hash || !p->page_indexed || !p->free_list || !p->idx)
         goto err;
     for (uint32_t l = 0; l < o.n_layers; l++) {
-        p->k[l] = calloc(o.n_pages * p->page_floats, sizeof(float));
-        p->v[l] = calloc(o.n_pages * p->page_floats, sizeof(float));
+        p->k[l] = page_alloc(p, o.n_pages * p->page_floats * sizeof(float));
+        p->v[l] = page_alloc(p, o.n_pages * p->page_floats * sizeof(float));
         if (!p->k[l] || !p->v[l])
             goto err;
     }
@@ -89,9 +108,9 @@ void ty_kvpool_free(ty_kvpool_t *p)
         return;
     for (uint32_t l = 0; l < p->o.n_layers; l++) {
         if (p->k)
-            free(p->k[l]);
+            page_release(p, p->k[l]);
         if (p->v)
-            free(p->v[l]);
+            page_release(p, p->v[l]);
     }
     free(p->k);
     free(p->v);
@@ -121,6 +140,27 @@ uint32_t ty_kvpool_pages_used(const ty_kvpool_t *p)
 size_t ty_kvpool_page_bytes(const ty_kvpool_t *p)
 {
     return p->page_floats * sizeof(float);
+}
+
+bool ty_kvpool_is_host(const ty_kvpool_t *p)
+{
+    return p->st.alloc == NULL;
+}
+
+int ty_kvpool_copy_in(ty_kvpool_t *p, void *pool_dst, const void *host_src, size_t n)
+{
+    if (p->st.alloc)
+        return p->st.copy(p->st.ctx, pool_dst, host_src, n, true);
+    memcpy(pool_dst, host_src, n);
+    return 0;
+}
+
+int ty_kvpool_copy_out(ty_kvpool_t *p, void *host_dst, const void *pool_src, size_t n)
+{
+    if (p->st.alloc)
+        return p->st.copy(p->st.ctx, host_dst, pool_src, n, false);
+    memcpy(host_dst, pool_src, n);
+    return 0;
 }
 
 float *ty_kvpool_k(ty_kvpool_t *p, uint32_t layer, uint32_t page)
@@ -191,6 +231,15 @@ void ty_kvpool_seq_free(ty_kvpool_t *p, ty_kvseq_t *s)
     free(s->pages);
     free(s->tokens);
     free(s);
+}
+
+/* Back to an empty sequence: pages released, no tokens. */
+static void seq_clear(ty_kvpool_t *p, ty_kvseq_t *s)
+{
+    for (uint32_t i = 0; i < s->n_pages; i++)
+        page_unref(p, s->pages[i]);
+    s->n_pages = s->n_tokens = s->n_pending = s->n_hashed = 0;
+    s->last_hash = 0;
 }
 
 static int grow_u32(uint32_t **a, uint32_t *cap, uint32_t need)
@@ -369,12 +418,17 @@ int ty_kvpool_seq_export(ty_kvpool_t *p, const ty_kvseq_t *s, void **buf, size_t
     memcpy(b, &h, sizeof(h));
     memcpy(b + sizeof(h), s->tokens, (size_t)s->n_tokens * 4);
     unsigned char *w = b + sizeof(h) + (size_t)s->n_tokens * 4;
-    for (uint32_t l = 0; l < p->o.n_layers; l++) {
+    int rc = 0;
+    for (uint32_t l = 0; l < p->o.n_layers && !rc; l++) {
         int n = ty_kvpool_seq_layer_ranges(p, s, l, r, 2 * (size_t)s->n_pages + 1);
-        for (int i = 0; i < n; i++, w += pb)
-            memcpy(w, r[i].ptr, pb);
+        for (int i = 0; i < n && !rc; i++, w += pb)
+            rc = ty_kvpool_copy_out(p, w, r[i].ptr, pb);
     }
     free(r);
+    if (rc) {
+        free(b);
+        return rc;
+    }
     *buf = b;
     *len = total;
     return 0;
@@ -398,11 +452,15 @@ int ty_kvpool_seq_import(ty_kvpool_t *p, ty_kvseq_t *s, const void *buf, size_t 
     if (rc)
         return rc;
     src += (size_t)h.n_tokens * 4;
-    for (uint32_t l = 0; l < p->o.n_layers; l++)
-        for (uint32_t i = 0; i < s->n_pages; i++) {
-            memcpy(ty_kvpool_k(p, l, s->pages[i]), src, pb);
-            memcpy(ty_kvpool_v(p, l, s->pages[i]), src + pb, pb);
-            src += 2 * pb;
+    for (uint32_t l = 0; l < p->o.n_layers && !rc; l++)
+        for (uint32_t i = 0; i < s->n_pages && !rc; i++, src += 2 * pb) {
+            rc = ty_kvpool_copy_in(p, ty_kvpool_k(p, l, s->pages[i]), src, pb);
+            if (!rc)
+                rc = ty_kvpool_copy_in(p, ty_kvpool_v(p, l, s->pages[i]), src + pb, pb);
         }
+    if (rc) {
+        seq_clear(p, s);
+        return rc;
+    }
     return ty_kvpool_seq_import_done(p, s);
 }

@@ -323,7 +323,7 @@ static int cpu_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
     struct cpu_ctx *cc = b->context;
     struct fwd f = {.m = m, .kv = pool, .batch = batch, .B = ty_kvpool_block_tokens(pool)};
     uint32_t T = batch_tokens(batch);
-    if (T == 0)
+    if (T == 0 || !ty_kvpool_is_host(pool))
         return TY_EINVAL;
     f.T = T;
     f.pos = malloc(2 * (size_t)T * sizeof(uint32_t));
@@ -338,8 +338,11 @@ static int cpu_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
     for (uint32_t t = 0, k = 0; k < batch->n_seqs; k++)
         for (uint32_t j = 0; j < batch->seqs[k].n; j++, t++)
             ty__cpu_row_to_f32(&m->tok_embd, batch->seqs[k].tokens[j], f.x + (size_t)t * m->cfg.dim);
-    for (f.layer = 0; f.layer < m->cfg.n_layers && !rc; f.layer++)
+    for (f.layer = 0; f.layer < m->cfg.n_layers && !rc; f.layer++) {
         rc = layer_forward(&f, cc);
+        if (!rc && batch->layer_cb)
+            batch->layer_cb(batch->layer_arg, batch, f.layer);
+    }
     if (!rc)
         output_logits(&f, logits);
 out:

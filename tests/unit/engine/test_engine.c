@@ -90,7 +90,7 @@ static ty_kvseq_t *prefill(ty_engine_t *e, const uint32_t *t, size_t n, float *o
     int c = ty_kvpool_seq_match_prefix(ty_engine_pool(e), s, t, n);
     assert_true(c >= 0);
     struct ty_batch_seq bs = {s, t + c, (uint32_t)(n - (size_t)c), true};
-    struct ty_batch b = {&bs, 1};
+    struct ty_batch b = {.seqs = &bs, .n_seqs = 1};
     assert_int_equal(ty_engine_forward(e, &b, out), 0);
     if (cached)
         *cached = c;
@@ -163,7 +163,7 @@ static void decode(ty_engine_t *e, ty_kvseq_t *s, uint32_t next, uint32_t *out, 
     float *l = malloc(V * sizeof(float));
     for (int i = 0; i < n; i++) {
         struct ty_batch_seq bs = {s, &next, 1, false};
-        struct ty_batch b = {&bs, 1};
+        struct ty_batch b = {.seqs = &bs, .n_seqs = 1};
         assert_int_equal(ty_engine_forward(e, &b, l), 0);
         out[i] = next = argmax(l);
     }
@@ -211,7 +211,7 @@ static void test_bad_batches(void **state)
     mk_prompt(ok, 600, 1);
     assert_int_equal(ty_kvpool_seq_new(ty_engine_pool(e), &s), 0);
     struct ty_batch_seq bs = {s, &bad, 1, false};
-    struct ty_batch b = {&bs, 1};
+    struct ty_batch b = {.seqs = &bs, .n_seqs = 1};
     assert_int_equal(ty_engine_forward(e, &b, l), TY_EINVAL); /* token out of vocabulary */
     bs = (struct ty_batch_seq){s, ok, 600, false};
     assert_int_equal(ty_engine_forward(e, &b, l), TY_ERANGE); /* beyond max_ctx */

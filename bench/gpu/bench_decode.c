@@ -1,0 +1,168 @@
+/* Decode tokens/s of a model on the CUDA backend at several batch sizes (issue 7: a ~1B random
+ * model from `tycho mkmodel --preset 1b`, batches 1, 16 and 64). Per batch size: b sequences
+ * prefill a PROMPT-token prompt together, WARM decode steps run untimed (the second sight of a
+ * shape captures its CUDA graph), then STEPS decode steps are timed; each step is one forward
+ * of b single-token sequences including the logits download and a host argmax (what a decode
+ * node does per step). Prints "RESULT decode_<tag>_b<b>_tok_s <v> tok/s" lines, plus the
+ * graphs-off figure with --compare-graphs. Exit 77 without a GPU.
+ *
+ * usage: bench_gpu_decode MODEL.gguf [--batches 1,16,64] [--prompt 128] [--steps 64]
+ *        [--tag 1b] [--weights auto|f32|f16|bf16] [--compare-graphs] */
+#include "tycho/clock.h"
+#include "tycho/engine.h"
+#include "tycho/errors.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WARM 4
+#define MAX_B 256
+
+struct args {
+    const char *model, *tag, *weights, *batches;
+    uint32_t prompt, steps;
+    bool compare_graphs;
+};
+
+static uint32_t argmax(const float *l, uint32_t n)
+{
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < n; i++)
+        best = l[i] > l[best] ? i : best;
+    return best;
+}
+
+/* One decode step for b sequences; next tokens from the logits. */
+static int step(ty_engine_t *e, ty_kvseq_t **seqs, uint32_t *tok, uint32_t b, float *logits,
+                uint32_t V)
+{
+    struct ty_batch_seq bs[MAX_B];
+    for (uint32_t i = 0; i < b; i++)
+        bs[i] = (struct ty_batch_seq){seqs[i], &tok[i], 1, false};
+    struct ty_batch batch = {.seqs = bs, .n_seqs = b};
+    int rc = ty_engine_forward(e, &batch, logits);
+    for (uint32_t i = 0; !rc && i < b; i++)
+        tok[i] = argmax(logits + (size_t)i * V, V);
+    return rc;
+}
+
+static int prefill(ty_engine_t *e, ty_kvseq_t **seqs, uint32_t b, uint32_t P, float *logits)
+{
+    uint32_t *prompt = malloc((size_t)P * sizeof(uint32_t));
+    struct ty_batch_seq bs[MAX_B];
+    int rc = prompt ? 0 : TY_ENOMEM;
+    for (uint32_t i = 0; !rc && i < P; i++)
+        prompt[i] = i == 0 ? 1 : 100 + (i * 7919u) % 20000u;
+    for (uint32_t i = 0; !rc && i < b; i++) {
+        rc = ty_kvpool_seq_new(ty_engine_pool(e), &seqs[i]);
+        bs[i] = (struct ty_batch_seq){seqs[i], prompt, P, false};
+    }
+    struct ty_batch batch = {.seqs = bs, .n_seqs = b};
+    if (!rc)
+        rc = ty_engine_forward(e, &batch, logits);
+    free(prompt);
+    return rc;
+}
+
+/* tokens/s at batch b, or a negative TY_E*. */
+static double run_batch(ty_engine_t *e, uint32_t b, const struct args *a, uint32_t V)
+{
+    ty_kvseq_t *seqs[MAX_B] = {0};
+    uint32_t tok[MAX_B];
+    float *logits = malloc((size_t)b * V * sizeof(float));
+    int rc = logits ? prefill(e, seqs, b, a->prompt, logits) : TY_ENOMEM;
+    for (uint32_t i = 0; !rc && i < b; i++)
+        tok[i] = argmax(logits + (size_t)i * V, V);
+    for (int i = 0; !rc && i < WARM; i++)
+        rc = step(e, seqs, tok, b, logits, V);
+    uint64_t t0 = ty_clock_ns();
+    for (uint32_t i = 0; !rc && i < a->steps; i++)
+        rc = step(e, seqs, tok, b, logits, V);
+    double s = (double)(ty_clock_ns() - t0) / 1e9;
+    for (uint32_t i = 0; i < b; i++)
+        ty_kvpool_seq_free(ty_engine_pool(e), seqs[i]);
+    free(logits);
+    return rc ? rc : (double)b * a->steps / s;
+}
+
+static int run_all(const ty_model_t *m, const struct args *a, bool graphs)
+{
+    uint32_t bmax = 0, V = ty_model_config(m)->n_vocab;
+    char list[256];
+    snprintf(list, sizeof(list), "%s", a->batches);
+    for (char *t = strtok(list, ","); t; t = strtok(NULL, ","))
+        bmax = (uint32_t)atoi(t) > bmax ? (uint32_t)atoi(t) : bmax;
+    uint32_t ctx = a->prompt + WARM + a->steps + 1;
+    struct ty_engine_opts o = {.max_seqs = bmax, .max_ctx = ctx, .max_batch_tokens = 2048,
+                               .backend = "cuda", .cuda_weights = a->weights,
+                               .cuda_no_graphs = !graphs, .no_prefix_sharing = true};
+    ty_engine_t *e;
+    int rc = ty_engine_new(&e, m, &o);
+    if (rc) {
+        fprintf(stderr, "bench_gpu_decode: engine: %s\n", ty_strerror(rc));
+        return rc;
+    }
+    snprintf(list, sizeof(list), "%s", a->batches);
+    for (char *t = strtok(list, ","); t && !rc; t = strtok(NULL, ",")) {
+        uint32_t b = (uint32_t)atoi(t);
+        double v = run_batch(e, b, a, V);
+        if (v < 0) {
+            fprintf(stderr, "bench_gpu_decode: batch %u: %s\n", b, ty_strerror((int)v));
+            rc = (int)v;
+            break;
+        }
+        printf("RESULT decode_%s_b%u%s_tok_s %.1f tok/s\n", a->tag, b, graphs ? "" : "_nograph",
+               v);
+        fflush(stdout);
+    }
+    ty_engine_free(e);
+    return rc;
+}
+
+static int parse(struct args *a, int argc, char **argv)
+{
+    *a = (struct args){.tag = "1b", .batches = "1,16,64", .prompt = 128, .steps = 64};
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(argv[i], "--compare-graphs"))
+            a->compare_graphs = true;
+        else if (v && !strcmp(argv[i], "--batches") && ++i)
+            a->batches = v;
+        else if (v && !strcmp(argv[i], "--prompt") && ++i)
+            a->prompt = (uint32_t)atoi(v);
+        else if (v && !strcmp(argv[i], "--steps") && ++i)
+            a->steps = (uint32_t)atoi(v);
+        else if (v && !strcmp(argv[i], "--tag") && ++i)
+            a->tag = v;
+        else if (v && !strcmp(argv[i], "--weights") && ++i)
+            a->weights = v;
+        else if (argv[i][0] != '-' && !a->model)
+            a->model = argv[i];
+        else
+            return TY_EINVAL;
+    }
+    return a->model && a->prompt > 0 && a->steps > 0 ? 0 : TY_EINVAL;
+}
+
+int main(int argc, char **argv)
+{
+    struct args a;
+    if (parse(&a, argc, argv)) {
+        fprintf(stderr, "usage: bench_gpu_decode MODEL.gguf [--batches 1,16,64] [--prompt N] "
+                        "[--steps N] [--tag T] [--weights W] [--compare-graphs]\n");
+        return 2;
+    }
+    char err[256];
+    ty_model_t *m;
+    if (ty_model_load(&m, a.model, err, sizeof(err))) {
+        fprintf(stderr, "bench_gpu_decode: %s\n", err);
+        return 1;
+    }
+    printf("# %s, prompt %u, %u timed steps\n", ty_model_desc(m), a.prompt, a.steps);
+    int rc = run_all(m, &a, true);
+    if (!rc && a.compare_graphs)
+        rc = run_all(m, &a, false);
+    ty_model_free(m);
+    return rc == TY_ENODEV ? 77 : rc ? 1 : 0;
+}

@@ -1,0 +1,116 @@
+/* CUDA backend internals (src/engine/cuda/): the backend context, device copies of a model's
+ * weights, per-forward device buffers, and the check macro every CUDA/cuBLAS call goes through.
+ *
+ * Threads: like every backend, one thread at a time (the engine's); all device work is
+ * enqueued on the context's single stream. Ownership: the context owns the stream, the cuBLAS
+ * handle, the device weights of the model it last ran, its buffers, pinned staging and graphs.
+ */
+#ifndef TYCHO_ENGINE_CUDA_IMPL_H
+#define TYCHO_ENGINE_CUDA_IMPL_H
+
+#include "backend-impl.h"
+#include "model-impl.h"
+#include "ty_kernels.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct cuda_ctx;
+
+/* Checks a cudaError_t: 0, or TY_ECUDA after logging call, error and file:line and marking the
+ * backend unhealthy (sticky) unless the error is a plain allocation failure (TY_ENOMEM). */
+#define TY_CU(c, call) ty__cuda_check((c), (call), #call, __FILE__, __LINE__)
+/* Checks a cublasStatus_t the same way. */
+#define TY_CUBLAS(c, call) ty__cublas_check((c), (call), #call, __FILE__, __LINE__)
+/* Checks a kernel launcher's return code: TY_ECUDA marks the backend unhealthy. */
+#define TY_KL(c, call) ty__cuda_kernel_check((c), (call), #call, __FILE__, __LINE__)
+
+int ty__cuda_check(struct cuda_ctx *c, cudaError_t e, const char *call, const char *file,
+                   int line);
+int ty__cublas_check(struct cuda_ctx *c, cublasStatus_t s, const char *call, const char *file,
+                     int line);
+int ty__cuda_kernel_check(struct cuda_ctx *c, int rc, const char *call, const char *file,
+                          int line);
+
+/* A (rows, cols) row-major matrix on the device. */
+struct cuda_mat {
+    void *d;
+    enum ty_cuda_dtype type;
+    uint32_t rows, cols;
+};
+
+struct cuda_layer {
+    struct cuda_mat wqkv; /* (Q + 2 KV, D): wq | wk | wv rows */
+    struct cuda_mat wo;   /* (D, Q) */
+    struct cuda_mat wgu;  /* (2 F, D): w_gate | w_up rows */
+    struct cuda_mat wdown; /* (D, F) */
+    float *attn_norm, *ffn_norm; /* (D) */
+    float *bqkv;                 /* (Q + 2 KV) or NULL */
+};
+
+/* Device copy of one model (uploaded once, reused while the backend runs that model). */
+struct cuda_model {
+    const struct ty_model *src;
+    enum ty_cuda_dtype wtype;
+    struct cuda_mat embd, output; /* output.d == embd.d when tied */
+    float *out_norm;              /* (D) */
+    float *freq_div;              /* (head_dim / 2) */
+    struct cuda_layer *layers; /* (src->cfg.n_layers) */
+    size_t bytes; /* device bytes of weights */
+};
+
+/* Device activation buffers for up to cap_t tokens of the current model. */
+struct cuda_bufs {
+    uint32_t cap_t;
+    float *x, *xb, *qkv, *q, *att, *gu, *hb, *xg, *logits;
+    void *xh; /* 16-bit copy of a GEMM input (NULL for f32 weights) */
+};
+
+#define TY_CUDA_MAX_GRAPHS 16
+
+struct cuda_graph {
+    bool used;
+    uint64_t key, last_use;
+    cudaGraphExec_t exec;
+};
+
+struct cuda_ctx {
+    int device;
+    char name[24];
+    bool have_forced;
+    enum ty_cuda_dtype forced; /* weight type from the options */
+    bool graphs;               /* capture all-decode steps */
+    bool failed;               /* sticky: a device error was seen */
+    bool capturing;            /* inside a graph capture: errors do not set `failed` */
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *blas_ws;
+    struct cuda_model *model;
+    struct cuda_bufs buf;
+    int32_t *meta_h, *meta_d; /* pinned host / device copies of per-forward ints */
+    size_t meta_cap;          /* int32 elements */
+    float *logits_h;          /* pinned */
+    size_t logits_cap;        /* floats */
+    void *ws;                 /* decode attention workspace */
+    size_t ws_cap;
+    struct cuda_graph graph[TY_CUDA_MAX_GRAPHS];
+    uint64_t graph_clock;
+    uint64_t n_graph_launches, n_graph_captures; /* for tests and logs */
+};
+
+/* Upload `m` (freeing a previous model's copy) unless it is already resident. */
+int ty__cuda_model_use(struct cuda_ctx *c, const struct ty_model *m);
+void ty__cuda_model_free(struct cuda_ctx *c);
+
+/* Grows device memory *p to at least `bytes` (contents are lost); resets graphs when it moves. */
+int ty__cuda_grow(struct cuda_ctx *c, void **p, size_t *cap, size_t bytes);
+/* Drops every captured graph (buffers moved or the model changed). */
+void ty__cuda_graphs_reset(struct cuda_ctx *c);
+
+int ty__cuda_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
+                     const struct ty_batch *batch, float *logits);
+
+#endif

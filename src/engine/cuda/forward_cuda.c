@@ -1,0 +1,434 @@
+/* The CUDA forward pass: the CPU backend's math (cpu/forward.c) on the device. Tokens are
+ * reordered internally: single-token (decode) sequences first, then prefill chunks, so that
+ * decode attention reads a dense q block; per-token ops do not care about the order and the
+ * logits rows are gathered back into batch order. Every per-step integer (token ids,
+ * positions, KV slots, block tables, lengths, logits rows) travels in one pinned staging
+ * buffer and one host-to-device copy. All-decode steps whose shapes repeat (same number of
+ * sequences, same power-of-two context bucket, same pool) replay a captured CUDA graph. */
+#include "cuda-impl.h"
+
+#include "tycho/errors.h"
+#include "tycho/log.h"
+
+#include <math.h>
+#include <string.h>
+
+struct plan {
+    uint32_t T, nd, np, n_log;
+    uint32_t maxp_d, len_d; /* decode block-table row length, context bound (bucketed) */
+    uint32_t maxp_p, maxq_p;
+    size_t o_tok, o_pos, o_slot, o_dtab, o_dlen, o_ptab, o_pqs, o_pql, o_pkvl, o_lrow, total;
+};
+
+static uint32_t seq_end(const struct ty_batch_seq *s)
+{
+    return ty_kvseq_n_tokens(s->seq) + s->n;
+}
+
+/* Validates the batch as the CPU backend does and sizes everything. */
+static int plan_sizes(struct plan *p, const ty_model_t *m, uint32_t B, const struct ty_batch *b)
+{
+    uint64_t T = 0;
+    memset(p, 0, sizeof(*p));
+    for (uint32_t i = 0; i < b->n_seqs; i++) {
+        const struct ty_batch_seq *s = &b->seqs[i];
+        if (!s->seq || !s->n || !s->tokens)
+            return TY_EINVAL;
+        uint64_t end = (uint64_t)ty_kvseq_n_tokens(s->seq) + s->n;
+        if (end > (uint64_t)ty_kvseq_n_pages(s->seq) * B || end > (1u << 24))
+            return TY_EINVAL;
+        for (uint32_t j = 0; j < s->n; j++)
+            if (s->tokens[j] >= m->cfg.n_vocab)
+                return TY_EINVAL;
+        T += s->n;
+        p->n_log += s->logits_all ? s->n : 1;
+        uint32_t pages = (uint32_t)((end + B - 1) / B);
+        if (s->n == 1) {
+            p->nd++;
+            p->len_d = end > p->len_d ? (uint32_t)end : p->len_d;
+        } else {
+            p->np++;
+            p->maxp_p = pages > p->maxp_p ? pages : p->maxp_p;
+            p->maxq_p = s->n > p->maxq_p ? s->n : p->maxq_p;
+        }
+    }
+    if (T == 0 || T > (1u << 20))
+        return TY_EINVAL;
+    p->T = (uint32_t)T;
+    if (p->nd) { /* a power of two >= 256: graphs see few distinct shapes (bucketed with
+                  * graphs off too, so that both run the same decode split) */
+        uint32_t lb = 256;
+        while (lb < p->len_d)
+            lb *= 2;
+        p->len_d = lb;
+    }
+    p->maxp_d = (p->len_d + B - 1) / B;
+    return 0;
+}
+
+static void plan_offsets(struct plan *p)
+{
+    size_t o = 0;
+    p->o_tok = o, o += p->T;
+    p->o_pos = o, o += p->T;
+    p->o_slot = o, o += p->T;
+    p->o_dtab = o, o += (size_t)p->nd * p->maxp_d;
+    p->o_dlen = o, o += p->nd;
+    p->o_ptab = o, o += (size_t)p->np * p->maxp_p;
+    p->o_pqs = o, o += p->np;
+    p->o_pql = o, o += p->np;
+    p->o_pkvl = o, o += p->np;
+    p->o_lrow = o, o += p->n_log;
+    p->total = o;
+}
+
+static void fill_table(int32_t *row, uint32_t width, const ty_kvseq_t *seq)
+{
+    uint32_t n = ty_kvseq_n_pages(seq);
+    const uint32_t *pg = ty_kvseq_pages(seq);
+    for (uint32_t i = 0; i < width; i++)
+        row[i] = i < n ? (int32_t)pg[i] : 0; /* padding is never read: beyond the length */
+}
+
+/* Tokens of sequence s at internal rows r0.. : ids, positions, slots. */
+static void fill_tokens(int32_t *meta, const struct plan *p, const struct ty_batch_seq *s,
+                        uint32_t r0, uint32_t B)
+{
+    uint32_t past = ty_kvseq_n_tokens(s->seq);
+    const uint32_t *pg = ty_kvseq_pages(s->seq);
+    for (uint32_t j = 0; j < s->n; j++) {
+        uint32_t pos = past + j;
+        meta[p->o_tok + r0 + j] = (int32_t)s->tokens[j];
+        meta[p->o_pos + r0 + j] = (int32_t)pos;
+        meta[p->o_slot + r0 + j] = (int32_t)(pg[pos / B] * B + pos % B);
+    }
+}
+
+static void plan_fill(int32_t *meta, const struct plan *p, const struct ty_batch *b, uint32_t B)
+{
+    uint32_t di = 0, pi = 0, prow = p->nd, lr = 0;
+    for (uint32_t i = 0; i < b->n_seqs; i++) {
+        const struct ty_batch_seq *s = &b->seqs[i];
+        uint32_t r0;
+        if (s->n == 1) {
+            r0 = di;
+            fill_table(meta + p->o_dtab + (size_t)di * p->maxp_d, p->maxp_d, s->seq);
+            meta[p->o_dlen + di++] = (int32_t)seq_end(s);
+        } else {
+            r0 = prow;
+            fill_table(meta + p->o_ptab + (size_t)pi * p->maxp_p, p->maxp_p, s->seq);
+            meta[p->o_pqs + pi] = (int32_t)prow;
+            meta[p->o_pql + pi] = (int32_t)s->n;
+            meta[p->o_pkvl + pi++] = (int32_t)seq_end(s);
+            prow += s->n;
+        }
+        fill_tokens(meta, p, s, r0, B);
+        for (uint32_t j = s->logits_all ? 0 : s->n - 1; j < s->n; j++)
+            meta[p->o_lrow + lr++] = (int32_t)(r0 + j);
+    }
+}
+
+/* ---- buffers -------------------------------------------------------------------------------- */
+
+static int ensure_bufs(struct cuda_ctx *c, const struct ty_model_config *m, uint32_t T)
+{
+    struct cuda_bufs *b = &c->buf;
+    if (T <= b->cap_t)
+        return 0;
+    uint32_t cap = T < 64 ? 64 : T;
+    size_t D = m->dim, Q = (size_t)m->n_heads * m->head_dim;
+    size_t KV = (size_t)m->n_kv_heads * m->head_dim, F = m->ffn_dim, V = m->n_vocab;
+    size_t widest = D > Q ? (D > F ? D : F) : (Q > F ? Q : F);
+    struct {
+        void **p;
+        size_t bytes;
+    } want[] = {{(void **)&b->x, cap * D * 4},          {(void **)&b->xb, cap * D * 4},
+                {(void **)&b->qkv, cap * (Q + 2 * KV) * 4}, {(void **)&b->q, cap * Q * 4},
+                {(void **)&b->att, cap * Q * 4},        {(void **)&b->gu, cap * 2 * F * 4},
+                {(void **)&b->hb, cap * F * 4},         {(void **)&b->xg, cap * D * 4},
+                {(void **)&b->logits, cap * V * 4},     {&b->xh, cap * widest * 2}};
+    ty__cuda_graphs_reset(c);
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        if (*want[i].p)
+            cudaFree(*want[i].p);
+        *want[i].p = NULL;
+    }
+    b->cap_t = 0;
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        int rc = TY_CU(c, cudaMalloc(want[i].p, want[i].bytes));
+        if (rc)
+            return rc;
+    }
+    b->cap_t = cap;
+    return 0;
+}
+
+static int ensure_host(struct cuda_ctx *c, const struct plan *p, uint32_t V)
+{
+    int rc = 0;
+    size_t lf = (size_t)p->n_log * V;
+    if (p->total > c->meta_cap) {
+        size_t cap = p->total * 2;
+        if (c->meta_h)
+            cudaFreeHost(c->meta_h);
+        c->meta_h = NULL;
+        size_t dcap = c->meta_cap * 4;
+        c->meta_cap = 0;
+        if (!(rc = TY_CU(c, cudaMallocHost((void **)&c->meta_h, cap * 4))) &&
+            !(rc = ty__cuda_grow(c, (void **)&c->meta_d, &dcap, cap * 4)))
+            c->meta_cap = cap;
+    }
+    if (!rc && lf > c->logits_cap) {
+        if (c->logits_h)
+            cudaFreeHost(c->logits_h);
+        c->logits_h = NULL;
+        c->logits_cap = 0;
+        if (!(rc = TY_CU(c, cudaMallocHost((void **)&c->logits_h, lf * 4))))
+            c->logits_cap = lf;
+    }
+    return rc;
+}
+
+/* ---- the pass ------------------------------------------------------------------------------- */
+
+struct pass {
+    struct cuda_ctx *c;
+    const struct cuda_model *cm;
+    const struct ty_model_config *cfg;
+    const struct plan *p;
+    ty_kvpool_t *pool;
+    struct ty_cuda_kv_layout kl;
+    const struct ty_batch *batch; /* its layer_cb: such batches never run as graphs */
+};
+
+/* y (T, w->rows) = x (T, w->cols) W^T, converting x to the weight type first when 16-bit. */
+static int gemm(struct cuda_ctx *c, float *y, const float *x, const struct cuda_mat *w,
+                uint32_t T)
+{
+    const void *in = x;
+    if (w->type != TY_CUDA_F32) {
+        int rc = TY_KL(c, ty_cuda_convert(c->buf.xh, w->type, x, TY_CUDA_F32,
+                                          (size_t)T * w->cols, c->stream));
+        if (rc)
+            return rc;
+        in = c->buf.xh;
+    }
+    return TY_KL(c, ty_cuda_gemm(c->blas, y, in, w->d, w->type, (int)T, (int)w->cols,
+                                 (int)w->rows));
+}
+
+static int attention(struct pass *ps, uint32_t layer)
+{
+    struct cuda_ctx *c = ps->c;
+    const struct plan *p = ps->p;
+    const struct ty_model_config *m = ps->cfg;
+    const void *k = ty_kvpool_k(ps->pool, layer, 0), *v = ty_kvpool_v(ps->pool, layer, 0);
+    struct ty_cuda_attn_shape sh = {(int)m->n_heads, (int)m->n_kv_heads, (int)m->head_dim,
+                                    1.0f / sqrtf((float)m->head_dim), (int)p->maxp_d};
+    const int32_t *md = c->meta_d;
+    int rc = 0;
+    if (p->nd)
+        rc = TY_KL(c, ty_cuda_attn_decode(c->buf.att, c->buf.q, k, v, &ps->kl, &sh,
+                                          md + p->o_dtab, md + p->o_dlen, (int)p->nd,
+                                          (int)p->len_d, c->ws, c->stream));
+    sh.max_pages = (int)p->maxp_p;
+    if (!rc && p->np)
+        rc = TY_KL(c, ty_cuda_attn_prefill(c->buf.att, c->buf.q, k, v, &ps->kl, &sh,
+                                           md + p->o_ptab, md + p->o_pqs, md + p->o_pql,
+                                           md + p->o_pkvl, (int)p->np, (int)p->maxq_p,
+                                           c->stream));
+    return rc;
+}
+
+static int layer_forward(struct pass *ps, uint32_t l)
+{
+    struct cuda_ctx *c = ps->c;
+    const struct cuda_layer *L = &ps->cm->layers[l];
+    const struct ty_model_config *m = ps->cfg;
+    const struct ty_model *src = ps->cm->src;
+    struct cuda_bufs *b = &c->buf;
+    uint32_t T = ps->p->T, D = m->dim, F = m->ffn_dim;
+    struct ty_cuda_qkv q = {(int)m->n_heads, (int)m->n_kv_heads, (int)m->head_dim,
+                            m->rope == TY_ROPE_NEOX, m->qk_hf_order, src->rope_theta_scale,
+                            ps->cm->freq_div};
+    int rc = TY_KL(c, ty_cuda_rmsnorm_f32(b->xb, b->x, L->attn_norm, (int)T, (int)D, m->rms_eps,
+                                          c->stream));
+    if (!rc)
+        rc = gemm(c, b->qkv, b->xb, &L->wqkv, T);
+    if (!rc)
+        rc = TY_KL(c, ty_cuda_qkv_rope_store(b->q, ty_kvpool_k(ps->pool, l, 0),
+                                             ty_kvpool_v(ps->pool, l, 0), &ps->kl, b->qkv,
+                                             L->bqkv, c->meta_d + ps->p->o_pos,
+                                             c->meta_d + ps->p->o_slot, (int)T, &q, c->stream));
+    if (!rc)
+        rc = attention(ps, l);
+    if (!rc)
+        rc = gemm(c, b->xb, b->att, &L->wo, T);
+    if (!rc)
+        rc = TY_KL(c, ty_cuda_add_f32(b->x, b->xb, (size_t)T * D, c->stream));
+    if (!rc)
+        rc = TY_KL(c, ty_cuda_rmsnorm_f32(b->xb, b->x, L->ffn_norm, (int)T, (int)D, m->rms_eps,
+                                          c->stream));
+    if (!rc)
+        rc = gemm(c, b->gu, b->xb, &L->wgu, T);
+    if (!rc)
+        rc = TY_KL(c, ty_cuda_silu_mul_f32(b->hb, b->gu, b->gu + F, (int)T, (int)F, (int)(2 * F),
+                                           c->stream));
+    if (!rc)
+        rc = gemm(c, b->xb, b->hb, &L->wdown, T);
+    if (!rc)
+        rc = TY_KL(c, ty_cuda_add_f32(b->x, b->xb, (size_t)T * D, c->stream));
+    return rc;
+}
+
+/* Everything between the metadata upload and the logits download (what a graph holds). */
+static int enqueue(struct pass *ps)
+{
+    struct cuda_ctx *c = ps->c;
+    const struct cuda_model *cm = ps->cm;
+    const struct ty_model_config *m = ps->cfg;
+    const struct plan *p = ps->p;
+    struct cuda_bufs *b = &c->buf;
+    int rc = TY_KL(c, ty_cuda_embed(b->x, cm->embd.d, cm->embd.type, c->meta_d + p->o_tok,
+                                    (int)p->T, (int)m->dim, (int)m->n_vocab, c->stream));
+    for (uint32_t l = 0; l < m->n_layers && !rc; l++) {
+        rc = layer_forward(ps, l);
+        if (!rc && ps->batch->layer_cb) { /* layer l's K/V must be in the pool when it runs */
+            rc = TY_CU(c, cudaStreamSynchronize(c->stream));
+            if (!rc)
+                ps->batch->layer_cb(ps->batch->layer_arg, ps->batch, l);
+        }
+    }
+    if (!rc) /* the rows that want logits, in batch order (an f32 "embedding" of x) */
+        rc = TY_KL(c, ty_cuda_embed(b->xg, b->x, TY_CUDA_F32, c->meta_d + p->o_lrow,
+                                    (int)p->n_log, (int)m->dim, (int)p->T, c->stream));
+    if (!rc)
+        rc = TY_KL(c, ty_cuda_rmsnorm_f32(b->xg, b->xg, cm->out_norm, (int)p->n_log, (int)m->dim,
+                                          m->rms_eps, c->stream));
+    if (!rc)
+        rc = gemm(c, b->logits, b->xg, &cm->output, p->n_log);
+    return rc;
+}
+
+/* ---- CUDA graphs ------------------------------------------------------------------------------ */
+
+static uint64_t graph_key(const struct plan *p, const ty_kvpool_t *pool)
+{
+    uint64_t h = 1469598103934665603ull;
+    uint64_t v[] = {p->nd, p->len_d, p->n_log, (uint64_t)(uintptr_t)pool};
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+        h = (h ^ v[i]) * 1099511628211ull;
+    return h;
+}
+
+static int capture(struct pass *ps, struct cuda_graph *g)
+{
+    struct cuda_ctx *c = ps->c;
+    cudaGraph_t graph = NULL;
+    c->capturing = true; /* errors here are capture problems, not device faults */
+    int rc = TY_CU(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+    int erc = rc ? rc : enqueue(ps);
+    if (!rc)
+        rc = TY_CU(c, cudaStreamEndCapture(c->stream, &graph));
+    if (!rc && !erc)
+        rc = TY_CU(c, cudaGraphInstantiate(&g->exec, graph, 0));
+    c->capturing = false;
+    if (graph)
+        cudaGraphDestroy(graph);
+    c->n_graph_captures += !rc && !erc;
+    return erc ? erc : rc;
+}
+
+/* Runs an all-decode step through a graph: eager the first time a shape is seen (lazy module
+ * loading happens outside any capture), captured the second time, replayed afterwards. */
+static int run_graph(struct pass *ps)
+{
+    struct cuda_ctx *c = ps->c;
+    uint64_t key = graph_key(ps->p, ps->pool);
+    struct cuda_graph *g = NULL, *lru = &c->graph[0];
+    for (int i = 0; i < TY_CUDA_MAX_GRAPHS && !g; i++) {
+        if (c->graph[i].used && c->graph[i].key == key)
+            g = &c->graph[i];
+        else if (!c->graph[i].used || c->graph[i].last_use < lru->last_use)
+            lru = !lru->used ? lru : &c->graph[i];
+    }
+    if (!g) {
+        if (lru->used && lru->exec)
+            cudaGraphExecDestroy(lru->exec);
+        *lru = (struct cuda_graph){.used = true, .key = key, .last_use = ++c->graph_clock};
+        return enqueue(ps);
+    }
+    g->last_use = ++c->graph_clock;
+    if (!g->exec) {
+        int rc = capture(ps, g);
+        if (rc) {
+            TY_LOG_WARN("cuda", "%s: decode step capture failed (%s), graphs off", c->name,
+                        ty_err_name(rc));
+            c->graphs = false;
+            return c->failed ? rc : enqueue(ps);
+        }
+    }
+    c->n_graph_launches++;
+    return TY_CU(c, cudaGraphLaunch(g->exec, c->stream));
+}
+
+/* ---- entry ---------------------------------------------------------------------------------- */
+
+static int prepare(struct cuda_ctx *c, const ty_model_t *m, ty_kvpool_t *pool,
+                   const struct ty_batch *batch, struct plan *p)
+{
+    const struct ty_model_config *cfg = &m->cfg;
+    uint32_t B = ty_kvpool_block_tokens(pool);
+    int rc = plan_sizes(p, m, B, batch);
+    if (rc)
+        return rc;
+    plan_offsets(p);
+    if ((rc = TY_CU(c, cudaSetDevice(c->device))) || (rc = ty__cuda_model_use(c, m)) ||
+        (rc = ensure_bufs(c, cfg, p->T)) || (rc = ensure_host(c, p, cfg->n_vocab)))
+        return rc;
+    if (p->nd) {
+        struct ty_cuda_attn_shape sh = {(int)cfg->n_heads, (int)cfg->n_kv_heads,
+                                        (int)cfg->head_dim, 1.0f, (int)p->maxp_d};
+        size_t ws = ty_cuda_attn_decode_workspace(&sh, (int)p->nd, (int)p->len_d);
+        if ((rc = ty__cuda_grow(c, &c->ws, &c->ws_cap, ws)))
+            return rc;
+    }
+    plan_fill(c->meta_h, p, batch, B);
+    return TY_CU(c, cudaMemcpyAsync(c->meta_d, c->meta_h, p->total * 4, cudaMemcpyHostToDevice,
+                                    c->stream));
+}
+
+static bool pool_fits(const ty_kvpool_t *pool, const struct ty_model_config *m)
+{
+    return !ty_kvpool_is_host(pool) &&
+           ty_kvpool_page_bytes(pool) ==
+               (size_t)m->n_kv_heads * ty_kvpool_block_tokens(pool) * m->head_dim * 4;
+}
+
+int ty__cuda_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
+                     const struct ty_batch *batch, float *logits)
+{
+    struct cuda_ctx *c = b->context;
+    struct plan p;
+    if (c->failed)
+        return TY_ECUDA;
+    if (!pool_fits(pool, &m->cfg))
+        return TY_EINVAL; /* a host pool, or one made for another geometry */
+    int rc = prepare(c, m, pool, batch, &p);
+    if (rc)
+        return rc;
+    struct pass ps = {c, c->model, &m->cfg, &p, pool,
+                      {TY_CUDA_F32, (int)m->cfg.n_kv_heads, (int)ty_kvpool_block_tokens(pool),
+                       (int)m->cfg.head_dim, (int)ty_kvpool_pages_total(pool)},
+                      batch};
+    rc = c->graphs && p.np == 0 && !batch->layer_cb ? run_graph(&ps) : enqueue(&ps);
+    size_t bytes = (size_t)p.n_log * m->cfg.n_vocab * 4;
+    if (!rc)
+        rc = TY_CU(c, cudaMemcpyAsync(c->logits_h, c->buf.logits, bytes, cudaMemcpyDeviceToHost,
+                                      c->stream));
+    if (!rc)
+        rc = TY_CU(c, cudaStreamSynchronize(c->stream));
+    if (!rc)
+        memcpy(logits, c->logits_h, bytes);
+    return rc;
+}

@@ -1,0 +1,241 @@
+/* Device copies of a model's weights, made once per model: q|k|v and gate|up fused row-wise
+ * (one GEMM each), 16-bit or f32 matrices, f32 norms, biases and rope divisors. A matrix whose
+ * file type equals the device type is copied as is; any other is converted on the host to f32
+ * rows (the CPU backend's ty__cpu_row_to_f32, so Q8_0 and F16 read exactly as on the CPU),
+ * staged through pinned memory and rounded to the device type on the device. */
+#include "cpu/cpu-impl.h"
+#include "cuda-impl.h"
+
+#include "tycho/errors.h"
+#include "tycho/gguf.h"
+#include "tycho/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define STAGE_FLOATS (4u << 20) /* 16 MiB of f32 rows per conversion chunk */
+
+struct upload {
+    struct cuda_ctx *c;
+    float *stage_h; /* pinned (STAGE_FLOATS) */
+    float *stage_d; /* device (STAGE_FLOATS) */
+};
+
+static bool same_type(uint32_t ggml, enum ty_cuda_dtype t)
+{
+    return (ggml == TY_GGML_F32 && t == TY_CUDA_F32) || (ggml == TY_GGML_F16 && t == TY_CUDA_F16) ||
+           (ggml == TY_GGML_BF16 && t == TY_CUDA_BF16);
+}
+
+/* Converted path: rows to f32 on the host, chunk by chunk, then rounded on the device. */
+static int upload_converted(struct upload *u, char *dst, enum ty_cuda_dtype t,
+                            const struct ty_weight *w)
+{
+    struct cuda_ctx *c = u->c;
+    uint64_t per = STAGE_FLOATS / w->cols;
+    size_t es = ty_cuda_dtype_size(t);
+    for (uint64_t r0 = 0; r0 < w->rows; r0 += per) {
+        uint64_t nr = w->rows - r0 < per ? w->rows - r0 : per;
+        for (uint64_t r = 0; r < nr; r++)
+            ty__cpu_row_to_f32(w, r0 + r, u->stage_h + r * w->cols);
+        size_t n = (size_t)(nr * w->cols);
+        int rc = TY_CU(c, cudaMemcpyAsync(u->stage_d, u->stage_h, n * 4, cudaMemcpyHostToDevice,
+                                          c->stream));
+        if (!rc)
+            rc = TY_KL(c, ty_cuda_convert(dst + r0 * w->cols * es, t, u->stage_d, TY_CUDA_F32, n,
+                                          c->stream));
+        if (!rc)
+            rc = TY_CU(c, cudaStreamSynchronize(c->stream)); /* staging reused next */
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Rows of `w` into matrix `m` starting at row `row0`. */
+static int upload_rows(struct upload *u, struct cuda_mat *m, uint32_t row0,
+                       const struct ty_weight *w)
+{
+    if (!w->data || w->cols != m->cols || row0 + w->rows > m->rows || w->cols > STAGE_FLOATS)
+        return TY_EINVAL;
+    size_t es = ty_cuda_dtype_size(m->type);
+    char *dst = (char *)m->d + (size_t)row0 * m->cols * es;
+    if (!same_type(w->type, m->type))
+        return upload_converted(u, dst, m->type, w);
+    return TY_CU(u->c, cudaMemcpyAsync(dst, w->data, (size_t)(w->rows * w->cols) * es,
+                                       cudaMemcpyHostToDevice, u->c->stream));
+}
+
+static int mat_alloc(struct cuda_ctx *c, struct cuda_model *cm, struct cuda_mat *m,
+                     uint32_t rows, uint32_t cols)
+{
+    m->type = cm->wtype;
+    m->rows = rows;
+    m->cols = cols;
+    size_t bytes = (size_t)rows * cols * ty_cuda_dtype_size(m->type);
+    cm->bytes += bytes;
+    return TY_CU(c, cudaMalloc(&m->d, bytes));
+}
+
+/* `n` f32 values (a norm or bias) to a new device array. */
+static int vec_upload(struct cuda_ctx *c, struct cuda_model *cm, float **d, const void *src,
+                      size_t n)
+{
+    cm->bytes += n * 4;
+    int rc = TY_CU(c, cudaMalloc((void **)d, n * 4));
+    return rc ? rc : TY_CU(c, cudaMemcpyAsync(*d, src, n * 4, cudaMemcpyHostToDevice, c->stream));
+}
+
+static int upload_biases(struct cuda_ctx *c, struct cuda_model *cm, struct cuda_layer *cl,
+                         const struct ty_layer_weights *L, size_t nq, size_t nkv)
+{
+    if (!L->bq.data || !L->bk.data || !L->bv.data)
+        return 0;
+    float *h = malloc((nq + 2 * nkv) * 4);
+    if (!h)
+        return TY_ENOMEM;
+    memcpy(h, L->bq.data, nq * 4);
+    memcpy(h + nq, L->bk.data, nkv * 4);
+    memcpy(h + nq + nkv, L->bv.data, nkv * 4);
+    int rc = vec_upload(c, cm, &cl->bqkv, h, nq + 2 * nkv);
+    if (!rc)
+        rc = TY_CU(c, cudaStreamSynchronize(c->stream)); /* h is pageable and freed next */
+    free(h);
+    return rc;
+}
+
+static int upload_layer(struct upload *u, struct cuda_model *cm, uint32_t l)
+{
+    const struct ty_model *m = cm->src;
+    const struct ty_model_config *cfg = &m->cfg;
+    const struct ty_layer_weights *L = &m->layers[l];
+    struct cuda_layer *cl = &cm->layers[l];
+    struct cuda_ctx *c = u->c;
+    uint32_t D = cfg->dim, F = cfg->ffn_dim;
+    uint32_t nq = cfg->n_heads * cfg->head_dim, nkv = cfg->n_kv_heads * cfg->head_dim;
+    int rc = mat_alloc(c, cm, &cl->wqkv, nq + 2 * nkv, D);
+    if (!rc && !(rc = upload_rows(u, &cl->wqkv, 0, &L->wq)) &&
+        !(rc = upload_rows(u, &cl->wqkv, nq, &L->wk)))
+        rc = upload_rows(u, &cl->wqkv, nq + nkv, &L->wv);
+    if (!rc && !(rc = mat_alloc(c, cm, &cl->wo, D, nq)))
+        rc = upload_rows(u, &cl->wo, 0, &L->wo);
+    if (!rc && !(rc = mat_alloc(c, cm, &cl->wgu, 2 * F, D)) &&
+        !(rc = upload_rows(u, &cl->wgu, 0, &L->w_gate)))
+        rc = upload_rows(u, &cl->wgu, F, &L->w_up);
+    if (!rc && !(rc = mat_alloc(c, cm, &cl->wdown, D, F)))
+        rc = upload_rows(u, &cl->wdown, 0, &L->w_down);
+    if (!rc)
+        rc = vec_upload(c, cm, &cl->attn_norm, L->attn_norm.data, D);
+    if (!rc)
+        rc = vec_upload(c, cm, &cl->ffn_norm, L->ffn_norm.data, D);
+    if (!rc)
+        rc = upload_biases(c, cm, cl, L, nq, nkv);
+    return rc;
+}
+
+static enum ty_cuda_dtype auto_type(const struct cuda_ctx *c, const struct ty_model *m)
+{
+    if (c->have_forced)
+        return c->forced;
+    switch (m->cfg.weight_type) {
+    case TY_GGML_F32: return TY_CUDA_F32;
+    case TY_GGML_BF16: return TY_CUDA_BF16;
+    default: return TY_CUDA_F16; /* F16, and Q8_0 dequantized */
+    }
+}
+
+static int upload_model(struct upload *u, struct cuda_model *cm)
+{
+    const struct ty_model *m = cm->src;
+    struct cuda_ctx *c = u->c;
+    uint32_t D = m->cfg.dim, V = m->cfg.n_vocab;
+    int rc = mat_alloc(c, cm, &cm->embd, V, D);
+    if (!rc)
+        rc = upload_rows(u, &cm->embd, 0, &m->tok_embd);
+    if (!rc && m->output.data == m->tok_embd.data && m->output.type == m->tok_embd.type) {
+        cm->output = cm->embd;
+    } else if (!rc && !(rc = mat_alloc(c, cm, &cm->output, V, D))) {
+        rc = upload_rows(u, &cm->output, 0, &m->output);
+    }
+    if (!rc)
+        rc = vec_upload(c, cm, &cm->out_norm, m->out_norm.data, D);
+    if (!rc)
+        rc = vec_upload(c, cm, &cm->freq_div, m->rope_div, m->cfg.head_dim / 2);
+    for (uint32_t l = 0; l < m->cfg.n_layers && !rc; l++)
+        rc = upload_layer(u, cm, l);
+    if (!rc)
+        rc = TY_CU(c, cudaStreamSynchronize(c->stream));
+    return rc;
+}
+
+static void mat_free(struct cuda_mat *m)
+{
+    if (m->d)
+        cudaFree(m->d);
+    m->d = NULL;
+}
+
+void ty__cuda_model_free(struct cuda_ctx *c)
+{
+    struct cuda_model *cm = c->model;
+    if (!cm)
+        return;
+    cudaStreamSynchronize(c->stream);
+    for (uint32_t l = 0; cm->layers && l < cm->src->cfg.n_layers; l++) {
+        struct cuda_layer *cl = &cm->layers[l];
+        mat_free(&cl->wqkv);
+        mat_free(&cl->wo);
+        mat_free(&cl->wgu);
+        mat_free(&cl->wdown);
+        float *v[] = {cl->attn_norm, cl->ffn_norm, cl->bqkv};
+        for (int i = 0; i < 3; i++)
+            if (v[i])
+                cudaFree(v[i]);
+    }
+    if (cm->output.d != cm->embd.d)
+        mat_free(&cm->output);
+    mat_free(&cm->embd);
+    if (cm->out_norm)
+        cudaFree(cm->out_norm);
+    if (cm->freq_div)
+        cudaFree(cm->freq_div);
+    free(cm->layers);
+    free(cm);
+    c->model = NULL;
+    c->buf.cap_t = 0; /* sized for this model's dims: reallocated for the next one */
+    ty__cuda_graphs_reset(c);
+}
+
+int ty__cuda_model_use(struct cuda_ctx *c, const struct ty_model *m)
+{
+    if (c->model && c->model->src == m)
+        return 0;
+    ty__cuda_model_free(c);
+    struct cuda_model *cm = calloc(1, sizeof(*cm));
+    struct upload u = {.c = c};
+    if (!cm || !(cm->layers = calloc(m->cfg.n_layers, sizeof(*cm->layers)))) {
+        free(cm);
+        return TY_ENOMEM;
+    }
+    cm->src = m;
+    cm->wtype = auto_type(c, m);
+    c->model = cm;
+    int rc = TY_CU(c, cudaMallocHost((void **)&u.stage_h, STAGE_FLOATS * 4));
+    if (!rc)
+        rc = TY_CU(c, cudaMalloc((void **)&u.stage_d, STAGE_FLOATS * 4));
+    if (!rc)
+        rc = upload_model(&u, cm);
+    if (u.stage_h)
+        cudaFreeHost(u.stage_h);
+    if (u.stage_d)
+        cudaFree(u.stage_d);
+    if (rc) {
+        ty__cuda_model_free(c);
+        return rc;
+    }
+    TY_LOG_INFO("cuda", "%s: %s uploaded, %.1f MiB of %s weights", c->name, m->desc,
+                cm->bytes / 1048576.0, cm->wtype == TY_CUDA_F32   ? "f32"
+                                       : cm->wtype == TY_CUDA_F16 ? "f16"
+                                                                  : "bf16");
+    return 0;
+}

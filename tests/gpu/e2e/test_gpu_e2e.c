@@ -1,0 +1,276 @@
+/* End-to-end CUDA backend checks on the real stories260K model, the CPU backend as reference:
+ * greedy ids for 256 tokens on several prompts, logits of a prefill, a batch of 8 mixed-length
+ * sequences equal to each alone, CUDA graphs on = off (bit-identical logits), and KV exported
+ * from one backend continuing on the other. Exits 77 without a CUDA device or without
+ * $TYCHO_TEST_DATA/models/stories260K/stories260K.gguf.
+ *
+ * Greedy comparisons allow one kind of divergence only: at a step where the reference's two
+ * best logits are within TIE_GAP (float rounding of two different summation orders may pick
+ * either); the comparison of that prompt then ends there. Any other difference fails. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "tycho/engine.h"
+#include "tycho/errors.h"
+#include "tycho/kvpool.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define B 16
+#define TIE_GAP 1e-3f
+static ty_model_t *model;
+static uint32_t V;
+
+static ty_engine_t *mk_engine(const char *backend, const char *weights, bool no_graphs)
+{
+    struct ty_engine_opts o = {.kv_block_tokens = B, .max_seqs = 10, .max_ctx = 512,
+                               .max_batch_tokens = 512, .no_prefix_sharing = true,
+                               .backend = backend, .cuda_weights = weights,
+                               .cuda_no_graphs = no_graphs};
+    ty_engine_t *e = NULL;
+    assert_int_equal(ty_engine_new(&e, model, &o), 0);
+    return e;
+}
+
+static void mk_prompt(uint32_t *p, size_t n, uint32_t salt)
+{
+    p[0] = 1; /* BOS, then in-vocabulary byte-level and merged tokens */
+    for (size_t i = 1; i < n; i++)
+        p[i] = 259 + (uint32_t)((i * 37 + salt * 101) % 253);
+}
+
+static struct ty_gen_params greedy(uint32_t n)
+{
+    struct ty_gen_params p = {.max_tokens = n, .ignore_eos = true};
+    p.sampling.repetition_penalty = 1;
+    p.sampling.n_logprobs = 2; /* the top-2 logprob gap tells a near-tie */
+    return p;
+}
+
+/* Number of equal leading ids; fails unless they are all equal or the first difference is at
+ * a near-tie of the reference. */
+static size_t compare_ids(const struct ty_gen_result *ref, const struct ty_gen_result *got,
+                          const char *what, int idx)
+{
+    assert_int_equal(ref->n_ids, got->n_ids);
+    for (size_t k = 0; k < ref->n_ids; k++) {
+        if (ref->ids[k] == got->ids[k])
+            continue;
+        const struct ty_sample *s = &ref->samples[k];
+        float gap = s->n_top >= 2 ? s->top[0].logprob - s->top[1].logprob : INFINITY;
+        printf("  %s %d: ids differ at step %zu (%u vs %u), reference top-2 gap %.2g\n", what,
+               idx, k, ref->ids[k], got->ids[k], gap);
+        if (!(gap < TIE_GAP))
+            fail_msg("%s %d: divergence at step %zu is not a near-tie (gap %g)", what, idx, k,
+                     gap);
+        return k;
+    }
+    return ref->n_ids;
+}
+
+static void test_greedy_256_cpu_vs_cuda(void **state)
+{
+    enum { N = 6, GEN = 256 };
+    static const size_t lens[N] = {1, 5, 17, 33, 64, 100};
+    ty_engine_t *cpu = mk_engine("cpu", NULL, false), *gpu = mk_engine("cuda", "f32", false);
+    int diverged = 0;
+    for (int i = 0; i < N; i++) {
+        uint32_t p[128];
+        const uint32_t *pp = p;
+        mk_prompt(p, lens[i], (uint32_t)i + 3);
+        struct ty_gen_params gp = greedy(GEN);
+        struct ty_gen_result a = {0}, b = {0};
+        assert_int_equal(ty_engine_generate(cpu, &pp, &lens[i], 1, &gp, &a, NULL, NULL), 0);
+        assert_int_equal(ty_engine_generate(gpu, &pp, &lens[i], 1, &gp, &b, NULL, NULL), 0);
+        assert_int_equal(b.n_ids, GEN);
+        diverged += compare_ids(&a, &b, "prompt", i) < GEN;
+        ty_gen_result_clear(&a);
+        ty_gen_result_clear(&b);
+    }
+    assert_true(ty_engine_healthy(gpu));
+    assert_true(diverged <= 1); /* near-ties are rare: more than one means drift */
+    ty_engine_free(cpu);
+    ty_engine_free(gpu);
+}
+
+/* All logits of one prefill (logits_all) and of the following decode step. */
+static float *run_logits(ty_engine_t *e, const uint32_t *t, uint32_t n)
+{
+    float *l = malloc(((size_t)n + 1) * V * 4);
+    ty_kvseq_t *s;
+    assert_int_equal(ty_kvpool_seq_new(ty_engine_pool(e), &s), 0);
+    struct ty_batch_seq bs = {s, t, n, true};
+    struct ty_batch b = {.seqs = &bs, .n_seqs = 1};
+    assert_int_equal(ty_engine_forward(e, &b, l), 0);
+    struct ty_batch_seq ds = {s, t + 1, 1, false};
+    b.seqs = &ds;
+    assert_int_equal(ty_engine_forward(e, &b, l + (size_t)n * V), 0);
+    ty_kvpool_seq_free(ty_engine_pool(e), s);
+    return l;
+}
+
+static double nerr(const float *got, const float *want, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i]))
+            return INFINITY;
+        num += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        den += (double)want[i] * want[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+static void test_prefill_logits(void **state)
+{
+    enum { N = 77 };
+    uint32_t t[N];
+    mk_prompt(t, N, 5);
+    ty_engine_t *cpu = mk_engine("cpu", NULL, false);
+    float *ref = run_logits(cpu, t, N);
+    ty_engine_free(cpu);
+    static const struct {
+        const char *w;
+        double tol;
+    } cases[] = {{"f32", 1e-4}, {"f16", 2e-2}, {"bf16", 6e-2}};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        ty_engine_t *gpu = mk_engine("cuda", cases[c].w, false);
+        float *got = run_logits(gpu, t, N);
+        double err = nerr(got, ref, ((size_t)N + 1) * V);
+        printf("  %s weights: logits nerr %.3g (tol %.g)\n", cases[c].w, err, cases[c].tol);
+        assert_true(err <= cases[c].tol);
+        free(got);
+        ty_engine_free(gpu);
+    }
+    free(ref);
+}
+
+static void test_batch8_equals_alone(void **state)
+{
+    enum { N = 8, GEN = 64 };
+    uint32_t prompts[N][80];
+    size_t lens[N];
+    const uint32_t *pp[N];
+    struct ty_gen_result alone[N], together[N], eager[N];
+    struct ty_gen_params p = greedy(GEN);
+    ty_engine_t *e = mk_engine("cuda", "f32", false);
+    for (int i = 0; i < N; i++) {
+        lens[i] = 3 + (size_t)i * 9; /* 3 .. 66 tokens: one block to five */
+        mk_prompt(prompts[i], lens[i], (uint32_t)i);
+        pp[i] = prompts[i];
+        assert_int_equal(ty_engine_generate(e, &pp[i], &lens[i], 1, &p, &alone[i], NULL, NULL),
+                         0);
+    }
+    assert_int_equal(ty_engine_generate(e, pp, lens, N, &p, together, NULL, NULL), 0);
+    assert_int_equal(ty_kvpool_pages_used(ty_engine_pool(e)), 0);
+    ty_engine_free(e);
+    e = mk_engine("cuda", "f32", true); /* same batch without graphs: bit-identical */
+    assert_int_equal(ty_engine_generate(e, pp, lens, N, &p, eager, NULL, NULL), 0);
+    ty_engine_free(e);
+    for (int i = 0; i < N; i++) {
+        compare_ids(&alone[i], &together[i], "batched seq", i);
+        assert_memory_equal(together[i].ids, eager[i].ids, GEN * sizeof(uint32_t));
+        for (int k = 0; k < GEN; k++)
+            assert_true(together[i].samples[k].logprob == eager[i].samples[k].logprob);
+        ty_gen_result_clear(&alone[i]);
+        ty_gen_result_clear(&together[i]);
+        ty_gen_result_clear(&eager[i]);
+    }
+}
+
+static uint32_t argmax(const float *l)
+{
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < V; i++)
+        best = l[i] > l[best] ? i : best;
+    return best;
+}
+
+/* Greedy decode of n tokens after `first` on sequence s. */
+static void decode(ty_engine_t *e, ty_kvseq_t *s, uint32_t first, uint32_t *out, int n)
+{
+    float *l = malloc((size_t)V * 4);
+    uint32_t tok = first;
+    for (int i = 0; i < n; i++) {
+        struct ty_batch_seq bs = {s, &tok, 1, false};
+        struct ty_batch b = {.seqs = &bs, .n_seqs = 1};
+        assert_int_equal(ty_engine_forward(e, &b, l), 0);
+        out[i] = tok = argmax(l);
+    }
+    free(l);
+}
+
+/* Prefill on `from`, export, import into `to`: both continue with the same greedy ids. */
+static void export_import(const char *from, const char *to)
+{
+    enum { LP = 37, GEN = 30 };
+    uint32_t t[LP], ref[GEN], got[GEN];
+    mk_prompt(t, LP, 9);
+    float *l = malloc(LP * (size_t)V * 4);
+    ty_engine_t *e1 = mk_engine(from, "f32", false), *e2 = mk_engine(to, "f32", false);
+    ty_kvseq_t *s1, *s2;
+    assert_int_equal(ty_kvpool_seq_new(ty_engine_pool(e1), &s1), 0);
+    struct ty_batch_seq bs = {s1, t, LP, false};
+    struct ty_batch b = {.seqs = &bs, .n_seqs = 1};
+    assert_int_equal(ty_engine_forward(e1, &b, l), 0);
+    uint32_t first = argmax(l);
+    void *buf;
+    size_t len;
+    assert_int_equal(ty_kvpool_seq_export(ty_engine_pool(e1), s1, &buf, &len), 0);
+    decode(e1, s1, first, ref, GEN);
+    assert_int_equal(ty_kvpool_seq_new(ty_engine_pool(e2), &s2), 0);
+    assert_int_equal(ty_kvpool_seq_import(ty_engine_pool(e2), s2, buf, len), 0);
+    assert_int_equal(ty_kvseq_n_tokens(s2), LP);
+    decode(e2, s2, first, got, GEN);
+    int same = 0;
+    while (same < GEN && ref[same] == got[same])
+        same++;
+    printf("  %s -> %s: %d of %d ids equal\n", from, to, same, GEN);
+    assert_int_equal(same, GEN);
+    free(buf);
+    free(l);
+    ty_kvpool_seq_free(ty_engine_pool(e1), s1);
+    ty_kvpool_seq_free(ty_engine_pool(e2), s2);
+    ty_engine_free(e1);
+    ty_engine_free(e2);
+}
+
+static void test_export_import_across_backends(void **state)
+{
+    export_import("cpu", "cuda");
+    export_import("cuda", "cpu");
+    export_import("cuda", "cuda");
+}
+
+int main(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        printf("test_gpu_e2e: no CUDA device, skipping\n");
+        return 77;
+    }
+    const char *data = getenv("TYCHO_TEST_DATA");
+    char path[512], err[256];
+    snprintf(path, sizeof(path), "%s/models/stories260K/stories260K.gguf", data ? data : "");
+    if (!data || ty_model_load(&model, path, err, sizeof(err)) != 0) {
+        fprintf(stderr, "skip: %s\n", data ? err : "TYCHO_TEST_DATA not set");
+        return 77;
+    }
+    V = ty_model_config(model)->n_vocab;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_prefill_logits),
+        cmocka_unit_test(test_greedy_256_cpu_vs_cuda),
+        cmocka_unit_test(test_batch8_equals_alone),
+        cmocka_unit_test(test_export_import_across_backends),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    ty_model_free(model);
+    return rc;
+}

@@ -1,0 +1,154 @@
+/* ty_cuda_qkv_rope_store against a double-precision loop written from its definition: bias,
+ * HF rotate_half order undone, rotary pairs (GGUF interleaved or NeoX), llama-style frequency
+ * divisors, q dense, K/V into page slots (f32, f16, bf16 pools; a negative slot writes
+ * nothing). Outputs poisoned with NaN first; pool pages not addressed must stay poisoned. */
+#include "gpu_test_util.h"
+
+struct qcase {
+    int n_tokens, n_heads, n_kv, hd, B, neox, hf, bias;
+    enum ty_cuda_dtype type;
+};
+
+/* Element j (interleaved layout) of head vector src, after the HF reorder when hf. */
+static double src_at(const float *src, int hd, int hf, int j)
+{
+    return hf ? src[(j & 1) ? hd / 2 + (j >> 1) : (j >> 1)] : src[j];
+}
+
+static void ref_head(double *out, const float *src, const struct qcase *c, int pos,
+                     const float *div, float scale)
+{
+    int hd = c->hd, half = hd / 2;
+    for (int i = 0; i < half; i++) {
+        /* the angle as the kernel defines it: ggml's f32 recurrence, f32 division */
+        float th = (float)pos;
+        for (int k = 0; k < i; k++)
+            th *= scale;
+        double ang = (double)(th / div[i]);
+        int a = c->neox ? i : 2 * i, b = c->neox ? i + half : 2 * i + 1;
+        double x0 = src_at(src, hd, c->hf, a), x1 = src_at(src, hd, c->hf, b);
+        out[a] = x0 * cos(ang) - x1 * sin(ang);
+        out[b] = x0 * sin(ang) + x1 * cos(ang);
+    }
+}
+
+static float read_pool(const void *pool, enum ty_cuda_dtype t, size_t i)
+{
+    if (t == TY_CUDA_F32)
+        return ((const float *)pool)[i];
+    uint16_t h;
+    memcpy(&h, (const char *)pool + 2 * i, 2);
+    if (t == TY_CUDA_BF16)
+        return gt_bf16_to_f32(h);
+    _Float16 f;
+    memcpy(&f, &h, 2);
+    return (float)f;
+}
+
+static void run_case(const struct qcase *c, uint64_t *rng)
+{
+    int T = c->n_tokens, hd = c->hd, Q = c->n_heads * hd, KV = c->n_kv * hd, ld = Q + 2 * KV;
+    int n_pages = (T + c->B - 1) / c->B + 2;
+    size_t page_elems = (size_t)c->n_kv * c->B * hd, pool_elems = page_elems * n_pages;
+    size_t es = gt_dtype_size(c->type);
+    float *qkv = malloc((size_t)T * ld * 4), *bias = malloc((size_t)ld * 4);
+    float div[512], scale = powf(10000.0f, -2.0f / hd);
+    int32_t *pos = malloc(T * 4), *slots = malloc(T * 4);
+    gt_fill(qkv, (size_t)T * ld, rng, -2, 2);
+    gt_fill(bias, ld, rng, -0.5f, 0.5f);
+    for (int i = 0; i < hd / 2; i++)
+        div[i] = i % 3 ? 1.0f : gt_uniform(rng, 1.0f, 8.0f);
+    for (int t = 0; t < T; t++) {
+        pos[t] = gt_randint(rng, 0, 5000);
+        slots[t] = t == 1 ? -1 : t + c->B / 2; /* distinct, across pages; one skipped */
+    }
+    float *dq = gt_upload(qkv, (size_t)T * ld * 4), *db = gt_upload(bias, (size_t)ld * 4);
+    float *ddiv = gt_upload(div, sizeof(div)), *dqo = gt_dev((size_t)T * Q * 4);
+    int32_t *dpos = gt_upload(pos, T * 4), *dslot = gt_upload(slots, T * 4);
+    void *kp = gt_dev(pool_elems * es), *vp = gt_dev(pool_elems * es);
+    gt_poison(dqo, (size_t)T * Q * 4);
+    gt_poison(kp, pool_elems * es);
+    gt_poison(vp, pool_elems * es);
+    struct ty_cuda_kv_layout l = {c->type, c->n_kv, c->B, hd, n_pages};
+    struct ty_cuda_qkv p = {c->n_heads, c->n_kv, hd, c->neox, c->hf, scale, ddiv};
+    assert_int_equal(ty_cuda_qkv_rope_store(dqo, kp, vp, &l, dq, c->bias ? db : NULL, dpos,
+                                            dslot, T, &p, NULL), 0);
+    float *q = malloc((size_t)T * Q * 4);
+    void *kh = malloc(pool_elems * es), *vh = malloc(pool_elems * es);
+    gt_download(q, dqo, (size_t)T * Q * 4);
+    gt_download(kh, kp, pool_elems * es);
+    gt_download(vh, vp, pool_elems * es);
+    double *want = malloc((size_t)hd * 8), tol = c->type == TY_CUDA_F32 ? 2e-6 : 1e-2;
+    float *src = malloc((size_t)ld * 4), *got = malloc((size_t)hd * 4);
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < ld; i++)
+            src[i] = qkv[(size_t)t * ld + i] + (c->bias ? bias[i] : 0.0f);
+        for (int h = 0; h < c->n_heads + 2 * c->n_kv; h++) {
+            bool isq = h < c->n_heads, isv = h >= c->n_heads + c->n_kv;
+            if (isv)
+                for (int j = 0; j < hd; j++)
+                    want[j] = src[h * hd + j];
+            else
+                ref_head(want, src + h * hd, c, pos[t], div, scale);
+            if (isq) {
+                GT_EXPECT_NERR(q + ((size_t)t * c->n_heads + h) * hd, want, hd, 2e-6,
+                               "q t%d h%d hd%d neox%d hf%d", t, h, hd, c->neox, c->hf);
+                continue;
+            }
+            if (slots[t] < 0)
+                continue;
+            int kh_i = isv ? h - c->n_heads - c->n_kv : h - c->n_heads;
+            size_t base = (((size_t)(slots[t] / c->B) * c->n_kv + kh_i) * c->B + slots[t] % c->B) *
+                          hd;
+            for (int j = 0; j < hd; j++)
+                got[j] = read_pool(isv ? vh : kh, c->type, base + j);
+            GT_EXPECT_NERR(got, want, hd, tol, "%s t%d h%d %s", isv ? "v" : "k", t, h,
+                           gt_dtype_name(c->type));
+        }
+    }
+    /* the skipped token's slot (t = 1) was written by nobody: still poisoned (NaN) */
+    int sk = 1 + c->B / 2;
+    size_t skip = (((size_t)(sk / c->B) * c->n_kv) * c->B + sk % c->B) * hd;
+    if (T > 1)
+        assert_true(isnan(read_pool(kh, c->type, skip)) && isnan(read_pool(vh, c->type, skip)));
+    free(qkv), free(bias), free(pos), free(slots), free(q), free(kh), free(vh), free(want),
+        free(src), free(got);
+    cudaFree(dq), cudaFree(db), cudaFree(ddiv), cudaFree(dqo), cudaFree(dpos), cudaFree(dslot),
+        cudaFree(kp), cudaFree(vp);
+}
+
+static void test_qkv_rope_store(void **state)
+{
+    static const struct qcase cases[] = {
+        {5, 8, 4, 8, 16, 0, 0, 0, TY_CUDA_F32},   {9, 4, 4, 64, 7, 0, 1, 0, TY_CUDA_F32},
+        {3, 14, 2, 64, 64, 1, 0, 1, TY_CUDA_F32}, {17, 32, 8, 128, 16, 0, 1, 0, TY_CUDA_F16},
+        {2, 2, 1, 256, 32, 1, 0, 1, TY_CUDA_BF16}, {1, 12, 12, 80, 16, 0, 0, 1, TY_CUDA_F32},
+    };
+    uint64_t rng = 42;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        run_case(&cases[i], &rng);
+}
+
+static void test_qkv_rejects_bad_shapes(void **state)
+{
+    struct ty_cuda_kv_layout l = {TY_CUDA_F32, 2, 16, 8, 4};
+    float div[4] = {1, 1, 1, 1};
+    struct ty_cuda_qkv p = {4, 2, 8, 0, 0, 0.5f, div};
+    p.n_heads = 3; /* not a multiple of n_kv_heads */
+    assert_int_equal(ty_cuda_qkv_rope_store(NULL, NULL, NULL, &l, NULL, NULL, NULL, NULL, 1, &p,
+                                            NULL), TY_EINVAL);
+    p.n_heads = 4;
+    p.head_dim = 7;
+    assert_int_equal(ty_cuda_qkv_rope_store(NULL, NULL, NULL, &l, NULL, NULL, NULL, NULL, 1, &p,
+                                            NULL), TY_EINVAL);
+}
+
+int main(void)
+{
+    gt_require_gpu("test_gpu_qkv");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_qkv_rope_store),
+        cmocka_unit_test(test_qkv_rejects_bad_shapes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
