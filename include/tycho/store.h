@@ -1,0 +1,152 @@
+/* The KV pool (DESIGN.md §8, Mooncake Store): pool nodes lend DRAM (and SSD) to the cluster,
+ * one master keeps metadata only, clients move bytes straight between their registered
+ * buffers and the nodes' segments through the transfer engine.
+ *
+ * Three objects live here. A master service (ty_store_master_t) answers clients and nodes over
+ * RPC and drives the pure metadata of store_meta.h. A pool node service (ty_store_node_t) owns a
+ * DRAM segment registered with its transfer engine and optionally an SSD tier (store_ssd.h),
+ * registers with the master, heartbeats and runs the master's jobs. A client
+ * (ty_store_client_t) does put / get / exists / remove and their batch forms.
+ *
+ * Threading: a master and a node belong to the uv loop given at creation and are used only from
+ * its thread (their I/O jobs run on libuv's thread pool). Every client function is safe from
+ * any thread, concurrently; the client runs its own RPC thread. Ownership: callers own the
+ * objects they create and the buffers they pass; keys and options are copied.
+ */
+#ifndef TYCHO_STORE_H
+#define TYCHO_STORE_H
+
+#include "tycho/store_meta.h"
+#include "tycho/store_ssd.h"
+#include "tycho/transfer.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+typedef void (*ty_store_closed_cb)(void *arg);
+
+/* ---- master ------------------------------------------------------------------------------- */
+
+typedef struct ty_store_master ty_store_master_t;
+
+struct ty_store_master_opts {
+    uv_loop_t *loop;
+    const char *host; /* RPC listen address; NULL: 127.0.0.1 */
+    uint16_t port;    /* 0: ephemeral */
+    struct ty_store_meta_opts meta;
+    uint32_t tick_ms; /* metadata tick period; 0: 10 */
+    uint64_t epoch;   /* identifies this master's term; 0: wall-clock ms */
+};
+
+/* Start a master listening on host:port. Returns 0, TY_EINVAL, or the bind error. */
+int ty_store_master_new(ty_store_master_t **out, const struct ty_store_master_opts *opts);
+uint16_t ty_store_master_port(const ty_store_master_t *m);
+/* Borrowed view of the metadata, for stats and tests (loop thread only). */
+ty_store_meta_t *ty_store_master_meta(ty_store_master_t *m);
+/* Stop serving and free the master once its handles closed; then cb(arg) (may be NULL). */
+void ty_store_master_close(ty_store_master_t *m, ty_store_closed_cb cb, void *arg);
+
+/* ---- pool node --------------------------------------------------------------------------- */
+
+typedef struct ty_store_node ty_store_node_t;
+
+struct ty_store_node_opts {
+    uv_loop_t *loop;
+    const char *name;    /* stable across restarts; required */
+    const char *host;    /* RPC and transfer listen address; NULL: 127.0.0.1 */
+    uint16_t rpc_port;   /* job service; 0: ephemeral */
+    uint16_t xfer_port;  /* transfer engine; 0: ephemeral */
+    const char *master;  /* "host:port" of the master (comma-separated: tried in turn) */
+    uint64_t dram_bytes; /* segment size; >= 1 MiB */
+    const char *ssd_dir; /* NULL: no SSD tier */
+    uint64_t ssd_bytes;  /* SSD tier capacity when ssd_dir is set */
+    enum ty_store_ssd_direct ssd_direct;
+    uint32_t heartbeat_ms; /* 0: 500 */
+    bool xfer_checksum;    /* XXH3 per TCP slice in the transfer engine */
+};
+
+/* Allocate and touch the DRAM segment (huge pages where the kernel gives them), register it,
+ * open the SSD tier, start the job service and begin registering with the master. Returns 0,
+ * TY_EINVAL, TY_ENOMEM, or the error of the transfer engine / SSD tier / RPC server. */
+int ty_store_node_new(ty_store_node_t **out, const struct ty_store_node_opts *opts);
+uint16_t ty_store_node_rpc_port(const ty_store_node_t *n);
+const char *ty_store_node_segment(const ty_store_node_t *n);
+/* True once the current master accepted the node's registration. */
+bool ty_store_node_registered(const ty_store_node_t *n);
+void ty_store_node_close(ty_store_node_t *n, ty_store_closed_cb cb, void *arg);
+
+/* ---- client -------------------------------------------------------------------------------- */
+
+typedef struct ty_store_client ty_store_client_t;
+
+struct ty_store_client_opts {
+    const char *master;       /* "host:port"; comma-separated list: followed on failover */
+    const char *writer;       /* this process's pool node name: preferred for puts and gets */
+    ty_xfer_engine_t *engine; /* borrowed; NULL: the client creates one */
+    const char *listen_host;  /* for the client's own engine; NULL: 127.0.0.1 */
+    uint32_t replicas;        /* per put; 0: the master's default */
+    uint32_t timeout_ms;      /* per operation, retries included; 0: 10000 */
+    uint64_t staging_bytes;   /* registered bounce buffer for unregistered memory; 0: 8 MiB */
+    bool xfer_checksum;       /* XXH3 per TCP slice (own engine only) */
+    const char *transport;    /* own engine: "auto" (NULL), "tcp", "local" */
+};
+
+int ty_store_client_new(ty_store_client_t **out, const struct ty_store_client_opts *opts);
+void ty_store_client_free(ty_store_client_t *c);
+
+/* Register [addr, addr+len) with the client's engine so puts and gets on it are zero-copy.
+ * Other memory goes through the staging buffer. Returns 0 or the engine's error. */
+int ty_store_client_register(ty_store_client_t *c, void *addr, size_t len);
+int ty_store_client_unregister(ty_store_client_t *c, void *addr);
+
+/* Store `len` bytes under `key`: allocate, write every replica, commit. Returns 0, TY_EEXIST,
+ * TY_ENOCAPACITY (the pool is full now), TY_EUNAVAIL (no node), a transfer error, TY_ERPC. */
+int ty_store_client_put(ty_store_client_t *c, const char *key, const void *buf, uint64_t len);
+
+/* Read the value of `key` into buf (cap bytes). Tries each replica until one reads and matches
+ * its checksum. Returns 0 and *len, TY_ENOTFOUND (absent, or every replica failed cleanly:
+ * never wrong bytes), TY_ENOSPC (cap too small; *len says the size), TY_ERPC. */
+int ty_store_client_get(ty_store_client_t *c, const char *key, void *buf, uint64_t cap,
+                        uint64_t *len);
+
+/* 0 when present, TY_ENOTFOUND when not. */
+int ty_store_client_exists(ty_store_client_t *c, const char *key);
+int ty_store_client_remove(ty_store_client_t *c, const char *key);
+int ty_store_client_pin(ty_store_client_t *c, const char *key, bool pin);
+int ty_store_client_set_replicas(ty_store_client_t *c, const char *key, uint32_t n);
+
+/* Batch forms: one RPC per phase and one transfer batch for all n keys. status[i] gets each
+ * key's result as the single form would return it; the function returns 0 when every status is
+ * 0, else the first failing status (or an error that failed all of them). */
+int ty_store_client_put_batch(ty_store_client_t *c, size_t n, const char *const *keys,
+                              const void *const *bufs, const uint64_t *lens, int *status);
+int ty_store_client_get_batch(ty_store_client_t *c, size_t n, const char *const *keys,
+                              void *const *bufs, const uint64_t *caps, uint64_t *lens, int *status);
+int ty_store_client_exists_batch(ty_store_client_t *c, size_t n, const char *const *keys,
+                                 int *status);
+int ty_store_client_remove_batch(ty_store_client_t *c, size_t n, const char *const *keys,
+                                 int *status);
+
+struct ty_store_client_stats {
+    uint64_t puts, gets, hits;
+    uint64_t replica_failovers;   /* a replica failed and another one was tried */
+    uint64_t checksum_mismatches; /* bytes read that did not match: never returned */
+    uint64_t lease_overruns;      /* a read outlived its lease: discarded */
+    uint64_t master_switches;
+};
+void ty_store_client_stats(ty_store_client_t *c, struct ty_store_client_stats *out);
+
+/* Stored/removed events of the whole pool (the Conductor's prefix index feed). `cb` runs on
+ * the client's RPC thread for every event from now on, until the client is freed or the
+ * master connection drops (then once with ev == NULL). Returns 0 or TY_ESHUTDOWN. */
+typedef void (*ty_store_event_cb)(const struct ty_store_event *ev, const char *node_name,
+                                  void *arg);
+int ty_store_client_subscribe(ty_store_client_t *c, ty_store_event_cb cb, void *arg);
+
+/* The master's counters (objects, nodes alive, DRAM use, evictions...) and its epoch. */
+int ty_store_client_master_stats(ty_store_client_t *c, struct ty_store_meta_stats *out,
+                                 uint64_t *epoch);
+
+#endif
