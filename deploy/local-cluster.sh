@@ -1,0 +1,107 @@
+#!/bin/sh
+# Start a disaggregated Tycho cluster on this machine: a Conductor, 2 prefill and 2 decode
+# daemons (separate processes; KV moves between them over the transfer engine's tcp
+# transport on loopback).
+#
+#   deploy/local-cluster.sh start [--model PATH] [--port HTTP_PORT] [--prefill N] [--decode N]
+#   deploy/local-cluster.sh status | stop
+#
+# Binaries: $TYCHO_BIN_DIR (default: ./build) or PATH. State (pids, logs, ports) in
+# $TYCHO_CLUSTER_DIR (default: /tmp/tycho-local-cluster).
+set -eu
+DIR=${TYCHO_CLUSTER_DIR:-/tmp/tycho-local-cluster}
+BIN=${TYCHO_BIN_DIR:-$(dirname "$0")/../build}
+
+find_bin() {
+    for p in "$BIN/src/conductor/cluster/$1" "$BIN/src/prefill/$1" "$BIN/src/decode/$1"; do
+        [ -x "$p" ] && { echo "$p"; return; }
+    done
+    command -v "$1" || { echo "local-cluster: $1 not found (set TYCHO_BIN_DIR)" >&2; exit 1; }
+}
+
+wait_file() { # path, seconds
+    i=0
+    while [ ! -s "$1" ]; do
+        i=$((i + 1))
+        [ $i -gt $(($2 * 20)) ] && { echo "local-cluster: $1 did not appear" >&2; return 1; }
+        sleep 0.05
+    done
+}
+
+start() {
+    MODEL=${TYCHO_MODEL:-} PORT=8000 NP=2 ND=2
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --model) MODEL=$2; shift 2 ;;
+            --port) PORT=$2; shift 2 ;;
+            --prefill) NP=$2; shift 2 ;;
+            --decode) ND=$2; shift 2 ;;
+            *) echo "local-cluster: unknown option $1" >&2; exit 2 ;;
+        esac
+    done
+    [ -n "$MODEL" ] || { echo "local-cluster: --model PATH (or TYCHO_MODEL) is required" >&2; exit 2; }
+    [ -e "$DIR/conductor.pid" ] && kill -0 "$(cat "$DIR/conductor.pid")" 2>/dev/null &&
+        { echo "local-cluster: already running (deploy/local-cluster.sh stop)" >&2; exit 1; }
+    mkdir -p "$DIR"
+    rm -f "$DIR"/*.ports "$DIR"/*.pid
+    "$(find_bin tycho-conductor)" --model_path="$MODEL" --listen_port="$PORT" --rpc_port=0 \
+        --port_file="$DIR/conductor.ports" >"$DIR/conductor.log" 2>&1 &
+    echo $! >"$DIR/conductor.pid"
+    wait_file "$DIR/conductor.ports" 30
+    RPC=$(cut -d' ' -f2 "$DIR/conductor.ports")
+    i=0
+    while [ $i -lt "$NP" ]; do
+        "$(find_bin tycho-prefill)" --model_path="$MODEL" --name="prefill-$i" \
+            --conductor_address="127.0.0.1:$RPC" --port_file="$DIR/prefill-$i.ports" \
+            >"$DIR/prefill-$i.log" 2>&1 &
+        echo $! >"$DIR/prefill-$i.pid"
+        i=$((i + 1))
+    done
+    i=0
+    while [ $i -lt "$ND" ]; do
+        "$(find_bin tycho-decode)" --model_path="$MODEL" --name="decode-$i" \
+            --conductor_address="127.0.0.1:$RPC" --port_file="$DIR/decode-$i.ports" \
+            >"$DIR/decode-$i.log" 2>&1 &
+        echo $! >"$DIR/decode-$i.pid"
+        i=$((i + 1))
+    done
+    for f in "$DIR"/prefill-*.pid "$DIR"/decode-*.pid; do
+        wait_file "${f%.pid}.ports" 60
+    done
+    echo "Tycho cluster: $NP prefill + $ND decode; OpenAI API at http://127.0.0.1:$PORT/v1"
+    echo "logs and pids in $DIR; stop with: $0 stop"
+}
+
+status() {
+    for f in "$DIR"/*.pid; do
+        [ -e "$f" ] || { echo "not running"; return; }
+        n=$(basename "$f" .pid)
+        if kill -0 "$(cat "$f")" 2>/dev/null; then s=running; else s=dead; fi
+        printf '%-12s %-8s pid %s ports %s\n' "$n" "$s" "$(cat "$f")" \
+            "$(cat "$DIR/$n.ports" 2>/dev/null || echo -)"
+    done
+}
+
+stop() {
+    for f in "$DIR"/*.pid; do
+        [ -e "$f" ] || continue
+        kill "$(cat "$f")" 2>/dev/null || true
+    done
+    sleep 0.5
+    for f in "$DIR"/*.pid; do
+        [ -e "$f" ] || continue
+        kill -9 "$(cat "$f")" 2>/dev/null || true
+        rm -f "$f"
+    done
+    echo "stopped"
+}
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+    start) start "$@" ;;
+    status) status ;;
+    stop) stop ;;
+    *) echo "usage: $0 start [--model PATH] [--port N] [--prefill N] [--decode N] | status | stop" >&2
+       exit 2 ;;
+esac

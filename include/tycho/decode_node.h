@@ -1,0 +1,44 @@
+/* The decode node (DESIGN.md §5 steps 3 and 6): DecodeAssign reserves the request's KV pages
+ * (prompt + max_tokens, capped at the context) and answers with the KV destination: this
+ * node's transfer segment and, per layer, the addresses of the pages' K and V chunks (the
+ * pool's layer arrays are registered with the transfer engine once at start). The prefill
+ * node writes the KV there and sends a KvReady notification with the first token; the
+ * request then joins the running batch (continuous batching: requests join and leave between
+ * steps) and its tokens go to the Conductor as a TokenChunk stream (TokenStreamOpen).
+ * Cancel, the Conductor's disconnect, or KV that never lands (kv_wait_timeout) release the
+ * pages.
+ *
+ * Threading: new/close/rpc_port/load on the loop's thread; one worker thread owns the engine
+ * between new and close. Ownership: borrows the engine and the transfer engine.
+ */
+#ifndef TYCHO_DECODE_NODE_H
+#define TYCHO_DECODE_NODE_H
+
+#include "tycho/cluster.h"
+#include "tycho/engine.h"
+#include "tycho/transfer.h"
+
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct ty_decode_node ty_decode_node_t;
+
+struct ty_decode_node_opts {
+    uv_loop_t *loop;
+    ty_engine_t *engine;      /* borrowed */
+    ty_xfer_engine_t *xfer;   /* borrowed; the pool's layer arrays registered with it */
+    const char *node_id;      /* in KvDestination.node_id */
+    const char *rpc_host;     /* NULL: 127.0.0.1 */
+    uint16_t rpc_port;        /* 0: ephemeral */
+    uint32_t max_running;     /* sequences decoded together; 0: 64 */
+    uint32_t kv_wait_timeout_ms; /* reserved pages wait this long for their KV; 0: 30000 */
+};
+
+int ty_decode_node_new(ty_decode_node_t **out, const struct ty_decode_node_opts *opts);
+uint16_t ty_decode_node_rpc_port(const ty_decode_node_t *n);
+/* The node's load for its heartbeats (a ty_cluster_load_cb; arg is the ty_decode_node_t). */
+void ty_decode_node_load(void *arg, struct ty_cluster_load *out);
+/* Stop the worker (requests in flight end with an error chunk), close the server, free. */
+void ty_decode_node_close(ty_decode_node_t *n, void (*cb)(void *arg), void *arg);
+
+#endif

@@ -1,0 +1,312 @@
+/* The node agent (tycho/cluster.h): RegisterNode until accepted, then one Heartbeat per
+ * interval with the node's load; registers again when the Conductor answers known=false (it
+ * restarted or declared us dead) or after the connection came back. One call in flight at a
+ * time, so a slow Conductor never piles up heartbeats. */
+#include "tycho/cluster.h"
+
+#include "tycho/clock.h"
+#include "tycho/errors.h"
+#include "tycho/log.h"
+#include "tycho/rpc.h"
+#include "tycho.pb-c.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct ty_cluster_agent {
+    struct ty_cluster_agent_opts o;
+    char *conductor, *node_id, *address, *segment, *model_id;
+    ty_rpc_client_t *rpc;
+    uv_timer_t timer;
+    bool registered, in_flight, closing;
+    uint64_t session, seq;
+    uint32_t interval_ms;
+    void (*close_cb)(void *);
+    void *close_arg;
+    int n_closing;
+};
+
+bool ty_cluster_agent_registered(const ty_cluster_agent_t *a)
+{
+    return a->registered;
+}
+
+static void on_register_reply(const struct ty_rpc_result *res, void *arg)
+{
+    ty_cluster_agent_t *a = arg;
+    a->in_flight = false;
+    if (res->event != TY_RPC_EVENT_REPLY) {
+        if (res->status != TY_ECANCELED)
+            TY_LOG_DEBUG("agent", "register: %s", ty_strerror(res->status));
+        return;
+    }
+    Tycho__V1__RegisterNodeReply *r =
+        tycho__v1__register_node_reply__unpack(NULL, res->len, res->payload);
+    if (!r) {
+        TY_LOG_WARN("agent", "register: undecodable reply");
+        return;
+    }
+    if (r->accepted) {
+        a->registered = true;
+        a->session = r->session_id;
+        if (r->heartbeat_interval_ms)
+            a->interval_ms = r->heartbeat_interval_ms;
+        TY_LOG_INFO("agent", "registered with the Conductor at %s as %s (session %llu)",
+                    a->conductor, a->node_id, (unsigned long long)a->session);
+    } else {
+        TY_LOG_ERROR("agent", "the Conductor refused %s: %s", a->node_id, r->reason);
+    }
+    tycho__v1__register_node_reply__free_unpacked(r, NULL);
+}
+
+static void send_register(ty_cluster_agent_t *a)
+{
+    const struct ty_model_config *mc = ty_model_config(a->o.model);
+    Tycho__V1__ModelFingerprint fp = TYCHO__V1__MODEL_FINGERPRINT__INIT;
+    fp.model_id = a->model_id;
+    fp.dtype = "f32";
+    fp.n_layers = mc->n_layers;
+    fp.n_kv_heads = mc->n_kv_heads;
+    fp.head_dim = mc->head_dim;
+    Tycho__V1__Capacity cap = TYCHO__V1__CAPACITY__INIT;
+    cap.kv_pages = a->o.kv_pages;
+    cap.block_tokens = a->o.block_tokens;
+    cap.max_batch = a->o.max_batch;
+    char *transports[] = {"tcp"};
+    Tycho__V1__RegisterNode m = TYCHO__V1__REGISTER_NODE__INIT;
+    m.protocol_version = TYCHO__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
+    m.role = (Tycho__V1__NodeRole)a->o.role;
+    m.node_id = a->node_id;
+    m.address = a->address;
+    m.transfer_segment = a->segment;
+    m.capacity = &cap;
+    m.model = &fp;
+    m.n_transports = 1;
+    m.transports = transports;
+    struct ty_rpc_call_opts co = {.timeout_ms = 2000};
+    if (!ty_rpc_client_call_msg(a->rpc, TYCHO__V1__METHOD__METHOD_REGISTER_NODE,
+                                (const ProtobufCMessage *)&m, &co, on_register_reply, a, NULL))
+        a->in_flight = true;
+}
+
+static void on_heartbeat_reply(const struct ty_rpc_result *res, void *arg)
+{
+    ty_cluster_agent_t *a = arg;
+    a->in_flight = false;
+    if (res->event != TY_RPC_EVENT_REPLY)
+        return;
+    Tycho__V1__HeartbeatReply *r =
+        tycho__v1__heartbeat_reply__unpack(NULL, res->len, res->payload);
+    if (r && !r->known) {
+        TY_LOG_WARN("agent", "the Conductor does not know %s any more: registering again",
+                    a->node_id);
+        a->registered = false;
+    }
+    if (r)
+        tycho__v1__heartbeat_reply__free_unpacked(r, NULL);
+}
+
+static void send_heartbeat(ty_cluster_agent_t *a)
+{
+    struct ty_cluster_load l = {0};
+    if (a->o.load_cb)
+        a->o.load_cb(a->o.load_arg, &l);
+    Tycho__V1__Load load = TYCHO__V1__LOAD__INIT;
+    load.queued_tokens = l.queued_tokens;
+    load.running_requests = l.running;
+    load.queued_requests = l.queued;
+    load.free_pages = l.free_pages;
+    load.kv_cache_usage = l.kv_usage;
+    Tycho__V1__Heartbeat m = TYCHO__V1__HEARTBEAT__INIT;
+    m.node_id = a->node_id;
+    m.session_id = a->session;
+    m.seq = ++a->seq;
+    m.wall_ms = ty_wall_ms();
+    m.load = &load;
+    struct ty_rpc_call_opts co = {.timeout_ms = a->interval_ms * 4 + 500};
+    if (!ty_rpc_client_call_msg(a->rpc, TYCHO__V1__METHOD__METHOD_HEARTBEAT,
+                                (const ProtobufCMessage *)&m, &co, on_heartbeat_reply, a, NULL))
+        a->in_flight = true;
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    ty_cluster_agent_t *a = t->data;
+    if (!a->in_flight && ty_rpc_client_is_connected(a->rpc)) {
+        if (a->registered)
+            send_heartbeat(a);
+        else
+            send_register(a);
+    }
+    uv_timer_start(&a->timer, on_tick, a->registered ? a->interval_ms : 100, 0);
+}
+
+static void on_state(ty_rpc_client_t *c, bool connected, int reason, void *arg)
+{
+    ty_cluster_agent_t *a = arg;
+    (void)c;
+    if (!connected) {
+        if (a->registered)
+            TY_LOG_WARN("agent", "lost the Conductor (%s): will register again",
+                        ty_strerror(reason));
+        a->registered = false;
+    }
+}
+
+static int split_hostport(const char *s, char *host, size_t cap, uint16_t *port)
+{
+    const char *colon = strrchr(s, ':');
+    char *end;
+    if (!colon || colon == s || (size_t)(colon - s) >= cap)
+        return TY_EINVAL;
+    unsigned long p = strtoul(colon + 1, &end, 10);
+    if (*end || !p || p > 65535)
+        return TY_EINVAL;
+    memcpy(host, s, (size_t)(colon - s));
+    host[colon - s] = 0;
+    *port = (uint16_t)p;
+    return 0;
+}
+
+/* "stories260K" from ".../stories260K.gguf". */
+static char *model_id_of(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    char *id = strdup(base && base[1] ? base + 1 : path);
+    char *dot = id ? strrchr(id, '.') : NULL;
+    if (dot && !strcmp(dot, ".gguf"))
+        *dot = 0;
+    return id;
+}
+
+int ty_cluster_agent_new(ty_cluster_agent_t **out, const struct ty_cluster_agent_opts *opts)
+{
+    char host[256];
+    uint16_t port;
+    if (!out || !opts || !opts->loop || !opts->conductor_address || !opts->node_id ||
+        !opts->address || !opts->segment || !opts->model)
+        return TY_EINVAL;
+    if (split_hostport(opts->conductor_address, host, sizeof(host), &port)) {
+        TY_LOG_ERROR("agent", "conductor_address '%s' is not host:port", opts->conductor_address);
+        return TY_EINVAL;
+    }
+    ty_cluster_agent_t *a = calloc(1, sizeof(*a));
+    if (!a)
+        return TY_ENOMEM;
+    a->o = *opts;
+    a->conductor = strdup(opts->conductor_address);
+    a->node_id = strdup(opts->node_id);
+    a->address = strdup(opts->address);
+    a->segment = strdup(opts->segment);
+    a->model_id = model_id_of(opts->model_path ? opts->model_path : "model");
+    a->interval_ms = opts->heartbeat_interval_ms ? opts->heartbeat_interval_ms : 500;
+    struct ty_rpc_client_opts co = {.loop = opts->loop, .host = host, .port = port,
+                                    .backoff_initial_ms = 50, .backoff_max_ms = 1000,
+                                    .connect_timeout_ms = 2000, .state_cb = on_state,
+                                    .state_arg = a};
+    int rc = (a->conductor && a->node_id && a->address && a->segment && a->model_id)
+                 ? ty_rpc_client_new(&a->rpc, &co)
+                 : TY_ENOMEM;
+    if (rc) {
+        free(a->conductor);
+        free(a->node_id);
+        free(a->address);
+        free(a->segment);
+        free(a->model_id);
+        free(a);
+        return rc;
+    }
+    uv_timer_init(opts->loop, &a->timer);
+    a->timer.data = a;
+    uv_timer_start(&a->timer, on_tick, 0, 0);
+    *out = a;
+    return 0;
+}
+
+static void agent_done(ty_cluster_agent_t *a)
+{
+    if (--a->n_closing)
+        return;
+    void (*cb)(void *) = a->close_cb;
+    void *arg = a->close_arg;
+    free(a->conductor);
+    free(a->node_id);
+    free(a->address);
+    free(a->segment);
+    free(a->model_id);
+    free(a);
+    if (cb)
+        cb(arg);
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+    agent_done(h->data);
+}
+
+static void on_rpc_closed(void *arg)
+{
+    agent_done(arg);
+}
+
+void ty_cluster_agent_close(ty_cluster_agent_t *a, void (*cb)(void *arg), void *arg)
+{
+    if (!a) {
+        if (cb)
+            cb(arg);
+        return;
+    }
+    a->close_cb = cb;
+    a->close_arg = arg;
+    a->n_closing = 2;
+    uv_timer_stop(&a->timer);
+    uv_close((uv_handle_t *)&a->timer, on_timer_closed);
+    ty_rpc_client_close(a->rpc, on_rpc_closed, a);
+}
+
+/* ---- helpers shared by the daemons ------------------------------------------------------------- */
+
+int ty_cluster_kv_register(ty_xfer_engine_t *xfer, ty_kvpool_t *pool, uint32_t n_layers)
+{
+    size_t len = ty_kvpool_page_bytes(pool) * ty_kvpool_pages_total(pool);
+    for (uint32_t l = 0; l < n_layers; l++) {
+        int rc = ty_xfer_mem_register(xfer, ty_kvpool_k(pool, l, 0), len, "cpu:0");
+        if (!rc)
+            rc = ty_xfer_mem_register(xfer, ty_kvpool_v(pool, l, 0), len, "cpu:0");
+        if (rc) {
+            TY_LOG_ERROR("agent", "registering KV layer %u with the transfer engine: %s", l,
+                         ty_strerror(rc));
+            return rc;
+        }
+    }
+    return 0;
+}
+
+int ty_cluster_write_ports(const char *path, unsigned a, unsigned b)
+{
+    if (!path || !*path)
+        return 0;
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.tmp%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -errno;
+    fprintf(f, "%u %u\n", a, b);
+    if (fclose(f) || rename(tmp, path)) {
+        int e = -errno;
+        unlink(tmp);
+        return e;
+    }
+    return 0;
+}
+
+void ty_cluster_default_name(const char *role, char *buf, size_t cap)
+{
+    char host[64] = "host";
+    gethostname(host, sizeof(host) - 1);
+    host[sizeof(host) - 1] = 0;
+    snprintf(buf, cap, "%s-%s-%ld", role, host, (long)getpid());
+}

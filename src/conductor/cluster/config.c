@@ -1,0 +1,105 @@
+/* Settings tables of tycho-conductor and of the prefill / decode nodes (tycho/cluster.h).
+ * One row per setting. Tables are immutable; any thread may read them. */
+#include "tycho/cluster.h"
+
+#include <stddef.h>
+
+#define L struct ty_conductor_limits
+
+static const struct ty_config_field limit_fields[] = {
+    {.key = "max_body_bytes", .type = TY_CONFIG_SIZE, TY_CONFIG_AT(L, max_body_bytes),
+     .def = "8M", .min = "1K", .max = "1G", .help = "largest request body accepted"},
+    {.key = "header_timeout", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(L, header_timeout_ns),
+     .def = "10s", .min = "1ms", .max = "10m", .help = "time allowed to receive the headers"},
+    {.key = "body_timeout", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(L, body_timeout_ns),
+     .def = "30s", .min = "1ms", .max = "1h", .help = "time allowed to receive the body"},
+    {.key = "max_connections", .type = TY_CONFIG_UINT, TY_CONFIG_AT(L, max_connections),
+     .def = "4096", .min = "1", .max = "1000000", .help = "concurrent client connections"},
+};
+static const struct ty_config_struct limits = TY_CONFIG_STRUCT("limits", L, limit_fields);
+#undef L
+
+#define C struct ty_cluster_config
+
+static const struct ty_config_field conductor_fields[] = {
+    {.key = "listen_host", .type = TY_CONFIG_STRING, TY_CONFIG_AT(C, listen_host),
+     .def = "127.0.0.1", .min = "1", .help = "address of the HTTP front door"},
+    {.key = "listen_port", .type = TY_CONFIG_UINT, TY_CONFIG_AT(C, listen_port), .def = "8000",
+     .max = "65535", .help = "TCP port of the HTTP front door; 0: ephemeral"},
+    {.key = "rpc_host", .type = TY_CONFIG_STRING, TY_CONFIG_AT(C, rpc_host),
+     .def = "127.0.0.1", .min = "1", .help = "address nodes register with"},
+    {.key = "rpc_port", .type = TY_CONFIG_UINT, TY_CONFIG_AT(C, rpc_port), .def = "9000",
+     .max = "65535", .help = "RPC port nodes register with; 0: ephemeral"},
+    {.key = "model_path", .type = TY_CONFIG_STRING, TY_CONFIG_AT(C, model_path), .min = "1",
+     .flags = TY_CONFIG_REQUIRED, .help = "model (tokenizer and chat template)"},
+    {.key = "api_keys", .type = TY_CONFIG_LIST, .elem = TY_CONFIG_STRING,
+     TY_CONFIG_LIST_AT(C, api_keys, n_api_keys), .max = "1024",
+     .flags = TY_CONFIG_RELOADABLE | TY_CONFIG_SECRET,
+     .help = "accepted bearer tokens; empty: no authentication"},
+    {.key = "log_level", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(C, log_level), .def = "info",
+     .enum_names = ty_config_log_level_names, .flags = TY_CONFIG_RELOADABLE,
+     .help = "log threshold"},
+    {.key = "heartbeat_interval", .type = TY_CONFIG_DURATION,
+     TY_CONFIG_AT(C, heartbeat_interval_ns), .def = "500ms", .min = "10ms", .max = "1m",
+     .help = "heartbeat period asked of the nodes"},
+    {.key = "heartbeat_timeout", .type = TY_CONFIG_DURATION,
+     TY_CONFIG_AT(C, heartbeat_timeout_ns), .def = "3s", .min = "50ms", .max = "1h",
+     .help = "a node silent this long is considered dead"},
+    {.key = "request_timeout", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(C, request_timeout_ns),
+     .def = "10m", .min = "100ms", .max = "24h", .help = "deadline of one request"},
+    {.key = "max_ctx", .type = TY_CONFIG_UINT, TY_CONFIG_AT(C, max_ctx), .def = "0",
+     .max = "1048576", .help = "context per sequence; 0: the model's, at most 4096"},
+    {.key = "startup_wait", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(C, startup_wait_ns),
+     .def = "10s", .max = "10m",
+     .help = "for this long after start, requests wait for the first nodes instead of a 503"},
+    {.key = "port_file", .type = TY_CONFIG_STRING, TY_CONFIG_AT(C, port_file),
+     .help = "write 'http_port rpc_port' here once listening (scripts, tests)"},
+    {.key = "limits", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(C, limits), .sub = &limits,
+     .help = "HTTP request limits"},
+};
+const struct ty_config_struct ty_cluster_config_table =
+    TY_CONFIG_STRUCT("conductor", C, conductor_fields);
+#undef C
+
+#define N struct ty_cluster_node_config
+
+static const struct ty_config_field node_fields[] = {
+    {.key = "name", .type = TY_CONFIG_STRING, TY_CONFIG_AT(N, name), .min = "1", .max = "63",
+     .help = "node id, stable across restarts (default: role-host-pid)"},
+    {.key = "conductor_address", .type = TY_CONFIG_STRING, TY_CONFIG_AT(N, conductor_address),
+     .def = "127.0.0.1:9000", .min = "3", .help = "host:port of the Conductor's RPC endpoint"},
+    {.key = "listen_host", .type = TY_CONFIG_STRING, TY_CONFIG_AT(N, listen_host),
+     .def = "127.0.0.1", .min = "1", .help = "address for RPC and KV transfers"},
+    {.key = "listen_port", .type = TY_CONFIG_UINT, TY_CONFIG_AT(N, listen_port), .def = "0",
+     .max = "65535", .help = "RPC port; 0: ephemeral"},
+    {.key = "transfer_port", .type = TY_CONFIG_UINT, TY_CONFIG_AT(N, transfer_port), .def = "0",
+     .max = "65535", .help = "transfer engine port; 0: ephemeral"},
+    {.key = "model_path", .type = TY_CONFIG_STRING, TY_CONFIG_AT(N, model_path), .min = "1",
+     .flags = TY_CONFIG_REQUIRED, .help = "model file (GGUF) or Hugging Face directory"},
+    {.key = "log_level", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(N, log_level), .def = "info",
+     .enum_names = ty_config_log_level_names, .flags = TY_CONFIG_RELOADABLE,
+     .help = "log threshold"},
+    {.key = "heartbeat_interval", .type = TY_CONFIG_DURATION,
+     TY_CONFIG_AT(N, heartbeat_interval_ns), .def = "500ms", .min = "10ms", .max = "1m",
+     .help = "load report period until the Conductor sets one"},
+    {.key = "kv_block_tokens", .type = TY_CONFIG_UINT, TY_CONFIG_AT(N, kv_block_tokens),
+     .def = "64", .min = "1", .max = "4096", .help = "tokens per KV page (same on every node)"},
+    {.key = "kv_pages", .type = TY_CONFIG_UINT, TY_CONFIG_AT(N, kv_pages), .def = "0",
+     .max = "16777216", .help = "KV pages per layer; 0: max_batch_size full contexts"},
+    {.key = "max_ctx", .type = TY_CONFIG_UINT, TY_CONFIG_AT(N, max_ctx), .def = "0",
+     .max = "1048576", .help = "context per sequence; 0: the model's, at most 4096"},
+    {.key = "threads", .type = TY_CONFIG_UINT, TY_CONFIG_AT(N, threads), .def = "1", .min = "1",
+     .max = "256", .help = "CPU threads of the engine"},
+    {.key = "max_batch_size", .type = TY_CONFIG_UINT, TY_CONFIG_AT(N, max_batch_size),
+     .def = "64", .min = "1", .max = "4096", .help = "decode: sequences decoded together"},
+    {.key = "chunk_tokens", .type = TY_CONFIG_UINT, TY_CONFIG_AT(N, chunk_tokens),
+     .def = "512", .min = "1", .max = "1048576", .help = "prefill: chunked-prefill chunk"},
+    {.key = "kv_wait_timeout", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(N, kv_wait_timeout_ns),
+     .def = "30s", .min = "10ms", .max = "1h",
+     .help = "decode: reserved pages are released if their KV has not landed by then"},
+    {.key = "port_file", .type = TY_CONFIG_STRING, TY_CONFIG_AT(N, port_file),
+     .help = "write 'rpc_port transfer_port' here once listening (scripts, tests)"},
+};
+const struct ty_config_struct ty_cluster_node_config_table =
+    TY_CONFIG_STRUCT("node", N, node_fields);
+#undef N

@@ -1,0 +1,160 @@
+/* The cluster: how the Conductor and its prefill / decode nodes find each other and serve a
+ * request across processes (DESIGN.md §5). Three parts:
+ *   - settings tables of the tycho-conductor daemon and of a prefill / decode node;
+ *   - the node agent (node side): RegisterNode, then a Heartbeat with the node's load every
+ *     interval, registering again when the Conductor forgets it or restarts;
+ *   - ty_cluster_t (Conductor side): the node registry fed by those messages, with a heartbeat
+ *     timeout, and the remote serving backend of tycho/serve.h that sends DecodeAssign, then
+ *     PrefillAssign, relays the decode node's TokenChunk stream as serve events, sends Cancel
+ *     when the client goes away and turns a dead node into error events.
+ *
+ * Threading: an agent and a ty_cluster_t belong to the uv loop given at creation; every
+ * function and callback runs on that loop's thread (the serve backend's submit/cancel/stats
+ * too, and its events are delivered on that thread). Ownership: both copy their options'
+ * strings; the cluster borrows the model (tokenizer, end-of-generation ids), which must
+ * outlive it.
+ */
+#ifndef TYCHO_CLUSTER_H
+#define TYCHO_CLUSTER_H
+
+#include "tycho/config.h"
+#include "tycho/config_roles.h"
+#include "tycho/kvpool.h"
+#include "tycho/model.h"
+#include "tycho/serve.h"
+#include "tycho/transfer.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+/* ---- settings ------------------------------------------------------------------------------ */
+
+/* tycho-conductor: the HTTP front door, the RPC endpoint nodes register with, the registry. */
+struct ty_cluster_config {
+    char *listen_host;
+    uint16_t listen_port;            /* HTTP */
+    char *rpc_host;
+    uint16_t rpc_port;               /* RPC endpoint of the nodes; 0: ephemeral (logged) */
+    char *model_path;                /* for the tokenizer and chat template */
+    char **api_keys;
+    uint32_t n_api_keys;
+    int log_level;
+    uint64_t heartbeat_interval_ns;  /* told to nodes at registration */
+    uint64_t heartbeat_timeout_ns;   /* a node silent this long is dead */
+    uint64_t request_timeout_ns;     /* whole-request deadline (every party gives up after) */
+    uint32_t max_ctx;                /* context per sequence; 0: the model's, capped at 4096 */
+    uint64_t startup_wait_ns;        /* right after start, requests wait this long for nodes */
+    char *port_file;                 /* write "http_port rpc_port\n" here once listening */
+    struct ty_conductor_limits limits;
+};
+
+/* tycho-prefill and tycho-decode. */
+struct ty_cluster_node_config {
+    char *name;                      /* node id, stable across restarts (default: role-host-pid) */
+    char *conductor_address;         /* host:port of the Conductor's RPC endpoint */
+    char *listen_host;               /* RPC and transfer listener */
+    uint16_t listen_port;            /* RPC; 0: ephemeral */
+    uint16_t transfer_port;          /* transfer engine; 0: ephemeral */
+    char *model_path;
+    int log_level;
+    uint64_t heartbeat_interval_ns;
+    uint32_t kv_block_tokens;
+    uint32_t kv_pages;               /* pages per layer; 0: the engine default */
+    uint32_t max_ctx;                /* 0: the model's, capped at 4096 (must match the Conductor) */
+    uint32_t threads;
+    uint32_t max_batch_size;         /* decode: sequences decoded together */
+    uint32_t chunk_tokens;           /* prefill: chunked-prefill chunk */
+    uint64_t kv_wait_timeout_ns;     /* decode: reserved pages wait this long for their KV */
+    char *port_file;                 /* write "rpc_port transfer_port\n" here once listening */
+};
+
+extern const struct ty_config_struct ty_cluster_config_table;
+extern const struct ty_config_struct ty_cluster_node_config_table;
+
+/* ---- node side: the agent ------------------------------------------------------------------ */
+
+typedef struct ty_cluster_agent ty_cluster_agent_t;
+
+struct ty_cluster_load {
+    uint64_t queued_tokens;
+    uint32_t running, queued;
+    uint64_t free_pages;
+    float kv_usage;
+};
+
+/* Fill the node's current load (loop thread). */
+typedef void (*ty_cluster_load_cb)(void *arg, struct ty_cluster_load *out);
+
+struct ty_cluster_agent_opts {
+    uv_loop_t *loop;
+    const char *conductor_address; /* "host:port" */
+    int role;                      /* TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL / _DECODE */
+    const char *node_id;
+    const char *address;           /* "host:port" of this node's RPC server */
+    const char *segment;           /* transfer segment name */
+    const ty_model_t *model;       /* fingerprint (id from model_path, geometry) */
+    const char *model_path;
+    uint64_t kv_pages;
+    uint32_t block_tokens, max_batch;
+    uint32_t heartbeat_interval_ms; /* until the Conductor says otherwise */
+    ty_cluster_load_cb load_cb;
+    void *load_arg;
+};
+
+/* Start registering (retrying until the Conductor answers). Returns 0, TY_EINVAL, TY_ENOMEM. */
+int ty_cluster_agent_new(ty_cluster_agent_t **out, const struct ty_cluster_agent_opts *opts);
+/* True after the Conductor accepted the registration (and has not forgotten it since). */
+bool ty_cluster_agent_registered(const ty_cluster_agent_t *a);
+/* Stop heartbeats, close the connection, free; then cb(arg). */
+void ty_cluster_agent_close(ty_cluster_agent_t *a, void (*cb)(void *arg), void *arg);
+
+/* Register each layer's K and V array of `pool` with `xfer` ("cpu:0"), so peers can write a
+ * sequence's pages (decode) and our batches can read them (prefill). Returns 0 or the error. */
+int ty_cluster_kv_register(ty_xfer_engine_t *xfer, ty_kvpool_t *pool, uint32_t n_layers);
+
+/* Write "a b\n" to `path` atomically (rename); NULL or "" is a no-op. Returns 0 or -errno. */
+int ty_cluster_write_ports(const char *path, unsigned a, unsigned b);
+
+/* Node name default: "<role>-<hostname>-<pid>" into buf. */
+void ty_cluster_default_name(const char *role, char *buf, size_t cap);
+
+/* ---- Conductor side: registry and remote backend -------------------------------------------- */
+
+typedef struct ty_cluster ty_cluster_t;
+
+struct ty_cluster_opts {
+    uv_loop_t *loop;
+    const char *rpc_host;
+    uint16_t rpc_port;
+    const ty_model_t *model;
+    uint32_t max_ctx;
+    uint32_t heartbeat_interval_ms;
+    uint32_t heartbeat_timeout_ms;
+    uint32_t request_timeout_ms;
+    uint32_t startup_wait_ms; /* requests before any node registered wait this long (first
+                               * seconds after start only); 0: answer TY_EUNAVAIL at once */
+    ty_serve_event_cb event_cb; /* loop thread */
+    void *event_arg;
+};
+
+struct ty_cluster_node_info {
+    char id[64];
+    int role;
+    char address[128];
+    bool alive;
+    uint32_t inflight;         /* requests the Conductor has on it now */
+    uint64_t served;           /* requests assigned to it so far */
+    struct ty_cluster_load load;
+};
+
+int ty_cluster_new(ty_cluster_t **out, const struct ty_cluster_opts *opts);
+uint16_t ty_cluster_rpc_port(const ty_cluster_t *c);
+/* The remote serving backend (valid until close). */
+struct ty_serve_backend ty_cluster_backend(ty_cluster_t *c);
+/* Copy up to `cap` nodes; returns how many there are. */
+size_t ty_cluster_nodes(const ty_cluster_t *c, struct ty_cluster_node_info *out, size_t cap);
+/* Fail every request (ERROR events), close the RPC server and node connections, free; cb. */
+void ty_cluster_close(ty_cluster_t *c, void (*cb)(void *arg), void *arg);
+
+#endif

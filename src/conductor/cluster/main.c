@@ -1,0 +1,147 @@
+/* tycho-conductor: the OpenAI HTTP front door (ty_api) over the cluster's remote backend
+ * (ty_cluster): nodes register on the RPC port, requests go to a prefill and a decode node.
+ * One libuv loop in the main thread runs everything. */
+#include "tycho/api.h"
+#include "tycho/cluster.h"
+#include "tycho/daemon.h"
+#include "tycho/errors.h"
+#include "tycho/log.h"
+#include "tycho/metrics.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+struct conductor {
+    struct ty_cluster_config cfg;
+    ty_daemon_t *d;
+    ty_model_t *model;
+    ty_metrics_registry_t *reg;
+    ty_cluster_t *cluster;
+    ty_api_t *api;
+};
+
+static void on_event(void *arg, const struct ty_serve_event *ev)
+{
+    struct conductor *s = arg;
+    if (s->api)
+        ty_api_backend_event(s->api, ev);
+}
+
+static void on_drained(void *arg)
+{
+    struct conductor *s = arg;
+    TY_LOG_INFO("conductor", "drained; exiting");
+    ty_daemon_stop(s->d);
+}
+
+static void on_drain(ty_daemon_t *d, void *arg)
+{
+    struct conductor *s = arg;
+    (void)d;
+    TY_LOG_INFO("conductor", "draining %u request(s) in flight", ty_api_n_inflight(s->api));
+    ty_api_drain(s->api, on_drained, s);
+}
+
+static void on_reload(ty_daemon_t *d, unsigned n_changed, void *arg)
+{
+    struct conductor *s = arg;
+    (void)d;
+    (void)n_changed;
+    ty_log_set_level((enum ty_log_level)s->cfg.log_level);
+    ty_api_set_keys(s->api, (const char *const *)s->cfg.api_keys, s->cfg.n_api_keys);
+}
+
+static void model_name(const char *path, char *out, size_t cap)
+{
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/')
+        len--;
+    size_t start = len;
+    while (start > 0 && path[start - 1] != '/')
+        start--;
+    snprintf(out, cap, "%.*s", (int)(len - start), path + start);
+    char *dot = strrchr(out, '.');
+    if (dot && !strcmp(dot, ".gguf"))
+        *dot = 0;
+}
+
+static int start(struct conductor *s, uv_loop_t *loop)
+{
+    char err[512] = "", name[256];
+    int rc = ty_model_load(&s->model, s->cfg.model_path, err, sizeof(err));
+    if (rc) {
+        fprintf(stderr, "tycho-conductor: cannot load model %s: %s\n", s->cfg.model_path, err);
+        return rc;
+    }
+    uint32_t ctx = ty_model_config(s->model)->ctx_len;
+    uint32_t max_ctx = s->cfg.max_ctx ? s->cfg.max_ctx : (ctx && ctx < 4096 ? ctx : 4096);
+    struct ty_cluster_opts co = {
+        .loop = loop, .rpc_host = s->cfg.rpc_host, .rpc_port = s->cfg.rpc_port,
+        .model = s->model, .max_ctx = max_ctx,
+        .heartbeat_interval_ms = (uint32_t)(s->cfg.heartbeat_interval_ns / 1000000),
+        .heartbeat_timeout_ms = (uint32_t)(s->cfg.heartbeat_timeout_ns / 1000000),
+        .request_timeout_ms = (uint32_t)(s->cfg.request_timeout_ns / 1000000),
+        .startup_wait_ms = (uint32_t)(s->cfg.startup_wait_ns / 1000000),
+        .event_cb = on_event, .event_arg = s};
+    if ((rc = ty_cluster_new(&s->cluster, &co))) {
+        fprintf(stderr, "tycho-conductor: cannot listen for nodes on %s:%u: %s\n",
+                s->cfg.rpc_host, s->cfg.rpc_port, ty_strerror(rc));
+        return rc;
+    }
+    model_name(s->cfg.model_path, name, sizeof(name));
+    if ((rc = ty_metrics_registry_new(&s->reg)))
+        return rc;
+    struct ty_api_opts ao = {
+        .host = s->cfg.listen_host, .port = s->cfg.listen_port, .model = s->model,
+        .model_name = name, .model_path = s->cfg.model_path,
+        .backend = ty_cluster_backend(s->cluster), .metrics = s->reg,
+        .api_keys = (const char *const *)s->cfg.api_keys, .n_api_keys = s->cfg.n_api_keys,
+        .max_body_bytes = s->cfg.limits.max_body_bytes,
+        .header_timeout_ms = s->cfg.limits.header_timeout_ns / 1000000,
+        .body_timeout_ms = s->cfg.limits.body_timeout_ns / 1000000,
+        .max_connections = s->cfg.limits.max_connections};
+    if ((rc = ty_api_new(&s->api, loop, &ao))) {
+        fprintf(stderr, "tycho-conductor: cannot listen on %s:%u: %s\n", s->cfg.listen_host,
+                s->cfg.listen_port, ty_strerror(rc));
+        return rc;
+    }
+    TY_LOG_INFO("conductor", "serving %s on http://%s:%u/v1, nodes register at %s:%u", name,
+                s->cfg.listen_host, ty_api_port(s->api), s->cfg.rpc_host,
+                ty_cluster_rpc_port(s->cluster));
+    return ty_cluster_write_ports(s->cfg.port_file, ty_api_port(s->api),
+                                  ty_cluster_rpc_port(s->cluster));
+}
+
+int main(int argc, char **argv)
+{
+    static struct conductor s;
+    int code = 0;
+    struct ty_daemon_opts o = {.name = "tycho-conductor",
+                               .summary = "the Conductor: OpenAI API, node registry, routing "
+                                          "to prefill and decode nodes",
+                               .table = &ty_cluster_config_table, .config = &s.cfg,
+                               .drain = on_drain, .reload = on_reload, .arg = &s};
+    if (ty_daemon_new(&s.d, &o, argc, argv, &code) != 0)
+        return code;
+    ty_log_set_level((enum ty_log_level)s.cfg.log_level);
+    signal(SIGPIPE, SIG_IGN); /* a peer gone mid-write is an error code, not a death */
+    uv_loop_t *loop = uv_default_loop();
+    int ret = 1;
+    if (start(&s, loop) || ty_daemon_start(s.d, loop))
+        goto out;
+    uv_run(loop, UV_RUN_DEFAULT);
+    ret = 0;
+out:
+    if (s.cluster)
+        ty_cluster_close(s.cluster, NULL, NULL); /* its events go out before the API closes */
+    s.cluster = NULL;
+    if (s.api)
+        ty_api_close(s.api, NULL, NULL);
+    s.api = NULL;
+    ty_daemon_free(s.d);
+    uv_run(loop, UV_RUN_DEFAULT);
+    ty_metrics_registry_free(s.reg);
+    ty_model_free(s.model);
+    return ret;
+}

@@ -1,0 +1,243 @@
+/* The node registry of the Conductor (cluster-impl.h): the RPC endpoint nodes register with
+ * (RegisterNode, Heartbeat), one RPC client per live node, and a tick that declares a node
+ * dead when its heartbeats stop for heartbeat_timeout or its connection dropped. A dead node
+ * gets no new requests; its requests fail at once; it is used again after it registers. */
+#include "cluster-impl.h"
+
+#include "tycho/clock.h"
+#include "tycho/errors.h"
+#include "tycho/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct ty__cnode *find_node(ty_cluster_t *c, const char *id)
+{
+    for (size_t i = 0; i < c->n_nodes; i++)
+        if (!strcmp(c->nodes[i]->info.id, id))
+            return c->nodes[i];
+    return NULL;
+}
+
+struct ty__cnode *ty__cluster_pick(ty_cluster_t *c, int role)
+{
+    struct ty__cnode *best = NULL;
+    for (size_t i = 0; i < c->n_nodes; i++) {
+        struct ty__cnode *n = c->nodes[i];
+        if (!n->info.alive || n->lost || n->info.role != role || !n->rpc)
+            continue;
+        if (!best || n->info.inflight < best->info.inflight ||
+            (n->info.inflight == best->info.inflight && n->info.served < best->info.served))
+            best = n;
+    }
+    return best;
+}
+
+static void on_rpc_closed(void *arg)
+{
+    (void)arg;
+}
+
+void ty__cluster_node_down(ty_cluster_t *c, struct ty__cnode *n, const char *why)
+{
+    if (n->info.alive)
+        TY_LOG_WARN("cluster", "node %s (%s) is down: %s", n->info.id, n->info.address, why);
+    n->info.alive = false;
+    n->lost = false;
+    ty__cluster_fail_node(c, n, TY_EUNAVAIL);
+    if (n->rpc) {
+        ty_rpc_client_t *r = n->rpc;
+        n->rpc = NULL;
+        ty_rpc_client_close(r, on_rpc_closed, NULL); /* pending calls complete: ECANCELED */
+    }
+}
+
+static void cluster_tick(uv_timer_t *t);
+
+static void on_node_state(ty_rpc_client_t *cl, bool connected, int reason, void *arg)
+{
+    struct ty__cnode *n = arg;
+    (void)cl;
+    if (connected || !n->info.alive)
+        return;
+    TY_LOG_WARN("cluster", "lost the connection to %s: %s", n->info.id, ty_strerror(reason));
+    n->lost = true; /* reaped on the loop, outside the client's callback */
+    uv_timer_start(&n->c->tick, cluster_tick, 0, 100);
+}
+
+static int node_connect(ty_cluster_t *c, struct ty__cnode *n)
+{
+    char host[128];
+    const char *colon = strrchr(n->info.address, ':');
+    if (!colon || colon == n->info.address || (size_t)(colon - n->info.address) >= sizeof(host))
+        return TY_EINVAL;
+    unsigned long port = strtoul(colon + 1, NULL, 10);
+    if (!port || port > 65535)
+        return TY_EINVAL;
+    memcpy(host, n->info.address, (size_t)(colon - n->info.address));
+    host[colon - n->info.address] = 0;
+    struct ty_rpc_client_opts co = {.loop = c->o.loop, .host = host, .port = (uint16_t)port,
+                                    .connect_timeout_ms = 2000, .backoff_initial_ms = 50,
+                                    .backoff_max_ms = 500, .state_cb = on_node_state,
+                                    .state_arg = n, .max_frame_size = 64u << 20};
+    return ty_rpc_client_new(&n->rpc, &co);
+}
+
+/* Check a RegisterNode; on failure `why` says what is wrong. */
+static bool register_valid(const Tycho__V1__RegisterNode *m, char *why, size_t cap)
+{
+    const char *bad = NULL;
+    if (m->protocol_version != TYCHO__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT)
+        bad = "unsupported protocol_version";
+    else if (m->role != TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL &&
+             m->role != TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE)
+        bad = "role must be prefill or decode";
+    else if (!m->node_id[0] || strlen(m->node_id) >= 64)
+        bad = "node_id must have 1..63 characters";
+    else if (!strchr(m->address, ':') || strlen(m->address) >= 128)
+        bad = "address must be host:port";
+    else if (!m->transfer_segment[0] || strlen(m->transfer_segment) > TY_XFER_NAME_MAX)
+        bad = "transfer_segment missing or too long";
+    else if (!m->capacity || !m->capacity->block_tokens)
+        bad = "capacity.block_tokens missing";
+    if (bad)
+        snprintf(why, cap, "%s", bad);
+    return !bad;
+}
+
+static int node_register(ty_cluster_t *c, const Tycho__V1__RegisterNode *m, char *why,
+                         size_t cap, struct ty__cnode **out)
+{
+    struct ty__cnode *n = find_node(c, m->node_id);
+    if (!n) {
+        if (c->n_nodes == TY_CLUSTER_MAX_NODES) {
+            snprintf(why, cap, "too many nodes (%d)", TY_CLUSTER_MAX_NODES);
+            return TY_ENOSPC;
+        }
+        n = calloc(1, sizeof(*n));
+        if (!n)
+            return TY_ENOMEM;
+        n->c = c;
+        snprintf(n->info.id, sizeof(n->info.id), "%s", m->node_id);
+        c->nodes[c->n_nodes++] = n;
+    } else if (n->info.alive || n->rpc) {
+        ty__cluster_node_down(c, n, "registered again (restarted)");
+    }
+    n->info.role = m->role;
+    snprintf(n->info.address, sizeof(n->info.address), "%s", m->address);
+    snprintf(n->segment, sizeof(n->segment), "%s", m->transfer_segment);
+    n->block_tokens = m->capacity->block_tokens;
+    int rc = node_connect(c, n);
+    if (rc) {
+        snprintf(why, cap, "cannot connect to %s: %s", m->address, ty_strerror(rc));
+        return rc;
+    }
+    n->info.alive = true;
+    n->lost = false;
+    n->session = ++c->next_session;
+    n->last_hb_ms = ty_clock_ms();
+    memset(&n->info.load, 0, sizeof(n->info.load));
+    n->info.load.free_pages = m->capacity->kv_pages;
+    *out = n;
+    return 0;
+}
+
+static void cluster_tick(uv_timer_t *t);
+
+static void on_register(ty_rpc_call_t *call, const uint8_t *payload, size_t len, void *arg)
+{
+    ty_cluster_t *c = arg;
+    Tycho__V1__RegisterNode *m = tycho__v1__register_node__unpack(NULL, len, payload);
+    if (!m) {
+        ty_rpc_call_fail(call, TY_EBADMSG, "RegisterNode: undecodable payload");
+        return;
+    }
+    char why[256] = "";
+    struct ty__cnode *n = NULL;
+    Tycho__V1__RegisterNodeReply r = TYCHO__V1__REGISTER_NODE_REPLY__INIT;
+    r.protocol_version = TYCHO__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
+    if (register_valid(m, why, sizeof(why)) && !node_register(c, m, why, sizeof(why), &n)) {
+        r.accepted = true;
+        r.session_id = n->session;
+        r.heartbeat_interval_ms = c->o.heartbeat_interval_ms;
+        uv_timer_start(&c->tick, cluster_tick, 0, 100); /* dispatch waiting requests */
+        TY_LOG_INFO("cluster", "node %s registered: %s at %s, segment %s", n->info.id,
+                    n->info.role == TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL ? "prefill"
+                                                                             : "decode",
+                    n->info.address, n->segment);
+    } else {
+        r.reason = why;
+        TY_LOG_WARN("cluster", "refused a registration of '%s': %s", m->node_id, why);
+    }
+    ty_rpc_call_reply_msg(call, (const ProtobufCMessage *)&r);
+    tycho__v1__register_node__free_unpacked(m, NULL);
+}
+
+static void on_heartbeat(ty_rpc_call_t *call, const uint8_t *payload, size_t len, void *arg)
+{
+    ty_cluster_t *c = arg;
+    Tycho__V1__Heartbeat *m = tycho__v1__heartbeat__unpack(NULL, len, payload);
+    if (!m) {
+        ty_rpc_call_fail(call, TY_EBADMSG, "Heartbeat: undecodable payload");
+        return;
+    }
+    struct ty__cnode *n = find_node(c, m->node_id);
+    Tycho__V1__HeartbeatReply r = TYCHO__V1__HEARTBEAT_REPLY__INIT;
+    r.wall_ms = ty_wall_ms();
+    if (n && n->info.alive && !n->lost && n->session == m->session_id) {
+        r.known = true;
+        n->last_hb_ms = ty_clock_ms();
+        if (m->load) {
+            n->info.load.queued_tokens = m->load->queued_tokens;
+            n->info.load.running = m->load->running_requests;
+            n->info.load.queued = m->load->queued_requests;
+            n->info.load.free_pages = m->load->free_pages;
+            n->info.load.kv_usage = m->load->kv_cache_usage;
+        }
+    }
+    ty_rpc_call_reply_msg(call, (const ProtobufCMessage *)&r);
+    tycho__v1__heartbeat__free_unpacked(m, NULL);
+}
+
+/* Every 100 ms: reap nodes whose connection dropped or whose heartbeats stopped. */
+static void cluster_tick(uv_timer_t *t)
+{
+    ty_cluster_t *c = t->data;
+    uint64_t now = ty_clock_ms();
+    for (size_t i = 0; i < c->n_nodes; i++) {
+        struct ty__cnode *n = c->nodes[i];
+        if (n->lost)
+            ty__cluster_node_down(c, n, "connection lost");
+        else if (n->info.alive && now - n->last_hb_ms > c->o.heartbeat_timeout_ms)
+            ty__cluster_node_down(c, n, "heartbeat timeout");
+    }
+    ty__cluster_retry_waiting(c);
+}
+
+int ty__cluster_registry_start(ty_cluster_t *c)
+{
+    struct ty_rpc_server_opts so = {.loop = c->o.loop, .host = c->o.rpc_host,
+                                    .port = c->o.rpc_port};
+    int rc = ty_rpc_server_new(&c->srv, &so);
+    if (rc)
+        return rc;
+    ty_rpc_server_handle(c->srv, TYCHO__V1__METHOD__METHOD_REGISTER_NODE, on_register, c);
+    ty_rpc_server_handle(c->srv, TYCHO__V1__METHOD__METHOD_HEARTBEAT, on_heartbeat, c);
+    uv_timer_init(c->o.loop, &c->tick);
+    c->tick.data = c;
+    uv_timer_start(&c->tick, cluster_tick, 100, 100);
+    return 0;
+}
+
+uint16_t ty_cluster_rpc_port(const ty_cluster_t *c)
+{
+    return ty_rpc_server_port(c->srv);
+}
+
+size_t ty_cluster_nodes(const ty_cluster_t *c, struct ty_cluster_node_info *out, size_t cap)
+{
+    for (size_t i = 0; i < c->n_nodes && i < cap; i++)
+        out[i] = c->nodes[i]->info;
+    return c->n_nodes;
+}

@@ -1,0 +1,514 @@
+/* The remote serving backend (tycho/serve.h over the cluster; cluster-impl.h). A request:
+ *   1. DecodeAssign to the least-loaded decode node (it reserves pages, answers with the KV
+ *      destination: segment + per-layer addresses of those pages);
+ *   2. TokenStreamOpen to that node (a stream of TokenChunk), then PrefillAssign (prompt + KV
+ *      destination) to the least-loaded prefill node, which writes the KV layer by layer and
+ *      tells the decode node when it has landed;
+ *   3. TokenChunks become TOKEN events (text and stop strings handled here), the last one DONE.
+ * Cancel (client gone), a stop string, an error or a dead node send Cancel to whichever node
+ * still holds the request; every RPC has a deadline, so nothing waits forever. */
+#include "cluster-impl.h"
+
+#include "tycho/clock.h"
+#include "tycho/errors.h"
+#include "tycho/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void emit(ty_cluster_t *c, struct ty__creq *r, enum ty_serve_event_kind kind,
+                 const struct ty_sample *smp, size_t text_end, enum ty_finish fin, int err)
+{
+    struct ty_serve_event ev = {.id = r->id, .kind = kind, .finish = fin, .error = err,
+                                .text = ""};
+    if (smp)
+        ev.sample = *smp;
+    if (text_end > r->tx.n_emitted) {
+        ev.text = r->tx.text + r->tx.n_emitted;
+        ev.text_len = text_end - r->tx.n_emitted;
+        r->tx.n_emitted = text_end;
+    }
+    ev.n_prompt = r->n_prompt;
+    ev.n_output = r->n_out;
+    c->o.event_cb(c->o.event_arg, &ev);
+}
+
+static void req_maybe_free(ty_cluster_t *c, struct ty__creq *r)
+{
+    if (!r->finished || r->decode_pending || r->prefill_pending || r->stream_pending)
+        return;
+    for (struct ty__creq **pp = &c->reqs; *pp; pp = &(*pp)->next) {
+        if (*pp == r) {
+            *pp = r->next;
+            break;
+        }
+    }
+    if (r->dreply)
+        tycho__v1__decode_assign_reply__free_unpacked(r->dreply, NULL);
+    ty__ctext_clear(&r->tx);
+    free(r->prompt);
+    free(r);
+}
+
+static void on_cancel_reply(const struct ty_rpc_result *res, void *arg)
+{
+    (void)res;
+    (void)arg;
+}
+
+static void send_cancel(struct ty__cnode *n, uint64_t rid, const char *why)
+{
+    if (!n || !n->rpc || !n->info.alive)
+        return;
+    Tycho__V1__Cancel m = TYCHO__V1__CANCEL__INIT;
+    m.request_id = rid;
+    m.reason = (char *)why;
+    struct ty_rpc_call_opts co = {.timeout_ms = 2000};
+    ty_rpc_client_call_msg(n->rpc, TYCHO__V1__METHOD__METHOD_CANCEL, (const ProtobufCMessage *)&m,
+                           &co, on_cancel_reply, NULL, NULL);
+}
+
+/* Mark finished: the nodes still holding it are told to let go. */
+static void req_end(ty_cluster_t *c, struct ty__creq *r, bool decode_done, const char *why)
+{
+    (void)c;
+    r->finished = true;
+    if (r->dnode && r->dnode->info.inflight)
+        r->dnode->info.inflight--;
+    if (r->prefill_counted && r->pnode && r->pnode->info.inflight)
+        r->pnode->info.inflight--;
+    r->prefill_counted = false;
+    if (!decode_done && r->dnode)
+        send_cancel(r->dnode, r->rid, why);
+    if (r->prefill_pending)
+        send_cancel(r->pnode, r->rid, why);
+}
+
+static void req_fail(ty_cluster_t *c, struct ty__creq *r, int err)
+{
+    if (r->finished)
+        return;
+    emit(c, r, TY_SERVE_EV_ERROR, NULL, 0, TY_FINISH_NONE, err);
+    req_end(c, r, false, err == TY_ECANCELED ? "cancelled" : ty_strerror(err));
+    req_maybe_free(c, r);
+}
+
+static void req_done(ty_cluster_t *c, struct ty__creq *r, enum ty_finish fin)
+{
+    if (fin != TY_FINISH_STOP)
+        ty__ctext_flush(&r->tx);
+    emit(c, r, TY_SERVE_EV_DONE, NULL, r->tx.n_text, fin, 0);
+    req_end(c, r, fin != TY_FINISH_STOP, "stop string");
+}
+
+static void sample_of(const Tycho__V1__TokenChunk *ch, size_t i, struct ty_sample *smp)
+{
+    memset(smp, 0, sizeof(*smp));
+    smp->id = ch->token_ids[i];
+    if (i >= ch->n_logprobs || !ch->logprobs[i])
+        return;
+    const Tycho__V1__TokenLogprob *lp = ch->logprobs[i];
+    smp->logprob = lp->logprob;
+    for (size_t k = 0; k < lp->n_top && k < TY_SAMPLE_MAX_LOGPROBS; k++) {
+        smp->top[k].id = lp->top[k]->token_id;
+        smp->top[k].logprob = lp->top[k]->logprob;
+        smp->n_top++;
+    }
+}
+
+/* One TokenChunk from the decode node. */
+static void on_chunk(ty_cluster_t *c, struct ty__creq *r, const Tycho__V1__TokenChunk *ch)
+{
+    for (size_t i = 0; i < ch->n_token_ids && !r->finished; i++) {
+        struct ty_sample smp;
+        sample_of(ch, i, &smp);
+        r->n_out++;
+        int hit = ty__ctext_push(&r->tx, smp.id);
+        if (hit < 0) {
+            req_fail(c, r, hit);
+            return;
+        }
+        enum ty_finish fin = hit ? TY_FINISH_STOP : TY_FINISH_NONE;
+        if (!fin && i + 1 == ch->n_token_ids &&
+            ch->finish_reason == TYCHO__V1__FINISH_REASON__FINISH_REASON_LENGTH)
+            fin = TY_FINISH_LENGTH;
+        emit(c, r, TY_SERVE_EV_TOKEN, &smp, ty__ctext_safe_end(&r->tx, fin != 0), fin, 0);
+        if (fin)
+            req_done(c, r, fin);
+    }
+    if (r->finished)
+        return;
+    switch (ch->finish_reason) {
+    case TYCHO__V1__FINISH_REASON__FINISH_REASON_NONE: break;
+    case TYCHO__V1__FINISH_REASON__FINISH_REASON_STOP: req_done(c, r, TY_FINISH_EOS); break;
+    case TYCHO__V1__FINISH_REASON__FINISH_REASON_LENGTH: req_done(c, r, TY_FINISH_LENGTH); break;
+    case TYCHO__V1__FINISH_REASON__FINISH_REASON_CANCELLED: req_fail(c, r, TY_ECANCELED); break;
+    default: req_fail(c, r, TY_EREMOTE); break;
+    }
+}
+
+static struct ty__creq *req_of(void *arg, ty_cluster_t **c)
+{
+    struct ty__creq *r = arg;
+    *c = r->dnode->c;
+    return r;
+}
+
+static void on_stream(const struct ty_rpc_result *res, void *arg)
+{
+    ty_cluster_t *c;
+    struct ty__creq *r = req_of(arg, &c);
+    if (res->event == TY_RPC_EVENT_ITEM) {
+        Tycho__V1__TokenChunk *ch = tycho__v1__token_chunk__unpack(NULL, res->len, res->payload);
+        if (!ch) {
+            req_fail(c, r, TY_EBADMSG);
+            return;
+        }
+        if (!r->finished)
+            on_chunk(c, r, ch);
+        tycho__v1__token_chunk__free_unpacked(ch, NULL);
+        return;
+    }
+    r->stream_pending = false;
+    if (!r->finished) {
+        int err = res->event == TY_RPC_EVENT_END ? TY_EPROTO : res->status;
+        if (err == TY_EREMOTE && res->remote_code < 0)
+            err = res->remote_code;
+        TY_LOG_WARN("cluster", "request %llu: token stream from %s ended early: %s%s%s",
+                    (unsigned long long)r->rid, r->dnode->info.id, ty_strerror(res->status),
+                    res->message[0] ? ": " : "", res->message);
+        req_fail(c, r, err == TY_ECONNRESET || err == TY_ECANCELED ? TY_EUNAVAIL : err);
+        return; /* req_fail freed it if nothing else is pending */
+    }
+    req_maybe_free(c, r);
+}
+
+static void on_prefill_reply(const struct ty_rpc_result *res, void *arg)
+{
+    ty_cluster_t *c;
+    struct ty__creq *r = req_of(arg, &c);
+    r->prefill_pending = false;
+    if (r->prefill_counted && r->pnode->info.inflight)
+        r->pnode->info.inflight--;
+    r->prefill_counted = false;
+    if (!r->finished && res->event != TY_RPC_EVENT_REPLY) {
+        TY_LOG_WARN("cluster", "request %llu: prefill on %s failed: %s%s%s",
+                    (unsigned long long)r->rid, r->pnode->info.id, ty_strerror(res->status),
+                    res->message[0] ? ": " : "", res->message);
+        int err = res->status == TY_EREMOTE && res->remote_code < 0 ? res->remote_code
+                                                                    : res->status;
+        req_fail(c, r, err == TY_ECONNRESET || err == TY_ECANCELED ? TY_EUNAVAIL : err);
+        return;
+    }
+    req_maybe_free(c, r);
+}
+
+static void fill_sampling(const struct ty_gen_params *g, Tycho__V1__SamplingParams *sp)
+{
+    sp->temperature = g->sampling.temperature;
+    sp->top_p = g->sampling.top_p;
+    sp->top_k = g->sampling.top_k;
+    sp->min_p = g->sampling.min_p;
+    sp->seed = g->sampling.seed;
+    sp->has_seed = true;
+    sp->repetition_penalty = g->sampling.repetition_penalty;
+    sp->presence_penalty = g->sampling.presence_penalty;
+    sp->frequency_penalty = g->sampling.frequency_penalty;
+    sp->max_tokens = g->max_tokens;
+    sp->logprobs = g->sampling.n_logprobs > 0;
+    sp->top_logprobs = g->sampling.n_logprobs;
+    sp->ignore_eos = g->ignore_eos;
+}
+
+/* The decode node reserved pages: open the token stream and start the prefill. */
+static int start_prefill(ty_cluster_t *c, struct ty__creq *r)
+{
+    Tycho__V1__TokenStreamOpen so = TYCHO__V1__TOKEN_STREAM_OPEN__INIT;
+    so.request_id = r->rid;
+    struct ty_rpc_call_opts sco = {.timeout_ms = c->o.request_timeout_ms, .stream = true};
+    int rc = ty_rpc_client_call_msg(r->dnode->rpc, TYCHO__V1__METHOD__METHOD_TOKEN_STREAM,
+                                    (const ProtobufCMessage *)&so, &sco, on_stream, r, NULL);
+    if (rc)
+        return rc;
+    r->stream_pending = true;
+    r->pnode = ty__cluster_pick(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL);
+    if (!r->pnode)
+        return TY_EUNAVAIL;
+    Tycho__V1__SamplingParams sp = TYCHO__V1__SAMPLING_PARAMS__INIT;
+    fill_sampling(&r->gen, &sp);
+    Tycho__V1__PrefillAssign pa = TYCHO__V1__PREFILL_ASSIGN__INIT;
+    pa.request_id = r->rid;
+    pa.n_prompt_tokens = r->n_prompt;
+    pa.prompt_tokens = r->prompt;
+    pa.kv_destination = r->dreply->kv_destination;
+    pa.sampling = &sp;
+    pa.decode_node_id = r->dnode->info.id;
+    struct ty_rpc_call_opts pco = {.timeout_ms = c->o.request_timeout_ms};
+    rc = ty_rpc_client_call_msg(r->pnode->rpc, TYCHO__V1__METHOD__METHOD_PREFILL_ASSIGN,
+                                (const ProtobufCMessage *)&pa, &pco, on_prefill_reply, r, NULL);
+    if (rc)
+        return rc;
+    r->prefill_pending = r->prefill_counted = true;
+    r->pnode->info.inflight++;
+    r->pnode->info.served++;
+    return 0;
+}
+
+static void on_decode_reply(const struct ty_rpc_result *res, void *arg)
+{
+    ty_cluster_t *c;
+    struct ty__creq *r = req_of(arg, &c);
+    r->decode_pending = false;
+    if (r->finished) {
+        req_maybe_free(c, r);
+        return;
+    }
+    int err = res->event == TY_RPC_EVENT_REPLY ? 0 : res->status;
+    if (!err) {
+        r->dreply = tycho__v1__decode_assign_reply__unpack(NULL, res->len, res->payload);
+        if (!r->dreply || !r->dreply->kv_destination)
+            err = TY_EBADMSG;
+        else if (!r->dreply->accepted)
+            err = TY_ENOCAPACITY;
+    }
+    if (!err)
+        err = start_prefill(c, r);
+    if (err) {
+        TY_LOG_WARN("cluster", "request %llu on %s: %s%s%s", (unsigned long long)r->rid,
+                    r->dnode->info.id, ty_strerror(err),
+                    r->dreply && r->dreply->reason[0] ? ": " : "",
+                    r->dreply ? r->dreply->reason : "");
+        req_fail(c, r, err == TY_ECONNRESET || err == TY_ECANCELED ? TY_EUNAVAIL : err);
+    }
+}
+
+static int req_new(ty_cluster_t *c, const struct ty_serve_request *sr, struct ty__creq **out)
+{
+    struct ty__creq *r = calloc(1, sizeof(*r));
+    if (!r)
+        return TY_ENOMEM;
+    r->prompt = malloc((sr->n_prompt ? sr->n_prompt : 1) * sizeof(uint32_t));
+    int rc = r->prompt ? ty__ctext_init(&r->tx, c->tok, sr->gen.stop, sr->gen.n_stop)
+                       : TY_ENOMEM;
+    if (rc) {
+        free(r->prompt);
+        free(r);
+        return rc;
+    }
+    memcpy(r->prompt, sr->prompt, sr->n_prompt * sizeof(uint32_t));
+    r->n_prompt = (uint32_t)sr->n_prompt;
+    r->id = sr->id;
+    r->rid = ++c->next_rid;
+    r->gen = sr->gen;
+    r->gen.stop = NULL;
+    r->gen.n_stop = 0;
+    *out = r;
+    return 0;
+}
+
+/* Send DecodeAssign for `r` to decode node `d`. */
+static int dispatch(ty_cluster_t *c, struct ty__creq *r, struct ty__cnode *d)
+{
+    (void)c;
+    Tycho__V1__SamplingParams sp = TYCHO__V1__SAMPLING_PARAMS__INIT;
+    fill_sampling(&r->gen, &sp);
+    Tycho__V1__DecodeAssign m = TYCHO__V1__DECODE_ASSIGN__INIT;
+    m.request_id = r->rid;
+    m.sampling = &sp;
+    m.prompt_tokens = r->n_prompt;
+    m.expected_output_tokens = r->gen.max_tokens;
+    m.n_prompt_token_ids = r->n_prompt;
+    m.prompt_token_ids = r->prompt;
+    struct ty_rpc_call_opts co = {.timeout_ms = 10000};
+    int rc = ty_rpc_client_call_msg(d->rpc, TYCHO__V1__METHOD__METHOD_DECODE_ASSIGN,
+                                    (const ProtobufCMessage *)&m, &co, on_decode_reply, r, NULL);
+    if (rc)
+        return rc == TY_ESHUTDOWN ? TY_EUNAVAIL : rc;
+    r->dnode = d;
+    r->decode_pending = true;
+    r->wait_until_ms = 0;
+    d->info.inflight++;
+    d->info.served++;
+    return 0;
+}
+
+static bool nodes_up(ty_cluster_t *c, struct ty__cnode **d)
+{
+    *d = ty__cluster_pick(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE);
+    return *d && ty__cluster_pick(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL);
+}
+
+void ty__cluster_retry_waiting(ty_cluster_t *c)
+{
+    uint64_t now = ty_clock_ms();
+    for (struct ty__creq *r = c->reqs, *next; r; r = next) {
+        next = r->next;
+        if (r->finished || !r->wait_until_ms)
+            continue;
+        struct ty__cnode *d;
+        int rc = nodes_up(c, &d) ? dispatch(c, r, d) : now > r->wait_until_ms ? TY_EUNAVAIL : 0;
+        if (rc)
+            req_fail(c, r, rc);
+    }
+}
+
+static int cluster_submit(void *ctx, const struct ty_serve_request *sr)
+{
+    ty_cluster_t *c = ctx;
+    if (c->closing)
+        return TY_ESHUTDOWN;
+    if (!sr || !sr->n_prompt || sr->n_prompt >= c->o.max_ctx)
+        return sr && sr->n_prompt ? TY_ERANGE : TY_EINVAL;
+    struct ty__cnode *d;
+    uint64_t now = ty_clock_ms();
+    bool up = nodes_up(c, &d);
+    if (!up && now - c->started_ms >= c->o.startup_wait_ms)
+        return TY_EUNAVAIL;
+    struct ty__creq *r;
+    int rc = req_new(c, sr, &r);
+    if (rc)
+        return rc;
+    if (up && (rc = dispatch(c, r, d))) {
+        ty__ctext_clear(&r->tx);
+        free(r->prompt);
+        free(r);
+        return rc;
+    }
+    if (!up)
+        r->wait_until_ms = c->started_ms + c->o.startup_wait_ms;
+    r->next = c->reqs;
+    c->reqs = r;
+    return 0;
+}
+
+static int cluster_cancel(void *ctx, uint64_t id)
+{
+    ty_cluster_t *c = ctx;
+    for (struct ty__creq *r = c->reqs; r; r = r->next) {
+        if (r->id == id && !r->finished) {
+            req_fail(c, r, TY_ECANCELED);
+            return 0;
+        }
+    }
+    return 0;
+}
+
+static void cluster_stats(void *ctx, struct ty_serve_stats *out)
+{
+    ty_cluster_t *c = ctx;
+    memset(out, 0, sizeof(*out));
+    out->max_ctx = c->o.max_ctx;
+    uint32_t n_decode = 0;
+    for (size_t i = 0; i < c->n_nodes; i++) {
+        const struct ty__cnode *n = c->nodes[i];
+        if (!n->info.alive)
+            continue;
+        out->running += n->info.role == TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE
+                            ? n->info.load.running : 0;
+        out->waiting += n->info.load.queued;
+        if (n->info.role == TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE) {
+            out->kv_usage += n->info.load.kv_usage;
+            out->kv_block_tokens = n->block_tokens;
+            n_decode++;
+        }
+    }
+    if (n_decode)
+        out->kv_usage /= n_decode;
+}
+
+const struct ty_serve_backend_i ty__cluster_backend_iface = {
+    .submit = cluster_submit, .cancel = cluster_cancel, .stats = cluster_stats};
+
+void ty__cluster_fail_node(ty_cluster_t *c, struct ty__cnode *n, int err)
+{
+    for (struct ty__creq *r = c->reqs, *next; r; r = next) {
+        next = r->next;
+        if (!r->finished && (r->dnode == n || (r->pnode == n && r->prefill_pending)))
+            req_fail(c, r, err);
+    }
+}
+
+void ty__cluster_fail_all(ty_cluster_t *c, int err)
+{
+    for (struct ty__creq *r = c->reqs, *next; r; r = next) {
+        next = r->next;
+        req_fail(c, r, err);
+    }
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------------- */
+
+int ty_cluster_new(ty_cluster_t **out, const struct ty_cluster_opts *opts)
+{
+    if (!out || !opts || !opts->loop || !opts->model || !opts->event_cb || !opts->max_ctx)
+        return TY_EINVAL;
+    ty_cluster_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return TY_ENOMEM;
+    c->o = *opts;
+    c->o.rpc_host = NULL; /* only used during start */
+    if (!c->o.heartbeat_interval_ms)
+        c->o.heartbeat_interval_ms = 500;
+    if (!c->o.heartbeat_timeout_ms)
+        c->o.heartbeat_timeout_ms = 3000;
+    if (!c->o.request_timeout_ms)
+        c->o.request_timeout_ms = 600000;
+    c->tok = ty_model_tokenizer(opts->model);
+    c->started_ms = ty_clock_ms();
+    c->o.rpc_host = opts->rpc_host;
+    int rc = ty__cluster_registry_start(c);
+    c->o.rpc_host = NULL;
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+struct ty_serve_backend ty_cluster_backend(ty_cluster_t *c)
+{
+    return (struct ty_serve_backend){&ty__cluster_backend_iface, c};
+}
+
+static void close_step(void *arg)
+{
+    ty_cluster_t *c = arg;
+    if (--c->n_closing)
+        return;
+    void (*cb)(void *) = c->close_cb;
+    void *cb_arg = c->close_arg;
+    for (size_t i = 0; i < c->n_nodes; i++)
+        free(c->nodes[i]);
+    free(c);
+    if (cb)
+        cb(cb_arg);
+}
+
+static void on_tick_closed(uv_handle_t *h)
+{
+    close_step(h->data);
+}
+
+void ty_cluster_close(ty_cluster_t *c, void (*cb)(void *arg), void *arg)
+{
+    c->closing = true;
+    c->close_cb = cb;
+    c->close_arg = arg;
+    ty__cluster_fail_all(c, TY_ESHUTDOWN);
+    c->n_closing = 3; /* tick, server, this function */
+    for (size_t i = 0; i < c->n_nodes; i++) {
+        struct ty__cnode *n = c->nodes[i];
+        n->info.alive = false;
+        if (n->rpc) {
+            ty_rpc_client_t *r = n->rpc;
+            n->rpc = NULL;
+            c->n_closing++;
+            ty_rpc_client_close(r, close_step, c);
+        }
+    }
+    uv_timer_stop(&c->tick);
+    uv_close((uv_handle_t *)&c->tick, on_tick_closed);
+    ty_rpc_server_close(c->srv, close_step, c);
+    close_step(c);
+}

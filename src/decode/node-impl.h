@@ -1,0 +1,76 @@
+/* Internals of the decode node (tycho/decode_node.h): node.c is the loop side (RPC handlers,
+ * per-request token streams), node_worker.c the worker thread (reservations, KV arrival,
+ * batched decode steps). They talk through a command list under `mu` (loop -> worker) and the
+ * RPC mailbox (worker -> loop). */
+#ifndef TYCHO_DECODE_NODE_IMPL_H
+#define TYCHO_DECODE_NODE_IMPL_H
+
+#include "tycho/decode_node.h"
+#include "tycho/rpc.h"
+#include "tycho.pb-c.h"
+
+#include <pthread.h>
+
+enum dcmd_kind { DCMD_ASSIGN, DCMD_CANCEL };
+
+/* loop -> worker */
+struct dcmd {
+    struct dcmd *next;
+    enum dcmd_kind kind;
+    uint64_t rid;
+    ty_rpc_call_t *call; /* ASSIGN: answered by the loop once the worker reserved */
+    uint32_t *prompt;
+    uint32_t n_prompt, max_tokens;
+    bool ignore_eos;
+    struct ty_sampling_params sp;
+};
+
+/* worker -> loop: the answer to an ASSIGN (packed DecodeAssignReply) or one token / end. */
+struct devent {
+    ty_decode_node_t *n;
+    uint64_t rid;
+    ty_rpc_call_t *call; /* assign reply */
+    uint8_t *reply;
+    size_t reply_len;
+    int rc;
+    bool has_token;
+    struct ty_sample smp;
+    int finish; /* Tycho__V1__FinishReason */
+};
+
+/* Loop-side state of a request: its token stream and what came before the stream opened. */
+struct lreq {
+    struct lreq *next;
+    uint64_t rid;
+    ty_rpc_call_t *stream;
+    bool stream_gone;
+    uint32_t seq;
+    struct devent **held;
+    size_t n_held, cap_held;
+};
+
+struct ty_decode_node {
+    struct ty_decode_node_opts o;
+    char *node_id;
+    ty_rpc_server_t *srv;
+    ty_rpc_mailbox_t *mb;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct dcmd *cmds, **cmds_tail; /* under mu */
+    bool stop;
+    struct ty_cluster_load load;    /* under mu, published by the worker */
+    struct lreq *reqs;              /* loop */
+    struct dseq *running;           /* worker */
+    void *wstate;                   /* worker: node_worker.c's state */
+    void (*close_cb)(void *);
+    void *close_arg;
+};
+
+/* node_worker.c */
+void *ty__decode_node_worker(void *arg);
+/* node.c: post an event to the loop (worker thread). */
+void ty__decode_node_post(ty_decode_node_t *n, struct devent *ev);
+void ty__dcmd_free(struct dcmd *c);
+
+#endif

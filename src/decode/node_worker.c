@@ -1,0 +1,379 @@
+/* The decode node's worker thread (node-impl.h): reserves pages for assigned requests, takes
+ * KvReady notifications from the transfer engine (they arrive after the KV writes they
+ * follow), commits the landed prompt, and runs continuous batching over the ready sequences.
+ * The token rules (EOS not reported, max_tokens, context full) are ty_engine_generate's;
+ * stop strings are the Conductor's (it has the text). */
+#include "node-impl.h"
+
+#include "tycho/clock.h"
+#include "tycho/errors.h"
+#include "tycho/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct dseq {
+    struct dseq *next;
+    uint64_t rid;
+    ty_kvseq_t *seq;
+    ty_sampler_t *sampler;
+    uint32_t *hist; /* prompt then output */
+    uint32_t n_hist, cap_hist, n_prompt, n_out, max_tokens;
+    bool ignore_eos, ready;
+    uint64_t deadline_ms; /* KV must land by then */
+};
+
+struct wstate {
+    ty_decode_node_t *n;
+    ty_kvpool_t *pool;
+    const ty_model_t *m;
+    uint32_t V, n_layers, max_ctx, n_seqs, n_ready;
+    struct dseq *seqs;
+    float *logits; /* (max_running, V) */
+};
+
+static void dseq_free(struct wstate *w, struct dseq *s)
+{
+    ty_kvpool_seq_free(w->pool, s->seq);
+    ty_sampler_free(s->sampler);
+    free(s->hist);
+    free(s);
+}
+
+static void post(struct wstate *w, uint64_t rid, const struct ty_sample *smp, int finish, int rc)
+{
+    struct devent *ev = calloc(1, sizeof(*ev));
+    if (!ev)
+        return; /* the Conductor's deadline ends that stream */
+    ev->n = w->n;
+    ev->rid = rid;
+    ev->rc = rc;
+    ev->finish = finish;
+    if (smp) {
+        ev->has_token = true;
+        ev->smp = *smp;
+    }
+    ty__decode_node_post(w->n, ev);
+}
+
+/* Remove `s` from the list, free it, and tell the loop how it ended. */
+static void dseq_end(struct wstate *w, struct dseq *s, int finish, int rc)
+{
+    for (struct dseq **pp = &w->seqs; *pp; pp = &(*pp)->next) {
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    }
+    w->n_seqs--;
+    if (s->ready)
+        w->n_ready--;
+    if (finish != TYCHO__V1__FINISH_REASON__FINISH_REASON_NONE)
+        post(w, s->rid, NULL, finish, rc);
+    dseq_free(w, s);
+}
+
+/* Pack the DecodeAssignReply: segment and per-layer addresses of the prompt's pages. */
+static int pack_destination(struct wstate *w, struct dseq *s, uint8_t **out, size_t *len)
+{
+    uint32_t B = ty_kvpool_block_tokens(w->pool), np = (s->n_prompt + B - 1) / B;
+    const uint32_t *pages = ty_kvseq_pages(s->seq);
+    Tycho__V1__LayerDestination *lds = calloc(w->n_layers, sizeof(*lds));
+    Tycho__V1__LayerDestination **ldp = calloc(w->n_layers, sizeof(*ldp));
+    uint64_t *addr = malloc(2 * (size_t)w->n_layers * np * sizeof(uint64_t) + 1);
+    int rc = lds && ldp && addr ? 0 : TY_ENOMEM;
+    for (uint32_t l = 0; !rc && l < w->n_layers; l++) {
+        tycho__v1__layer_destination__init(&lds[l]);
+        lds[l].layer = l;
+        lds[l].n_k_offsets = lds[l].n_v_offsets = np;
+        lds[l].k_offsets = addr + (size_t)2 * l * np;
+        lds[l].v_offsets = addr + (size_t)(2 * l + 1) * np;
+        for (uint32_t i = 0; i < np; i++) {
+            lds[l].k_offsets[i] = (uint64_t)(uintptr_t)ty_kvpool_k(w->pool, l, pages[i]);
+            lds[l].v_offsets[i] = (uint64_t)(uintptr_t)ty_kvpool_v(w->pool, l, pages[i]);
+        }
+        ldp[l] = &lds[l];
+    }
+    Tycho__V1__KvDestination d = TYCHO__V1__KV_DESTINATION__INIT;
+    d.node_id = w->n->node_id;
+    d.segment = (char *)ty_xfer_engine_name(w->n->o.xfer);
+    d.n_page_ids = np;
+    d.page_ids = (uint32_t *)pages;
+    d.n_layers = w->n_layers;
+    d.layers = ldp;
+    d.block_tokens = B;
+    d.page_bytes = ty_kvpool_page_bytes(w->pool);
+    Tycho__V1__DecodeAssignReply r = TYCHO__V1__DECODE_ASSIGN_REPLY__INIT;
+    r.request_id = s->rid;
+    r.accepted = true;
+    r.kv_destination = &d;
+    if (!rc)
+        rc = ty_rpc_pack((const ProtobufCMessage *)&r, out, len);
+    free(lds);
+    free(ldp);
+    free(addr);
+    return rc;
+}
+
+static int dseq_reserve(struct wstate *w, struct dcmd *c, struct dseq *s)
+{
+    s->rid = c->rid;
+    s->n_prompt = s->n_hist = c->n_prompt;
+    s->max_tokens = c->max_tokens ? c->max_tokens : w->max_ctx;
+    s->ignore_eos = c->ignore_eos;
+    uint64_t total = (uint64_t)c->n_prompt + s->max_tokens;
+    if (total > w->max_ctx)
+        total = w->max_ctx;
+    s->cap_hist = (uint32_t)total + 1;
+    s->hist = malloc(s->cap_hist * sizeof(uint32_t));
+    if (!s->hist)
+        return TY_ENOMEM;
+    memcpy(s->hist, c->prompt, c->n_prompt * sizeof(uint32_t));
+    int rc = ty_sampler_new(&s->sampler, &c->sp, w->V);
+    if (!rc)
+        rc = ty_kvpool_seq_new(w->pool, &s->seq);
+    if (!rc)
+        rc = ty_kvpool_seq_reserve(w->pool, s->seq, (uint32_t)total);
+    s->deadline_ms = ty_clock_ms() + w->n->o.kv_wait_timeout_ms;
+    return rc;
+}
+
+static void do_assign(struct wstate *w, struct dcmd *c)
+{
+    struct devent *ev = calloc(1, sizeof(*ev));
+    struct dseq *s = calloc(1, sizeof(*s));
+    int rc = ev && s ? 0 : TY_ENOMEM;
+    if (!rc && c->n_prompt >= w->max_ctx)
+        rc = TY_ERANGE;
+    if (!rc && w->n_seqs >= w->n->o.max_running * 4)
+        rc = TY_EREJECTED;
+    if (!rc)
+        rc = dseq_reserve(w, c, s);
+    if (!rc)
+        rc = pack_destination(w, s, &ev->reply, &ev->reply_len);
+    if (rc && s) {
+        if (s->seq || s->sampler || s->hist)
+            dseq_free(w, s);
+        else
+            free(s);
+        s = NULL;
+    }
+    if (s) {
+        s->next = w->seqs;
+        w->seqs = s;
+        w->n_seqs++;
+    }
+    if (!ev)
+        return; /* the Conductor's call times out */
+    ev->n = w->n;
+    ev->rid = c->rid;
+    ev->call = c->call;
+    ev->rc = rc;
+    ty__decode_node_post(w->n, ev);
+}
+
+static struct dseq *find(struct wstate *w, uint64_t rid)
+{
+    for (struct dseq *s = w->seqs; s; s = s->next)
+        if (s->rid == rid)
+            return s;
+    return NULL;
+}
+
+/* Record token `smp` of `s` and report it; true when `s` finished (and was ended). */
+static bool accept_token(struct wstate *w, struct dseq *s, const struct ty_sample *smp)
+{
+    if (!s->ignore_eos && ty_model_is_eog(w->m, smp->id)) {
+        dseq_end(w, s, TYCHO__V1__FINISH_REASON__FINISH_REASON_STOP, 0);
+        return true;
+    }
+    s->hist[s->n_hist++] = smp->id;
+    s->n_out++;
+    bool full = ty_kvseq_n_tokens(s->seq) + 1 >= w->max_ctx || s->n_hist >= s->cap_hist;
+    if (s->n_out >= s->max_tokens || full) {
+        post(w, s->rid, smp, TYCHO__V1__FINISH_REASON__FINISH_REASON_LENGTH, 0);
+        dseq_end(w, s, TYCHO__V1__FINISH_REASON__FINISH_REASON_NONE, 0);
+        return true;
+    }
+    post(w, s->rid, smp, TYCHO__V1__FINISH_REASON__FINISH_REASON_NONE, 0);
+    return false;
+}
+
+/* A KvReady arrived: the prompt's KV is in our pages. */
+static void on_kv_ready(struct wstate *w, const Tycho__V1__KvReady *k)
+{
+    struct dseq *s = find(w, k->request_id);
+    if (!s || s->ready)
+        return; /* cancelled meanwhile, or a duplicate */
+    int rc = k->all_layers && k->n_tokens == s->n_prompt && k->has_first_token &&
+                     k->first_token < w->V
+                 ? ty_kvpool_seq_commit(w->pool, s->seq, s->hist, s->n_prompt)
+                 : TY_EPROTO;
+    if (rc) {
+        TY_LOG_WARN("decode", "request %llu: bad KvReady (%s)",
+                    (unsigned long long)s->rid, ty_strerror(rc));
+        dseq_end(w, s, TYCHO__V1__FINISH_REASON__FINISH_REASON_ERROR, rc);
+        return;
+    }
+    /* The prefill node drew the first token from its own sampler with the same seed: draw
+     * once here too, so the rest of the stream is what one sampler would give (tycho
+     * generate's). The logits row is scratch. */
+    struct ty_sample first = {.id = k->first_token}, skip;
+    memset(w->logits, 0, w->V * sizeof(float));
+    ty_sampler_sample(s->sampler, w->logits, s->hist, s->n_hist, &skip);
+    s->ready = true;
+    w->n_ready++;
+    accept_token(w, s, &first);
+}
+
+static void poll_notifications(struct wstate *w)
+{
+    struct ty_xfer_notify nt;
+    while (ty_xfer_notify_poll(w->n->o.xfer, &nt) == 0) {
+        Tycho__V1__KvReady *k = tycho__v1__kv_ready__unpack(NULL, nt.len, nt.msg);
+        if (!k) {
+            TY_LOG_WARN("decode", "undecodable notification from %s", nt.from);
+            continue;
+        }
+        on_kv_ready(w, k);
+        tycho__v1__kv_ready__free_unpacked(k, NULL);
+    }
+}
+
+/* One decode step: the next token of every ready sequence (up to max_running), sampled. */
+static void step(struct wstate *w)
+{
+    uint32_t cap = w->n->o.max_running, nb = 0;
+    struct ty_batch_seq bs[cap];
+    struct dseq *who[cap];
+    for (struct dseq *s = w->seqs; s && nb < cap; s = s->next) {
+        if (!s->ready)
+            continue;
+        bs[nb] = (struct ty_batch_seq){.seq = s->seq, .tokens = &s->hist[s->n_hist - 1], .n = 1};
+        who[nb++] = s;
+    }
+    if (!nb)
+        return;
+    struct ty_batch b = {.seqs = bs, .n_seqs = nb};
+    int rc = ty_engine_forward(w->n->o.engine, &b, w->logits);
+    for (uint32_t i = 0; i < nb; i++) {
+        struct dseq *s = who[i];
+        struct ty_sample smp;
+        int src = rc ? rc
+                     : ty_sampler_sample(s->sampler, w->logits + (size_t)i * w->V, s->hist,
+                                         s->n_hist, &smp);
+        if (src) {
+            TY_LOG_WARN("decode", "request %llu: step failed: %s", (unsigned long long)s->rid,
+                        ty_strerror(src));
+            dseq_end(w, s, TYCHO__V1__FINISH_REASON__FINISH_REASON_ERROR, src);
+            continue;
+        }
+        accept_token(w, s, &smp);
+    }
+}
+
+/* Release reservations whose KV never came. */
+static void expire(struct wstate *w)
+{
+    uint64_t now = ty_clock_ms();
+    for (struct dseq *s = w->seqs, *next; s; s = next) {
+        next = s->next;
+        if (!s->ready && now > s->deadline_ms) {
+            TY_LOG_WARN("decode", "request %llu: KV did not arrive in time; pages released",
+                        (unsigned long long)s->rid);
+            dseq_end(w, s, TYCHO__V1__FINISH_REASON__FINISH_REASON_ERROR, TY_ETIMEDOUT);
+        }
+    }
+}
+
+static void publish_load(struct wstate *w)
+{
+    ty_decode_node_t *n = w->n;
+    uint32_t total = ty_kvpool_pages_total(w->pool), used = ty_kvpool_pages_used(w->pool);
+    pthread_mutex_lock(&n->mu);
+    n->load.running = w->n_ready;
+    n->load.queued = w->n_seqs - w->n_ready;
+    n->load.free_pages = total - used;
+    n->load.kv_usage = total ? (float)used / (float)total : 0;
+    pthread_mutex_unlock(&n->mu);
+}
+
+/* Take the commands; wait for one while nothing can run (polling for KV every ms while some
+ * request awaits it). Returns false when the worker must stop. */
+static bool take_commands(struct wstate *w, struct dcmd **out)
+{
+    ty_decode_node_t *n = w->n;
+    pthread_mutex_lock(&n->mu);
+    if (!n->stop && !n->cmds && !w->n_ready) {
+        if (!w->n_seqs) {
+            pthread_cond_wait(&n->cv, &n->mu);
+        } else {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 1000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&n->cv, &n->mu, &ts);
+        }
+    }
+    *out = n->cmds;
+    n->cmds = NULL;
+    n->cmds_tail = &n->cmds;
+    bool stop = n->stop;
+    pthread_mutex_unlock(&n->mu);
+    return !stop;
+}
+
+static void apply(struct wstate *w, struct dcmd *c)
+{
+    if (c->kind == DCMD_ASSIGN) {
+        do_assign(w, c);
+        return;
+    }
+    struct dseq *s = find(w, c->rid);
+    if (s)
+        dseq_end(w, s, TYCHO__V1__FINISH_REASON__FINISH_REASON_CANCELLED, TY_ECANCELED);
+}
+
+void *ty__decode_node_worker(void *arg)
+{
+    ty_decode_node_t *n = arg;
+    struct wstate w = {.n = n, .pool = ty_engine_pool(n->o.engine),
+                       .m = ty_engine_model(n->o.engine),
+                       .max_ctx = ty_engine_max_ctx(n->o.engine)};
+    w.V = ty_model_config(w.m)->n_vocab;
+    w.n_layers = ty_model_config(w.m)->n_layers;
+    w.logits = malloc((size_t)n->o.max_running * w.V * sizeof(float));
+    if (!w.logits) {
+        TY_LOG_ERROR("decode", "no memory for logits");
+        return NULL;
+    }
+    struct dcmd *cmds;
+    while (take_commands(&w, &cmds)) {
+        for (struct dcmd *c = cmds, *next; c; c = next) {
+            next = c->next;
+            apply(&w, c);
+            ty__dcmd_free(c);
+        }
+        poll_notifications(&w);
+        step(&w);
+        expire(&w);
+        publish_load(&w);
+    }
+    for (struct dcmd *c = cmds, *next; c; c = next) {
+        next = c->next;
+        struct devent *ev = c->kind == DCMD_ASSIGN ? calloc(1, sizeof(*ev)) : NULL;
+        if (ev) { /* the loop answers the call with the error */
+            *ev = (struct devent){.n = n, .rid = c->rid, .call = c->call, .rc = TY_ESHUTDOWN};
+            ty__decode_node_post(n, ev);
+        }
+        ty__dcmd_free(c);
+    }
+    while (w.seqs)
+        dseq_end(&w, w.seqs, TYCHO__V1__FINISH_REASON__FINISH_REASON_ERROR, TY_ESHUTDOWN);
+    free(w.logits);
+    return NULL;
+}

@@ -1,0 +1,42 @@
+/* The prefill node (DESIGN.md §5 step 5): takes PrefillAssign requests over RPC, computes the
+ * prompt's KV in chunks on its engine and, as soon as each layer of a chunk is done, posts
+ * that layer's K/V page writes to the decode node through the transfer engine; after the last
+ * layer it samples the first token and sends a KvReady notification (delivered after the
+ * writes), then answers the PrefillAssign.
+ *
+ * Threading: ty_prefill_new/close/rpc_port/load run on the loop's thread; one worker thread
+ * owns the engine between new and close. Ownership: the node borrows the engine and the
+ * transfer engine (the pool's layer arrays must already be registered with it: see
+ * ty_cluster_kv_register), which must outlive it.
+ */
+#ifndef TYCHO_PREFILL_H
+#define TYCHO_PREFILL_H
+
+#include "tycho/cluster.h"
+#include "tycho/engine.h"
+#include "tycho/transfer.h"
+
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct ty_prefill ty_prefill_t;
+
+struct ty_prefill_opts {
+    uv_loop_t *loop;
+    ty_engine_t *engine;    /* borrowed; its max_batch_tokens is the prefill chunk */
+    ty_xfer_engine_t *xfer; /* borrowed */
+    const char *rpc_host;   /* NULL: 127.0.0.1 */
+    uint16_t rpc_port;      /* 0: ephemeral */
+    uint32_t max_queue;     /* queued requests before PrefillAssign is refused; 0: 1024 */
+    uint32_t xfer_timeout_ms; /* a layer's writes must land within this; 0: 10000 */
+};
+
+/* Start the RPC server and the worker. Returns 0, TY_EINVAL, TY_ENOMEM or a listen error. */
+int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts);
+uint16_t ty_prefill_rpc_port(const ty_prefill_t *p);
+/* The node's load for its heartbeats (a ty_cluster_load_cb; arg is the ty_prefill_t). */
+void ty_prefill_load(void *arg, struct ty_cluster_load *out);
+/* Stop the worker, fail what is queued (TY_ESHUTDOWN), close the server, free; then cb. */
+void ty_prefill_close(ty_prefill_t *p, void (*cb)(void *arg), void *arg);
+
+#endif

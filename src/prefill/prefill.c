@@ -1,0 +1,507 @@
+/* The prefill node (tycho/prefill.h). The loop thread validates PrefillAssign and Cancel and
+ * queues jobs; the worker thread runs one job at a time: forward over the prompt (the engine
+ * splits it into chunks of its max_batch_tokens), a per-layer hook that posts the layer's
+ * finished pages to the decode node, first-token sampling, wait for the writes, KvReady
+ * notification; the result goes back to the loop through a mailbox. */
+#include "tycho/prefill.h"
+
+#include "tycho/clock.h"
+#include "tycho/errors.h"
+#include "tycho/log.h"
+#include "tycho/rpc.h"
+#include "tycho.pb-c.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct pjob {
+    struct pjob *next;
+    ty_prefill_t *p;
+    ty_rpc_call_t *call;
+    uint64_t rid;
+    uint32_t *tokens;
+    uint32_t n;
+    char segment[TY_XFER_NAME_MAX + 1];
+    uint32_t n_dest_pages;
+    uint64_t *k_addr, *v_addr; /* (n_layers, n_dest_pages) remote addresses */
+    struct ty_sampling_params sp;
+    atomic_bool cancelled;
+    /* worker only */
+    ty_xfer_segment_t *seg;
+    ty_xfer_batch_t *batch;
+    uint32_t pages_sent;
+    int xfer_err;
+    /* result */
+    int rc;
+    uint32_t first_token;
+};
+
+struct ty_prefill {
+    struct ty_prefill_opts o;
+    ty_rpc_server_t *srv;
+    ty_rpc_mailbox_t *mb;
+    const ty_model_t *m;
+    uint32_t n_layers, B, V;
+    size_t page_bytes;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct pjob *queue, **tail, *current; /* under mu */
+    uint32_t n_queued;
+    uint64_t queued_tokens;
+    bool stop, started;
+    float *logits; /* (V), worker */
+    struct {
+        char name[TY_XFER_NAME_MAX + 1];
+        ty_xfer_segment_t *seg;
+    } segs[32]; /* worker: open decode-node segments, reused across requests */
+    void (*close_cb)(void *);
+    void *close_arg;
+};
+
+static void job_free(struct pjob *j)
+{
+    if (!j)
+        return;
+    free(j->tokens);
+    free(j->k_addr);
+    free(j);
+}
+
+/* ---- worker ------------------------------------------------------------------------------- */
+
+/* After layer `layer` of a chunk: write the pages this chunk completed (all pages after the
+ * last chunk) to the decode node. Pages complete in order, so each is sent once per layer. */
+static void on_layer(void *arg, const struct ty_batch *b, uint32_t layer)
+{
+    struct pjob *j = arg;
+    ty_prefill_t *p = j->p;
+    ty_kvpool_t *pool = ty_engine_pool(p->o.engine);
+    const struct ty_batch_seq *s = &b->seqs[0];
+    uint32_t end = ty_kvseq_n_tokens(s->seq) + s->n;
+    uint32_t p1 = end == j->n ? (end + p->B - 1) / p->B : end / p->B;
+    const uint32_t *pages = ty_kvseq_pages(s->seq);
+    if (j->xfer_err || atomic_load(&j->cancelled))
+        return;
+    for (uint32_t i = j->pages_sent; i < p1; i++) {
+        size_t at = (size_t)layer * j->n_dest_pages + i;
+        struct ty_xfer_request rq[2] = {
+            {TY_XFER_OP_WRITE, ty_kvpool_k(pool, layer, pages[i]), j->seg, j->k_addr[at],
+             p->page_bytes},
+            {TY_XFER_OP_WRITE, ty_kvpool_v(pool, layer, pages[i]), j->seg, j->v_addr[at],
+             p->page_bytes}};
+        int rc = ty_xfer_batch_submit(j->batch, rq, 2);
+        if (rc) {
+            j->xfer_err = rc;
+            return;
+        }
+    }
+    if (layer + 1 == p->n_layers)
+        j->pages_sent = p1;
+}
+
+static int notify_ready(ty_prefill_t *p, struct pjob *j)
+{
+    Tycho__V1__KvReady m = TYCHO__V1__KV_READY__INIT;
+    m.request_id = j->rid;
+    m.all_layers = true;
+    m.n_tokens = j->n;
+    m.first_token = j->first_token;
+    m.has_first_token = true;
+    uint8_t buf[128];
+    size_t len = tycho__v1__kv_ready__pack(&m, buf);
+    return ty_xfer_notify_send(p->o.xfer, j->seg, buf, len);
+}
+
+/* Forward the prompt (KV streamed out layer by layer) and sample the first token. */
+static int run_forward(ty_prefill_t *p, struct pjob *j)
+{
+    ty_kvpool_t *pool = ty_engine_pool(p->o.engine);
+    ty_kvseq_t *seq = NULL;
+    int rc = ty_kvpool_seq_new(pool, &seq);
+    if (rc)
+        return rc;
+    int cached = ty_kvpool_seq_match_prefix(pool, seq, j->tokens, j->n);
+    if (cached < 0) {
+        rc = cached;
+        goto out;
+    }
+    struct ty_batch_seq bs = {.seq = seq, .tokens = j->tokens + cached,
+                              .n = j->n - (uint32_t)cached};
+    struct ty_batch b = {.seqs = &bs, .n_seqs = 1, .layer_cb = on_layer, .layer_arg = j};
+    if ((rc = ty_engine_forward(p->o.engine, &b, p->logits)))
+        goto out;
+    if ((rc = j->xfer_err) || (atomic_load(&j->cancelled) && (rc = TY_ECANCELED)))
+        goto out;
+    ty_sampler_t *smp;
+    struct ty_sample out;
+    if (!(rc = ty_sampler_new(&smp, &j->sp, p->V))) {
+        rc = ty_sampler_sample(smp, p->logits, j->tokens, j->n, &out);
+        ty_sampler_free(smp);
+        j->first_token = out.id;
+    }
+out:
+    ty_kvpool_seq_free(pool, seq);
+    return rc;
+}
+
+/* The open segment `name` (opened once, kept for later requests; a slot is recycled
+ * round-robin when all are taken). */
+static int segment_get(ty_prefill_t *p, const char *name, ty_xfer_segment_t **out, size_t *slot)
+{
+    static const size_t n = sizeof(p->segs) / sizeof(p->segs[0]);
+    size_t free_slot = n;
+    for (size_t i = 0; i < n; i++) {
+        if (p->segs[i].seg && !strcmp(p->segs[i].name, name)) {
+            *out = p->segs[i].seg;
+            *slot = i;
+            return 0;
+        }
+        if (!p->segs[i].seg && free_slot == n)
+            free_slot = i;
+    }
+    if (free_slot == n) {
+        static size_t victim;
+        free_slot = victim++ % n;
+        ty_xfer_segment_close(p->o.xfer, p->segs[free_slot].seg);
+        p->segs[free_slot].seg = NULL;
+    }
+    int rc = ty_xfer_segment_open(p->o.xfer, name, out);
+    if (rc)
+        return rc;
+    snprintf(p->segs[free_slot].name, sizeof(p->segs[free_slot].name), "%s", name);
+    p->segs[free_slot].seg = *out;
+    *slot = free_slot;
+    return 0;
+}
+
+/* Forget a segment that failed (its node may have restarted at the same address). */
+static void segment_drop(ty_prefill_t *p, size_t slot)
+{
+    ty_xfer_segment_close(p->o.xfer, p->segs[slot].seg);
+    p->segs[slot].seg = NULL;
+}
+
+static int run_job(ty_prefill_t *p, struct pjob *j)
+{
+    size_t slot;
+    int rc = segment_get(p, j->segment, &j->seg, &slot);
+    if (rc) {
+        TY_LOG_WARN("prefill", "request %llu: cannot open segment %s: %s",
+                    (unsigned long long)j->rid, j->segment, ty_strerror(rc));
+        return rc;
+    }
+    uint32_t n_pages = (j->n + p->B - 1) / p->B;
+    if (!(rc = ty_xfer_batch_new(p->o.xfer, (size_t)p->n_layers * n_pages * 2, &j->batch))) {
+        uint64_t t0 = ty_clock_us();
+        rc = run_forward(p, j);
+        uint64_t t1 = ty_clock_us();
+        int wrc = ty_xfer_batch_wait(j->batch, p->o.xfer_timeout_ms);
+        if (!rc)
+            rc = wrc;
+        while (ty_xfer_batch_free(j->batch) == TY_EBUSY)
+            ty_xfer_batch_wait(j->batch, 1000);
+        uint64_t t2 = ty_clock_us();
+        if (!rc)
+            rc = notify_ready(p, j);
+        TY_LOG_DEBUG("prefill", "request %llu: %u tokens, forward %llu us, writes landed +%llu "
+                     "us, KvReady +%llu us", (unsigned long long)j->rid, j->n,
+                     (unsigned long long)(t1 - t0), (unsigned long long)(t2 - t1),
+                     (unsigned long long)(ty_clock_us() - t2));
+    }
+    if (rc && rc != TY_ECANCELED && rc != TY_ERANGE && rc != TY_ENOCAPACITY)
+        segment_drop(p, slot);
+    return rc;
+}
+
+static void on_job_done(void *arg)
+{
+    struct pjob *j = arg;
+    if (j->rc) {
+        ty_rpc_call_fail(j->call, j->rc, "prefill of request %llu failed: %s",
+                         (unsigned long long)j->rid, ty_strerror(j->rc));
+    } else {
+        Tycho__V1__PrefillAssignReply r = TYCHO__V1__PREFILL_ASSIGN_REPLY__INIT;
+        r.request_id = j->rid;
+        r.accepted = true;
+        ty_rpc_call_reply_msg(j->call, (const ProtobufCMessage *)&r);
+    }
+    job_free(j);
+}
+
+static void *worker_main(void *arg)
+{
+    ty_prefill_t *p = arg;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->stop && !p->queue)
+            pthread_cond_wait(&p->cv, &p->mu);
+        if (p->stop)
+            break;
+        struct pjob *j = p->queue;
+        p->queue = j->next;
+        if (!p->queue)
+            p->tail = &p->queue;
+        p->n_queued--;
+        p->queued_tokens -= j->n;
+        p->current = j;
+        pthread_mutex_unlock(&p->mu);
+        j->rc = atomic_load(&j->cancelled) ? TY_ECANCELED : run_job(p, j);
+        if (j->rc && j->rc != TY_ECANCELED)
+            TY_LOG_WARN("prefill", "request %llu: %s", (unsigned long long)j->rid,
+                        ty_strerror(j->rc));
+        pthread_mutex_lock(&p->mu);
+        p->current = NULL;
+        pthread_mutex_unlock(&p->mu);
+        ty_rpc_mailbox_post(p->mb, on_job_done, j); /* the worker is joined before close */
+        pthread_mutex_lock(&p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+/* ---- loop thread: RPC ------------------------------------------------------------------------ */
+
+/* Check the KV destination against our pool; copy its addresses into the job. */
+static int take_destination(ty_prefill_t *p, const Tycho__V1__KvDestination *d, struct pjob *j,
+                            char *why, size_t cap)
+{
+    uint32_t need = (j->n + p->B - 1) / p->B;
+    if (!d || !d->segment[0] || strlen(d->segment) > TY_XFER_NAME_MAX)
+        return snprintf(why, cap, "kv_destination.segment missing"), TY_EINVAL;
+    if (d->block_tokens != p->B || d->page_bytes != p->page_bytes)
+        return snprintf(why, cap, "KV geometry differs: B %u/%u, page bytes %llu/%zu",
+                        d->block_tokens, p->B, (unsigned long long)d->page_bytes,
+                        p->page_bytes), TY_EINVAL;
+    if (d->n_layers != p->n_layers)
+        return snprintf(why, cap, "kv_destination has %zu layers, the model %u", d->n_layers,
+                        p->n_layers), TY_EINVAL;
+    j->n_dest_pages = need;
+    j->k_addr = malloc(2 * (size_t)p->n_layers * need * sizeof(uint64_t) + 1);
+    if (!j->k_addr)
+        return TY_ENOMEM;
+    j->v_addr = j->k_addr + (size_t)p->n_layers * need;
+    for (uint32_t l = 0; l < p->n_layers; l++) {
+        const Tycho__V1__LayerDestination *ld = d->layers[l];
+        if (!ld || ld->layer != l || ld->n_k_offsets < need || ld->n_v_offsets < need)
+            return snprintf(why, cap, "layer %u destination has too few pages (need %u)", l,
+                            need), TY_EINVAL;
+        memcpy(j->k_addr + (size_t)l * need, ld->k_offsets, need * sizeof(uint64_t));
+        memcpy(j->v_addr + (size_t)l * need, ld->v_offsets, need * sizeof(uint64_t));
+    }
+    snprintf(j->segment, sizeof(j->segment), "%s", d->segment);
+    return 0;
+}
+
+static void take_sampling(const Tycho__V1__SamplingParams *s, struct ty_sampling_params *o)
+{
+    memset(o, 0, sizeof(*o));
+    if (!s)
+        return;
+    o->temperature = s->temperature;
+    o->top_k = s->top_k;
+    o->top_p = s->top_p;
+    o->min_p = s->min_p;
+    o->seed = s->seed;
+    o->repetition_penalty = s->repetition_penalty;
+    o->presence_penalty = s->presence_penalty;
+    o->frequency_penalty = s->frequency_penalty;
+    o->n_logprobs = s->logprobs ? s->top_logprobs : 0;
+}
+
+static int job_build(ty_prefill_t *p, const Tycho__V1__PrefillAssign *m, struct pjob **out,
+                     char *why, size_t cap)
+{
+    if (!m->n_prompt_tokens || m->n_prompt_tokens >= ty_engine_max_ctx(p->o.engine))
+        return snprintf(why, cap, "prompt of %zu tokens (context %u)", m->n_prompt_tokens,
+                        ty_engine_max_ctx(p->o.engine)), TY_ERANGE;
+    uint32_t V = p->V;
+    for (size_t i = 0; i < m->n_prompt_tokens; i++)
+        if (m->prompt_tokens[i] >= V)
+            return snprintf(why, cap, "token id %u out of range", m->prompt_tokens[i]),
+                   TY_EINVAL;
+    struct pjob *j = calloc(1, sizeof(*j));
+    if (!j)
+        return TY_ENOMEM;
+    j->p = p;
+    j->rid = m->request_id;
+    j->n = (uint32_t)m->n_prompt_tokens;
+    j->tokens = malloc(j->n * sizeof(uint32_t));
+    int rc = j->tokens ? take_destination(p, m->kv_destination, j, why, cap) : TY_ENOMEM;
+    if (rc) {
+        job_free(j);
+        return rc;
+    }
+    memcpy(j->tokens, m->prompt_tokens, j->n * sizeof(uint32_t));
+    take_sampling(m->sampling, &j->sp);
+    *out = j;
+    return 0;
+}
+
+static void on_call_cancel(ty_rpc_call_t *call, int reason, void *arg)
+{
+    struct pjob *j = arg;
+    (void)call;
+    (void)reason;
+    atomic_store(&j->cancelled, true);
+}
+
+static void on_assign(ty_rpc_call_t *call, const uint8_t *payload, size_t len, void *arg)
+{
+    ty_prefill_t *p = arg;
+    Tycho__V1__PrefillAssign *m = tycho__v1__prefill_assign__unpack(NULL, len, payload);
+    char why[256] = "undecodable PrefillAssign";
+    struct pjob *j = NULL;
+    int rc = m ? job_build(p, m, &j, why, sizeof(why)) : TY_EBADMSG;
+    if (m)
+        tycho__v1__prefill_assign__free_unpacked(m, NULL);
+    pthread_mutex_lock(&p->mu);
+    if (!rc && (p->stop || p->n_queued >= p->o.max_queue))
+        rc = p->stop ? TY_ESHUTDOWN : TY_EREJECTED;
+    if (!rc) {
+        j->call = call;
+        *p->tail = j;
+        p->tail = &j->next;
+        p->n_queued++;
+        p->queued_tokens += j->n;
+        pthread_cond_signal(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (rc) {
+        TY_LOG_WARN("prefill", "PrefillAssign refused: %s (%s)", ty_strerror(rc), why);
+        ty_rpc_call_fail(call, rc, "%s", why);
+        job_free(j);
+        return;
+    }
+    ty_rpc_call_set_cancel_cb(call, on_call_cancel, j);
+}
+
+static void on_cancel(ty_rpc_call_t *call, const uint8_t *payload, size_t len, void *arg)
+{
+    ty_prefill_t *p = arg;
+    Tycho__V1__Cancel *m = tycho__v1__cancel__unpack(NULL, len, payload);
+    if (!m) {
+        ty_rpc_call_fail(call, TY_EBADMSG, "undecodable Cancel");
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    for (struct pjob *j = p->queue; j; j = j->next)
+        if (j->rid == m->request_id)
+            atomic_store(&j->cancelled, true);
+    if (p->current && p->current->rid == m->request_id)
+        atomic_store(&p->current->cancelled, true);
+    pthread_mutex_unlock(&p->mu);
+    Tycho__V1__Ack a = TYCHO__V1__ACK__INIT;
+    a.request_id = m->request_id;
+    tycho__v1__cancel__free_unpacked(m, NULL);
+    ty_rpc_call_reply_msg(call, (const ProtobufCMessage *)&a);
+}
+
+void ty_prefill_load(void *arg, struct ty_cluster_load *out)
+{
+    ty_prefill_t *p = arg;
+    ty_kvpool_t *pool = ty_engine_pool(p->o.engine);
+    pthread_mutex_lock(&p->mu);
+    out->queued = p->n_queued;
+    out->queued_tokens = p->queued_tokens;
+    out->running = p->current ? 1 : 0;
+    pthread_mutex_unlock(&p->mu);
+    out->free_pages = ty_kvpool_pages_total(pool) - ty_kvpool_pages_used(pool);
+    out->kv_usage = (float)ty_kvpool_pages_used(pool) / (float)ty_kvpool_pages_total(pool);
+}
+
+uint16_t ty_prefill_rpc_port(const ty_prefill_t *p)
+{
+    return ty_rpc_server_port(p->srv);
+}
+
+int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
+{
+    if (!out || !opts || !opts->loop || !opts->engine || !opts->xfer)
+        return TY_EINVAL;
+    ty_prefill_t *p = calloc(1, sizeof(*p));
+    if (!p)
+        return TY_ENOMEM;
+    p->o = *opts;
+    p->o.rpc_host = NULL;
+    if (!p->o.max_queue)
+        p->o.max_queue = 1024;
+    if (!p->o.xfer_timeout_ms)
+        p->o.xfer_timeout_ms = 10000;
+    p->m = ty_engine_model(opts->engine);
+    p->n_layers = ty_model_config(p->m)->n_layers;
+    p->V = ty_model_config(p->m)->n_vocab;
+    p->B = ty_kvpool_block_tokens(ty_engine_pool(opts->engine));
+    p->page_bytes = ty_kvpool_page_bytes(ty_engine_pool(opts->engine));
+    p->tail = &p->queue;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    struct ty_rpc_server_opts so = {.loop = opts->loop, .host = opts->rpc_host,
+                                    .port = opts->rpc_port, .max_frame_size = 64u << 20};
+    int rc = (p->logits = malloc(p->V * sizeof(float))) ? 0 : TY_ENOMEM;
+    if (!rc)
+        rc = ty_rpc_mailbox_new(&p->mb, opts->loop);
+    if (!rc && (rc = ty_rpc_server_new(&p->srv, &so)))
+        p->srv = NULL;
+    if (!rc && pthread_create(&p->thread, NULL, worker_main, p))
+        rc = TY_ENOMEM;
+    if (rc) {
+        if (p->srv)
+            ty_rpc_server_close(p->srv, NULL, NULL);
+        if (p->mb)
+            ty_rpc_mailbox_close(p->mb, NULL, NULL);
+        free(p->logits);
+        free(p);
+        return rc;
+    }
+    p->started = true;
+    ty_rpc_server_handle(p->srv, TYCHO__V1__METHOD__METHOD_PREFILL_ASSIGN, on_assign, p);
+    ty_rpc_server_handle(p->srv, TYCHO__V1__METHOD__METHOD_CANCEL, on_cancel, p);
+    *out = p;
+    return 0;
+}
+
+static void on_server_closed(void *arg)
+{
+    ty_prefill_t *p = arg;
+    void (*cb)(void *) = p->close_cb;
+    void *cb_arg = p->close_arg;
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p->logits);
+    free(p);
+    if (cb)
+        cb(cb_arg);
+}
+
+static void on_mailbox_closed(void *arg)
+{
+    ty_prefill_t *p = arg;
+    for (struct pjob *j = p->queue, *n; j; j = n) {
+        n = j->next;
+        ty_rpc_call_fail(j->call, TY_ESHUTDOWN, "prefill node shutting down");
+        job_free(j);
+    }
+    p->queue = NULL;
+    ty_rpc_server_close(p->srv, on_server_closed, p);
+}
+
+void ty_prefill_close(ty_prefill_t *p, void (*cb)(void *arg), void *arg)
+{
+    p->close_cb = cb;
+    p->close_arg = arg;
+    pthread_mutex_lock(&p->mu);
+    p->stop = true;
+    pthread_cond_signal(&p->cv);
+    for (struct pjob *j = p->current; j; j = NULL)
+        atomic_store(&j->cancelled, true);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->thread, NULL);
+    for (size_t i = 0; i < sizeof(p->segs) / sizeof(p->segs[0]); i++)
+        if (p->segs[i].seg)
+            ty_xfer_segment_close(p->o.xfer, p->segs[i].seg);
+    ty_rpc_mailbox_close(p->mb, on_mailbox_closed, p);
+}

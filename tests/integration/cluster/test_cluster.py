@@ -1,0 +1,347 @@
+#!/usr/bin/env python3
+"""Integration tests of the disaggregated cluster on stories260K: tycho-conductor, tycho-prefill
+and tycho-decode as separate processes on loopback ephemeral ports, KV over the tcp transport.
+
+Usage: test_cluster.py BUILD_DIR CASE   (CASE: equal, concurrent, kill_decode, hung_decode). Exits 77 when
+the shared test data is missing. Expected token ids come from running `tycho generate` (the
+monolithic engine loop), never from the cluster.
+"""
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+BUILD = sys.argv[1]
+CASE = sys.argv[2]
+DATA = os.environ.get("TYCHO_TEST_DATA", "")
+MODEL = os.path.join(DATA, "models/stories260K/stories260K.gguf")
+TYCHO = os.path.join(BUILD, "src/cli/tycho")
+CONDUCTOR = os.path.join(BUILD, "src/conductor/cluster/tycho-conductor")
+PREFILL = os.path.join(BUILD, "src/prefill/tycho-prefill")
+DECODE = os.path.join(BUILD, "src/decode/tycho-decode")
+
+PROMPTS = ["Once upon a time", "The little dog", "Lily and Tom went to the park",
+           "One day, a big bear", "There was a girl named Sue", "The sun was hot",
+           "Max had a red ball", "In a small town", "A bird sat on a tree", "Mom said",
+           "The cat", "Tim wanted to play", "It was a rainy day", "The boy ran fast",
+           "She saw a big box", "Once there was a fish", "The king was sad",
+           "Ben and his dad",
+           # longer than several KV pages (16 tokens) and prefill chunks (32 tokens)
+           "Once upon a time, there was a little girl named Lily. She loved to play outside in "
+           "the sun. One day, she saw a big tree in the park. She wanted to climb it, but her "
+           "mom said no. Lily was sad, so she sat down and",
+           "The little dog ran to the park with his friend the cat. They played with a red "
+           "ball all day long until the sun went down and the sky was dark. Then they went "
+           "home to eat and sleep"]
+
+
+def read_ports(path, deadline):
+    while time.time() < deadline:
+        try:
+            with open(path) as f:
+                a, b = f.read().split()
+                return int(a), int(b)
+        except (OSError, ValueError):
+            time.sleep(0.05)
+    raise RuntimeError("no port file " + path)
+
+
+class Cluster:
+    def __init__(self, n_prefill, n_decode, hb_timeout="1500ms", model=MODEL):
+        self.dir = tempfile.mkdtemp(prefix="tycho-cluster-")
+        self.model = model
+        self.procs = {}
+        self.logs = {}
+        self.start("conductor", [CONDUCTOR, "--model_path=" + model, "--listen_port=0",
+                                 "--rpc_port=0", "--heartbeat_interval=200ms",
+                                 "--heartbeat_timeout=" + hb_timeout])
+        self.http, self.rpc = read_ports(self.port_file("conductor"), time.time() + 20)
+        for i in range(n_prefill):
+            self.start_node("prefill", "p%d" % i)
+        for i in range(n_decode):
+            self.start_node("decode", "d%d" % i)
+        self.wait_nodes(n_prefill + n_decode)
+
+    def port_file(self, name):
+        return os.path.join(self.dir, name + ".ports")
+
+    def start(self, name, argv):
+        try:
+            os.unlink(self.port_file(name))
+        except OSError:
+            pass
+        log = open(os.path.join(self.dir, name + ".log"), "a")
+        self.logs[name] = log.name
+        self.procs[name] = subprocess.Popen(argv + ["--port_file=" + self.port_file(name)],
+                                            stdout=log, stderr=log)
+
+    def start_node(self, role, name):
+        self.start(name, [PREFILL if role == "prefill" else DECODE, "--model_path=" + self.model,
+                          "--name=" + name, "--conductor_address=127.0.0.1:%d" % self.rpc,
+                          "--kv_block_tokens=16", "--heartbeat_interval=200ms",
+                          "--chunk_tokens=32"])
+
+    def registered(self):
+        out = []
+        for name in self.procs:
+            if name == "conductor":
+                continue
+            with open(self.logs[name]) as f:
+                if "registered with the Conductor" in f.read():
+                    out.append(name)
+        return out
+
+    def wait_nodes(self, n, deadline=20):
+        end = time.time() + deadline
+        while time.time() < end:
+            if len(self.registered()) >= n:
+                return
+            time.sleep(0.05)
+        raise RuntimeError("nodes did not register:\n" + self.dump())
+
+    def dump(self):
+        text = ""
+        for name, path in self.logs.items():
+            with open(path) as f:
+                text += "==== %s\n%s" % (name, f.read()[-3000:])
+        return text
+
+    def stop(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs.values():
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+    def post(self, path, body, timeout=30):
+        c = http.client.HTTPConnection("127.0.0.1", self.http, timeout=timeout)
+        c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r.status, data
+
+
+def generate(prompt, n, model=MODEL, extra=()):
+    out = subprocess.run([TYCHO, "generate", "--model", model, "--prompt", prompt, "-n", str(n),
+                          "--temp", "0", "--json", *extra], capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout)
+
+
+def stream(cl, prompt, n, result, key, timeout=30, extra=None):
+    """Streaming completion; result[key] = (ids, text, finish, error, t_error)."""
+    ids, text, finish, err = [], "", None, None
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", cl.http, timeout=timeout)
+        body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "stream": True,
+                "return_token_ids": True}
+        body.update(extra or {})
+        c.request("POST", "/v1/completions", json.dumps(body),
+                  {"Content-Type": "application/json"})
+        r = c.getresponse()
+        if r.status != 200:
+            result[key] = (ids, text, None, "http %d" % r.status, time.time())
+            return
+        while True:
+            line = r.readline()
+            if not line:
+                break
+            line = line.strip()
+            if not line.startswith(b"data: "):
+                continue
+            if line == b"data: [DONE]":
+                break
+            ev = json.loads(line[6:])
+            if "error" in ev:
+                err = ev["error"].get("message", "error")
+                break
+            ch = ev["choices"][0]
+            text += ch.get("text", "")
+            ids += ch.get("token_ids") or []
+            finish = ch.get("finish_reason") or finish
+        c.close()
+    except Exception as e:  # a dropped connection is an error the client notices
+        err = "exception: %r" % e
+    result[key] = (ids, text, finish, err, time.time())
+
+
+def check(cond, what):
+    print(("ok: " if cond else "FAIL: ") + what, flush=True)
+    return bool(cond)
+
+
+def case_equal():
+    cl = Cluster(1, 1)
+    ok = True
+    try:
+        for p in PROMPTS:
+            ref = generate(p, 24)
+            st, body = cl.post("/v1/completions", {"prompt": p, "max_tokens": 24,
+                                                   "temperature": 0, "return_token_ids": True})
+            got = json.loads(body)["choices"][0] if st == 200 else {}
+            ok &= check(st == 200 and got.get("token_ids") == ref["output_ids"] and
+                        got.get("text") == ref["text"],
+                        "%r: %s vs generate %s" % (p, got.get("token_ids"), ref["output_ids"]))
+        res = {}
+        stream(cl, PROMPTS[0], 24, res, 0)
+        ref = generate(PROMPTS[0], 24)
+        ok &= check(res[0][0] == ref["output_ids"] and res[0][1] == ref["text"],
+                    "streaming ids and text equal generate's")
+        st, body = cl.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 40,
+                                               "temperature": 0, "stop": [" girl"]})
+        want = generate("Once upon a time", 40)["text"].split(" girl")[0]
+        ok &= check(st == 200 and json.loads(body)["choices"][0]["text"] == want and
+                    json.loads(body)["choices"][0]["finish_reason"] == "stop",
+                    "stop string cuts the text on the Conductor")
+    finally:
+        cl.stop()
+    if not ok:
+        print(cl.dump())
+    return ok
+
+
+def case_concurrent():
+    cl = Cluster(2, 2)
+    ok = True
+    try:
+        refs = {p: generate(p, 32) for p in PROMPTS}
+        res, threads = {}, []
+        for i in range(64):
+            t = threading.Thread(target=stream, args=(cl, PROMPTS[i % len(PROMPTS)], 32, res, i))
+            t.start()
+            threads.append(t)
+        for t in threads:
+            t.join(60)
+        good = sum(1 for i in range(64) if i in res and res[i][3] is None and
+                   res[i][0] == refs[PROMPTS[i % len(PROMPTS)]]["output_ids"] and
+                   res[i][1] == refs[PROMPTS[i % len(PROMPTS)]]["text"])
+        ok &= check(good == 64, "64 concurrent streams complete with generate's ids: %d" % good)
+        for i in range(64):
+            if i in res and (res[i][3] or res[i][0] != refs[PROMPTS[i % 20]]["output_ids"]):
+                print("  stream %d: %s" % (i, res[i]))
+                break
+        logs = {n: open(cl.logs[n]).read() for n in ("conductor",)}
+        ok &= check(logs["conductor"].count("registered:") >= 4, "4 nodes registered")
+    finally:
+        cl.stop()
+    if not ok:
+        print(cl.dump())
+    return ok
+
+
+def case_kill_decode():
+    # a random-weight model big enough (8 layers, d512) that 300-token streams last seconds
+    mid = os.path.join(tempfile.mkdtemp(prefix="tycho-model-"), "mid.gguf")
+    subprocess.run([TYCHO, "mkmodel", "--dims", "512,8,8,4,1536", "--vocab-from", MODEL,
+                    "--out", mid], check=True, capture_output=True)
+    cl = Cluster(1, 2, model=mid)
+    ok = True
+    try:
+        ref = generate(PROMPTS[0], 300, mid, ["--ignore-eos"])
+        res, threads = {}, []
+        for i in range(8):  # long streams spread over both decode nodes (least-loaded)
+            t = threading.Thread(target=stream, args=(cl, PROMPTS[0], 300, res, i, 60,
+                                                      {"ignore_eos": True}))
+            t.start()
+            threads.append(t)
+        time.sleep(1.0)
+        victim = cl.procs["d0"]
+        t_kill = time.time()
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        for t in threads:
+            t.join(60)
+        for i in range(8):
+            r = res.get(i)
+            print("  stream %d: %s" % (i, r and (len(r[0]), r[2], r[3], round(r[4] - t_kill, 2))))
+        failed = [res[i] for i in range(8) if res.get(i) and res[i][3] is not None]
+        done = [res[i] for i in range(8) if res.get(i) and res[i][3] is None]
+        ok &= check(len(failed) >= 1, "clients of the killed node got an error (%d)" % len(failed))
+        ok &= check(all(f[4] - t_kill < 5 for f in failed), "errors within 5 s: %s" %
+                    [round(f[4] - t_kill, 2) for f in failed])
+        ok &= check(len(done) >= 1 and all(d[0] == ref["output_ids"][:len(d[0])] and
+                                           d[2] == "length" for d in done),
+                    "the other node's requests finish correctly (%d)" % len(done))
+        time.sleep(2.0)  # beyond the heartbeat timeout: only d1 is used
+        for i in range(6):
+            st, body = cl.post("/v1/completions", {"prompt": PROMPTS[1], "max_tokens": 8,
+                                                   "temperature": 0})
+            ok &= check(st == 200, "request %d after the kill served (%d)" % (i, st))
+        cl.start_node("decode", "d0")  # restart under the same node id
+        end = time.time() + 15
+        while time.time() < end and open(cl.logs["conductor"]).read().count(
+                "node d0 registered") < 2:
+            time.sleep(0.05)
+        ok &= check(open(cl.logs["conductor"]).read().count("node d0 registered") >= 2,
+                    "d0 registered again after its restart")
+        # with d1 gone too, requests can only succeed if the restarted d0 is used
+        cl.procs["d1"].send_signal(signal.SIGKILL)
+        cl.procs["d1"].wait()
+        time.sleep(2.0)
+        res2, threads = {}, []
+        for i in range(6):
+            t = threading.Thread(target=stream, args=(cl, PROMPTS[2], 16, res2, i, 30,
+                                                      {"ignore_eos": True}))
+            t.start()
+            threads.append(t)
+        for t in threads:
+            t.join(30)
+        ref2 = generate(PROMPTS[2], 16, mid, ["--ignore-eos"])
+        ok &= check(all(res2.get(i) and res2[i][3] is None and res2[i][0] == ref2["output_ids"]
+                        for i in range(6)), "the restarted d0 serves requests correctly")
+    finally:
+        cl.stop()
+    if not ok:
+        print(cl.dump())
+    return ok
+
+
+def case_hung_decode():
+    """A decode node that stops answering (SIGSTOP: socket open, no heartbeats) is taken out
+    of routing within the heartbeat timeout and taken back after it resumes."""
+    cl = Cluster(1, 2)
+    ok = True
+    try:
+        cl.procs["d0"].send_signal(signal.SIGSTOP)
+        t = time.time()
+        while time.time() - t < 5 and "heartbeat timeout" not in open(cl.logs["conductor"]).read():
+            time.sleep(0.05)
+        ok &= check(time.time() - t < 1.5 + 0.5, "hung d0 marked down after %.2f s (timeout 1.5 s)"
+                    % (time.time() - t))
+        codes = [cl.post("/v1/completions", {"prompt": "The cat", "max_tokens": 4}, 5)[0]
+                 for _ in range(6)]
+        ok &= check(codes == [200] * 6, "requests go to d1 meanwhile: %s" % codes)
+        cl.procs["d0"].send_signal(signal.SIGCONT)
+        end = time.time() + 5
+        while time.time() < end and open(cl.logs["conductor"]).read().count(
+                "node d0 registered") < 2:
+            time.sleep(0.05)
+        ok &= check(open(cl.logs["conductor"]).read().count("node d0 registered") >= 2,
+                    "d0 registers again once it resumes")
+    finally:
+        cl.procs["d0"].send_signal(signal.SIGCONT)
+        cl.stop()
+    if not ok:
+        print(cl.dump())
+    return ok
+
+
+def main():
+    if not os.path.exists(MODEL):
+        print("skip: no " + MODEL)
+        return 77
+    return 0 if {"equal": case_equal, "concurrent": case_concurrent,
+                 "kill_decode": case_kill_decode, "hung_decode": case_hung_decode}[CASE]() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
