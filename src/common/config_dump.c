@@ -202,7 +202,9 @@ static void help_struct(const struct ty_config_struct *s, const char *prefix, FI
         } else {
             snprintf(type, sizeof(type), "%s", ty__cfg_type_name(f, f->type));
         }
-        snprintf(flag, sizeof(flag), "--%s=%s", path, type);
+        /* A long path only shortens the help line; never an error. */
+        if (snprintf(flag, sizeof(flag), "--%s=%s", path, type) >= (int)sizeof(flag))
+            flag[sizeof(flag) - 1] = '\0';
         fprintf(out, "  %-34s %s", flag, f->help ? f->help : "");
         if (f->def)
             fprintf(out, " (default %s)", f->def);
