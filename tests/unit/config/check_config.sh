@@ -43,5 +43,19 @@ out=$(TYCHO_LISTEN_PORT=0 "$tycho" check-config --role conductor \
 out=$("$tycho" check-config --role conductor --config "$TYCHO_SOURCE_DIR/configs/conductor.yaml" \
       --limits.max-body-bytes=2K --dump-config 2>&1)
 case "$out" in *"max_body_bytes: 2K"*) ;; *) echo "FAIL flag override: $out"; fails=$((fails + 1)) ;; esac
+# the daemons' own check mode: every conductor-role malformed file makes tycho-conductor exit 2
+daemon="$TYCHO_BUILD_DIR/src/conductor/cluster/tycho-conductor"
+if [ -x "$daemon" ]; then
+    for f in "$TYCHO_SOURCE_DIR"/tests/data/config/*.yaml; do
+        [ "$(sed -n 's/^# role: //p' "$f")" = conductor ] || continue
+        err=$("$daemon" --config "$f" --check-config 2>&1 >/dev/null)
+        rc=$?
+        [ "$rc" -eq 2 ] && case "$err" in *"$f"*) true ;; *) false ;; esac ||
+            { echo "FAIL tycho-conductor $f: exit $rc: $err"; fails=$((fails + 1)); continue; }
+        echo "ok   tycho-conductor $(basename "$f"): exit 2"
+    done
+    out=$("$daemon" --config "$TYCHO_SOURCE_DIR/configs/cluster/conductor.yaml" --check-config 2>&1)
+    [ $? -eq 0 ] || { echo "FAIL tycho-conductor good config: $out"; fails=$((fails + 1)); }
+fi
 [ "$fails" -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "all passed"
