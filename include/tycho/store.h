@@ -81,6 +81,20 @@ void ty_store_node_close(ty_store_node_t *n, ty_store_closed_cb cb, void *arg);
 
 typedef struct ty_store_client ty_store_client_t;
 
+/* How a get checks the bytes it read against the key's committed XXH3-64 checksum (one more
+ * pass over the value). Under every policy a read that may have outlived its lease (finished
+ * later than request time + the lease the master granted, less 2 ms) is checked, and dropped on
+ * a mismatch, so a freed or overwritten block is never returned; SSD-tier blocks are always
+ * checked by the node when they are loaded and when they are offloaded. */
+enum ty_store_verify {
+    TY_STORE_VERIFY_AUTO = 0, /* check unless the transport vouches for the bytes: local (one
+                               * memcpy out of the node's shared memory), rdma (ICRC), tcp with
+                               * the engine's per-slice XXH3 (xfer_checksum); plain tcp: check */
+    TY_STORE_VERIFY_ALWAYS,   /* check every get */
+    TY_STORE_VERIFY_LEASE,    /* check only reads that outlived their lease (trusts TCP's own
+                               * checksum on plain tcp) */
+};
+
 struct ty_store_client_opts {
     const char *master;       /* "host:port"; comma-separated list: followed on failover */
     const char *writer;       /* this process's pool node name: preferred for puts and gets */
@@ -89,8 +103,11 @@ struct ty_store_client_opts {
     uint32_t replicas;        /* per put; 0: the master's default */
     uint32_t timeout_ms;      /* per operation, retries included; 0: 10000 */
     uint64_t staging_bytes;   /* registered bounce buffer for unregistered memory; 0: 8 MiB */
-    bool xfer_checksum;       /* XXH3 per TCP slice (own engine only) */
+    bool xfer_checksum;       /* XXH3 per TCP slice (own engine); with a borrowed engine: says
+                               * that engine was made with `checksum` (for TY_STORE_VERIFY_AUTO) */
     const char *transport;    /* own engine: "auto" (NULL), "tcp", "local" */
+    uint32_t tcp_conns;       /* own engine: TCP connections per pool node; 0: the engine's 4 */
+    enum ty_store_verify verify;
 };
 
 int ty_store_client_new(ty_store_client_t **out, const struct ty_store_client_opts *opts);
@@ -117,7 +134,8 @@ int ty_store_client_remove(ty_store_client_t *c, const char *key);
 int ty_store_client_pin(ty_store_client_t *c, const char *key, bool pin);
 int ty_store_client_set_replicas(ty_store_client_t *c, const char *key, uint32_t n);
 
-/* Batch forms: one RPC per phase and one transfer batch for all n keys. status[i] gets each
+/* Batch forms: one RPC per phase and one transfer batch for all n keys, so every key's transfer
+ * is in flight at once, spread over the engine's connections to each node. status[i] gets each
  * key's result as the single form would return it; the function returns 0 when every status is
  * 0, else the first failing status (or an error that failed all of them). */
 int ty_store_client_put_batch(ty_store_client_t *c, size_t n, const char *const *keys,
@@ -133,8 +151,10 @@ struct ty_store_client_stats {
     uint64_t puts, gets, hits;
     uint64_t replica_failovers;   /* a replica failed and another one was tried */
     uint64_t checksum_mismatches; /* bytes read that did not match: never returned */
-    uint64_t lease_overruns;      /* a read outlived its lease: discarded */
+    uint64_t lease_overruns;      /* a read outlived its lease: checked, kept only on a match */
     uint64_t master_switches;
+    uint64_t verified;            /* reads checked against the checksum (enum ty_store_verify) */
+    uint64_t unverified;          /* reads the policy let through unhashed (transport vouched) */
 };
 void ty_store_client_stats(ty_store_client_t *c, struct ty_store_client_stats *out);
 

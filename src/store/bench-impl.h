@@ -10,12 +10,15 @@
 
 struct bench_drv {
     const char *name;
-    void *(*ctx_new)(void *shared, size_t max_len); /* NULL on failure */
+    void *(*ctx_new)(void *shared, size_t max_len); /* NULL on failure; buf() of max_len */
     void (*ctx_free)(void *ctx);
     uint8_t *(*buf)(void *ctx); /* the thread's value buffer */
     int (*put)(void *ctx, const char *key, size_t len);
     int (*get)(void *ctx, const char *key, size_t len); /* into buf(); checks the length */
-    int (*remove)(void *ctx, const char *key);          /* optional: untimed cleanup per key */
+    /* optional: n keys in one call, value j at buf() + j * len; status[j] per key */
+    int (*put_batch)(void *ctx, size_t n, const char *const *keys, size_t len, int *status);
+    int (*get_batch)(void *ctx, size_t n, const char *const *keys, size_t len, int *status);
+    int (*remove)(void *ctx, const char *key); /* optional: untimed cleanup per key */
     int (*clear)(void *shared);                         /* between sizes */
     void *shared;
 };

@@ -32,13 +32,15 @@ static const char *g_client_host; /* client engine address; NULL: 127.0.0.1 */
 static const char *g_ns_a;        /* run master and node A in this namespace */
 static const char *g_host_a = "127.0.0.1", *g_host_b = "127.0.0.1";
 
+static const char *g_lease = "--lease=5s"; /* the master's read lease */
+
 static void start_master(void)
 {
     char h[64];
     snprintf(h, sizeof(h), "--listen_host=%s", g_host_a);
-    const char *args[] = {
-        "--master", "--dram_bytes=0", "--listen_port=0", "--log_level=warn", "--node_timeout=1s", h,
-        NULL};
+    const char *args[] = {"--master",         "--dram_bytes=0",    "--listen_port=0",
+                          "--log_level=warn", "--node_timeout=1s", h,
+                          g_lease,            NULL};
     assert_int_equal(harness_start(&g_master, g_ns_a, args), 0);
     snprintf(g_addr, sizeof(g_addr), "%s:%u", g_host_a, g_master.master_port);
 }
@@ -216,6 +218,91 @@ static void test_basic(void **state)
     free(reg);
     free(v);
     free(got);
+}
+
+/* ---- get checksum policy (enum ty_store_verify) ------------------------------------------ */
+
+#define V_KEYS 16
+#define V_LEN  (256 * 1024)
+
+/* Get every v-key with a client of this policy/transport; every byte must match. Returns the
+ * client's counters. */
+static struct ty_store_client_stats verify_gets(enum ty_store_verify v, const char *transport,
+                                                bool slice_sums)
+{
+    struct ty_store_client_opts o = {.master = g_addr,
+                                     .timeout_ms = 10000,
+                                     .transport = transport,
+                                     .verify = v,
+                                     .xfer_checksum = slice_sums};
+    ty_store_client_t *c;
+    assert_int_equal(ty_store_client_new(&c, &o), 0);
+    uint8_t *buf = malloc(V_LEN), *want = malloc(V_LEN);
+    for (int i = 0; i < V_KEYS; i++) {
+        char k[16];
+        snprintf(k, sizeof(k), "v%d", i);
+        uint64_t len = 0;
+        assert_int_equal(ty_store_client_get(c, k, buf, V_LEN, &len), 0);
+        harness_fill(want, V_LEN, k, 0);
+        assert_int_equal(len, V_LEN);
+        assert_memory_equal(buf, want, V_LEN);
+    }
+    struct ty_store_client_stats st;
+    ty_store_client_stats(c, &st);
+    ty_store_client_free(c);
+    free(buf);
+    free(want);
+    return st;
+}
+
+static void put_v_keys(void)
+{
+    ty_store_client_t *c = client(1, NULL);
+    wait_nodes(c, 2);
+    uint8_t *v = malloc(V_LEN);
+    for (int i = 0; i < V_KEYS; i++) {
+        char k[16];
+        snprintf(k, sizeof(k), "v%d", i);
+        harness_fill(v, V_LEN, k, 0);
+        assert_int_equal(ty_store_client_put(c, k, v, V_LEN), 0);
+    }
+    free(v);
+    ty_store_client_free(c);
+}
+
+/* Within the lease (5 s): auto hashes plain tcp only; always hashes everything; lease trusts. */
+static void test_verify(void **state)
+{
+    put_v_keys();
+    struct ty_store_client_stats s = verify_gets(TY_STORE_VERIFY_AUTO, NULL, false);
+    assert_int_equal(s.unverified, V_KEYS); /* local transport: one memcpy, no hash */
+    assert_int_equal(s.verified, 0);
+    s = verify_gets(TY_STORE_VERIFY_AUTO, "tcp", false);
+    assert_int_equal(s.verified, V_KEYS);
+    s = verify_gets(TY_STORE_VERIFY_AUTO, "tcp", true); /* the engine checked every slice */
+    assert_int_equal(s.unverified, V_KEYS);
+    s = verify_gets(TY_STORE_VERIFY_ALWAYS, NULL, false);
+    assert_int_equal(s.verified, V_KEYS);
+    s = verify_gets(TY_STORE_VERIFY_LEASE, "tcp", false);
+    assert_int_equal(s.unverified, V_KEYS);
+    assert_int_equal(s.lease_overruns, 0);
+}
+
+static int setup_short_lease(void **state)
+{
+    g_lease = "--lease=1ms"; /* every read outlives it */
+    return setup_three(state);
+}
+
+/* A read that may have outlived its lease is always hashed, whatever the policy. */
+static void test_verify_lease(void **state)
+{
+    put_v_keys();
+    struct ty_store_client_stats s = verify_gets(TY_STORE_VERIFY_LEASE, NULL, false);
+    assert_int_equal(s.verified, V_KEYS);
+    assert_int_equal(s.lease_overruns, V_KEYS);
+    assert_int_equal(s.checksum_mismatches, 0);
+    g_lease = "--lease=5s";
 }
 
 /* ---- random under eviction ------------------------------------------------------------------- */
@@ -638,7 +725,9 @@ int main(int argc, char **argv)
     int rc = 0;
     if (strcmp(mode, "basic") == 0) {
         const struct CMUnitTest t[] = {
-            cmocka_unit_test_setup_teardown(test_basic, setup_three, teardown_all)};
+            cmocka_unit_test_setup_teardown(test_basic, setup_three, teardown_all),
+            cmocka_unit_test_setup_teardown(test_verify, setup_three, teardown_all),
+            cmocka_unit_test_setup_teardown(test_verify_lease, setup_short_lease, teardown_all)};
         rc = cmocka_run_group_tests_name("basic", t, NULL, NULL);
     } else if (strcmp(mode, "random") == 0) {
         const struct CMUnitTest t[] = {
