@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark `tycho serve` on stories260K with `tycho bench serve` (docs/bench-notes/serve.md).
+# Benchmark `tycho serve` on stories260K with `tycho bench serve` (docs/benchmarks.md).
 # Usage: bench/serve/run.sh [BUILD_DIR]
 set -euo pipefail
 B=${1:-build}

@@ -1,6 +1,6 @@
 #!/bin/sh
 # KV pool get of 1 MiB blocks between two network namespaces vs iperf3 between the same
-# namespaces, in the same run (docs/bench-notes/store.md). Needs root, iproute2, iperf3.
+# namespaces, in the same run (docs/benchmarks.md). Needs root, iproute2, iperf3.
 #   usage: bench/store/netns_get_vs_iperf3.sh BUILD_DIR [STREAMS] [REPS] [BYTES] [EXTRA...]
 # Namespace A holds the master and one pool node (2 GiB); namespace B runs iperf3 -c and
 # `tycho store-bench` with as many client threads and TCP connections to the node as iperf3
