@@ -187,14 +187,8 @@ const char *ty_config_path(const ty_config_t *cfg);
 /* Free strings and lists inside a struct filled by a config of table `root`; zeroes them. */
 void ty_config_values_free(const struct ty_config_struct *root, void *data);
 
-/* The roles `tycho check-config --role` knows (config_roles.c): name, table, data size. */
-struct ty_config_role {
-    const char *name;
-    const char *summary;
-    const struct ty_config_struct *root;
-};
-extern const struct ty_config_role ty_config_roles[];
-extern const size_t ty_config_n_roles;
-const struct ty_config_role *ty_config_role_find(const char *name);
+/* Names for a TY_CONFIG_ENUM `log_level` setting, in enum ty_log_level order (NULL-terminated).
+ * ty_daemon_new() sets the log threshold from such a setting. */
+extern const char *const ty_config_log_level_names[];
 
 #endif

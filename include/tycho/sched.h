@@ -207,4 +207,39 @@ int ty_sched_request_done(ty_sched_t *s, uint64_t id, uint64_t now_us);
 /* Requests accepted and not yet done. */
 size_t ty_sched_in_flight(const ty_sched_t *s);
 
+/* ---- settings ------------------------------------------------------------------------------ */
+
+/* The scheduler's settings table (src/conductor/sched_config.c): the `scheduler:` section of
+ * `tycho sim`'s cluster spec (src/sim/spec.c), and of the Conductor's once it runs the
+ * scheduler. Filled by a ty_config_t (tycho/config.h) on one thread; strings and lists are
+ * owned by that config. policy and admission hold enum ty_sched_policy / ty_sched_admission
+ * values; the name lists are in that order and are the ones the parsers above use. */
+struct ty_config_struct;
+
+struct ty_sched_slo_config {
+    char *class_name;  /* priority class; entry i is class i, entry 0 the default */
+    uint64_t ttft_ns;  /* 0: no limit */
+    uint64_t tbt_ns;   /* 0: no limit */
+};
+
+struct ty_sched_model_config {
+    char *name;
+    struct ty_sched_slo_config *slo;
+    uint32_t n_slo;
+};
+
+struct ty_sched_config {
+    int policy;                          /* enum ty_sched_policy */
+    int admission;                       /* enum ty_sched_admission */
+    double kvcache_balancing_threshold;
+    uint64_t decode_duration_ns;         /* first estimate of the uniform decode duration */
+    uint64_t seed;                       /* random policy */
+    struct ty_sched_model_config *models; /* SLOs per model and priority class */
+    uint32_t n_models;
+};
+
+extern const struct ty_config_struct ty_sched_config_table;
+extern const char *const ty_sched_policy_names[];    /* NULL-terminated, enum order */
+extern const char *const ty_sched_admission_names[]; /* NULL-terminated, enum order */
+
 #endif

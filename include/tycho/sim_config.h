@@ -4,7 +4,7 @@
  *              decode_max_batch, decode_kv_tokens
  *   scheduler: policy, admission, kvcache_balancing_threshold, decode_duration, seed,
  *              models: [{name, slo: [{class, ttft, tbt}, ...]}]  SLOs per model and class
- *              (the Conductor's own table, ty_sched_config_table in tycho/config_roles.h)
+ *              (the scheduler's own table, ty_sched_config_table in tycho/sched.h)
  *   cost:      optional override of the profile (prefill: [c0, c1, c2], decode: [...],
  *              kv_bytes_per_token, net_gbytes_per_s, block_tokens)
  *   model:     which entry of scheduler.models the simulated cluster serves

@@ -1,23 +1,46 @@
 /* `tycho check-config --role ROLE [--config FILE] [--setting=value ...]`: the daemons'
- * --check-config mode, for the roles whose settings tables exist (config_roles.c). Prints
- * "FILE: ok" and exits 0, or prints the one error and exits 2.
+ * --check-config mode with the very table each daemon loads. Prints "FILE: ok" and exits 0, or
+ * prints the one error and exits 2, exactly as `DAEMON --config FILE --check-config` does.
  */
+#include "check_config.h"
 #include "cli.h"
 
+#include "tycho/cluster.h"
 #include "tycho/config.h"
 #include "tycho/daemon.h"
 #include "tycho/errors.h"
+#include "tycho/store_config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+const struct ty_cli_config_role ty_cli_config_roles[] = {
+    {"conductor", "tycho-conductor", "the Conductor: OpenAI API and node registry",
+     &ty_cluster_config_table},
+    {"serve", "tycho serve", "all roles in one process: the Conductor's settings plus engine:",
+     &ty_cluster_serve_config_table},
+    {"prefill", "tycho-prefill", "a prefill node", &ty_cluster_node_config_table},
+    {"decode", "tycho-decode", "a decode node", &ty_cluster_node_config_table},
+    {"store", "tycho-store", "a KV pool node and/or its master", &ty_store_config_table},
+};
+const size_t ty_cli_config_n_roles = sizeof(ty_cli_config_roles) / sizeof(ty_cli_config_roles[0]);
+
+const struct ty_cli_config_role *ty_cli_config_role_find(const char *name)
+{
+    for (size_t i = 0; i < ty_cli_config_n_roles; i++)
+        if (strcmp(ty_cli_config_roles[i].name, name) == 0)
+            return &ty_cli_config_roles[i];
+    return NULL;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: tycho check-config --role ROLE [--config FILE] [--dump-config] "
                "[--setting=VALUE ...]\n\nroles:\n");
-    for (size_t i = 0; i < ty_config_n_roles; i++)
-        fprintf(f, "  %-12s %s\n", ty_config_roles[i].name, ty_config_roles[i].summary);
+    for (size_t i = 0; i < ty_cli_config_n_roles; i++)
+        fprintf(f, "  %-10s %-16s %s\n", ty_cli_config_roles[i].name,
+                ty_cli_config_roles[i].daemon, ty_cli_config_roles[i].summary);
     fprintf(f, "\n`tycho check-config --role ROLE --help` lists the role's settings.\n");
 }
 
@@ -45,7 +68,7 @@ static int run_check_config(int argc, char **argv)
         return TY_CLI_EXIT_FAIL;
     int n_rest;
     const char *role_name = take_role(argc, argv, rest, &n_rest);
-    const struct ty_config_role *role = role_name ? ty_config_role_find(role_name) : NULL;
+    const struct ty_cli_config_role *role = role_name ? ty_cli_config_role_find(role_name) : NULL;
     bool dump = false, help = false;
     for (int i = 1; i < n_rest; i++) {
         dump |= !strcmp(rest[i], "--dump-config");

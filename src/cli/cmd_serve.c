@@ -1,11 +1,13 @@
 /* `tycho serve`: every role in one process. The OpenAI API (ty_api) on a libuv loop in the
  * main thread, the continuous-batching engine worker (ty_decode) on its own thread, the
- * daemon scaffolding for --config / --check-config / signals / sd_notify. Given no model, it
- * writes a small random-weight GGUF with `tycho mkmodel` into a cache folder and says so. */
+ * daemon scaffolding for --config / --check-config / signals / sd_notify. Its settings are
+ * tycho-conductor's table plus an `engine:` section (ty_cluster_serve_config_table), so a
+ * conductor.yaml serves here too. Given no model, it writes a small random-weight GGUF with
+ * `tycho mkmodel` into a cache folder and says so. */
 #include "cli.h"
 
 #include "tycho/api.h"
-#include "tycho/config_roles.h"
+#include "tycho/cluster.h"
 #include "tycho/daemon.h"
 #include "tycho/decode.h"
 #include "tycho/engine.h"
@@ -25,14 +27,13 @@ extern const struct ty_cli_command ty_cli_cmd_mkmodel;
 #define MAX_ARGS 256
 
 struct serve {
-    struct ty_conductor_config cfg;
+    struct ty_cluster_serve_config cfg;
     ty_daemon_t *d;
     ty_model_t *model;
     ty_engine_t *engine;
     ty_decode_worker_t *worker;
     ty_metrics_registry_t *reg;
     ty_api_t *api;
-    uint32_t threads, max_running, step_tokens;
     char random_model[PATH_MAX];
 };
 
@@ -59,8 +60,9 @@ static void on_drain(ty_daemon_t *d, void *arg)
 static void on_reload(ty_daemon_t *d, unsigned n_changed, void *arg)
 {
     struct serve *s = arg;
-    ty_log_set_level((enum ty_log_level)s->cfg.log_level);
-    ty_api_set_keys(s->api, (const char *const *)s->cfg.api_keys, s->cfg.n_api_keys);
+    ty_log_set_level((enum ty_log_level)s->cfg.conductor.log_level);
+    ty_api_set_keys(s->api, (const char *const *)s->cfg.conductor.api_keys,
+                    s->cfg.conductor.n_api_keys);
 }
 
 /* The vocabulary donor for a random model: stories260K from the shared test data. */
@@ -111,16 +113,6 @@ static int make_random_model(struct serve *s)
     return ty_cli_cmd_mkmodel.run(7, argv) ? TY_EIO : 0;
 }
 
-static bool parse_u32(const char *v, uint32_t *out)
-{
-    char *end;
-    unsigned long x = v ? strtoul(v, &end, 10) : 0;
-    if (!v || !*v || *end || x > 1u << 24)
-        return false;
-    *out = (uint32_t)x;
-    return true;
-}
-
 /* Rewrite the short flags into the daemon's --setting=value form and take our own. */
 static int translate_args(struct serve *s, int argc, char **argv, char **out, int *n_out,
                           char *store, size_t store_len)
@@ -131,27 +123,19 @@ static int translate_args(struct serve *s, int argc, char **argv, char **out, in
     out[n++] = argv[0];
     for (int i = 1; i < argc && n < MAX_ARGS - 2; i++) {
         const char *a = argv[i], *map = NULL;
-        uint32_t *own = NULL;
         if (!strcmp(a, "--model")) map = "model_path";
         else if (!strcmp(a, "--port")) map = "listen_port";
         else if (!strcmp(a, "--host")) map = "listen_host";
         else if (!strcmp(a, "--api-key")) map = "api_keys";
-        else if (!strcmp(a, "--threads")) own = &s->threads;
-        else if (!strcmp(a, "--max-running")) own = &s->max_running;
-        else if (!strcmp(a, "--step-tokens")) own = &s->step_tokens;
+        else if (!strcmp(a, "--threads")) map = "engine.threads";
+        else if (!strcmp(a, "--max-running")) map = "engine.max_batch_size";
+        else if (!strcmp(a, "--step-tokens")) map = "engine.step_tokens";
         have_model |= !strncmp(a, "--model", 7);
         have_config |= !strncmp(a, "--config", 8) || !strcmp(a, "--help") ||
                        !strcmp(a, "--version");
-        if ((map || own) && i + 1 >= argc) {
+        if (map && i + 1 >= argc) {
             fprintf(stderr, "tycho serve: %s needs a value\n", a);
             return TY_EINVAL;
-        }
-        if (own) {
-            if (!parse_u32(argv[++i], own)) {
-                fprintf(stderr, "tycho serve: bad value '%s' for %s\n", argv[i], a);
-                return TY_EINVAL;
-            }
-            continue;
         }
         if (!map) {
             out[n++] = argv[i];
@@ -181,21 +165,24 @@ static int translate_args(struct serve *s, int argc, char **argv, char **out, in
 
 static int load_engine(struct serve *s)
 {
+    const struct ty_cluster_config *c = &s->cfg.conductor;
+    const struct ty_cluster_serve_engine *e = &s->cfg.engine;
     char err[512] = "";
-    int rc = ty_model_load(&s->model, s->cfg.model_path, err, sizeof(err));
+    int rc = ty_model_load(&s->model, c->model_path, err, sizeof(err));
     if (rc) {
-        fprintf(stderr, "tycho serve: cannot load model %s: %s (%s)\n", s->cfg.model_path, err,
+        fprintf(stderr, "tycho serve: cannot load model %s: %s (%s)\n", c->model_path, err,
                 ty_err_name(rc));
         return rc;
     }
-    struct ty_engine_opts eo = {.n_threads = s->threads, .kv_block_tokens = s->cfg.kv_block_tokens,
-                                .max_seqs = s->max_running ? s->max_running : 64};
+    struct ty_engine_opts eo = {.n_threads = e->threads, .kv_block_tokens = e->kv_block_tokens,
+                                .kv_pages = e->kv_pages, .max_seqs = e->max_batch_size,
+                                .max_ctx = c->max_ctx};
     if ((rc = ty_engine_new(&s->engine, s->model, &eo))) {
         fprintf(stderr, "tycho serve: engine: %s\n", ty_strerror(rc));
         return rc;
     }
-    struct ty_decode_worker_opts wo = {.engine = s->engine, .max_running = eo.max_seqs,
-                                       .step_tokens = s->step_tokens, .event_cb = serve_event,
+    struct ty_decode_worker_opts wo = {.engine = s->engine, .max_running = e->max_batch_size,
+                                       .step_tokens = e->step_tokens, .event_cb = serve_event,
                                        .event_arg = s};
     if ((rc = ty_decode_worker_new(&s->worker, &wo)))
         fprintf(stderr, "tycho serve: worker: %s\n", ty_strerror(rc));
@@ -219,28 +206,30 @@ static void model_name(const char *path, char *out, size_t cap)
 
 static int start_api(struct serve *s, uv_loop_t *loop)
 {
+    const struct ty_cluster_config *c = &s->cfg.conductor;
     char name[256];
-    model_name(s->cfg.model_path, name, sizeof(name));
+    model_name(c->model_path, name, sizeof(name));
     int rc = ty_metrics_registry_new(&s->reg);
     struct ty_api_opts ao = {
-        .host = s->cfg.listen_host, .port = s->cfg.listen_port, .model = s->model,
-        .model_name = name, .model_path = s->cfg.model_path,
+        .host = c->listen_host, .port = c->listen_port, .model = s->model,
+        .model_name = name, .model_path = c->model_path,
         .backend = ty_decode_worker_backend(s->worker), .metrics = s->reg,
-        .api_keys = (const char *const *)s->cfg.api_keys, .n_api_keys = s->cfg.n_api_keys,
-        .max_body_bytes = s->cfg.limits.max_body_bytes,
-        .header_timeout_ms = s->cfg.limits.header_timeout_ns / 1000000,
-        .body_timeout_ms = s->cfg.limits.body_timeout_ns / 1000000,
-        .max_connections = s->cfg.limits.max_connections};
+        .api_keys = (const char *const *)c->api_keys, .n_api_keys = c->n_api_keys,
+        .max_body_bytes = c->limits.max_body_bytes,
+        .header_timeout_ms = c->limits.header_timeout_ns / 1000000,
+        .body_timeout_ms = c->limits.body_timeout_ns / 1000000,
+        .max_connections = c->limits.max_connections};
     if (!rc)
         rc = ty_api_new(&s->api, loop, &ao);
     if (rc) {
-        fprintf(stderr, "tycho serve: cannot listen on %s:%u: %s\n", s->cfg.listen_host,
-                s->cfg.listen_port, ty_strerror(rc));
+        fprintf(stderr, "tycho serve: cannot listen on %s:%u: %s\n", c->listen_host,
+                c->listen_port, ty_strerror(rc));
         return rc;
     }
     fprintf(stderr, "tycho serve: serving %s (%s) on http://%s:%u/v1\n", name,
-            ty_model_desc(s->model), s->cfg.listen_host, ty_api_port(s->api));
-    return 0;
+            ty_model_desc(s->model), c->listen_host, ty_api_port(s->api));
+    /* No RPC port here: "http_port 0", the format tycho-conductor writes. */
+    return ty_cluster_write_ports(c->port_file, ty_api_port(s->api), 0);
 }
 
 static int run_serve(int argc, char **argv)
@@ -255,11 +244,11 @@ static int run_serve(int argc, char **argv)
                                .summary = "all roles in one process: the OpenAI API over the "
                                           "local engine (also --model PATH, --port N, "
                                           "--host H, --threads N, --max-running N)",
-                               .table = &ty_conductor_config_table, .config = &s.cfg,
+                               .table = &ty_cluster_serve_config_table, .config = &s.cfg,
                                .drain = on_drain, .reload = on_reload, .arg = &s};
     if (ty_daemon_new(&s.d, &o, n_args, args, &code) != 0)
         return code;
-    ty_log_set_level((enum ty_log_level)s.cfg.log_level);
+    ty_log_set_level((enum ty_log_level)s.cfg.conductor.log_level);
     signal(SIGPIPE, SIG_IGN); /* a client that vanished mid-write is an error code, not death */
     uv_loop_t *loop = uv_default_loop();
     int ret = TY_CLI_EXIT_FAIL;

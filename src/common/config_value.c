@@ -16,6 +16,8 @@
 #include <string.h>
 #include <strings.h>
 
+const char *const ty_config_log_level_names[] = {"error", "warn", "info", "debug", "trace", NULL};
+
 bool ty__cfg_is_scalar(enum ty_config_type t)
 {
     return t != TY_CONFIG_SECTION && t != TY_CONFIG_LIST;

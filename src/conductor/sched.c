@@ -1,6 +1,5 @@
 /* The scheduler proper: node table, placement policies and admission (see tycho/sched.h). */
 #include "sched-impl.h"
-#include "tycho/config_roles.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
 #include "tycho/sched.h"
@@ -9,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The names are those of the settings table (tycho/config_roles.h), in enum order. */
-#define policy_names ty_config_sched_policy_names
-#define admission_names ty_config_sched_admission_names
+/* The names are those of the settings table (sched_config.c), in enum order. */
+#define policy_names ty_sched_policy_names
+#define admission_names ty_sched_admission_names
 static const char *const reject_names[] = {"none", "ttft", "tbt", "decode_full", "no_node"};
 
 const char *ty_sched_policy_name(enum ty_sched_policy p)

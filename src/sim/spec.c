@@ -1,8 +1,7 @@
 /* Cluster spec tables for `tycho sim` (tycho/sim_config.h), on top of tycho/config.h. The
- * `scheduler:` section is the Conductor's own table (ty_sched_config_table), so the simulator
- * and the live Conductor read the same settings the same way. */
+ * `scheduler:` section is the scheduler's own table (ty_sched_config_table, tycho/sched.h). */
 #include "tycho/config.h"
-#include "tycho/config_roles.h"
+#include "tycho/sched.h"
 #include "tycho/errors.h"
 #include "tycho/sim_config.h"
 
@@ -27,7 +26,7 @@ struct spec_cost {
 
 struct spec_root {
     struct spec_cluster cluster;
-    struct ty_sched_config scheduler; /* the Conductor's table (tycho/config_roles.h) */
+    struct ty_sched_config scheduler; /* the scheduler's table (tycho/sched.h) */
     struct spec_cost cost;
     char *model;
     double speed;

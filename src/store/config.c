@@ -1,8 +1,6 @@
 /* tycho-store settings table (store_config.h). */
 #include "tycho/store_config.h"
 
-#include "tycho/config_roles.h"
-
 #include <stddef.h>
 
 #define S struct ty_store_config

@@ -1,10 +1,17 @@
-/* Settings tables of tycho-conductor and of the prefill / decode nodes (tycho/cluster.h).
- * One row per setting. Tables are immutable; any thread may read them. */
+/* Settings tables of tycho-conductor, `tycho serve` and the prefill / decode nodes
+ * (tycho/cluster.h). One row per setting, each written once: the Conductor's rows are shared by
+ * tycho-conductor and `tycho serve`, the engine rows by the nodes and serve's `engine:` section.
+ * Tables are immutable; any thread may read them.
+ */
 #include "tycho/cluster.h"
 
 #include <stddef.h>
 
-#define L struct ty_conductor_limits
+/* A row's member `m` of struct T, where the member sits under `prefix` ("conductor." inside
+ * struct ty_cluster_serve_config, nothing in struct ty_cluster_config). */
+#define AT(T, prefix, m) TY_CONFIG_AT(T, prefix m)
+
+#define L struct ty_cluster_limits
 
 static const struct ty_config_field limit_fields[] = {
     {.key = "max_body_bytes", .type = TY_CONFIG_SIZE, TY_CONFIG_AT(L, max_body_bytes),
@@ -19,47 +26,84 @@ static const struct ty_config_field limit_fields[] = {
 static const struct ty_config_struct limits = TY_CONFIG_STRUCT("limits", L, limit_fields);
 #undef L
 
-#define C struct ty_cluster_config
+/* ---- the Conductor (tycho-conductor; the root of `tycho serve`) ------------------------------ */
+
+#define CONDUCTOR_ROWS(T, P)                                                                      \
+    {.key = "listen_host", .type = TY_CONFIG_STRING, AT(T, P, listen_host),                       \
+     .def = "127.0.0.1", .min = "1", .help = "address of the HTTP front door"},                   \
+    {.key = "listen_port", .type = TY_CONFIG_UINT, AT(T, P, listen_port), .def = "8000",          \
+     .max = "65535", .help = "TCP port of the HTTP front door; 0: ephemeral"},                    \
+    {.key = "rpc_host", .type = TY_CONFIG_STRING, AT(T, P, rpc_host), .def = "127.0.0.1",         \
+     .min = "1", .help = "address nodes register with"},                                         \
+    {.key = "rpc_port", .type = TY_CONFIG_UINT, AT(T, P, rpc_port), .def = "9000",                \
+     .max = "65535", .help = "RPC port nodes register with; 0: ephemeral"},                       \
+    {.key = "model_path", .type = TY_CONFIG_STRING, AT(T, P, model_path), .min = "1",             \
+     .flags = TY_CONFIG_REQUIRED, .help = "model file (GGUF) or Hugging Face directory"},         \
+    {.key = "api_keys", .type = TY_CONFIG_LIST, .elem = TY_CONFIG_STRING,                         \
+     TY_CONFIG_LIST_AT(T, P api_keys, P n_api_keys), .max = "1024",                               \
+     .flags = TY_CONFIG_RELOADABLE | TY_CONFIG_SECRET,                                            \
+     .help = "accepted bearer tokens; empty: no authentication"},                                 \
+    {.key = "log_level", .type = TY_CONFIG_ENUM, AT(T, P, log_level), .def = "info",              \
+     .enum_names = ty_config_log_level_names, .flags = TY_CONFIG_RELOADABLE,                      \
+     .help = "log threshold"},                                                                    \
+    {.key = "heartbeat_interval", .type = TY_CONFIG_DURATION, AT(T, P, heartbeat_interval_ns),    \
+     .def = "500ms", .min = "10ms", .max = "1m", .help = "heartbeat period asked of the nodes"},  \
+    {.key = "heartbeat_timeout", .type = TY_CONFIG_DURATION, AT(T, P, heartbeat_timeout_ns),      \
+     .def = "3s", .min = "50ms", .max = "1h",                                                     \
+     .help = "a node silent this long is considered dead"},                                       \
+    {.key = "request_timeout", .type = TY_CONFIG_DURATION, AT(T, P, request_timeout_ns),          \
+     .def = "10m", .min = "100ms", .max = "24h", .help = "deadline of one request"},              \
+    {.key = "max_ctx", .type = TY_CONFIG_UINT, AT(T, P, max_ctx), .def = "0", .max = "1048576",   \
+     .help = "context per sequence; 0: the model's, at most 4096"},                               \
+    {.key = "startup_wait", .type = TY_CONFIG_DURATION, AT(T, P, startup_wait_ns), .def = "10s",  \
+     .max = "10m",                                                                                \
+     .help = "for this long after start, requests wait for the first nodes instead of a 503"},    \
+    {.key = "port_file", .type = TY_CONFIG_STRING, AT(T, P, port_file),                           \
+     .help = "write 'http_port rpc_port' here once listening (scripts, tests)"},                  \
+    {.key = "limits", .type = TY_CONFIG_SECTION, AT(T, P, limits), .sub = &limits,                \
+     .help = "HTTP request limits"}
 
 static const struct ty_config_field conductor_fields[] = {
-    {.key = "listen_host", .type = TY_CONFIG_STRING, TY_CONFIG_AT(C, listen_host),
-     .def = "127.0.0.1", .min = "1", .help = "address of the HTTP front door"},
-    {.key = "listen_port", .type = TY_CONFIG_UINT, TY_CONFIG_AT(C, listen_port), .def = "8000",
-     .max = "65535", .help = "TCP port of the HTTP front door; 0: ephemeral"},
-    {.key = "rpc_host", .type = TY_CONFIG_STRING, TY_CONFIG_AT(C, rpc_host),
-     .def = "127.0.0.1", .min = "1", .help = "address nodes register with"},
-    {.key = "rpc_port", .type = TY_CONFIG_UINT, TY_CONFIG_AT(C, rpc_port), .def = "9000",
-     .max = "65535", .help = "RPC port nodes register with; 0: ephemeral"},
-    {.key = "model_path", .type = TY_CONFIG_STRING, TY_CONFIG_AT(C, model_path), .min = "1",
-     .flags = TY_CONFIG_REQUIRED, .help = "model (tokenizer and chat template)"},
-    {.key = "api_keys", .type = TY_CONFIG_LIST, .elem = TY_CONFIG_STRING,
-     TY_CONFIG_LIST_AT(C, api_keys, n_api_keys), .max = "1024",
-     .flags = TY_CONFIG_RELOADABLE | TY_CONFIG_SECRET,
-     .help = "accepted bearer tokens; empty: no authentication"},
-    {.key = "log_level", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(C, log_level), .def = "info",
-     .enum_names = ty_config_log_level_names, .flags = TY_CONFIG_RELOADABLE,
-     .help = "log threshold"},
-    {.key = "heartbeat_interval", .type = TY_CONFIG_DURATION,
-     TY_CONFIG_AT(C, heartbeat_interval_ns), .def = "500ms", .min = "10ms", .max = "1m",
-     .help = "heartbeat period asked of the nodes"},
-    {.key = "heartbeat_timeout", .type = TY_CONFIG_DURATION,
-     TY_CONFIG_AT(C, heartbeat_timeout_ns), .def = "3s", .min = "50ms", .max = "1h",
-     .help = "a node silent this long is considered dead"},
-    {.key = "request_timeout", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(C, request_timeout_ns),
-     .def = "10m", .min = "100ms", .max = "24h", .help = "deadline of one request"},
-    {.key = "max_ctx", .type = TY_CONFIG_UINT, TY_CONFIG_AT(C, max_ctx), .def = "0",
-     .max = "1048576", .help = "context per sequence; 0: the model's, at most 4096"},
-    {.key = "startup_wait", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(C, startup_wait_ns),
-     .def = "10s", .max = "10m",
-     .help = "for this long after start, requests wait for the first nodes instead of a 503"},
-    {.key = "port_file", .type = TY_CONFIG_STRING, TY_CONFIG_AT(C, port_file),
-     .help = "write 'http_port rpc_port' here once listening (scripts, tests)"},
-    {.key = "limits", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(C, limits), .sub = &limits,
-     .help = "HTTP request limits"},
+    CONDUCTOR_ROWS(struct ty_cluster_config, ),
 };
 const struct ty_config_struct ty_cluster_config_table =
-    TY_CONFIG_STRUCT("conductor", C, conductor_fields);
-#undef C
+    TY_CONFIG_STRUCT("conductor", struct ty_cluster_config, conductor_fields);
+
+/* ---- the engine settings (nodes at the root, `tycho serve` in `engine:`) --------------------- */
+
+#define ENGINE_ROWS(T)                                                                            \
+    {.key = "threads", .type = TY_CONFIG_UINT, TY_CONFIG_AT(T, threads), .def = "1", .min = "1",  \
+     .max = "256", .help = "CPU threads of the engine"},                                          \
+    {.key = "kv_block_tokens", .type = TY_CONFIG_UINT, TY_CONFIG_AT(T, kv_block_tokens),          \
+     .def = "64", .min = "1", .max = "4096", .help = "tokens per KV page (same on every node)"},  \
+    {.key = "kv_pages", .type = TY_CONFIG_UINT, TY_CONFIG_AT(T, kv_pages), .def = "0",            \
+     .max = "16777216", .help = "KV pages per layer; 0: max_batch_size full contexts"},           \
+    {.key = "max_batch_size", .type = TY_CONFIG_UINT, TY_CONFIG_AT(T, max_batch_size),            \
+     .def = "64", .min = "1", .max = "4096",                                                      \
+     .help = "sequences decoded together (decode node, tycho serve)"}
+
+#define E struct ty_cluster_serve_engine
+static const struct ty_config_field serve_engine_fields[] = {
+    ENGINE_ROWS(E),
+    {.key = "step_tokens", .type = TY_CONFIG_UINT, TY_CONFIG_AT(E, step_tokens), .def = "256",
+     .min = "1", .max = "1048576",
+     .help = "token budget of one engine step (decodes plus prefill chunks)"},
+};
+static const struct ty_config_struct serve_engine =
+    TY_CONFIG_STRUCT("engine", E, serve_engine_fields);
+#undef E
+
+#define S struct ty_cluster_serve_config
+static const struct ty_config_field serve_fields[] = {
+    CONDUCTOR_ROWS(S, conductor.),
+    {.key = "engine", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(S, engine), .sub = &serve_engine,
+     .help = "the in-process engine that serves the requests"},
+};
+const struct ty_config_struct ty_cluster_serve_config_table =
+    TY_CONFIG_STRUCT("serve", S, serve_fields);
+#undef S
+
+/* ---- prefill and decode nodes ---------------------------------------------------------------- */
 
 #define N struct ty_cluster_node_config
 
@@ -82,16 +126,9 @@ static const struct ty_config_field node_fields[] = {
     {.key = "heartbeat_interval", .type = TY_CONFIG_DURATION,
      TY_CONFIG_AT(N, heartbeat_interval_ns), .def = "500ms", .min = "10ms", .max = "1m",
      .help = "load report period until the Conductor sets one"},
-    {.key = "kv_block_tokens", .type = TY_CONFIG_UINT, TY_CONFIG_AT(N, kv_block_tokens),
-     .def = "64", .min = "1", .max = "4096", .help = "tokens per KV page (same on every node)"},
-    {.key = "kv_pages", .type = TY_CONFIG_UINT, TY_CONFIG_AT(N, kv_pages), .def = "0",
-     .max = "16777216", .help = "KV pages per layer; 0: max_batch_size full contexts"},
+    ENGINE_ROWS(N),
     {.key = "max_ctx", .type = TY_CONFIG_UINT, TY_CONFIG_AT(N, max_ctx), .def = "0",
      .max = "1048576", .help = "context per sequence; 0: the model's, at most 4096"},
-    {.key = "threads", .type = TY_CONFIG_UINT, TY_CONFIG_AT(N, threads), .def = "1", .min = "1",
-     .max = "256", .help = "CPU threads of the engine"},
-    {.key = "max_batch_size", .type = TY_CONFIG_UINT, TY_CONFIG_AT(N, max_batch_size),
-     .def = "64", .min = "1", .max = "4096", .help = "decode: sequences decoded together"},
     {.key = "chunk_tokens", .type = TY_CONFIG_UINT, TY_CONFIG_AT(N, chunk_tokens),
      .def = "512", .min = "1", .max = "1048576", .help = "prefill: chunked-prefill chunk"},
     {.key = "kv_wait_timeout", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(N, kv_wait_timeout_ns),

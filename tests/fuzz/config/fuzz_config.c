@@ -1,11 +1,14 @@
-/* libFuzzer target for the config loader: arbitrary bytes as a YAML file for each role, and as
- * the value of a scalar flag and of a list flag. Whatever loads must dump to YAML that loads
+/* libFuzzer target for the config loader: arbitrary bytes as a YAML file for each daemon's
+ * table (and the scheduler's, for lists of structs), and as the value of a scalar flag and of
+ * a list flag. Whatever loads must dump to YAML that loads
  * back and dumps to the same text (abort otherwise); nothing may crash, leak or hang.
  * Run: fuzz_config -max_total_time=20 CORPUS configs tests/data/config
  */
 #include "tycho/config.h"
-#include "tycho/config_roles.h"
+#include "tycho/cluster.h"
 #include "tycho/log.h"
+#include "tycho/sched.h"
+#include "tycho/store_config.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -82,10 +85,14 @@ static void run(const struct ty_config_struct *root, const uint8_t *in, size_t s
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     ty_log_set_level(TY_LOG_LEVEL_ERROR);
-    run(&ty_conductor_config_table, data, size, NULL);
-    run(&ty_node_config_table, data, size, NULL);
-    run(&ty_conductor_config_table, data, size, "--listen_port=");
-    run(&ty_conductor_config_table, data, size, "--api_keys=");
-    run(&ty_node_config_table, data, size, "--store.dram_bytes=");
+    run(&ty_cluster_config_table, data, size, NULL);
+    run(&ty_cluster_serve_config_table, data, size, NULL);
+    run(&ty_cluster_node_config_table, data, size, NULL);
+    run(&ty_store_config_table, data, size, NULL);
+    run(&ty_sched_config_table, data, size, NULL);
+    run(&ty_cluster_config_table, data, size, "--listen_port=");
+    run(&ty_cluster_config_table, data, size, "--api_keys=");
+    run(&ty_cluster_serve_config_table, data, size, "--engine.kv_pages=");
+    run(&ty_store_config_table, data, size, "--dram_bytes=");
     return 0;
 }

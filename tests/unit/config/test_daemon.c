@@ -3,7 +3,7 @@
  * NOTIFY_SOCKET, SIGHUP re-reads the file and changes only reloadable fields, SIGTERM calls the
  * drain callback and the loop ends when it calls ty_daemon_stop().
  */
-#include "tycho/config_roles.h"
+#include "tycho/config.h"
 #include "tycho/daemon.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
@@ -24,6 +24,39 @@
 
 static char cfg_path[64];
 
+/* A daemon's settings, as the daemons write theirs (tycho/cluster.h, tycho/store_config.h). */
+struct limits {
+    uint32_t max_connections;
+};
+struct settings {
+    char *listen_host;
+    uint16_t listen_port;
+    char *model_path;
+    int log_level;
+    struct limits limits;
+};
+static const struct ty_config_field limit_fields[] = {
+    {.key = "max_connections", .type = TY_CONFIG_UINT,
+     TY_CONFIG_AT(struct limits, max_connections), .def = "4096", .min = "1",
+     .flags = TY_CONFIG_RELOADABLE, .help = "concurrent client connections"},
+};
+static const struct ty_config_struct limits_table =
+    TY_CONFIG_STRUCT("limits", struct limits, limit_fields);
+static const struct ty_config_field fields[] = {
+    {.key = "listen_host", .type = TY_CONFIG_STRING, TY_CONFIG_AT(struct settings, listen_host),
+     .def = "127.0.0.1", .min = "1", .help = "listen address"},
+    {.key = "listen_port", .type = TY_CONFIG_UINT, TY_CONFIG_AT(struct settings, listen_port),
+     .def = "8000", .min = "1", .max = "65535", .help = "listen port"},
+    {.key = "model_path", .type = TY_CONFIG_STRING, TY_CONFIG_AT(struct settings, model_path),
+     .min = "1", .flags = TY_CONFIG_REQUIRED, .help = "model"},
+    {.key = "log_level", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(struct settings, log_level),
+     .def = "info", .enum_names = ty_config_log_level_names, .flags = TY_CONFIG_RELOADABLE,
+     .help = "log threshold"},
+    {.key = "limits", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(struct settings, limits),
+     .sub = &limits_table, .help = "limits"},
+};
+static const struct ty_config_struct table = TY_CONFIG_STRUCT("t", struct settings, fields);
+
 static void write_file(const char *text)
 {
     FILE *f = fopen(cfg_path, "w");
@@ -34,10 +67,10 @@ static void write_file(const char *text)
 
 static void test_check_mode(void **state)
 {
-    struct ty_conductor_config c;
+    struct settings c;
     ty_daemon_t *d = NULL;
     int code = -1;
-    const struct ty_daemon_opts o = {.name = "t", .table = &ty_conductor_config_table,
+    const struct ty_daemon_opts o = {.name = "t", .table = &table,
                                      .config = &c};
     write_file("model_path: /m\nlisten_port: 8000\n");
     char *ok[] = {"t", "--config", cfg_path, "--check-config", NULL};
@@ -56,7 +89,7 @@ static void test_check_mode(void **state)
 
 struct run_state {
     ty_daemon_t *d;
-    struct ty_conductor_config *c;
+    struct settings *c;
     uv_timer_t kick, drain_done;
     unsigned reloads, reload_changed, drains;
 };
@@ -125,9 +158,9 @@ static void test_signals_and_notify(void **state)
     setenv("WATCHDOG_PID", pid, 1);
     write_file("model_path: /m\nlisten_host: 127.0.0.1\nlisten_port: 8000\nlog_level: info\n"
                "limits: {max_connections: 10}\n");
-    struct ty_conductor_config c;
+    struct settings c;
     struct run_state s = {.c = &c};
-    const struct ty_daemon_opts o = {.name = "t", .table = &ty_conductor_config_table,
+    const struct ty_daemon_opts o = {.name = "t", .table = &table,
                                      .config = &c, .drain = on_drain, .reload = on_reload,
                                      .arg = &s};
     char *argv[] = {"t", "--config", cfg_path, "--listen-port=9000", NULL};

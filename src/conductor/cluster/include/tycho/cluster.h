@@ -1,6 +1,7 @@
 /* The cluster: how the Conductor and its prefill / decode nodes find each other and serve a
  * request across processes (DESIGN.md §5). Three parts:
- *   - settings tables of the tycho-conductor daemon and of a prefill / decode node;
+ *   - the settings tables of tycho-conductor, of `tycho serve` (the same table plus an
+ *     `engine:` section) and of tycho-prefill / tycho-decode (one table for both);
  *   - the node agent (node side): RegisterNode, then a Heartbeat with the node's load every
  *     interval, registering again when the Conductor forgets it or restarts;
  *   - ty_cluster_t (Conductor side): the node registry fed by those messages, with a heartbeat
@@ -18,7 +19,6 @@
 #define TYCHO_CLUSTER_H
 
 #include "tycho/config.h"
-#include "tycho/config_roles.h"
 #include "tycho/kvpool.h"
 #include "tycho/model.h"
 #include "tycho/serve.h"
@@ -29,6 +29,19 @@
 #include <uv.h>
 
 /* ---- settings ------------------------------------------------------------------------------ */
+/* Filled by a ty_config_t (tycho/daemon.h) on the daemon's main thread; read-only afterwards,
+ * except for TY_CONFIG_RELOADABLE fields that a reload changes on that same thread. Strings and
+ * lists are owned by the config object that filled the struct. Add a setting: a member here and
+ * one row in config.c. `tycho check-config --role conductor|serve|prefill|decode` validates with
+ * these same tables. */
+
+/* HTTP request limits of the front door (tycho-conductor and tycho serve). */
+struct ty_cluster_limits {
+    uint64_t max_body_bytes;     /* request body cap */
+    uint64_t header_timeout_ns;  /* all headers must arrive within this */
+    uint64_t body_timeout_ns;    /* the body must arrive within this after the headers */
+    uint32_t max_connections;
+};
 
 /* tycho-conductor: the HTTP front door, the RPC endpoint nodes register with, the registry. */
 struct ty_cluster_config {
@@ -39,14 +52,32 @@ struct ty_cluster_config {
     char *model_path;                /* for the tokenizer and chat template */
     char **api_keys;
     uint32_t n_api_keys;
-    int log_level;
+    int log_level;                   /* enum ty_log_level */
     uint64_t heartbeat_interval_ns;  /* told to nodes at registration */
     uint64_t heartbeat_timeout_ns;   /* a node silent this long is dead */
     uint64_t request_timeout_ns;     /* whole-request deadline (every party gives up after) */
     uint32_t max_ctx;                /* context per sequence; 0: the model's, capped at 4096 */
     uint64_t startup_wait_ns;        /* right after start, requests wait this long for nodes */
     char *port_file;                 /* write "http_port rpc_port\n" here once listening */
-    struct ty_conductor_limits limits;
+    struct ty_cluster_limits limits;
+};
+
+/* The in-process engine of `tycho serve` (its `engine:` section). threads, kv_block_tokens,
+ * kv_pages and max_batch_size are the same rows as the node settings of the same names. */
+struct ty_cluster_serve_engine {
+    uint32_t threads;
+    uint32_t kv_block_tokens;
+    uint32_t kv_pages;               /* pages per layer; 0: max_batch_size full contexts */
+    uint32_t max_batch_size;         /* sequences decoded together */
+    uint32_t step_tokens;            /* token budget of one engine step */
+};
+
+/* `tycho serve`: the Conductor's settings (same table as tycho-conductor; the RPC, heartbeat,
+ * startup_wait and request_timeout settings have no effect there, having no nodes) plus the
+ * engine that replaces the remote nodes. */
+struct ty_cluster_serve_config {
+    struct ty_cluster_config conductor;
+    struct ty_cluster_serve_engine engine;
 };
 
 /* tycho-prefill and tycho-decode. */
@@ -57,7 +88,7 @@ struct ty_cluster_node_config {
     uint16_t listen_port;            /* RPC; 0: ephemeral */
     uint16_t transfer_port;          /* transfer engine; 0: ephemeral */
     char *model_path;
-    int log_level;
+    int log_level;                   /* enum ty_log_level */
     uint64_t heartbeat_interval_ns;
     uint32_t kv_block_tokens;
     uint32_t kv_pages;               /* pages per layer; 0: the engine default */
@@ -69,8 +100,9 @@ struct ty_cluster_node_config {
     char *port_file;                 /* write "rpc_port transfer_port\n" here once listening */
 };
 
-extern const struct ty_config_struct ty_cluster_config_table;
-extern const struct ty_config_struct ty_cluster_node_config_table;
+extern const struct ty_config_struct ty_cluster_config_table;       /* tycho-conductor */
+extern const struct ty_config_struct ty_cluster_serve_config_table; /* tycho serve */
+extern const struct ty_config_struct ty_cluster_node_config_table;  /* prefill and decode */
 
 /* ---- node side: the agent ------------------------------------------------------------------ */
 
