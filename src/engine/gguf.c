@@ -55,7 +55,7 @@ struct cursor {
     size_t errlen;
 };
 
-static int fail(struct cursor *c, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static int fail(struct cursor *c, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -175,6 +175,8 @@ static int parse_kv(struct cursor *c, struct gguf_kv *kv)
         return rc;
     if (klen == 0 || klen > GGUF_MAX_KEY)
         return fail(c, "metadata key of absurd length %llu", (unsigned long long)klen);
+    if (memchr(key, 0, klen)) /* the NUL-terminated copy would name another key */
+        return fail(c, "metadata key with a NUL byte");
     kv->key = strndup(key, klen);
     if (!kv->key)
         return TY_ENOMEM;
@@ -237,6 +239,8 @@ static int parse_tensor_info(struct cursor *c, struct ty_gguf_tensor *t, uint64_
         return rc;
     if (*nlen == 0 || *nlen > GGUF_MAX_KEY)
         return fail(c, "tensor name of absurd length %llu", (unsigned long long)*nlen);
+    if (memchr(*name, 0, *nlen)) /* the NUL-terminated copy would name another tensor */
+        return fail(c, "tensor name with a NUL byte");
     if ((rc = rd_u32(c, &t->n_dims, "tensor n_dims")))
         return rc;
     if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS)

@@ -320,8 +320,11 @@ int ty__model_load_hf(struct ty_model *m, const char *dir, char *errbuf, size_t 
     struct hf_ctx h = {.m = m, .errbuf = errbuf, .errlen = errlen};
     json_t *cfg = load_json(dir, "config.json", errbuf, errlen);
     int rc = TY_EFORMAT;
-    if (!json_is_object(cfg))
+    if (!json_is_object(cfg)) {
+        if (cfg) /* parsed, but not an object: load_json wrote no message */
+            snprintf(errbuf, errlen, "%s/config.json: not a JSON object", dir);
         goto out;
+    }
     if ((rc = read_config(m, cfg, errbuf, errlen)) || (rc = load_weights(&h, dir)))
         goto out;
     read_tokenizer_side(m, dir, cfg);

@@ -287,7 +287,7 @@ static int load_index(ty_store_ssd_t *s, const struct bucket *bk)
             char key[TY_STORE_KEY_MAX + 1];
             uint64_t off, len, cs;
             if (p + 2 > (size_t)n || (memcpy(&kl, buf + p, 2), kl == 0) || kl > TY_STORE_KEY_MAX ||
-                p + 26 + kl > (size_t)n) {
+                p + 26 + kl > (size_t)n || memchr(buf + p + 2, 0, kl)) { /* keys hold no NUL */
                 rc = TY_EFORMAT;
                 break;
             }
@@ -297,7 +297,9 @@ static int load_index(ty_store_ssd_t *s, const struct bucket *bk)
             memcpy(&len, buf + p + 10 + kl, 8);
             memcpy(&cs, buf + p + 18 + kl, 8);
             p += 26 + kl;
-            if (off % SSD_ALIGN != 0 || off + rec_size(kl, len) > bk->size) {
+            /* bounds first, so that rec_size() and the sum cannot wrap */
+            if (off % SSD_ALIGN != 0 || off > bk->size || len > bk->size ||
+                off + rec_size(kl, len) > bk->size) {
                 rc = TY_EFORMAT;
                 break;
             }
@@ -323,10 +325,13 @@ static void scan_bucket(ty_store_ssd_t *s, struct bucket *bk)
         struct rec_hdr h;
         memcpy(&h, page, sizeof(h));
         char key[TY_STORE_KEY_MAX + 1];
-        if (h.magic != REC_MAGIC || h.key_len == 0 || h.key_len > TY_STORE_KEY_MAX)
+        if (h.magic != REC_MAGIC || h.key_len == 0 || h.key_len > TY_STORE_KEY_MAX ||
+            memchr(page + sizeof(h), 0, h.key_len)) /* keys hold no NUL */
             break;
         memcpy(key, page + sizeof(h), h.key_len);
         key[h.key_len] = 0;
+        if (h.data_len > bk->size - off) /* before rec_size(), which would wrap */
+            break;
         uint64_t rs = rec_size(h.key_len, h.data_len);
         if (hdr_check(&h, key) != h.hdr_check || rs > bk->size - off)
             break;

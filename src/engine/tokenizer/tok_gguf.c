@@ -163,6 +163,8 @@ int ty_tokenizer_new_from_gguf(ty_tokenizer_t **out, const struct ty_gguf *g, ch
     if (rc == 0) {
         gguf_flags(g, &sp, pre, sizeof(pre));
         rc = ty_tokenizer_new(out, &sp, eb, el);
+        if (rc == TY_EINVAL) /* the spec came from the file: a format error, as documented */
+            rc = TY_EFORMAT;
     }
     if (rc == TY_ENOMEM && !eb[0])
         snprintf(eb, el, "out of memory");

@@ -1,6 +1,8 @@
 /* libFuzzer target: the tokenizer.json loader, then the encoder and decoder of whatever
  * loaded. Input: a tokenizer.json text, optionally followed by "\n\x00" and text to encode. */
-#define _GNU_SOURCE /* memmem */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* memmem; the build defines it already */
+#endif
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
