@@ -293,9 +293,10 @@ static int parse_tensors(ty_gguf_t *g, struct cursor *c)
     }
     uint32_t align = GGUF_DEFAULT_ALIGN;
     const struct gguf_kv *ak = find_kv(g, "general.alignment");
-    if (ak && (!ty_gguf_get_u32(g, "general.alignment", &align) || align == 0 ||
+    /* The GGUF spec requires a multiple of 8, which also keeps f32/f16 tensor data aligned. */
+    if (ak && (!ty_gguf_get_u32(g, "general.alignment", &align) || align < 8 ||
                (align & (align - 1)) || align > (1u << 20))) {
-        rc = fail(c, "general.alignment must be a power of two (got %u)", align);
+        rc = fail(c, "general.alignment must be a power of two >= 8 (got %u)", align);
         goto out;
     }
     uint64_t data_off = (c->off + align - 1) / align * align;
