@@ -132,6 +132,90 @@ static int copy_vocab(ty_gguf_writer_t *w, const char *path, uint32_t *n_vocab)
     return rc;
 }
 
+/* ---- the built-in vocabulary: SentencePiece-style with byte fallback only ----------------- */
+
+struct raw_buf {
+    unsigned char *p;
+    size_t n, cap;
+};
+
+static void raw_put(struct raw_buf *b, const void *data, size_t len)
+{
+    if (b->n + len > b->cap) {
+        b->cap = (b->n + len) * 2;
+        b->p = realloc(b->p, b->cap);
+        if (!b->p)
+            abort(); /* small metadata: OOM aborts (STYLE.md) */
+    }
+    memcpy(b->p + b->n, data, len);
+    b->n += len;
+}
+
+static void raw_u32(struct raw_buf *b, uint32_t v)
+{
+    unsigned char le[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
+                           (unsigned char)(v >> 24)};
+    raw_put(b, le, 4);
+}
+
+static void raw_u64(struct raw_buf *b, uint64_t v)
+{
+    raw_u32(b, (uint32_t)v);
+    raw_u32(b, (uint32_t)(v >> 32));
+}
+
+static void raw_str(struct raw_buf *b, const char *s)
+{
+    raw_u64(b, strlen(s));
+    raw_put(b, s, strlen(s));
+}
+
+/* Begin one GGUF key/value entry holding an array of `n` elements of type `elem`. */
+static void raw_arr_head(struct raw_buf *b, const char *key, enum ty_gguf_vtype elem, uint64_t n)
+{
+    b->n = 0;
+    raw_str(b, key);
+    raw_u32(b, TY_GGUF_ARRAY);
+    raw_u32(b, elem);
+    raw_u64(b, n);
+}
+
+/* Tokens <unk>, <s>, </s> and the 256 byte tokens <0x00>..<0xFF>: every text encodes (through
+ * byte fallback) and decodes, so a random model needs no donor file. */
+static int builtin_vocab(ty_gguf_writer_t *w, uint32_t *n_vocab)
+{
+    enum { N = 3 + 256 };
+    static const char *const specials[3] = {"<unk>", "<s>", "</s>"};
+    struct raw_buf b = {0};
+    char tok[8];
+    int rc = ty_gguf_writer_kv_str(w, "tokenizer.ggml.model", "llama");
+    raw_arr_head(&b, "tokenizer.ggml.tokens", TY_GGUF_STRING, N);
+    for (int i = 0; i < N; i++) {
+        if (i < 3) {
+            raw_str(&b, specials[i]);
+        } else {
+            snprintf(tok, sizeof(tok), "<0x%02X>", i - 3);
+            raw_str(&b, tok);
+        }
+    }
+    rc |= ty_gguf_writer_kv_raw(w, b.p, b.n);
+    raw_arr_head(&b, "tokenizer.ggml.scores", TY_GGUF_FLOAT32, N);
+    for (int i = 0; i < N; i++)
+        raw_u32(&b, 0); /* 0.0f */
+    rc |= ty_gguf_writer_kv_raw(w, b.p, b.n);
+    raw_arr_head(&b, "tokenizer.ggml.token_type", TY_GGUF_INT32, N);
+    for (int i = 0; i < N; i++)
+        raw_u32(&b, i == 0 ? 2 : i < 3 ? 3 : 6); /* unknown, control, byte */
+    rc |= ty_gguf_writer_kv_raw(w, b.p, b.n);
+    free(b.p);
+    rc |= ty_gguf_writer_kv_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    rc |= ty_gguf_writer_kv_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    rc |= ty_gguf_writer_kv_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    rc |= ty_gguf_writer_kv_bool(w, "tokenizer.ggml.add_bos_token", true);
+    *n_vocab = N;
+    return rc ? TY_ENOMEM : 0;
+}
+
 static int add_tensors(ty_gguf_writer_t *w, const struct dims *d, uint32_t type, uint64_t *kinds)
 {
     uint32_t hd = d->dim / d->heads, kv = d->kv_heads * hd;
@@ -183,7 +267,8 @@ static int parse_dims(const char *s, struct dims *d)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: tycho mkmodel (--preset 110m|1b|tiny | --dims D,LAYERS,HEADS,KV_HEADS,FFN)\n"
-               "         --vocab-from TOKENIZER.gguf --out FILE.gguf [--type f32|f16] [--seed S]\n");
+               "         --vocab-from TOKENIZER.gguf|bytes --out FILE.gguf [--type f32|f16] [--seed S]\n"
+               "  --vocab-from bytes: a built-in 259-token byte-fallback vocabulary (no donor file)\n");
 }
 
 static int write_model(const struct dims *d, uint32_t type, const char *vocab, const char *out,
@@ -195,7 +280,8 @@ static int write_model(const struct dims *d, uint32_t type, const char *vocab, c
     int rc = ty_gguf_writer_new(&w);
     if (rc || !kinds)
         goto out;
-    if ((rc = copy_vocab(w, vocab, &dd.vocab)) || (rc = add_kv(w, &dd, type)) ||
+    rc = strcmp(vocab, "bytes") == 0 ? builtin_vocab(w, &dd.vocab) : copy_vocab(w, vocab, &dd.vocab);
+    if (rc || (rc = add_kv(w, &dd, type)) ||
         (rc = add_tensors(w, &dd, type, kinds)))
         goto out;
     struct fill_ctx fc = {seed, type, kinds, 0.02f * sqrtf(3.0f)};
