@@ -39,6 +39,12 @@ done
 echo "== admission sweep (robustness): P:D x TBT SLO at TTFT 30 s"
 "$TYCHO" sim --trace "$CONV" --config "$SRC/configs/sim/overload-2x.yaml" --admission all \
     --sweep --ratios 8:1,8:2,8:3,8:4 --tbt-slos 25,100 --ttft-slos 30 --json > "$OUT/admission.json"
+echo "== admission grid: 30 P:D ratios x TTFT 5/10/30 s x TBT 25/50/100 ms, 2x (810 runs)"
+RATIOS=$(python3 -c "print(','.join(f'{p}:{d}' for p in (4,5,6,7,8,10) for d in (1,2,3,4,6)))")
+"$TYCHO" sim --trace "$CONV" --config "$SRC/configs/sim/overload-2x.yaml" --admission all \
+    --sweep --ratios "$RATIOS" --tbt-slos 25,50,100 --ttft-slos 5,10,30 --json \
+    > "$OUT/admission_grid.json"
+python3 "$SRC/bench/sim/admission_grid.py" "$OUT/admission_grid.json" | tee "$OUT/admission_grid.txt"
 
 echo "== scheduler decision time"
 for n in "32 32" "64 64"; do

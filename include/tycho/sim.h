@@ -128,6 +128,7 @@ struct ty_sim_result {
     double cache_hit_rate;   /* reused prefix blocks / prompt blocks, served requests */
     double compute_saved;    /* prefill time saved by reuse / prefill time without reuse */
     double wasted_prefill_s; /* prefill time spent on requests refused at decode */
+    double prefill_busy_s;   /* prefill time (transfer of fetched prefixes included) run */
     double duration_s;       /* simulated time until the last request finished */
     double wall_s;           /* host time the simulation took */
     struct ty_sim_outcome *out;

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAX_LIST 16
+#define MAX_LIST 64 /* items per grid list; more is a usage error */
 #define MAX_OVERRIDES 64
 
 struct job {
@@ -35,7 +35,7 @@ struct pool {
 
 struct args {
     const char *trace, *config, *plot;
-    char policies[256], admissions[128], ratios[256], caps[256], ttfts[256], tbts[256];
+    char policies[1024], admissions[128], ratios[1024], caps[1024], ttfts[1024], tbts[1024];
     double speed;
     size_t limit;
     int json, sweep, jobs, dump;
@@ -66,6 +66,18 @@ static void usage(FILE *f)
             "  --dump-config       print the effective spec as YAML and exit\n");
 }
 
+/* Copy a list option; a list too long for the buffer is a usage error, never cut. */
+static int copy_list(char *dst, size_t size, const char *src)
+{
+    size_t n = strlen(src);
+    if (n >= size) {
+        fprintf(stderr, "tycho sim: list option longer than %zu characters\n", size - 1);
+        return TY_EINVAL;
+    }
+    memcpy(dst, src, n + 1);
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, struct args *a)
 {
     static const struct option lo[] = {
@@ -88,12 +100,30 @@ static int parse_args(int argc, char **argv, struct args *a)
         switch (c) {
         case 't': a->trace = optarg; break;
         case 'c': a->config = optarg; break;
-        case 'p': snprintf(a->policies, sizeof(a->policies), "%s", optarg); break;
-        case 'a': snprintf(a->admissions, sizeof(a->admissions), "%s", optarg); break;
-        case 'r': snprintf(a->ratios, sizeof(a->ratios), "%s", optarg); break;
-        case 'C': snprintf(a->caps, sizeof(a->caps), "%s", optarg); break;
-        case 'T': snprintf(a->ttfts, sizeof(a->ttfts), "%s", optarg); break;
-        case 'B': snprintf(a->tbts, sizeof(a->tbts), "%s", optarg); break;
+        case 'p':
+            if (copy_list(a->policies, sizeof(a->policies), optarg))
+                return TY_EINVAL;
+            break;
+        case 'a':
+            if (copy_list(a->admissions, sizeof(a->admissions), optarg))
+                return TY_EINVAL;
+            break;
+        case 'r':
+            if (copy_list(a->ratios, sizeof(a->ratios), optarg))
+                return TY_EINVAL;
+            break;
+        case 'C':
+            if (copy_list(a->caps, sizeof(a->caps), optarg))
+                return TY_EINVAL;
+            break;
+        case 'T':
+            if (copy_list(a->ttfts, sizeof(a->ttfts), optarg))
+                return TY_EINVAL;
+            break;
+        case 'B':
+            if (copy_list(a->tbts, sizeof(a->tbts), optarg))
+                return TY_EINVAL;
+            break;
         case 'P': a->plot = optarg; break;
         case 'J': a->json = 1; break;
         case 'S': a->sweep = 1; break;
@@ -130,12 +160,18 @@ static int parse_args(int argc, char **argv, struct args *a)
     return optind == argc ? 0 : TY_EINVAL;
 }
 
-/* Split a comma list into at most MAX_LIST items (modifies s). */
+/* Split a comma list into at most MAX_LIST items (modifies s); 0 when there are more, which
+ * every caller turns into a usage error (a grid is never cut short silently). */
 static size_t split(char *s, char **items)
 {
     size_t n = 0;
-    for (char *tok = strtok(s, ","); tok && n < MAX_LIST; tok = strtok(NULL, ","))
+    for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
+        if (n == MAX_LIST) {
+            fprintf(stderr, "tycho sim: a list holds more than %d items\n", MAX_LIST);
+            return 0;
+        }
         items[n++] = tok;
+    }
     return n;
 }
 
@@ -325,19 +361,22 @@ static int run_jobs(const struct ty_sim_trace *t, struct job *jobs, size_t n, in
 
 static void print_table(const struct job *jobs, size_t n)
 {
-    printf("%-44s %6s %6s %6s %8s %8s %8s %8s %7s %7s %6s %6s %6s %6s\n", "run", "served",
+    printf("%-44s %6s %6s %6s %8s %8s %8s %8s %7s %7s %6s %6s %6s %6s %6s\n", "run", "served",
            "reject", "@dec", "ttft_avg", "ttft_p50", "ttft_p90", "ttft_p99", "tbt_avg", "tbt_p99",
-           "slo%", "good/s", "hit%", "saved%");
-    printf("%-44s %6s %6s %6s %8s %8s %8s %8s %7s %7s %6s %6s %6s %6s\n", "", "", "", "", "s",
-           "s", "s", "s", "ms", "ms", "", "", "", "");
+           "slo%", "good/s", "hit%", "saved%", "pbusy%");
+    printf("%-44s %6s %6s %6s %8s %8s %8s %8s %7s %7s %6s %6s %6s %6s %6s\n", "", "", "", "",
+           "s", "s", "s", "s", "ms", "ms", "", "", "", "", "");
     for (size_t i = 0; i < n; i++) {
         const struct ty_sim_result *r = &jobs[i].r;
+        double busy = r->duration_s > 0 && jobs[i].o.n_prefill
+                          ? r->prefill_busy_s / ((double)jobs[i].o.n_prefill * r->duration_s)
+                          : 0.0;
         printf("%-44s %6zu %6zu %6zu %8.2f %8.2f %8.2f %8.2f %7.1f %7.1f %6.1f %6.2f %6.1f "
-               "%6.1f\n",
+               "%6.1f %6.1f\n",
                jobs[i].label, r->served, r->rejected, r->rejected_at_decode, r->ttft_mean,
                r->ttft_p50, r->ttft_p90, r->ttft_p99, r->tbt_mean * 1e3, r->tbt_p99 * 1e3,
                100 * r->slo_attainment, r->goodput_rps, 100 * r->cache_hit_rate,
-               100 * r->compute_saved);
+               100 * r->compute_saved, 100 * busy);
     }
 }
 
@@ -360,10 +399,15 @@ static void print_json_job(const struct job *j)
            "\"tbt_s\": {\"mean\": %.5f, \"p50\": %.5f, \"p90\": %.5f, \"p99\": %.5f}, "
            "\"slo_attainment\": %.4f, \"goodput_rps\": %.4f, \"cache_hit_rate\": %.4f, "
            "\"prefill_compute_saved\": %.4f, \"wasted_prefill_s\": %.2f, "
+           "\"prefill_busy_s\": %.2f, \"prefill_utilization\": %.4f, "
            "\"simulated_s\": %.1f, \"wall_s\": %.3f}",
            r->ttft_mean, r->ttft_p50, r->ttft_p90, r->ttft_p99, r->tbt_mean, r->tbt_p50,
            r->tbt_p90, r->tbt_p99, r->slo_attainment, r->goodput_rps, r->cache_hit_rate,
-           r->compute_saved, r->wasted_prefill_s, r->duration_s, r->wall_s);
+           r->compute_saved, r->wasted_prefill_s, r->prefill_busy_s,
+           r->duration_s > 0 && o->n_prefill
+               ? r->prefill_busy_s / ((double)o->n_prefill * r->duration_s)
+               : 0.0,
+           r->duration_s, r->wall_s);
 }
 
 static void print_json(const char *trace, const struct job *jobs, size_t n)

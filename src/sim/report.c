@@ -81,10 +81,12 @@ int ty__sim_summarize(struct sim *s, struct ty_sim_result *res)
             res->rejected_by[o->rejected]++;
             if (q->at_decode) {
                 res->rejected_at_decode++;
+                res->prefill_busy_s += q->prefill_us / 1e6;
                 res->wasted_prefill_s += q->prefill_us / 1e6;
             }
             continue;
         }
+        res->prefill_busy_s += q->prefill_us / 1e6;
         o->ttft_us = q->ttft;
         o->tbt_us = q->tbt;
         ttft[res->served] = q->ttft / 1e6;

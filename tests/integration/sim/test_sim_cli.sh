@@ -1,0 +1,62 @@
+#!/bin/bash
+# tycho sim as an operator runs it: a sweep runs every point of the grid it was given (never a
+# silently shortened one), over-long lists and bad traces are usage errors with a message, and
+# the JSON carries the prefill busy share. Uses a trace written here (no test data needed).
+set -euo pipefail
+TYCHO=${TYCHO_BUILD_DIR:?}/src/cli/tycho
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# 400 requests, 5 per second, prompts of 1-8 blocks sharing a 1-block system prompt
+python3 - "$TMP/trace.jsonl" <<'PY'
+import json, random, sys
+random.seed(7)
+with open(sys.argv[1], "w") as f:
+    for i in range(400):
+        n = random.randint(1, 8)
+        ids = [0] + [1000 + i * 8 + k for k in range(n - 1)]
+        f.write(json.dumps({"timestamp": i * 200, "input_length": n * 512 - random.randint(0, 500),
+                            "output_length": random.randint(1, 300), "hash_ids": ids}) + "\n")
+PY
+
+# a sweep over 20 ratios x 3 admissions: 60 runs, each ratio present
+ratios=$(python3 -c "print(','.join(f'{p}:{d}' for p in (1,2,3,4) for d in (1,2,3,4,5)))")
+"$TYCHO" sim --trace "$TMP/trace.jsonl" --sweep --admission all --ratios "$ratios" --json \
+    > "$TMP/sweep.json" 2> "$TMP/sweep.err" || fail "sweep exited $?: $(cat "$TMP/sweep.err")"
+python3 - "$TMP/sweep.json" <<'PY' || fail "sweep output"
+import json, sys
+runs = json.load(open(sys.argv[1]))["runs"]
+assert len(runs) == 60, f"{len(runs)} runs, want 60"
+seen = {(r["prefill_nodes"], r["decode_nodes"]) for r in runs}
+assert seen == {(p, d) for p in (1, 2, 3, 4) for d in (1, 2, 3, 4, 5)}, seen
+for r in runs:
+    assert r["served"] + r["rejected"] == 400, r
+    u = r["prefill_utilization"]
+    assert 0 < u <= 1.0 + 1e-9, u
+    assert r["prefill_busy_s"] > 0
+# one prefill node is busier than four on the same requests
+by = {(r["prefill_nodes"], r["decode_nodes"], r["admission"]): r for r in runs}
+assert by[(1, 5, "baseline")]["prefill_utilization"] > by[(4, 5, "baseline")]["prefill_utilization"]
+PY
+
+# 65 items is more than a list may hold: exit 2 and say so, nothing run
+long=$(python3 -c "print(','.join(f'{p}:1' for p in range(1, 66)))")
+set +e
+"$TYCHO" sim --trace "$TMP/trace.jsonl" --sweep --ratios "$long" > "$TMP/out" 2> "$TMP/err"
+rc=$?
+set -e
+[ "$rc" = 2 ] || fail "65-item list: exit $rc, want 2"
+grep -q "more than 64 items" "$TMP/err" || fail "65-item list: no message: $(cat "$TMP/err")"
+[ ! -s "$TMP/out" ] || fail "65-item list: ran anyway"
+
+# a trace with a broken line: an error naming the line, not a crash or a partial run
+head -3 "$TMP/trace.jsonl" > "$TMP/bad.jsonl"
+echo '{"timestamp": 5, "input_length": "many"}' >> "$TMP/bad.jsonl"
+set +e
+"$TYCHO" sim --trace "$TMP/bad.jsonl" > "$TMP/out" 2> "$TMP/err"
+rc=$?
+set -e
+[ "$rc" != 0 ] && [ "$rc" -lt 128 ] || fail "bad trace: exit $rc"
+grep -q ":4" "$TMP/err" || fail "bad trace: error does not name line 4: $(cat "$TMP/err")"
+echo "test_sim_cli: ok"
