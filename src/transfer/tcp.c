@@ -6,7 +6,9 @@
  * every slice is acknowledged. A notification is a fence: it leaves the queue only when no slice
  * before it is unacknowledged. The peer mutex guards the queue, the per-connection FIFOs of
  * slices awaiting a reply, and the broken state; the engine watchdog calls tcp_tick() to break a
- * peer that made no progress for timeout_ms while it had work. The server side (tcp_serve) runs
+ * peer that made no progress for timeout_ms while it had work. Each sender sleeps on its own
+ * condition variable and is woken only when it has room and there is work it may take (no
+ * thundering herd on the peer mutex); a run of READ requests leaves in one sendmsg. The server side (tcp_serve) runs
  * one thread per inbound connection and validates every access against the region table.
  */
 #include "rdma-impl.h"
@@ -53,6 +55,9 @@ struct tcp_conn {
     struct tcp_item *fifo_head, *fifo_tail; /* sent, awaiting a reply */
     uint32_t inflight;
     struct tcp_item *sending;    /* item whose memory sendmsg is reading now */
+    int lowat;                   /* the socket's SO_RCVLOWAT (reply thread) */
+    pthread_cond_t cv;           /* the sender waits here for work it may take */
+    bool waiting;                /* the sender is (about to be) waiting on cv */
     struct ty__xfer_stage stage; /* pinned staging for cuda memory, owned by the conn threads */
 };
 
@@ -62,9 +67,11 @@ struct tcp_peer {
     uint16_t port;
     pthread_mutex_t reconnect_mu; /* serializes reconnect and close; taken before mu */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv; /* notify completion, a sender done with `sending` (after a break) */
     struct tcp_item *q_head, *q_tail;
+    uint64_t queued;   /* items in the queue */
     uint64_t inflight; /* taken from the queue, not yet answered */
+    uint32_t rr;       /* next connection to wake first (spreads work over connections) */
     uint64_t seq;
     bool broken, stop;
     int broken_err;
@@ -109,12 +116,35 @@ static void peer_break(struct tcp_peer *p, int err)
         item_finish(p, it, p->broken_err);
     }
     p->q_tail = NULL;
+    p->queued = 0;
     pthread_cond_broadcast(&p->cv);
+    for (uint32_t i = 0; i < p->nconns; i++)
+        pthread_cond_signal(&p->conns[i].cv);
 }
 
 static void progress(struct tcp_peer *p)
 {
     atomic_store_explicit(&p->progress_ns, ty_clock_ns(), memory_order_relaxed);
+}
+
+/* Wake as many idle senders with room as there are items they may take (one for a notification
+ * whose fence is clear, none for one still waiting on replies), starting at a rotating
+ * connection. A sender that is busy looks at the queue again before it sleeps. mu held. */
+static void kick(struct tcp_peer *p)
+{
+    if (!p->q_head)
+        return;
+    uint64_t want = p->q_head->kind == ITEM_NOTIFY ? p->inflight == 0 : p->queued;
+    for (uint32_t i = 0; i < p->nconns && want > 0; i++) {
+        struct tcp_conn *c = &p->conns[(p->rr + i) % p->nconns];
+        if (!c->waiting || c->inflight >= TCP_WINDOW)
+            continue;
+        c->waiting = false;
+        pthread_cond_signal(&c->cv);
+        uint64_t room = TCP_WINDOW - c->inflight;
+        want = want > room ? want - room : 0;
+    }
+    p->rr++;
 }
 
 /* Unlink an item that was never sent from c's FIFO (it may not be the head: a reply-less
@@ -137,6 +167,7 @@ static void fifo_remove(struct tcp_conn *c, struct tcp_item *it)
 
 /* ---- sender -------------------------------------------------------------------------------- */
 
+/* Send a NOTIFY or a WRITE slice (header + payload). */
 static int send_item(struct tcp_conn *c, struct tcp_item *it)
 {
     struct tcp_peer *p = c->peer;
@@ -164,11 +195,7 @@ static int send_item(struct tcp_conn *c, struct tcp_item *it)
             h.flags = TY__XFER_FLAG_CHECKSUM;
             h.checksum = XXH3_64bits(iov[1].iov_base, (size_t)it->len);
         }
-    } else {
-        h.type = TY__XFER_MSG_READ;
-        h.flags = p->e->checksum ? TY__XFER_FLAG_CHECKSUM : 0;
-        iovcnt = 1;
-    }
+    } /* READ requests are headers only and leave through take_reads */
     if (iovcnt == 2 && it->len == 0)
         iovcnt = 1;
     ty__xfer_hdr_encode(&h, hb);
@@ -192,6 +219,7 @@ static struct tcp_item *take_next(struct tcp_peer *p, struct tcp_conn *c)
     p->q_head = it->next;
     if (!p->q_head)
         p->q_tail = NULL;
+    p->queued--;
     it->next = NULL;
     it->seq = ++p->seq;
     if (c->fifo_tail)
@@ -224,7 +252,7 @@ static int send_taken(struct tcp_conn *c, struct tcp_item *it)
         pthread_mutex_lock(&p->mu);
         fifo_remove(c, it);
         item_finish(p, it, TY_EOUTOFRANGE);
-        pthread_cond_broadcast(&p->cv);
+        kick(p); /* the fence before a notification may have cleared */
         pthread_mutex_unlock(&p->mu);
         return 0;
     }
@@ -234,23 +262,73 @@ static int send_taken(struct tcp_conn *c, struct tcp_item *it)
     return rc;
 }
 
+#define READ_RUN_MAX TCP_WINDOW
+
+/* Take the READ slices at the head of the queue that fit c's window (at least `it`, already
+ * taken) and encode their requests into hb: a READ request is a header only, so a run of them
+ * leaves in one sendmsg and the sender touches no item after mu is released. mu held. Returns
+ * the number of requests. */
+static int take_reads(struct tcp_peer *p, struct tcp_conn *c, struct tcp_item *it,
+                      uint8_t (*hb)[TY__XFER_HDR_SIZE])
+{
+    int n = 0;
+    for (;;) {
+        struct ty__xfer_hdr h = {.type = TY__XFER_MSG_READ,
+                                 .flags = p->e->checksum ? TY__XFER_FLAG_CHECKSUM : 0,
+                                 .seq = it->seq,
+                                 .addr = it->remote,
+                                 .len = it->len,
+                                 .task_addr = it->task_remote,
+                                 .task_len = it->task_len};
+        ty__xfer_hdr_encode(&h, hb[n++]);
+        struct tcp_item *nx = p->q_head;
+        if (n == READ_RUN_MAX || !can_take(p, c) || nx->kind != ITEM_SLICE ||
+            nx->op != TY_XFER_OP_READ)
+            return n;
+        it = take_next(p, c);
+    }
+}
+
+static bool is_read(const struct tcp_item *it)
+{
+    return it->kind == ITEM_SLICE && it->op == TY_XFER_OP_READ;
+}
+
 static void *send_main(void *arg)
 {
     struct tcp_conn *c = arg;
     struct tcp_peer *p = c->peer;
+    uint8_t hb[READ_RUN_MAX][TY__XFER_HDR_SIZE];
+    struct iovec iov[READ_RUN_MAX];
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->broken && !can_take(p, c))
-            pthread_cond_wait(&p->cv, &p->mu);
+        while (!p->broken && !can_take(p, c)) {
+            c->waiting = true;
+            pthread_cond_wait(&c->cv, &p->mu);
+        }
+        c->waiting = false;
         if (p->broken)
             break;
         struct tcp_item *it = take_next(p, c);
-        c->sending = it;
-        pthread_mutex_unlock(&p->mu);
-        int rc = send_taken(c, it);
-        pthread_mutex_lock(&p->mu);
-        c->sending = NULL;
-        pthread_cond_broadcast(&p->cv);
+        int rc;
+        if (is_read(it)) { /* headers only: encoded under mu, the items are not touched after */
+            int n = take_reads(p, c, it, hb);
+            pthread_mutex_unlock(&p->mu);
+            for (int i = 0; i < n; i++)
+                iov[i] = (struct iovec){hb[i], TY__XFER_HDR_SIZE};
+            rc = ty__xfer_sendv_all(c->fd, iov, n);
+            if (rc == 0)
+                progress(p);
+            pthread_mutex_lock(&p->mu);
+        } else {
+            c->sending = it;
+            pthread_mutex_unlock(&p->mu);
+            rc = send_taken(c, it);
+            pthread_mutex_lock(&p->mu);
+            c->sending = NULL;
+            if (p->broken)
+                pthread_cond_broadcast(&p->cv); /* recv_fail_fifo waits for `sending` */
+        }
         if (rc) {
             peer_break(p, rc);
             break;
@@ -280,6 +358,7 @@ static int read_reply(struct tcp_conn *c, struct tcp_item *it, const struct ty__
     /* the target memory must still be registered; hold the region while receiving into it */
     if (!local_lock(c->peer, it)) {
         *status = TY_EOUTOFRANGE;
+        ty__xfer_lowat_reset(c->fd, &c->lowat);
         return ty__xfer_drain(c->fd, h->len);
     }
     int rc = recv_payload(c, it, h, status);
@@ -300,7 +379,7 @@ static int recv_payload(struct tcp_conn *c, struct tcp_item *it, const struct ty
         dst = c->stage.ptr;
     }
 #endif
-    int rc = ty__xfer_recv_all(c->fd, dst, (size_t)it->len);
+    int rc = ty__xfer_recv_lowat(c->fd, dst, (size_t)it->len, &c->lowat, -1);
     if (rc)
         return rc;
     if ((h->flags & TY__XFER_FLAG_CHECKSUM) && XXH3_64bits(dst, (size_t)it->len) != h->checksum) {
@@ -341,7 +420,7 @@ static void *recv_main(void *arg)
     struct ty__xfer_hdr h;
     int rc;
     for (;;) {
-        if ((rc = ty__xfer_recv_all(c->fd, hb, sizeof(hb))) != 0)
+        if ((rc = ty__xfer_recv_lowat(c->fd, hb, sizeof(hb), &c->lowat, -1)) != 0)
             break;
         if ((rc = ty__xfer_hdr_decode(hb, &h)) != 0)
             break;
@@ -363,7 +442,7 @@ static void *recv_main(void *arg)
         c->inflight--;
         p->inflight--;
         item_finish(p, it, rc ? rc : status);
-        pthread_cond_broadcast(&p->cv);
+        kick(p);
         pthread_mutex_unlock(&p->mu);
         if (rc)
             break;
@@ -456,6 +535,7 @@ static int conns_open(struct tcp_peer *p, struct ty__xfer_hello *hello)
             return fd;
         }
         p->conns[i].fd = fd;
+        p->conns[i].lowat = 1;
     }
     pthread_mutex_lock(&p->mu);
     p->broken = false;
@@ -492,11 +572,14 @@ int ty__xfer_tcp_open(ty_xfer_engine_t *e, const char *host, uint16_t port,
     for (uint32_t i = 0; i < p->nconns; i++) {
         p->conns[i].peer = p;
         p->conns[i].fd = -1;
+        pthread_cond_init(&p->conns[i].cv, NULL);
     }
     int rc = conns_open(p, hello);
     if (rc) {
         TY_LOG_ERROR(TY_XFER_SUBSYS, "cannot reach tcp peer %s:%u: %s", host, port,
                      ty_strerror(rc));
+        for (uint32_t i = 0; i < p->nconns; i++)
+            pthread_cond_destroy(&p->conns[i].cv);
         free(p->conns);
         free(p);
         return rc;
@@ -547,7 +630,9 @@ static void enqueue(struct tcp_peer *p, struct tcp_item *first, struct tcp_item 
     else
         p->q_head = first;
     p->q_tail = last;
-    pthread_cond_broadcast(&p->cv);
+    for (struct tcp_item *it = first; it; it = it->next)
+        p->queued++;
+    kick(p);
 }
 
 static int tcp_submit(void *ctx, const struct ty__xfer_slice_req *req)
@@ -634,6 +719,8 @@ static void tcp_close(void *ctx)
     pthread_mutex_unlock(&p->mu);
     conns_close(p);
     pthread_mutex_unlock(&p->reconnect_mu);
+    for (uint32_t i = 0; i < p->nconns; i++)
+        pthread_cond_destroy(&p->conns[i].cv);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     pthread_mutex_destroy(&p->reconnect_mu);
@@ -687,8 +774,11 @@ static int serve_write(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
     if (cuda && (rc = ty__xfer_cuda_stage_reserve(&in->stage, (size_t)h->len)) == 0)
         dst = in->stage.ptr;
 #endif
-    if (rc == 0)
-        rc = ty__xfer_recv_all(in->fd, dst, (size_t)h->len);
+    if (rc == 0) { /* the header waits of this thread use plain recv: the mark goes back to 1 */
+        int lowat = 1;
+        rc = ty__xfer_recv_lowat(in->fd, dst, (size_t)h->len, &lowat, (int)e->timeout_ms);
+        ty__xfer_lowat_reset(in->fd, &lowat);
+    }
     if (rc == 0 && (h->flags & TY__XFER_FLAG_CHECKSUM) &&
         XXH3_64bits(dst, (size_t)h->len) != h->checksum) {
         atomic_fetch_add(&e->st.checksum_errors, 1);

@@ -437,6 +437,51 @@ int ty__xfer_recv_all(int fd, void *buf, size_t len)
     return 0;
 }
 
+#define LOWAT_MAX (1 << 20)
+
+static void lowat_set(int fd, int *lowat, int v)
+{
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v)) == 0)
+        *lowat = v;
+}
+
+int ty__xfer_recv_lowat(int fd, void *buf, size_t len, int *lowat, int timeout_ms)
+{
+    uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n == 0)
+            return TY_ECONNRESET;
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return -errno;
+        /* nothing buffered: wait for min(missing, cap) bytes. Lower the mark when it exceeds
+         * what is missing (else the wait could hang); raise it when far below the target. */
+        int want = len < LOWAT_MAX ? (int)len : LOWAT_MAX;
+        if ((size_t)*lowat > len || *lowat < want / 2)
+            lowat_set(fd, lowat, want);
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int rc = poll(&pfd, 1, timeout_ms);
+        if (rc == 0)
+            return TY_ETIMEDOUT;
+        if (rc < 0 && errno != EINTR)
+            return -errno;
+    }
+    return 0;
+}
+
+void ty__xfer_lowat_reset(int fd, int *lowat)
+{
+    if (*lowat != 1)
+        lowat_set(fd, lowat, 1);
+}
+
 int ty__xfer_drain(int fd, uint64_t len)
 {
     uint8_t scratch[16384];

@@ -182,6 +182,15 @@ int ty__xfer_rdma_connect_decode(const uint8_t *buf, size_t len, struct ty__xfer
 /* Send/receive exactly the iovecs / len bytes; 0, -errno, or -ECONNRESET on EOF. */
 int ty__xfer_sendv_all(int fd, struct iovec *iov, int iovcnt);
 int ty__xfer_recv_all(int fd, void *buf, size_t len);
+/* Receive exactly len bytes, sleeping (poll, timeout_ms; -1: none) only until a large part of
+ * what is missing has arrived: SO_RCVLOWAT is raised to min(missing, 1 MiB) before a wait, never
+ * above what is missing, so the wait cannot outlast the message. Without it the kernel wakes the
+ * reader for every arriving segment (about 16 wakeups per MiB on veth). *lowat: the socket's
+ * current value (1 on a fresh socket), kept by the caller across calls; plain recv on the fd
+ * needs ty__xfer_lowat_reset first. 0, -errno, TY_ETIMEDOUT, or TY_ECONNRESET on EOF. */
+int ty__xfer_recv_lowat(int fd, void *buf, size_t len, int *lowat, int timeout_ms);
+/* Put SO_RCVLOWAT back to 1 (a no-op when *lowat is 1). */
+void ty__xfer_lowat_reset(int fd, int *lowat);
 /* Receive and discard len bytes. */
 int ty__xfer_drain(int fd, uint64_t len);
 /* Connect to host:port within timeout_ms; returns fd or -errno / TY_ETIMEDOUT. */

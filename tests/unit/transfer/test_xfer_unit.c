@@ -10,8 +10,14 @@
 #include "tycho/transfer.h"
 #include "xfer-impl.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 static void test_hdr_bytes(void **state)
 {
@@ -328,6 +334,86 @@ static void test_rdma_rkeys_in_metadata(void **state)
     free(js);
 }
 
+/* ---- SO_RCVLOWAT receive: whole messages, no wait past the message's end ------------------- */
+
+#define LW_BIG (3u << 20)
+
+struct lw_sender {
+    int fd;
+    uint8_t *big;
+};
+
+static void lw_sleep_ms(long ms)
+{
+    struct timespec ts = {0, ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Sends the big message in three pieces with pauses, then a lone 64-byte message after a
+ * pause, then 10 bytes: a mark left above what is missing would wait for bytes that never
+ * come. */
+static void *lw_send(void *arg)
+{
+    struct lw_sender *s = arg;
+    size_t cut[] = {0, 200000, 1700000, LW_BIG};
+    for (int i = 0; i < 3; i++) {
+        struct iovec iov = {s->big + cut[i], cut[i + 1] - cut[i]};
+        assert_int_equal(ty__xfer_sendv_all(s->fd, &iov, 1), 0);
+        lw_sleep_ms(30);
+    }
+    uint8_t small[64], tail[10];
+    memset(small, 0x5a, sizeof(small));
+    memset(tail, 0xa5, sizeof(tail));
+    lw_sleep_ms(30);
+    struct iovec iov = {small, sizeof(small)};
+    assert_int_equal(ty__xfer_sendv_all(s->fd, &iov, 1), 0);
+    lw_sleep_ms(30);
+    iov = (struct iovec){tail, sizeof(tail)};
+    assert_int_equal(ty__xfer_sendv_all(s->fd, &iov, 1), 0);
+    return NULL;
+}
+
+static void test_recv_lowat(void **state)
+{
+    (void)state;
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sa);
+    assert_int_equal(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(l, 1), 0);
+    assert_int_equal(getsockname(l, (struct sockaddr *)&sa, &sl), 0);
+    int rx = ty__xfer_tcp_connect("127.0.0.1", ntohs(sa.sin_port), 1000);
+    assert_true(rx >= 0);
+    struct lw_sender s = {.fd = accept(l, NULL, NULL), .big = malloc(LW_BIG)};
+    uint8_t *got = malloc(LW_BIG);
+    assert_true(s.fd >= 0 && s.big && got);
+    for (size_t i = 0; i < LW_BIG; i++)
+        s.big[i] = (uint8_t)(i * 2654435761u >> 11);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, lw_send, &s), 0);
+    int lowat = 1;
+    /* 2 s per wait: the pauses are 30 ms, so a timeout means a wait past the message's end */
+    assert_int_equal(ty__xfer_recv_lowat(rx, got, LW_BIG, &lowat, 2000), 0);
+    assert_memory_equal(got, s.big, LW_BIG);
+    uint8_t small[64], want[64];
+    memset(want, 0x5a, sizeof(want));
+    assert_int_equal(ty__xfer_recv_lowat(rx, small, sizeof(small), &lowat, 2000), 0);
+    assert_memory_equal(small, want, sizeof(want));
+    ty__xfer_lowat_reset(rx, &lowat);
+    assert_int_equal(lowat, 1);
+    ty__xfer_sock_timeouts(rx, 2000); /* plain recv after the reset: the mark is 1 again */
+    uint8_t tail[10];
+    assert_int_equal(ty__xfer_recv_all(rx, tail, sizeof(tail)), 0);
+    assert_int_equal(tail[9], 0xa5);
+    pthread_join(th, NULL);
+    close(s.fd);
+    assert_int_equal(ty__xfer_recv_lowat(rx, small, 1, &lowat, 2000), TY_ECONNRESET);
+    close(rx);
+    close(l);
+    free(s.big);
+    free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -342,6 +428,7 @@ int main(void)
         cmocka_unit_test(test_rdma_retry),
         cmocka_unit_test(test_rdma_connect_codec),
         cmocka_unit_test(test_rdma_rkeys_in_metadata),
+        cmocka_unit_test(test_recv_lowat),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
