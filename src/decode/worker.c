@@ -6,7 +6,7 @@
 
 #include "tycho/errors.h"
 #include "tycho/log.h"
-#include "tycho/tokenizer.h"
+#include "tycho/stoptext.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -18,13 +18,9 @@ struct wseq {
     uint32_t *hist; /* prompt then output */
     size_t n_hist, cap_hist, n_prompt;
     struct ty_gen_params gen;
-    char *stop[TY_SERVE_MAX_STOP];
-    size_t max_stop;
     ty_kvseq_t *seq;
     ty_sampler_t *sampler;
-    struct ty_detok detok;
-    char *text;
-    size_t n_text, cap_text, n_emitted;
+    struct ty_stoptext st; /* text, stop strings, what was sent */
     uint32_t n_cached, n_out;
     bool cancelled;
 };
@@ -58,48 +54,23 @@ static void wseq_free(ty_decode_worker_t *w, struct wseq *s)
         return;
     ty_kvpool_seq_free(ty_engine_pool(w->e), s->seq);
     ty_sampler_free(s->sampler);
-    for (size_t i = 0; i < TY_SERVE_MAX_STOP; i++)
-        free(s->stop[i]);
+    ty_stoptext_clear(&s->st);
     free(s->hist);
-    free(s->text);
     free(s);
 }
 
+/* Report an event carrying the text up to `text_end` not sent yet (0: none). */
 static void emit(ty_decode_worker_t *w, struct wseq *s, enum ty_serve_event_kind kind,
                  const struct ty_sample *smp, size_t text_end, enum ty_finish fin, int error)
 {
     struct ty_serve_event ev = {.id = s->id, .kind = kind, .finish = fin, .error = error};
     if (smp)
         ev.sample = *smp;
-    if (text_end > s->n_emitted) {
-        ev.text = s->text + s->n_emitted;
-        ev.text_len = text_end - s->n_emitted;
-        s->n_emitted = text_end;
-    } else {
-        ev.text = "";
-    }
+    ev.text = ty_stoptext_take(&s->st, text_end, &ev.text_len);
     ev.n_prompt = (uint32_t)s->n_prompt;
     ev.n_cached = s->n_cached;
     ev.n_output = s->n_out;
     w->o.event_cb(w->o.event_arg, &ev);
-}
-
-static int push_text(struct wseq *s, const char *t, size_t n)
-{
-    if (s->n_text + n + 1 > s->cap_text) {
-        size_t cap = s->cap_text ? s->cap_text * 2 : 256;
-        while (cap < s->n_text + n + 1)
-            cap *= 2;
-        char *nt = realloc(s->text, cap);
-        if (!nt)
-            return TY_ENOMEM;
-        s->text = nt;
-        s->cap_text = cap;
-    }
-    memcpy(s->text + s->n_text, t, n);
-    s->n_text += n;
-    s->text[s->n_text] = 0;
-    return 0;
 }
 
 /* ---- submit / cancel / stats (any thread) ----------------------------------------------------- */
@@ -116,26 +87,20 @@ static int wseq_build(ty_decode_worker_t *w, const struct ty_serve_request *r, s
     s->cap_hist = r->n_prompt + (r->gen.max_tokens < 4096 ? r->gen.max_tokens : 4096) + 1;
     s->hist = malloc(s->cap_hist * sizeof(uint32_t));
     int rc = s->hist ? 0 : TY_ENOMEM;
-    for (size_t i = 0; !rc && i < r->gen.n_stop && i < TY_SERVE_MAX_STOP; i++) {
-        if (!(s->stop[i] = strdup(r->gen.stop[i])))
-            rc = TY_ENOMEM;
-        else if (strlen(s->stop[i]) > s->max_stop)
-            s->max_stop = strlen(s->stop[i]);
-    }
+    size_t n_stop = r->gen.n_stop < TY_SERVE_MAX_STOP ? r->gen.n_stop : TY_SERVE_MAX_STOP;
+    if (!rc)
+        rc = ty_stoptext_init(&s->st, w->tok, r->gen.stop, n_stop);
     if (!rc)
         rc = ty_sampler_new(&s->sampler, &r->gen.sampling, w->V);
     if (rc) {
         free(s->hist);
-        for (size_t i = 0; i < TY_SERVE_MAX_STOP; i++)
-            free(s->stop[i]);
+        ty_stoptext_clear(&s->st);
         ty_sampler_free(s->sampler);
         free(s);
         return rc;
     }
     memcpy(s->hist, r->prompt, r->n_prompt * sizeof(uint32_t));
     s->n_hist = s->n_prompt = r->n_prompt;
-    if (w->tok)
-        ty_detok_init(&s->detok, w->tok);
     *out = s;
     return 0;
 }
@@ -327,34 +292,6 @@ static void admit(ty_decode_worker_t *w)
     }
 }
 
-/* Cut the text at the first stop string that now appears (as generate.c's check_stop). */
-static bool check_stop(struct wseq *s, size_t before)
-{
-    for (size_t i = 0; i < TY_SERVE_MAX_STOP && s->stop[i]; i++) {
-        size_t sl = strlen(s->stop[i]);
-        size_t from = before > sl ? before - sl + 1 : 0;
-        char *hit = s->text ? strstr(s->text + from, s->stop[i]) : NULL;
-        if (hit) {
-            s->n_text = (size_t)(hit - s->text);
-            s->text[s->n_text] = 0;
-            return true;
-        }
-    }
-    return false;
-}
-
-/* Text that can be sent: all of it, less what could still start a stop string, never
- * ending inside a UTF-8 character. */
-static size_t safe_end(const struct wseq *s)
-{
-    if (!s->max_stop)
-        return s->n_text;
-    size_t end = s->n_text > s->max_stop - 1 ? s->n_text - (s->max_stop - 1) : 0;
-    while (end > s->n_emitted && ((unsigned char)s->text[end] & 0xc0) == 0x80)
-        end--;
-    return end < s->n_emitted ? s->n_emitted : end;
-}
-
 /* Record sampled token `smp` for `s`. Returns the finish reason (NONE: keeps going). */
 static enum ty_finish accept_token(ty_decode_worker_t *w, struct wseq *s,
                                    const struct ty_sample *smp, int *err)
@@ -373,15 +310,13 @@ static enum ty_finish accept_token(ty_decode_worker_t *w, struct wseq *s,
     s->hist[s->n_hist++] = smp->id;
     s->n_out++;
     enum ty_finish fin = TY_FINISH_NONE;
-    if (w->tok) {
-        char piece[64];
-        int n = ty_detok_feed(&s->detok, smp->id, piece, sizeof(piece));
-        size_t before = s->n_text;
-        if (n > 0 && (*err = push_text(s, piece, (size_t)n)))
-            return TY_FINISH_NONE;
-        if (check_stop(s, before))
-            fin = TY_FINISH_STOP;
+    int rc = ty_stoptext_push(&s->st, smp->id);
+    if (rc < 0) {
+        *err = rc;
+        return TY_FINISH_NONE;
     }
+    if (ty_stoptext_hit(&s->st))
+        fin = TY_FINISH_STOP;
     if (!fin && s->n_out >= s->gen.max_tokens)
         fin = TY_FINISH_LENGTH;
     if (!fin && ty_kvseq_n_tokens(s->seq) + 1 >= ty_engine_max_ctx(w->e))
@@ -400,16 +335,12 @@ static bool sample_and_report(ty_decode_worker_t *w, struct wseq *s, float *row)
         return true;
     }
     if (fin != TY_FINISH_EOS)
-        emit(w, s, TY_SERVE_EV_TOKEN, &smp, fin ? s->n_text : safe_end(s), fin, 0);
+        emit(w, s, TY_SERVE_EV_TOKEN, &smp, ty_stoptext_safe_end(&s->st, fin != TY_FINISH_NONE),
+             fin, 0);
     if (!fin)
         return false;
-    if (w->tok && fin != TY_FINISH_STOP) {
-        char tail[64];
-        int k = ty_detok_flush(&s->detok, tail, sizeof(tail));
-        if (k > 0)
-            push_text(s, tail, (size_t)k);
-    }
-    emit(w, s, TY_SERVE_EV_DONE, NULL, s->n_text, fin, 0);
+    ty_stoptext_flush(&s->st); /* nothing after a stop string; TY_ENOMEM: the tail is lost */
+    emit(w, s, TY_SERVE_EV_DONE, NULL, ty_stoptext_safe_end(&s->st, true), fin, 0);
     return true;
 }
 

@@ -4,7 +4,7 @@
 
 #include "tycho/clock.h"
 #include "tycho/errors.h"
-#include "tycho/tokenizer.h"
+#include "tycho/stoptext.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -15,31 +15,11 @@ struct gen_seq {
     uint32_t *hist; /* prompt then output */
     size_t n_hist, cap_hist;
     size_t n_prompt;
-    char *text;
-    size_t n_text, cap_text;
 #ifdef TY_HAVE_TOKENIZER
-    struct ty_detok detok;
+    struct ty_stoptext st; /* st.detok.tok NULL: the model has no tokenizer */
 #endif
     bool done;
 };
-
-static int push_text(struct gen_seq *g, const char *s, size_t n)
-{
-    if (g->n_text + n + 1 > g->cap_text) {
-        size_t cap = g->cap_text ? g->cap_text * 2 : 256;
-        while (cap < g->n_text + n + 1)
-            cap *= 2;
-        char *nt = realloc(g->text, cap);
-        if (!nt)
-            return TY_ENOMEM;
-        g->text = nt;
-        g->cap_text = cap;
-    }
-    memcpy(g->text + g->n_text, s, n);
-    g->n_text += n;
-    g->text[g->n_text] = 0;
-    return 0;
-}
 
 static int push_id(struct gen_seq *g, uint32_t id)
 {
@@ -55,31 +35,13 @@ static int push_id(struct gen_seq *g, uint32_t id)
     return 0;
 }
 
-/* Cut the text at the first stop string that now appears; true when one did. */
-static bool check_stop(struct gen_seq *g, const struct ty_gen_params *p, size_t before)
-{
-    for (size_t i = 0; i < p->n_stop; i++) {
-        size_t sl = strlen(p->stop[i]);
-        if (!sl)
-            continue;
-        size_t from = before > sl ? before - sl + 1 : 0;
-        char *hit = g->text ? strstr(g->text + from, p->stop[i]) : NULL;
-        if (hit) {
-            g->n_text = (size_t)(hit - g->text);
-            g->text[g->n_text] = 0;
-            return true;
-        }
-    }
-    return false;
-}
-
 /* Record token `s` for sequence `i`, updating text and finish state. */
 static int accept(ty_engine_t *e, struct gen_seq *g, struct ty_gen_result *r, size_t i,
                   const struct ty_sample *s, const struct ty_gen_params *p, ty_gen_token_cb cb,
                   void *arg)
 {
     const ty_model_t *m = ty_engine_model(e);
-    char piece[64] = "";
+    const char *piece = "";
     if (!p->ignore_eos && ty_model_is_eog(m, s->id)) {
         r->finish = TY_FINISH_EOS;
         g->done = true;
@@ -91,12 +53,13 @@ static int accept(ty_engine_t *e, struct gen_seq *g, struct ty_gen_result *r, si
     r->ids[r->n_ids] = s->id;
     r->samples[r->n_ids++] = *s;
 #ifdef TY_HAVE_TOKENIZER
-    if (ty_model_tokenizer(m)) {
-        int n = ty_detok_feed(&g->detok, s->id, piece, sizeof(piece));
-        size_t before = g->n_text;
-        if (n > 0 && (rc = push_text(g, piece, (size_t)n)))
+    if (g->st.detok.tok) {
+        size_t before = g->st.n_text;
+        if ((rc = ty_stoptext_push(&g->st, s->id)) < 0)
             return rc;
-        if (check_stop(g, p, before)) {
+        /* the callback sees this token's text, less what a stop string cut */
+        piece = g->st.text && before < g->st.n_text ? g->st.text + before : "";
+        if (ty_stoptext_hit(&g->st)) {
             r->finish = TY_FINISH_STOP;
             g->done = true;
         }
@@ -129,8 +92,8 @@ static int setup(ty_engine_t *e, struct gen_seq *g, const uint32_t *prompt, size
             return rc;
     g->n_prompt = n;
 #ifdef TY_HAVE_TOKENIZER
-    if (ty_model_tokenizer(m))
-        ty_detok_init(&g->detok, ty_model_tokenizer(m));
+    if ((rc = ty_stoptext_init(&g->st, ty_model_tokenizer(m), p->stop, p->n_stop)))
+        return rc;
 #endif
     r->ids = malloc(((size_t)p->max_tokens + 1) * sizeof(uint32_t));
     r->samples = malloc(((size_t)p->max_tokens + 1) * sizeof(struct ty_sample));
@@ -182,15 +145,14 @@ static int finish_results(struct gen_seq *gs, size_t n, struct ty_gen_result *re
 {
     for (size_t i = 0; i < n; i++) {
 #ifdef TY_HAVE_TOKENIZER
-        char tail[64];
-        int k = gs[i].detok.tok ? ty_detok_flush(&gs[i].detok, tail, sizeof(tail)) : 0;
-        if (k > 0 && res[i].finish != TY_FINISH_STOP && push_text(&gs[i], tail, (size_t)k))
+        if (!gs[i].st.detok.tok)
+            continue; /* no tokenizer: text stays NULL */
+        if (ty_stoptext_flush(&gs[i].st) || !(res[i].text = ty_stoptext_release(&gs[i].st)))
             return TY_ENOMEM;
-        if (gs[i].detok.tok && !gs[i].text && push_text(&gs[i], "", 0))
-            return TY_ENOMEM;
+#else
+        (void)gs;
+        (void)res;
 #endif
-        res[i].text = gs[i].text;
-        gs[i].text = NULL;
     }
     return 0;
 }
@@ -230,7 +192,9 @@ int ty_engine_generate(ty_engine_t *e, const uint32_t *const *prompts, const siz
         ty_kvpool_seq_free(ty_engine_pool(e), gs[i].seq);
         ty_sampler_free(gs[i].sampler);
         free(gs[i].hist);
-        free(gs[i].text);
+#ifdef TY_HAVE_TOKENIZER
+        ty_stoptext_clear(&gs[i].st);
+#endif
     }
     free(gs);
     free(logits);

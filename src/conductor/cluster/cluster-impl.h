@@ -1,5 +1,5 @@
 /* Internals of ty_cluster_t (registry.c: nodes, RPC endpoint, heartbeat timeout; remote.c: the
- * serving backend; text.c: detokenizing and stop strings of relayed tokens). Everything runs
+ * serving backend, whose relayed tokens become text through tycho/stoptext.h). Everything runs
  * on the cluster's loop thread. Nodes live as long as the cluster (a dead node keeps its slot
  * and is revived by its next RegisterNode); requests are freed once finished and no RPC call
  * of theirs is pending. */
@@ -8,6 +8,7 @@
 
 #include "tycho/cluster.h"
 #include "tycho/rpc.h"
+#include "tycho/stoptext.h"
 #include "tycho/tokenizer.h"
 #include "tycho.pb-c.h"
 
@@ -23,17 +24,6 @@ struct ty__cnode {
     ty_cluster_t *c;
 };
 
-/* Text of one relayed sequence: the rules of ty_engine_generate (stop strings cut the text,
- * text that may start a stop string is held back, never a broken UTF-8 character). */
-struct ty__ctext {
-    const ty_tokenizer_t *tok;
-    struct ty_detok detok;
-    char *stop[TY_SERVE_MAX_STOP];
-    size_t max_stop;
-    char *text;
-    size_t n_text, cap, n_emitted;
-};
-
 struct ty__creq {
     struct ty__creq *next;
     uint64_t id;  /* the serve id */
@@ -45,7 +35,7 @@ struct ty__creq {
     Tycho__V1__DecodeAssignReply *dreply; /* kept to forward its KV destination */
     bool decode_pending, prefill_pending, stream_pending, finished, prefill_counted;
     uint64_t wait_until_ms; /* no node yet (Conductor just started): dispatch when one comes */
-    struct ty__ctext tx;
+    struct ty_stoptext tx;  /* text of the relayed tokens, as ty_engine_generate makes it */
 };
 
 struct ty_cluster {
@@ -78,17 +68,5 @@ void ty__cluster_fail_node(ty_cluster_t *c, struct ty__cnode *n, int err);
 void ty__cluster_fail_all(ty_cluster_t *c, int err);
 /* A node registered / the tick: dispatch or expire requests that wait for a first node. */
 void ty__cluster_retry_waiting(ty_cluster_t *c);
-
-/* text.c */
-int ty__ctext_init(struct ty__ctext *t, const ty_tokenizer_t *tok, const char *const *stop,
-                   size_t n_stop);
-void ty__ctext_clear(struct ty__ctext *t);
-/* Add token `id`; returns 1 when a stop string now appears (text cut before it), 0, or
- * TY_ENOMEM. */
-int ty__ctext_push(struct ty__ctext *t, uint32_t id);
-/* End of stream: flush held bytes (not after a stop string). */
-void ty__ctext_flush(struct ty__ctext *t);
-/* End of the text that may be sent now (all of it when `final`). */
-size_t ty__ctext_safe_end(const struct ty__ctext *t, bool final);
 
 #endif

@@ -23,11 +23,7 @@ static void emit(ty_cluster_t *c, struct ty__creq *r, enum ty_serve_event_kind k
                                 .text = ""};
     if (smp)
         ev.sample = *smp;
-    if (text_end > r->tx.n_emitted) {
-        ev.text = r->tx.text + r->tx.n_emitted;
-        ev.text_len = text_end - r->tx.n_emitted;
-        r->tx.n_emitted = text_end;
-    }
+    ev.text = ty_stoptext_take(&r->tx, text_end, &ev.text_len);
     ev.n_prompt = r->n_prompt;
     ev.n_output = r->n_out;
     c->o.event_cb(c->o.event_arg, &ev);
@@ -45,7 +41,7 @@ static void req_maybe_free(ty_cluster_t *c, struct ty__creq *r)
     }
     if (r->dreply)
         tycho__v1__decode_assign_reply__free_unpacked(r->dreply, NULL);
-    ty__ctext_clear(&r->tx);
+    ty_stoptext_clear(&r->tx);
     free(r->prompt);
     free(r);
 }
@@ -95,9 +91,8 @@ static void req_fail(ty_cluster_t *c, struct ty__creq *r, int err)
 
 static void req_done(ty_cluster_t *c, struct ty__creq *r, enum ty_finish fin)
 {
-    if (fin != TY_FINISH_STOP)
-        ty__ctext_flush(&r->tx);
-    emit(c, r, TY_SERVE_EV_DONE, NULL, r->tx.n_text, fin, 0);
+    ty_stoptext_flush(&r->tx); /* nothing after a stop string; TY_ENOMEM: the tail is lost */
+    emit(c, r, TY_SERVE_EV_DONE, NULL, ty_stoptext_safe_end(&r->tx, true), fin, 0);
     req_end(c, r, fin != TY_FINISH_STOP, "stop string");
 }
 
@@ -123,16 +118,16 @@ static void on_chunk(ty_cluster_t *c, struct ty__creq *r, const Tycho__V1__Token
         struct ty_sample smp;
         sample_of(ch, i, &smp);
         r->n_out++;
-        int hit = ty__ctext_push(&r->tx, smp.id);
-        if (hit < 0) {
-            req_fail(c, r, hit);
+        int rc = ty_stoptext_push(&r->tx, smp.id);
+        if (rc < 0) {
+            req_fail(c, r, rc);
             return;
         }
-        enum ty_finish fin = hit ? TY_FINISH_STOP : TY_FINISH_NONE;
+        enum ty_finish fin = ty_stoptext_hit(&r->tx) ? TY_FINISH_STOP : TY_FINISH_NONE;
         if (!fin && i + 1 == ch->n_token_ids &&
             ch->finish_reason == TYCHO__V1__FINISH_REASON__FINISH_REASON_LENGTH)
             fin = TY_FINISH_LENGTH;
-        emit(c, r, TY_SERVE_EV_TOKEN, &smp, ty__ctext_safe_end(&r->tx, fin != 0), fin, 0);
+        emit(c, r, TY_SERVE_EV_TOKEN, &smp, ty_stoptext_safe_end(&r->tx, fin != 0), fin, 0);
         if (fin)
             req_done(c, r, fin);
     }
@@ -288,8 +283,8 @@ static int req_new(ty_cluster_t *c, const struct ty_serve_request *sr, struct ty
     if (!r)
         return TY_ENOMEM;
     r->prompt = malloc((sr->n_prompt ? sr->n_prompt : 1) * sizeof(uint32_t));
-    int rc = r->prompt ? ty__ctext_init(&r->tx, c->tok, sr->gen.stop, sr->gen.n_stop)
-                       : TY_ENOMEM;
+    size_t n_stop = sr->gen.n_stop < TY_SERVE_MAX_STOP ? sr->gen.n_stop : TY_SERVE_MAX_STOP;
+    int rc = r->prompt ? ty_stoptext_init(&r->tx, c->tok, sr->gen.stop, n_stop) : TY_ENOMEM;
     if (rc) {
         free(r->prompt);
         free(r);
@@ -369,7 +364,7 @@ static int cluster_submit(void *ctx, const struct ty_serve_request *sr)
     if (rc)
         return rc;
     if (up && (rc = dispatch(c, r, d))) {
-        ty__ctext_clear(&r->tx);
+        ty_stoptext_clear(&r->tx);
         free(r->prompt);
         free(r);
         return rc;
