@@ -25,11 +25,19 @@ enum ty_api_kind {
 };
 
 #define TY_API_MAX_N 16
+#define TY_API_MAX_CHOICES 32 /* prompts x n per request (backend ids carry 5 choice bits) */
 #define TY_API_MAX_MESSAGES 256
 
 struct ty_api_message {
     char *role;
     char *content;
+};
+
+/* One completion prompt: text (non-empty) or token ids (at least one), never both. */
+struct ty_api_prompt {
+    char *text;
+    uint32_t *ids;
+    size_t n_ids;
 };
 
 /* A validated OpenAI request. Absent optional fields keep the defaults noted. */
@@ -38,10 +46,9 @@ struct ty_api_request {
     char *model;                 /* NULL: the served model */
     struct ty_api_message *msgs; /* chat */
     size_t n_msgs;
-    char *prompt;                /* completion, text form */
-    uint32_t *prompt_ids;        /* completion, token-id form */
-    size_t n_prompt_ids;
-    uint32_t n;                  /* choices, 1 */
+    struct ty_api_prompt *prompts; /* completion: 1..TY_API_MAX_CHOICES prompts */
+    size_t n_prompts;              /* n_prompts * n <= TY_API_MAX_CHOICES */
+    uint32_t n;                  /* choices per prompt, 1 */
     int64_t max_tokens;          /* -1: absent */
     float temperature;           /* 1 */
     float top_p;                 /* 1 */
@@ -57,6 +64,7 @@ struct ty_api_request {
     bool logprobs;               /* chat: logprobs=true; completion: logprobs=N given */
     uint32_t top_logprobs;       /* chat top_logprobs, completion logprobs N */
     bool return_token_ids;       /* vLLM extension: token_ids in choices, prompt_token_ids */
+    bool echo;                   /* completion: prompt text before each choice's text */
 };
 
 /* An OpenAI-shaped error: {"error":{"message","type","param","code"}} with an HTTP status. */

@@ -12,11 +12,18 @@
 #include <pthread.h>
 
 #define TY__API_BUCKETS 1024
-#define TY__API_CHOICE_BITS 5 /* backend id = (request seq << 5) | choice; TY_API_MAX_N <= 32 */
+#define TY__API_CHOICE_BITS 5 /* backend id = (request seq << 5) | choice */
+_Static_assert(TY_API_MAX_CHOICES <= (1 << TY__API_CHOICE_BITS) &&
+                   TY_API_MAX_N <= TY_API_MAX_CHOICES,
+               "every choice of a request needs its own backend id");
 
+/* Choice i of a request with n choices per prompt answers prompt i / n (OpenAI's order:
+ * index = prompt_index * n + j). */
 struct ty__api_choice {
     uint64_t id;
+    uint32_t prompt; /* index into ty__api_gen.prompts */
     bool done;
+    bool started;    /* streaming: its first chunk (echo, prompt_token_ids) went out */
     enum ty_finish finish;
     char *text;
     size_t n_text, cap_text;
@@ -26,21 +33,29 @@ struct ty__api_choice {
     uint32_t n_out;
 };
 
+/* One tokenized prompt of a request (chat: the rendered conversation). */
+struct ty__api_prompt {
+    uint32_t *ids;
+    size_t n;
+    char *echo; /* completions with echo: the prompt's text, else NULL */
+    size_t n_echo;
+    uint32_t n_cached; /* prefix-cache hit of its latest event */
+};
+
 struct ty__api_gen {
     struct ty__api_gen *hnext;
     ty_api_t *a;
     ty_http_req_t *http; /* NULL once the client left */
     uint64_t seq;
     struct ty_api_request req;
-    uint32_t *prompt;
-    size_t n_prompt;
-    uint32_t n_cached;
+    struct ty__api_prompt prompts[TY_API_MAX_CHOICES];
+    uint32_t n_prompts, n_choices; /* n_choices = n_prompts * req.n */
     char rid[40];
     int64_t created;
     uint64_t t0_ns, t_first_ns, t_last_ns;
     uint32_t n_done;
     bool streaming_started, failed;
-    struct ty__api_choice ch[TY_API_MAX_N];
+    struct ty__api_choice ch[TY_API_MAX_CHOICES];
 };
 
 struct ty__api_mail {
@@ -89,9 +104,10 @@ void ty__api_handle_tokenize(ty_api_t *a, ty_http_req_t *r);
 void ty__api_handle_detokenize(ty_api_t *a, ty_http_req_t *r);
 void ty__api_handle_metrics(ty_api_t *a, ty_http_req_t *r);
 int ty__api_metrics_init(ty_api_t *a);
-/* Tokenize a chat or completion prompt. Returns 0 or TY_EINVAL with err set. */
-int ty__api_tokenize(ty_api_t *a, const struct ty_api_request *q, uint32_t **ids, size_t *n,
-                     struct ty_api_error *err);
+/* Tokenize a chat conversation or completion prompt k (k is ignored for chat) into a malloc'ed
+ * array. Returns 0 or TY_EINVAL with err set. */
+int ty__api_tokenize(ty_api_t *a, const struct ty_api_request *q, size_t k, uint32_t **ids,
+                     size_t *n, struct ty_api_error *err);
 json_t *ty__api_piece_json(ty_api_t *a, uint32_t id);
 
 #endif

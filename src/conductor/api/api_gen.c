@@ -1,7 +1,10 @@
 /* Generation requests: /v1/chat/completions and /v1/completions, streamed (SSE) or not.
- * A request with n choices becomes n backend sequences with ids (seq << 5) | choice. Events
- * come back through the mailbox (api_server.c) and are matched by seq in a hash table; a
- * request whose client left is removed at once and its late events are dropped. */
+ * A request with P prompts (completions) and n choices per prompt becomes P x n backend
+ * sequences with ids (seq << 5) | choice, choice = prompt_index * n + j (OpenAI's order); each
+ * sequence carries its own prompt, so the backend's prefix cache shares a prompt among its
+ * choices as it would among separate requests. Events come back through the mailbox
+ * (api_server.c) and are matched by seq in a hash table; a request whose client left is
+ * removed at once and its late events are dropped. */
 #include "api-impl.h"
 
 #include "tycho/clock.h"
@@ -26,6 +29,20 @@ static struct ty__api_gen *gen_find(ty_api_t *a, uint64_t seq)
     return NULL;
 }
 
+/* Free what a request owns besides itself (also for one that never reached the table). */
+static void gen_release(struct ty__api_gen *g)
+{
+    for (uint32_t i = 0; i < TY_API_MAX_CHOICES; i++) {
+        free(g->ch[i].text);
+        free(g->ch[i].ids);
+        json_decref(g->ch[i].logprobs);
+        free(g->prompts[i].ids);
+        free(g->prompts[i].echo);
+    }
+    ty_api_request_clear(&g->req);
+    free(g);
+}
+
 static void gen_free(struct ty__api_gen *g)
 {
     ty_api_t *a = g->a;
@@ -36,14 +53,7 @@ static void gen_free(struct ty__api_gen *g)
             break;
         }
     }
-    for (uint32_t i = 0; i < TY_API_MAX_N; i++) {
-        free(g->ch[i].text);
-        free(g->ch[i].ids);
-        json_decref(g->ch[i].logprobs);
-    }
-    ty_api_request_clear(&g->req);
-    free(g->prompt);
-    free(g);
+    gen_release(g);
     if (a->draining && !a->n_inflight && a->drain_done) {
         void (*done)(void *) = a->drain_done;
         a->drain_done = NULL;
@@ -54,7 +64,7 @@ static void gen_free(struct ty__api_gen *g)
 static void cancel_choices(struct ty__api_gen *g)
 {
     const struct ty_serve_backend *b = &g->a->o.backend;
-    for (uint32_t i = 0; i < g->req.n; i++)
+    for (uint32_t i = 0; i < g->n_choices; i++)
         if (!g->ch[i].done)
             b->iface->cancel(b->context, g->ch[i].id);
 }
@@ -84,15 +94,35 @@ void ty__api_gen_abort_all(ty_api_t *a)
 
 /* ---- JSON pieces ---------------------------------------------------------------------------- */
 
-static json_t *usage_json(const struct ty__api_gen *g)
+static uint32_t n_output(const struct ty__api_gen *g)
 {
     uint32_t out = 0;
-    for (uint32_t i = 0; i < g->req.n; i++)
+    for (uint32_t i = 0; i < g->n_choices; i++)
         out += g->ch[i].n_out;
-    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", (json_int_t)g->n_prompt,
+    return out;
+}
+
+/* Every prompt counts once however many choices it has (as in OpenAI's and vLLM's usage). */
+static size_t n_prompt_tokens(const struct ty__api_gen *g, size_t *cached)
+{
+    size_t n = 0, c = 0;
+    for (uint32_t p = 0; p < g->n_prompts; p++) {
+        n += g->prompts[p].n;
+        c += g->prompts[p].n_cached;
+    }
+    if (cached)
+        *cached = c;
+    return n;
+}
+
+static json_t *usage_json(const struct ty__api_gen *g)
+{
+    size_t cached, in = n_prompt_tokens(g, &cached);
+    uint32_t out = n_output(g);
+    return json_pack("{s:I,s:i,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)in,
                      "completion_tokens", (json_int_t)out, "total_tokens",
-                     (json_int_t)(g->n_prompt + out), "prompt_tokens_details", "cached_tokens",
-                     (json_int_t)g->n_cached);
+                     (json_int_t)(in + out), "prompt_tokens_details", "cached_tokens",
+                     (json_int_t)cached);
 }
 
 static json_t *ids_json(const uint32_t *ids, size_t n)
@@ -180,20 +210,45 @@ static void sse_send(struct ty__api_gen *g, json_t *o)
     free(s);
 }
 
-/* A chunk for choice i: delta text (or role), optional logprobs, finish reason. */
+/* Completion text with the echoed prompt in front (malloc'ed, *n set). */
+static char *echo_join(const struct ty__api_prompt *p, const char *text, size_t len, size_t *n)
+{
+    char *s = malloc(p->n_echo + len + 1);
+    if (!s)
+        abort();
+    memcpy(s, p->echo, p->n_echo);
+    memcpy(s + p->n_echo, text, len);
+    s[p->n_echo + len] = 0;
+    *n = p->n_echo + len;
+    return s;
+}
+
+/* A chunk for choice i: delta text (or role), optional logprobs, finish reason. A completion
+ * choice's first chunk also carries its echoed prompt and, with return_token_ids, its
+ * prompt_token_ids. */
 static void stream_chunk(struct ty__api_gen *g, uint32_t i, const char *text, size_t len,
                          const struct ty_sample *smp, const char *role, enum ty_finish fin)
 {
     json_t *o = envelope(g, true), *c = json_pack("{s:i}", "index", (json_int_t)i);
+    struct ty__api_choice *ch = &g->ch[i];
     if (g->req.kind == TY_API_CHAT) {
         json_t *d = json_object();
         if (role)
             json_object_set_new(d, "role", json_string(role));
         json_object_set_new(d, "content", text_json(text, len));
         json_object_set_new(c, "delta", d);
+    } else if (!ch->started && g->prompts[ch->prompt].echo) {
+        size_t n;
+        char *s = echo_join(&g->prompts[ch->prompt], text, len, &n);
+        json_object_set_new(c, "text", text_json(s, n));
+        free(s);
     } else {
         json_object_set_new(c, "text", text_json(text, len));
     }
+    if (g->req.kind == TY_API_COMPLETION && !ch->started && g->req.return_token_ids)
+        json_object_set_new(c, "prompt_token_ids", ids_json(g->prompts[ch->prompt].ids,
+                                                            g->prompts[ch->prompt].n));
+    ch->started = true;
     json_t *lp = json_null();
     if (g->req.logprobs && smp) {
         lp = logprobs_new(g);
@@ -226,10 +281,18 @@ static void stream_finish(struct ty__api_gen *g)
 static void respond_whole(struct ty__api_gen *g)
 {
     json_t *o = envelope(g, false);
-    for (uint32_t i = 0; i < g->req.n; i++) {
+    for (uint32_t i = 0; i < g->n_choices; i++) {
         struct ty__api_choice *ch = &g->ch[i];
-        json_t *c = json_pack("{s:i}", "index", (json_int_t)i);
-        json_t *t = text_json(ch->text ? ch->text : "", ch->n_text);
+        const struct ty__api_prompt *p = &g->prompts[ch->prompt];
+        json_t *c = json_pack("{s:i}", "index", (json_int_t)i), *t;
+        if (p->echo) {
+            size_t n;
+            char *s = echo_join(p, ch->text ? ch->text : "", ch->n_text, &n);
+            t = text_json(s, n);
+            free(s);
+        } else {
+            t = text_json(ch->text ? ch->text : "", ch->n_text);
+        }
         if (g->req.kind == TY_API_CHAT)
             json_object_set_new(c, "message", json_pack("{s:s,s:o}", "role", "assistant",
                                                         "content", t));
@@ -239,11 +302,14 @@ static void respond_whole(struct ty__api_gen *g)
         json_object_set_new(c, "finish_reason", json_string(ty_finish_name(ch->finish)));
         if (g->req.return_token_ids)
             json_object_set_new(c, "token_ids", ids_json(ch->ids, ch->n_ids));
+        if (g->req.return_token_ids && g->req.kind == TY_API_COMPLETION)
+            json_object_set_new(c, "prompt_token_ids", ids_json(p->ids, p->n));
         json_array_append_new(json_object_get(o, "choices"), c);
     }
     json_object_set_new(o, "usage", usage_json(g));
-    if (g->req.return_token_ids)
-        json_object_set_new(o, "prompt_token_ids", ids_json(g->prompt, g->n_prompt));
+    /* top level as before for one prompt; with several, each choice carries its own */
+    if (g->req.return_token_ids && g->n_prompts == 1)
+        json_object_set_new(o, "prompt_token_ids", ids_json(g->prompts[0].ids, g->prompts[0].n));
     ty__api_send_json(g->http, 200, o);
     g->http = NULL;
 }
@@ -290,17 +356,16 @@ static void record_done(struct ty__api_gen *g)
 {
     ty_api_t *a = g->a;
     uint64_t now = ty_clock_ns();
-    uint32_t out = 0;
-    for (uint32_t i = 0; i < g->req.n; i++)
-        out += g->ch[i].n_out;
+    uint32_t out = n_output(g);
+    size_t cached, in = n_prompt_tokens(g, &cached);
     ty_metrics_histogram_observe(a->m.e2e, (double)(now - g->t0_ns) / 1e9);
     if (out > 1 && g->t_first_ns)
         ty_metrics_histogram_observe(a->m.tpot, (double)(g->t_last_ns - g->t_first_ns) / 1e9 /
                                                     (double)(out - 1));
-    ty_metrics_counter_add(a->m.prompt, (double)g->n_prompt);
+    ty_metrics_counter_add(a->m.prompt, (double)in);
     ty_metrics_counter_add(a->m.gen, (double)out);
-    ty_metrics_counter_add(a->m.cache_q, (double)g->n_prompt);
-    ty_metrics_counter_add(a->m.cache_hit, (double)g->n_cached);
+    ty_metrics_counter_add(a->m.cache_q, (double)in);
+    ty_metrics_counter_add(a->m.cache_hit, (double)cached);
     enum ty_finish f = g->ch[0].finish;
     ty_metrics_counter_inc(f == TY_FINISH_LENGTH || f == TY_FINISH_CTX ? a->m.ok_length
                                                                        : a->m.ok_stop);
@@ -362,9 +427,9 @@ void ty__api_on_event(ty_api_t *a, const struct ty_serve_event *ev)
 {
     struct ty__api_gen *g = gen_find(a, ev->id >> TY__API_CHOICE_BITS);
     uint32_t i = (uint32_t)(ev->id & ((1u << TY__API_CHOICE_BITS) - 1));
-    if (!g || i >= g->req.n || g->ch[i].done)
+    if (!g || i >= g->n_choices || g->ch[i].done)
         return; /* the client left, or a late event */
-    g->n_cached = ev->n_cached;
+    g->prompts[g->ch[i].prompt].n_cached = ev->n_cached;
     if (ev->kind == TY_SERVE_EV_ERROR) {
         g->ch[i].done = true;
         on_error(g, ev);
@@ -383,7 +448,7 @@ void ty__api_on_event(ty_api_t *a, const struct ty_serve_event *ev)
         stream_chunk(g, i, ev->text, ev->text_len, NULL, NULL, ev->finish);
     else
         push_bytes(&ch->text, &ch->n_text, &ch->cap_text, ev->text, ev->text_len, 1);
-    if (g->n_done < g->req.n)
+    if (g->n_done < g->n_choices)
         return;
     record_done(g);
     if (g->http)
@@ -403,16 +468,26 @@ static bool model_ok(ty_api_t *a, const char *m)
 }
 
 /* max_tokens: given, or (completions) 16 as in OpenAI's reference, or (chat) the rest of the
- * context; prompt + max_tokens must fit the context. */
+ * context; every prompt + max_tokens must fit the context. */
 static int resolve_max_tokens(ty_api_t *a, struct ty__api_gen *g, struct ty_api_error *e)
 {
-    size_t room = a->max_ctx > g->n_prompt ? a->max_ctx - g->n_prompt : 0;
     const char *param = g->req.kind == TY_API_CHAT ? "messages" : "prompt";
+    size_t longest = 0;
+    uint32_t lp = 0;
+    for (uint32_t p = 0; p < g->n_prompts; p++)
+        if (g->prompts[p].n > longest) {
+            longest = g->prompts[p].n;
+            lp = p;
+        }
+    char where[32] = "";
+    if (g->n_prompts > 1)
+        snprintf(where, sizeof(where), " (prompt[%u])", lp);
+    size_t room = a->max_ctx > longest ? a->max_ctx - longest : 0;
     if (room < 1)
         return ty_api_error_set(e, 400, "invalid_request_error", param,
                                 "context_length_exceeded",
-                                "this model's maximum context length is %u tokens; the prompt "
-                                "has %zu", a->max_ctx, g->n_prompt);
+                                "this model's maximum context length is %u tokens; the prompt%s "
+                                "has %zu", a->max_ctx, where, longest);
     if (g->req.max_tokens < 0)
         g->req.max_tokens = g->req.kind == TY_API_CHAT ? (int64_t)room
                                                        : (int64_t)(room < 16 ? room : 16);
@@ -420,8 +495,8 @@ static int resolve_max_tokens(ty_api_t *a, struct ty__api_gen *g, struct ty_api_
         return ty_api_error_set(e, 400, "invalid_request_error", "max_tokens",
                                 "context_length_exceeded",
                                 "this model's maximum context length is %u tokens; you asked "
-                                "for %zu in the prompt and %lld in the completion", a->max_ctx,
-                                g->n_prompt, (long long)g->req.max_tokens);
+                                "for %zu in the prompt%s and %lld in the completion",
+                                a->max_ctx, longest, where, (long long)g->req.max_tokens);
     return 0;
 }
 
@@ -429,9 +504,11 @@ static void fill_params(const struct ty__api_gen *g, uint32_t i, struct ty_serve
 {
     const struct ty_api_request *q = &g->req;
     struct ty_sampling_params *sp = &sr->gen.sampling;
+    const struct ty__api_prompt *p = &g->prompts[g->ch[i].prompt];
+    uint32_t j = i % q->n; /* the choice's place among its prompt's */
     sr->id = (g->seq << TY__API_CHOICE_BITS) | i;
-    sr->prompt = g->prompt;
-    sr->n_prompt = g->n_prompt;
+    sr->prompt = p->ids;
+    sr->n_prompt = p->n;
     sr->gen.max_tokens = (uint32_t)q->max_tokens;
     sr->gen.ignore_eos = q->ignore_eos;
     sr->gen.stop = (const char *const *)q->stop;
@@ -440,7 +517,9 @@ static void fill_params(const struct ty__api_gen *g, uint32_t i, struct ty_serve
     sp->top_k = q->top_k > 0 ? (uint32_t)q->top_k : 0;
     sp->top_p = q->top_p;
     sp->min_p = q->min_p;
-    sp->seed = (q->has_seed ? q->seed : ty_clock_ns() ^ g->seq * 0x9e3779b97f4a7c15ull) + i;
+    /* seed + j: with a seed, a prompt's choices sample as in a request of their own */
+    uint64_t base = q->has_seed ? q->seed : ty_clock_ns() ^ g->seq * 0x9e3779b97f4a7c15ull;
+    sp->seed = base + (q->has_seed ? j : i);
     sp->repetition_penalty = q->repetition_penalty;
     sp->presence_penalty = q->presence_penalty;
     sp->frequency_penalty = q->frequency_penalty;
@@ -451,7 +530,7 @@ static void fill_params(const struct ty__api_gen *g, uint32_t i, struct ty_serve
 static int submit_all(ty_api_t *a, struct ty__api_gen *g)
 {
     const struct ty_serve_backend *b = &a->o.backend;
-    for (uint32_t i = 0; i < g->req.n; i++) {
+    for (uint32_t i = 0; i < g->n_choices; i++) {
         struct ty_serve_request sr = {0};
         fill_params(g, i, &sr);
         g->ch[i].id = sr.id;
@@ -463,6 +542,26 @@ static int submit_all(ty_api_t *a, struct ty__api_gen *g)
         }
     }
     return 0;
+}
+
+/* echo: a text prompt as it was sent; a token-id prompt detokenized (special tokens left out,
+ * as /detokenize does). */
+static void echo_text(ty_api_t *a, const struct ty_api_prompt *q, struct ty__api_prompt *p)
+{
+    if (q->text) {
+        p->n_echo = strlen(q->text);
+        p->echo = strdup(q->text);
+    } else {
+        int k = a->tok ? ty_tokenizer_decode(a->tok, q->ids, q->n_ids, true, NULL, 0) : 0;
+        p->n_echo = k > 0 ? (size_t)k : 0;
+        p->echo = malloc(p->n_echo + 1);
+        if (p->echo && k > 0)
+            ty_tokenizer_decode(a->tok, q->ids, q->n_ids, true, p->echo, p->n_echo + 1);
+        if (p->echo)
+            p->echo[p->n_echo] = 0;
+    }
+    if (!p->echo)
+        abort();
 }
 
 static int prepare(ty_api_t *a, ty_http_req_t *r, struct ty__api_gen *g, enum ty_api_kind kind,
@@ -479,8 +578,16 @@ static int prepare(ty_api_t *a, ty_http_req_t *r, struct ty__api_gen *g, enum ty
     if (a->draining)
         return ty_api_error_set(e, 503, "service_unavailable", NULL, "service_unavailable",
                                 "the server is shutting down");
-    if ((rc = ty__api_tokenize(a, &g->req, &g->prompt, &g->n_prompt, e)))
-        return rc;
+    g->n_prompts = kind == TY_API_CHAT ? 1 : (uint32_t)g->req.n_prompts;
+    g->n_choices = g->n_prompts * g->req.n;
+    for (uint32_t p = 0; p < g->n_prompts; p++) {
+        if ((rc = ty__api_tokenize(a, &g->req, p, &g->prompts[p].ids, &g->prompts[p].n, e)))
+            return rc;
+        if (g->req.echo)
+            echo_text(a, &g->req.prompts[p], &g->prompts[p]);
+    }
+    for (uint32_t i = 0; i < g->n_choices; i++)
+        g->ch[i].prompt = i / g->req.n;
     return resolve_max_tokens(a, g, e);
 }
 
@@ -499,9 +606,7 @@ void ty__api_handle_generate(ty_api_t *a, ty_http_req_t *r, enum ty_api_kind kin
         backend_error(&e, rc);
     if (rc) {
         ty__api_send_error(r, &e);
-        ty_api_request_clear(&g->req);
-        free(g->prompt);
-        free(g);
+        gen_release(g);
         return;
     }
     snprintf(g->rid, sizeof(g->rid), "%s-%016llx%08llx", kind == TY_API_CHAT ? "chatcmpl" : "cmpl",
@@ -515,6 +620,6 @@ void ty__api_handle_generate(ty_api_t *a, ty_http_req_t *r, enum ty_api_kind kin
         return;
     ty_http_stream_begin(r, 200, "text/event-stream", NULL);
     if (kind == TY_API_CHAT)
-        for (uint32_t i = 0; i < g->req.n; i++)
+        for (uint32_t i = 0; i < g->n_choices; i++)
             stream_chunk(g, i, "", 0, NULL, "assistant", TY_FINISH_NONE);
 }

@@ -4,6 +4,7 @@
 
 #include "tycho/errors.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -68,28 +69,32 @@ static char *render_chat(ty_api_t *a, const struct ty_api_request *q, bool *spec
     return s;
 }
 
-int ty__api_tokenize(ty_api_t *a, const struct ty_api_request *q, uint32_t **ids, size_t *n,
-                     struct ty_api_error *err)
+int ty__api_tokenize(ty_api_t *a, const struct ty_api_request *q, size_t k, uint32_t **ids,
+                     size_t *n, struct ty_api_error *err)
 {
     uint32_t V = ty_model_config(a->o.model)->n_vocab;
     const char *param = q->kind == TY_API_CHAT ? "messages" : "prompt";
-    if (q->prompt_ids) {
-        for (size_t i = 0; i < q->n_prompt_ids; i++)
-            if (q->prompt_ids[i] >= V)
+    const struct ty_api_prompt *p = q->kind == TY_API_CHAT ? NULL : &q->prompts[k];
+    char where[32] = "";
+    if (q->n_prompts > 1)
+        snprintf(where, sizeof(where), " of prompt[%zu]", k);
+    if (p && p->ids) {
+        for (size_t i = 0; i < p->n_ids; i++)
+            if (p->ids[i] >= V)
                 return ty_api_error_set(err, 400, "invalid_request_error", "prompt", NULL,
-                                        "token id %u at %zu is outside the vocabulary (%u)",
-                                        q->prompt_ids[i], i, V);
-        if (!(*ids = malloc(q->n_prompt_ids * sizeof(uint32_t))))
+                                        "token id %u at %zu%s is outside the vocabulary (%u)",
+                                        p->ids[i], i, where, V);
+        if (!(*ids = malloc(p->n_ids * sizeof(uint32_t))))
             abort();
-        memcpy(*ids, q->prompt_ids, q->n_prompt_ids * sizeof(uint32_t));
-        *n = q->n_prompt_ids;
+        memcpy(*ids, p->ids, p->n_ids * sizeof(uint32_t));
+        *n = p->n_ids;
         return 0;
     }
     if (!a->tok)
         return ty_api_error_set(err, 400, "invalid_request_error", param, NULL,
                                 "the model has no tokenizer; send token ids as 'prompt'");
     bool special = false;
-    char *text = q->kind == TY_API_CHAT ? render_chat(a, q, &special) : strdup(q->prompt);
+    char *text = p ? strdup(p->text) : render_chat(a, q, &special);
     if (!text)
         return ty_api_error_set(err, 400, "invalid_request_error", param, NULL,
                                 "the conversation does not fit the model's chat template");
@@ -97,7 +102,7 @@ int ty__api_tokenize(ty_api_t *a, const struct ty_api_request *q, uint32_t **ids
     free(text);
     if (rc || !*n)
         return ty_api_error_set(err, 400, "invalid_request_error", param, NULL,
-                                "cannot tokenize the prompt (%s)", ty_strerror(rc));
+                                "cannot tokenize the prompt%s (%s)", where, ty_strerror(rc));
     return 0;
 }
 
@@ -144,10 +149,13 @@ void ty__api_handle_tokenize(ty_api_t *a, ty_http_req_t *r)
     if (ty_api_parse_request(body, len, chat ? TY_API_CHAT : TY_API_COMPLETION, &q, &e))
         goto fail;
     json_t *add = json_object_get(o, "add_special_tokens");
-    if (!chat && q.prompt && json_is_false(add) && a->tok) {
-        if (encode(a, q.prompt, false, false, &ids, &n))
+    if (!chat && q.n_prompts > 1) {
+        ty_api_error_set(&e, 400, "invalid_request_error", "prompt", NULL,
+                         "/tokenize takes one prompt; got %zu", q.n_prompts);
+    } else if (!chat && q.prompts[0].text && json_is_false(add) && a->tok) {
+        if (encode(a, q.prompts[0].text, false, false, &ids, &n))
             ty_api_error_set(&e, 400, "invalid_request_error", "prompt", NULL, "cannot tokenize");
-    } else if (ty__api_tokenize(a, &q, &ids, &n, &e)) {
+    } else if (ty__api_tokenize(a, &q, 0, &ids, &n, &e)) {
         ids = NULL;
     }
     ty_api_request_clear(&q);

@@ -218,36 +218,67 @@ static int parse_messages(json_t *o, struct ty_api_request *r, struct ty_api_err
     return 0;
 }
 
-/* prompt: a string, an array of token ids, or an array holding exactly one of those. */
-static int parse_prompt(json_t *o, struct ty_api_request *r, struct ty_api_error *err)
+/* One prompt: a non-empty string or a non-empty array of token ids; `where` names it. */
+static int parse_one_prompt(json_t *v, const char *where, struct ty_api_prompt *p,
+                            struct ty_api_error *err)
 {
-    json_t *v = json_object_get(o, "prompt");
-    if (!v)
-        return BAD("prompt", "'prompt' is required");
-    if (json_is_array(v) && json_array_size(v) == 1 && !json_is_integer(json_array_get(v, 0)))
-        v = json_array_get(v, 0);
     if (json_is_string(v)) {
         if (!json_string_length(v))
-            return BAD("prompt", "'prompt' must not be empty");
-        r->prompt = strdup(json_string_value(v));
-        return 0;
+            return BAD("prompt", "'%s' must not be empty", where);
+        p->text = strdup(json_string_value(v));
+        return p->text ? 0 : TY_ENOMEM;
     }
-    if (!json_is_array(v))
-        return BAD("prompt", "'prompt' must be a string or an array of token ids");
     size_t n = json_array_size(v), i;
     if (n == 0)
-        return BAD("prompt", "'prompt' must not be empty");
-    if (!(r->prompt_ids = malloc(n * sizeof(uint32_t))))
+        return BAD("prompt", "'%s' must not be empty", where);
+    if (!(p->ids = malloc(n * sizeof(uint32_t))))
         return TY_ENOMEM;
     json_t *t;
     json_array_foreach(v, i, t) {
         if (!json_is_integer(t) || json_integer_value(t) < 0 ||
             json_integer_value(t) > UINT32_MAX)
-            return BAD("prompt", "'prompt' holds several prompts or a bad token id at %zu; "
-                                 "send one prompt per request", i);
-        r->prompt_ids[i] = (uint32_t)json_integer_value(t);
+            return BAD("prompt", "'%s[%zu]' must be a token id (an integer >= 0)", where, i);
+        p->ids[i] = (uint32_t)json_integer_value(t);
     }
-    r->n_prompt_ids = n;
+    p->n_ids = n;
+    return 0;
+}
+
+/* prompt, as in the OpenAI reference: a string, an array of token ids (one prompt each), or
+ * an array of strings or of token-id arrays (one prompt per element; the two forms are not
+ * mixed). At most TY_API_MAX_CHOICES prompts; ty_api_parse_request checks prompts x n. */
+static int parse_prompt(json_t *o, struct ty_api_request *r, struct ty_api_error *err)
+{
+    json_t *v = json_object_get(o, "prompt");
+    if (!v)
+        return BAD("prompt", "'prompt' is required");
+    if (!json_is_string(v) && !json_is_array(v))
+        return BAD("prompt", "'prompt' must be a string, an array of strings, an array of "
+                             "token ids or an array of token-id arrays");
+    bool list = json_is_array(v) && json_array_size(v) && !json_is_integer(json_array_get(v, 0));
+    size_t n = list ? json_array_size(v) : 1, i;
+    if (n > TY_API_MAX_CHOICES)
+        return BAD("prompt", "'prompt' may hold at most %d prompts, got %zu",
+                   TY_API_MAX_CHOICES, n);
+    if (!(r->prompts = calloc(n, sizeof(*r->prompts))))
+        return TY_ENOMEM;
+    r->n_prompts = n; /* every slot starts empty, so a failure part-way is cleared whole */
+    if (!list)
+        return parse_one_prompt(v, "prompt", &r->prompts[0], err);
+    bool strings = json_is_string(json_array_get(v, 0));
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        char where[32];
+        if (!json_is_string(e) && !json_is_array(e))
+            return BAD("prompt", "'prompt[%zu]' must be a string or an array of token ids", i);
+        if ((bool)json_is_string(e) != strings)
+            return BAD("prompt", "'prompt' must not mix strings and token-id arrays "
+                                 "(element %zu)", i);
+        snprintf(where, sizeof(where), "prompt[%zu]", i);
+        int rc = parse_one_prompt(e, where, &r->prompts[i], err);
+        if (rc)
+            return rc;
+    }
     return 0;
 }
 
@@ -331,16 +362,28 @@ static int parse_sampling(json_t *o, struct ty_api_request *r, struct ty_api_err
         return rc;
     if ((rc = get_bool(o, "return_token_ids", &r->return_token_ids, err)) < 0)
         return rc;
-    bool echo = false;
-    if ((rc = get_bool(o, "echo", &echo, err)) < 0)
+    if ((rc = get_bool(o, "echo", &r->echo, err)) < 0)
         return rc;
-    if (echo)
-        return BAD("echo", "'echo' is not supported");
+    if (r->echo && r->kind == TY_API_CHAT)
+        return BAD("echo", "'echo' is only supported for completions");
     json_t *model = json_object_get(o, "model");
     if (model && !json_is_null(model) && !json_is_string(model))
         return BAD("model", "'model' must be a string");
     if (json_is_string(model))
         r->model = strdup(json_string_value(model));
+    return 0;
+}
+
+/* Limits across fields: prompts x n choices (each a backend sequence) and echo. */
+static int check_choices(const struct ty_api_request *r, struct ty_api_error *err)
+{
+    if (r->n_prompts * r->n > TY_API_MAX_CHOICES)
+        return BAD("n", "%zu prompts with 'n' = %u make %zu choices; at most %d choices "
+                        "(prompts x n) per request", r->n_prompts, r->n,
+                   r->n_prompts * r->n, TY_API_MAX_CHOICES);
+    if (r->echo && r->logprobs)
+        return BAD("echo", "'echo' cannot be combined with 'logprobs': prompt tokens' "
+                           "logprobs are not computed");
     return 0;
 }
 
@@ -374,6 +417,8 @@ int ty_api_parse_request(const char *body, size_t len, enum ty_api_kind kind,
         rc = parse_stream(o, r, err);
     if (!rc)
         rc = parse_logprobs(o, r, err);
+    if (!rc)
+        rc = check_choices(r, err);
     json_decref(o);
     if (rc == TY_ENOMEM)
         ty_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
@@ -390,8 +435,11 @@ void ty_api_request_clear(struct ty_api_request *r)
     }
     free(r->msgs);
     free(r->model);
-    free(r->prompt);
-    free(r->prompt_ids);
+    for (size_t i = 0; i < r->n_prompts; i++) {
+        free(r->prompts[i].text);
+        free(r->prompts[i].ids);
+    }
+    free(r->prompts);
     for (size_t i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     memset(r, 0, sizeof(*r));

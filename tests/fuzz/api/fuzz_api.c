@@ -35,11 +35,17 @@ static void check_accepted(const struct ty_api_request *r, enum ty_api_kind kind
             check(!strcmp(role, "system") || !strcmp(role, "user") ||
                   !strcmp(role, "assistant") || !strcmp(role, "tool"));
         }
-        check(!r->prompt && !r->prompt_ids);
+        check(!r->prompts && !r->n_prompts && !r->echo);
     } else {
         check(!r->msgs && !r->n_msgs);
-        check((r->prompt != NULL) != (r->prompt_ids != NULL));
-        check(r->prompt ? r->prompt[0] != 0 : r->n_prompt_ids >= 1);
+        check(r->n_prompts >= 1 && r->n_prompts <= TY_API_MAX_CHOICES && r->prompts);
+        for (size_t i = 0; i < r->n_prompts; i++) {
+            const struct ty_api_prompt *p = &r->prompts[i];
+            check((p->text != NULL) != (p->ids != NULL));
+            check(p->text ? p->text[0] != 0 : p->n_ids >= 1);
+        }
+        check(r->n_prompts * r->n <= TY_API_MAX_CHOICES);
+        check(!(r->echo && r->logprobs));
     }
     check(r->n >= 1 && r->n <= TY_API_MAX_N);
     check(r->max_tokens == -1 || (r->max_tokens >= 1 && r->max_tokens <= INT32_MAX));
@@ -60,7 +66,8 @@ static void check_accepted(const struct ty_api_request *r, enum ty_api_kind kind
 static void check_rejected(const struct ty_api_request *r, const struct ty_api_error *e)
 {
     /* nothing left for the caller to free */
-    check(!r->msgs && !r->n_msgs && !r->model && !r->prompt && !r->prompt_ids && !r->n_stop);
+    check(!r->msgs && !r->n_msgs && !r->model && !r->prompts && !r->n_prompts &&
+          !r->n_stop);
     check(e->status == 400 || e->status == 500);
     check(e->message[0] != 0 && e->type[0] != 0);
     char *js = ty_api_error_json(e);

@@ -1,5 +1,6 @@
 // The official `openai` npm client against `tycho serve` on stories260K: chat and completions,
-// streaming and not. Expected text comes from `tycho generate` (temperature 0).
+// streaming and not, completions with a list of prompts and echo. Expected text comes from
+// `tycho generate` (temperature 0).
 // Usage: node openai_client.mjs TYCHO_BINARY. Exit 77 when the package or the model is missing.
 import { spawn, execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -64,6 +65,23 @@ try {
                                                temperature: 0, stream: true });
   for await (const chunk of s2) text += chunk.choices[0]?.text || '';
   check(text === ref.text, 'completions streaming');
+  // several prompts in one request: choice index = prompt_index * n + j
+  const prompts = [prompt, 'The little dog'];
+  const refs = prompts.map((p) => JSON.parse(execFileSync(tycho, [
+    'generate', '--model', model, '--prompt', p, '-n', '16', '--temp', '0', '--json'])));
+  const pl = await client.completions.create({ model: 'stories260K', prompt: prompts, n: 2,
+                                               max_tokens: 16, temperature: 0 });
+  check(pl.choices.length === 4 &&
+        pl.choices.every((c, i) => c.index === i && c.text === refs[i >> 1].text) &&
+        pl.usage.prompt_tokens === refs[0].prompt_ids.length + refs[1].prompt_ids.length,
+        'completions.create with a list of 2 prompts, n=2');
+  const texts = ['', '', '', ''];
+  const s3 = await client.completions.create({ model: 'stories260K', prompt: prompts, n: 2,
+                                               max_tokens: 16, temperature: 0, echo: true,
+                                               stream: true });
+  for await (const chunk of s3) for (const c of chunk.choices) texts[c.index] += c.text;
+  check(texts.every((t, i) => t === prompts[i >> 1] + refs[i >> 1].text),
+        'completions streaming with a prompt list and echo');
   try {
     await client.chat.completions.create({ model: 'nope', messages: [{ role: 'user', content: 'x' }] });
     check(false, 'unknown model raises');

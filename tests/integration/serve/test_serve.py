@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Integration tests of `tycho serve` on stories260K: real processes on loopback ports.
 
-Usage: test_serve.py TYCHO_BINARY CASE   (CASE: malformed, greedy, concurrent, disconnect,
-auth_drain). Exits 77 when the shared test data is missing. Expected token ids come from
+Usage: test_serve.py TYCHO_BINARY CASE   (CASE: malformed, greedy, prompt_list, concurrent,
+disconnect, auth_drain). Exits 77 when the shared test data is missing. Expected token ids come from
 running `tycho generate` (a separate code path: ty_engine_generate), not from the server.
 """
 import http.client
@@ -203,12 +203,28 @@ def case_malformed(srv):
         ("token id outside vocab", X, {"prompt": [1, 99999]}, 400, "prompt"),
         ("max_tokens beyond context", X, {"prompt": "x", "max_tokens": 100000}, 400,
          "max_tokens"),
+        ("empty prompt list", X, {"prompt": []}, 400, "prompt"),
+        ("empty token-id list in a list", X, {"prompt": [[1, 2], []]}, 400, "prompt"),
+        ("empty string in a list", X, {"prompt": ["a", ""]}, 400, "prompt"),
+        ("list mixing strings and ids", X, {"prompt": ["a", [1, 2]]}, 400, "prompt"),
+        ("33 prompts", X, {"prompt": ["a"] * 33}, 400, "prompt"),
+        ("3 prompts x n=11 > 32 choices", X, {"prompt": ["a", "b", "c"], "n": 11}, 400, "n"),
+        ("token id outside vocab in prompt[1]", X, {"prompt": [[1, 2], [1, 99999]]}, 400,
+         "prompt"),
+        ("prompt[1] beyond context", X, {"prompt": ["x", "Once upon a time " * 600]}, 400,
+         "prompt"),
+        ("echo with logprobs", X, {"prompt": "x", "echo": True, "logprobs": 1}, 400, "echo"),
+        ("echo on chat", C, {"messages": msgs, "echo": True}, 400, "echo"),
     ]
     for name, path, body, status, param in json_cases:
         st, data, _ = srv.post(path, body)
         e = err_of(data)
         check(st == status and (param is None or e["param"] == param),
               f"{name}: {st} param={e['param']}")
+    st, data, _ = srv.post(X, {"prompt": ["a"] * 3, "n": 11})
+    check("33 choices" in err_of(data)["message"], "too many choices: the message says how many")
+    st, data, _ = srv.post("/tokenize", {"prompt": ["a", "b"]})
+    check(st == 400 and err_of(data)["param"] == "prompt", "/tokenize with two prompts: 400")
     st, data = srv.get("/v1/nope")
     check(st == 404 and err_of(data), "unknown path: 404")
     st, data = srv.get("/v1/completions")
@@ -291,6 +307,98 @@ def case_greedy(srv):
     check(toks == generate(PROMPTS[0], 1)["prompt_ids"], "/tokenize == tycho generate's ids")
     st, data, _ = srv.post("/detokenize", {"tokens": ref and generate(PROMPTS[0], 48)["output_ids"]})
     check(json.loads(data)["prompt"].strip() == ref.strip(), "/detokenize gives the text back")
+
+
+def stream_choices(srv, body):
+    """POST a streamed completion; return ({index: [chunk texts]}, usage, events)."""
+    c = srv.conn()
+    c.request("POST", "/v1/completions", json.dumps(dict(body, stream=True, stream_options={
+        "include_usage": True})))
+    r = c.getresponse()
+    assert r.status == 200, r.read()
+    ev = sse_events(r)
+    texts, usage = {}, None
+    for e in ev:
+        if e == "DONE":
+            continue
+        assert len(e["choices"]) <= 1, e  # one choice per chunk, each naming its index
+        for ch in e["choices"]:
+            texts.setdefault(ch["index"], []).append(ch["text"])
+        usage = e.get("usage") or usage
+    assert ev[-1] == "DONE"
+    return texts, usage, ev
+
+
+def case_prompt_list(srv):
+    """Several prompts per request (OpenAI's choice index = prompt_index * n + j) and echo:
+    each choice equals a single-prompt request for its prompt (greedy), streamed or not."""
+    P, N, T = PROMPTS[:3], 2, 24
+    refs = [generate(p, T) for p in P]
+    single = []
+    for p in P:
+        st, data, _ = srv.post("/v1/completions", {"prompt": p, "max_tokens": T,
+                                                    "temperature": 0})
+        single.append(json.loads(data)["choices"][0]["text"])
+    check(single == [r["text"] for r in refs], "single-prompt requests == tycho generate")
+    n_in = sum(len(r["prompt_ids"]) for r in refs)
+    n_out = N * sum(len(r["output_ids"]) for r in refs)
+    base = {"max_tokens": T, "temperature": 0, "n": N}
+    for form, prompt in (("strings", P), ("token-id lists", [r["prompt_ids"] for r in refs])):
+        st, data, _ = srv.post("/v1/completions", dict(base, prompt=prompt,
+                                                       return_token_ids=True))
+        o = json.loads(data)
+        chs = o["choices"]
+        check(st == 200 and [c["index"] for c in chs] == list(range(len(P) * N)),
+              f"{form}: {len(P)} prompts x n={N} give {len(P) * N} choices in index order")
+        check([c["text"] for c in chs] == [t for t in single for _ in range(N)],
+              f"{form}: choice i answers prompt i // n, text == its single-prompt request")
+        check(all(c["token_ids"] == refs[c["index"] // N]["output_ids"] and
+                  c["prompt_token_ids"] == refs[c["index"] // N]["prompt_ids"] for c in chs),
+              f"{form}: token_ids and prompt_token_ids per choice")
+        u = o["usage"]
+        check(u["prompt_tokens"] == n_in and u["completion_tokens"] == n_out and
+              u["total_tokens"] == n_in + n_out,
+              f"{form}: usage counts every prompt once ({u['prompt_tokens']} == {n_in}) and "
+              f"every choice ({u['completion_tokens']} == {n_out})")
+        texts, usage, _ = stream_choices(srv, dict(base, prompt=prompt))
+        check(sorted(texts) == list(range(len(P) * N)) and
+              all("".join(texts[i]) == single[i // N] for i in texts),
+              f"{form}, streamed: every chunk names its choice, texts == single requests")
+        check(usage and usage["prompt_tokens"] == n_in and usage["completion_tokens"] == n_out,
+              f"{form}, streamed: usage chunk {usage}")
+    # echo: the prompt text in front of each choice's text (in its first chunk when streamed)
+    st, data, _ = srv.post("/v1/completions", dict(base, prompt=P[:2], echo=True))
+    chs = json.loads(data)["choices"]
+    check(st == 200 and [c["text"] for c in chs] ==
+          [P[i // N] + single[i // N] for i in range(2 * N)], "echo: prompt + completion")
+    texts, _, _ = stream_choices(srv, dict(base, prompt=P[:2], echo=True))
+    check(sorted(texts) == list(range(2 * N)) and
+          all(texts[i][0].startswith(P[i // N]) and "".join(texts[i]) == P[i // N] + single[i // N]
+              for i in texts), "echo, streamed: the prompt comes in each choice's first chunk")
+    ids = refs[1]["prompt_ids"]
+    _, data, _ = srv.post("/detokenize", {"tokens": ids})
+    ptext = json.loads(data)["prompt"]
+    st, data, _ = srv.post("/v1/completions", dict(base, prompt=ids, n=1, echo=True))
+    check(st == 200 and ptext and json.loads(data)["choices"][0]["text"] == ptext + single[1],
+          f"echo of a token-id prompt: its detokenized text {ptext!r} + completion")
+    texts, _, _ = stream_choices(srv, dict(base, prompt=[ids], n=1, echo=True))
+    check("".join(texts[0]) == ptext + single[1], "echo of a token-id prompt, streamed")
+    # sampling with a seed: a prompt's choices sample as in a request of their own
+    sb = {"max_tokens": T, "temperature": 1.0, "n": 2, "seed": 7}
+    st, data, _ = srv.post("/v1/completions", dict(sb, prompt=P[:2]))
+    both = [c["text"] for c in json.loads(data)["choices"]]
+    alone = []
+    for p in P[:2]:
+        _, data, _ = srv.post("/v1/completions", dict(sb, prompt=p))
+        alone += [c["text"] for c in json.loads(data)["choices"]]
+    check(both == alone, "with a seed, prompt list choices == per-prompt requests' choices")
+    # the most choices one request may carry, all correct
+    st, data, _ = srv.post("/v1/completions", {"prompt": [P[i % 3] for i in range(16)], "n": 2,
+                                                "max_tokens": 8, "temperature": 0})
+    chs = json.loads(data)["choices"]
+    short = [generate(p, 8)["text"] for p in P]
+    check(st == 200 and len(chs) == 32 and
+          all(c["text"] == short[(c["index"] // 2) % 3] for c in chs), "16 prompts x n=2 = 32")
 
 
 def case_concurrent(srv):

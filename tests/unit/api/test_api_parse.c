@@ -60,16 +60,66 @@ static void test_defaults_and_prompt_forms(void **state)
     ty_api_request_clear(&r);
     assert_int_equal(parse("{\"prompt\":[1,2,3],\"stop\":\"\\n\",\"logprobs\":2}",
                            TY_API_COMPLETION, &r, &e), 0);
-    assert_int_equal(r.n_prompt_ids, 3);
-    assert_int_equal(r.prompt_ids[2], 3);
+    assert_int_equal(r.n_prompts, 1);
+    assert_null(r.prompts[0].text);
+    assert_int_equal(r.prompts[0].n_ids, 3);
+    assert_int_equal(r.prompts[0].ids[2], 3);
     assert_int_equal(r.n_stop, 1);
     assert_string_equal(r.stop[0], "\n");
     assert_true(r.logprobs);
     assert_int_equal(r.top_logprobs, 2);
     ty_api_request_clear(&r);
     assert_int_equal(parse("{\"prompt\":[\"one\"]}", TY_API_COMPLETION, &r, &e), 0);
-    assert_string_equal(r.prompt, "one");
+    assert_int_equal(r.n_prompts, 1);
+    assert_string_equal(r.prompts[0].text, "one");
+    assert_false(r.echo);
     ty_api_request_clear(&r);
+}
+
+/* Several prompts (OpenAI: an array of strings or of token-id arrays), echo, and the
+ * prompts x n limit that keeps every choice's backend id distinct. */
+static void test_prompt_lists(void **state)
+{
+    struct ty_api_request r;
+    struct ty_api_error e;
+    assert_int_equal(parse("{\"prompt\":[\"a\",\"bc\",\"d\"],\"n\":2,\"echo\":true}",
+                           TY_API_COMPLETION, &r, &e), 0);
+    assert_int_equal(r.n_prompts, 3);
+    assert_string_equal(r.prompts[1].text, "bc");
+    assert_string_equal(r.prompts[2].text, "d");
+    assert_int_equal(r.n, 2);
+    assert_true(r.echo);
+    ty_api_request_clear(&r);
+    assert_int_equal(parse("{\"prompt\":[[1,2],[3],[4,5,6]]}", TY_API_COMPLETION, &r, &e), 0);
+    assert_int_equal(r.n_prompts, 3);
+    assert_int_equal(r.prompts[0].n_ids, 2);
+    assert_int_equal(r.prompts[1].ids[0], 3);
+    assert_int_equal(r.prompts[2].n_ids, 3);
+    assert_int_equal(r.prompts[2].ids[2], 6);
+    assert_null(r.prompts[2].text);
+    ty_api_request_clear(&r);
+    /* 32 prompts with n=1 and 2 prompts with n=16: exactly at the limit */
+    char body[512] = "{\"prompt\":[";
+    for (int i = 0; i < 32; i++)
+        strcat(body, i ? ",\"p\"" : "\"p\"");
+    strcat(body, "]}");
+    assert_int_equal(parse(body, TY_API_COMPLETION, &r, &e), 0);
+    assert_int_equal(r.n_prompts, 32);
+    ty_api_request_clear(&r);
+    assert_int_equal(parse("{\"prompt\":[\"a\",\"b\"],\"n\":16}", TY_API_COMPLETION, &r, &e),
+                     0);
+    ty_api_request_clear(&r);
+    /* over the limit: 33 prompts names 'prompt', 3 x 11 names 'n' */
+    body[strlen(body) - 2] = 0;
+    strcat(body, ",\"p\"]}");
+    assert_int_equal(parse(body, TY_API_COMPLETION, &r, &e), TY_EINVAL);
+    assert_string_equal(e.param, "prompt");
+    assert_null(r.prompts);
+    assert_int_equal(parse("{\"prompt\":[\"a\",\"b\",\"c\"],\"n\":11}", TY_API_COMPLETION, &r,
+                           &e), TY_EINVAL);
+    assert_string_equal(e.param, "n");
+    assert_non_null(strstr(e.message, "33 choices"));
+    assert_null(r.prompts);
 }
 
 struct bad {
@@ -87,7 +137,16 @@ static void test_errors_name_param(void **state)
         {"{}", TY_API_COMPLETION, "prompt"},
         {"{\"prompt\":\"\"}", TY_API_COMPLETION, "prompt"},
         {"{\"prompt\":[1,-2]}", TY_API_COMPLETION, "prompt"},
-        {"{\"prompt\":[\"a\",\"b\"]}", TY_API_COMPLETION, "prompt"},
+        {"{\"prompt\":[]}", TY_API_COMPLETION, "prompt"},
+        {"{\"prompt\":[[]]}", TY_API_COMPLETION, "prompt"},
+        {"{\"prompt\":[\"a\",\"\"]}", TY_API_COMPLETION, "prompt"},
+        {"{\"prompt\":[\"a\",[1,2]]}", TY_API_COMPLETION, "prompt"},
+        {"{\"prompt\":[[1,2],\"a\"]}", TY_API_COMPLETION, "prompt"},
+        {"{\"prompt\":[\"a\",3]}", TY_API_COMPLETION, "prompt"},
+        {"{\"prompt\":[1,\"a\"]}", TY_API_COMPLETION, "prompt"},
+        {"{\"prompt\":[[1],[2,-1]]}", TY_API_COMPLETION, "prompt"},
+        {"{\"prompt\":[null]}", TY_API_COMPLETION, "prompt"},
+        {"{\"prompt\":{}}", TY_API_COMPLETION, "prompt"},
         {"{}", TY_API_CHAT, "messages"},
         {"{\"messages\":[]}", TY_API_CHAT, "messages"},
         {"{\"messages\":[{\"content\":\"x\"}]}", TY_API_CHAT, "messages"},
@@ -115,7 +174,10 @@ static void test_errors_name_param(void **state)
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", TY_API_CHAT,
          "top_logprobs"},
         {"{\"prompt\":\"x\",\"model\":5}", TY_API_COMPLETION, "model"},
-        {"{\"prompt\":\"x\",\"echo\":true}", TY_API_COMPLETION, "echo"},
+        {"{\"prompt\":\"x\",\"echo\":1}", TY_API_COMPLETION, "echo"},
+        {"{\"prompt\":\"x\",\"echo\":true,\"logprobs\":1}", TY_API_COMPLETION, "echo"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}", TY_API_CHAT,
+         "echo"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct ty_api_request r;
@@ -157,6 +219,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_full),
         cmocka_unit_test(test_defaults_and_prompt_forms),
+        cmocka_unit_test(test_prompt_lists),
         cmocka_unit_test(test_errors_name_param),
         cmocka_unit_test(test_utf8_and_error_json),
     };
