@@ -12,8 +12,12 @@ int ty_stoptext_init(struct ty_stoptext *st, const ty_tokenizer_t *tok, const ch
                      size_t n_stop)
 {
     memset(st, 0, sizeof(*st));
-    if (tok)
+    if (tok) {
         ty_detok_init(&st->detok, tok);
+        /* generated text continues a prompt: the first piece keeps its leading space ("The
+         * little dog" + " was"), as vLLM and llama.cpp's server return it */
+        st->detok.started = true;
+    }
     size_t n = 0;
     for (size_t i = 0; i < n_stop; i++)
         n += stop[i] && *stop[i];

@@ -226,6 +226,36 @@ static void test_no_tokenizer(void **state)
     ty_stoptext_clear(&st); /* twice is fine */
 }
 
+/* Output continues a prompt: its first piece keeps the leading space a SentencePiece "\u2581"
+ * stands for ("The little dog" + " girl", not "dog" + "girl"), as vLLM and llama.cpp return it. */
+static void test_first_piece_keeps_space(void **state)
+{
+    (void)state;
+    /* a llama-style vocabulary whose decoder strips the space of a text's first piece */
+    const char *t[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81girl"};
+    int32_t ty[] = {TY_TOK_TYPE_UNKNOWN, TY_TOK_TYPE_CONTROL, TY_TOK_TYPE_CONTROL,
+                    TY_TOK_TYPE_NORMAL};
+    struct ty_tokenizer_spec sp = {.model = TY_TOK_MODEL_SPM, .n_vocab = 4, .tokens = t,
+                                   .token_types = ty, .bos_id = 1, .eos_id = 2, .unk_id = 0,
+                                   .pad_id = -1, .add_space_prefix = true};
+    ty_tokenizer_t *spm;
+    char eb[256] = "";
+    assert_int_equal(ty_tokenizer_new(&spm, &sp, eb, sizeof(eb)), 0);
+    uint32_t ids[] = {3, 3};
+    char whole[32];
+    /* the decoder of a whole text does strip it: this vocabulary can tell the two apart */
+    assert_true(ty_tokenizer_decode(spm, ids, 2, true, whole, sizeof(whole)) >= 0);
+    assert_string_equal(whole, "girl girl");
+    struct ty_stoptext st;
+    assert_int_equal(ty_stoptext_init(&st, spm, NULL, 0), 0);
+    assert_int_equal(ty_stoptext_push(&st, 3), 5);
+    assert_int_equal(ty_stoptext_push(&st, 3), 5);
+    assert_int_equal(st.n_text, 10);
+    assert_memory_equal(st.text, " girl girl", 10);
+    ty_stoptext_clear(&st);
+    ty_tokenizer_free(spm);
+}
+
 /* The stop strings are copies: the caller's buffer may change after init. */
 static void test_stop_copied(void **state)
 {
@@ -250,6 +280,7 @@ int main(void)
         cmocka_unit_test(test_long_piece_and_nul),
         cmocka_unit_test(test_no_tokenizer),
         cmocka_unit_test(test_stop_copied),
+        cmocka_unit_test(test_first_piece_keeps_space),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
