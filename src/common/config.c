@@ -260,7 +260,11 @@ static int check_struct(const struct ty_config_struct *s, const char *prefix, in
     for (size_t i = 0; i < s->n_fields; i++) {
         const struct ty_config_field *f = &s->fields[i];
         char path[160];
-        snprintf(path, sizeof(path), "%s.%s", prefix, f->key ? f->key : "");
+        int len = snprintf(path, sizeof(path), "%s.%s", prefix, f->key ? f->key : "");
+        if (len < 0 || (size_t)len >= sizeof(path)) {
+            ty__cfg_error(err, "settings table", 0, 0, prefix, "key path too long");
+            return TY_ECONFIG;
+        }
         int rc = check_field(f, path, err);
         if (rc == 0 && f->sub)
             rc = check_struct(f->sub, path, depth + 1, err);
@@ -280,7 +284,12 @@ static int flatten(ty_config_t *cfg, const struct ty_config_struct *s, size_t ba
     for (size_t i = 0; i < s->n_fields; i++) {
         const struct ty_config_field *f = &s->fields[i];
         char path[160];
-        snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "", f->key ? f->key : "");
+        int len = snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "",
+                           f->key ? f->key : "");
+        if (len < 0 || (size_t)len >= sizeof(path)) {
+            ty__cfg_error(err, "settings table", 0, 0, prefix, "key path too long");
+            return TY_ECONFIG;
+        }
         int rc = check_field(f, path, err);
         if (rc == 0 && f->sub && f->type == TY_CONFIG_LIST)
             rc = check_struct(f->sub, path, depth + 1, err);

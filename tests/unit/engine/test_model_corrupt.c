@@ -214,8 +214,9 @@ static void test_corrupt_kinds(void **state)
 
 static void write_file(const char *dir, const char *name, const void *p, size_t n)
 {
-    char path[512];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    char path[1024];
+    int len = snprintf(path, sizeof(path), "%s/%s", dir, name);
+    assert_true(len > 0 && (size_t)len < sizeof(path));
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
     assert_int_equal(fwrite(p, 1, n, f), n);
