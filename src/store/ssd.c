@@ -22,6 +22,8 @@
 #define IDX_MAGIC 0x58495954u /* "TYIX" */
 #define LOC_SHIFT 40          /* loc = bucket id << 40 | offset in the bucket */
 
+#define BUCKET_ID_MAX ((1u << (64 - LOC_SHIFT)) - 1) /* ids that fit a location */
+
 struct rec_hdr {
     uint32_t magic;
     uint16_t version;
@@ -51,6 +53,8 @@ struct ty_store_ssd {
     char *dir;
     uint64_t capacity, bucket_bytes, total;
     bool direct;
+    bool ring_broken; /* a submit or wait failed for good: every I/O fails with TY_EIO */
+    uint64_t io_seq;  /* tag of the last request (user_data) */
     struct io_uring ring;
     struct bucket *b; /* oldest first; the last one is open for appends unless sealed */
     size_t nb, capb;
@@ -110,8 +114,18 @@ static void ent_add(ty_store_ssd_t *s, const char *key, uint32_t bucket, uint64_
         map_grow(s);
     uint64_t h;
     struct ent **pp = map_slot(s, key, &h);
-    if (*pp)
-        return; /* the first copy found wins */
+    if (*pp) {
+        /* The newest copy wins: buckets are read oldest first and a put refuses a key held, so a
+         * later copy was put after the earlier one was removed or dropped (a bad checksum). The
+         * first copy winning made a restart bring back the dropped block over the good one. */
+        struct ent *e = *pp;
+        s->st.bytes_used = s->st.bytes_used - e->data_len + len;
+        e->bucket = bucket;
+        e->off = off;
+        e->data_len = len;
+        e->checksum = checksum;
+        return;
+    }
     struct ent *e = calloc(1, sizeof(*e));
     TY_ASSERT(e != NULL);
     e->key = strdup(key);
@@ -152,8 +166,37 @@ static void ent_del(ty_store_ssd_t *s, struct ent **pp, bool report)
 
 /* ---- I/O ------------------------------------------------------------------------------------ */
 
-static int io_rw(ty_store_ssd_t *s, bool write, int fd, void *buf, size_t len, uint64_t off)
+/* Wait for the completion of request `tag`. A signal (EINTR) never ends the wait: the request
+ * is still in flight and owns the buffer, and its completion must not be taken for the next
+ * request's (the fuzzer's SIGALRM made a put return 0 while its write was still pending, and the
+ * following get read the put's completion instead of its own: issue #8). */
+static int io_wait(ty_store_ssd_t *s, uint64_t tag)
 {
+    for (;;) {
+        struct io_uring_cqe *cqe;
+        int rc = io_uring_wait_cqe(&s->ring, &cqe);
+        if (rc == TY_EINTR || rc == TY_EAGAIN || rc == -ETIME)
+            continue;
+        if (rc < 0) {
+            s->ring_broken = true; /* our ring is unusable: no further I/O goes through it */
+            TY_LOG_ERROR("store", "%s: io_uring wait failed: %s", s->dir, ty_strerror(rc));
+            return TY_EIO;
+        }
+        uint64_t got = io_uring_cqe_get_data64(cqe);
+        int res = cqe->res;
+        io_uring_cqe_seen(&s->ring, cqe);
+        if (got == tag)
+            return res;
+        /* a completion that is not ours: nothing else is ever in flight, so ignore it */
+    }
+}
+
+/* Submit one read or write and wait for it. Returns bytes moved (> 0, maybe fewer than len) or
+ * a negative code. */
+static int io_once(ty_store_ssd_t *s, bool write, int fd, void *buf, size_t len, uint64_t off)
+{
+    if (s->ring_broken)
+        return TY_EIO;
     struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
     if (!sqe)
         return TY_EAGAIN;
@@ -161,18 +204,46 @@ static int io_rw(ty_store_ssd_t *s, bool write, int fd, void *buf, size_t len, u
         io_uring_prep_write(sqe, fd, buf, (unsigned)len, off);
     else
         io_uring_prep_read(sqe, fd, buf, (unsigned)len, off);
-    int rc = io_uring_submit(&s->ring);
-    if (rc < 0)
-        return rc;
-    struct io_uring_cqe *cqe;
-    rc = io_uring_wait_cqe(&s->ring, &cqe);
-    if (rc < 0)
-        return rc;
-    int res = cqe->res;
-    io_uring_cqe_seen(&s->ring, cqe);
-    if (res < 0)
-        return res;
-    return (size_t)res == len ? 0 : TY_EIO;
+    uint64_t tag = ++s->io_seq;
+    io_uring_sqe_set_data64(sqe, tag);
+    int rc;
+    for (int tries = 0; (rc = io_uring_submit(&s->ring)) != 1; tries++) {
+        if (rc < 0 && rc != TY_EINTR && rc != TY_EAGAIN && rc != TY_EBUSY)
+            break;
+        if (tries == 1000)
+            break;
+        if (rc != TY_EINTR)
+            usleep(100);
+    }
+    if (rc != 1) {
+        /* The request stays queued in the ring and would go out with the next submit, after
+         * its buffer is freed: never submit through this ring again. */
+        s->ring_broken = true;
+        TY_LOG_ERROR("store", "%s: io_uring submit failed: %s", s->dir,
+                     ty_strerror(rc < 0 ? rc : TY_EIO));
+        return TY_EIO;
+    }
+    return io_wait(s, tag);
+}
+
+/* Move exactly len bytes (<= one I/O's limit): short transfers continue, an interrupted request
+ * is issued again, end of file is TY_EIO. ECANCELED (the kernel gave up on a request while
+ * signals kept arriving; we cancel nothing) is issued again too: a positioned read or write of
+ * the same bytes is idempotent. */
+static int io_rw(ty_store_ssd_t *s, bool write, int fd, void *buf, size_t len, uint64_t off)
+{
+    size_t done = 0;
+    for (int retries = 0; done < len;) {
+        int res = io_once(s, write, fd, (uint8_t *)buf + done, len - done, off + done);
+        if ((res == TY_EINTR || res == TY_EAGAIN || res == TY_ECANCELED) && ++retries < 1000)
+            continue;
+        if (res < 0)
+            return res;
+        if (res == 0)
+            return TY_EIO;
+        done += (size_t)res;
+    }
+    return 0;
 }
 
 /* Write or read len bytes (len may exceed one I/O's limit). */
@@ -391,12 +462,33 @@ static void evict_oldest(ty_store_ssd_t *s)
 
 static int bucket_new(ty_store_ssd_t *s)
 {
+    if (s->next_id > BUCKET_ID_MAX)
+        return TY_ENOSPC; /* 2^24 buckets written in this directory: no id left */
     seal_last(s);
     int fd = bucket_open_fd(s, s->next_id, true);
     if (fd < 0)
         return fd;
     bucket_push(s, (struct bucket){.id = s->next_id++, .fd = fd});
     return 0;
+}
+
+/* A bucket file name exactly as bucket_path() writes it ("bucket-" 8 digits ".bkt"), so that
+ * "bucket-1.bkt" is not taken for bucket 1 (opened twice, its bytes counted twice). Ids stop
+ * at BUCKET_ID_MAX: the location keeps 24 bits of id and the name 8 digits. */
+static bool bucket_name_parse(const char *name, uint32_t *id)
+{
+    if (strlen(name) != 19 || strncmp(name, "bucket-", 7) != 0 || strcmp(name + 15, ".bkt") != 0)
+        return false;
+    uint32_t v = 0;
+    for (int i = 7; i < 15; i++) {
+        if (name[i] < '0' || name[i] > '9')
+            return false;
+        v = v * 10 + (uint32_t)(name[i] - '0');
+    }
+    if (v > BUCKET_ID_MAX)
+        return false;
+    *id = v;
+    return true;
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -414,9 +506,8 @@ static int rescan(ty_store_ssd_t *s)
     size_t n = 0, cap = 0;
     struct dirent *de;
     while ((de = readdir(d))) {
-        unsigned id;
-        char ext[8];
-        if (sscanf(de->d_name, "bucket-%8u.%3s", &id, ext) != 2 || strcmp(ext, "bkt") != 0)
+        uint32_t id;
+        if (!bucket_name_parse(de->d_name, &id))
             continue;
         if (n == cap) {
             cap = cap ? cap * 2 : 16;
@@ -431,6 +522,7 @@ static int rescan(ty_store_ssd_t *s)
     for (size_t i = 0; i < n; i++) {
         int fd = bucket_open_fd(s, ids[i], false);
         struct stat sb;
+        s->next_id = ids[i] + 1; /* also past a bucket skipped here: its name stays taken */
         if (fd < 0 || fstat(fd, &sb) != 0) {
             TY_LOG_WARN("store", "%s: bucket %u unreadable: skipped", s->dir, ids[i]);
             if (fd >= 0)
@@ -447,7 +539,6 @@ static int rescan(ty_store_ssd_t *s)
         }
         s->total += bk.size;
         bucket_push(s, bk);
-        s->next_id = ids[i] + 1;
     }
     free(ids);
     return 0;
@@ -538,18 +629,26 @@ void ty_store_ssd_free(ty_store_ssd_t *s)
 
 /* ---- blocks ---------------------------------------------------------------------------------- */
 
-/* Make room for a record of rs bytes in an open bucket. */
+/* Make room for a record of rs bytes (rs <= capacity) at the end of the open bucket. The open
+ * bucket is never deleted here: when it is the only one left and the record still does not fit
+ * the budget, it is sealed and a new one opened, so the old one can go. */
 static int make_room(ty_store_ssd_t *s, uint64_t rs)
 {
-    struct bucket *last = s->nb ? &s->b[s->nb - 1] : NULL;
-    if (!last || last->sealed || (last->size > 0 && last->size + rs > s->bucket_bytes)) {
-        int rc = bucket_new(s);
-        if (rc != 0)
-            return rc;
+    for (;;) {
+        struct bucket *last = s->nb ? &s->b[s->nb - 1] : NULL;
+        if (!last || last->sealed || (last->size > 0 && last->size + rs > s->bucket_bytes) ||
+            (s->nb == 1 && last->size > 0 && s->total + rs > s->capacity)) {
+            int rc = bucket_new(s);
+            if (rc != 0)
+                return rc;
+        }
+        while (s->total + rs > s->capacity && s->nb > 1)
+            evict_oldest(s);
+        if (s->total + rs <= s->capacity)
+            return 0;
+        if (s->b[s->nb - 1].size == 0)
+            return TY_EFBIG; /* only an empty bucket is left: cannot happen while rs <= capacity */
     }
-    while (s->total + rs > s->capacity && s->nb > 1)
-        evict_oldest(s);
-    return s->total + rs > s->capacity ? TY_EFBIG : 0;
 }
 
 static int put_locked(ty_store_ssd_t *s, const char *key, const void *data, uint64_t len,

@@ -38,3 +38,7 @@ seed("no_fixups", 0, b"", two)
 # was announced; a record key with a NUL byte (registered under a shorter key).
 seed("regress_scan_huge_len", 4 | 8, b"", pages_of(struct.pack("<IHHQQQ", 0x564B5954, 1, 7, 2**64 - 1, 0, 0) + b"m/abc/0"))
 seed("regress_index_huge_len", 1 | 2 | 4 | 8, index([(b"m/abc/0", 0, 2**64 - 40)]), two)
+# a record of the harness's own key whose data checksum is wrong: the get drops it, the harness
+# puts the key again, and after the reopen the dropped copy (listed in bucket 1's index) must
+# not shadow the good one (issue #8 follow-up: the first copy found used to win).
+seed("regress_dropped_key_reput", 4, b"", pages_of(record(b"fuzz/new-block", b"stale bytes, bad checksum!\0")))
