@@ -13,6 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+
+#define BUF_ALIGN (2u << 20)
 
 /* ---- embedded pool: master + one node on a loop thread -------------------------------------- */
 
@@ -100,7 +103,11 @@ static void *t_new(void *shared, size_t max_len)
     struct tctx *t = calloc(1, sizeof(*t));
     TY_ASSERT(t != NULL);
     t->c = shared;
-    t->buf = aligned_alloc(4096, (max_len + 4095) / 4096 * 4096);
+    /* 2 MiB aligned and advised for huge pages, as a serving process's KV buffers would be */
+    size_t cap = (max_len + BUF_ALIGN - 1) / BUF_ALIGN * BUF_ALIGN;
+    t->buf = aligned_alloc(BUF_ALIGN, cap);
+    if (t->buf)
+        madvise(t->buf, cap, MADV_HUGEPAGE);
     if (!t->buf || ty_store_client_register(t->c, t->buf, max_len) != 0) {
         free(t->buf);
         free(t);

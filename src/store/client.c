@@ -14,12 +14,17 @@
 #include <xxhash.h>
 
 #define MASTERS_MAX 8
-#define SEGS_MAX    256
+#define SEGS_MAX    256 /* default segments_max */
 #define REGIONS_MAX 64
 
+/* An open pool segment. Nodes that restart come back under new names (their engine's port),
+ * so the table is a cache: beyond segments_max the least recently used one that no transfer
+ * holds is closed (a dead node's segment goes that way too). */
 struct seg {
     char name[TY_XFER_NAME_MAX + 1];
     ty_xfer_segment_t *s;
+    uint32_t refs;  /* transfers using it now */
+    uint64_t used;  /* c->seg_clock at the last seg_get */
 };
 
 struct ty_store_client {
@@ -41,8 +46,9 @@ struct ty_store_client {
     /* shared state, under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct seg segs[SEGS_MAX];
-    int n_segs;
+    struct seg *segs;
+    int n_segs, segs_max;
+    uint64_t seg_clock;
     struct {
         uint8_t *addr;
         size_t len;
@@ -222,22 +228,62 @@ static void stop_loop(void *arg)
 
 /* ---- segments, registered memory, transfers ------------------------------------------------- */
 
+/* Find or open the segment `name` and hold it (seg_put releases). TY_ENOSPC when the table is
+ * full of segments in use. */
 static int seg_get(ty_store_client_t *c, const char *name, ty_xfer_segment_t **out)
 {
     pthread_mutex_lock(&c->mu);
-    for (int i = 0; i < c->n_segs; i++)
-        if (strcmp(c->segs[i].name, name) == 0) {
-            *out = c->segs[i].s;
+    int victim = -1;
+    for (int i = 0; i < c->n_segs; i++) {
+        struct seg *g = &c->segs[i];
+        if (strcmp(g->name, name) == 0) {
+            g->refs++;
+            g->used = ++c->seg_clock;
+            *out = g->s;
             pthread_mutex_unlock(&c->mu);
             return 0;
         }
-    int rc = c->n_segs == SEGS_MAX ? TY_ENOSPC : ty_xfer_segment_open(c->xfer, name, out);
+        if (g->refs == 0 && (victim < 0 || g->used < c->segs[victim].used))
+            victim = i;
+    }
+    int slot = c->n_segs;
+    if (c->n_segs == c->segs_max) {
+        if (victim < 0) {
+            pthread_mutex_unlock(&c->mu);
+            return TY_ENOSPC;
+        }
+        ty_xfer_segment_close(c->xfer, c->segs[victim].s);
+        c->st.segments_closed++;
+        slot = victim;
+    }
+    ty_xfer_segment_t *seg = NULL;
+    int rc = ty_xfer_segment_open(c->xfer, name, &seg);
     if (rc == 0) {
-        snprintf(c->segs[c->n_segs].name, sizeof(c->segs[0].name), "%s", name);
-        c->segs[c->n_segs++].s = *out;
+        struct seg *g = &c->segs[slot];
+        snprintf(g->name, sizeof(g->name), "%s", name);
+        g->s = *out = seg;
+        g->refs = 1;
+        g->used = ++c->seg_clock;
+        c->n_segs += slot == c->n_segs;
+    } else if (slot != c->n_segs) { /* the victim's place is free now: fill it from the end */
+        c->segs[slot] = c->segs[--c->n_segs];
     }
     pthread_mutex_unlock(&c->mu);
     return rc;
+}
+
+static void seg_put(ty_store_client_t *c, ty_xfer_segment_t *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < c->n_segs; i++)
+        if (c->segs[i].s == s) {
+            TY_ASSERT(c->segs[i].refs > 0);
+            c->segs[i].refs--;
+            break;
+        }
+    pthread_mutex_unlock(&c->mu);
 }
 
 static bool is_registered(ty_store_client_t *c, const void *p, uint64_t len)
@@ -524,6 +570,8 @@ int ty_store_client_put_batch(ty_store_client_t *c, size_t n, const char *const 
         }
     }
     rc = put_finish(c, n, keys, sums, it, owner, nx, status);
+    for (size_t j = 0; j < nx; j++)
+        seg_put(c, it[j].seg);
     pthread_mutex_lock(&c->mu);
     c->st.puts += n;
     pthread_mutex_unlock(&c->mu);
@@ -618,10 +666,13 @@ static void get_read(ty_store_client_t *c, size_t n, PB(GetReply) * g, void *con
             break;
         xfer_run(c, TY_XFER_OP_READ, it, g->n_slots);
         uint64_t t_done = ty_clock_ns(); /* every read of this round has finished */
-        for (size_t j = 0; j < g->n_slots; j++)
+        for (size_t j = 0; j < g->n_slots; j++) {
             if (it[j].status != 2 &&
                 get_check(c, g->slots[j], &it[j], t0, t_done, &status[map[j]]))
                 lens[map[j]] = g->slots[j]->length;
+            seg_put(c, it[j].seg);
+            it[j].seg = NULL;
+        }
     }
     for (size_t j = 0; j < g->n_slots; j++)
         if (status[map[j]] == 1)
@@ -781,6 +832,7 @@ void ty_store_client_stats(ty_store_client_t *c, struct ty_store_client_stats *o
 {
     pthread_mutex_lock(&c->mu);
     *out = c->st;
+    out->segments_open = (uint64_t)c->n_segs;
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -915,6 +967,7 @@ static void client_release(ty_store_client_t *c)
         ty_xfer_mem_release(c->xfer, c->stage);
     for (int i = 0; i < c->n_segs; i++)
         ty_xfer_segment_close(c->xfer, c->segs[i].s);
+    free(c->segs);
     for (int i = 0; i < c->n_regions; i++)
         ty_xfer_mem_unregister(c->xfer, c->regions[i].addr);
     if (c->own_xfer)
@@ -928,7 +981,7 @@ static void client_release(ty_store_client_t *c)
 int ty_store_client_new(ty_store_client_t **out, const struct ty_store_client_opts *o)
 {
     if (!o || (o->writer && strlen(o->writer) > TY_STORE_NODE_NAME_MAX) ||
-        o->verify > TY_STORE_VERIFY_LEASE)
+        o->verify > TY_STORE_VERIFY_LEASE || o->segments_max > 65536)
         return TY_EINVAL;
     ty_store_client_t *c = calloc(1, sizeof(*c));
     TY_ASSERT(c != NULL);
@@ -940,6 +993,9 @@ int ty_store_client_new(ty_store_client_t **out, const struct ty_store_client_op
     c->timeout_ms = o->timeout_ms ? o->timeout_ms : 10000;
     c->verify = o->verify;
     c->xfer_checksum = o->xfer_checksum;
+    c->segs_max = o->segments_max ? (int)o->segments_max : SEGS_MAX;
+    c->segs = calloc((size_t)c->segs_max, sizeof(*c->segs));
+    TY_ASSERT(c->segs != NULL);
     int rc = parse_list(c, o->master);
     if (rc == 0)
         rc = client_engine(c, o);

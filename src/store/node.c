@@ -431,9 +431,8 @@ static int dram_mount(ty_store_node_t *n)
     int rc = ty_xfer_mem_alloc(n->xfer, n->dram_bytes, &p);
     if (rc != 0)
         return rc;
-    /* Huge pages where the kernel gives them (shmem THP in "advise" mode), then touch every
-     * page now so the first puts do not pay for faults. */
-    madvise(p, n->dram_bytes, MADV_HUGEPAGE);
+    /* the engine maps it on huge pages where the host has them (and says which); touch every
+     * page now so the first puts do not pay for faults */
     memset(p, 0, n->dram_bytes);
     n->dram = p;
     return 0;

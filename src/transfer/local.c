@@ -39,7 +39,22 @@ struct local_peer {
     struct local_map *maps; /* sorted by remote */
 };
 
-int ty__xfer_memfd_alloc(size_t len, int *fd, void **addr)
+/* Whether tmpfs grants transparent huge pages to an advised mapping: the selected word of
+ * /sys/kernel/mm/transparent_hugepage/shmem_enabled is advise, within_size, always or force. */
+static bool shmem_thp_granted(void)
+{
+    char buf[128] = {0};
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "r");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *sel = strchr(buf, '[');
+    return sel && strncmp(sel, "[never]", 7) != 0 && strncmp(sel, "[deny]", 6) != 0;
+}
+
+int ty__xfer_memfd_alloc(size_t len, int *fd, void **addr, bool *huge)
 {
     int f = memfd_create("tycho-xfer", MFD_CLOEXEC);
     if (f < 0)
@@ -54,8 +69,10 @@ int ty__xfer_memfd_alloc(size_t len, int *fd, void **addr)
         close(f);
         return TY_ENOMEM;
     }
+    madvise(p, len, MADV_HUGEPAGE);
     *fd = f;
     *addr = p;
+    *huge = shmem_thp_granted();
     return 0;
 }
 

@@ -8,8 +8,12 @@
  * slices awaiting a reply, and the broken state; the engine watchdog calls tcp_tick() to break a
  * peer that made no progress for timeout_ms while it had work. Each sender sleeps on its own
  * condition variable and is woken only when it has room and there is work it may take (no
- * thundering herd on the peer mutex); a run of READ requests leaves in one sendmsg. The server side (tcp_serve) runs
- * one thread per inbound connection and validates every access against the region table.
+ * thundering herd on the peer mutex); a run of READ requests leaves in one sendmsg. A reply
+ * thread that frees a place in its window sends the next READ requests itself when nothing but
+ * READs is in flight on its connection (no handoff to the sender); `tx_busy` lets one thread
+ * at a time take and send for a connection, so the wire order is the FIFO order. The server
+ * side (tcp_serve) runs one thread per inbound connection and validates every access against
+ * the region table.
  */
 #include "rdma-impl.h"
 
@@ -54,6 +58,8 @@ struct tcp_conn {
     bool threads;
     struct tcp_item *fifo_head, *fifo_tail; /* sent, awaiting a reply */
     uint32_t inflight;
+    uint32_t others_inflight;    /* of them, not READ slices (WRITE payloads, notifications) */
+    bool tx_busy;                /* a thread is taking items for this conn and sending them */
     struct tcp_item *sending;    /* item whose memory sendmsg is reading now */
     int lowat;                   /* the socket's SO_RCVLOWAT (reply thread) */
     pthread_cond_t cv;           /* the sender waits here for work it may take */
@@ -137,7 +143,7 @@ static void kick(struct tcp_peer *p)
     uint64_t want = p->q_head->kind == ITEM_NOTIFY ? p->inflight == 0 : p->queued;
     for (uint32_t i = 0; i < p->nconns && want > 0; i++) {
         struct tcp_conn *c = &p->conns[(p->rr + i) % p->nconns];
-        if (!c->waiting || c->inflight >= TCP_WINDOW)
+        if (!c->waiting || c->tx_busy || c->inflight >= TCP_WINDOW)
             continue;
         c->waiting = false;
         pthread_cond_signal(&c->cv);
@@ -162,6 +168,7 @@ static void fifo_remove(struct tcp_conn *c, struct tcp_item *it)
     if (c->fifo_tail == it)
         c->fifo_tail = prev;
     c->inflight--;
+    c->others_inflight--; /* only a WRITE goes unsent */
     c->peer->inflight--;
 }
 
@@ -212,6 +219,11 @@ static bool can_take(struct tcp_peer *p, struct tcp_conn *c)
     return p->q_head->kind != ITEM_NOTIFY || p->inflight == 0;
 }
 
+static bool is_read(const struct tcp_item *it)
+{
+    return it->kind == ITEM_SLICE && it->op == TY_XFER_OP_READ;
+}
+
 /* Take the next item off the queue into c's FIFO. mu held. */
 static struct tcp_item *take_next(struct tcp_peer *p, struct tcp_conn *c)
 {
@@ -228,6 +240,7 @@ static struct tcp_item *take_next(struct tcp_peer *p, struct tcp_conn *c)
         c->fifo_head = it;
     c->fifo_tail = it;
     c->inflight++;
+    c->others_inflight += !is_read(it);
     p->inflight++;
     return it;
 }
@@ -289,11 +302,6 @@ static int take_reads(struct tcp_peer *p, struct tcp_conn *c, struct tcp_item *i
     }
 }
 
-static bool is_read(const struct tcp_item *it)
-{
-    return it->kind == ITEM_SLICE && it->op == TY_XFER_OP_READ;
-}
-
 static void *send_main(void *arg)
 {
     struct tcp_conn *c = arg;
@@ -302,13 +310,14 @@ static void *send_main(void *arg)
     struct iovec iov[READ_RUN_MAX];
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->broken && !can_take(p, c)) {
+        while (!p->broken && (c->tx_busy || !can_take(p, c))) {
             c->waiting = true;
             pthread_cond_wait(&c->cv, &p->mu);
         }
         c->waiting = false;
         if (p->broken)
             break;
+        c->tx_busy = true; /* wire order = FIFO order: one thread takes and sends at a time */
         struct tcp_item *it = take_next(p, c);
         int rc;
         if (is_read(it)) { /* headers only: encoded under mu, the items are not touched after */
@@ -329,6 +338,7 @@ static void *send_main(void *arg)
             if (p->broken)
                 pthread_cond_broadcast(&p->cv); /* recv_fail_fifo waits for `sending` */
         }
+        c->tx_busy = false;
         if (rc) {
             peer_break(p, rc);
             break;
@@ -393,6 +403,31 @@ static int recv_payload(struct tcp_conn *c, struct tcp_item *it, const struct ty
     return 0;
 }
 
+/* Called by the reply thread with mu held, right after a reply freed a place in c's window:
+ * when READ requests wait at the head of the queue and no other thread is sending on c, send
+ * them from here instead of waking the sender (one thread handoff less per slice; a get is a
+ * chain of them). Only while every item c has in flight is a READ: then the socket's send
+ * buffer holds a few headers at most and this send cannot block on a peer that is itself
+ * blocked sending us a reply this thread should be reading. Returns a connection error. */
+static int send_reads_inline(struct tcp_peer *p, struct tcp_conn *c)
+{
+    if (c->tx_busy || c->others_inflight || !can_take(p, c) || !is_read(p->q_head))
+        return 0;
+    uint8_t hb[READ_RUN_MAX][TY__XFER_HDR_SIZE];
+    struct iovec iov[READ_RUN_MAX];
+    c->tx_busy = true;
+    int n = take_reads(p, c, take_next(p, c), hb);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < n; i++)
+        iov[i] = (struct iovec){hb[i], TY__XFER_HDR_SIZE};
+    int rc = ty__xfer_sendv_all(c->fd, iov, n);
+    if (rc == 0)
+        progress(p);
+    pthread_mutex_lock(&p->mu);
+    c->tx_busy = false;
+    return rc;
+}
+
 static void recv_fail_fifo(struct tcp_conn *c, int rc)
 {
     struct tcp_peer *p = c->peer;
@@ -408,6 +443,7 @@ static void recv_fail_fifo(struct tcp_conn *c, int rc)
     }
     c->fifo_tail = NULL;
     c->inflight = 0;
+    c->others_inflight = 0;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
 }
@@ -440,8 +476,11 @@ static void *recv_main(void *arg)
         progress(p);
         pthread_mutex_lock(&p->mu);
         c->inflight--;
+        c->others_inflight -= !is_read(it);
         p->inflight--;
         item_finish(p, it, rc ? rc : status);
+        if (rc == 0 && !p->broken && (rc = send_reads_inline(p, c)) != 0)
+            peer_break(p, rc);
         kick(p);
         pthread_mutex_unlock(&p->mu);
         if (rc)

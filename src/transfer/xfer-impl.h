@@ -406,7 +406,9 @@ int ty__xfer_local_listen(ty_xfer_engine_t *e);
 void *ty__xfer_local_accept_main(void *arg);
 /* Republish this engine's metadata to etcd (no-op without etcd). */
 int ty__xfer_engine_publish(ty_xfer_engine_t *e);
-int ty__xfer_memfd_alloc(size_t len, int *fd, void **addr);
+/* Shared memory that other processes on this host can map (the local transport passes the fd),
+ * advised for transparent huge pages; *huge: the host's tmpfs grants them (shmem_enabled). */
+int ty__xfer_memfd_alloc(size_t len, int *fd, void **addr, bool *huge);
 
 /* etcd.c */
 int ty__xfer_etcd_new(struct ty__xfer_etcd **out, const char *endpoint, uint32_t timeout_ms);
