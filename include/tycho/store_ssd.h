@@ -5,8 +5,9 @@
  * io_uring, O_DIRECT where the filesystem allows it (else buffered, with a logged warning). A
  * sealed bucket gets an index file `bucket-NNNNNNNN.idx` beside it. Every read is checked
  * against the block's checksum: a block whose bytes changed on disk is dropped, never returned.
- * On open the directory is rescanned (index files, or the records of a bucket without one), so
- * blocks survive a restart. When the tier is full the oldest buckets are deleted.
+ * A remove appends a tombstone record (one page) the same way. On open the directory is
+ * rescanned (index files, or the records of a bucket without one), oldest bucket first, so
+ * blocks and removes survive a restart. When the tier is full the oldest buckets are deleted.
  *
  * Threading: all functions are safe from any thread (one mutex; I/O happens under it).
  * Ownership: the caller owns the tier object and its buffers; keys are copied.
@@ -49,7 +50,11 @@ int ty_store_ssd_put(ty_store_ssd_t *s, const char *key, const void *data, uint6
  * (cap too small), TY_ECHECKSUM (bytes on disk do not match: the block is dropped), -errno. */
 int ty_store_ssd_get(ty_store_ssd_t *s, const char *key, void *buf, uint64_t cap, uint64_t *len);
 
-/* Forget a block (its space returns when its bucket is deleted). Returns 0 or TY_ENOTFOUND. */
+/* Remove a block for good: appends a tombstone (4 KiB, counted against the capacity; may delete
+ * the oldest buckets) so that a restart does not bring the block back, then forgets it. Its space
+ * returns when its bucket is deleted. Returns 0, TY_EINVAL, TY_ENOTFOUND (no such block: nothing
+ * written), or the write's error (TY_EIO, -errno: the block is still held; after a crash it
+ * may come back or not). */
 int ty_store_ssd_remove(ty_store_ssd_t *s, const char *key);
 
 /* Call cb for every block held (for announcements); stops early when cb returns non-zero. */

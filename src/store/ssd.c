@@ -1,5 +1,13 @@
 /* SSD tier: append-only bucket files through io_uring, checksummed reads, rescan on open
- * (store_ssd.h). Record: struct rec_hdr | key | bytes | zero padding to SSD_ALIGN. */
+ * (store_ssd.h). Record: struct rec_hdr | key | bytes | zero padding to SSD_ALIGN. A remove
+ * appends a tombstone: the same header with data_len REC_TOMBSTONE, the key, no bytes (one
+ * page). Index file: {u32 IDX_MAGIC, u32 count, u64 XXH3 of the rest}, then per record in file
+ * order {u16 key_len, key, u64 off, u64 data_len (REC_TOMBSTONE: a tombstone), u64 checksum}.
+ * The rescan applies the records of the buckets oldest first, each in file order: a put
+ * replaces what the key held, a tombstone deletes it. Deleting buckets for space stays right
+ * with tombstones: only the oldest bucket is ever deleted, and every copy a tombstone deleted
+ * lies in its bucket or an older one, so it is gone first. Version-1 files from before
+ * tombstones read the same: their records and indexes are a subset of this format. */
 #include "tycho/store_ssd.h"
 
 #include "tycho/errors.h"
@@ -22,6 +30,9 @@
 #define IDX_MAGIC 0x58495954u /* "TYIX" */
 #define LOC_SHIFT 40          /* loc = bucket id << 40 | offset in the bucket */
 
+#define REC_VERSION   1
+#define REC_TOMBSTONE UINT64_MAX /* data_len of a tombstone (no bytes follow the key) */
+
 #define BUCKET_ID_MAX ((1u << (64 - LOC_SHIFT)) - 1) /* ids that fit a location */
 
 struct rec_hdr {
@@ -41,11 +52,20 @@ struct ent {
     struct ent *next;
 };
 
+/* A tombstone of a bucket whose index is not written yet (the open bucket; a bucket being
+ * rescanned without an index): write_index lists it. */
+struct tomb {
+    char *key;
+    uint64_t off;
+};
+
 struct bucket {
     uint32_t id;
     int fd;
     uint64_t size;
     bool sealed;
+    struct tomb *tombs; /* until the index is written */
+    size_t n_tombs, cap_tombs;
 };
 
 struct ty_store_ssd {
@@ -53,8 +73,9 @@ struct ty_store_ssd {
     char *dir;
     uint64_t capacity, bucket_bytes, total;
     bool direct;
-    bool ring_broken; /* a submit or wait failed for good: every I/O fails with TY_EIO */
-    uint64_t io_seq;  /* tag of the last request (user_data) */
+    bool ring_broken;   /* a submit or wait failed for good: every I/O fails with TY_EIO */
+    bool buf_in_flight; /* a wait failed with its request still running: see io_buf_free */
+    uint64_t io_seq;    /* tag of the last request (user_data) */
     struct io_uring ring;
     struct bucket *b; /* oldest first; the last one is open for appends unless sealed */
     size_t nb, capb;
@@ -63,6 +84,7 @@ struct ty_store_ssd {
     size_t n_map, n_ents;
     char (*dropped)[256];
     size_t n_dropped, cap_dropped;
+    const struct ent *removing; /* remove_locked's entry: its bucket deleted, not reported */
     struct ty_store_ssd_stats st;
 };
 
@@ -151,17 +173,50 @@ static void note_dropped(ty_store_ssd_t *s, const char *key)
     snprintf(s->dropped[s->n_dropped++], 256, "%s", key);
 }
 
-/* Unlink *pp and free it. */
+/* Unlink *pp and free it. The entry a remove is writing the tombstone of is never reported:
+ * the caller removed it (a report would make the master drop the copy an OFFLOAD puts next). */
 static void ent_del(ty_store_ssd_t *s, struct ent **pp, bool report)
 {
     struct ent *e = *pp;
     *pp = e->next;
-    if (report)
+    if (e == s->removing)
+        s->removing = NULL; /* tells remove_locked that its block is gone already */
+    else if (report)
         note_dropped(s, e->key);
     s->n_ents--;
     s->st.bytes_used -= e->data_len;
     free(e->key);
     free(e);
+}
+
+/* A tombstone read back (rescan): the key holds nothing from here on. */
+static void tomb_apply(ty_store_ssd_t *s, const char *key)
+{
+    uint64_t h;
+    struct ent **pp = map_slot(s, key, &h);
+    if (*pp)
+        ent_del(s, pp, false);
+}
+
+static void tomb_add(struct bucket *bk, const char *key, uint64_t off)
+{
+    if (bk->n_tombs == bk->cap_tombs) {
+        bk->cap_tombs = bk->cap_tombs ? bk->cap_tombs * 2 : 16;
+        bk->tombs = realloc(bk->tombs, bk->cap_tombs * sizeof(*bk->tombs));
+        TY_ASSERT(bk->tombs != NULL);
+    }
+    char *k = strdup(key);
+    TY_ASSERT(k != NULL);
+    bk->tombs[bk->n_tombs++] = (struct tomb){.key = k, .off = off};
+}
+
+static void tombs_free(struct bucket *bk)
+{
+    for (size_t i = 0; i < bk->n_tombs; i++)
+        free(bk->tombs[i].key);
+    free(bk->tombs);
+    bk->tombs = NULL;
+    bk->n_tombs = bk->cap_tombs = 0;
 }
 
 /* ---- I/O ------------------------------------------------------------------------------------ */
@@ -178,7 +233,8 @@ static int io_wait(ty_store_ssd_t *s, uint64_t tag)
         if (rc == TY_EINTR || rc == TY_EAGAIN || rc == -ETIME)
             continue;
         if (rc < 0) {
-            s->ring_broken = true; /* our ring is unusable: no further I/O goes through it */
+            s->ring_broken = true;   /* our ring is unusable: no further I/O goes through it */
+            s->buf_in_flight = true; /* and request `tag` may still be moving bytes */
             TY_LOG_ERROR("store", "%s: io_uring wait failed: %s", s->dir, ty_strerror(rc));
             return TY_EIO;
         }
@@ -189,6 +245,38 @@ static int io_wait(ty_store_ssd_t *s, uint64_t tag)
             return res;
         /* a completion that is not ours: nothing else is ever in flight, so ignore it */
     }
+}
+
+/* Buffers of requests left running when their wait failed (io_wait). The kernel may still read
+ * or write such a buffer at any time, also after the ring is torn down (a closing ring cancels
+ * and waits for its requests in a kernel worker, not in close), so it is never freed; the list
+ * keeps it reachable for leak checkers. At most one per tier: a broken ring takes no request. */
+static pthread_mutex_t g_lost_mu = PTHREAD_MUTEX_INITIALIZER;
+struct lost_buf {
+    void *buf;
+    struct lost_buf *next;
+};
+static struct lost_buf *g_lost;
+
+/* Free buf, the buffer of the tier's last I/O, or park it for good if that I/O may still be in
+ * flight. Every buffer given to io_full is released here, on success and on error alike. (A
+ * failed submit needs no parking: without SQPOLL the kernel reads a queued SQE only inside
+ * io_uring_enter, and a broken ring never enters again.) */
+static void io_buf_free(ty_store_ssd_t *s, void *buf)
+{
+    if (!s->buf_in_flight) {
+        free(buf);
+        return;
+    }
+    s->buf_in_flight = false;
+    struct lost_buf *l = malloc(sizeof(*l));
+    TY_ASSERT(l != NULL);
+    l->buf = buf;
+    pthread_mutex_lock(&g_lost_mu);
+    l->next = g_lost;
+    g_lost = l;
+    pthread_mutex_unlock(&g_lost_mu);
+    TY_LOG_WARN("store", "%s: a buffer of a request still in flight is kept for good", s->dir);
 }
 
 /* Submit one read or write and wait for it. Returns bytes moved (> 0, maybe fewer than len) or
@@ -286,34 +374,72 @@ static int bucket_open_fd(ty_store_ssd_t *s, uint32_t id, bool create)
 
 /* ---- index files ----------------------------------------------------------------------------- */
 
-static int write_index(ty_store_ssd_t *s, const struct bucket *bk)
+struct idx_ent {
+    const char *key;
+    uint64_t off, data_len, checksum;
+};
+
+static int cmp_idx_off(const void *a, const void *b)
 {
-    size_t cap = 64, n = 16;
-    uint8_t *buf = malloc(cap);
-    TY_ASSERT(buf != NULL);
-    uint32_t count = 0;
+    uint64_t x = ((const struct idx_ent *)a)->off, y = ((const struct idx_ent *)b)->off;
+    return x < y ? -1 : x > y;
+}
+
+/* The records of bk that count, in file order: its live blocks and its tombstones (the order
+ * matters only for a key removed and put again within the bucket). */
+static struct idx_ent *index_entries(const ty_store_ssd_t *s, const struct bucket *bk, size_t *n)
+{
+    size_t cap = bk->n_tombs + 16, k = 0;
+    struct idx_ent *v = malloc(cap * sizeof(*v));
+    TY_ASSERT(v != NULL);
     for (size_t i = 0; i < s->n_map; i++)
         for (struct ent *e = s->map[i]; e; e = e->next) {
             if (e->bucket != bk->id)
                 continue;
-            uint16_t kl = (uint16_t)strlen(e->key);
-            while (n + 2 + kl + 24 > cap) {
+            if (k == cap) {
                 cap *= 2;
-                buf = realloc(buf, cap);
-                TY_ASSERT(buf != NULL);
+                v = realloc(v, cap * sizeof(*v));
+                TY_ASSERT(v != NULL);
             }
-            memcpy(buf + n, &kl, 2);
-            memcpy(buf + n + 2, e->key, kl);
-            memcpy(buf + n + 2 + kl, &e->off, 8);
-            memcpy(buf + n + 10 + kl, &e->data_len, 8);
-            memcpy(buf + n + 18 + kl, &e->checksum, 8);
-            n += 26 + kl;
-            count++;
+            v[k++] = (struct idx_ent){e->key, e->off, e->data_len, e->checksum};
         }
-    uint32_t magic = IDX_MAGIC;
+    if (k + bk->n_tombs > cap) {
+        v = realloc(v, (k + bk->n_tombs) * sizeof(*v));
+        TY_ASSERT(v != NULL);
+    }
+    for (size_t i = 0; i < bk->n_tombs; i++)
+        v[k++] = (struct idx_ent){bk->tombs[i].key, bk->tombs[i].off, REC_TOMBSTONE, 0};
+    if (k > 1)
+        qsort(v, k, sizeof(*v), cmp_idx_off);
+    *n = k;
+    return v;
+}
+
+static int write_index(ty_store_ssd_t *s, const struct bucket *bk)
+{
+    size_t cap = 64, n = 16, count;
+    uint8_t *buf = malloc(cap);
+    TY_ASSERT(buf != NULL);
+    struct idx_ent *v = index_entries(s, bk, &count);
+    for (size_t i = 0; i < count; i++) {
+        uint16_t kl = (uint16_t)strlen(v[i].key);
+        while (n + 26 + kl > cap) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            TY_ASSERT(buf != NULL);
+        }
+        memcpy(buf + n, &kl, 2);
+        memcpy(buf + n + 2, v[i].key, kl);
+        memcpy(buf + n + 2 + kl, &v[i].off, 8);
+        memcpy(buf + n + 10 + kl, &v[i].data_len, 8);
+        memcpy(buf + n + 18 + kl, &v[i].checksum, 8);
+        n += 26 + kl;
+    }
+    free(v);
+    uint32_t magic = IDX_MAGIC, count32 = (uint32_t)count;
     uint64_t sum = XXH3_64bits(buf + 16, n - 16);
     memcpy(buf, &magic, 4);
-    memcpy(buf + 4, &count, 4);
+    memcpy(buf + 4, &count32, 4);
     memcpy(buf + 8, &sum, 8);
     char path[4096], tmp[4200];
     bucket_path(s, bk->id, "idx", path, sizeof(path));
@@ -368,11 +494,17 @@ static int load_index(ty_store_ssd_t *s, const struct bucket *bk)
             memcpy(&len, buf + p + 10 + kl, 8);
             memcpy(&cs, buf + p + 18 + kl, 8);
             p += 26 + kl;
+            bool tomb = len == REC_TOMBSTONE;
+            uint64_t dl = tomb ? 0 : len;
             /* bounds first, so that rec_size() and the sum cannot wrap */
-            if (off % SSD_ALIGN != 0 || off > bk->size || len > bk->size ||
-                off + rec_size(kl, len) > bk->size) {
+            if (off % SSD_ALIGN != 0 || off > bk->size || dl > bk->size ||
+                off + rec_size(kl, dl) > bk->size) {
                 rc = TY_EFORMAT;
                 break;
+            }
+            if (tomb) {
+                tomb_apply(s, key);
+                continue;
             }
             ent_add(s, key, bk->id, off, len, cs);
             s->st.blocks_rescanned++;
@@ -383,7 +515,8 @@ static int load_index(ty_store_ssd_t *s, const struct bucket *bk)
     return rc;
 }
 
-/* No usable index: walk the records from the start until one does not parse. */
+/* No usable index: walk the records from the start until one does not parse. The tombstones
+ * met are kept in bk->tombs for the index written next. */
 static void scan_bucket(ty_store_ssd_t *s, struct bucket *bk)
 {
     uint8_t *page;
@@ -396,25 +529,33 @@ static void scan_bucket(ty_store_ssd_t *s, struct bucket *bk)
         struct rec_hdr h;
         memcpy(&h, page, sizeof(h));
         char key[TY_STORE_KEY_MAX + 1];
-        if (h.magic != REC_MAGIC || h.key_len == 0 || h.key_len > TY_STORE_KEY_MAX ||
+        if (h.magic != REC_MAGIC || h.version != REC_VERSION || h.key_len == 0 ||
+            h.key_len > TY_STORE_KEY_MAX ||
             memchr(page + sizeof(h), 0, h.key_len)) /* keys hold no NUL */
             break;
         memcpy(key, page + sizeof(h), h.key_len);
         key[h.key_len] = 0;
-        if (h.data_len > bk->size - off) /* before rec_size(), which would wrap */
+        bool tomb = h.data_len == REC_TOMBSTONE;
+        uint64_t dl = tomb ? 0 : h.data_len;
+        if (dl > bk->size - off) /* before rec_size(), which would wrap */
             break;
-        uint64_t rs = rec_size(h.key_len, h.data_len);
+        uint64_t rs = rec_size(h.key_len, dl);
         if (hdr_check(&h, key) != h.hdr_check || rs > bk->size - off)
             break;
-        ent_add(s, key, bk->id, off, h.data_len, h.checksum);
-        s->st.blocks_rescanned++;
+        if (tomb) {
+            tomb_apply(s, key);
+            tomb_add(bk, key, off);
+        } else {
+            ent_add(s, key, bk->id, off, h.data_len, h.checksum);
+            s->st.blocks_rescanned++;
+        }
         off += rs;
     }
     if (off < bk->size)
         TY_LOG_WARN("store", "%s: bucket %u: %llu trailing bytes not parsed", s->dir, bk->id,
                     (unsigned long long)(bk->size - off));
     bk->size = off;
-    free(page);
+    io_buf_free(s, page);
 }
 
 /* ---- buckets ------------------------------------------------------------------------------- */
@@ -435,6 +576,7 @@ static void seal_last(ty_store_ssd_t *s)
         return;
     s->b[s->nb - 1].sealed = true;
     write_index(s, &s->b[s->nb - 1]);
+    tombs_free(&s->b[s->nb - 1]); /* the index lists them now, or else the records do */
 }
 
 /* Delete the oldest bucket and the blocks in it (reported as dropped). */
@@ -448,6 +590,7 @@ static void evict_oldest(ty_store_ssd_t *s)
             else
                 pp = &(*pp)->next;
     close(bk.fd);
+    tombs_free(&bk);
     char path[4096];
     bucket_path(s, bk.id, "bkt", path, sizeof(path));
     unlink(path);
@@ -536,6 +679,7 @@ static int rescan(ty_store_ssd_t *s)
         if (load_index(s, &bk) != 0) {
             scan_bucket(s, &bk);
             write_index(s, &bk);
+            tombs_free(&bk);
         }
         s->total += bk.size;
         bucket_push(s, bk);
@@ -610,8 +754,10 @@ void ty_store_ssd_free(ty_store_ssd_t *s)
     if (!s)
         return;
     seal_last(s);
-    for (size_t i = 0; i < s->nb; i++)
+    for (size_t i = 0; i < s->nb; i++) {
         close(s->b[i].fd);
+        tombs_free(&s->b[i]);
+    }
     for (size_t i = 0; i < s->n_map; i++)
         for (struct ent *e = s->map[i], *next; e; e = next) {
             next = e->next;
@@ -651,32 +797,15 @@ static int make_room(ty_store_ssd_t *s, uint64_t rs)
     }
 }
 
-static int put_locked(ty_store_ssd_t *s, const char *key, const void *data, uint64_t len,
-                      uint64_t checksum, uint64_t *loc)
+/* Append the record in buf (rs bytes, a multiple of SSD_ALIGN; rs <= capacity) to the open
+ * bucket, deleting the oldest buckets for room. Returns 0 with *bk and *off where it went, or an
+ * error (nothing counted as written). The caller releases buf with io_buf_free. */
+static int append_record(ty_store_ssd_t *s, uint8_t *buf, uint64_t rs, struct bucket **out,
+                         uint64_t *off)
 {
-    uint64_t h;
-    if (*map_slot(s, key, &h))
-        return TY_EEXIST;
-    size_t kl = strlen(key);
-    uint64_t rs = rec_size(kl, len);
-    if (rs > s->capacity)
-        return TY_EFBIG;
     int rc = make_room(s, rs);
     if (rc != 0)
         return rc;
-    uint8_t *buf;
-    if (posix_memalign((void **)&buf, SSD_ALIGN, rs) != 0)
-        return TY_ENOMEM;
-    struct rec_hdr hd = {.magic = REC_MAGIC,
-                         .version = 1,
-                         .key_len = (uint16_t)kl,
-                         .data_len = len,
-                         .checksum = checksum};
-    hd.hdr_check = hdr_check(&hd, key);
-    memcpy(buf, &hd, sizeof(hd));
-    memcpy(buf + sizeof(hd), key, kl);
-    memcpy(buf + sizeof(hd) + kl, data, len);
-    memset(buf + sizeof(hd) + kl + len, 0, rs - sizeof(hd) - kl - len);
     struct bucket *bk = &s->b[s->nb - 1];
     rc = io_full(s, true, bk->fd, buf, rs, bk->size);
     while (rc == TY_ENOSPC && s->nb > 1) { /* the disk is fuller than our budget says */
@@ -684,20 +813,67 @@ static int put_locked(ty_store_ssd_t *s, const char *key, const void *data, uint
         bk = &s->b[s->nb - 1];
         rc = io_full(s, true, bk->fd, buf, rs, bk->size);
     }
-    free(buf);
     if (rc != 0)
         return rc;
-    ent_add(s, key, bk->id, bk->size, len, checksum);
-    *loc = ((uint64_t)bk->id << LOC_SHIFT) | bk->size;
+    *out = bk;
+    *off = bk->size;
     bk->size += rs;
     s->total += rs;
+    return 0;
+}
+
+/* A record in a fresh aligned buffer of rec_size() bytes: header, key, len bytes of data (none
+ * for a tombstone), zero padding. Returns NULL when out of memory. */
+static uint8_t *record_build(const char *key, const void *data, uint64_t len, uint64_t checksum,
+                             uint64_t *rs)
+{
+    size_t kl = strlen(key);
+    uint64_t dl = len == REC_TOMBSTONE ? 0 : len;
+    *rs = rec_size(kl, dl);
+    uint8_t *buf;
+    if (posix_memalign((void **)&buf, SSD_ALIGN, *rs) != 0)
+        return NULL;
+    struct rec_hdr hd = {.magic = REC_MAGIC,
+                         .version = REC_VERSION,
+                         .key_len = (uint16_t)kl,
+                         .data_len = len,
+                         .checksum = checksum};
+    hd.hdr_check = hdr_check(&hd, key);
+    memcpy(buf, &hd, sizeof(hd));
+    memcpy(buf + sizeof(hd), key, kl);
+    if (dl > 0)
+        memcpy(buf + sizeof(hd) + kl, data, dl);
+    memset(buf + sizeof(hd) + kl + dl, 0, *rs - sizeof(hd) - kl - dl);
+    return buf;
+}
+
+static int put_locked(ty_store_ssd_t *s, const char *key, const void *data, uint64_t len,
+                      uint64_t checksum, uint64_t *loc)
+{
+    uint64_t h;
+    if (*map_slot(s, key, &h))
+        return TY_EEXIST;
+    if (rec_size(strlen(key), len) > s->capacity)
+        return TY_EFBIG;
+    uint64_t rs, off;
+    uint8_t *buf = record_build(key, data, len, checksum, &rs);
+    if (!buf)
+        return TY_ENOMEM;
+    struct bucket *bk;
+    int rc = append_record(s, buf, rs, &bk, &off);
+    io_buf_free(s, buf);
+    if (rc != 0)
+        return rc;
+    ent_add(s, key, bk->id, off, len, checksum);
+    *loc = ((uint64_t)bk->id << LOC_SHIFT) | off;
     return 0;
 }
 
 int ty_store_ssd_put(ty_store_ssd_t *s, const char *key, const void *data, uint64_t len,
                      uint64_t checksum, uint64_t *loc)
 {
-    if (!key || !*key || strlen(key) > TY_STORE_KEY_MAX || (!data && len > 0) || len == 0)
+    if (!key || !*key || strlen(key) > TY_STORE_KEY_MAX || (!data && len > 0) || len == 0 ||
+        len == REC_TOMBSTONE)
         return TY_EINVAL;
     pthread_mutex_lock(&s->mu);
     int rc = put_locked(s, key, data, len, checksum, loc);
@@ -746,7 +922,7 @@ static int get_locked(ty_store_ssd_t *s, const char *key, void *out, uint64_t ca
             rc = TY_ECHECKSUM;
         }
     }
-    free(buf);
+    io_buf_free(s, buf);
     return rc;
 }
 
@@ -760,16 +936,41 @@ int ty_store_ssd_get(ty_store_ssd_t *s, const char *key, void *buf, uint64_t cap
     return rc;
 }
 
+/* Write key's tombstone, then forget the entry. A crash in between leaves the tombstone: the
+ * rescan removes the block. A failed write keeps the entry (the block is still there after a
+ * restart), unless making room deleted the entry's own bucket: then it is gone for good, and so
+ * is every older copy (older buckets go first). */
+static int remove_locked(ty_store_ssd_t *s, const char *key)
+{
+    uint64_t h, rs, off;
+    struct ent **pp = map_slot(s, key, &h);
+    if (!*pp)
+        return TY_ENOTFOUND; /* nothing written */
+    uint8_t *buf = record_build(key, NULL, REC_TOMBSTONE, 0, &rs);
+    if (!buf)
+        return TY_ENOMEM;
+    s->removing = *pp; /* evict_oldest may delete it (then NULL), and must not report it */
+    struct bucket *bk;
+    int rc = append_record(s, buf, rs, &bk, &off);
+    bool gone = s->removing == NULL;
+    s->removing = NULL;
+    io_buf_free(s, buf);
+    if (rc == 0)
+        tomb_add(bk, key, off); /* for the index written when bk is sealed */
+    if (gone)
+        return 0;
+    if (rc != 0)
+        return rc;
+    ent_del(s, map_slot(s, key, &h), false); /* looked up again: buckets may have gone */
+    return 0;
+}
+
 int ty_store_ssd_remove(ty_store_ssd_t *s, const char *key)
 {
     if (!key || !*key)
         return TY_EINVAL;
     pthread_mutex_lock(&s->mu);
-    uint64_t h;
-    struct ent **pp = map_slot(s, key, &h);
-    int rc = *pp ? 0 : TY_ENOTFOUND;
-    if (*pp)
-        ent_del(s, pp, false);
+    int rc = strlen(key) > TY_STORE_KEY_MAX ? TY_ENOTFOUND : remove_locked(s, key);
     pthread_mutex_unlock(&s->mu);
     return rc;
 }

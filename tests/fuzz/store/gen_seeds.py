@@ -36,9 +36,15 @@ seed("no_fixups", 0, b"", two)
 # Regression seeds (bugs fuzz_store_ssd found; see docs/arch/fuzz.md):
 # a record / an index entry whose data_len made rec_size() wrap, so a block of 2^64-1 bytes
 # was announced; a record key with a NUL byte (registered under a shorter key).
-seed("regress_scan_huge_len", 4 | 8, b"", pages_of(struct.pack("<IHHQQQ", 0x564B5954, 1, 7, 2**64 - 1, 0, 0) + b"m/abc/0"))
+# (2^64-2: 2^64-1 marks a tombstone now)
+seed("regress_scan_huge_len", 4 | 8, b"", pages_of(struct.pack("<IHHQQQ", 0x564B5954, 1, 7, 2**64 - 2, 0, 0) + b"m/abc/0"))
 seed("regress_index_huge_len", 1 | 2 | 4 | 8, index([(b"m/abc/0", 0, 2**64 - 40)]), two)
 # a record of the harness's own key whose data checksum is wrong: the get drops it, the harness
 # puts the key again, and after the reopen the dropped copy (listed in bucket 1's index) must
 # not shadow the good one (issue #8 follow-up: the first copy found used to win).
 seed("regress_dropped_key_reput", 4, b"", pages_of(record(b"fuzz/new-block", b"stale bytes, bad checksum!\0")))
+# a tombstone (data_len 2^64-1, no data) after the record it deletes, scanned and indexed
+tomb = struct.pack("<IHHQQQ", 0x564B5954, 1, 7, 2**64 - 1, 0, 0) + b"m/abc/0"
+deleted = pages_of(r1.ljust(PAGE, b"\0")) + pages_of(tomb)
+seed("scan_tombstone", 4 | 8, b"", deleted)
+seed("index_tombstone", 1 | 2 | 4 | 8, index([(b"m/abc/0", 0, 14), (b"m/abc/0", PAGE, 2**64 - 1)]), deleted)
