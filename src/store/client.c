@@ -6,12 +6,12 @@
 #include "tycho/errors.h"
 #include "tycho/log.h"
 #include "tycho/rpc.h"
+#include "tycho/xxh3.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #define MASTERS_MAX 8
 #define SEGS_MAX    256 /* default segments_max */

@@ -6,12 +6,12 @@
 #include "tycho/errors.h"
 #include "tycho/log.h"
 #include "tycho/rpc.h"
+#include "tycho/xxh3.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <xxhash.h>
 
 #define MASTERS_MAX 8
 

@@ -13,6 +13,7 @@
 #include "tycho/errors.h"
 #include "tycho/log.h"
 #include "tycho/store_meta.h"
+#include "tycho/xxh3.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -23,7 +24,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #define SSD_ALIGN 4096u
 #define REC_MAGIC 0x564b5954u /* "TYKV" */

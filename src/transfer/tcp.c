@@ -20,6 +20,7 @@
 #include "tycho/clock.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
+#include "tycho/xxh3.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +28,6 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #define TCP_WINDOW 4 /* slices in flight per connection */
 
