@@ -33,6 +33,7 @@ struct ty_xfer_engine_opts {
     const char *transport;      /* "auto" (NULL), "tcp", "local" or "rdma" for opened segments */
     uint32_t tcp_conns;         /* TCP connections per peer; 0: 4 */
     uint64_t slice_bytes;       /* TCP slice (unit of one acknowledged write); 0: 1 MiB */
+    uint32_t tcp_window;        /* TCP slices in flight per connection, 1..16; 0: 2 */
     uint32_t timeout_ms;        /* a peer without progress this long fails its tasks; 0: 5000 */
     bool checksum;              /* XXH3 per TCP slice, verified by the receiving side */
     const char *etcd_endpoint;  /* "http://127.0.0.1:2379": metadata in etcd; NULL: handshake */

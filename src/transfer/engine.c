@@ -61,11 +61,14 @@ static int engine_set_opts(ty_xfer_engine_t *e, const struct ty_xfer_engine_opts
     }
     e->tcp_conns = o->tcp_conns ? o->tcp_conns : 4;
     e->slice_bytes = o->slice_bytes ? o->slice_bytes : (1u << 20);
+    e->tcp_window = o->tcp_window ? o->tcp_window : 2;
     e->timeout_ms = o->timeout_ms ? o->timeout_ms : 5000;
     e->checksum = o->checksum;
     e->etcd_ttl_s = o->etcd_ttl_s ? o->etcd_ttl_s : 10;
-    if (e->tcp_conns > 64 || e->slice_bytes < 4096 || e->slice_bytes > TY__XFER_MAX_SLICE) {
-        TY_LOG_ERROR(TY_XFER_SUBSYS, "tcp_conns must be 1..64 and slice_bytes 4 KiB..256 MiB");
+    if (e->tcp_conns > 64 || e->slice_bytes < 4096 || e->slice_bytes > TY__XFER_MAX_SLICE ||
+        e->tcp_window > 16) {
+        TY_LOG_ERROR(TY_XFER_SUBSYS,
+                     "tcp_conns must be 1..64, slice_bytes 4 KiB..256 MiB, tcp_window 1..16");
         return TY_EINVAL;
     }
     if (o->name && (!*o->name || strlen(o->name) > TY_XFER_NAME_MAX))

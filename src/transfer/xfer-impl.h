@@ -309,6 +309,7 @@ struct ty_xfer_engine {
     char transport[16];
     uint32_t tcp_conns;
     uint64_t slice_bytes;
+    uint32_t tcp_window; /* slices in flight per connection (tcp.c) */
     uint32_t timeout_ms;
     bool checksum;
     char host_id[64];

@@ -151,6 +151,8 @@ static void test_api_validation(void **state)
     ty_xfer_engine_t *e;
     struct ty_xfer_engine_opts bad = {.transport = "carrier-pigeon"};
     assert_int_equal(ty_xfer_engine_new(&e, &bad), TY_EINVAL);
+    struct ty_xfer_engine_opts wide = {.tcp_window = 17}; /* more than a READ run can carry */
+    assert_int_equal(ty_xfer_engine_new(&e, &wide), TY_EINVAL);
     struct ty_xfer_engine_opts o = {.timeout_ms = 1000};
     assert_int_equal(ty_xfer_engine_new(&e, &o), 0);
     static uint8_t mem[1 << 16], other[64];
