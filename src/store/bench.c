@@ -408,21 +408,25 @@ static void run_one(const struct bench_drv *drv, uint64_t size, const struct ty_
  */
 
 struct mc_arg {
-    uint64_t size, n;
+    uint64_t size, n, batch;
     pthread_barrier_t *bar;
 };
 
 static void *memcpy_thread(void *arg)
 {
     struct mc_arg *a = arg;
-    uint64_t arena = 256ull << 20; /* well beyond the caches: each block is fresh memory */
-    uint8_t *src = malloc(arena), *dst = malloc(a->size);
+    /* The copies a get makes: each block from fresh memory (well beyond the caches) into the
+     * caller's buffer, which holds `batch` blocks like a tycho client's (a 1-block target
+     * would stay in L2 and flatter the baseline against batched gets). */
+    uint64_t arena = 256ull << 20;
+    uint8_t *src = malloc(arena), *dst = malloc(a->size * a->batch);
+    TY_ASSERT(src && dst);
     memset(src, 1, arena);
-    memset(dst, 2, a->size);
+    memset(dst, 2, a->size * a->batch);
     uint64_t blocks = arena / a->size;
     pthread_barrier_wait(a->bar);
     for (uint64_t i = 0; i < a->n; i++)
-        memcpy(dst, src + (i % blocks) * a->size, a->size);
+        memcpy(dst + (i % a->batch) * a->size, src + (i % blocks) * a->size, a->size);
     __asm__ volatile("" : : "r"(dst) : "memory");
     pthread_barrier_wait(a->bar);
     free(src);
@@ -430,12 +434,12 @@ static void *memcpy_thread(void *arg)
     return NULL;
 }
 
-static double memcpy_gbps(uint64_t size, uint32_t threads)
+static double memcpy_gbps(uint64_t size, uint32_t threads, uint64_t batch)
 {
     pthread_barrier_t bar;
     pthread_barrier_init(&bar, NULL, threads + 1);
     pthread_t th[threads];
-    struct mc_arg a = {.size = size, .n = (1ull << 30) / size, .bar = &bar};
+    struct mc_arg a = {.size = size, .n = (1ull << 30) / size, .batch = batch, .bar = &bar};
     for (uint32_t t = 0; t < threads; t++)
         pthread_create(&th[t], NULL, memcpy_thread, &a);
     pthread_barrier_wait(&bar);
@@ -448,12 +452,14 @@ static double memcpy_gbps(uint64_t size, uint32_t threads)
     return (double)a.n * (double)size * threads / (double)(t1 - t0);
 }
 
-/* memcpy of `size` blocks with `threads` threads, `reps` times: out = {median, min, max}. */
-static void memcpy_spread(uint64_t size, uint32_t threads, uint32_t reps, double *out)
+/* memcpy of `size` blocks with `threads` threads into `batch`-block targets, `reps` times:
+ * out = {median, min, max}. */
+static void memcpy_spread(uint64_t size, uint32_t threads, uint64_t batch, uint32_t reps,
+                          double *out)
 {
     double v[REPS_MAX];
     for (uint32_t i = 0; i < reps; i++)
-        v[i] = memcpy_gbps(size, threads);
+        v[i] = memcpy_gbps(size, threads, batch);
     spread(v, reps, &out[0], &out[1], &out[2]);
 }
 
@@ -614,7 +620,7 @@ int ty_store_bench_run(const struct ty_store_bench_opts *in, FILE *out)
     else if (o.memcached)
         fprintf(stderr, "store-bench: memcached not available: skipped\n");
     for (size_t s = 0; s < o.n_sizes; s++)
-        memcpy_spread(o.sizes[s], o.clients, o.reps, mc[s]);
+        memcpy_spread(o.sizes[s], o.clients, o.batch ? o.batch : 1, o.reps, mc[s]);
     const char *tr = o.transport ? o.transport : "auto";
     if (o.json)
         print_json(out, res, n, mc, &o, tr);
