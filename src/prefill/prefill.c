@@ -37,6 +37,7 @@ struct pjob {
     /* result */
     int rc;
     uint32_t first_token;
+    struct ty_sample first; /* the first token with its logprobs (sampler output) */
 };
 
 struct ty_prefill {
@@ -111,7 +112,24 @@ static int notify_ready(ty_prefill_t *p, struct pjob *j)
     m.n_tokens = j->n;
     m.first_token = j->first_token;
     m.has_first_token = true;
-    uint8_t buf[128];
+    Tycho__V1__TokenLogprob lp = TYCHO__V1__TOKEN_LOGPROB__INIT;
+    Tycho__V1__TopLogprob top[TY_SAMPLE_MAX_LOGPROBS], *topp[TY_SAMPLE_MAX_LOGPROBS];
+    if (j->sp.n_logprobs > 0) { /* the decode node streams token 1: it needs its logprobs */
+        lp.token_id = j->first.id;
+        lp.logprob = j->first.logprob;
+        for (uint32_t k = 0; k < j->first.n_top && k < TY_SAMPLE_MAX_LOGPROBS; k++) {
+            tycho__v1__top_logprob__init(&top[k]);
+            top[k].token_id = j->first.top[k].id;
+            top[k].logprob = j->first.top[k].logprob;
+            topp[k] = &top[k];
+        }
+        lp.n_top = j->first.n_top < TY_SAMPLE_MAX_LOGPROBS ? j->first.n_top
+                                                           : TY_SAMPLE_MAX_LOGPROBS;
+        lp.top = topp;
+        m.first_logprob = &lp;
+    }
+    uint8_t buf[TY_XFER_NOTIFY_MAX];
+    TY_ASSERT(tycho__v1__kv_ready__get_packed_size(&m) <= sizeof(buf));
     size_t len = tycho__v1__kv_ready__pack(&m, buf);
     return ty_xfer_notify_send(p->o.xfer, j->seg, buf, len);
 }
@@ -142,6 +160,7 @@ static int run_forward(ty_prefill_t *p, struct pjob *j)
         rc = ty_sampler_sample(smp, p->logits, j->tokens, j->n, &out);
         ty_sampler_free(smp);
         j->first_token = out.id;
+        j->first = out;
     }
 out:
     ty_kvpool_seq_free(pool, seq);

@@ -196,6 +196,20 @@ def case_equal():
         ref = generate(PROMPTS[0], 24)
         ok &= check(res[0][0] == ref["output_ids"] and res[0][1] == ref["text"],
                     "streaming ids and text equal generate's")
+        # logprobs: token 1 comes from the prefill node, the rest from the decode node; each
+        # must match tycho generate's (one process) for the same prompt
+        ref = generate(PROMPTS[0], 8, extra=("--logprobs", "2"))
+        st, body = cl.post("/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 8,
+                                               "temperature": 0, "logprobs": 2,
+                                               "return_token_ids": True})
+        lp = json.loads(body)["choices"][0].get("logprobs") or {} if st == 200 else {}
+        got = lp.get("token_logprobs") or []
+        want = [x["logprob"] for x in ref["logprobs"]]
+        ok &= check(len(got) == len(want) and
+                    all(abs(a - b) < 1e-3 for a, b in zip(got, want)) and
+                    len((lp.get("top_logprobs") or [{}])[0]) == 2,
+                    "logprobs equal generate's, the first token's included: %s vs %s" %
+                    (got[:3], want[:3]))
         st, body = cl.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 40,
                                                "temperature": 0, "stop": [" girl"]})
         want = generate("Once upon a time", 40)["text"].split(" girl")[0]
