@@ -53,24 +53,15 @@ static void lreq_free(ty_decode_node_t *n, struct lreq *r)
 static bool send_event(struct lreq *r, const struct devent *ev)
 {
     Tycho__V1__TokenChunk ch = TYCHO__V1__TOKEN_CHUNK__INIT;
-    Tycho__V1__TokenLogprob lp = TYCHO__V1__TOKEN_LOGPROB__INIT, *lpp = &lp;
-    Tycho__V1__TopLogprob top[TY_SAMPLE_MAX_LOGPROBS], *topp[TY_SAMPLE_MAX_LOGPROBS];
+    struct ty_cluster_pb_logprob lp;
+    Tycho__V1__TokenLogprob *lpp = &lp.lp;
     uint32_t id = ev->smp.id;
     ch.request_id = r->rid;
     ch.seq = r->seq++;
     if (ev->has_token) {
         ch.n_token_ids = 1;
         ch.token_ids = &id;
-        lp.token_id = id;
-        lp.logprob = ev->smp.logprob;
-        for (uint32_t k = 0; k < ev->smp.n_top && k < TY_SAMPLE_MAX_LOGPROBS; k++) {
-            tycho__v1__top_logprob__init(&top[k]);
-            top[k].token_id = ev->smp.top[k].id;
-            top[k].logprob = ev->smp.top[k].logprob;
-            topp[k] = &top[k];
-        }
-        lp.n_top = ev->smp.n_top;
-        lp.top = topp;
+        ty_cluster_logprob_to_pb(&ev->smp, &lp);
         ch.n_logprobs = 1;
         ch.logprobs = &lpp;
     }

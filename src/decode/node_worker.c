@@ -220,14 +220,8 @@ static void on_kv_ready(struct wstate *w, const Tycho__V1__KvReady *k)
      * once here too, so the rest of the stream is what one sampler would give (tycho
      * generate's). The logits row is scratch. */
     struct ty_sample first = {.id = k->first_token}, skip;
-    const Tycho__V1__TokenLogprob *lp = k->first_logprob;
-    if (lp && lp->token_id == k->first_token) { /* the prefill node's logprobs of token 1 */
-        first.logprob = lp->logprob;
-        for (size_t i = 0; i < lp->n_top && first.n_top < TY_SAMPLE_MAX_LOGPROBS; i++)
-            if (lp->top[i]->token_id < w->V)
-                first.top[first.n_top++] =
-                    (struct ty_token_logprob){lp->top[i]->token_id, lp->top[i]->logprob};
-    }
+    if (k->first_logprob && k->first_logprob->token_id == k->first_token)
+        ty_cluster_logprob_from_pb(k->first_logprob, w->V, &first); /* prefill's, of token 1 */
     memset(w->logits, 0, w->V * sizeof(float));
     ty_sampler_sample(s->sampler, w->logits, s->hist, s->n_hist, &skip);
     s->ready = true;

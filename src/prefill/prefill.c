@@ -112,21 +112,10 @@ static int notify_ready(ty_prefill_t *p, struct pjob *j)
     m.n_tokens = j->n;
     m.first_token = j->first_token;
     m.has_first_token = true;
-    Tycho__V1__TokenLogprob lp = TYCHO__V1__TOKEN_LOGPROB__INIT;
-    Tycho__V1__TopLogprob top[TY_SAMPLE_MAX_LOGPROBS], *topp[TY_SAMPLE_MAX_LOGPROBS];
+    struct ty_cluster_pb_logprob lp;
     if (j->sp.n_logprobs > 0) { /* the decode node streams token 1: it needs its logprobs */
-        lp.token_id = j->first.id;
-        lp.logprob = j->first.logprob;
-        for (uint32_t k = 0; k < j->first.n_top && k < TY_SAMPLE_MAX_LOGPROBS; k++) {
-            tycho__v1__top_logprob__init(&top[k]);
-            top[k].token_id = j->first.top[k].id;
-            top[k].logprob = j->first.top[k].logprob;
-            topp[k] = &top[k];
-        }
-        lp.n_top = j->first.n_top < TY_SAMPLE_MAX_LOGPROBS ? j->first.n_top
-                                                           : TY_SAMPLE_MAX_LOGPROBS;
-        lp.top = topp;
-        m.first_logprob = &lp;
+        ty_cluster_logprob_to_pb(&j->first, &lp);
+        m.first_logprob = &lp.lp;
     }
     uint8_t buf[TY_XFER_NOTIFY_MAX];
     TY_ASSERT(tycho__v1__kv_ready__get_packed_size(&m) <= sizeof(buf));

@@ -620,7 +620,7 @@ int ty_store_bench_run(const struct ty_store_bench_opts *in, FILE *out)
     else if (o.memcached)
         fprintf(stderr, "store-bench: memcached not available: skipped\n");
     for (size_t s = 0; s < o.n_sizes; s++)
-        memcpy_spread(o.sizes[s], o.clients, o.batch ? o.batch : 1, o.reps, mc[s]);
+        memcpy_spread(o.sizes[s], o.clients, o.batch, o.reps, mc[s]);
     const char *tr = o.transport ? o.transport : "auto";
     if (o.json)
         print_json(out, res, n, mc, &o, tr);

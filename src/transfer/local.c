@@ -39,9 +39,7 @@ struct local_peer {
     struct local_map *maps; /* sorted by remote */
 };
 
-/* Whether tmpfs grants transparent huge pages to an advised mapping: the selected word of
- * /sys/kernel/mm/transparent_hugepage/shmem_enabled is advise, within_size, always or force. */
-static bool shmem_thp_granted(void)
+bool ty__xfer_shmem_thp(void)
 {
     char buf[128] = {0};
     FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "r");
@@ -54,7 +52,7 @@ static bool shmem_thp_granted(void)
     return sel && strncmp(sel, "[never]", 7) != 0 && strncmp(sel, "[deny]", 6) != 0;
 }
 
-int ty__xfer_memfd_alloc(size_t len, int *fd, void **addr, bool *huge)
+int ty__xfer_memfd_alloc(size_t len, int *fd, void **addr)
 {
     int f = memfd_create("tycho-xfer", MFD_CLOEXEC);
     if (f < 0)
@@ -72,7 +70,6 @@ int ty__xfer_memfd_alloc(size_t len, int *fd, void **addr, bool *huge)
     madvise(p, len, MADV_HUGEPAGE);
     *fd = f;
     *addr = p;
-    *huge = shmem_thp_granted();
     return 0;
 }
 

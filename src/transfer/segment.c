@@ -123,13 +123,12 @@ int ty_xfer_mem_alloc(ty_xfer_engine_t *e, size_t len, void **out)
     void *p;
     if (len == 0 || !out)
         return TY_EINVAL;
-    bool huge;
-    int rc = ty__xfer_memfd_alloc(len, &fd, &p, &huge);
+    int rc = ty__xfer_memfd_alloc(len, &fd, &p);
     if (rc)
         return rc;
-    if (len >= (64u << 20))
+    if (len >= (64u << 20)) /* large enough for the pages to matter: say which it got */
         TY_LOG_INFO(TY_XFER_SUBSYS, "%.1f MiB region on %s", (double)len / (1 << 20),
-                    huge ? "transparent huge pages"
+                    ty__xfer_shmem_thp() ? "transparent huge pages"
                          : "4 KiB pages (tmpfs huge pages are off: "
                            "/sys/kernel/mm/transparent_hugepage/shmem_enabled)");
     if ((rc = mem_add(e, p, len, "cpu:0", fd, true)) != 0) {

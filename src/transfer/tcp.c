@@ -305,12 +305,28 @@ static int take_reads(struct tcp_peer *p, struct tcp_conn *c, struct tcp_item *i
     }
 }
 
+/* Send the run of READ requests that starts with `it` (taken by the caller, who holds mu and
+ * set c->tx_busy): headers only, encoded under mu, so no item is touched once mu is released
+ * for the send. mu held again on return. Returns a connection error. */
+static int send_read_run(struct tcp_peer *p, struct tcp_conn *c, struct tcp_item *it)
+{
+    uint8_t hb[READ_RUN_MAX][TY__XFER_HDR_SIZE];
+    struct iovec iov[READ_RUN_MAX];
+    int n = take_reads(p, c, it, hb);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < n; i++)
+        iov[i] = (struct iovec){hb[i], TY__XFER_HDR_SIZE};
+    int rc = ty__xfer_sendv_all(c->fd, iov, n);
+    if (rc == 0)
+        progress(p);
+    pthread_mutex_lock(&p->mu);
+    return rc;
+}
+
 static void *send_main(void *arg)
 {
     struct tcp_conn *c = arg;
     struct tcp_peer *p = c->peer;
-    uint8_t hb[READ_RUN_MAX][TY__XFER_HDR_SIZE];
-    struct iovec iov[READ_RUN_MAX];
     pthread_mutex_lock(&p->mu);
     for (;;) {
         while (!p->broken && (c->tx_busy || !can_take(p, c))) {
@@ -323,15 +339,8 @@ static void *send_main(void *arg)
         c->tx_busy = true; /* wire order = FIFO order: one thread takes and sends at a time */
         struct tcp_item *it = take_next(p, c);
         int rc;
-        if (is_read(it)) { /* headers only: encoded under mu, the items are not touched after */
-            int n = take_reads(p, c, it, hb);
-            pthread_mutex_unlock(&p->mu);
-            for (int i = 0; i < n; i++)
-                iov[i] = (struct iovec){hb[i], TY__XFER_HDR_SIZE};
-            rc = ty__xfer_sendv_all(c->fd, iov, n);
-            if (rc == 0)
-                progress(p);
-            pthread_mutex_lock(&p->mu);
+        if (is_read(it)) {
+            rc = send_read_run(p, c, it);
         } else {
             c->sending = it;
             pthread_mutex_unlock(&p->mu);
@@ -416,17 +425,8 @@ static int send_reads_inline(struct tcp_peer *p, struct tcp_conn *c)
 {
     if (c->tx_busy || c->others_inflight || !can_take(p, c) || !is_read(p->q_head))
         return 0;
-    uint8_t hb[READ_RUN_MAX][TY__XFER_HDR_SIZE];
-    struct iovec iov[READ_RUN_MAX];
     c->tx_busy = true;
-    int n = take_reads(p, c, take_next(p, c), hb);
-    pthread_mutex_unlock(&p->mu);
-    for (int i = 0; i < n; i++)
-        iov[i] = (struct iovec){hb[i], TY__XFER_HDR_SIZE};
-    int rc = ty__xfer_sendv_all(c->fd, iov, n);
-    if (rc == 0)
-        progress(p);
-    pthread_mutex_lock(&p->mu);
+    int rc = send_read_run(p, c, take_next(p, c));
     c->tx_busy = false;
     return rc;
 }

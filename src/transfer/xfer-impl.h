@@ -408,8 +408,11 @@ void *ty__xfer_local_accept_main(void *arg);
 /* Republish this engine's metadata to etcd (no-op without etcd). */
 int ty__xfer_engine_publish(ty_xfer_engine_t *e);
 /* Shared memory that other processes on this host can map (the local transport passes the fd),
- * advised for transparent huge pages; *huge: the host's tmpfs grants them (shmem_enabled). */
-int ty__xfer_memfd_alloc(size_t len, int *fd, void **addr, bool *huge);
+ * advised for transparent huge pages. */
+int ty__xfer_memfd_alloc(size_t len, int *fd, void **addr);
+/* Whether tmpfs grants those (the selected word of
+ * /sys/kernel/mm/transparent_hugepage/shmem_enabled is advise, within_size, always or force). */
+bool ty__xfer_shmem_thp(void);
 
 /* etcd.c */
 int ty__xfer_etcd_new(struct ty__xfer_etcd **out, const char *endpoint, uint32_t timeout_ms);

@@ -102,13 +102,7 @@ static void sample_of(const Tycho__V1__TokenChunk *ch, size_t i, struct ty_sampl
     smp->id = ch->token_ids[i];
     if (i >= ch->n_logprobs || !ch->logprobs[i])
         return;
-    const Tycho__V1__TokenLogprob *lp = ch->logprobs[i];
-    smp->logprob = lp->logprob;
-    for (size_t k = 0; k < lp->n_top && k < TY_SAMPLE_MAX_LOGPROBS; k++) {
-        smp->top[k].id = lp->top[k]->token_id;
-        smp->top[k].logprob = lp->top[k]->logprob;
-        smp->n_top++;
-    }
+    ty_cluster_logprob_from_pb(ch->logprobs[i], 0, smp);
 }
 
 /* One TokenChunk from the decode node. */
