@@ -5,6 +5,7 @@
 #include "node-impl.h"
 
 #include "tycho/errors.h"
+#include "tycho/cluster_pb.h"
 #include "tycho/log.h"
 
 #include <stdlib.h>

@@ -6,6 +6,7 @@
 #include "node-impl.h"
 
 #include "tycho/clock.h"
+#include "tycho/cluster_pb.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
 

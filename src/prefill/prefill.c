@@ -6,6 +6,7 @@
 #include "tycho/prefill.h"
 
 #include "tycho/clock.h"
+#include "tycho/cluster_pb.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
 #include "tycho/rpc.h"

@@ -3,6 +3,7 @@
  * restarted or declared us dead) or after the connection came back. One call in flight at a
  * time, so a slow Conductor never piles up heartbeats. */
 #include "tycho/cluster.h"
+#include "tycho/cluster_pb.h"
 
 #include "tycho/clock.h"
 #include "tycho/errors.h"

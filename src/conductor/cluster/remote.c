@@ -10,6 +10,7 @@
 #include "cluster-impl.h"
 
 #include "tycho/clock.h"
+#include "tycho/cluster_pb.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
 

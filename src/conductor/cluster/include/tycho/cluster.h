@@ -21,10 +21,8 @@
 #include "tycho/config.h"
 #include "tycho/kvpool.h"
 #include "tycho/model.h"
-#include "tycho/sampling.h"
 #include "tycho/serve.h"
 #include "tycho/transfer.h"
-#include "tycho.pb-c.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -152,19 +150,6 @@ int ty_cluster_write_ports(const char *path, unsigned a, unsigned b);
 
 /* Node name default: "<role>-<hostname>-<pid>" into buf. */
 void ty_cluster_default_name(const char *role, char *buf, size_t cap);
-
-/* A sampled token's logprob and alternatives as a TokenLogprob (KvReady, TokenChunk): `lp`
- * points into the struct's own storage, so the struct must outlive the packing. */
-struct ty_cluster_pb_logprob {
-    Tycho__V1__TokenLogprob lp;
-    Tycho__V1__TopLogprob top[TY_SAMPLE_MAX_LOGPROBS];
-    Tycho__V1__TopLogprob *topp[TY_SAMPLE_MAX_LOGPROBS];
-};
-void ty_cluster_logprob_to_pb(const struct ty_sample *s, struct ty_cluster_pb_logprob *out);
-/* The other way: s->logprob and s->top from lp (s->id untouched); alternatives whose id is not
- * below n_vocab are dropped (n_vocab 0: every one kept), at most TY_SAMPLE_MAX_LOGPROBS. */
-void ty_cluster_logprob_from_pb(const Tycho__V1__TokenLogprob *lp, uint32_t n_vocab,
-                                struct ty_sample *s);
 
 /* ---- Conductor side: registry and remote backend -------------------------------------------- */
 
