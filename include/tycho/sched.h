@@ -166,6 +166,11 @@ struct ty_sched_decision {
     uint32_t used_prefix_blocks;   /* what the prefill will reuse */
     double queue_us, transfer_us, prefill_us, ttft_us; /* predicted */
     double tbt_us;             /* predicted decode TBT (as checked by the admission mode) */
+    /* The decode node as the admission mode pictured it for the moment the KV lands, with
+     * the request not yet added (early: as reported at arrival; predicted: the prediction;
+     * baseline: nothing, judged == false). Lets a caller measure the prediction's error. */
+    bool judged;
+    double judged_batch, judged_ctx;
 };
 
 int ty_sched_new(ty_sched_t **out, const struct ty_sched_opts *opts);

@@ -130,6 +130,12 @@ struct ty_sim_result {
     double wasted_prefill_s; /* prefill time spent on requests refused at decode */
     double prefill_busy_s;   /* prefill time (transfer of fetched prefixes included) run */
     double duration_s;       /* simulated time until the last request finished */
+    /* Early and predicted admission: their picture of the decode node (batch, KV tokens) for
+     * the moment the KV lands, minus the node's real state then, over `judged` requests that
+     * reached decode; bias = mean signed error, err = mean absolute error. */
+    size_t judged;
+    double judged_batch_bias, judged_batch_err, judged_ctx_bias, judged_ctx_err;
+    double landed_batch_mean; /* the real batch those requests found */
     double wall_s;           /* host time the simulation took */
     struct ty_sim_outcome *out;
     struct ty_sim_sample *samples;

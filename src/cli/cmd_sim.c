@@ -361,22 +361,27 @@ static int run_jobs(const struct ty_sim_trace *t, struct job *jobs, size_t n, in
 
 static void print_table(const struct job *jobs, size_t n)
 {
-    printf("%-44s %6s %6s %6s %8s %8s %8s %8s %7s %7s %6s %6s %6s %6s %6s\n", "run", "served",
-           "reject", "@dec", "ttft_avg", "ttft_p50", "ttft_p90", "ttft_p99", "tbt_avg", "tbt_p99",
-           "slo%", "good/s", "hit%", "saved%", "pbusy%");
-    printf("%-44s %6s %6s %6s %8s %8s %8s %8s %7s %7s %6s %6s %6s %6s %6s\n", "", "", "", "",
-           "s", "s", "s", "s", "ms", "ms", "", "", "", "", "");
+    printf("%-44s %6s %6s %6s %8s %8s %8s %8s %7s %7s %6s %6s %6s %6s %6s %6s\n", "run",
+           "served", "reject", "@dec", "ttft_avg", "ttft_p50", "ttft_p90", "ttft_p99", "tbt_avg",
+           "tbt_p99", "slo%", "good/s", "hit%", "saved%", "pbusy%", "derr%");
+    printf("%-44s %6s %6s %6s %8s %8s %8s %8s %7s %7s %6s %6s %6s %6s %6s %6s\n", "", "", "",
+           "", "s", "s", "s", "s", "ms", "ms", "", "", "", "", "", "");
     for (size_t i = 0; i < n; i++) {
         const struct ty_sim_result *r = &jobs[i].r;
         double busy = r->duration_s > 0 && jobs[i].o.n_prefill
                           ? r->prefill_busy_s / ((double)jobs[i].o.n_prefill * r->duration_s)
                           : 0.0;
+        /* derr%: the admission's picture of the decode batch, mean absolute error against
+         * the batch the request found, in % of that batch ("-": nothing judged at arrival) */
+        char derr[16] = "-";
+        if (r->judged && r->landed_batch_mean > 0)
+            snprintf(derr, sizeof(derr), "%.1f", 100 * r->judged_batch_err / r->landed_batch_mean);
         printf("%-44s %6zu %6zu %6zu %8.2f %8.2f %8.2f %8.2f %7.1f %7.1f %6.1f %6.2f %6.1f "
-               "%6.1f %6.1f\n",
+               "%6.1f %6.1f %6s\n",
                jobs[i].label, r->served, r->rejected, r->rejected_at_decode, r->ttft_mean,
                r->ttft_p50, r->ttft_p90, r->ttft_p99, r->tbt_mean * 1e3, r->tbt_p99 * 1e3,
                100 * r->slo_attainment, r->goodput_rps, 100 * r->cache_hit_rate,
-               100 * r->compute_saved, 100 * busy);
+               100 * r->compute_saved, 100 * busy, derr);
     }
 }
 
@@ -400,7 +405,7 @@ static void print_json_job(const struct job *j)
            "\"slo_attainment\": %.4f, \"goodput_rps\": %.4f, \"cache_hit_rate\": %.4f, "
            "\"prefill_compute_saved\": %.4f, \"wasted_prefill_s\": %.2f, "
            "\"prefill_busy_s\": %.2f, \"prefill_utilization\": %.4f, "
-           "\"simulated_s\": %.1f, \"wall_s\": %.3f}",
+           "\"simulated_s\": %.1f, \"wall_s\": %.3f, ",
            r->ttft_mean, r->ttft_p50, r->ttft_p90, r->ttft_p99, r->tbt_mean, r->tbt_p50,
            r->tbt_p90, r->tbt_p99, r->slo_attainment, r->goodput_rps, r->cache_hit_rate,
            r->compute_saved, r->wasted_prefill_s, r->prefill_busy_s,
@@ -408,6 +413,10 @@ static void print_json_job(const struct job *j)
                ? r->prefill_busy_s / ((double)o->n_prefill * r->duration_s)
                : 0.0,
            r->duration_s, r->wall_s);
+    printf("\"decode_judged\": {\"requests\": %zu, \"batch_bias\": %.3f, \"batch_err\": %.3f, "
+           "\"ctx_bias\": %.1f, \"ctx_err\": %.1f, \"landed_batch\": %.3f}}",
+           r->judged, r->judged_batch_bias, r->judged_batch_err, r->judged_ctx_bias,
+           r->judged_ctx_err, r->landed_batch_mean);
 }
 
 static void print_json(const char *trace, const struct job *jobs, size_t n)

@@ -130,8 +130,10 @@ static uint32_t choose_decode(ty_sched_t *s, uint64_t ctx)
  * t_arrive, the moment this request would reach decode, predicted at system level with every
  * request decoding for the same duration D. A request accepted earlier is counted when
  * [start, start + D) covers t_arrive, start being its predicted decode start while it is in
- * prefill and its real one once it decodes (finished requests are gone from the table). The
- * load is spread evenly over the decode nodes. Out: per-node batch and KV tokens. */
+ * prefill and its real one once it decodes (finished requests are gone from the table; one
+ * still decoding past D is not counted, as the uniform model has it gone); its KV grows from
+ * the prompt to prompt + output over that interval. The load is spread evenly over the
+ * decode nodes. Out: per-node batch and KV tokens. */
 static void predicted_load(const ty_sched_t *s, double t_arrive, double *batch, double *ctx)
 {
     uint64_t count = 0;
@@ -139,8 +141,12 @@ static void predicted_load(const ty_sched_t *s, double t_arrive, double *batch, 
     for (size_t i = 0; i < s->n_fl; i++) {
         const struct flight *f = &s->fl[i];
         if (f->start_us <= t_arrive && t_arrive < f->end_us) {
+            /* its KV then: the prompt and the share of its output made so far, the output
+             * spread evenly over [start, start + D) (what the decode stage's check will see
+             * of it, not its peak) */
+            double done = (t_arrive - f->start_us) / (f->end_us - f->start_us);
             count++;
-            ctx_sum += (double)f->ctx;
+            ctx_sum += (double)(f->ctx - f->output) + done * (double)f->output;
         }
     }
     *batch = (double)count / s->n_decode;
@@ -153,21 +159,26 @@ static void predicted_load(const ty_sched_t *s, double t_arrive, double *batch, 
  * load predicted for when the request gets there; baseline checks nothing here. */
 static enum ty_sched_reject admit_decode(ty_sched_t *s, const struct ty_sched_request *r,
                                          uint32_t d, double ttft, uint64_t now, uint64_t ctx,
-                                         double *tbt)
+                                         double *tbt, struct ty_sched_decision *dec)
 {
     const struct node *n = &s->nodes[d];
     double batch, kv;
     switch (s->o.admission) {
     case TY_SCHED_ADMIT_EARLY:
-        return ty__sched_decode_check(s, n, (double)n->batch + 1, (double)(n->ctx + ctx),
-                                      r->priority, tbt);
+        batch = (double)n->batch;
+        kv = (double)n->ctx;
+        break;
     case TY_SCHED_ADMIT_PREDICTED:
         predicted_load(s, (double)now + ttft, &batch, &kv);
-        return ty__sched_decode_check(s, n, batch + 1, kv + (double)ctx, r->priority, tbt);
+        break;
     default:
         *tbt = decode_tbt(s, d, ctx);
         return TY_SCHED_REJECT_NONE;
     }
+    dec->judged = true;
+    dec->judged_batch = batch;
+    dec->judged_ctx = kv;
+    return ty__sched_decode_check(s, n, batch + 1, kv + (double)ctx, r->priority, tbt);
 }
 
 static void commit(ty_sched_t *s, const struct ty_sched_request *r, const struct cand *c,
@@ -179,7 +190,7 @@ static void commit(ty_sched_t *s, const struct ty_sched_request *r, const struct
     s->nodes[d].pending++;
     s->nodes[d].pending_ctx += ctx;
     struct flight f = {.id = r->id, .prefill = c->node, .decode = d, .priority = r->priority,
-                       .ctx = ctx};
+                       .ctx = ctx, .output = r->output_tokens};
     f.start_us = (double)now + c->ttft;
     f.end_us = f.start_us + s->decode_dur_us;
     ty__sched_flight_add(s, &f);
@@ -232,7 +243,7 @@ int ty_sched_pick(ty_sched_t *s, const struct ty_sched_request *r, uint64_t now_
     }
     uint64_t ctx = (uint64_t)r->prompt_tokens + r->output_tokens;
     d->decode_node = choose_decode(s, ctx);
-    d->reject = admit_decode(s, r, d->decode_node, c.ttft, now_us, ctx, &d->tbt_us);
+    d->reject = admit_decode(s, r, d->decode_node, c.ttft, now_us, ctx, &d->tbt_us, d);
     if (d->reject == TY_SCHED_REJECT_NONE)
         commit(s, r, &c, d->decode_node, ctx, now_us);
     return 0;

@@ -47,7 +47,8 @@ struct flight {
     uint64_t id;
     uint32_t prefill, decode;
     uint32_t priority;
-    uint64_t ctx; /* prompt + expected output: the KV this request will hold on decode */
+    uint64_t ctx;    /* prompt + expected output: the KV this request will hold on decode */
+    uint64_t output; /* expected output tokens (part of ctx) */
     double start_us, end_us; /* predicted (then actual start) decode interval */
     double at_decode_us;
     bool at_decode;

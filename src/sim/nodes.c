@@ -159,9 +159,29 @@ static void decode_replan(struct sim *s, struct dnode *d)
                  d->id - s->o.n_prefill, d->version);
 }
 
+/* How far the admission mode's picture of the decode node (at arrival) was from the node
+ * as it is now that the KV lands. */
+static void judge(struct sim *s, const struct rq *q, const struct dnode *d)
+{
+    if (!q->d.judged)
+        return;
+    double b = (double)d->n_reqs;
+    double ctx = d->sum_prompt + b * d->v - d->sum_vjoin;
+    double eb = q->d.judged_batch - b, ek = q->d.judged_ctx - ctx;
+    s->judged++;
+    s->judged_bias_batch += eb;
+    s->judged_abs_batch += fabs(eb);
+    s->judged_bias_ctx += ek;
+    s->judged_abs_ctx += fabs(ek);
+    s->landed_batch += b;
+}
+
 void ty__sim_decode_arrive(struct sim *s, uint32_t i, double now)
 {
     struct rq *q = &s->rq[i];
+    struct dnode *d = &s->d[q->d.decode_node - s->o.n_prefill];
+    decode_advance(d, now);
+    judge(s, q, d);
     enum ty_sched_reject rej = TY_SCHED_REJECT_NONE;
     ty_sched_request_at_decode(s->sched, i, (uint64_t)now, &rej);
     if (rej != TY_SCHED_REJECT_NONE) {
@@ -170,8 +190,6 @@ void ty__sim_decode_arrive(struct sim *s, uint32_t i, double now)
         q->at_decode = 1;
         return;
     }
-    struct dnode *d = &s->d[q->d.decode_node - s->o.n_prefill];
-    decode_advance(d, now);
     if (d->n_reqs == d->cap_reqs) {
         d->cap_reqs = d->cap_reqs ? d->cap_reqs * 2 : 16;
         d->reqs = realloc(d->reqs, d->cap_reqs * sizeof(*d->reqs));

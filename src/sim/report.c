@@ -105,6 +105,15 @@ int ty__sim_summarize(struct sim *s, struct ty_sim_result *res)
     res->goodput_rps = span > 0 ? (double)res->slo_met / span : 0;
     res->cache_hit_rate = blocks > 0 ? hit / blocks : 0;
     res->compute_saved = full > 0 ? saved / full : 0;
+    if (s->judged) {
+        double n = (double)s->judged;
+        res->judged = s->judged;
+        res->judged_batch_bias = s->judged_bias_batch / n;
+        res->judged_batch_err = s->judged_abs_batch / n;
+        res->judged_ctx_bias = s->judged_bias_ctx / n;
+        res->judged_ctx_err = s->judged_abs_ctx / n;
+        res->landed_batch_mean = s->landed_batch / n;
+    }
     res->samples = s->samples;
     res->n_samples = s->n_samples;
     s->samples = NULL;

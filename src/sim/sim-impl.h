@@ -62,6 +62,9 @@ struct sim {
     double t_end; /* last event other than a load sample */
     struct ty_sim_sample *samples;
     size_t n_samples, cap_samples;
+    /* the admission mode's picture of decode against the node when the KV lands */
+    size_t judged;
+    double judged_bias_batch, judged_abs_batch, judged_bias_ctx, judged_abs_ctx, landed_batch;
 };
 
 void ty__sim_push(struct sim *s, double t, enum ev_kind kind, uint32_t a, uint64_t version);

@@ -402,6 +402,48 @@ static void test_prediction_uniform_duration(void **st)
     }
 }
 
+/* What the prediction counts of a request already decoding is its KV at the moment the probe
+ * lands, not its peak: the decode stage's check sees the others' current KV. D = 1000 us.
+ * A (prompt 1000, output 1000) prefills 0-1000 us and lands at 1500 us, so it decodes over
+ * [1500, 2500). The probe (1000 + 10) arrives at 1000 us on the now idle prefill node: TTFT
+ * 1000 us, lands at 2000 us, when A is half done: 1000 + 500 = 1500 tokens. KV 2600:
+ * 1500 + 1010 = 2510 fits (A's peak, 2000 + 1010 = 3010, would not). Early rejection judges
+ * the node as reported (1 sequence, 1200 tokens); the baseline judges nothing at arrival. */
+static void test_prediction_kv_at_landing(void **st)
+{
+    enum ty_sched_admission modes[3] = {TY_SCHED_ADMIT_PREDICTED, TY_SCHED_ADMIT_EARLY,
+                                        TY_SCHED_ADMIT_BASELINE};
+    double want_ctx[2] = {1500, 1200};
+    for (int m = 0; m < 3; m++) {
+        struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_LOAD_BALANCE, modes[m]);
+        o.decode_duration_us = 1000;
+        ty_sched_t *s = pair(&o, 2600);
+        struct ty_sched_decision d;
+        enum ty_sched_reject rej;
+        struct ty_sched_request a = req(1, 0);
+        a.n_blocks = 0;
+        a.output_tokens = 1000;
+        assert_int_equal(ty_sched_pick(s, &a, 0, &d), 0);
+        assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
+        assert_int_equal(ty_sched_request_at_decode(s, 1, 1500, &rej), 0);
+        assert_int_equal(rej, TY_SCHED_REJECT_NONE);
+        assert_int_equal(ty_sched_node_set_decode_load(s, 1, 1, 1200), 0);
+        struct ty_sched_request probe = req(2, 0);
+        probe.n_blocks = 0;
+        assert_int_equal(ty_sched_pick(s, &probe, 1000, &d), 0);
+        assert_true(fabs(d.ttft_us - 1000) < 1e-9);
+        assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
+        if (m == 2) {
+            assert_false(d.judged);
+        } else {
+            assert_true(d.judged);
+            assert_true(fabs(d.judged_batch - 1) < 1e-9);
+            assert_true(fabs(d.judged_ctx - want_ctx[m]) < 1e-6);
+        }
+        ty_sched_free(s);
+    }
+}
+
 static void test_names(void **st)
 {
     enum ty_sched_policy p;
@@ -433,6 +475,7 @@ int main(void)
         cmocka_unit_test(test_decode_stage_rejection),
         cmocka_unit_test(test_decode_kv_in_admission),
         cmocka_unit_test(test_prediction_uniform_duration),
+        cmocka_unit_test(test_prediction_kv_at_landing),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

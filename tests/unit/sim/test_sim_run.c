@@ -87,6 +87,36 @@ static void test_continuous_batching(void **st)
     ty_sim_trace_free(t);
 }
 
+/* The admission mode's picture of decode against the node the KV finds. The two prompts of
+ * the batching case land at 1000 us one after the other: the first finds 0 sequences, the
+ * second 1. Early rejection judged both on the node as reported at t = 0 (empty): errors 0
+ * and -1, bias -0.5. The prediction, for 1000 us, counts request 0 when judging request 1:
+ * 0 and 1, exact. The baseline judges nothing at arrival. */
+static void test_decode_picture_error(void **st)
+{
+    struct ty_sim_trace *t = trace(
+        "{\"timestamp\": 0, \"input_length\": 1000, \"output_length\": 10, \"hash_ids\": [1]}\n"
+        "{\"timestamp\": 0, \"input_length\": 1000, \"output_length\": 10, \"hash_ids\": [2]}\n");
+    enum ty_sched_admission modes[3] = {TY_SCHED_ADMIT_EARLY, TY_SCHED_ADMIT_PREDICTED,
+                                        TY_SCHED_ADMIT_BASELINE};
+    double bias[3] = {-0.5, 0, 0}, err[3] = {0.5, 0, 0};
+    size_t judged[3] = {2, 2, 0};
+    for (int m = 0; m < 3; m++) {
+        struct ty_sim_opts o = toy(2, 1, TY_SCHED_POLICY_LOAD_BALANCE);
+        o.sched.admission = modes[m];
+        struct ty_sim_result r;
+        assert_int_equal(ty_sim_run(t, &o, &r), 0);
+        assert_int_equal(r.served, 2);
+        assert_int_equal(r.judged, judged[m]);
+        assert_true(fabs(r.judged_batch_bias - bias[m]) < 1e-9);
+        assert_true(fabs(r.judged_batch_err - err[m]) < 1e-9);
+        if (judged[m])
+            assert_true(fabs(r.landed_batch_mean - 0.5) < 1e-9);
+        ty_sim_result_fini(&r);
+    }
+    ty_sim_trace_free(t);
+}
+
 /* A 500 us TTFT SLO: request 0 needs 1000 us and is refused, so its blocks are never cached
  * and request 1 needs 1000 us too: both refused for TTFT, none served. */
 static void test_ttft_rejection(void **st)
@@ -125,6 +155,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prefix_reuse),
         cmocka_unit_test(test_continuous_batching),
+        cmocka_unit_test(test_decode_picture_error),
         cmocka_unit_test(test_ttft_rejection),
         cmocka_unit_test(test_bad_opts),
     };
