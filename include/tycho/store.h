@@ -109,7 +109,8 @@ struct ty_store_client_opts {
     uint32_t tcp_conns;       /* own engine: TCP connections per pool node; 0: the engine's 4 */
     enum ty_store_verify verify;
     uint32_t segments_max; /* pool segments kept open (a restarted node comes back under a new
-                            * name); beyond, the least recently used idle one is closed; 0: 256 */
+                            * name); beyond, the least recently used idle one is closed; 0: 256.
+                            * Soft: a transfer that needs more at once still gets them */
 };
 
 int ty_store_client_new(ty_store_client_t **out, const struct ty_store_client_opts *opts);
@@ -157,7 +158,7 @@ struct ty_store_client_stats {
     uint64_t master_switches;
     uint64_t verified;            /* reads checked against the checksum (enum ty_store_verify) */
     uint64_t unverified;          /* reads the policy let through unhashed (transport vouched) */
-    uint64_t segments_open;       /* pool segments open now (<= segments_max) */
+    uint64_t segments_open;       /* pool segments open now (<= segments_max when idle) */
     uint64_t segments_closed;     /* closed to make room for another */
 };
 void ty_store_client_stats(ty_store_client_t *c, struct ty_store_client_stats *out);

@@ -19,7 +19,9 @@
 
 /* An open pool segment. Nodes that restart come back under new names (their engine's port),
  * so the table is a cache: beyond segments_max the least recently used one that no transfer
- * holds is closed (a dead node's segment goes that way too). */
+ * holds is closed (a dead node's segment goes that way too). The limit is soft: when every
+ * open segment is in use (a put writing more replicas than segments_max, or a batch over
+ * more nodes), the table grows for that transfer and shrinks back when it lets go. */
 struct seg {
     char name[TY_XFER_NAME_MAX + 1];
     ty_xfer_segment_t *s;
@@ -47,7 +49,7 @@ struct ty_store_client {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct seg *segs;
-    int n_segs, segs_max;
+    int n_segs, segs_max, segs_cap;
     uint64_t seg_clock;
     struct {
         uint8_t *addr;
@@ -247,14 +249,19 @@ static int seg_get(ty_store_client_t *c, const char *name, ty_xfer_segment_t **o
             victim = i;
     }
     int slot = c->n_segs;
-    if (c->n_segs == c->segs_max) {
-        if (victim < 0) {
-            pthread_mutex_unlock(&c->mu);
-            return TY_ENOSPC;
-        }
+    if (c->n_segs >= c->segs_max && victim >= 0) {
         ty_xfer_segment_close(c->xfer, c->segs[victim].s);
         c->st.segments_closed++;
         slot = victim;
+    } else if (c->n_segs == c->segs_cap) { /* all in use: over the soft limit for now */
+        int cap = c->segs_cap * 2;
+        struct seg *ns = realloc(c->segs, (size_t)cap * sizeof(*ns));
+        if (!ns) {
+            pthread_mutex_unlock(&c->mu);
+            return TY_ENOMEM;
+        }
+        c->segs = ns;
+        c->segs_cap = cap;
     }
     ty_xfer_segment_t *seg = NULL;
     int rc = ty_xfer_segment_open(c->xfer, name, &seg);
@@ -283,6 +290,17 @@ static void seg_put(ty_store_client_t *c, ty_xfer_segment_t *s)
             c->segs[i].refs--;
             break;
         }
+    while (c->n_segs > c->segs_max) { /* back under the soft limit: least recently used first */
+        int victim = -1;
+        for (int i = 0; i < c->n_segs; i++)
+            if (c->segs[i].refs == 0 && (victim < 0 || c->segs[i].used < c->segs[victim].used))
+                victim = i;
+        if (victim < 0)
+            break;
+        ty_xfer_segment_close(c->xfer, c->segs[victim].s);
+        c->st.segments_closed++;
+        c->segs[victim] = c->segs[--c->n_segs];
+    }
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -994,7 +1012,8 @@ int ty_store_client_new(ty_store_client_t **out, const struct ty_store_client_op
     c->verify = o->verify;
     c->xfer_checksum = o->xfer_checksum;
     c->segs_max = o->segments_max ? (int)o->segments_max : SEGS_MAX;
-    c->segs = calloc((size_t)c->segs_max, sizeof(*c->segs));
+    c->segs_cap = c->segs_max;
+    c->segs = calloc((size_t)c->segs_cap, sizeof(*c->segs));
     TY_ASSERT(c->segs != NULL);
     int rc = parse_list(c, o->master);
     if (rc == 0)

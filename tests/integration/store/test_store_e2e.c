@@ -309,6 +309,24 @@ static void test_segment_cache(void **state)
     assert_true(st.segments_open <= 1);
     assert_true(st.segments_closed >= 1); /* both nodes got values: the one segment changed */
     ty_store_client_free(c);
+    /* two replicas through a one-segment table: each put holds two segments at once (the
+     * limit is soft), and the table is back to one when idle */
+    o.replicas = 2;
+    assert_int_equal(ty_store_client_new(&c, &o), 0);
+    wait_nodes(c, 2);
+    for (int i = 0; i < K; i++) {
+        snprintf(key, sizeof(key), "seg2-%d", i);
+        harness_fill(v, N, key, 0);
+        assert_int_equal(ty_store_client_put(c, key, v, N), 0);
+        uint64_t len = 0;
+        memset(got, 0, N);
+        assert_int_equal(ty_store_client_get(c, key, got, N, &len), 0);
+        assert_int_equal(len, N);
+        assert_memory_equal(got, v, N);
+    }
+    ty_store_client_stats(c, &st);
+    assert_true(st.segments_open <= 1);
+    ty_store_client_free(c);
     free(v);
     free(got);
 }
