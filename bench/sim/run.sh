@@ -33,6 +33,7 @@ for cfg in overload-2x overload-2x-tbt25; do
     mkdir -p "$OUT/$cfg"
     "$TYCHO" sim --trace "$CONV" --config "$SRC/configs/sim/$cfg.yaml" --admission all \
         --plot "$OUT/$cfg" | tee "$OUT/$cfg.txt"
+    [ ! -f "$OUT/$cfg/load.dat" ] || python3 "$SRC/bench/sim/fluctuation.py" "$OUT/$cfg/load.dat" | tee "$OUT/$cfg.fluctuation.txt"
     "$TYCHO" sim --trace "$CONV" --config "$SRC/configs/sim/$cfg.yaml" --admission all \
         --json > "$OUT/$cfg.json"
 done
