@@ -1,14 +1,17 @@
 #!/bin/sh
-# Tycho vs llama.cpp on the same ~110M-parameter F32 GGUF (made by `tycho mkmodel`), prefill
-# and decode tokens/s at 1 and 2 threads, plus memory read bandwidth, all in one run.
-# usage: bench/engine/run.sh [BUILD_DIR] [PROMPT_TOKENS] [GEN_TOKENS]
+# Tycho vs llama.cpp on the same ~110M-parameter GGUF (made by `tycho mkmodel`, F32 or with
+# BENCH_TYPE=f16 F16 weights), prefill and decode tokens/s at 1 and 2 threads, plus memory
+# read bandwidth, all in one run.
+# usage: [BENCH_TYPE=f32|f16] bench/engine/run.sh [BUILD_DIR] [PROMPT_TOKENS] [GEN_TOKENS]
 set -eu
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 BUILD="${1:-$ROOT/build}"
 P="${2:-256}"
 G="${3:-64}"
 DATA="${TYCHO_TEST_DATA:-$ROOT/../shared}"
-MODEL="${BENCH_MODEL:-/tmp/tycho-bench-110m-f32.gguf}"
+TYPE="${BENCH_TYPE:-f32}"
+case "$TYPE" in f32|f16) ;; *) echo "BENCH_TYPE must be f32 or f16" >&2; exit 2 ;; esac
+MODEL="${BENCH_MODEL:-/tmp/tycho-bench-110m-$TYPE.gguf}"
 BENCH="$BUILD/bench/engine/bench_engine"
 if [ ! -x "$BENCH" ]; then  # bench/ not in the build yet: link against the built libraries
     BENCH=/tmp/tycho-bench_engine
@@ -17,7 +20,7 @@ if [ ! -x "$BENCH" ]; then  # bench/ not in the build yet: link against the buil
         "$BUILD/src/common/libty_common.a" -lopenblas -ljansson -lpcre2-8 -lutf8proc -lxxhash \
         -lpthread -lm -o "$BENCH"
 fi
-[ -f "$MODEL" ] || "$BUILD/src/cli/tycho" mkmodel --preset 110m --type f32 \
+[ -f "$MODEL" ] || "$BUILD/src/cli/tycho" mkmodel --preset 110m --type "$TYPE" \
     --vocab-from "$DATA/models/llama-2-tiny-random/llama-2-tiny-random.gguf" --out "$MODEL"
 echo "# model $MODEL ($(du -m "$MODEL" | cut -f1) MiB), prompt $P tokens, decode $G tokens"
 OUT=$(mktemp)

@@ -13,12 +13,26 @@
 /* Convert `n` elements of a row of type `type` starting at element `first` to f32. */
 void ty__cpu_row_to_f32(const struct ty_weight *w, uint64_t row, float *out);
 
-/* y (T, w->rows) = x (T, w->cols) · w^T. F32 weights go straight to OpenBLAS; other types are
- * converted `tile_rows` rows at a time into `scratch` (tile_rows * cols floats). */
-void ty__cpu_matmul(const struct ty_weight *w, const float *x, float *y, uint32_t T,
-                    float *scratch, size_t scratch_floats);
+/* The IEEE half -> f32 table (all 65536 values, built once). */
+const float *ty__cpu_f16_table(void);
+
+typedef struct ty_cpu_pool ty_cpu_pool_t;
+
+/* y (T, w->rows) = x (T, w->cols) · w^T. F32 weights go straight to OpenBLAS; F16, BF16 and
+ * Q8_0 weights with few tokens (decode) through ty__cpu_gemv on `pool` (may be NULL: the
+ * calling thread alone); otherwise converted a tile of rows at a time into `scratch`
+ * (scratch_floats) for BLAS. */
+void ty__cpu_matmul(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x, float *y,
+                    uint32_t T, float *scratch, size_t scratch_floats);
 /* Scratch floats ty__cpu_matmul needs for a weight with `cols` inputs. */
 size_t ty__cpu_matmul_scratch(uint64_t cols);
+
+/* Few-token matmul read straight from the weights' own type (gemv.c): true when w and T
+ * qualify (F16, BF16, Q8_0 with cols % 32 == 0; 1 <= T <= TY_CPU_GEMV_MAX_T). */
+#define TY_CPU_GEMV_MAX_T 8
+bool ty__cpu_gemv_supported(const struct ty_weight *w, uint32_t T);
+void ty__cpu_gemv(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x, float *y,
+                  uint32_t T);
 
 /* out (n) = x (n) / rms(x) * g (n) */
 void ty__cpu_rmsnorm(float *out, const float *x, const float *g, uint32_t n, float eps);
@@ -27,7 +41,6 @@ void ty__cpu_rope(float *x, uint32_t head_dim, uint32_t pos, const struct ty_mod
 /* HF rotate_half row order -> interleaved, in place, for n_heads heads of head_dim. */
 void ty__cpu_unpermute_heads(float *x, uint32_t n_heads, uint32_t head_dim, float *tmp);
 
-typedef struct ty_cpu_pool ty_cpu_pool_t;
 /* A slice [begin, end) run by worker `thread` (0 = the caller). */
 typedef void (*ty_cpu_task_cb)(void *arg, uint32_t thread, uint32_t begin, uint32_t end);
 int ty__cpu_pool_new(ty_cpu_pool_t **out, uint32_t n_threads);

@@ -40,6 +40,7 @@ struct fwd {
     float *att;       /* (T, Q) attention output */
     float *hb, *hb2;  /* (T, F) */
     float *scores;    /* (n_threads, max_ctx) */
+    ty_cpu_pool_t *pool; /* the backend's workers (few-token matmuls, attention) */
     float *tile;      /* (tile_floats) matmul conversion scratch */
     size_t tile_floats;
 };
@@ -189,9 +190,9 @@ static void qkv_and_store(struct fwd *f, const struct ty_layer_weights *L)
     const struct ty_model_config *c = &f->m->cfg;
     uint32_t hd = c->head_dim, T = f->T, B = f->B;
     size_t nq = (size_t)c->n_heads * hd, nkv = (size_t)c->n_kv_heads * hd;
-    ty__cpu_matmul(&L->wq, f->xb, f->q, T, f->tile, f->tile_floats);
-    ty__cpu_matmul(&L->wk, f->xb, f->k, T, f->tile, f->tile_floats);
-    ty__cpu_matmul(&L->wv, f->xb, f->v, T, f->tile, f->tile_floats);
+    ty__cpu_matmul(f->pool, &L->wq, f->xb, f->q, T, f->tile, f->tile_floats);
+    ty__cpu_matmul(f->pool, &L->wk, f->xb, f->k, T, f->tile, f->tile_floats);
+    ty__cpu_matmul(f->pool, &L->wv, f->xb, f->v, T, f->tile, f->tile_floats);
     add_bias(f->q, &L->bq, T, nq);
     add_bias(f->k, &L->bk, T, nkv);
     add_bias(f->v, &L->bv, T, nkv);
@@ -226,19 +227,19 @@ static int layer_forward(struct fwd *f, struct cpu_ctx *cc)
     int rc = attention(f, cc);
     if (rc)
         return rc;
-    ty__cpu_matmul(&L->wo, f->att, f->xb, T, f->tile, f->tile_floats);
+    ty__cpu_matmul(f->pool, &L->wo, f->att, f->xb, T, f->tile, f->tile_floats);
     for (size_t i = 0; i < (size_t)T * D; i++)
         f->x[i] += f->xb[i];
     for (uint32_t t = 0; t < T; t++)
         ty__cpu_rmsnorm(f->xb + (size_t)t * D, f->x + (size_t)t * D, L->ffn_norm.data, D,
                         c->rms_eps);
-    ty__cpu_matmul(&L->w_gate, f->xb, f->hb, T, f->tile, f->tile_floats);
-    ty__cpu_matmul(&L->w_up, f->xb, f->hb2, T, f->tile, f->tile_floats);
+    ty__cpu_matmul(f->pool, &L->w_gate, f->xb, f->hb, T, f->tile, f->tile_floats);
+    ty__cpu_matmul(f->pool, &L->w_up, f->xb, f->hb2, T, f->tile, f->tile_floats);
     for (size_t i = 0; i < (size_t)T * F; i++) {
         float g = f->hb[i];
         f->hb[i] = g / (1.0f + expf(-g)) * f->hb2[i]; /* SwiGLU: silu(gate) * up */
     }
-    ty__cpu_matmul(&L->w_down, f->hb, f->xb, T, f->tile, f->tile_floats);
+    ty__cpu_matmul(f->pool, &L->w_down, f->hb, f->xb, T, f->tile, f->tile_floats);
     for (size_t i = 0; i < (size_t)T * D; i++)
         f->x[i] += f->xb[i];
     return 0;
@@ -314,14 +315,15 @@ static void output_logits(struct fwd *f, float *logits)
                 ty__cpu_rmsnorm(f->xb + (size_t)n++ * D, f->x + (size_t)t * D,
                                 f->m->out_norm.data, D, c->rms_eps);
     }
-    ty__cpu_matmul(&f->m->output, f->xb, logits, n, f->tile, f->tile_floats);
+    ty__cpu_matmul(f->pool, &f->m->output, f->xb, logits, n, f->tile, f->tile_floats);
 }
 
 static int cpu_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
                        const struct ty_batch *batch, float *logits)
 {
     struct cpu_ctx *cc = b->context;
-    struct fwd f = {.m = m, .kv = pool, .batch = batch, .B = ty_kvpool_block_tokens(pool)};
+    struct fwd f = {.m = m, .kv = pool, .batch = batch, .B = ty_kvpool_block_tokens(pool),
+                    .pool = cc->pool};
     uint32_t T = batch_tokens(batch);
     if (T == 0 || !ty_kvpool_is_host(pool))
         return TY_EINVAL;

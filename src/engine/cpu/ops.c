@@ -38,6 +38,12 @@ static void f16_init(void)
         f16_table[i] = half_to_float((uint16_t)i);
 }
 
+const float *ty__cpu_f16_table(void)
+{
+    pthread_once(&f16_once, f16_init);
+    return f16_table;
+}
+
 void ty__cpu_row_to_f32(const struct ty_weight *w, uint64_t row, float *out)
 {
     uint64_t n = w->cols;
@@ -84,10 +90,14 @@ size_t ty__cpu_matmul_scratch(uint64_t cols)
     return cols > TILE_FLOATS ? cols : TILE_FLOATS;
 }
 
-void ty__cpu_matmul(const struct ty_weight *w, const float *x, float *y, uint32_t T,
-                    float *scratch, size_t scratch_floats)
+void ty__cpu_matmul(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x, float *y,
+                    uint32_t T, float *scratch, size_t scratch_floats)
 {
     int rows = (int)w->rows, cols = (int)w->cols;
+    if (ty__cpu_gemv_supported(w, T)) {
+        ty__cpu_gemv(pool, w, x, y, T);
+        return;
+    }
     if (w->type == TY_GGML_F32) {
         if (T == 1)
             cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, cols, 1.0f, w->data, cols, x, 1, 0.0f,

@@ -1,0 +1,245 @@
+/* Few-token matmul straight from F16, BF16 and Q8_0 weights (cpu-impl.h).
+ *
+ * Decode multiplies each weight once per token, so converting a whole tile of rows to f32 and
+ * handing it to BLAS moves every weight three times (read 2 bytes, write and read 4) for one
+ * multiply-add. Here each weight row is read once, widened in registers, and dotted with the
+ * T <= TY_CPU_GEMV_MAX_T inputs; rows are split over the worker pool. x86-64 with AVX2, FMA and
+ * F16C takes the vector kernels (checked at run time); other machines a scalar loop with the
+ * same order of operations per lane. Sums are f32, as in the tile path. */
+#include "cpu-impl.h"
+
+#include "tycho/gguf.h"
+
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+struct gemv {
+    const struct ty_weight *w;
+    const float *x;
+    float *y;
+    uint32_t T;
+    const float *h2f; /* f16 -> f32 table */
+};
+
+/* ---- scalar ------------------------------------------------------------------------------- */
+
+static float bf16_to_float(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static void rows_scalar(const struct gemv *g, uint32_t r0, uint32_t r1)
+{
+    const struct ty_weight *w = g->w;
+    uint64_t cols = w->cols;
+    for (uint32_t r = r0; r < r1; r++) {
+        for (uint32_t t = 0; t < g->T; t++) {
+            const float *x = g->x + (size_t)t * cols;
+            float sum = 0;
+            if (w->type == TY_GGML_Q8_0) {
+                const unsigned char *p = (const unsigned char *)w->data + r * (cols / 32) * 34;
+                for (uint64_t b = 0; b < cols / 32; b++, p += 34) {
+                    uint16_t d16;
+                    memcpy(&d16, p, 2);
+                    float s = 0;
+                    for (int j = 0; j < 32; j++)
+                        s += (float)(int8_t)p[2 + j] * x[b * 32 + j];
+                    sum += g->h2f[d16] * s;
+                }
+            } else {
+                const uint16_t *p = (const uint16_t *)w->data + r * cols;
+                if (w->type == TY_GGML_F16)
+                    for (uint64_t c = 0; c < cols; c++)
+                        sum += g->h2f[p[c]] * x[c];
+                else
+                    for (uint64_t c = 0; c < cols; c++)
+                        sum += bf16_to_float(p[c]) * x[c];
+            }
+            g->y[(size_t)t * w->rows + r] = sum;
+        }
+    }
+}
+
+/* ---- AVX2 + FMA + F16C ---------------------------------------------------------------------- */
+
+#if defined(__x86_64__)
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+AVX2 static float hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+/* Eight 16-bit weights at p, widened to f32. */
+AVX2 static __m256 load8(const uint16_t *p, bool bf16)
+{
+    __m128i h = _mm_loadu_si128((const __m128i *)p);
+    if (!bf16)
+        return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* One F16 / BF16 row against n (1..4, a constant after inlining, so the accumulators stay in
+ * registers) inputs: 32 columns a step, two accumulators per input for n > 1, four for n = 1
+ * (the FMA latency needs that many chains in flight). */
+__attribute__((always_inline)) AVX2 static inline void row16(const uint16_t *p, const float *x,
+                                                            uint64_t cols, bool bf16,
+                                                            uint32_t n, const float *h2f,
+                                                            float *out, size_t ostride)
+{
+    uint64_t c32 = cols & ~(uint64_t)31;
+    __m256 a[4][4];
+    for (uint32_t t = 0; t < n; t++)
+        a[t][0] = a[t][1] = a[t][2] = a[t][3] = _mm256_setzero_ps();
+    for (uint64_t c = 0; c < c32; c += 32) {
+        __m256 w0 = load8(p + c, bf16), w1 = load8(p + c + 8, bf16);
+        __m256 w2 = load8(p + c + 16, bf16), w3 = load8(p + c + 24, bf16);
+        for (uint32_t t = 0; t < n; t++) {
+            const float *xt = x + (size_t)t * cols + c;
+            if (n == 1) {
+                a[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), a[t][0]);
+                a[t][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8), a[t][1]);
+                a[t][2] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xt + 16), a[t][2]);
+                a[t][3] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xt + 24), a[t][3]);
+            } else {
+                a[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), a[t][0]);
+                a[t][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8), a[t][1]);
+                a[t][0] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xt + 16), a[t][0]);
+                a[t][1] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xt + 24), a[t][1]);
+            }
+        }
+    }
+    for (uint32_t t = 0; t < n; t++) {
+        const float *xt = x + (size_t)t * cols;
+        __m256 v = _mm256_add_ps(a[t][0], a[t][1]);
+        if (n == 1)
+            v = _mm256_add_ps(v, _mm256_add_ps(a[t][2], a[t][3]));
+        float sum = hsum(v);
+        for (uint64_t c = c32; c < cols; c++)
+            sum += (bf16 ? bf16_to_float(p[c]) : h2f[p[c]]) * xt[c];
+        out[(size_t)t * ostride] = sum;
+    }
+}
+
+AVX2 static void rows_16_avx2(const struct gemv *g, uint32_t r0, uint32_t r1)
+{
+    const struct ty_weight *w = g->w;
+    uint64_t cols = w->cols;
+    bool bf16 = w->type == TY_GGML_BF16;
+    for (uint32_t r = r0; r < r1; r++) {
+        const uint16_t *p = (const uint16_t *)w->data + r * cols;
+        for (uint32_t t0 = 0; t0 < g->T; t0 += 4) {
+            const float *x = g->x + (size_t)t0 * cols;
+            float *out = g->y + (size_t)t0 * w->rows + r;
+            switch (g->T - t0 < 4 ? g->T - t0 : 4) {
+            case 1:
+                row16(p, x, cols, bf16, 1, g->h2f, out, w->rows);
+                break;
+            case 2:
+                row16(p, x, cols, bf16, 2, g->h2f, out, w->rows);
+                break;
+            case 3:
+                row16(p, x, cols, bf16, 3, g->h2f, out, w->rows);
+                break;
+            default:
+                row16(p, x, cols, bf16, 4, g->h2f, out, w->rows);
+            }
+        }
+    }
+}
+
+/* Eight int8 weights at p, widened to f32. */
+AVX2 static __m256 load8_q8(const unsigned char *p)
+{
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+
+/* Q8_0 rows (blocks of 32: f16 scale, 32 int8): per block and input, the dot of the int8
+ * values with x, then scaled into the accumulator. */
+AVX2 static void rows_q8_avx2(const struct gemv *g, uint32_t r0, uint32_t r1)
+{
+    const struct ty_weight *w = g->w;
+    uint64_t cols = w->cols, nb = cols / 32;
+    for (uint32_t r = r0; r < r1; r++) {
+        const unsigned char *row = (const unsigned char *)w->data + r * nb * 34;
+        for (uint32_t t0 = 0; t0 < g->T; t0 += 4) {
+            uint32_t n = g->T - t0 < 4 ? g->T - t0 : 4;
+            const float *x = g->x + (size_t)t0 * cols;
+            __m256 a[4];
+            for (uint32_t t = 0; t < 4; t++)
+                a[t] = _mm256_setzero_ps();
+            const unsigned char *p = row;
+            for (uint64_t b = 0; b < nb; b++, p += 34) {
+                uint16_t d16;
+                memcpy(&d16, p, 2);
+                __m256 d = _mm256_set1_ps(g->h2f[d16]);
+                __m256 q0 = load8_q8(p + 2), q1 = load8_q8(p + 10), q2 = load8_q8(p + 18),
+                       q3 = load8_q8(p + 26);
+                for (uint32_t t = 0; t < n; t++) {
+                    const float *xt = x + (size_t)t * cols + b * 32;
+                    __m256 s = _mm256_mul_ps(q0, _mm256_loadu_ps(xt));
+                    s = _mm256_fmadd_ps(q1, _mm256_loadu_ps(xt + 8), s);
+                    s = _mm256_fmadd_ps(q2, _mm256_loadu_ps(xt + 16), s);
+                    s = _mm256_fmadd_ps(q3, _mm256_loadu_ps(xt + 24), s);
+                    a[t] = _mm256_fmadd_ps(d, s, a[t]);
+                }
+            }
+            for (uint32_t t = 0; t < n; t++)
+                g->y[(size_t)(t0 + t) * w->rows + r] = hsum(a[t]);
+        }
+    }
+}
+
+static bool have_avx2(void)
+{
+    static int have = -1;
+    if (have < 0)
+        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+    return have;
+}
+#endif
+
+static void task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
+{
+    (void)thread;
+    const struct gemv *g = arg;
+#if defined(__x86_64__)
+    if (have_avx2()) {
+        if (g->w->type == TY_GGML_Q8_0)
+            rows_q8_avx2(g, begin, end);
+        else
+            rows_16_avx2(g, begin, end);
+        return;
+    }
+#endif
+    rows_scalar(g, begin, end);
+}
+
+bool ty__cpu_gemv_supported(const struct ty_weight *w, uint32_t T)
+{
+    if (T == 0 || T > TY_CPU_GEMV_MAX_T)
+        return false;
+    if (w->type == TY_GGML_Q8_0)
+        return w->cols % 32 == 0;
+    return w->type == TY_GGML_F16 || w->type == TY_GGML_BF16;
+}
+
+void ty__cpu_gemv(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x, float *y,
+                  uint32_t T)
+{
+    struct gemv g = {.w = w, .x = x, .y = y, .T = T, .h2f = ty__cpu_f16_table()};
+    if (pool)
+        ty__cpu_pool_run(pool, (uint32_t)w->rows, task, &g);
+    else
+        task(&g, 0, 0, (uint32_t)w->rows);
+}

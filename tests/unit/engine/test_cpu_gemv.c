@@ -1,0 +1,151 @@
+/* The CPU backend's few-token matmul read straight from F16, BF16 and Q8_0 weights (gemv.c)
+ * against a reference that widens each row with the tile path's converter and sums in
+ * double: every row, every input count 1..8, column counts with a vector tail, the worker
+ * pool and the calling thread alone. Outputs start as NaN so a row left unwritten fails. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "cpu-impl.h"
+#include "tycho/gguf.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 88172645463325252ull;
+
+static double uniform(void) /* [-1, 1) */
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (double)(rng >> 11) / 4503599627370496.0 - 1.0;
+}
+
+/* Nearest IEEE half of f (normal range; |f| < 2 here). */
+static uint16_t to_half(float f)
+{
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    uint32_t sign = (b >> 16) & 0x8000, exp = (b >> 23) & 0xff, man = b & 0x7fffff;
+    if (exp < 113) /* below the normal half range: zero (we never make such small values) */
+        return (uint16_t)sign;
+    uint32_t h = sign | ((exp - 112) << 10) | (man >> 13);
+    if ((man & 0x1fff) > 0x1000 || ((man & 0x1fff) == 0x1000 && (h & 1)))
+        h++;
+    return (uint16_t)h;
+}
+
+/* Weight bytes of `type` for rows x cols random values. */
+static void *make_weight(uint32_t type, uint64_t rows, uint64_t cols)
+{
+    if (type == TY_GGML_Q8_0) {
+        unsigned char *p = malloc(rows * (cols / 32) * 34);
+        for (uint64_t i = 0; i < rows * (cols / 32); i++) {
+            uint16_t d = to_half((float)(0.01 + 0.02 * fabs(uniform())));
+            memcpy(p + i * 34, &d, 2);
+            for (int j = 0; j < 32; j++)
+                p[i * 34 + 2 + j] = (unsigned char)(int8_t)(127 * uniform());
+        }
+        return p;
+    }
+    uint16_t *p = malloc(rows * cols * 2);
+    for (uint64_t i = 0; i < rows * cols; i++) {
+        float f = (float)uniform();
+        if (type == TY_GGML_F16) {
+            p[i] = to_half(f);
+        } else {
+            uint32_t b;
+            memcpy(&b, &f, 4);
+            p[i] = (uint16_t)(b >> 16);
+        }
+    }
+    return p;
+}
+
+static void check(uint32_t type, uint64_t rows, uint64_t cols, ty_cpu_pool_t *pool)
+{
+    struct ty_weight w = {.data = make_weight(type, rows, cols), .type = type, .rows = rows,
+                          .cols = cols};
+    float *x = malloc(TY_CPU_GEMV_MAX_T * cols * sizeof(float));
+    float *y = malloc(TY_CPU_GEMV_MAX_T * rows * sizeof(float));
+    float *row = malloc(cols * sizeof(float));
+    for (uint64_t i = 0; i < TY_CPU_GEMV_MAX_T * cols; i++)
+        x[i] = (float)uniform();
+    for (uint32_t T = 1; T <= TY_CPU_GEMV_MAX_T; T++) {
+        assert_true(ty__cpu_gemv_supported(&w, T));
+        for (uint64_t i = 0; i < T * rows; i++)
+            y[i] = NAN;
+        ty__cpu_gemv(pool, &w, x, y, T);
+        for (uint64_t r = 0; r < rows; r++) {
+            ty__cpu_row_to_f32(&w, r, row);
+            for (uint32_t t = 0; t < T; t++) {
+                double ref = 0, mag = 0;
+                for (uint64_t c = 0; c < cols; c++) {
+                    ref += (double)row[c] * x[t * cols + c];
+                    mag += fabs((double)row[c] * x[t * cols + c]);
+                }
+                double got = y[t * rows + r];
+                if (!(fabs(got - ref) <= 1e-5 * mag + 1e-6))
+                    fail_msg("type %u rows %llu cols %llu T %u: y[%u][%llu] = %.9g, want %.9g",
+                             type, (unsigned long long)rows, (unsigned long long)cols, T, t,
+                             (unsigned long long)r, got, ref);
+            }
+        }
+    }
+    assert_false(ty__cpu_gemv_supported(&w, TY_CPU_GEMV_MAX_T + 1));
+    assert_false(ty__cpu_gemv_supported(&w, 0));
+    free((void *)w.data);
+    free(x);
+    free(y);
+    free(row);
+}
+
+static void run_all(ty_cpu_pool_t *pool)
+{
+    for (uint64_t cols = 8; cols <= 136; cols += 43) /* 8, 51, 94, 137: vector tails */
+        check(TY_GGML_F16, 37, cols, pool);
+    check(TY_GGML_F16, 5, 768, pool);
+    check(TY_GGML_BF16, 37, 75, pool);
+    check(TY_GGML_BF16, 3, 1024, pool);
+    check(TY_GGML_Q8_0, 37, 32, pool);
+    check(TY_GGML_Q8_0, 37, 96, pool);
+}
+
+static void test_calling_thread(void **st)
+{
+    (void)st;
+    run_all(NULL);
+}
+
+static void test_pool(void **st)
+{
+    (void)st;
+    ty_cpu_pool_t *pool;
+    assert_int_equal(ty__cpu_pool_new(&pool, 3), 0);
+    run_all(pool);
+    ty__cpu_pool_free(pool);
+}
+
+static void test_unsupported(void **st)
+{
+    (void)st;
+    float f[32] = {0};
+    struct ty_weight w32 = {.data = f, .type = TY_GGML_F32, .rows = 1, .cols = 32};
+    struct ty_weight q8 = {.data = f, .type = TY_GGML_Q8_0, .rows = 1, .cols = 48};
+    assert_false(ty__cpu_gemv_supported(&w32, 1)); /* F32 goes to BLAS */
+    assert_false(ty__cpu_gemv_supported(&q8, 1));  /* not whole blocks */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_calling_thread),
+        cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_unsupported),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
