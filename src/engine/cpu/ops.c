@@ -85,6 +85,21 @@ void ty__cpu_row_to_f32(const struct ty_weight *w, uint64_t row, float *out)
     }
 }
 
+struct convert {
+    const struct ty_weight *w;
+    uint64_t row0;
+    float *out;
+};
+
+/* Rows row0 + [begin, end) of a tile to f32 (a worker pool task). */
+static void convert_rows(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
+{
+    (void)thread;
+    const struct convert *cv = arg;
+    for (uint32_t r = begin; r < end; r++)
+        ty__cpu_row_to_f32(cv->w, cv->row0 + r, cv->out + (size_t)r * cv->w->cols);
+}
+
 size_t ty__cpu_matmul_scratch(uint64_t cols)
 {
     return cols > TILE_FLOATS ? cols : TILE_FLOATS;
@@ -111,8 +126,11 @@ void ty__cpu_matmul(ty_cpu_pool_t *pool, const struct ty_weight *w, const float 
     int tile = (int)(scratch_floats / (size_t)cols);
     for (int r0 = 0; r0 < rows; r0 += tile) {
         int nr = rows - r0 < tile ? rows - r0 : tile;
-        for (int r = 0; r < nr; r++)
-            ty__cpu_row_to_f32(w, (uint64_t)(r0 + r), scratch + (size_t)r * cols);
+        struct convert cv = {.w = w, .row0 = (uint64_t)r0, .out = scratch};
+        if (pool)
+            ty__cpu_pool_run(pool, (uint32_t)nr, convert_rows, &cv);
+        else
+            convert_rows(&cv, 0, 0, (uint32_t)nr);
         if (T == 1)
             cblas_sgemv(CblasRowMajor, CblasNoTrans, nr, cols, 1.0f, scratch, cols, x, 1, 0.0f,
                         y + r0, 1);
