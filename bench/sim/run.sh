@@ -37,6 +37,9 @@ for cfg in overload-2x overload-2x-tbt25; do
     "$TYCHO" sim --trace "$CONV" --config "$SRC/configs/sim/$cfg.yaml" --admission all \
         --json > "$OUT/$cfg.json"
 done
+echo "== two SLO classes on one cluster (class_mix)"
+"$TYCHO" sim --trace "$CONV" --config "$SRC/configs/sim/classes-2x.yaml" --admission all \
+    | tee "$OUT/classes-2x.txt"
 echo "== admission sweep (robustness): P:D x TBT SLO at TTFT 30 s"
 "$TYCHO" sim --trace "$CONV" --config "$SRC/configs/sim/overload-2x.yaml" --admission all \
     --sweep --ratios 8:1,8:2,8:3,8:4 --tbt-slos 25,100 --ttft-slos 30 --json > "$OUT/admission.json"

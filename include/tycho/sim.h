@@ -97,6 +97,11 @@ struct ty_sim_opts {
     double speed;                 /* replay speed: arrival times divided by this */
     uint64_t sample_us;           /* load sample interval (0: 10 s) */
     size_t limit;                 /* first N requests only (0: all) */
+    /* Share of the trace's requests in each SLO class (index = class, sched.slo[] order);
+     * n_class_mix 0: all in class 0. A request's class is drawn from a hash of its index and
+     * sched.seed, so a replay is reproducible. */
+    double class_mix[TY_SCHED_MAX_CLASSES];
+    uint32_t n_class_mix;
     void (*progress)(void *arg, size_t done, size_t total); /* may be NULL */
     void *progress_arg;
 };
@@ -107,6 +112,7 @@ void ty_sim_opts_default(struct ty_sim_opts *o);
 struct ty_sim_outcome {
     uint8_t rejected;  /* enum ty_sched_reject, 0 = served */
     uint8_t at_decode; /* 1: refused at the decode stage (after its prefill ran) */
+    uint8_t cls;       /* its SLO class */
     double ttft_us;    /* served only */
     double tbt_us;     /* mean time between tokens while decoding */
 };
@@ -123,7 +129,10 @@ struct ty_sim_result {
     size_t rejected_by[TY_SCHED_REJECT_NO_NODE + 1];
     double ttft_mean, ttft_p50, ttft_p90, ttft_p99; /* seconds, served requests */
     double tbt_mean, tbt_p50, tbt_p90, tbt_p99;     /* seconds */
-    double slo_attainment;   /* slo_met / n (a rejection is a miss) */
+    double slo_attainment;   /* slo_met / n (a rejection is a miss; each against its class) */
+    uint32_t n_classes;      /* classes below (sched.n_classes) */
+    size_t class_n[TY_SCHED_MAX_CLASSES], class_served[TY_SCHED_MAX_CLASSES];
+    size_t class_slo_met[TY_SCHED_MAX_CLASSES];
     double goodput_rps;      /* SLO-meeting requests per second of trace time */
     double cache_hit_rate;   /* reused prefix blocks / prompt blocks, served requests */
     double compute_saved;    /* prefill time saved by reuse / prefill time without reuse */

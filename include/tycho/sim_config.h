@@ -9,6 +9,7 @@
  *              kv_bytes_per_token, net_gbytes_per_s, block_tokens)
  *   model:     which entry of scheduler.models the simulated cluster serves
  *   speed:     replay speed
+ *   class_mix: share of requests in each SLO class of the model (empty: all in the first)
  *
  * A ty_sim_spec is owned by the caller; load fills it, ty_sim_spec_free releases it. One
  * thread at a time. Errors name file:line:col and the field.

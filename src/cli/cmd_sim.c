@@ -41,6 +41,7 @@ struct args {
     int json, sweep, jobs, dump;
     char *overrides[MAX_OVERRIDES];
     size_t n_overrides;
+    const ty_sim_spec_t *spec; /* class names for the report */
 };
 
 static void usage(FILE *f)
@@ -359,7 +360,27 @@ static int run_jobs(const struct ty_sim_trace *t, struct job *jobs, size_t n, in
     return 0;
 }
 
-static void print_table(const struct job *jobs, size_t n)
+/* Per class, when the trace was split over several (class_mix): requests, served, SLO%. */
+static void print_class_table(const struct job *jobs, size_t n, const ty_sim_spec_t *spec)
+{
+    if (!n || jobs[0].o.n_class_mix < 2)
+        return;
+    printf("\n%-44s %-12s %8s %8s %6s %6s\n", "run", "class", "requests", "served", "slo%",
+           "ttft");
+    for (size_t i = 0; i < n; i++) {
+        const struct ty_sim_result *r = &jobs[i].r;
+        for (uint32_t k = 0; k < r->n_classes; k++) {
+            const char *name = ty_sim_spec_class(spec, k);
+            printf("%-44s %-12.12s %8zu %8zu %6.1f %5gs\n", k ? "" : jobs[i].label,
+                   name ? name : "default", r->class_n[k], r->class_served[k],
+                   r->class_n[k] ? 100.0 * (double)r->class_slo_met[k] / (double)r->class_n[k]
+                                 : 0.0,
+                   (double)jobs[i].o.sched.slo[k].ttft_us / 1e6);
+        }
+    }
+}
+
+static void print_table(const struct job *jobs, size_t n, const ty_sim_spec_t *spec)
 {
     printf("%-44s %6s %6s %6s %8s %8s %8s %8s %7s %7s %6s %6s %6s %6s %6s %6s\n", "run",
            "served", "reject", "@dec", "ttft_avg", "ttft_p50", "ttft_p90", "ttft_p99", "tbt_avg",
@@ -383,9 +404,37 @@ static void print_table(const struct job *jobs, size_t n)
                100 * r->slo_attainment, r->goodput_rps, 100 * r->cache_hit_rate,
                100 * r->compute_saved, 100 * busy, derr);
     }
+    print_class_table(jobs, n, spec);
 }
 
-static void print_json_job(const struct job *j)
+/* JSON string of s (class names come from the config file). */
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (const char *c = s; *c; c++)
+        printf((*c == '"' || *c == '\\') ? "\\%c" : ((unsigned char)*c < 0x20 ? "?" : "%c"), *c);
+    putchar('"');
+}
+
+/* Requests, served and SLO attainment of each class, when the trace was split over several. */
+static void print_json_classes(const struct job *j, const ty_sim_spec_t *spec)
+{
+    const struct ty_sim_result *r = &j->r;
+    printf("\"classes\": [");
+    for (uint32_t k = 0; k < r->n_classes; k++) {
+        const char *name = ty_sim_spec_class(spec, k);
+        printf("%s{\"class\": ", k ? ", " : "");
+        json_str(name ? name : "default");
+        printf(", \"ttft_slo_s\": %g, \"tbt_slo_s\": %g, \"requests\": %zu, \"served\": %zu, "
+               "\"slo_attainment\": %.4f}",
+               (double)j->o.sched.slo[k].ttft_us / 1e6, (double)j->o.sched.slo[k].tbt_us / 1e6,
+               r->class_n[k], r->class_served[k],
+               r->class_n[k] ? (double)r->class_slo_met[k] / (double)r->class_n[k] : 0.0);
+    }
+    printf("], ");
+}
+
+static void print_json_job(const struct job *j, const ty_sim_spec_t *spec)
 {
     const struct ty_sim_result *r = &j->r;
     const struct ty_sim_opts *o = &j->o;
@@ -413,13 +462,15 @@ static void print_json_job(const struct job *j)
                ? r->prefill_busy_s / ((double)o->n_prefill * r->duration_s)
                : 0.0,
            r->duration_s, r->wall_s);
+    print_json_classes(j, spec);
     printf("\"decode_judged\": {\"requests\": %zu, \"batch_bias\": %.3f, \"batch_err\": %.3f, "
            "\"ctx_bias\": %.1f, \"ctx_err\": %.1f, \"landed_batch\": %.3f}}",
            r->judged, r->judged_batch_bias, r->judged_batch_err, r->judged_ctx_bias,
            r->judged_ctx_err, r->landed_batch_mean);
 }
 
-static void print_json(const char *trace, const struct job *jobs, size_t n)
+static void print_json(const char *trace, const struct job *jobs, size_t n,
+                       const ty_sim_spec_t *spec)
 {
     printf("{\"trace\": \"");
     for (const char *c = trace; *c; c++) /* JSON string escape of the path */
@@ -427,7 +478,7 @@ static void print_json(const char *trace, const struct job *jobs, size_t n)
     printf("\", \"runs\": [");
     for (size_t i = 0; i < n; i++) {
         printf(i ? ",\n  " : "\n  ");
-        print_json_job(&jobs[i]);
+        print_json_job(&jobs[i], spec);
     }
     printf("\n]}\n");
 }
@@ -551,9 +602,9 @@ static int simulate(struct args *a, const struct ty_sim_opts *base)
         goto out_jobs;
     }
     if (a->json)
-        print_json(a->trace, jobs, n);
+        print_json(a->trace, jobs, n, a->spec);
     else
-        print_table(jobs, n);
+        print_table(jobs, n, a->spec);
     exit_code = TY_CLI_EXIT_OK;
     if (a->plot && write_plots(a->plot, jobs, n) < 0)
         exit_code = TY_CLI_EXIT_FAIL;
@@ -594,6 +645,7 @@ static int run_sim(int argc, char **argv)
     if (a.speed > 0)
         base.speed = a.speed;
     base.limit = a.limit;
+    a.spec = spec;
     rc = simulate(&a, &base);
     ty_sim_spec_free(spec);
     return rc;

@@ -41,6 +41,7 @@ struct node {
     uint64_t ctx;
     uint32_t pending;     /* decode: accepted requests not yet arrived */
     uint64_t pending_ctx;
+    uint32_t classes[TY_SCHED_MAX_CLASSES]; /* decode: requests in flight to it, per class */
 };
 
 struct flight {

@@ -224,6 +224,7 @@ int ty__sched_flight_add(ty_sched_t *s, const struct flight *f)
     s->fl[s->n_fl] = *f;
     ty__sched_map_put(&s->fl_map, f->id, (uint32_t)s->n_fl);
     s->n_fl++;
+    s->nodes[f->decode].classes[f->priority]++;
     return 0;
 }
 
@@ -236,6 +237,8 @@ struct flight *ty__sched_flight_get(ty_sched_t *s, uint64_t id)
 static void flight_del(ty_sched_t *s, struct flight *f)
 {
     size_t i = (size_t)(f - s->fl);
+    uint32_t *cls = &s->nodes[f->decode].classes[f->priority];
+    *cls -= *cls > 0; /* 0 when the node was removed and added again meanwhile */
     ty__sched_map_del(&s->fl_map, f->id);
     if (i != s->n_fl - 1) {
         s->fl[i] = s->fl[s->n_fl - 1];
@@ -253,11 +256,26 @@ static void pending_release(ty_sched_t *s, struct flight *f)
     }
 }
 
+/* The tightest TBT SLO on decode node d once a request of class `priority` joins: every
+ * sequence of a batch waits for the same steps, so a request with a lax SLO must not slow the
+ * batch past the SLO of one already there (0: none applies). */
+static uint64_t batch_tbt_slo(const ty_sched_t *s, const struct node *d, uint32_t priority)
+{
+    uint64_t slo = s->o.slo[priority].tbt_us;
+    for (uint32_t c = 0; c < s->o.n_classes; c++) {
+        uint64_t t = s->o.slo[c].tbt_us;
+        if (d->classes[c] && t && (!slo || t < slo))
+            slo = t;
+    }
+    return slo;
+}
+
 /* The one decode-load rule every admission mode applies (arXiv 2407.00079 §7: a decode
- * instance is overloaded when taking the request would break the TBT SLO; max_batch and KV
- * memory are hard limits). batch and ctx_tokens describe the node with the request added;
- * only the state they come from differs between modes: the real state when the KV lands, the
- * reported state at arrival (early), the predicted state at arrival (predicted). */
+ * instance is overloaded when taking the request would break the TBT SLO, here the tightest
+ * SLO of the batch it joins; max_batch and KV memory are hard limits). batch and ctx_tokens
+ * describe the node with the request added; only the state they come from differs between
+ * modes: the real state when the KV lands, the reported state at arrival (early), the
+ * predicted state at arrival (predicted). */
 enum ty_sched_reject ty__sched_decode_check(const ty_sched_t *s, const struct node *d,
                                             double batch, double ctx_tokens, uint32_t priority,
                                             double *tbt)
@@ -270,7 +288,7 @@ enum ty_sched_reject ty__sched_decode_check(const ty_sched_t *s, const struct no
         return TY_SCHED_REJECT_DECODE_FULL;
     if (d->kv_cap && ctx_tokens > (double)d->kv_cap)
         return TY_SCHED_REJECT_DECODE_FULL;
-    uint64_t slo = s->o.slo[priority].tbt_us;
+    uint64_t slo = batch_tbt_slo(s, d, priority);
     return slo && t > (double)slo ? TY_SCHED_REJECT_TBT : TY_SCHED_REJECT_NONE;
 }
 

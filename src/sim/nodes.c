@@ -95,7 +95,7 @@ void ty__sim_arrival(struct sim *s, size_t i, double now)
     q->arrival = now;
     struct ty_sched_request sr = {.id = i, .block_hashes = r->blocks, .n_blocks = r->n_blocks,
                                   .prompt_tokens = r->input_tokens,
-                                  .output_tokens = r->output_tokens};
+                                  .output_tokens = r->output_tokens, .priority = q->cls};
     if (ty_sched_pick(s->sched, &sr, (uint64_t)now, &q->d) < 0 ||
         q->d.reject != TY_SCHED_REJECT_NONE) {
         q->state = 2;

@@ -35,7 +35,7 @@ static void stats(double *v, size_t n, double *mean, double *p50, double *p90, d
 
 static bool slo_ok(const struct sim *s, const struct rq *q)
 {
-    const struct ty_sched_slo *slo = &s->o.sched.slo[0];
+    const struct ty_sched_slo *slo = &s->o.sched.slo[q->cls];
     if (slo->ttft_us && q->ttft > (double)slo->ttft_us)
         return false;
     return !(slo->tbt_us && q->tbt > (double)slo->tbt_us);
@@ -60,6 +60,7 @@ int ty__sim_summarize(struct sim *s, struct ty_sim_result *res)
 {
     memset(res, 0, sizeof(*res));
     res->n = s->n;
+    res->n_classes = s->o.sched.n_classes;
     res->out = calloc(s->n ? s->n : 1, sizeof(*res->out));
     double *ttft = malloc((s->n ? s->n : 1) * sizeof(double));
     double *tbt = malloc((s->n ? s->n : 1) * sizeof(double));
@@ -74,6 +75,8 @@ int ty__sim_summarize(struct sim *s, struct ty_sim_result *res)
     for (size_t i = 0; i < s->n; i++) {
         const struct rq *q = &s->rq[i];
         struct ty_sim_outcome *o = &res->out[i];
+        o->cls = q->cls;
+        res->class_n[q->cls]++;
         if (q->state != 1) {
             o->rejected = q->reject ? q->reject : TY_SCHED_REJECT_NO_NODE;
             o->at_decode = q->at_decode;
@@ -92,7 +95,10 @@ int ty__sim_summarize(struct sim *s, struct ty_sim_result *res)
         ttft[res->served] = q->ttft / 1e6;
         tbt[res->served] = q->tbt / 1e6;
         res->served++;
-        res->slo_met += slo_ok(s, q);
+        bool ok = slo_ok(s, q);
+        res->slo_met += ok;
+        res->class_served[q->cls]++;
+        res->class_slo_met[q->cls] += ok;
         reuse(s, i, &blocks, &hit, &full, &saved);
     }
     stats(ttft, res->served, &res->ttft_mean, &res->ttft_p50, &res->ttft_p90, &res->ttft_p99);

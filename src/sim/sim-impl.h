@@ -44,6 +44,7 @@ struct rq { /* per request */
     uint32_t reuse; /* prefix blocks actually reused */
     uint8_t state;  /* 0 pending, 1 served, 2 rejected */
     uint8_t reject, at_decode;
+    uint8_t cls; /* SLO class */
     double tbt;
 };
 
@@ -75,5 +76,6 @@ void ty__sim_decode_tick(struct sim *s, struct dnode *d, double now);
 double ty__sim_prefill_queued_us(const struct sim *s, const struct pnode *p, double now);
 int ty__sim_summarize(struct sim *s, struct ty_sim_result *res);
 double ty__sim_wall_s(void);
+uint64_t ty__sim_mix64(uint64_t x); /* splitmix64 finaliser */
 
 #endif

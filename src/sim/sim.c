@@ -23,6 +23,15 @@ void ty_sim_opts_default(struct ty_sim_opts *o)
     o->sample_us = 10000000;
 }
 
+uint64_t ty__sim_mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
 static void cache_event(void *arg, uint64_t hash, bool stored)
 {
     struct pnode *p = arg;
@@ -30,6 +39,25 @@ static void cache_event(void *arg, uint64_t hash, bool stored)
         ty_sched_block_stored(p->sim->sched, p->id, &hash, 1);
     else
         ty_sched_block_removed(p->sim->sched, p->id, &hash, 1);
+}
+
+/* Class of each request: a hash of its index and the seed against the cumulative mix. */
+static void assign_classes(struct sim *s)
+{
+    const struct ty_sim_opts *o = &s->o;
+    double total = 0;
+    for (uint32_t k = 0; k < o->n_class_mix; k++)
+        total += o->class_mix[k];
+    if (!(total > 0))
+        return;
+    for (size_t i = 0; i < s->n; i++) {
+        uint64_t h = ty__sim_mix64((uint64_t)i * 0x9e3779b97f4a7c15ull ^ o->sched.seed);
+        double u = (double)(h >> 11) / 9007199254740992.0 * total, acc = 0;
+        uint32_t k = 0;
+        while (k + 1 < o->n_class_mix && u >= (acc += o->class_mix[k]))
+            k++;
+        s->rq[i].cls = (uint8_t)k;
+    }
 }
 
 static int sim_setup(struct sim *s, const struct ty_sim_trace *t, const struct ty_sim_opts *o)
@@ -44,6 +72,7 @@ static int sim_setup(struct sim *s, const struct ty_sim_trace *t, const struct t
     s->d = calloc(o->n_decode, sizeof(*s->d));
     s->rq = calloc(s->n ? s->n : 1, sizeof(*s->rq));
     TY_ASSERT(s->p && s->d && s->rq);
+    assign_classes(s);
     for (uint32_t i = 0; i < o->n_prefill; i++) {
         struct ty_sched_node_desc nd = {.role = TY_SCHED_ROLE_PREFILL};
         ty_sched_node_add(s->sched, i, &nd);
@@ -193,8 +222,11 @@ int ty_sim_run(const struct ty_sim_trace *t, const struct ty_sim_opts *o,
                struct ty_sim_result *res)
 {
     if (!t || !o || !res || o->n_prefill == 0 || o->n_decode == 0 || !(o->speed > 0) ||
-        o->n_prefill + o->n_decode > TY_SCHED_MAX_NODES)
+        o->n_prefill + o->n_decode > TY_SCHED_MAX_NODES || o->n_class_mix > o->sched.n_classes)
         return TY_EINVAL;
+    for (uint32_t k = 0; k < o->n_class_mix; k++)
+        if (!(o->class_mix[k] >= 0) || !isfinite(o->class_mix[k]))
+            return TY_EINVAL;
     struct sim s = {0};
     double wall0 = ty__sim_wall_s();
     int rc = sim_setup(&s, t, o);

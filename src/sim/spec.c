@@ -30,6 +30,8 @@ struct spec_root {
     struct spec_cost cost;
     char *model;
     double speed;
+    double *class_mix;
+    uint32_t n_class_mix;
 };
 
 struct ty_sim_spec {
@@ -93,6 +95,10 @@ static const struct ty_config_field root_fields[] = {
      .help = "served model (empty: the first of scheduler.models)"},
     {.key = "speed", .type = TY_CONFIG_DOUBLE, TY_CONFIG_AT(K, speed), .def = "1.0",
      .min = "0.001", .max = "1000", .help = "replay speed (2: arrivals twice as fast)"},
+    {.key = "class_mix", .type = TY_CONFIG_LIST, .elem = TY_CONFIG_DOUBLE,
+     TY_CONFIG_LIST_AT(K, class_mix, n_class_mix), .max = "8",
+     .help = "share of requests in each SLO class of the model, in its slo: order (empty: "
+             "all in the first)"},
 };
 #undef K
 static const struct ty_config_struct root_struct =
@@ -173,6 +179,22 @@ static int to_opts(ty_sim_spec_t *sp, struct ty_sim_opts *o, const char *origin,
             o->sched.slo[i].tbt_us = sp->m->slo[i].tbt_ns / 1000;
         }
     }
+    if (v->n_class_mix > o->sched.n_classes) {
+        char what[160];
+        snprintf(what, sizeof(what), "class_mix: %u shares, but model '%s' has %u SLO classes",
+                 v->n_class_mix, sp->m ? sp->m->name : "default", o->sched.n_classes);
+        return spec_fail(err, len, origin, what);
+    }
+    double total = 0;
+    for (uint32_t i = 0; i < v->n_class_mix; i++) {
+        if (!(v->class_mix[i] >= 0) || v->class_mix[i] > 1e9)
+            return spec_fail(err, len, origin, "class_mix: shares must be >= 0");
+        o->class_mix[i] = v->class_mix[i];
+        total += v->class_mix[i];
+    }
+    if (v->n_class_mix && !(total > 0))
+        return spec_fail(err, len, origin, "class_mix: the shares add up to 0");
+    o->n_class_mix = v->n_class_mix;
     return 0;
 }
 

@@ -444,6 +444,45 @@ static void test_prediction_kv_at_landing(void **st)
     }
 }
 
+/* A batch runs at one pace: a request whose own TBT SLO is lax must not slow a batch holding a
+ * request with a tight one. Class 0 allows 1150 us (one sequence: 1100 us), class 1 5000 us.
+ * With a class-1 request decoding, a class-1 probe makes two sequences, 1200 us: admitted. With
+ * a class-0 request decoding instead, the same probe would push it to 1200 us: refused, in
+ * early admission at arrival and in the baseline when its KV lands. */
+static void test_batch_tbt_slo(void **st)
+{
+    enum ty_sched_admission modes[2] = {TY_SCHED_ADMIT_EARLY, TY_SCHED_ADMIT_BASELINE};
+    for (int m = 0; m < 2; m++) {
+        for (uint32_t first = 0; first < 2; first++) {
+            struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_LOAD_BALANCE, modes[m]);
+            o.slo[0].tbt_us = 1150;
+            o.slo[1].tbt_us = 5000;
+            ty_sched_t *s = pair(&o, 0);
+            struct ty_sched_decision d;
+            enum ty_sched_reject rej;
+            struct ty_sched_request a = req(1, 1 - first); /* first == 1: a is class 0 */
+            a.n_blocks = 0;
+            assert_int_equal(ty_sched_pick(s, &a, 0, &d), 0);
+            assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
+            assert_int_equal(ty_sched_request_at_decode(s, 1, 1000, &rej), 0);
+            assert_int_equal(rej, TY_SCHED_REJECT_NONE);
+            assert_int_equal(ty_sched_node_set_decode_load(s, 1, 1, 0), 0);
+            struct ty_sched_request probe = req(2, 1);
+            probe.n_blocks = 0;
+            assert_int_equal(ty_sched_pick(s, &probe, 2000, &d), 0);
+            enum ty_sched_reject want = first ? TY_SCHED_REJECT_TBT : TY_SCHED_REJECT_NONE;
+            if (m == 0) {
+                assert_int_equal(d.reject, want);
+            } else {
+                assert_int_equal(d.reject, TY_SCHED_REJECT_NONE); /* baseline: judged later */
+                assert_int_equal(ty_sched_request_at_decode(s, 2, 3000, &rej), 0);
+                assert_int_equal(rej, want);
+            }
+            ty_sched_free(s);
+        }
+    }
+}
+
 static void test_names(void **st)
 {
     enum ty_sched_policy p;
@@ -476,6 +515,7 @@ int main(void)
         cmocka_unit_test(test_decode_kv_in_admission),
         cmocka_unit_test(test_prediction_uniform_duration),
         cmocka_unit_test(test_prediction_kv_at_landing),
+        cmocka_unit_test(test_batch_tbt_slo),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

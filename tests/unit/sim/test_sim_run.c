@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "tycho/errors.h"
@@ -117,6 +118,47 @@ static void test_decode_picture_error(void **st)
     ty_sim_trace_free(t);
 }
 
+/* Two SLO classes half and half (class_mix): class 1's TTFT SLO (500 us) refuses each of its
+ * 1000-token prompts (1000 us), class 0 has no SLO and serves all. Every request lands in one
+ * class, both classes get some of the 40, and the per-class counts match the outcomes. A mix
+ * longer than the classes is refused. */
+static void test_class_mix(void **st)
+{
+    char text[8192];
+    size_t len = 0;
+    for (int i = 0; i < 40; i++)
+        len += (size_t)snprintf(text + len, sizeof(text) - len,
+                                "{\"timestamp\": %d, \"input_length\": 1000, "
+                                "\"output_length\": 2, \"hash_ids\": [%d]}\n",
+                                i * 10, 100 + i);
+    struct ty_sim_trace *t = trace(text);
+    struct ty_sim_opts o = toy(4, 2, TY_SCHED_POLICY_LOAD_BALANCE);
+    o.sched.n_classes = 2;
+    o.sched.slo[1].ttft_us = 500;
+    o.class_mix[0] = o.class_mix[1] = 1;
+    o.n_class_mix = 2;
+    struct ty_sim_result r;
+    assert_int_equal(ty_sim_run(t, &o, &r), 0);
+    assert_int_equal(r.n_classes, 2);
+    assert_int_equal(r.class_n[0] + r.class_n[1], 40);
+    assert_true(r.class_n[0] >= 5 && r.class_n[1] >= 5);
+    size_t seen[2] = {0, 0};
+    for (int i = 0; i < 40; i++) {
+        assert_true(r.out[i].cls < 2);
+        seen[r.out[i].cls]++;
+        assert_int_equal(r.out[i].rejected,
+                         r.out[i].cls == 1 ? TY_SCHED_REJECT_TTFT : TY_SCHED_REJECT_NONE);
+    }
+    assert_int_equal(seen[0], r.class_n[0]);
+    assert_int_equal(r.class_served[0], r.class_n[0]);
+    assert_int_equal(r.class_served[1], 0);
+    assert_int_equal(r.class_slo_met[0], r.class_n[0]);
+    ty_sim_result_fini(&r);
+    o.n_class_mix = 3; /* more shares than classes */
+    assert_int_equal(ty_sim_run(t, &o, &r), TY_EINVAL);
+    ty_sim_trace_free(t);
+}
+
 /* A 500 us TTFT SLO: request 0 needs 1000 us and is refused, so its blocks are never cached
  * and request 1 needs 1000 us too: both refused for TTFT, none served. */
 static void test_ttft_rejection(void **st)
@@ -156,6 +198,7 @@ int main(void)
         cmocka_unit_test(test_prefix_reuse),
         cmocka_unit_test(test_continuous_batching),
         cmocka_unit_test(test_decode_picture_error),
+        cmocka_unit_test(test_class_mix),
         cmocka_unit_test(test_ttft_rejection),
         cmocka_unit_test(test_bad_opts),
     };

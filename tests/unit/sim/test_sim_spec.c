@@ -44,6 +44,12 @@ static void test_examples(void **st)
     assert_int_equal(o.n_decode, 2);
     assert_int_equal(o.sched.slo[0].tbt_us, 25000);
     assert_int_equal(o.sched.decode_duration_us, 8500000);
+    load_example("classes-2x.yaml", &o);
+    assert_int_equal(o.sched.n_classes, 2);
+    assert_int_equal(o.sched.slo[1].ttft_us, 60000000);
+    assert_int_equal(o.sched.slo[1].tbt_us, 100000);
+    assert_int_equal(o.n_class_mix, 2);
+    assert_true(o.class_mix[0] == 0.7 && o.class_mix[1] == 0.3);
     load_example("conversation-16.yaml", &o);
     assert_int_equal(o.sched.admission, TY_SCHED_ADMIT_BASELINE);
     assert_int_equal(o.sched.slo[0].ttft_us, 0);
@@ -73,6 +79,41 @@ static void test_bad_policy(void **st)
     unlink(path);
 }
 
+/* class_mix: shares per SLO class of the served model, checked against its classes. */
+static void test_class_mix(void **st)
+{
+    (void)st;
+    char path[] = "/tmp/tycho-sim-spec-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    fputs("scheduler:\n  models:\n    - name: m\n      slo:\n"
+          "        - {class: interactive, ttft: 5s, tbt: 25ms}\n"
+          "        - {class: batch, ttft: 60s}\n"
+          "class_mix: [0.75, 0.25]\n", f);
+    fclose(f);
+    struct ty_sim_opts o;
+    ty_sim_spec_t *sp = NULL;
+    char err[512] = "";
+    if (ty_sim_spec_load(&sp, path, NULL, 0, &o, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    assert_int_equal(o.n_class_mix, 2);
+    assert_true(o.class_mix[0] == 0.75 && o.class_mix[1] == 0.25);
+    assert_string_equal(ty_sim_spec_class(sp, 1), "batch");
+    ty_sim_spec_free(sp);
+    char *three[] = {"--class_mix=[1, 1, 1]"};
+    assert_int_equal(ty_sim_spec_load(&sp, path, three, 1, &o, err, sizeof(err)), TY_ECONFIG);
+    assert_non_null(strstr(err, "class_mix: 3 shares, but model 'm' has 2 SLO classes"));
+    char *neg[] = {"--class_mix=[1, -1]"};
+    assert_int_equal(ty_sim_spec_load(&sp, path, neg, 1, &o, err, sizeof(err)), TY_ECONFIG);
+    assert_non_null(strstr(err, "class_mix"));
+    char *zero[] = {"--class_mix=[0, 0]"};
+    assert_int_equal(ty_sim_spec_load(&sp, path, zero, 1, &o, err, sizeof(err)), TY_ECONFIG);
+    assert_non_null(strstr(err, "add up to 0"));
+    unlink(path);
+}
+
 int main(void)
 {
     if (!getenv("TYCHO_SOURCE_DIR"))
@@ -80,6 +121,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_examples),
         cmocka_unit_test(test_bad_policy),
+        cmocka_unit_test(test_class_mix),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
