@@ -1,8 +1,8 @@
 #!/bin/sh
 # Tycho vs llama.cpp on the same ~110M-parameter GGUF (made by `tycho mkmodel`, F32 or with
-# BENCH_TYPE=f16 F16 weights), prefill and decode tokens/s at 1 and 2 threads, plus memory
+# BENCH_TYPE=f16 or q8_0 those weights), prefill and decode tokens/s at 1 and 2 threads, plus memory
 # read bandwidth, all in one run.
-# usage: [BENCH_TYPE=f32|f16] bench/engine/run.sh [BUILD_DIR] [PROMPT_TOKENS] [GEN_TOKENS]
+# usage: [BENCH_TYPE=f32|f16|q8_0] bench/engine/run.sh [BUILD_DIR] [PROMPT_TOKENS] [GEN_TOKENS]
 set -eu
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 BUILD="${1:-$ROOT/build}"
@@ -10,7 +10,7 @@ P="${2:-256}"
 G="${3:-64}"
 DATA="${TYCHO_TEST_DATA:-$ROOT/../shared}"
 TYPE="${BENCH_TYPE:-f32}"
-case "$TYPE" in f32|f16) ;; *) echo "BENCH_TYPE must be f32 or f16" >&2; exit 2 ;; esac
+case "$TYPE" in f32|f16|q8_0) ;; *) echo "BENCH_TYPE must be f32, f16 or q8_0" >&2; exit 2 ;; esac
 MODEL="${BENCH_MODEL:-/tmp/tycho-bench-110m-$TYPE.gguf}"
 BENCH="$BUILD/bench/engine/bench_engine"
 if [ ! -x "$BENCH" ]; then  # bench/ not in the build yet: link against the built libraries

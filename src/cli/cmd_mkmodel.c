@@ -59,19 +59,48 @@ static uint16_t float_to_half(float f)
     return (uint16_t)h;
 }
 
+static float rand_weight(const struct fill_ctx *c, uint64_t i, uint64_t e)
+{
+    uint64_t r = mix(c->seed ^ (i << 40) ^ e * 0x9e3779b97f4a7c15ull);
+    return ((float)(r >> 40) / (float)(1u << 24) * 2.0f - 1.0f) * c->scale;
+}
+
+/* Q8_0 bytes [off, off + len) of tensor i: blocks of 32 elements quantized as ggml does
+ * (d = max |x| / 127 stored as f16, q = round(x / d)), each block made whole, then cut. */
+static void fill_q8_0(const struct fill_ctx *c, uint64_t i, uint64_t off, unsigned char *buf,
+                      size_t len)
+{
+    for (uint64_t b = off / 34; b * 34 < off + len; b++) {
+        unsigned char blk[34];
+        float x[32], amax = 0;
+        for (int j = 0; j < 32; j++) {
+            x[j] = rand_weight(c, i, b * 32 + (uint64_t)j);
+            amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+        }
+        float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+        uint16_t dh = float_to_half(d);
+        memcpy(blk, &dh, 2);
+        for (int j = 0; j < 32; j++)
+            blk[2 + j] = (unsigned char)(int8_t)lrintf(x[j] * id);
+        uint64_t from = off > b * 34 ? off - b * 34 : 0;
+        uint64_t to = off + len < (b + 1) * 34 ? off + len - b * 34 : 34;
+        memcpy(buf + (b * 34 + from - off), blk + from, to - from);
+    }
+}
+
 /* Element e of tensor i: uniform in [-scale, scale] (std scale/sqrt 3), or 1 for norms. */
 static int fill(void *arg, uint64_t i, uint64_t off, void *buf, size_t len)
 {
     struct fill_ctx *c = arg;
     bool norm = c->kinds[i] == 1;
+    if (!norm && c->type == TY_GGML_Q8_0) {
+        fill_q8_0(c, i, off, buf, len);
+        return 0;
+    }
     size_t esz = norm || c->type == TY_GGML_F32 ? 4 : 2;
     uint64_t e0 = off / esz;
     for (size_t k = 0; k < len / esz; k++) {
-        float v = 1.0f;
-        if (!norm) {
-            uint64_t r = mix(c->seed ^ (i << 40) ^ (e0 + k) * 0x9e3779b97f4a7c15ull);
-            v = ((float)(r >> 40) / (float)(1u << 24) * 2.0f - 1.0f) * c->scale;
-        }
+        float v = norm ? 1.0f : rand_weight(c, i, e0 + k);
         if (esz == 4) {
             memcpy((char *)buf + k * 4, &v, 4);
         } else {
@@ -87,7 +116,8 @@ static int add_kv(ty_gguf_writer_t *w, const struct dims *d, uint32_t type)
     int rc = 0;
     rc |= ty_gguf_writer_kv_str(w, "general.architecture", "llama");
     rc |= ty_gguf_writer_kv_str(w, "general.name", "tycho-mkmodel random");
-    rc |= ty_gguf_writer_kv_u32(w, "general.file_type", type == TY_GGML_F16 ? 1 : 0);
+    rc |= ty_gguf_writer_kv_u32(w, "general.file_type",
+                                type == TY_GGML_F16 ? 1 : type == TY_GGML_Q8_0 ? 7 : 0);
     rc |= ty_gguf_writer_kv_u32(w, "llama.context_length", d->ctx);
     rc |= ty_gguf_writer_kv_u32(w, "llama.embedding_length", d->dim);
     rc |= ty_gguf_writer_kv_u32(w, "llama.block_count", d->layers);
@@ -267,7 +297,7 @@ static int parse_dims(const char *s, struct dims *d)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: tycho mkmodel (--preset 110m|1b|tiny | --dims D,LAYERS,HEADS,KV_HEADS,FFN)\n"
-               "         --vocab-from TOKENIZER.gguf|bytes --out FILE.gguf [--type f32|f16] [--seed S]\n"
+               "         --vocab-from TOKENIZER.gguf|bytes --out FILE.gguf [--type f32|f16|q8_0] [--seed S]\n"
                "  --vocab-from bytes: a built-in 259-token byte-fallback vocabulary (no donor file)\n");
 }
 
@@ -326,11 +356,13 @@ static int run_mkmodel(int argc, char **argv)
         case 'v': vocab = optarg; break;
         case 'o': out = optarg; break;
         case 't':
-            if (strcmp(optarg, "f32") && strcmp(optarg, "f16")) {
-                fprintf(stderr, "tycho mkmodel: --type is f32 or f16\n");
+            if (strcmp(optarg, "f32") && strcmp(optarg, "f16") && strcmp(optarg, "q8_0")) {
+                fprintf(stderr, "tycho mkmodel: --type is f32, f16 or q8_0\n");
                 return TY_CLI_EXIT_USAGE;
             }
-            type = strcmp(optarg, "f16") == 0 ? TY_GGML_F16 : TY_GGML_F32;
+            type = strcmp(optarg, "f16") == 0    ? TY_GGML_F16
+                   : strcmp(optarg, "q8_0") == 0 ? TY_GGML_Q8_0
+                                                 : TY_GGML_F32;
             break;
         case 's': seed = strtoull(optarg, NULL, 10); break;
         case 'h': usage(stdout); return TY_CLI_EXIT_OK;
@@ -339,6 +371,10 @@ static int run_mkmodel(int argc, char **argv)
     }
     if (!have || !vocab || !out || optind != argc) {
         usage(stderr);
+        return TY_CLI_EXIT_USAGE;
+    }
+    if (type == TY_GGML_Q8_0 && (d.dim % 32 || d.ffn % 32)) {
+        fprintf(stderr, "tycho mkmodel: q8_0 needs dim and ffn to be multiples of 32\n");
         return TY_CLI_EXIT_USAGE;
     }
     int rc = write_model(&d, type, vocab, out, seed);

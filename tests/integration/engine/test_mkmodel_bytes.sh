@@ -16,4 +16,14 @@ want=$(printf '\342\226\201%s' "$text" | sed 's/ /\xe2\x96\x81/g' | od -An -tu1 
 [ "$got" = "{\"ids\":[$want]}" ] || { echo "tokenize: got $got want [$want]"; exit 1; }
 out=$("$tycho" generate --model "$tmp/m.gguf" --prompt "$text" -n 4 --json)
 case "$out" in *'"output_ids":['*) ;; *) echo "generate: $out"; exit 1 ;; esac
+# the same shape with Q8_0 matrices (blocks written whole across the writer's chunks) loads and
+# generates too; a shape whose rows are not whole blocks is refused
+"$tycho" mkmodel --preset tiny --vocab-from bytes --type q8_0 --out "$tmp/q8.gguf"
+out=$("$tycho" generate --model "$tmp/q8.gguf" --prompt "$text" -n 4 --json)
+case "$out" in *'"output_ids":['*) ;; *) echo "generate q8_0: $out"; exit 1 ;; esac
+if "$tycho" mkmodel --dims 48,1,2,2,96 --vocab-from bytes --type q8_0 --out "$tmp/bad.gguf" \
+    2>"$tmp/err"; then
+    echo "mkmodel q8_0 accepted dim 48"; exit 1
+fi
+grep -q "multiples of 32" "$tmp/err" || { cat "$tmp/err"; exit 1; }
 echo "ok: $got"
