@@ -4,12 +4,20 @@
  * handing it to BLAS moves every weight three times (read 2 bytes, write and read 4) for one
  * multiply-add. Here each weight row is read once, widened in registers, and dotted with the
  * T <= TY_CPU_GEMV_MAX_T inputs; rows are split over the worker pool. x86-64 with AVX2, FMA and
- * F16C takes the vector kernels (checked at run time); other machines a scalar loop with the
- * same order of operations per lane. Sums are f32, as in the tile path. */
+ * F16C takes the vector kernels (checked at run time); other machines a scalar loop. Sums are
+ * f32, as in the tile path.
+ *
+ * Q8_0 weights meet 8-bit inputs, as in llama.cpp: each input is quantized once per call in
+ * blocks of 32 (d = max|x| / 127 rounded to f16, q = round(x / d)), and a block's product is an
+ * exact int8 x int8 sum scaled by d_w * d_x. */
 #include "cpu-impl.h"
 
 #include "tycho/gguf.h"
 
+#include "tycho/errors.h"
+
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__)
@@ -22,6 +30,8 @@ struct gemv {
     float *y;
     uint32_t T;
     const float *h2f; /* f16 -> f32 table */
+    const int8_t *xq; /* Q8_0: the inputs quantized, (T, cols) */
+    const float *xd;  /* Q8_0: their block scales, (T, cols / 32) */
 };
 
 /* ---- scalar ------------------------------------------------------------------------------- */
@@ -44,13 +54,15 @@ static void rows_scalar(const struct gemv *g, uint32_t r0, uint32_t r1)
             float sum = 0;
             if (w->type == TY_GGML_Q8_0) {
                 const unsigned char *p = (const unsigned char *)w->data + r * (cols / 32) * 34;
+                const int8_t *xq = g->xq + (size_t)t * cols;
+                const float *xd = g->xd + (size_t)t * (cols / 32);
                 for (uint64_t b = 0; b < cols / 32; b++, p += 34) {
                     uint16_t d16;
                     memcpy(&d16, p, 2);
-                    float s = 0;
+                    int32_t s = 0;
                     for (int j = 0; j < 32; j++)
-                        s += (float)(int8_t)p[2 + j] * x[b * 32 + j];
-                    sum += g->h2f[d16] * s;
+                        s += (int32_t)(int8_t)p[2 + j] * xq[b * 32 + j];
+                    sum += g->h2f[d16] * xd[b] * (float)s;
                 }
             } else {
                 const uint16_t *p = (const uint16_t *)w->data + r * cols;
@@ -157,23 +169,18 @@ AVX2 static void rows_16_avx2(const struct gemv *g, uint32_t r0, uint32_t r1)
     }
 }
 
-/* Eight int8 weights at p, widened to f32. */
-AVX2 static __m256 load8_q8(const unsigned char *p)
-{
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
-}
-
-/* Q8_0 rows (blocks of 32: f16 scale, 32 int8): per block and input, the dot of the int8
- * values with x, then scaled into the accumulator. */
+/* Q8_0 rows (blocks of 32: f16 scale, 32 int8) against the quantized inputs: per block the
+ * 32 int8 products summed exactly (|w| x sign-adjusted x through maddubs, then pairs to
+ * int32), scaled by d_w * d_x into an f32 accumulator per input. */
 AVX2 static void rows_q8_avx2(const struct gemv *g, uint32_t r0, uint32_t r1)
 {
     const struct ty_weight *w = g->w;
     uint64_t cols = w->cols, nb = cols / 32;
+    const __m256i ones = _mm256_set1_epi16(1);
     for (uint32_t r = r0; r < r1; r++) {
         const unsigned char *row = (const unsigned char *)w->data + r * nb * 34;
         for (uint32_t t0 = 0; t0 < g->T; t0 += 4) {
             uint32_t n = g->T - t0 < 4 ? g->T - t0 : 4;
-            const float *x = g->x + (size_t)t0 * cols;
             __m256 a[4];
             for (uint32_t t = 0; t < 4; t++)
                 a[t] = _mm256_setzero_ps();
@@ -181,16 +188,15 @@ AVX2 static void rows_q8_avx2(const struct gemv *g, uint32_t r0, uint32_t r1)
             for (uint64_t b = 0; b < nb; b++, p += 34) {
                 uint16_t d16;
                 memcpy(&d16, p, 2);
-                __m256 d = _mm256_set1_ps(g->h2f[d16]);
-                __m256 q0 = load8_q8(p + 2), q1 = load8_q8(p + 10), q2 = load8_q8(p + 18),
-                       q3 = load8_q8(p + 26);
+                float dw = g->h2f[d16];
+                __m256i qw = _mm256_loadu_si256((const __m256i *)(p + 2));
+                __m256i aw = _mm256_sign_epi8(qw, qw);
                 for (uint32_t t = 0; t < n; t++) {
-                    const float *xt = x + (size_t)t * cols + b * 32;
-                    __m256 s = _mm256_mul_ps(q0, _mm256_loadu_ps(xt));
-                    s = _mm256_fmadd_ps(q1, _mm256_loadu_ps(xt + 8), s);
-                    s = _mm256_fmadd_ps(q2, _mm256_loadu_ps(xt + 16), s);
-                    s = _mm256_fmadd_ps(q3, _mm256_loadu_ps(xt + 24), s);
-                    a[t] = _mm256_fmadd_ps(d, s, a[t]);
+                    size_t i = (size_t)(t0 + t);
+                    __m256i qx = _mm256_loadu_si256((const __m256i *)(g->xq + i * cols + b * 32));
+                    __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(qx, qw));
+                    __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+                    a[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * g->xd[i * nb + b]), f, a[t]);
                 }
             }
             for (uint32_t t = 0; t < n; t++)
@@ -234,12 +240,64 @@ bool ty__cpu_gemv_supported(const struct ty_weight *w, uint32_t T)
     return w->type == TY_GGML_F16 || w->type == TY_GGML_BF16;
 }
 
-void ty__cpu_gemv(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x, float *y,
-                  uint32_t T)
+/* Nearest IEEE half of a non-negative finite f (round to nearest even; tiny values flush to
+ * zero, huge ones saturate), as F16C's conversion gives it. */
+static uint16_t to_half(float f)
+{
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    int32_t exp = (int32_t)((b >> 23) & 0xff) - 127 + 15;
+    uint32_t man = b & 0x7fffff;
+    if (exp >= 31)
+        return 0x7bff;
+    if (exp <= 0)
+        return 0;
+    uint32_t h = ((uint32_t)exp << 10) | (man >> 13), rest = man & 0x1fff;
+    if (rest > 0x1000 || (rest == 0x1000 && (h & 1)))
+        h++;
+    return (uint16_t)h;
+}
+
+/* Inputs x (T, cols) to Q8_0 form: per block of 32, d = max |x| / 127 kept at f16 precision,
+ * q = round(x / d) (halves away from zero). */
+static void quantize_inputs(const float *x, uint64_t cols, uint32_t T, const float *h2f,
+                            int8_t *xq, float *xd)
+{
+    for (uint64_t b = 0; b < T * (cols / 32); b++) {
+        const float *v = x + b * 32;
+        float amax = 0;
+        for (int j = 0; j < 32; j++)
+            amax = fabsf(v[j]) > amax ? fabsf(v[j]) : amax;
+        float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+        xd[b] = h2f[to_half(d)];
+        for (int j = 0; j < 32; j++)
+            xq[b * 32 + j] = (int8_t)roundf(v[j] * id);
+    }
+}
+
+int ty__cpu_gemv(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x, float *y,
+                 uint32_t T)
 {
     struct gemv g = {.w = w, .x = x, .y = y, .T = T, .h2f = ty__cpu_f16_table()};
+    int8_t *xq = NULL;
+    float *xd = NULL;
+    if (w->type == TY_GGML_Q8_0) {
+        xq = malloc((size_t)T * w->cols);
+        xd = malloc((size_t)T * (w->cols / 32) * sizeof(float));
+        if (!xq || !xd) {
+            free(xq);
+            free(xd);
+            return TY_ENOMEM;
+        }
+        quantize_inputs(x, w->cols, T, g.h2f, xq, xd);
+        g.xq = xq;
+        g.xd = xd;
+    }
     if (pool)
         ty__cpu_pool_run(pool, (uint32_t)w->rows, task, &g);
     else
         task(&g, 0, 0, (uint32_t)w->rows);
+    free(xq);
+    free(xd);
+    return 0;
 }

@@ -1,7 +1,9 @@
 /* The CPU backend's few-token matmul read straight from F16, BF16 and Q8_0 weights (gemv.c)
  * against a reference that widens each row with the tile path's converter and sums in
  * double: every row, every input count 1..8, column counts with a vector tail, the worker
- * pool and the calling thread alone. Outputs start as NaN so a row left unwritten fails. */
+ * pool and the calling thread alone. For Q8_0 the reference quantizes the inputs itself the
+ * way ggml's quantize_row_q8_0 does (d = max|x|/127 at f16 precision, q = round(x/d)) and sums
+ * d_w * d_x * (int8 products). Outputs start as NaN so a row left unwritten fails. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -49,6 +51,8 @@ static void *make_weight(uint32_t type, uint64_t rows, uint64_t cols)
             memcpy(p + i * 34, &d, 2);
             for (int j = 0; j < 32; j++)
                 p[i * 34 + 2 + j] = (unsigned char)(int8_t)(127 * uniform());
+            if (i % 5 == 0) /* -128: a file may hold it though ggml's quantizer never writes it */
+                p[i * 34 + 2 + i % 32] = 0x80;
         }
         return p;
     }
@@ -66,6 +70,31 @@ static void *make_weight(uint32_t type, uint64_t rows, uint64_t cols)
     return p;
 }
 
+static float half_value(uint16_t h) /* normal halves and zero only (all this test makes) */
+{
+    if (!(h & 0x7fff))
+        return 0;
+    uint32_t b = ((uint32_t)(h & 0x8000) << 16) | ((((h >> 10) & 0x1f) + 112u) << 23) |
+                 ((uint32_t)(h & 0x3ff) << 13);
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+/* Input x (cols) as Q8_0 blocks: the values q * d it stands for. */
+static void quantized_input(const float *x, uint64_t cols, double *xv)
+{
+    for (uint64_t b = 0; b < cols / 32; b++) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++)
+            amax = fabsf(x[b * 32 + j]) > amax ? fabsf(x[b * 32 + j]) : amax;
+        float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+        double dh = half_value(to_half(d));
+        for (int j = 0; j < 32; j++)
+            xv[b * 32 + j] = dh * roundf(x[b * 32 + j] * id);
+    }
+}
+
 static void check(uint32_t type, uint64_t rows, uint64_t cols, ty_cpu_pool_t *pool)
 {
     struct ty_weight w = {.data = make_weight(type, rows, cols), .type = type, .rows = rows,
@@ -73,6 +102,7 @@ static void check(uint32_t type, uint64_t rows, uint64_t cols, ty_cpu_pool_t *po
     float *x = malloc(TY_CPU_GEMV_MAX_T * cols * sizeof(float));
     float *y = malloc(TY_CPU_GEMV_MAX_T * rows * sizeof(float));
     float *row = malloc(cols * sizeof(float));
+    double *xv = malloc(cols * sizeof(double));
     for (uint64_t i = 0; i < TY_CPU_GEMV_MAX_T * cols; i++)
         x[i] = (float)uniform();
     for (uint32_t T = 1; T <= TY_CPU_GEMV_MAX_T; T++) {
@@ -84,9 +114,13 @@ static void check(uint32_t type, uint64_t rows, uint64_t cols, ty_cpu_pool_t *po
             ty__cpu_row_to_f32(&w, r, row);
             for (uint32_t t = 0; t < T; t++) {
                 double ref = 0, mag = 0;
+                for (uint64_t c = 0; c < cols; c++)
+                    xv[c] = x[t * cols + c];
+                if (type == TY_GGML_Q8_0)
+                    quantized_input(x + t * cols, cols, xv);
                 for (uint64_t c = 0; c < cols; c++) {
-                    ref += (double)row[c] * x[t * cols + c];
-                    mag += fabs((double)row[c] * x[t * cols + c]);
+                    ref += (double)row[c] * xv[c];
+                    mag += fabs((double)row[c] * xv[c]);
                 }
                 double got = y[t * rows + r];
                 if (!(fabs(got - ref) <= 1e-5 * mag + 1e-6))
@@ -102,6 +136,7 @@ static void check(uint32_t type, uint64_t rows, uint64_t cols, ty_cpu_pool_t *po
     free(x);
     free(y);
     free(row);
+    free(xv);
 }
 
 static void run_all(ty_cpu_pool_t *pool)
@@ -113,6 +148,7 @@ static void run_all(ty_cpu_pool_t *pool)
     check(TY_GGML_BF16, 3, 1024, pool);
     check(TY_GGML_Q8_0, 37, 32, pool);
     check(TY_GGML_Q8_0, 37, 96, pool);
+    check(TY_GGML_Q8_0, 5, 1024, pool);
 }
 
 static void test_calling_thread(void **st)
