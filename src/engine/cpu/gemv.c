@@ -17,10 +17,12 @@
 #include "tycho/errors.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -32,6 +34,7 @@ struct gemv {
     const float *h2f; /* f16 -> f32 table */
     const int8_t *xq; /* Q8_0: the inputs quantized, (T, cols) */
     const float *xd;  /* Q8_0: their block scales, (T, cols / 32) */
+    bool avx2;        /* take the AVX2 + FMA + F16C kernels */
 };
 
 /* ---- scalar ------------------------------------------------------------------------------- */
@@ -205,22 +208,37 @@ AVX2 static void rows_q8_avx2(const struct gemv *g, uint32_t r0, uint32_t r1)
     }
 }
 
-static bool have_avx2(void)
+/* AVX2 and FMA as the compiler's CPU model sees them (which includes the OS saving the YMM
+ * state), F16C from CPUID leaf 1 (ECX bit 29; not every compiler's __builtin_cpu_supports
+ * knows it). Computed once per process. */
+static bool avx2_ok;
+static pthread_once_t avx2_once = PTHREAD_ONCE_INIT;
+
+static void avx2_probe(void)
 {
-    static int have = -1;
-    if (have < 0)
-        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
-    return have;
+    unsigned a, b, c = 0, d;
+    bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+    avx2_ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 }
 #endif
+
+/* Whether the vector kernels run here; read by the caller, passed to the workers in g. */
+static bool have_avx2(void)
+{
+#if defined(__x86_64__)
+    pthread_once(&avx2_once, avx2_probe);
+    return avx2_ok;
+#else
+    return false;
+#endif
+}
 
 static void task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
 {
     (void)thread;
     const struct gemv *g = arg;
 #if defined(__x86_64__)
-    if (have_avx2()) {
+    if (g->avx2) {
         if (g->w->type == TY_GGML_Q8_0)
             rows_q8_avx2(g, begin, end);
         else
@@ -278,7 +296,8 @@ static void quantize_inputs(const float *x, uint64_t cols, uint32_t T, const flo
 int ty__cpu_gemv(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x, float *y,
                  uint32_t T)
 {
-    struct gemv g = {.w = w, .x = x, .y = y, .T = T, .h2f = ty__cpu_f16_table()};
+    struct gemv g = {.w = w, .x = x, .y = y, .T = T, .h2f = ty__cpu_f16_table(),
+                     .avx2 = have_avx2()};
     int8_t *xq = NULL;
     float *xd = NULL;
     if (w->type == TY_GGML_Q8_0) {
