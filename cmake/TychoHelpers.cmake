@@ -1,7 +1,8 @@
 # ty_add_test(NAME name SOURCES a.c ... [LIBS l ...] [LABELS unit|integration|gpu|rdma|slow ...]
 #             [TIMEOUT seconds] [ARGS ...] [ENV K=V ...])
 # One test binary per module, registered with ctest. Exit code 77 means "skipped" (no GPU, no
-# RDMA device, no test data). TYCHO_TEST_DATA and TYCHO_BUILD_DIR are set for every test.
+# RDMA device, no test data). TYCHO_TEST_DATA and TYCHO_BUILD_DIR are set for every test, and
+# TYCHO_SANITIZER_SLOW=1 in sanitizer builds (TY_TEST_SANITIZER_ENV, CMakeLists.txt).
 function(ty_add_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS;ARGS;ENV" ${ARGN})
   if(NOT T_TIMEOUT)
@@ -15,7 +16,7 @@ function(ty_add_test)
   add_test(NAME ${T_NAME} COMMAND ${T_NAME} ${T_ARGS})
   set_tests_properties(${T_NAME} PROPERTIES
     LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} SKIP_RETURN_CODE 77
-    ENVIRONMENT "TYCHO_TEST_DATA=${TYCHO_TEST_DATA};TYCHO_BUILD_DIR=${CMAKE_BINARY_DIR};TYCHO_SOURCE_DIR=${CMAKE_SOURCE_DIR};TYCHO_PEERS_DIR=${TYCHO_PEERS_DIR};${T_ENV}")
+    ENVIRONMENT "TYCHO_TEST_DATA=${TYCHO_TEST_DATA};TYCHO_BUILD_DIR=${CMAKE_BINARY_DIR};TYCHO_SOURCE_DIR=${CMAKE_SOURCE_DIR};TYCHO_PEERS_DIR=${TYCHO_PEERS_DIR};${TY_TEST_SANITIZER_ENV};${T_ENV}")
 endfunction()
 
 # ty_add_script_test(NAME name COMMAND cmd ... [LABELS ...] [TIMEOUT s] [ENV K=V ...])
@@ -31,7 +32,7 @@ function(ty_add_script_test)
   add_test(NAME ${T_NAME} COMMAND ${T_COMMAND})
   set_tests_properties(${T_NAME} PROPERTIES
     LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} SKIP_RETURN_CODE 77
-    ENVIRONMENT "TYCHO_TEST_DATA=${TYCHO_TEST_DATA};TYCHO_BUILD_DIR=${CMAKE_BINARY_DIR};TYCHO_SOURCE_DIR=${CMAKE_SOURCE_DIR};TYCHO_PEERS_DIR=${TYCHO_PEERS_DIR};${T_ENV}")
+    ENVIRONMENT "TYCHO_TEST_DATA=${TYCHO_TEST_DATA};TYCHO_BUILD_DIR=${CMAKE_BINARY_DIR};TYCHO_SOURCE_DIR=${CMAKE_SOURCE_DIR};TYCHO_PEERS_DIR=${TYCHO_PEERS_DIR};${TY_TEST_SANITIZER_ENV};${T_ENV}")
 endfunction()
 
 # ty_add_fuzz(NAME name SOURCES ... LIBS ...): a libFuzzer target, built only with

@@ -181,7 +181,10 @@ struct ty_xfer_stats {
     uint32_t segments_rdma;
 };
 
-/* Snapshot of the engine's counters and gauges. */
+/* Snapshot of the engine's counters and gauges. A peer's TCP write is counted in
+ * served_bytes_in after its bytes landed and before it is acknowledged, so a thread that takes a
+ * snapshot after learning of the ACK (e.g. from the peer) may read those bytes: the snapshot
+ * acquires what the serving threads released. Notifications carry the same ordering. */
 void ty_xfer_engine_stats(ty_xfer_engine_t *e, struct ty_xfer_stats *out);
 
 /* True when an RDMA device is present (ibv_get_device_list finds one). */

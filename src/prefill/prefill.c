@@ -55,6 +55,9 @@ struct ty_prefill {
     uint32_t n_queued;
     uint64_t queued_tokens;
     bool stop, started;
+    /* The pool belongs to the worker (tycho/kvpool.h): it publishes its use here for the
+     * loop thread's heartbeat (ty_prefill_load) instead of the loop reading the pool. */
+    _Atomic uint32_t pages_used;
     float *logits; /* (V), worker */
     struct {
         char name[TY_XFER_NAME_MAX + 1];
@@ -75,6 +78,13 @@ static void job_free(struct pjob *j)
 
 /* ---- worker ------------------------------------------------------------------------------- */
 
+/* Publish the pool's use for ty_prefill_load. Worker only. */
+static void publish_pages(ty_prefill_t *p)
+{
+    atomic_store_explicit(&p->pages_used, ty_kvpool_pages_used(ty_engine_pool(p->o.engine)),
+                          memory_order_relaxed);
+}
+
 /* After layer `layer` of a chunk: write the pages this chunk completed (all pages after the
  * last chunk) to the decode node. Pages complete in order, so each is sent once per layer. */
 static void on_layer(void *arg, const struct ty_batch *b, uint32_t layer)
@@ -86,6 +96,8 @@ static void on_layer(void *arg, const struct ty_batch *b, uint32_t layer)
     uint32_t end = ty_kvseq_n_tokens(s->seq) + s->n;
     uint32_t p1 = end == j->n ? (end + p->B - 1) / p->B : end / p->B;
     const uint32_t *pages = ty_kvseq_pages(s->seq);
+    if (layer == 0)
+        publish_pages(p); /* the chunk's pages are reserved by now */
     if (j->xfer_err || atomic_load(&j->cancelled))
         return;
     for (uint32_t i = j->pages_sent; i < p1; i++) {
@@ -154,6 +166,7 @@ static int run_forward(ty_prefill_t *p, struct pjob *j)
     }
 out:
     ty_kvpool_seq_free(pool, seq);
+    publish_pages(p);
     return rc;
 }
 
@@ -418,8 +431,9 @@ void ty_prefill_load(void *arg, struct ty_cluster_load *out)
     out->queued_tokens = p->queued_tokens;
     out->running = p->current ? 1 : 0;
     pthread_mutex_unlock(&p->mu);
-    out->free_pages = ty_kvpool_pages_total(pool) - ty_kvpool_pages_used(pool);
-    out->kv_usage = (float)ty_kvpool_pages_used(pool) / (float)ty_kvpool_pages_total(pool);
+    uint32_t used = atomic_load_explicit(&p->pages_used, memory_order_relaxed);
+    out->free_pages = ty_kvpool_pages_total(pool) - used;
+    out->kv_usage = (float)used / (float)ty_kvpool_pages_total(pool);
 }
 
 uint16_t ty_prefill_rpc_port(const ty_prefill_t *p)
@@ -445,6 +459,7 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
     p->V = ty_model_config(p->m)->n_vocab;
     p->B = ty_kvpool_block_tokens(ty_engine_pool(opts->engine));
     p->page_bytes = ty_kvpool_page_bytes(ty_engine_pool(opts->engine));
+    p->pages_used = ty_kvpool_pages_used(ty_engine_pool(opts->engine)); /* before the worker */
     p->tail = &p->queue;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);

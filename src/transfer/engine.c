@@ -491,7 +491,7 @@ void ty_xfer_engine_stats(ty_xfer_engine_t *e, struct ty_xfer_stats *out)
     out->bytes_read = atomic_load(&e->st.bytes_read);
     out->tasks_done = atomic_load(&e->st.tasks_done);
     out->tasks_failed = atomic_load(&e->st.tasks_failed);
-    out->served_bytes_in = atomic_load(&e->st.served_in);
+    out->served_bytes_in = atomic_load_explicit(&e->st.served_in, memory_order_acquire);
     out->served_bytes_out = atomic_load(&e->st.served_out);
     out->refused_accesses = atomic_load(&e->st.refused);
     out->checksum_errors = atomic_load(&e->st.checksum_errors);

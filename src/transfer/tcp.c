@@ -64,6 +64,7 @@ struct tcp_conn {
     uint32_t others_inflight;    /* of them, not READ slices (WRITE payloads, notifications) */
     bool tx_busy;                /* a thread is taking items for this conn and sending them */
     struct tcp_item *sending;    /* item whose memory sendmsg is reading now */
+    bool reply_waits;            /* the reply thread waits on the peer's cv for `sending` */
     int lowat;                   /* the socket's SO_RCVLOWAT (reply thread) */
     pthread_cond_t cv;           /* the sender waits here for work it may take */
     bool waiting;                /* the sender is (about to be) waiting on cv */
@@ -347,8 +348,8 @@ static void *send_main(void *arg)
             rc = send_taken(c, it);
             pthread_mutex_lock(&p->mu);
             c->sending = NULL;
-            if (p->broken)
-                pthread_cond_broadcast(&p->cv); /* recv_fail_fifo waits for `sending` */
+            if (p->broken || c->reply_waits)
+                pthread_cond_broadcast(&p->cv); /* recv_main, recv_fail_fifo wait for it */
         }
         c->tx_busy = false;
         if (rc) {
@@ -478,6 +479,16 @@ static void *recv_main(void *arg)
         rc = read_reply(c, it, &h, &status);
         progress(p);
         pthread_mutex_lock(&p->mu);
+        /* The peer can answer a WRITE or NOTIFY while our sender has not yet returned from the
+         * sendmsg that carried it (the kernel has the bytes; the thread is on its way back).
+         * Completing it hands the memory back to its owner, so first let the sender let go of
+         * it: its reads of that memory then happen before the completion in the memory model
+         * too, not only through the socket (ThreadSanitizer sees the mutex, not the ACK). */
+        while (c->sending == it) {
+            c->reply_waits = true;
+            pthread_cond_wait(&p->cv, &p->mu);
+        }
+        c->reply_waits = false;
         c->inflight--;
         c->others_inflight -= !is_read(it);
         p->inflight--;
@@ -833,7 +844,9 @@ static int serve_write(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
     ty__xfer_regions_unlock(e);
     if (rc)
         return rc;
-    atomic_fetch_add(&e->st.served_in, h->len);
+    /* after the bytes landed, before the ACK: the release that serve_notify and stats readers
+     * acquire (struct ty__xfer_stats_atomic) */
+    atomic_fetch_add_explicit(&e->st.served_in, h->len, memory_order_acq_rel);
     return reply(in->fd, TY__XFER_MSG_ACK, h->seq, status);
 }
 
@@ -845,6 +858,9 @@ static int serve_read(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
         refuse_log(e, in, "read", h);
         return reply(in->fd, TY__XFER_MSG_READ_RESP, h->seq, TY_EOUTOFRANGE);
     }
+    /* a peer reads back what it wrote through another connection only after that write's ACK:
+     * acquire what the serving thread of the write released (struct ty__xfer_stats_atomic) */
+    (void)atomic_load_explicit(&e->st.served_in, memory_order_acquire);
     uint8_t *src = (uint8_t *)(uintptr_t)h->addr;
 #ifdef TY_XFER_HAVE_CUDA
     if (r->loc_kind == TY__XFER_LOC_CUDA) {
@@ -903,6 +919,10 @@ static int serve_notify(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
     int rc = ty__xfer_recv_all(in->fd, msg, (size_t)h->len);
     if (rc)
         return rc;
+    /* The sender's fence put every earlier write's ACK before this message, but those writes
+     * may have landed through other connections' threads: acquire what they published, so the
+     * poller of this notification is ordered after them in this process too. */
+    (void)atomic_load_explicit(&e->st.served_in, memory_order_acquire);
     return reply(in->fd, TY__XFER_MSG_ACK, h->seq,
                  ty__xfer_notify_push(e, in->peer_name, msg, (size_t)h->len));
 }

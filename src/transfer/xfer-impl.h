@@ -276,6 +276,12 @@ struct ty_xfer_segment {
     struct ty_xfer_segment *next;
 };
 
+/* served_in doubles as the publication point of bytes peers wrote into our regions: a serving
+ * thread adds to it (release) after the bytes landed and before it acknowledges them, and a
+ * thread that loads it (acquire) after the ACK, through the kernel, was sent is ordered after
+ * those bytes. The peer learns of the ACK only through a socket, which the memory model (and
+ * ThreadSanitizer) cannot see; serve_notify, serve_read and ty_xfer_engine_stats make it
+ * visible. */
 struct ty__xfer_stats_atomic {
     _Atomic uint64_t bytes_written, bytes_read, tasks_done, tasks_failed;
     _Atomic uint64_t served_in, served_out, refused, checksum_errors, peer_failures, reconnects;

@@ -20,6 +20,9 @@ BUILD = sys.argv[1]
 CASE = sys.argv[2]
 DATA = os.environ.get("TYCHO_TEST_DATA", "")
 MODEL = os.path.join(DATA, "models/stories260K/stories260K.gguf")
+# Sanitizer builds (CMake sets TYCHO_SANITIZER_SLOW=1) run the engine 10-20x slower: the long
+# streams of kill_decode get fewer tokens, still seconds long, with the same checks.
+SLOW = os.environ.get("TYCHO_SANITIZER_SLOW") == "1"
 TYCHO = os.path.join(BUILD, "src/cli/tycho")
 CONDUCTOR = os.path.join(BUILD, "src/conductor/cluster/tycho-conductor")
 PREFILL = os.path.join(BUILD, "src/prefill/tycho-prefill")
@@ -254,16 +257,18 @@ def case_concurrent():
 
 def case_kill_decode():
     # a random-weight model big enough (8 layers, d512) that 300-token streams last seconds
+    # (60 tokens under a sanitizer: as many seconds there)
+    n_long = 60 if SLOW else 300
     mid = os.path.join(tempfile.mkdtemp(prefix="tycho-model-"), "mid.gguf")
     subprocess.run([TYCHO, "mkmodel", "--dims", "512,8,8,4,1536", "--vocab-from", MODEL,
                     "--out", mid], check=True, capture_output=True)
     cl = Cluster(1, 2, model=mid)
     ok = True
     try:
-        ref = generate(PROMPTS[0], 300, mid, ["--ignore-eos"])
+        ref = generate(PROMPTS[0], n_long, mid, ["--ignore-eos"])
         res, threads = {}, []
         for i in range(8):  # long streams spread over both decode nodes (least-loaded)
-            t = threading.Thread(target=stream, args=(cl, PROMPTS[0], 300, res, i, 60,
+            t = threading.Thread(target=stream, args=(cl, PROMPTS[0], n_long, res, i, 60,
                                                       {"ignore_eos": True}))
             t.start()
             threads.append(t)

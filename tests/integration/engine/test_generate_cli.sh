@@ -34,6 +34,14 @@ while IFS= read -r line; do
 done < "$HERE/prompts.jsonl"
 [ "$n" -ge 10 ] || bad "only $n prompts compared"
 
+# the CPU worker pool (attention heads and matrix-vector rows split over 3 threads) gives the
+# ids of one thread; in the ThreadSanitizer build this is the race check of that pool (the model
+# is small enough that OpenBLAS, whose threads TSan cannot see into, stays on one thread)
+t1=$("$T" generate --model "$G" --prompt "Once upon a time" -n 64 --ignore-eos --json | ids)
+t3=$("$T" generate --model "$G" --prompt "Once upon a time" -n 64 --ignore-eos --threads 3 \
+    --json | ids)
+[ -n "$t1" ] && [ "$t1" = "$t3" ] || bad "--threads 3 ids differ from one thread's"
+
 # same seed, same sample; another seed, (almost surely) another sample
 s1=$("$T" generate --model "$G" --prompt "Once upon a time" -n 40 --temp 1 --seed 7 --json | ids)
 s2=$("$T" generate --model "$G" --prompt "Once upon a time" -n 40 --temp 1 --seed 7 --json | ids)

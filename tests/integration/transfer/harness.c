@@ -168,16 +168,27 @@ static int child_notify(ty_xfer_engine_t *e)
     return printf("-1 none\n"), 0;
 }
 
-static void *child_region(ty_xfer_engine_t *e, uint64_t size, bool shared)
+/* A registered region of `size` bytes, filled with the pattern at `seed` when fill is set. Heap
+ * memory is filled before it is registered: the engine's serving threads then read it after the
+ * registration's write lock, ordered after the fill (a peer learns the region only through a
+ * pipe and a socket, which ThreadSanitizer cannot see). Shared memory is registered as it is
+ * made; here only other processes (the local transport) touch it. */
+static void *child_region(ty_xfer_engine_t *e, uint64_t size, bool shared, bool fill, uint64_t seed)
 {
     void *p = NULL;
     if (shared) {
         if (ty_xfer_mem_alloc(e, size, &p) != 0)
             return NULL;
+        if (fill)
+            pattern_fill(p, seed, 0, size);
         return p;
     }
     p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED || ty_xfer_mem_register(e, p, size, "cpu:0") != 0)
+    if (p == MAP_FAILED)
+        return NULL;
+    if (fill)
+        pattern_fill(p, seed, 0, size);
+    if (ty_xfer_mem_register(e, p, size, "cpu:0") != 0)
         return NULL;
     return p;
 }
@@ -185,9 +196,7 @@ static void *child_region(ty_xfer_engine_t *e, uint64_t size, bool shared)
 /* Register one more region (after peers opened us), filled with the pattern at seed 2. */
 static void child_late_region(ty_xfer_engine_t *e, uint64_t len, bool shared)
 {
-    uint8_t *p = child_region(e, len, shared);
-    if (p)
-        pattern_fill(p, PATTERN_SEED + 2, 0, len);
+    uint8_t *p = child_region(e, len, shared, true, PATTERN_SEED + 2);
     printf("%" PRIx64 "\n", (uint64_t)(uintptr_t)p);
 }
 
@@ -208,24 +217,29 @@ int peer_child_main(int argc, char **argv)
     ty_xfer_engine_t *e;
     if (ty_xfer_engine_new(&e, &o) != 0)
         return 4;
-    uint8_t *a = child_region(e, size, shared), *b = child_region(e, size, shared);
+    uint8_t *a = child_region(e, size, shared, true, PATTERN_SEED);
+    uint8_t *b = child_region(e, size, shared, false, 0);
     if (!a || !b)
         return 5;
-    pattern_fill(a, PATTERN_SEED, 0, size);
     setvbuf(stdout, NULL, _IOLBF, 0);
     printf("%u %" PRIx64 " %" PRIx64 " %" PRIu64 "\n", ty_xfer_engine_port(e),
            (uint64_t)(uintptr_t)a, (uint64_t)(uintptr_t)b, size);
     char line[256];
     while (fgets(line, sizeof(line), stdin)) {
         uint64_t addr, len;
-        if (line[0] == 'H' && sscanf(line + 1, "%" SCNx64 " %" SCNu64, &addr, &len) == 2)
+        if (line[0] == 'H' && sscanf(line + 1, "%" SCNx64 " %" SCNu64, &addr, &len) == 2) {
+            /* the parent asks after its writes were acknowledged: the snapshot orders this
+             * thread after the serving threads that wrote the bytes (ty_xfer_engine_stats) */
+            struct ty_xfer_stats st;
+            ty_xfer_engine_stats(e, &st);
             printf("%" PRIx64 "\n", XXH3_64bits((void *)(uintptr_t)addr, len));
-        else if (line[0] == 'N')
+        } else if (line[0] == 'N') {
             child_notify(e);
-        else if (line[0] == 'R' && sscanf(line + 1, "%" SCNu64, &len) == 1)
+        } else if (line[0] == 'R' && sscanf(line + 1, "%" SCNu64, &len) == 1) {
             child_late_region(e, len, shared);
-        else
+        } else {
             break;
+        }
     }
     ty_xfer_engine_free(e);
     return 0;

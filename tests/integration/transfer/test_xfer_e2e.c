@@ -439,11 +439,20 @@ static uint64_t big_transfer_then(struct big *g, ty_xfer_segment_t *seg, struct 
     return elapsed;
 }
 
+/* MiB of the big write: 1 GiB, or 256 MiB under a sanitizer (CMake sets TYCHO_SANITIZER_SLOW=1
+ * there), where filling and copying 1 GiB in both processes alone outlasts the test's timeout.
+ * Either is far more than the 32 MiB that must land before the signal. */
+static uint64_t big_mib(void)
+{
+    const char *slow = getenv("TYCHO_SANITIZER_SLOW");
+    return slow && strcmp(slow, "1") == 0 ? 256 : 1024;
+}
+
 /* SIGKILL during a 1 GiB write: every unfinished task fails within 2x the timeout, the next
  * submit to the dead peer fails at once, and a new peer is then served. */
 static void kill_scenario(const char *transport, bool with_stall)
 {
-    struct big g = {.size = 1024 * MiB};
+    struct big g = {.size = big_mib() * MiB};
     struct ty_xfer_engine_opts o = {.transport = transport, .timeout_ms = KILL_TIMEOUT_MS};
     assert_int_equal(ty_xfer_engine_new(&g.e, &o), 0);
     g.local = map_buf(g.size);
@@ -454,7 +463,7 @@ static void kill_scenario(const char *transport, bool with_stall)
     ty_xfer_segment_t *s1, *s2, *s3;
 
     /* 1. SIGKILL during a 1 GiB write */
-    assert_int_equal(peer_start(&p1, g_exe, "127.0.0.1", 1024, NULL, NULL, NULL, false), 0);
+    assert_int_equal(peer_start(&p1, g_exe, "127.0.0.1", big_mib(), NULL, NULL, NULL, false), 0);
     snprintf(name, sizeof(name), "127.0.0.1:%u", p1.port);
     assert_int_equal(ty_xfer_segment_open(g.e, name, &s1), 0);
     assert_string_equal(ty_xfer_segment_transport(s1), transport);
@@ -470,7 +479,8 @@ static void kill_scenario(const char *transport, bool with_stall)
         /* 2. SIGSTOP (a stalled peer): tasks fail with ETIMEDOUT; after SIGCONT the next submit
          *    reconnects to the same segment and succeeds. (tcp only: a stopped process's NIC
          *    still answers RDMA.) */
-        assert_int_equal(peer_start(&p2, g_exe, "127.0.0.1", 1024, NULL, NULL, NULL, false), 0);
+        assert_int_equal(peer_start(&p2, g_exe, "127.0.0.1", big_mib(), NULL, NULL, NULL, false),
+                         0);
         snprintf(name, sizeof(name), "127.0.0.1:%u", p2.port);
         assert_int_equal(ty_xfer_segment_open(g.e, name, &s2), 0);
         uint64_t ms = big_transfer_then(&g, s2, &p2, SIGSTOP, TY_ETIMEDOUT);

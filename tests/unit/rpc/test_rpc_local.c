@@ -112,18 +112,19 @@ static void tick(uv_timer_t *t)
 {
 }
 
-/* Run the loop until *flag becomes true or `ms` pass. */
-static bool run_until(uv_loop_t *loop, const volatile int *flag, int want, uint64_t ms)
+/* Run the loop until *flag reaches `want` or `ms` pass. The flag is read with acquire: a
+ * helper thread (raw_sender) sets its flag with a release store after writing its results. */
+static bool run_until(uv_loop_t *loop, const int *flag, int want, uint64_t ms)
 {
     uv_timer_t t;
     uv_timer_init(loop, &t);
     uv_timer_start(&t, tick, 5, 5);
     uint64_t end = ty_clock_ms() + ms;
-    while (*flag < want && ty_clock_ms() < end)
+    while (__atomic_load_n(flag, __ATOMIC_ACQUIRE) < want && ty_clock_ms() < end)
         uv_run(loop, UV_RUN_ONCE);
     uv_close((uv_handle_t *)&t, NULL);
     uv_run(loop, UV_RUN_NOWAIT);
-    return *flag >= want;
+    return __atomic_load_n(flag, __ATOMIC_ACQUIRE) >= want;
 }
 
 static void run_for(uv_loop_t *loop, uint64_t ms)
@@ -403,7 +404,7 @@ static void *raw_sender(void *arg)
         j->result = n == 0 || (n < 0 && errno == ECONNRESET);
     }
     close(s);
-    __atomic_store_n(&j->done, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
