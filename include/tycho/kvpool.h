@@ -46,7 +46,11 @@ void ty_kvpool_free(ty_kvpool_t *p);
 
 uint32_t ty_kvpool_block_tokens(const ty_kvpool_t *p);
 uint32_t ty_kvpool_pages_total(const ty_kvpool_t *p);
+/* Pages held by sequences. Full blocks no sequence holds any more stay cached (indexed, their
+ * KV intact) until their pages are needed, so a later prompt with that prefix finds them:
+ * ty_kvpool_pages_cached() of them, counted as free capacity, not as used. */
 uint32_t ty_kvpool_pages_used(const ty_kvpool_t *p);
+uint32_t ty_kvpool_pages_cached(const ty_kvpool_t *p);
 /* Bytes of one page's K (or V) chunk for one layer: n_kv_heads * B * head_dim * 4. */
 size_t ty_kvpool_page_bytes(const ty_kvpool_t *p);
 /* True when page memory is host memory (no storage hooks): only then may the host
@@ -63,7 +67,8 @@ float *ty_kvpool_v(ty_kvpool_t *p, uint32_t layer, uint32_t page);
 
 /* A new empty sequence. */
 int ty_kvpool_seq_new(ty_kvpool_t *p, ty_kvseq_t **out);
-/* Release the sequence's pages (unshared ones return to the free list). NULL is a no-op. */
+/* Release the sequence's pages: unshared full blocks stay cached (see ty_kvpool_pages_used),
+ * the rest return to the free list. NULL is a no-op. */
 void ty_kvpool_seq_free(ty_kvpool_t *p, ty_kvseq_t *s);
 /* On an empty sequence: attach already-computed full blocks that are a prefix of `tokens`
  * (at most (n-1)/B blocks, so at least one token is left to compute). Returns the number of

@@ -1,6 +1,11 @@
 /* KV page pool: page memory (host, or a backend's through ty_kvpool_storage), reference
  * counts, free list, a prefix index (open addressing, chained block hash -> page id) and
- * per-sequence block tables. */
+ * per-sequence block tables.
+ *
+ * Prefix cache: a full, indexed block whose last sequence lets go keeps its page and its index
+ * entry; the page waits on an LRU list ("cached") and a later prompt with that prefix takes
+ * it back. Pages for new tokens come from the free list first, then from the least recently
+ * released cached page, whose index entry goes then. Cached pages count as free capacity. */
 #include "tycho/kvpool.h"
 
 #include "tycho/errors.h"
@@ -37,8 +42,11 @@ struct ty_kvpool {
     bool *page_indexed;
     uint32_t *free_list;
     uint32_t n_free;
+    uint32_t *lru_prev, *lru_next; /* [page]: cached pages, head = least recently released */
+    uint32_t lru_head, lru_tail, n_cached;
     struct slot *idx;
     uint32_t idx_cap; /* power of two, >= 2 * n_pages */
+    uint32_t n_tombs; /* tombstones in idx: rebuilt when they pile up */
 };
 
 static float *page_alloc(ty_kvpool_t *p, size_t bytes)
@@ -78,11 +86,15 @@ int ty_kvpool_new(ty_kvpool_t **out, const struct ty_kvpool_opts *opts)
     p->page_hash = calloc(o.n_pages, sizeof(uint64_t));
     p->page_indexed = calloc(o.n_pages, sizeof(bool));
     p->free_list = malloc(o.n_pages * sizeof(uint32_t));
+    p->lru_prev = malloc(o.n_pages * sizeof(uint32_t));
+    p->lru_next = malloc(o.n_pages * sizeof(uint32_t));
+    p->lru_head = p->lru_tail = NO_PAGE;
     p->idx_cap = 16;
     while (p->idx_cap < 2 * o.n_pages)
         p->idx_cap *= 2;
     p->idx = malloc(p->idx_cap * sizeof(struct slot));
-    if (!p->k || !p->v || !p->ref || !p->page_hash || !p->page_indexed || !p->free_list || !p->idx)
+    if (!p->k || !p->v || !p->ref || !p->page_hash || !p->page_indexed || !p->free_list ||
+        !p->lru_prev || !p->lru_next || !p->idx)
         goto err;
     for (uint32_t l = 0; l < o.n_layers; l++) {
         p->k[l] = page_alloc(p, o.n_pages * p->page_floats * sizeof(float));
@@ -118,6 +130,8 @@ void ty_kvpool_free(ty_kvpool_t *p)
     free(p->page_hash);
     free(p->page_indexed);
     free(p->free_list);
+    free(p->lru_prev);
+    free(p->lru_next);
     free(p->idx);
     free(p);
 }
@@ -134,7 +148,12 @@ uint32_t ty_kvpool_pages_total(const ty_kvpool_t *p)
 
 uint32_t ty_kvpool_pages_used(const ty_kvpool_t *p)
 {
-    return p->o.n_pages - p->n_free;
+    return p->o.n_pages - p->n_free - p->n_cached;
+}
+
+uint32_t ty_kvpool_pages_cached(const ty_kvpool_t *p)
+{
+    return p->n_cached;
 }
 
 size_t ty_kvpool_page_bytes(const ty_kvpool_t *p)
@@ -187,31 +206,102 @@ static uint32_t idx_find(const ty_kvpool_t *p, uint64_t h)
     return NO_PAGE;
 }
 
-static void idx_insert(ty_kvpool_t *p, uint64_t h, uint32_t page)
+static void idx_put(ty_kvpool_t *p, uint64_t h, uint32_t page)
 {
     uint32_t mask = p->idx_cap - 1;
-    if (idx_find(p, h) != NO_PAGE)
-        return; /* an equal block is already shared: keep the first */
     for (uint32_t i = (uint32_t)h & mask;; i = (i + 1) & mask)
         if (p->idx[i].page == NO_PAGE || p->idx[i].page == TOMB) {
+            p->n_tombs -= p->idx[i].page == TOMB;
             p->idx[i] = (struct slot){h, page};
-            p->page_hash[page] = h;
-            p->page_indexed[page] = true;
             return;
         }
+}
+
+/* Tombstones lengthen every probe, and a long-lived pool makes many (each released or
+ * evicted block leaves one): past a quarter of the table, put the live entries back alone. */
+static void idx_rebuild(ty_kvpool_t *p)
+{
+    for (uint32_t i = 0; i < p->idx_cap; i++)
+        p->idx[i].page = NO_PAGE;
+    p->n_tombs = 0;
+    for (uint32_t page = 0; page < p->o.n_pages; page++)
+        if (p->page_indexed[page])
+            idx_put(p, p->page_hash[page], page);
+}
+
+static void idx_insert(ty_kvpool_t *p, uint64_t h, uint32_t page)
+{
+    if (idx_find(p, h) != NO_PAGE)
+        return; /* an equal block is already shared: keep the first */
+    if (p->n_tombs > p->idx_cap / 4)
+        idx_rebuild(p);
+    idx_put(p, h, page);
+    p->page_hash[page] = h;
+    p->page_indexed[page] = true;
+}
+
+/* Drop page's index entry (it is about to hold other tokens). */
+static void idx_remove(ty_kvpool_t *p, uint32_t page)
+{
+    uint32_t i = idx_find(p, p->page_hash[page]);
+    if (i != NO_PAGE && p->idx[i].page == page) {
+        p->idx[i].page = TOMB;
+        p->n_tombs++;
+    }
+    p->page_indexed[page] = false;
+}
+
+/* ---- cached pages (released, still indexed) ------------------------------------------------ */
+
+static void lru_push(ty_kvpool_t *p, uint32_t page)
+{
+    p->lru_prev[page] = p->lru_tail;
+    p->lru_next[page] = NO_PAGE;
+    if (p->lru_tail != NO_PAGE)
+        p->lru_next[p->lru_tail] = page;
+    else
+        p->lru_head = page;
+    p->lru_tail = page;
+    p->n_cached++;
+}
+
+static void lru_remove(ty_kvpool_t *p, uint32_t page)
+{
+    uint32_t a = p->lru_prev[page], b = p->lru_next[page];
+    if (a != NO_PAGE)
+        p->lru_next[a] = b;
+    else
+        p->lru_head = b;
+    if (b != NO_PAGE)
+        p->lru_prev[b] = a;
+    else
+        p->lru_tail = a;
+    p->n_cached--;
+}
+
+/* A page for new tokens: a free one, else the least recently released cached one. */
+static uint32_t page_take(ty_kvpool_t *p)
+{
+    uint32_t page;
+    if (p->n_free) {
+        page = p->free_list[--p->n_free];
+    } else {
+        page = p->lru_head;
+        lru_remove(p, page);
+        idx_remove(p, page);
+    }
+    p->ref[page] = 1;
+    return page;
 }
 
 static void page_unref(ty_kvpool_t *p, uint32_t page)
 {
     if (--p->ref[page])
         return;
-    if (p->page_indexed[page]) {
-        uint32_t i = idx_find(p, p->page_hash[page]);
-        if (i != NO_PAGE && p->idx[i].page == page)
-            p->idx[i].page = TOMB;
-        p->page_indexed[page] = false;
-    }
-    p->free_list[p->n_free++] = page;
+    if (p->page_indexed[page])
+        lru_push(p, page); /* keeps its KV and its index entry until the page is needed */
+    else
+        p->free_list[p->n_free++] = page;
 }
 
 /* ---- sequences ------------------------------------------------------------------------- */
@@ -226,7 +316,9 @@ void ty_kvpool_seq_free(ty_kvpool_t *p, ty_kvseq_t *s)
 {
     if (!s)
         return;
-    for (uint32_t i = 0; i < s->n_pages; i++)
+    /* deepest block first: a prefix's first blocks are then the most recently released, the
+     * last to be evicted (a block is only found through the ones before it) */
+    for (uint32_t i = s->n_pages; i-- > 0;)
         page_unref(p, s->pages[i]);
     free(s->pages);
     free(s->tokens);
@@ -236,7 +328,7 @@ void ty_kvpool_seq_free(ty_kvpool_t *p, ty_kvseq_t *s)
 /* Back to an empty sequence: pages released, no tokens. */
 static void seq_clear(ty_kvpool_t *p, ty_kvseq_t *s)
 {
-    for (uint32_t i = 0; i < s->n_pages; i++)
+    for (uint32_t i = s->n_pages; i-- > 0;) /* deepest first, as in ty_kvpool_seq_free */
         page_unref(p, s->pages[i]);
     s->n_pages = s->n_tokens = s->n_pending = s->n_hashed = 0;
     s->last_hash = 0;
@@ -285,7 +377,8 @@ int ty_kvpool_seq_match_prefix(ty_kvpool_t *p, ty_kvseq_t *s, const uint32_t *to
         if (rc)
             return rc;
         uint32_t page = p->idx[i].page;
-        p->ref[page]++;
+        if (p->ref[page]++ == 0)
+            lru_remove(p, page); /* a cached block comes back */
         s->pages[s->n_pages++] = page;
         s->n_tokens += B;
         s->n_hashed++;
@@ -299,16 +392,13 @@ int ty_kvpool_seq_reserve(ty_kvpool_t *p, ty_kvseq_t *s, uint32_t n_new)
     uint32_t B = p->o.block_tokens;
     uint64_t total = (uint64_t)s->n_tokens + s->n_pending + n_new;
     uint64_t need = (total + B - 1) / B;
-    if (need > s->n_pages + (uint64_t)p->n_free)
+    if (need > s->n_pages + (uint64_t)p->n_free + p->n_cached)
         return TY_ENOCAPACITY;
     int rc = grow_u32(&s->pages, &s->cap_pages, (uint32_t)need);
     if (rc)
         return rc;
-    while (s->n_pages < need) {
-        uint32_t page = p->free_list[--p->n_free];
-        p->ref[page] = 1;
-        s->pages[s->n_pages++] = page;
-    }
+    while (s->n_pages < need)
+        s->pages[s->n_pages++] = page_take(p);
     return 0;
 }
 

@@ -309,6 +309,36 @@ def case_greedy(srv):
     check(json.loads(data)["prompt"].strip() == ref.strip(), "/detokenize gives the text back")
 
 
+def case_prefix_cache(srv):
+    """The engine keeps the KV of full prompt blocks after a request ends: the same prompt again
+    (a second chat turn repeats the first) reports cached tokens, and its greedy output is the
+    output of a fresh `tycho generate` (the cached KV is the right KV). A prompt that shares
+    only a prefix reuses only that part."""
+    long = " ".join([PROMPTS[0], PROMPTS[1], PROMPTS[2]] * 12)
+    ref = generate(long, 32)
+    n_prompt = len(ref["prompt_ids"])
+    check(n_prompt > 130, f"a prompt of several blocks ({n_prompt} tokens)")
+    cached = []
+    for turn in range(2):
+        st, data, _ = srv.post("/v1/completions", {"prompt": long, "max_tokens": 32,
+                                                    "temperature": 0, "return_token_ids": True})
+        body = json.loads(data)
+        check(st == 200 and body["choices"][0]["token_ids"] == ref["output_ids"],
+              f"turn {turn}: output == a fresh tycho generate")
+        cached.append(body["usage"]["prompt_tokens_details"]["cached_tokens"])
+    check(cached[0] == 0, f"first time nothing is cached ({cached[0]})")
+    check(0 < cached[1] < n_prompt, f"second time {cached[1]} of {n_prompt} prompt tokens cached")
+    other = long[:len(long) // 2] + " Then a dragon came and everything changed."
+    ref2 = generate(other, 16)
+    st, data, _ = srv.post("/v1/completions", {"prompt": other, "max_tokens": 16,
+                                                "temperature": 0, "return_token_ids": True})
+    body = json.loads(data)
+    c2 = body["usage"]["prompt_tokens_details"]["cached_tokens"]
+    check(body["choices"][0]["token_ids"] == ref2["output_ids"],
+          "shared-prefix prompt: output == a fresh tycho generate")
+    check(0 < c2 < cached[1], f"shared-prefix prompt reuses only its prefix ({c2} tokens)")
+
+
 def stream_choices(srv, body):
     """POST a streamed completion; return ({index: [chunk texts]}, usage, events)."""
     c = srv.conn()

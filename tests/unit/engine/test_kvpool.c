@@ -53,10 +53,83 @@ static void test_sharing_and_refcounts(void **state)
     assert_int_equal(ty_kvpool_pages_used(p), 2); /* b still holds the shared two */
     ty_kvpool_seq_free(p, b);
     assert_int_equal(ty_kvpool_pages_used(p), 0);
-    /* once freed, the blocks are no longer findable */
+    /* once freed, the two full blocks stay cached (the partial third page does not) and a
+     * later prompt with that prefix takes them back */
+    assert_int_equal(ty_kvpool_pages_cached(p), 2);
     ty_kvpool_seq_new(p, &c);
-    assert_int_equal(ty_kvpool_seq_match_prefix(p, c, t, 12), 0);
+    assert_int_equal(ty_kvpool_seq_match_prefix(p, c, t, 12), 8);
+    assert_int_equal(ty_kvpool_pages_cached(p), 0);
+    assert_int_equal(ty_kvpool_pages_used(p), 2);
     ty_kvpool_seq_free(p, c);
+    ty_kvpool_free(p);
+}
+
+/* The prefix cache gives its pages back when the pool needs them: least recently released
+ * first, and within one sequence its deepest block first (a block is found only through the
+ * blocks before it). 4 pages of 4 tokens. */
+static void test_prefix_cache_eviction(void **state)
+{
+    ty_kvpool_t *p = mk(4);
+    uint32_t t[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    uint32_t u[8] = {21, 22, 23, 24, 25, 26, 27, 28};
+    ty_kvseq_t *a, *b, *c;
+    ty_kvpool_seq_new(p, &a);
+    fill(p, a, t, 12); /* three full blocks */
+    ty_kvpool_seq_free(p, a);
+    assert_int_equal(ty_kvpool_pages_cached(p), 3);
+    assert_int_equal(ty_kvpool_pages_used(p), 0);
+    /* the cache is free capacity: 4 pages for a new 16-token sequence */
+    ty_kvpool_seq_new(p, &b);
+    assert_int_equal(ty_kvpool_seq_reserve(p, b, 8), 0); /* the free page, then t's block 3 */
+    assert_int_equal(ty_kvpool_seq_commit(p, b, u, 8), 0);
+    assert_int_equal(ty_kvpool_pages_cached(p), 2);
+    ty_kvpool_seq_new(p, &c);
+    assert_int_equal(ty_kvpool_seq_match_prefix(p, c, t, 13), 8); /* blocks 1, 2 survived */
+    ty_kvpool_seq_free(p, c);
+    ty_kvpool_seq_free(p, b);
+    /* cached now, oldest first: t's block 2 and block 1 (c released its deepest first), then
+     * u's block 2 and block 1 (b was released last). A new 12-token sequence takes the three
+     * oldest: t's prefix is gone, u's first block is left. */
+    ty_kvpool_seq_new(p, &c);
+    uint32_t w[12] = {31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42};
+    fill(p, c, w, 12);
+    assert_int_equal(ty_kvpool_pages_cached(p), 1);
+    ty_kvpool_seq_new(p, &a);
+    assert_int_equal(ty_kvpool_seq_match_prefix(p, a, t, 13), 0);
+    ty_kvpool_seq_free(p, a);
+    ty_kvpool_seq_new(p, &a);
+    assert_int_equal(ty_kvpool_seq_match_prefix(p, a, u, 9), 4);
+    ty_kvpool_seq_free(p, a);
+    ty_kvpool_seq_free(p, c);
+    /* cached pages are free capacity, held pages are not: 4 cached, 4 pages can be reserved */
+    assert_int_equal(ty_kvpool_pages_used(p), 0);
+    ty_kvpool_seq_new(p, &a);
+    assert_int_equal(ty_kvpool_seq_reserve(p, a, 17), TY_ENOCAPACITY);
+    assert_int_equal(ty_kvpool_seq_reserve(p, a, 16), 0);
+    assert_int_equal(ty_kvpool_pages_cached(p), 0);
+    ty_kvpool_seq_free(p, a); /* nothing committed: no block to cache */
+    assert_int_equal(ty_kvpool_pages_cached(p), 0);
+    ty_kvpool_free(p);
+}
+
+/* A long-lived pool: thousands of prompts through a small pool leave tombstones in the prefix
+ * index; lookups stay right (the index is rebuilt when they pile up). */
+static void test_prefix_cache_churn(void **state)
+{
+    ty_kvpool_t *p = mk(8);
+    uint32_t t[9];
+    for (uint32_t round = 0; round < 5000; round++) {
+        for (uint32_t k = 0; k < 9; k++)
+            t[k] = round * 16 + k;
+        ty_kvseq_t *a;
+        ty_kvpool_seq_new(p, &a);
+        fill(p, a, t, 9); /* two full blocks, all new */
+        ty_kvpool_seq_free(p, a);
+        ty_kvpool_seq_new(p, &a); /* found again right away */
+        assert_int_equal(ty_kvpool_seq_match_prefix(p, a, t, 9), 8);
+        ty_kvpool_seq_free(p, a);
+        assert_int_equal(ty_kvpool_pages_used(p), 0);
+    }
     ty_kvpool_free(p);
 }
 
@@ -111,6 +184,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sharing_and_refcounts),
+        cmocka_unit_test(test_prefix_cache_eviction),
+        cmocka_unit_test(test_prefix_cache_churn),
         cmocka_unit_test(test_capacity),
         cmocka_unit_test(test_export_roundtrip),
     };
