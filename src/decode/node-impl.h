@@ -35,7 +35,8 @@ struct devent {
     int rc;
     bool has_token;
     struct ty_sample smp;
-    int finish; /* Tycho__V1__FinishReason */
+    int finish;        /* Tycho__V1__FinishReason */
+    uint32_t n_cached; /* usage: prompt tokens the prefill node reused */
 };
 
 /* Loop-side state of a request: its token stream and what came before the stream opened. */

@@ -59,6 +59,7 @@ static bool send_event(struct lreq *r, const struct devent *ev)
     uint32_t id = ev->smp.id;
     ch.request_id = r->rid;
     ch.seq = r->seq++;
+    ch.cached_tokens = ev->n_cached;
     if (ev->has_token) {
         ch.n_token_ids = 1;
         ch.token_ids = &id;

@@ -21,6 +21,7 @@ struct dseq {
     ty_sampler_t *sampler;
     uint32_t *hist; /* prompt then output */
     uint32_t n_hist, cap_hist, n_prompt, n_out, max_tokens;
+    uint32_t n_cached; /* prompt tokens the prefill node reused (KvReady) */
     bool ignore_eos, ready;
     uint64_t deadline_ms; /* KV must land by then */
 };
@@ -42,13 +43,15 @@ static void dseq_free(struct wstate *w, struct dseq *s)
     free(s);
 }
 
-static void post(struct wstate *w, uint64_t rid, const struct ty_sample *smp, int finish, int rc)
+static void post(struct wstate *w, const struct dseq *s, const struct ty_sample *smp, int finish,
+                 int rc)
 {
     struct devent *ev = calloc(1, sizeof(*ev));
     if (!ev)
         return; /* the Conductor's deadline ends that stream */
     ev->n = w->n;
-    ev->rid = rid;
+    ev->rid = s->rid;
+    ev->n_cached = s->n_cached;
     ev->rc = rc;
     ev->finish = finish;
     if (smp) {
@@ -71,7 +74,7 @@ static void dseq_end(struct wstate *w, struct dseq *s, int finish, int rc)
     if (s->ready)
         w->n_ready--;
     if (finish != TYCHO__V1__FINISH_REASON__FINISH_REASON_NONE)
-        post(w, s->rid, NULL, finish, rc);
+        post(w, s, NULL, finish, rc);
     dseq_free(w, s);
 }
 
@@ -193,11 +196,11 @@ static bool accept_token(struct wstate *w, struct dseq *s, const struct ty_sampl
     s->n_out++;
     bool full = ty_kvseq_n_tokens(s->seq) + 1 >= w->max_ctx || s->n_hist >= s->cap_hist;
     if (s->n_out >= s->max_tokens || full) {
-        post(w, s->rid, smp, TYCHO__V1__FINISH_REASON__FINISH_REASON_LENGTH, 0);
+        post(w, s, smp, TYCHO__V1__FINISH_REASON__FINISH_REASON_LENGTH, 0);
         dseq_end(w, s, TYCHO__V1__FINISH_REASON__FINISH_REASON_NONE, 0);
         return true;
     }
-    post(w, s->rid, smp, TYCHO__V1__FINISH_REASON__FINISH_REASON_NONE, 0);
+    post(w, s, smp, TYCHO__V1__FINISH_REASON__FINISH_REASON_NONE, 0);
     return false;
 }
 
@@ -226,6 +229,7 @@ static void on_kv_ready(struct wstate *w, const Tycho__V1__KvReady *k)
     memset(w->logits, 0, w->V * sizeof(float));
     ty_sampler_sample(s->sampler, w->logits, s->hist, s->n_hist, &skip);
     s->ready = true;
+    s->n_cached = k->cached_tokens <= s->n_prompt ? k->cached_tokens : 0;
     w->n_ready++;
     accept_token(w, s, &first);
 }

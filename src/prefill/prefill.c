@@ -39,6 +39,7 @@ struct pjob {
     int rc;
     uint32_t first_token;
     struct ty_sample first; /* the first token with its logprobs (sampler output) */
+    uint32_t cached;        /* prompt tokens found in the KV cache (not computed) */
 };
 
 struct ty_prefill {
@@ -125,6 +126,7 @@ static int notify_ready(ty_prefill_t *p, struct pjob *j)
     m.n_tokens = j->n;
     m.first_token = j->first_token;
     m.has_first_token = true;
+    m.cached_tokens = j->cached;
     struct ty_cluster_pb_logprob lp;
     if (j->sp.n_logprobs > 0) { /* the decode node streams token 1: it needs its logprobs */
         ty_cluster_logprob_to_pb(&j->first, &lp);
@@ -149,6 +151,7 @@ static int run_forward(ty_prefill_t *p, struct pjob *j)
         rc = cached;
         goto out;
     }
+    j->cached = (uint32_t)cached;
     struct ty_batch_seq bs = {.seq = seq, .tokens = j->tokens + cached,
                               .n = j->n - (uint32_t)cached};
     struct ty_batch b = {.seqs = &bs, .n_seqs = 1, .layer_cb = on_layer, .layer_arg = j};

@@ -30,6 +30,7 @@ struct ty__creq {
     uint64_t rid; /* the id nodes know the request by (unique for this Conductor's life) */
     uint32_t *prompt;
     uint32_t n_prompt, n_out;
+    uint32_t n_cached; /* prompt tokens the prefill node reused (from the decode node) */
     struct ty_gen_params gen;
     struct ty__cnode *pnode, *dnode;
     Tycho__V1__DecodeAssignReply *dreply; /* kept to forward its KV destination */

@@ -26,6 +26,7 @@ static void emit(ty_cluster_t *c, struct ty__creq *r, enum ty_serve_event_kind k
         ev.sample = *smp;
     ev.text = ty_stoptext_take(&r->tx, text_end, &ev.text_len);
     ev.n_prompt = r->n_prompt;
+    ev.n_cached = r->n_cached;
     ev.n_output = r->n_out;
     c->o.event_cb(c->o.event_arg, &ev);
 }
@@ -109,6 +110,8 @@ static void sample_of(const Tycho__V1__TokenChunk *ch, size_t i, struct ty_sampl
 /* One TokenChunk from the decode node. */
 static void on_chunk(ty_cluster_t *c, struct ty__creq *r, const Tycho__V1__TokenChunk *ch)
 {
+    if (ch->cached_tokens && ch->cached_tokens <= r->n_prompt)
+        r->n_cached = ch->cached_tokens;
     for (size_t i = 0; i < ch->n_token_ids && !r->finished; i++) {
         struct ty_sample smp;
         sample_of(ch, i, &smp);

@@ -213,6 +213,22 @@ def case_equal():
                     len((lp.get("top_logprobs") or [{}])[0]) == 2,
                     "logprobs equal generate's, the first token's included: %s vs %s" %
                     (got[:3], want[:3]))
+        # the prefill node keeps full KV blocks after a request: the same long prompt again
+        # reuses most of its KV (usage says how much), and the answer is still generate's
+        long = " ".join(PROMPTS[:3] * 10)
+        ref = generate(long, 16)
+        cached = []
+        for turn in range(2):
+            st, body = cl.post("/v1/completions", {"prompt": long, "max_tokens": 16,
+                                                   "temperature": 0, "return_token_ids": True})
+            b = json.loads(body) if st == 200 else {}
+            ok &= check(st == 200 and b["choices"][0]["token_ids"] == ref["output_ids"],
+                        "long prompt, turn %d: ids equal generate's" % turn)
+            cached.append(b.get("usage", {}).get("prompt_tokens_details", {})
+                          .get("cached_tokens", -1))
+        n = len(ref["prompt_ids"])
+        ok &= check(cached[0] == 0 and 0 < cached[1] < n,
+                    "cached prompt tokens: %s of %d (first, second turn)" % (cached, n))
         st, body = cl.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 40,
                                                "temperature": 0, "stop": [" girl"]})
         want = generate("Once upon a time", 40)["text"].split(" girl")[0]
