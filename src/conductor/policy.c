@@ -190,7 +190,8 @@ static void commit(ty_sched_t *s, const struct ty_sched_request *r, const struct
     s->nodes[d].pending++;
     s->nodes[d].pending_ctx += ctx;
     struct flight f = {.id = r->id, .prefill = c->node, .decode = d, .priority = r->priority,
-                       .ctx = ctx, .output = r->output_tokens};
+                       .ctx = ctx, .output = r->output_tokens,
+                       .decode_epoch = s->nodes[d].epoch};
     f.start_us = (double)now + c->ttft;
     f.end_us = f.start_us + s->decode_dur_us;
     ty__sched_flight_add(s, &f);

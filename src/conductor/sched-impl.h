@@ -42,11 +42,13 @@ struct node {
     uint32_t pending;     /* decode: accepted requests not yet arrived */
     uint64_t pending_ctx;
     uint32_t classes[TY_SCHED_MAX_CLASSES]; /* decode: requests in flight to it, per class */
+    uint32_t epoch; /* bumped each time the id is added: flights of an earlier life are stale */
 };
 
 struct flight {
     uint64_t id;
     uint32_t prefill, decode;
+    uint32_t decode_epoch; /* the decode node's epoch when chosen */
     uint32_t priority;
     uint64_t ctx;    /* prompt + expected output: the KV this request will hold on decode */
     uint64_t output; /* expected output tokens (part of ctx) */

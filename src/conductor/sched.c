@@ -145,7 +145,9 @@ int ty_sched_node_add(ty_sched_t *s, uint32_t id, const struct ty_sched_node_des
     struct node *n = &s->nodes[id];
     if (n->present)
         return TY_EEXIST;
+    uint32_t epoch = n->epoch + 1; /* flights still listed for an earlier life leave it alone */
     memset(n, 0, sizeof(*n));
+    n->epoch = epoch;
     n->present = true;
     n->role = d->role;
     n->max_batch = d->max_batch;
@@ -224,7 +226,9 @@ int ty__sched_flight_add(ty_sched_t *s, const struct flight *f)
     s->fl[s->n_fl] = *f;
     ty__sched_map_put(&s->fl_map, f->id, (uint32_t)s->n_fl);
     s->n_fl++;
-    s->nodes[f->decode].classes[f->priority]++;
+    struct node *d = &s->nodes[f->decode];
+    if (d->epoch == f->decode_epoch)
+        d->classes[f->priority]++;
     return 0;
 }
 
@@ -237,8 +241,9 @@ struct flight *ty__sched_flight_get(ty_sched_t *s, uint64_t id)
 static void flight_del(ty_sched_t *s, struct flight *f)
 {
     size_t i = (size_t)(f - s->fl);
-    uint32_t *cls = &s->nodes[f->decode].classes[f->priority];
-    *cls -= *cls > 0; /* 0 when the node was removed and added again meanwhile */
+    struct node *d = &s->nodes[f->decode];
+    if (d->epoch == f->decode_epoch && d->classes[f->priority])
+        d->classes[f->priority]--;
     ty__sched_map_del(&s->fl_map, f->id);
     if (i != s->n_fl - 1) {
         s->fl[i] = s->fl[s->n_fl - 1];
@@ -250,7 +255,7 @@ static void flight_del(ty_sched_t *s, struct flight *f)
 static void pending_release(ty_sched_t *s, struct flight *f)
 {
     struct node *d = &s->nodes[f->decode];
-    if (d->pending) {
+    if (d->epoch == f->decode_epoch && d->pending) {
         d->pending--;
         d->pending_ctx -= d->pending_ctx >= f->ctx ? f->ctx : d->pending_ctx;
     }

@@ -222,7 +222,8 @@ int ty_sim_run(const struct ty_sim_trace *t, const struct ty_sim_opts *o,
                struct ty_sim_result *res)
 {
     if (!t || !o || !res || o->n_prefill == 0 || o->n_decode == 0 || !(o->speed > 0) ||
-        o->n_prefill + o->n_decode > TY_SCHED_MAX_NODES || o->n_class_mix > o->sched.n_classes)
+        o->n_prefill + o->n_decode > TY_SCHED_MAX_NODES || o->n_class_mix > o->sched.n_classes ||
+        o->n_class_mix > TY_SCHED_MAX_CLASSES)
         return TY_EINVAL;
     for (uint32_t k = 0; k < o->n_class_mix; k++)
         if (!(o->class_mix[k] >= 0) || !isfinite(o->class_mix[k]))

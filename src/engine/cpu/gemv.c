@@ -258,10 +258,12 @@ bool ty__cpu_gemv_supported(const struct ty_weight *w, uint32_t T)
     return w->type == TY_GGML_F16 || w->type == TY_GGML_BF16;
 }
 
-/* Nearest IEEE half of a non-negative finite f (round to nearest even; tiny values flush to
- * zero, huge ones saturate), as F16C's conversion gives it. */
+/* Nearest IEEE half of a non-negative finite f (round to nearest even, subnormal halves
+ * included; huge values saturate), as F16C's conversion gives it. */
 static uint16_t to_half(float f)
 {
+    if (f < 6.103515625e-05f) /* below 2^-14: a subnormal half, m * 2^-24 (exact scaling) */
+        return (uint16_t)nearbyintf(f * 16777216.0f); /* 1024 rounds up to 2^-14: still right */
     uint32_t b;
     memcpy(&b, &f, 4);
     int32_t exp = (int32_t)((b >> 23) & 0xff) - 127 + 15;

@@ -70,10 +70,10 @@ static void *make_weight(uint32_t type, uint64_t rows, uint64_t cols)
     return p;
 }
 
-static float half_value(uint16_t h) /* normal halves and zero only (all this test makes) */
+static float half_value(uint16_t h) /* finite halves */
 {
-    if (!(h & 0x7fff))
-        return 0;
+    if (!(h & 0x7c00)) /* zero or subnormal: m * 2^-24 */
+        return (h & 0x8000 ? -1.0f : 1.0f) * ldexpf((float)(h & 0x3ff), -24);
     uint32_t b = ((uint32_t)(h & 0x8000) << 16) | ((((h >> 10) & 0x1f) + 112u) << 23) |
                  ((uint32_t)(h & 0x3ff) << 13);
     float f;
@@ -89,13 +89,16 @@ static void quantized_input(const float *x, uint64_t cols, double *xv)
         for (int j = 0; j < 32; j++)
             amax = fabsf(x[b * 32 + j]) > amax ? fabsf(x[b * 32 + j]) : amax;
         float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
-        double dh = half_value(to_half(d));
+        /* f16 of d, subnormal halves included: computed through double, not bit patterns */
+        double dh = d < 6.103515625e-05 ? nearbyint((double)d * 16777216.0) / 16777216.0
+                                        : half_value(to_half(d));
         for (int j = 0; j < 32; j++)
             xv[b * 32 + j] = dh * roundf(x[b * 32 + j] * id);
     }
 }
 
-static void check(uint32_t type, uint64_t rows, uint64_t cols, ty_cpu_pool_t *pool)
+static void check_scaled(uint32_t type, uint64_t rows, uint64_t cols, ty_cpu_pool_t *pool,
+                         double x_scale)
 {
     struct ty_weight w = {.data = make_weight(type, rows, cols), .type = type, .rows = rows,
                           .cols = cols};
@@ -104,7 +107,7 @@ static void check(uint32_t type, uint64_t rows, uint64_t cols, ty_cpu_pool_t *po
     float *row = malloc(cols * sizeof(float));
     double *xv = malloc(cols * sizeof(double));
     for (uint64_t i = 0; i < TY_CPU_GEMV_MAX_T * cols; i++)
-        x[i] = (float)uniform();
+        x[i] = (float)(x_scale * uniform());
     for (uint32_t T = 1; T <= TY_CPU_GEMV_MAX_T; T++) {
         assert_true(ty__cpu_gemv_supported(&w, T));
         for (uint64_t i = 0; i < T * rows; i++)
@@ -139,6 +142,11 @@ static void check(uint32_t type, uint64_t rows, uint64_t cols, ty_cpu_pool_t *po
     free(xv);
 }
 
+static void check(uint32_t type, uint64_t rows, uint64_t cols, ty_cpu_pool_t *pool)
+{
+    check_scaled(type, rows, cols, pool, 1.0);
+}
+
 static void run_all(ty_cpu_pool_t *pool)
 {
     for (uint64_t cols = 8; cols <= 136; cols += 43) /* 8, 51, 94, 137: vector tails */
@@ -149,6 +157,9 @@ static void run_all(ty_cpu_pool_t *pool)
     check(TY_GGML_Q8_0, 37, 32, pool);
     check(TY_GGML_Q8_0, 37, 96, pool);
     check(TY_GGML_Q8_0, 5, 1024, pool);
+    /* small activations: block scales max|x|/127 below 2^-14 are subnormal halves, not 0 */
+    check_scaled(TY_GGML_Q8_0, 7, 256, pool, 0.004);
+    check_scaled(TY_GGML_F16, 7, 256, pool, 0.004);
 }
 
 static void test_calling_thread(void **st)

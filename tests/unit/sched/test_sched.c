@@ -483,6 +483,39 @@ static void test_batch_tbt_slo(void **st)
     }
 }
 
+/* A decode node that goes and comes back (restart) starts a new life: a request still listed
+ * from its old life must not take the new life's requests out of its per-class counts. A
+ * tight-SLO (class 0) request B decodes on the re-added node; the old request A finishing must
+ * leave B counted, so a lax probe that would slow B past 1150 us is still refused. */
+static void test_node_readded_counts(void **st)
+{
+    struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_LOAD_BALANCE, TY_SCHED_ADMIT_EARLY);
+    o.slo[0].tbt_us = 1150;
+    o.slo[1].tbt_us = 5000;
+    ty_sched_t *s = pair(&o, 0);
+    struct ty_sched_decision d;
+    enum ty_sched_reject rej;
+    struct ty_sched_request a = req(1, 0);
+    a.n_blocks = 0;
+    assert_int_equal(ty_sched_pick(s, &a, 0, &d), 0);
+    assert_int_equal(ty_sched_request_at_decode(s, 1, 1000, &rej), 0);
+    struct ty_sched_node_desc dn = {.role = TY_SCHED_ROLE_DECODE};
+    assert_int_equal(ty_sched_node_remove(s, 1), 0);
+    assert_int_equal(ty_sched_node_add(s, 1, &dn), 0);
+    struct ty_sched_request b = req(2, 0);
+    b.n_blocks = 0;
+    assert_int_equal(ty_sched_pick(s, &b, 2000, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
+    assert_int_equal(ty_sched_request_at_decode(s, 2, 3000, &rej), 0);
+    assert_int_equal(ty_sched_node_set_decode_load(s, 1, 1, 0), 0);
+    assert_int_equal(ty_sched_request_done(s, 1, 4000), 0); /* A, of the old life */
+    struct ty_sched_request probe = req(3, 1);
+    probe.n_blocks = 0;
+    assert_int_equal(ty_sched_pick(s, &probe, 5000, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_TBT);
+    ty_sched_free(s);
+}
+
 static void test_names(void **st)
 {
     enum ty_sched_policy p;
@@ -516,6 +549,7 @@ int main(void)
         cmocka_unit_test(test_prediction_uniform_duration),
         cmocka_unit_test(test_prediction_kv_at_landing),
         cmocka_unit_test(test_batch_tbt_slo),
+        cmocka_unit_test(test_node_readded_counts),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
