@@ -17,6 +17,15 @@
 /* XXH3-64 of a byte string. */
 uint64_t ty_hash_bytes(const void *data, size_t len, uint64_t seed);
 
+/* The splitmix64 finaliser: spreads small or consecutive integers (table keys, indices) over
+ * all 64 bits. Not a hash of data; one multiply-xorshift mix. */
+static inline uint64_t ty_hash_mix64(uint64_t x)
+{
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
 /* Seed for prefix hashing: XXH3_64 over "model_id\0dtype\0" || block_tokens (u32 LE) ||
  * cache_salt (may be NULL or empty), with seed 0. */
 uint64_t ty_hash_prefix_seed(const char *model_id, const char *kv_dtype, uint32_t block_tokens,

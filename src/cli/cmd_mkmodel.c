@@ -5,6 +5,7 @@
 
 #include "tycho/errors.h"
 #include "tycho/gguf.h"
+#include "tycho/hash.h"
 
 #include <getopt.h>
 #include <math.h>
@@ -36,13 +37,6 @@ struct fill_ctx {
     float scale;
 };
 
-static uint64_t mix(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static uint16_t float_to_half(float f)
 {
     uint32_t x;
@@ -61,7 +55,7 @@ static uint16_t float_to_half(float f)
 
 static float rand_weight(const struct fill_ctx *c, uint64_t i, uint64_t e)
 {
-    uint64_t r = mix(c->seed ^ (i << 40) ^ e * 0x9e3779b97f4a7c15ull);
+    uint64_t r = ty_hash_mix64(c->seed ^ (i << 40) ^ e * 0x9e3779b97f4a7c15ull);
     return ((float)(r >> 40) / (float)(1u << 24) * 2.0f - 1.0f) * c->scale;
 }
 

@@ -407,7 +407,7 @@ static void print_table(const struct job *jobs, size_t n, const ty_sim_spec_t *s
     print_class_table(jobs, n, spec);
 }
 
-/* JSON string of s (class names come from the config file). */
+/* s as a JSON string (the trace path, class names from the config file). */
 static void json_str(const char *s)
 {
     putchar('"');
@@ -472,10 +472,9 @@ static void print_json_job(const struct job *j, const ty_sim_spec_t *spec)
 static void print_json(const char *trace, const struct job *jobs, size_t n,
                        const ty_sim_spec_t *spec)
 {
-    printf("{\"trace\": \"");
-    for (const char *c = trace; *c; c++) /* JSON string escape of the path */
-        printf((*c == '"' || *c == '\\') ? "\\%c" : ((unsigned char)*c < 0x20 ? "?" : "%c"), *c);
-    printf("\", \"runs\": [");
+    printf("{\"trace\": ");
+    json_str(trace);
+    printf(", \"runs\": [");
     for (size_t i = 0; i < n; i++) {
         printf(i ? ",\n  " : "\n  ");
         print_json_job(&jobs[i], spec);

@@ -4,18 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tycho/hash.h" /* ty_hash_mix64: trace hash ids are small consecutive integers */
 #include "tycho/log.h"
-
-uint64_t ty__sched_mix64(uint64_t x)
-{
-    /* splitmix64 finaliser: trace hash ids are small consecutive integers */
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
 
 uint64_t ty__sched_rand_next(uint64_t *state)
 {
@@ -65,7 +55,7 @@ uint32_t *ty__sched_map_get(const struct ty__sched_map *m, uint64_t key)
     if (!m->cap)
         return NULL;
     size_t mask = m->cap - 1;
-    for (size_t i = ty__sched_mix64(key) & mask;; i = (i + 1) & mask) {
+    for (size_t i = ty_hash_mix64(key) & mask;; i = (i + 1) & mask) {
         if (!m->used[i])
             return NULL;
         if (m->keys[i] == key)
@@ -78,7 +68,7 @@ void ty__sched_map_put(struct ty__sched_map *m, uint64_t key, uint32_t val)
     if ((m->len + 1) * 4 > m->cap * 3)
         map_grow(m);
     size_t mask = m->cap - 1;
-    size_t i = ty__sched_mix64(key) & mask;
+    size_t i = ty_hash_mix64(key) & mask;
     while (m->used[i] && m->keys[i] != key)
         i = (i + 1) & mask;
     if (!m->used[i]) {
@@ -94,7 +84,7 @@ bool ty__sched_map_del(struct ty__sched_map *m, uint64_t key)
     if (!m->cap)
         return false;
     size_t mask = m->cap - 1;
-    size_t i = ty__sched_mix64(key) & mask;
+    size_t i = ty_hash_mix64(key) & mask;
     while (m->used[i] && m->keys[i] != key)
         i = (i + 1) & mask;
     if (!m->used[i])
@@ -105,7 +95,7 @@ bool ty__sched_map_del(struct ty__sched_map *m, uint64_t key)
         j = (j + 1) & mask;
         if (!m->used[j])
             break;
-        size_t home = ty__sched_mix64(m->keys[j]) & mask;
+        size_t home = ty_hash_mix64(m->keys[j]) & mask;
         bool movable = (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
         if (movable) {
             m->keys[i] = m->keys[j];

@@ -23,7 +23,6 @@ uint32_t *ty__sched_map_get(const struct ty__sched_map *m, uint64_t key);
 /* Inserts or overwrites; aborts on out-of-memory (small metadata). */
 void ty__sched_map_put(struct ty__sched_map *m, uint64_t key, uint32_t val);
 bool ty__sched_map_del(struct ty__sched_map *m, uint64_t key);
-uint64_t ty__sched_mix64(uint64_t x);
 
 /* Small xorshift64* generator: deterministic per seed. */
 uint64_t ty__sched_rand_next(uint64_t *state);

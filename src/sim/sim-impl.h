@@ -76,6 +76,5 @@ void ty__sim_decode_tick(struct sim *s, struct dnode *d, double now);
 double ty__sim_prefill_queued_us(const struct sim *s, const struct pnode *p, double now);
 int ty__sim_summarize(struct sim *s, struct ty_sim_result *res);
 double ty__sim_wall_s(void);
-uint64_t ty__sim_mix64(uint64_t x); /* splitmix64 finaliser */
 
 #endif

@@ -4,6 +4,7 @@
  * as a live node's events would. The scheduler is the real one (src/conductor). */
 #include "sim-impl.h"
 #include "tycho/errors.h"
+#include "tycho/hash.h"
 #include "tycho/log.h"
 
 #include <math.h>
@@ -21,15 +22,6 @@ void ty_sim_opts_default(struct ty_sim_opts *o)
     o->evict = TY_SIM_EVICT_LRU;
     o->speed = 1.0;
     o->sample_us = 10000000;
-}
-
-uint64_t ty__sim_mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
 }
 
 static void cache_event(void *arg, uint64_t hash, bool stored)
@@ -51,7 +43,7 @@ static void assign_classes(struct sim *s)
     if (!(total > 0))
         return;
     for (size_t i = 0; i < s->n; i++) {
-        uint64_t h = ty__sim_mix64((uint64_t)i * 0x9e3779b97f4a7c15ull ^ o->sched.seed);
+        uint64_t h = ty_hash_mix64((uint64_t)i * 0x9e3779b97f4a7c15ull ^ o->sched.seed);
         double u = (double)(h >> 11) / 9007199254740992.0 * total, acc = 0;
         uint32_t k = 0;
         while (k + 1 < o->n_class_mix && u >= (acc += o->class_mix[k]))

@@ -232,10 +232,19 @@ static void stop_loop(void *arg)
 
 /* Find or open the segment `name` and hold it (seg_put releases). TY_ENOSPC when the table is
  * full of segments in use. */
+/* The least recently used segment no transfer holds, or -1. Under mu. */
+static int seg_idle_lru(const ty_store_client_t *c)
+{
+    int victim = -1;
+    for (int i = 0; i < c->n_segs; i++)
+        if (c->segs[i].refs == 0 && (victim < 0 || c->segs[i].used < c->segs[victim].used))
+            victim = i;
+    return victim;
+}
+
 static int seg_get(ty_store_client_t *c, const char *name, ty_xfer_segment_t **out)
 {
     pthread_mutex_lock(&c->mu);
-    int victim = -1;
     for (int i = 0; i < c->n_segs; i++) {
         struct seg *g = &c->segs[i];
         if (strcmp(g->name, name) == 0) {
@@ -245,11 +254,10 @@ static int seg_get(ty_store_client_t *c, const char *name, ty_xfer_segment_t **o
             pthread_mutex_unlock(&c->mu);
             return 0;
         }
-        if (g->refs == 0 && (victim < 0 || g->used < c->segs[victim].used))
-            victim = i;
     }
+    int victim = c->n_segs >= c->segs_max ? seg_idle_lru(c) : -1; /* at the limit: make room */
     int slot = c->n_segs;
-    if (c->n_segs >= c->segs_max && victim >= 0) {
+    if (victim >= 0) {
         ty_xfer_segment_close(c->xfer, c->segs[victim].s);
         c->st.segments_closed++;
         slot = victim;
@@ -291,10 +299,7 @@ static void seg_put(ty_store_client_t *c, ty_xfer_segment_t *s)
             break;
         }
     while (c->n_segs > c->segs_max) { /* back under the soft limit: least recently used first */
-        int victim = -1;
-        for (int i = 0; i < c->n_segs; i++)
-            if (c->segs[i].refs == 0 && (victim < 0 || c->segs[i].used < c->segs[victim].used))
-                victim = i;
+        int victim = seg_idle_lru(c);
         if (victim < 0)
             break;
         ty_xfer_segment_close(c->xfer, c->segs[victim].s);

@@ -29,12 +29,12 @@ size_t ty__cpu_matmul_scratch(uint64_t cols);
 
 /* Few-token matmul read straight from the weights' own type (gemv.c): supported when w and T
  * qualify (F16, BF16, Q8_0 with cols % 32 == 0; 1 <= T <= TY_CPU_GEMV_MAX_T). Q8_0 multiplies
- * 8-bit quantized inputs (as llama.cpp does). Returns 0, or TY_ENOMEM (Q8_0's quantized
- * inputs) with y untouched. */
+ * 8-bit quantized inputs (as llama.cpp does), kept in `scratch` (scratch_floats; allocated
+ * when too small or NULL). Returns 0, or TY_ENOMEM with y untouched. */
 #define TY_CPU_GEMV_MAX_T 8
 bool ty__cpu_gemv_supported(const struct ty_weight *w, uint32_t T);
 int ty__cpu_gemv(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x, float *y,
-                 uint32_t T);
+                 uint32_t T, float *scratch, size_t scratch_floats);
 
 /* out (n) = x (n) / rms(x) * g (n) */
 void ty__cpu_rmsnorm(float *out, const float *x, const float *g, uint32_t n, float eps);

@@ -296,29 +296,25 @@ static void quantize_inputs(const float *x, uint64_t cols, uint32_t T, const flo
 }
 
 int ty__cpu_gemv(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x, float *y,
-                 uint32_t T)
+                 uint32_t T, float *scratch, size_t scratch_floats)
 {
     struct gemv g = {.w = w, .x = x, .y = y, .T = T, .h2f = ty__cpu_f16_table(),
                      .avx2 = have_avx2()};
-    int8_t *xq = NULL;
-    float *xd = NULL;
+    float *own = NULL;
     if (w->type == TY_GGML_Q8_0) {
-        xq = malloc((size_t)T * w->cols);
-        xd = malloc((size_t)T * (w->cols / 32) * sizeof(float));
-        if (!xq || !xd) {
-            free(xq);
-            free(xd);
+        /* quantized inputs in the caller's scratch: T * cols/32 scales, then T * cols int8 */
+        size_t nd = (size_t)T * (w->cols / 32), need = nd + ((size_t)T * w->cols + 3) / 4;
+        float *buf = scratch;
+        if (need > scratch_floats && !(buf = own = malloc(need * sizeof(float))))
             return TY_ENOMEM;
-        }
-        quantize_inputs(x, w->cols, T, g.h2f, xq, xd);
-        g.xq = xq;
-        g.xd = xd;
+        quantize_inputs(x, w->cols, T, g.h2f, (int8_t *)(buf + nd), buf);
+        g.xd = buf;
+        g.xq = (const int8_t *)(buf + nd);
     }
     if (pool)
         ty__cpu_pool_run(pool, (uint32_t)w->rows, task, &g);
     else
         task(&g, 0, 0, (uint32_t)w->rows);
-    free(xq);
-    free(xd);
+    free(own);
     return 0;
 }

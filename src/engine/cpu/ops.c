@@ -109,8 +109,9 @@ void ty__cpu_matmul(ty_cpu_pool_t *pool, const struct ty_weight *w, const float 
                     uint32_t T, float *scratch, size_t scratch_floats)
 {
     int rows = (int)w->rows, cols = (int)w->cols;
-    if (ty__cpu_gemv_supported(w, T) && ty__cpu_gemv(pool, w, x, y, T) == 0)
-        return; /* else (no memory for Q8_0's quantized inputs) the tile path, which needs none */
+    if (ty__cpu_gemv_supported(w, T) &&
+        ty__cpu_gemv(pool, w, x, y, T, scratch, scratch_floats) == 0)
+        return; /* else (no memory for Q8_0's quantized inputs) the tile path */
     if (w->type == TY_GGML_F32) {
         if (T == 1)
             cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, cols, 1.0f, w->data, cols, x, 1, 0.0f,

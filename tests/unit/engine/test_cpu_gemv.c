@@ -18,6 +18,7 @@
 #include <string.h>
 
 static uint64_t rng = 88172645463325252ull;
+static float scratch[16384]; /* T * cols / 32 + T * cols / 4 floats for the largest case */
 
 static double uniform(void) /* [-1, 1) */
 {
@@ -112,7 +113,9 @@ static void check_scaled(uint32_t type, uint64_t rows, uint64_t cols, ty_cpu_poo
         assert_true(ty__cpu_gemv_supported(&w, T));
         for (uint64_t i = 0; i < T * rows; i++)
             y[i] = NAN;
-        ty__cpu_gemv(pool, &w, x, y, T);
+        /* with the pool the quantized inputs go to a scratch buffer, alone they are allocated */
+        assert_int_equal(ty__cpu_gemv(pool, &w, x, y, T, pool ? scratch : NULL,
+                                      pool ? sizeof(scratch) / sizeof(scratch[0]) : 0), 0);
         for (uint64_t r = 0; r < rows; r++) {
             ty__cpu_row_to_f32(&w, r, row);
             for (uint32_t t = 0; t < T; t++) {

@@ -324,6 +324,27 @@ static void test_decode_stage_rejection(void **st)
     ty_sched_free(s);
 }
 
+/* req() without prefix blocks: the pair() tests need no prefix index. */
+static struct ty_sched_request bare(uint64_t id, uint32_t priority)
+{
+    struct ty_sched_request r = req(id, priority);
+    r.n_blocks = 0;
+    return r;
+}
+
+/* r admitted at t_pick, its KV landed at t_land; then decode node 1 reports batch / ctx. */
+static void decoding(ty_sched_t *s, struct ty_sched_request r, uint64_t t_pick, uint64_t t_land,
+                     uint32_t batch, uint64_t ctx)
+{
+    struct ty_sched_decision d;
+    enum ty_sched_reject rej;
+    assert_int_equal(ty_sched_pick(s, &r, t_pick, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
+    assert_int_equal(ty_sched_request_at_decode(s, r.id, t_land, &rej), 0);
+    assert_int_equal(rej, TY_SCHED_REJECT_NONE);
+    assert_int_equal(ty_sched_node_set_decode_load(s, 1, batch, ctx), 0);
+}
+
 /* One prefill node (0) and one decode node (1) with the given KV capacity, toy costs. */
 static ty_sched_t *pair(const struct ty_sched_opts *o, uint64_t kv_cap)
 {
@@ -351,13 +372,11 @@ static void test_decode_kv_in_admission(void **st)
         ty_sched_t *s = pair(&o, 2500);
         struct ty_sched_decision d;
         for (uint64_t i = 0; i < 2; i++) {
-            struct ty_sched_request r = req(i, 0);
-            r.n_blocks = 0;
+            struct ty_sched_request r = bare(i, 0);
             assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
             assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
         }
-        struct ty_sched_request probe = req(100, 1);
-        probe.n_blocks = 0;
+        struct ty_sched_request probe = bare(100, 1);
         assert_int_equal(ty_sched_pick(s, &probe, 0, &d), 0);
         assert_true(fabs(d.ttft_us - 3000) < 1e-9);
         assert_int_equal(d.reject, want[m]);
@@ -386,15 +405,8 @@ static void test_prediction_uniform_duration(void **st)
         o.slo[1].tbt_us = 1150;
         ty_sched_t *s = pair(&o, 0);
         struct ty_sched_decision d;
-        enum ty_sched_reject rej;
-        struct ty_sched_request a = req(1, 0);
-        a.n_blocks = 0;
-        assert_int_equal(ty_sched_pick(s, &a, 0, &d), 0);
-        assert_int_equal(ty_sched_request_at_decode(s, 1, 100, &rej), 0);
-        assert_int_equal(rej, TY_SCHED_REJECT_NONE);
-        assert_int_equal(ty_sched_node_set_decode_load(s, 1, 1, 0), 0);
-        struct ty_sched_request probe = req(2, 1);
-        probe.n_blocks = 0;
+        decoding(s, bare(1, 0), 0, 100, 1, 0);
+        struct ty_sched_request probe = bare(2, 1);
         assert_int_equal(ty_sched_pick(s, &probe, 5000, &d), 0);
         assert_int_equal(d.reject, want[m]);
         assert_true(fabs(d.tbt_us - (m == 0 ? 1100 : 1200)) < 1e-9);
@@ -419,17 +431,10 @@ static void test_prediction_kv_at_landing(void **st)
         o.decode_duration_us = 1000;
         ty_sched_t *s = pair(&o, 2600);
         struct ty_sched_decision d;
-        enum ty_sched_reject rej;
-        struct ty_sched_request a = req(1, 0);
-        a.n_blocks = 0;
+        struct ty_sched_request a = bare(1, 0);
         a.output_tokens = 1000;
-        assert_int_equal(ty_sched_pick(s, &a, 0, &d), 0);
-        assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
-        assert_int_equal(ty_sched_request_at_decode(s, 1, 1500, &rej), 0);
-        assert_int_equal(rej, TY_SCHED_REJECT_NONE);
-        assert_int_equal(ty_sched_node_set_decode_load(s, 1, 1, 1200), 0);
-        struct ty_sched_request probe = req(2, 0);
-        probe.n_blocks = 0;
+        decoding(s, a, 0, 1500, 1, 1200);
+        struct ty_sched_request probe = bare(2, 0);
         assert_int_equal(ty_sched_pick(s, &probe, 1000, &d), 0);
         assert_true(fabs(d.ttft_us - 1000) < 1e-9);
         assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
@@ -460,15 +465,8 @@ static void test_batch_tbt_slo(void **st)
             ty_sched_t *s = pair(&o, 0);
             struct ty_sched_decision d;
             enum ty_sched_reject rej;
-            struct ty_sched_request a = req(1, 1 - first); /* first == 1: a is class 0 */
-            a.n_blocks = 0;
-            assert_int_equal(ty_sched_pick(s, &a, 0, &d), 0);
-            assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
-            assert_int_equal(ty_sched_request_at_decode(s, 1, 1000, &rej), 0);
-            assert_int_equal(rej, TY_SCHED_REJECT_NONE);
-            assert_int_equal(ty_sched_node_set_decode_load(s, 1, 1, 0), 0);
-            struct ty_sched_request probe = req(2, 1);
-            probe.n_blocks = 0;
+            decoding(s, bare(1, 1 - first), 0, 1000, 1, 0); /* first == 1: class 0 */
+            struct ty_sched_request probe = bare(2, 1);
             assert_int_equal(ty_sched_pick(s, &probe, 2000, &d), 0);
             enum ty_sched_reject want = first ? TY_SCHED_REJECT_TBT : TY_SCHED_REJECT_NONE;
             if (m == 0) {
@@ -494,23 +492,13 @@ static void test_node_readded_counts(void **st)
     o.slo[1].tbt_us = 5000;
     ty_sched_t *s = pair(&o, 0);
     struct ty_sched_decision d;
-    enum ty_sched_reject rej;
-    struct ty_sched_request a = req(1, 0);
-    a.n_blocks = 0;
-    assert_int_equal(ty_sched_pick(s, &a, 0, &d), 0);
-    assert_int_equal(ty_sched_request_at_decode(s, 1, 1000, &rej), 0);
+    decoding(s, bare(1, 0), 0, 1000, 1, 0); /* A */
     struct ty_sched_node_desc dn = {.role = TY_SCHED_ROLE_DECODE};
     assert_int_equal(ty_sched_node_remove(s, 1), 0);
     assert_int_equal(ty_sched_node_add(s, 1, &dn), 0);
-    struct ty_sched_request b = req(2, 0);
-    b.n_blocks = 0;
-    assert_int_equal(ty_sched_pick(s, &b, 2000, &d), 0);
-    assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
-    assert_int_equal(ty_sched_request_at_decode(s, 2, 3000, &rej), 0);
-    assert_int_equal(ty_sched_node_set_decode_load(s, 1, 1, 0), 0);
+    decoding(s, bare(2, 0), 2000, 3000, 1, 0);               /* B, on the new life */
     assert_int_equal(ty_sched_request_done(s, 1, 4000), 0); /* A, of the old life */
-    struct ty_sched_request probe = req(3, 1);
-    probe.n_blocks = 0;
+    struct ty_sched_request probe = bare(3, 1);
     assert_int_equal(ty_sched_pick(s, &probe, 5000, &d), 0);
     assert_int_equal(d.reject, TY_SCHED_REJECT_TBT);
     ty_sched_free(s);

@@ -55,16 +55,22 @@ static void test_examples(void **st)
     assert_int_equal(o.sched.slo[0].ttft_us, 0);
 }
 
-static void test_bad_policy(void **st)
+/* Write a spec file with that text under a fresh name made from the template in path. */
+static void write_spec(char *path, const char *text)
 {
-    (void)st;
-    char path[] = "/tmp/tycho-sim-spec-XXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     FILE *f = fdopen(fd, "w");
     assert_non_null(f);
-    fputs("cluster:\n  prefill_nodes: 2\nscheduler:\n  admission: early\n  policy: fastest\n", f);
+    fputs(text, f);
     fclose(f);
+}
+
+static void test_bad_policy(void **st)
+{
+    (void)st;
+    char path[] = "/tmp/tycho-sim-spec-XXXXXX";
+    write_spec(path, "cluster:\n  prefill_nodes: 2\nscheduler:\n  admission: early\n  policy: fastest\n");
     struct ty_sim_opts o;
     ty_sim_spec_t *sp = NULL;
     char err[512] = "", want[600];
@@ -84,15 +90,10 @@ static void test_class_mix(void **st)
 {
     (void)st;
     char path[] = "/tmp/tycho-sim-spec-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    FILE *f = fdopen(fd, "w");
-    assert_non_null(f);
-    fputs("scheduler:\n  models:\n    - name: m\n      slo:\n"
+    write_spec(path, "scheduler:\n  models:\n    - name: m\n      slo:\n"
           "        - {class: interactive, ttft: 5s, tbt: 25ms}\n"
           "        - {class: batch, ttft: 60s}\n"
-          "class_mix: [0.75, 0.25]\n", f);
-    fclose(f);
+          "class_mix: [0.75, 0.25]\n");
     struct ty_sim_opts o;
     ty_sim_spec_t *sp = NULL;
     char err[512] = "";
