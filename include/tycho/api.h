@@ -65,6 +65,7 @@ struct ty_api_request {
     uint32_t top_logprobs;       /* chat top_logprobs, completion logprobs N */
     bool return_token_ids;       /* vLLM extension: token_ids in choices, prompt_token_ids */
     bool echo;                   /* completion: prompt text before each choice's text */
+    char service_tier[16];       /* "": absent; else auto, default, flex, scale or priority */
 };
 
 /* An OpenAI-shaped error: {"error":{"message","type","param","code"}} with an HTTP status. */
@@ -74,6 +75,7 @@ struct ty_api_error {
     char type[48];
     char param[48]; /* "" renders as null */
     char code[48];  /* "" renders as null */
+    uint32_t retry_after_s; /* 429/503: the Retry-After header (0: 1 s for 429, 5 s for 503) */
 };
 
 /* Parse and validate a request body. Returns 0, or TY_EINVAL with `err` filled (status 400,

@@ -32,8 +32,13 @@ struct ty_decode_node_opts {
     uint16_t rpc_port;        /* 0: ephemeral */
     uint32_t max_running;     /* sequences decoded together; 0: 64 */
     uint32_t kv_wait_timeout_ms; /* reserved pages wait this long for their KV; 0: 30000 */
+    ty_timing_ring_t *timings; /* optional, borrowed: one sample per decode step (below) */
 };
 
+/* Each successful decode step adds to opts.timings (from the worker): n_tokens = batch_size =
+ * the sequences stepped, prefix_tokens = their context in total (KV positions the step attends
+ * to, its own new token included), duration_us = the step's wall time (forward pass, sampling
+ * and handing the tokens to the loop). */
 int ty_decode_node_new(ty_decode_node_t **out, const struct ty_decode_node_opts *opts);
 uint16_t ty_decode_node_rpc_port(const ty_decode_node_t *n);
 /* The node's load for its heartbeats (a ty_cluster_load_cb; arg is the ty_decode_node_t). */

@@ -26,6 +26,9 @@ struct ty_engine_opts {
     uint32_t max_ctx;          /* context per sequence, 0 = the model's (capped at 4096) */
     uint32_t max_batch_tokens; /* tokens per forward call (prefill chunk size), 0 = 512 */
     bool no_prefix_sharing;
+    ty_kvpool_block_cb kv_block_cb; /* optional: the pool's prefix index changes, on the
+                                     * engine's thread (tycho/kvpool.h) */
+    void *kv_block_arg;
     const char *backend;       /* "cpu" (NULL) or "cuda"; TY_ENOTSUP for "cuda" in a build
                                 * without CUDA */
     int cuda_device;           /* cuda: device ordinal */

@@ -31,6 +31,19 @@ struct ty_kvpool_storage {
     const char *name; /* for messages, e.g. "cuda:0" */
 };
 
+/* A full block's prefix hash entered (stored) or left (!stored) the pool's prefix index: the
+ * blocks ty_kvpool_seq_match_prefix() can find are exactly those stored and not removed since.
+ *   - stored: a committed or imported block became full and no other page holds its hash (a
+ *     block equal to an indexed one is not indexed and reports nothing);
+ *   - removed: the indexed page was taken for other tokens (a cached block evicted), the only
+ *     way an entry leaves the index.
+ * A cached block a sequence takes back, or an entry that only moves (index compaction), reports
+ * nothing; so does everything with no_prefix_sharing, and ty_kvpool_free(). Each hash therefore
+ * alternates stored, removed, stored... Hashes are ty_hash_prefix_step() chains seeded with
+ * opts.hash_seed. Called on the pool's thread, from inside ty_kvpool_seq_reserve (eviction),
+ * _seq_commit, _seq_import_begin, _seq_import_done and _seq_import; it must not call the pool. */
+typedef void (*ty_kvpool_block_cb)(void *arg, uint64_t hash, bool stored);
+
 struct ty_kvpool_opts {
     uint32_t n_layers, n_kv_heads, head_dim;
     uint32_t block_tokens; /* B; default 64 when 0 */
@@ -38,6 +51,8 @@ struct ty_kvpool_opts {
     uint64_t hash_seed;    /* prefix hash seed (ty_hash_prefix_seed()) */
     bool no_prefix_sharing;
     const struct ty_kvpool_storage *storage; /* NULL: host memory; copied */
+    ty_kvpool_block_cb block_cb;             /* optional: prefix index changes */
+    void *block_arg;                         /* must outlive the pool */
 };
 
 /* Returns 0, TY_EINVAL (bad geometry) or TY_ENOMEM (page memory). */

@@ -56,6 +56,27 @@ struct ty_sched_sample {
  * collinear. Returns 0, TY_EINVAL (n < 3, non-finite values) or TY_ERANGE (singular system). */
 int ty_sched_cost_fit_prefill(struct ty_sched_cost *c, const struct ty_sched_sample *s, size_t n);
 int ty_sched_cost_fit_decode(struct ty_sched_cost *c, const struct ty_sched_sample *s, size_t n);
+/* The same fits with every coefficient >= 0 (least squares over the feature subsets whose
+ * unconstrained fit is non-negative, the best of them), so that a live cluster's noisy
+ * samples never yield negative predicted times. Returns 0, TY_EINVAL or TY_ERANGE (no
+ * subset can be solved: the samples carry no information); c is unchanged on error. */
+int ty_sched_cost_refit_prefill(struct ty_sched_cost *c, const struct ty_sched_sample *s,
+                                size_t n);
+int ty_sched_cost_refit_decode(struct ty_sched_cost *c, const struct ty_sched_sample *s,
+                               size_t n);
+
+/* A starting cost model for a model served by CPU nodes, derived from its shape the way the
+ * GPU profiles are (docs/arch/sched.md) with a stated machine: 50 GFLOP/s of effective prefill
+ * compute, 10 GB/s of memory bandwidth, f32 KV, 1 ms of fixed cost per prefill. Meant to be
+ * refitted from measured timings within seconds of serving. */
+struct ty_sched_model_shape {
+    double params;         /* parameters (each read once per decode step) */
+    double weight_bytes;   /* bytes of weights read per decode step */
+    double layers, attn_dim; /* attention width = query heads * head_dim */
+    double kv_bytes_per_token;
+};
+void ty_sched_cost_cpu(const struct ty_sched_model_shape *m, uint32_t block_tokens,
+                       struct ty_sched_cost *out);
 
 /* ---- prefix index ----------------------------------------------------------------------- */
 
@@ -135,6 +156,9 @@ struct ty_sched_opts {
     uint64_t seed;               /* for the random policy */
     uint64_t decode_duration_us; /* first estimate of the uniform decode duration (predicted
                                   * admission); refined from ty_sched_request_done() */
+    /* Prefill nodes cannot fetch a prefix from another node (the live cluster until prefill
+     * reads the KV pool): kvcache_centric plans with local prefixes only. */
+    bool local_prefix_only;
 };
 
 /* Fill opts with defaults: kvcache_centric, predicted admission, the A800 profile, threshold
@@ -176,6 +200,9 @@ struct ty_sched_decision {
 int ty_sched_new(ty_sched_t **out, const struct ty_sched_opts *opts);
 void ty_sched_free(ty_sched_t *s);
 const struct ty_sched_opts *ty_sched_opts_get(const ty_sched_t *s);
+/* Replace the cost model (a refit); decisions from now on use it. TY_EINVAL for non-finite
+ * coefficients or block_tokens 0. */
+int ty_sched_set_cost(ty_sched_t *s, const struct ty_sched_cost *c);
 
 /* Nodes. Ids are the caller's (< TY_SCHED_MAX_NODES); TY_EEXIST / TY_ENOTFOUND / TY_EINVAL. */
 int ty_sched_node_add(ty_sched_t *s, uint32_t id, const struct ty_sched_node_desc *d);
@@ -190,6 +217,10 @@ int ty_sched_node_set_decode_load(ty_sched_t *s, uint32_t id, uint32_t batch,
 /* KV block events of a prefill node's cache (the prefix index). */
 int ty_sched_block_stored(ty_sched_t *s, uint32_t node, const uint64_t *hashes, size_t n);
 int ty_sched_block_removed(ty_sched_t *s, uint32_t node, const uint64_t *hashes, size_t n);
+/* Forget every block of `node` (it sends its whole cache next). TY_ENOTFOUND if not present. */
+int ty_sched_blocks_reset(ty_sched_t *s, uint32_t node);
+/* The current estimate of the uniform decode duration (predicted admission), microseconds. */
+double ty_sched_decode_duration_us(const ty_sched_t *s);
 const ty_sched_index_t *ty_sched_index(const ty_sched_t *s);
 
 /* Place a request arriving at now_us. Returns 0 with *d filled: accepted (d->reject == NONE,

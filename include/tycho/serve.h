@@ -20,12 +20,22 @@
 
 #define TY_SERVE_MAX_STOP 8
 
+/* Why a backend refused a request at admission (submit returned TY_EREJECTED). */
+struct ty_serve_reject {
+    char code[48];          /* OpenAI-style error code, e.g. "ttft_slo" ("" : queue full) */
+    char message[224];      /* for the client */
+    uint32_t retry_after_s; /* when a retry may succeed (0: unknown) */
+};
+
 /* One sequence to generate. The API turns an OpenAI request with n choices into n of these. */
 struct ty_serve_request {
     uint64_t id; /* unique among live requests, chosen by the caller */
     const uint32_t *prompt;
     size_t n_prompt;
     struct ty_gen_params gen; /* sampling, max_tokens, ignore_eos, stop strings */
+    struct ty_serve_reject *reject; /* optional: filled when submit returns TY_EREJECTED */
+    const char *slo_class; /* SLO class by name (the API's service_tier); NULL, "auto" or a
+                            * name the backend has no class for: its default class */
 };
 
 enum ty_serve_event_kind {

@@ -291,6 +291,8 @@ int ty__cfg_parse_checked(const struct ty_config_field *f, enum ty_config_type t
     int rc = ty__cfg_parse(f, t, text, out, why, why_len);
     if (rc != 0)
         return rc;
+    if (f->type == TY_CONFIG_LIST) /* an entry: the list's min/max bound its entry count */
+        return 0;
     if (t == TY_CONFIG_STRING) {
         union ty__cfg_val len = {.u = strlen(text)}, b;
         char tmp[64];

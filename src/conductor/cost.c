@@ -110,16 +110,24 @@ static int solve3(double a[3][3], double b[3], double x[3])
     return 0;
 }
 
-/* Least squares over features phi(sample) via normal equations, features scaled to unit
- * magnitude first so L^2 terms (1e10) and constants (1) do not ruin the conditioning. */
-static int fit3(const struct ty_sched_sample *s, size_t n, int prefill, double out[3])
+static void features(const struct ty_sched_sample *s, int prefill, double f[3])
+{
+    f[0] = 1;
+    f[1] = prefill ? s->x0 - s->x1 : s->x0;
+    f[2] = prefill ? s->x0 * s->x0 - s->x1 * s->x1 : s->x1;
+}
+
+/* Least squares over the features in `mask` (bit k: feature k; the others are held at 0) via
+ * normal equations, features scaled to unit magnitude first so L^2 terms (1e10) and constants
+ * (1) do not ruin the conditioning. */
+static int fit_mask(const struct ty_sched_sample *s, size_t n, int prefill, unsigned mask,
+                    double out[3])
 {
     if (!s || n < 3)
         return TY_EINVAL;
-    double scale[3] = {1, 1, 1};
+    double scale[3] = {1, 1, 1}, f[3];
     for (size_t i = 0; i < n; i++) {
-        double f[3] = {1, prefill ? s[i].x0 - s[i].x1 : s[i].x0,
-                       prefill ? s[i].x0 * s[i].x0 - s[i].x1 * s[i].x1 : s[i].x1};
+        features(&s[i], prefill, f);
         if (!isfinite(f[1]) || !isfinite(f[2]) || !isfinite(s[i].us))
             return TY_EINVAL;
         for (int k = 1; k < 3; k++)
@@ -127,16 +135,18 @@ static int fit3(const struct ty_sched_sample *s, size_t n, int prefill, double o
     }
     double ata[3][3] = {{0}}, atb[3] = {0}, x[3] = {0};
     for (size_t i = 0; i < n; i++) {
-        double f[3] = {1, prefill ? s[i].x0 - s[i].x1 : s[i].x0,
-                       prefill ? s[i].x0 * s[i].x0 - s[i].x1 * s[i].x1 : s[i].x1};
+        features(&s[i], prefill, f);
         for (int k = 0; k < 3; k++)
-            f[k] /= scale[k];
+            f[k] = mask & (1u << k) ? f[k] / scale[k] : 0;
         for (int r = 0; r < 3; r++) {
             for (int k = 0; k < 3; k++)
                 ata[r][k] += f[r] * f[k];
             atb[r] += f[r] * s[i].us;
         }
     }
+    for (int k = 0; k < 3; k++)
+        if (!(mask & (1u << k)))
+            ata[k][k] = 1; /* decoupled: x[k] = 0 */
     int rc = solve3(ata, atb, x);
     if (rc < 0)
         return rc;
@@ -146,6 +156,75 @@ static int fit3(const struct ty_sched_sample *s, size_t n, int prefill, double o
             return TY_ERANGE;
     }
     return 0;
+}
+
+static int fit3(const struct ty_sched_sample *s, size_t n, int prefill, double out[3])
+{
+    return fit_mask(s, n, prefill, 7, out);
+}
+
+/* Non-negative least squares for three features by enumeration: the constrained optimum is
+ * the unconstrained fit of some feature subset, so try all seven and keep the non-negative
+ * one with the smallest squared error. */
+static int fit_nonneg(const struct ty_sched_sample *s, size_t n, int prefill, double out[3])
+{
+    double best = INFINITY, x[3], f[3];
+    int rc = TY_ERANGE;
+    for (unsigned mask = 1; mask < 8; mask++) {
+        int r = fit_mask(s, n, prefill, mask, x);
+        if (r == TY_EINVAL)
+            return r;
+        if (r < 0 || x[0] < 0 || x[1] < 0 || x[2] < 0)
+            continue;
+        double err = 0;
+        for (size_t i = 0; i < n; i++) {
+            features(&s[i], prefill, f);
+            double d = x[0] * f[0] + x[1] * f[1] + x[2] * f[2] - s[i].us;
+            err += d * d;
+        }
+        if (err < best) {
+            best = err;
+            memcpy(out, x, sizeof(x));
+            rc = 0;
+        }
+    }
+    return rc;
+}
+
+int ty_sched_cost_refit_prefill(struct ty_sched_cost *c, const struct ty_sched_sample *s,
+                                size_t n)
+{
+    double x[3];
+    int rc = fit_nonneg(s, n, 1, x);
+    if (rc == 0)
+        memcpy(c->prefill, x, sizeof(x));
+    return rc;
+}
+
+int ty_sched_cost_refit_decode(struct ty_sched_cost *c, const struct ty_sched_sample *s,
+                               size_t n)
+{
+    double x[3];
+    int rc = fit_nonneg(s, n, 0, x);
+    if (rc == 0)
+        memcpy(c->decode, x, sizeof(x));
+    return rc;
+}
+
+void ty_sched_cost_cpu(const struct ty_sched_model_shape *m, uint32_t block_tokens,
+                       struct ty_sched_cost *out)
+{
+    const double flops = 50e9 * 1e-6, bw = 10e9 * 1e-6; /* per microsecond */
+    memset(out, 0, sizeof(*out));
+    out->prefill[0] = 1000;
+    out->prefill[1] = 2.0 * m->params / flops;
+    out->prefill[2] = 2.0 * m->attn_dim * m->layers / flops;
+    out->kv_bytes_per_token = m->kv_bytes_per_token;
+    out->decode[0] = m->weight_bytes / bw;
+    out->decode[1] = 2.0 * m->params / flops;
+    out->decode[2] = m->kv_bytes_per_token / bw;
+    out->net_bytes_per_us = 1e9 * 1e-6;
+    out->block_tokens = block_tokens;
 }
 
 int ty_sched_cost_fit_prefill(struct ty_sched_cost *c, const struct ty_sched_sample *s, size_t n)

@@ -75,7 +75,7 @@ static struct cand choose_prefill(ty_sched_t *s, const struct ty_sched_request *
         uint32_t i = s->rr_prefill++ % s->n_prefill;
         return plan(s, r, s->prefill_ids[i], 0, false, now);
     }
-    bool remote_ok = pol == TY_SCHED_POLICY_KVCACHE_CENTRIC;
+    bool remote_ok = pol == TY_SCHED_POLICY_KVCACHE_CENTRIC && !s->o.local_prefix_only;
     struct cand best = plan(s, r, s->prefill_ids[0], best_remote, remote_ok, now);
     for (uint32_t i = 1; i < s->n_prefill; i++) {
         struct cand c = plan(s, r, s->prefill_ids[i], best_remote, remote_ok, now);

@@ -114,6 +114,16 @@ const struct ty_sched_opts *ty_sched_opts_get(const ty_sched_t *s)
     return &s->o;
 }
 
+int ty_sched_set_cost(ty_sched_t *s, const struct ty_sched_cost *c)
+{
+    struct ty_sched_opts o = s->o;
+    o.cost = *c;
+    int rc = opts_check(&o);
+    if (rc == 0)
+        s->o.cost = *c;
+    return rc;
+}
+
 const ty_sched_index_t *ty_sched_index(const ty_sched_t *s)
 {
     return s->ix;
@@ -208,6 +218,19 @@ int ty_sched_block_stored(ty_sched_t *s, uint32_t node, const uint64_t *hashes, 
 int ty_sched_block_removed(ty_sched_t *s, uint32_t node, const uint64_t *hashes, size_t n)
 {
     return ty_sched_index_del(s->ix, node, hashes, n);
+}
+
+int ty_sched_blocks_reset(ty_sched_t *s, uint32_t node)
+{
+    if (node >= TY_SCHED_MAX_NODES || !s->nodes[node].present)
+        return TY_ENOTFOUND;
+    ty_sched_index_drop_node(s->ix, node);
+    return 0;
+}
+
+double ty_sched_decode_duration_us(const ty_sched_t *s)
+{
+    return s->decode_dur_us;
 }
 
 /* ---- requests in flight ---------------------------------------------------------------- */

@@ -1,7 +1,7 @@
 /* tycho-decode: a decode node. Loads the model, creates the engine and the transfer engine
  * (tcp), registers the KV pool's layer arrays (prefill nodes write into them), serves
  * DecodeAssign / TokenStreamOpen / Cancel on its RPC port and registers itself with the
- * Conductor (heartbeats with its load). */
+ * Conductor (heartbeats with its load and its decode step timings). */
 #include "tycho/cluster.h"
 #include "tycho/daemon.h"
 #include "tycho/errors.h"
@@ -20,6 +20,7 @@ struct node {
     ty_xfer_engine_t *xfer;
     ty_decode_node_t *node;
     ty_cluster_agent_t *agent;
+    ty_timing_ring_t *timings;
     char name[128];
 };
 
@@ -69,7 +70,8 @@ static int start_node(struct node *s, uv_loop_t *loop)
         .loop = loop, .engine = s->engine, .xfer = s->xfer, .node_id = s->name,
         .rpc_host = s->cfg.listen_host, .rpc_port = s->cfg.listen_port,
         .max_running = s->cfg.max_batch_size,
-        .kv_wait_timeout_ms = (uint32_t)(s->cfg.kv_wait_timeout_ns / 1000000)};
+        .kv_wait_timeout_ms = (uint32_t)(s->cfg.kv_wait_timeout_ns / 1000000),
+        .timings = s->timings};
     int rc = ty_decode_node_new(&s->node, &no);
     if (rc) {
         fprintf(stderr, "tycho-decode: cannot listen on %s:%u: %s\n", s->cfg.listen_host,
@@ -86,7 +88,7 @@ static int start_node(struct node *s, uv_loop_t *loop)
         .model_path = s->cfg.model_path, .kv_pages = ty_kvpool_pages_total(pool),
         .block_tokens = ty_kvpool_block_tokens(pool), .max_batch = s->cfg.max_batch_size,
         .heartbeat_interval_ms = (uint32_t)(s->cfg.heartbeat_interval_ns / 1000000),
-        .load_cb = ty_decode_node_load, .load_arg = s->node};
+        .load_cb = ty_decode_node_load, .load_arg = s->node, .timings = s->timings};
     if ((rc = ty_cluster_agent_new(&s->agent, &ao)))
         return rc;
     TY_LOG_INFO("decode", "%s: RPC %s, transfer segment %s (tcp), %s", s->name, addr,
@@ -110,7 +112,8 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN); /* a peer gone mid-write is an error code, not a death */
     uv_loop_t *loop = uv_default_loop();
     int ret = 1;
-    if (start_engine(&s) || start_node(&s, loop) || ty_daemon_start(s.d, loop))
+    if (ty_timing_ring_new(&s.timings, 0) || start_engine(&s) || start_node(&s, loop) ||
+        ty_daemon_start(s.d, loop))
         goto out;
     uv_run(loop, UV_RUN_DEFAULT);
     ret = 0;
@@ -123,5 +126,6 @@ out:
     ty_xfer_engine_free(s.xfer);
     ty_engine_free(s.engine);
     ty_model_free(s.model);
+    ty_timing_ring_free(s.timings);
     return ret;
 }

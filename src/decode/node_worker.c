@@ -262,6 +262,9 @@ static void step(struct wstate *w)
     }
     if (!nb)
         return;
+    uint64_t ctx = 0, t0 = ty_clock_us();
+    for (uint32_t i = 0; i < nb; i++)
+        ctx += ty_kvseq_n_tokens(bs[i].seq) + 1;
     struct ty_batch b = {.seqs = bs, .n_seqs = nb};
     int rc = ty_engine_forward(w->n->o.engine, &b, w->logits);
     for (uint32_t i = 0; i < nb; i++) {
@@ -278,6 +281,12 @@ static void step(struct wstate *w)
         }
         accept_token(w, s, &smp);
     }
+    if (rc)
+        return;
+    struct ty_timing_sample ts = {.n_tokens = nb, .batch_size = nb,
+                                  .prefix_tokens = ctx > UINT32_MAX ? UINT32_MAX : (uint32_t)ctx,
+                                  .duration_us = ty_clock_us() - t0};
+    ty_timing_ring_push(w->n->o.timings, &ts);
 }
 
 /* Release reservations whose KV never came. */

@@ -38,7 +38,8 @@ static int make_backend_and_pool(ty_engine_t *e, const struct ty_engine_opts *o)
         .n_layers = c->n_layers, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
         .block_tokens = o->kv_block_tokens, .n_pages = o->kv_pages,
         .hash_seed = ty_hash_prefix_seed(ty_model_desc(e->m), "f32", o->kv_block_tokens, NULL),
-        .no_prefix_sharing = o->no_prefix_sharing, .storage = dev ? &st : NULL};
+        .no_prefix_sharing = o->no_prefix_sharing, .storage = dev ? &st : NULL,
+        .block_cb = o->kv_block_cb, .block_arg = o->kv_block_arg};
     return ty_kvpool_new(&e->pool, &po);
 }
 

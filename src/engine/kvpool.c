@@ -10,6 +10,7 @@
 
 #include "tycho/errors.h"
 #include "tycho/hash.h"
+#include "tycho/log.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -229,26 +230,34 @@ static void idx_rebuild(ty_kvpool_t *p)
             idx_put(p, p->page_hash[page], page);
 }
 
+/* Index `page` under `h`. An equal block already indexed keeps its entry (the first one
+ * stays shared), so one hash has at most one page and block_cb sees each membership change
+ * once: the hash is only reported removed when that one page leaves. */
 static void idx_insert(ty_kvpool_t *p, uint64_t h, uint32_t page)
 {
     if (idx_find(p, h) != NO_PAGE)
-        return; /* an equal block is already shared: keep the first */
+        return;
     if (p->n_tombs > p->idx_cap / 4)
         idx_rebuild(p);
     idx_put(p, h, page);
     p->page_hash[page] = h;
     p->page_indexed[page] = true;
+    if (p->o.block_cb)
+        p->o.block_cb(p->o.block_arg, h, true);
 }
 
 /* Drop page's index entry (it is about to hold other tokens). */
 static void idx_remove(ty_kvpool_t *p, uint32_t page)
 {
+    if (!p->page_indexed[page])
+        return;
     uint32_t i = idx_find(p, p->page_hash[page]);
-    if (i != NO_PAGE && p->idx[i].page == page) {
-        p->idx[i].page = TOMB;
-        p->n_tombs++;
-    }
+    TY_ASSERT(i != NO_PAGE && p->idx[i].page == page); /* page_indexed <=> its own entry */
+    p->idx[i].page = TOMB;
+    p->n_tombs++;
     p->page_indexed[page] = false;
+    if (p->o.block_cb)
+        p->o.block_cb(p->o.block_arg, p->page_hash[page], false);
 }
 
 /* ---- cached pages (released, still indexed) ------------------------------------------------ */

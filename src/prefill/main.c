@@ -1,6 +1,7 @@
 /* tycho-prefill: a prefill node. Loads the model, creates the engine and the transfer engine
  * (tcp), registers the KV pool's layer arrays, serves PrefillAssign on its RPC port and
- * registers itself with the Conductor (heartbeats with its load). */
+ * registers itself with the Conductor (heartbeats with its load, its prefill timings and the
+ * KV block events of its page cache). */
 #include "tycho/cluster.h"
 #include "tycho/daemon.h"
 #include "tycho/errors.h"
@@ -19,6 +20,8 @@ struct node {
     ty_xfer_engine_t *xfer;
     ty_prefill_t *prefill;
     ty_cluster_agent_t *agent;
+    ty_kv_events_t *kv_events; /* the pool's prefix index, for the Conductor */
+    ty_timing_ring_t *timings;
     char name[128];
 };
 
@@ -26,6 +29,12 @@ static void on_drain(ty_daemon_t *d, void *arg)
 {
     (void)arg;
     ty_daemon_stop(d);
+}
+
+/* The pool's block_cb: on the worker thread, inside the engine's calls. */
+static void on_kv_block(void *arg, uint64_t hash, bool stored)
+{
+    ty_kv_events_note(arg, hash, stored);
 }
 
 static int start_engine(struct node *s)
@@ -40,7 +49,8 @@ static int start_engine(struct node *s)
                                 .kv_block_tokens = s->cfg.kv_block_tokens,
                                 .kv_pages = s->cfg.kv_pages, .max_seqs = 4,
                                 .max_ctx = s->cfg.max_ctx,
-                                .max_batch_tokens = s->cfg.chunk_tokens};
+                                .max_batch_tokens = s->cfg.chunk_tokens,
+                                .kv_block_cb = on_kv_block, .kv_block_arg = s->kv_events};
     if ((rc = ty_engine_new(&s->engine, s->model, &eo))) {
         fprintf(stderr, "tycho-prefill: engine: %s\n", ty_strerror(rc));
         return rc;
@@ -60,7 +70,7 @@ static int start_node(struct node *s, uv_loop_t *loop)
 {
     struct ty_prefill_opts po = {.loop = loop, .engine = s->engine, .xfer = s->xfer,
                                  .rpc_host = s->cfg.listen_host,
-                                 .rpc_port = s->cfg.listen_port};
+                                 .rpc_port = s->cfg.listen_port, .timings = s->timings};
     int rc = ty_prefill_new(&s->prefill, &po);
     if (rc) {
         fprintf(stderr, "tycho-prefill: cannot listen on %s:%u: %s\n", s->cfg.listen_host,
@@ -81,7 +91,8 @@ static int start_node(struct node *s, uv_loop_t *loop)
         .model_path = s->cfg.model_path, .kv_pages = ty_kvpool_pages_total(pool),
         .block_tokens = ty_kvpool_block_tokens(pool), .max_batch = s->cfg.chunk_tokens,
         .heartbeat_interval_ms = (uint32_t)(s->cfg.heartbeat_interval_ns / 1000000),
-        .load_cb = ty_prefill_load, .load_arg = s->prefill};
+        .load_cb = ty_prefill_load, .load_arg = s->prefill, .kv_events = s->kv_events,
+        .timings = s->timings};
     if ((rc = ty_cluster_agent_new(&s->agent, &ao)))
         return rc;
     TY_LOG_INFO("prefill", "%s: RPC %s, transfer segment %s (tcp), %s", s->name, addr,
@@ -105,7 +116,8 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN); /* a peer gone mid-write is an error code, not a death */
     uv_loop_t *loop = uv_default_loop();
     int ret = 1;
-    if (start_engine(&s) || start_node(&s, loop) || ty_daemon_start(s.d, loop))
+    if (ty_kv_events_new(&s.kv_events, 0) || ty_timing_ring_new(&s.timings, 0) ||
+        start_engine(&s) || start_node(&s, loop) || ty_daemon_start(s.d, loop))
         goto out;
     uv_run(loop, UV_RUN_DEFAULT);
     ret = 0;
@@ -118,5 +130,7 @@ out:
     ty_xfer_engine_free(s.xfer);
     ty_engine_free(s.engine);
     ty_model_free(s.model);
+    ty_kv_events_free(s.kv_events); /* after the pool that notes and the agent that takes */
+    ty_timing_ring_free(s.timings);
     return ret;
 }

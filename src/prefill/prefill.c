@@ -155,8 +155,12 @@ static int run_forward(ty_prefill_t *p, struct pjob *j)
     struct ty_batch_seq bs = {.seq = seq, .tokens = j->tokens + cached,
                               .n = j->n - (uint32_t)cached};
     struct ty_batch b = {.seqs = &bs, .n_seqs = 1, .layer_cb = on_layer, .layer_arg = j};
+    uint64_t t0 = ty_clock_us();
     if ((rc = ty_engine_forward(p->o.engine, &b, p->logits)))
         goto out;
+    struct ty_timing_sample ts = {.n_tokens = bs.n, .prefix_tokens = (uint32_t)cached,
+                                  .batch_size = 1, .duration_us = ty_clock_us() - t0};
+    ty_timing_ring_push(p->o.timings, &ts);
     if ((rc = j->xfer_err) || (atomic_load(&j->cancelled) && (rc = TY_ECANCELED)))
         goto out;
     ty_sampler_t *smp;

@@ -314,9 +314,12 @@ static void respond_whole(struct ty__api_gen *g)
     g->http = NULL;
 }
 
-static void backend_error(struct ty_api_error *e, int rc)
+static void backend_error(struct ty_api_error *e, int rc, const struct ty_serve_reject *rej)
 {
-    if (rc == TY_EREJECTED)
+    if (rc == TY_EREJECTED && rej && rej->code[0]) {
+        ty_api_error_set(e, 429, "rate_limit_exceeded", NULL, rej->code, "%s", rej->message);
+        e->retry_after_s = rej->retry_after_s;
+    } else if (rc == TY_EREJECTED)
         ty_api_error_set(e, 429, "rate_limit_exceeded", NULL, "rate_limit_exceeded",
                          "the server is at capacity; retry later");
     else if (rc == TY_ESHUTDOWN || rc == TY_EUNAVAIL)
@@ -404,7 +407,7 @@ static void on_token(struct ty__api_gen *g, uint32_t i, const struct ty_serve_ev
 static void on_error(struct ty__api_gen *g, const struct ty_serve_event *ev)
 {
     struct ty_api_error e;
-    backend_error(&e, ev->error);
+    backend_error(&e, ev->error, NULL);
     g->failed = true;
     cancel_choices(g);
     if (g->req.stream) {
@@ -513,6 +516,7 @@ static void fill_params(const struct ty__api_gen *g, uint32_t i, struct ty_serve
     sr->gen.ignore_eos = q->ignore_eos;
     sr->gen.stop = (const char *const *)q->stop;
     sr->gen.n_stop = q->n_stop;
+    sr->slo_class = q->service_tier[0] ? q->service_tier : NULL;
     sp->temperature = q->temperature;
     sp->top_k = q->top_k > 0 ? (uint32_t)q->top_k : 0;
     sp->top_p = q->top_p;
@@ -527,12 +531,13 @@ static void fill_params(const struct ty__api_gen *g, uint32_t i, struct ty_serve
 }
 
 /* Hand every choice to the backend; on failure cancel those already queued. */
-static int submit_all(ty_api_t *a, struct ty__api_gen *g)
+static int submit_all(ty_api_t *a, struct ty__api_gen *g, struct ty_serve_reject *rej)
 {
     const struct ty_serve_backend *b = &a->o.backend;
     for (uint32_t i = 0; i < g->n_choices; i++) {
         struct ty_serve_request sr = {0};
         fill_params(g, i, &sr);
+        sr.reject = rej;
         g->ch[i].id = sr.id;
         int rc = b->iface->submit(b->context, &sr);
         if (rc) {
@@ -601,9 +606,10 @@ void ty__api_handle_generate(ty_api_t *a, ty_http_req_t *r, enum ty_api_kind kin
     g->t0_ns = ty_clock_ns();
     g->created = (int64_t)time(NULL);
     g->seq = a->next_seq++;
+    struct ty_serve_reject rej = {.code = ""};
     int rc = prepare(a, r, g, kind, &e);
-    if (!rc && (rc = submit_all(a, g)))
-        backend_error(&e, rc);
+    if (!rc && (rc = submit_all(a, g, &rej)))
+        backend_error(&e, rc, &rej);
     if (rc) {
         ty__api_send_error(r, &e);
         gen_release(g);

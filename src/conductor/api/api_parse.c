@@ -21,6 +21,7 @@ int ty_api_error_set(struct ty_api_error *e, int status, const char *type, const
 {
     va_list ap;
     e->status = status;
+    e->retry_after_s = 0;
     snprintf(e->type, sizeof(e->type), "%s", type ? type : "invalid_request_error");
     snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
     snprintf(e->code, sizeof(e->code), "%s", code ? code : "");
@@ -371,6 +372,18 @@ static int parse_sampling(json_t *o, struct ty_api_request *r, struct ty_api_err
         return BAD("model", "'model' must be a string");
     if (json_is_string(model))
         r->model = strdup(json_string_value(model));
+    /* OpenAI's latency tier; the Conductor serves it under the SLO class of that name */
+    static const char *const tiers[] = {"auto", "default", "flex", "scale", "priority"};
+    json_t *tier = json_object_get(o, "service_tier");
+    if (tier && !json_is_null(tier)) {
+        const char *t = json_is_string(tier) ? json_string_value(tier) : NULL;
+        for (size_t i = 0; t && i < sizeof(tiers) / sizeof(tiers[0]) && !r->service_tier[0]; i++)
+            if (!strcmp(t, tiers[i]))
+                snprintf(r->service_tier, sizeof(r->service_tier), "%s", t);
+        if (!r->service_tier[0])
+            return BAD("service_tier",
+                       "'service_tier' must be one of auto, default, flex, scale, priority");
+    }
     return 0;
 }
 

@@ -24,10 +24,15 @@ void ty__api_send_json(ty_http_req_t *r, int status, json_t *o)
 void ty__api_send_error(ty_http_req_t *r, const struct ty_api_error *e)
 {
     char *s = ty_api_error_json(e);
-    const char *extra = e->status == 429 ? "Retry-After: 1\r\n"
-                        : e->status == 503 ? "Retry-After: 5\r\n"
-                        : e->status == 401 ? "WWW-Authenticate: Bearer\r\n"
-                                           : NULL;
+    char retry[48];
+    const char *extra = NULL;
+    if (e->status == 429 || e->status == 503) {
+        uint32_t s_after = e->retry_after_s ? e->retry_after_s : e->status == 429 ? 1 : 5;
+        snprintf(retry, sizeof(retry), "Retry-After: %u\r\n", s_after);
+        extra = retry;
+    } else if (e->status == 401) {
+        extra = "WWW-Authenticate: Bearer\r\n";
+    }
     ty_http_respond(r, e->status, "application/json", extra, s ? s : "{}", s ? strlen(s) : 2);
     free(s);
 }

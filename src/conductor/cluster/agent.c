@@ -1,7 +1,8 @@
 /* The node agent (tycho/cluster.h): RegisterNode until accepted, then one Heartbeat per
- * interval with the node's load; registers again when the Conductor answers known=false (it
- * restarted or declared us dead) or after the connection came back. One call in flight at a
- * time, so a slow Conductor never piles up heartbeats. */
+ * interval with the node's load, its timing samples and its KV block events; registers again
+ * when the Conductor answers known=false (it restarted or declared us dead) or after the
+ * connection came back. One call in flight at a time, so a slow Conductor never piles up
+ * heartbeats, and block event batches reach it in the order they were taken. */
 #include "tycho/cluster.h"
 #include "tycho/cluster_pb.h"
 
@@ -25,6 +26,8 @@ struct ty_cluster_agent {
     bool registered, in_flight, closing;
     uint64_t session, seq;
     uint32_t interval_ms;
+    struct ty_kv_events_batch batch; /* in the heartbeat in flight (batch_out) */
+    bool batch_out;
     void (*close_cb)(void *);
     void *close_arg;
     int n_closing;
@@ -52,6 +55,8 @@ static void on_register_reply(const struct ty_rpc_result *res, void *arg)
     }
     if (r->accepted) {
         a->registered = true;
+        if (a->o.kv_events) /* a new session: the Conductor holds none of our blocks */
+            ty_kv_events_resync(a->o.kv_events);
         a->session = r->session_id;
         if (r->heartbeat_interval_ms)
             a->interval_ms = r->heartbeat_interval_ms;
@@ -93,14 +98,28 @@ static void send_register(ty_cluster_agent_t *a)
         a->in_flight = true;
 }
 
+/* The heartbeat's block events: applied (known=true), lost or perhaps lost (given back), or
+ * addressed to a Conductor that forgot us (the next registration resyncs). */
+static void batch_done(ty_cluster_agent_t *a, bool applied)
+{
+    if (!a->batch_out)
+        return;
+    a->batch_out = false;
+    if (applied)
+        ty_kv_events_batch_clear(&a->batch);
+    else
+        ty_kv_events_give_back(a->o.kv_events, &a->batch);
+}
+
 static void on_heartbeat_reply(const struct ty_rpc_result *res, void *arg)
 {
     ty_cluster_agent_t *a = arg;
     a->in_flight = false;
-    if (res->event != TY_RPC_EVENT_REPLY)
-        return;
     Tycho__V1__HeartbeatReply *r =
-        tycho__v1__heartbeat_reply__unpack(NULL, res->len, res->payload);
+        res->event == TY_RPC_EVENT_REPLY
+            ? tycho__v1__heartbeat_reply__unpack(NULL, res->len, res->payload)
+            : NULL;
+    batch_done(a, r != NULL); /* known=false too: registering again resyncs */
     if (r && !r->known) {
         TY_LOG_WARN("agent", "the Conductor does not know %s any more: registering again",
                     a->node_id);
@@ -108,6 +127,42 @@ static void on_heartbeat_reply(const struct ty_rpc_result *res, void *arg)
     }
     if (r)
         tycho__v1__heartbeat_reply__free_unpacked(r, NULL);
+}
+
+/* The block events of this heartbeat into *pb (a batch taken and held until the reply); false
+ * when there is nothing to send. */
+static bool take_kv_events(ty_cluster_agent_t *a, Tycho__V1__KvBlockEvents *pb)
+{
+    if (!a->o.kv_events || ty_kv_events_take(a->o.kv_events, &a->batch))
+        return false; /* TY_ENOMEM: the changes stay pending for the next heartbeat */
+    if (ty_kv_events_batch_empty(&a->batch)) {
+        ty_kv_events_batch_clear(&a->batch);
+        return false;
+    }
+    a->batch_out = true;
+    pb->reset = a->batch.reset;
+    pb->n_stored = a->batch.n_stored;
+    pb->stored = a->batch.stored;
+    pb->n_removed = a->batch.n_removed;
+    pb->removed = a->batch.removed;
+    return true;
+}
+
+/* Drain the timing ring into samples / ptrs (TY_CLUSTER_MAX_TIMINGS each); returns how many. */
+static size_t take_timings(ty_cluster_agent_t *a, Tycho__V1__TimingSample *pb,
+                           Tycho__V1__TimingSample **ptrs)
+{
+    struct ty_timing_sample s[TY_CLUSTER_MAX_TIMINGS];
+    size_t n = a->o.timings ? ty_timing_ring_take(a->o.timings, s, TY_CLUSTER_MAX_TIMINGS) : 0;
+    for (size_t i = 0; i < n; i++) {
+        tycho__v1__timing_sample__init(&pb[i]);
+        pb[i].n_tokens = s[i].n_tokens;
+        pb[i].prefix_tokens = s[i].prefix_tokens;
+        pb[i].batch_size = s[i].batch_size;
+        pb[i].duration_us = s[i].duration_us;
+        ptrs[i] = &pb[i];
+    }
+    return n;
 }
 
 static void send_heartbeat(ty_cluster_agent_t *a)
@@ -127,10 +182,28 @@ static void send_heartbeat(ty_cluster_agent_t *a)
     m.seq = ++a->seq;
     m.wall_ms = ty_wall_ms();
     m.load = &load;
+    Tycho__V1__TimingSample ts[TY_CLUSTER_MAX_TIMINGS], *tsp[TY_CLUSTER_MAX_TIMINGS];
+    size_t n_ts = take_timings(a, ts, tsp);
+    if (a->o.role == TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL) {
+        m.n_prefill_timings = n_ts;
+        m.prefill_timings = tsp;
+    } else {
+        m.n_decode_timings = n_ts;
+        m.decode_timings = tsp;
+    }
+    Tycho__V1__KvBlockEvents kv = TYCHO__V1__KV_BLOCK_EVENTS__INIT;
+    if (take_kv_events(a, &kv))
+        m.kv_events = &kv;
     struct ty_rpc_call_opts co = {.timeout_ms = a->interval_ms * 4 + 500};
-    if (!ty_rpc_client_call_msg(a->rpc, TYCHO__V1__METHOD__METHOD_HEARTBEAT,
-                                (const ProtobufCMessage *)&m, &co, on_heartbeat_reply, a, NULL))
-        a->in_flight = true;
+    int rc = ty_rpc_client_call_msg(a->rpc, TYCHO__V1__METHOD__METHOD_HEARTBEAT,
+                                    (const ProtobufCMessage *)&m, &co, on_heartbeat_reply, a,
+                                    NULL);
+    if (rc) {
+        TY_LOG_DEBUG("agent", "heartbeat: %s", ty_strerror(rc));
+        batch_done(a, false);
+        return;
+    }
+    a->in_flight = true;
 }
 
 static void on_tick(uv_timer_t *t)

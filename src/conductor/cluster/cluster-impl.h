@@ -16,6 +16,11 @@
 
 struct ty__cnode {
     struct ty_cluster_node_info info;
+    uint32_t slot;        /* index in ty_cluster.nodes: the node's id in the scheduler */
+    bool in_sched;        /* added to the scheduler (alive) */
+    uint64_t kv_pages;    /* as registered */
+    uint32_t max_batch;   /* as registered (decode: sequences per batch) */
+    uint64_t decode_ctx;  /* decode: context tokens of its batch, from its heartbeats */
     char segment[TY_XFER_NAME_MAX + 1];
     uint32_t block_tokens;
     uint64_t session, last_hb_ms;
@@ -36,11 +41,41 @@ struct ty__creq {
     Tycho__V1__DecodeAssignReply *dreply; /* kept to forward its KV destination */
     bool decode_pending, prefill_pending, stream_pending, finished, prefill_counted;
     uint64_t wait_until_ms; /* no node yet (Conductor just started): dispatch when one comes */
+    bool placed;            /* in the scheduler's flight table (until ty__place_done) */
+    uint32_t priority;      /* SLO class index (ty__place_class) */
+    double predicted_prefill_us; /* the scheduler's transfer + prefill estimate */
+    uint64_t prefill_sent_us;    /* when PrefillAssign went out */
     struct ty_stoptext tx;  /* text of the relayed tokens, as ty_engine_generate makes it */
+};
+
+/* The live scheduler (placement.c): ty_sched_t fed from registrations, heartbeats (decode
+ * load, KV block events, timing samples) and the requests' lifecycle. */
+struct ty__sample_ring {
+    struct ty_sched_sample *v;
+    uint32_t cap, len, head, fresh; /* fresh: added since the last refit */
+    ty_metrics_child_t *count;
+};
+
+struct ty__place {
+    ty_sched_t *s;
+    bool refit;
+    uint32_t block_tokens; /* B of the prefill nodes (0 until the first registered) */
+    uint64_t hash_seed;
+    uint32_t expected_output;
+    char class_names[TY_SCHED_MAX_CLASSES][64]; /* the model's SLO classes, in slo: order */
+    struct ty__sample_ring prefill, decode;
+    uint64_t *hashes; /* scratch of one pick */
+    size_t cap_hashes;
+    /* metrics (NULL without a registry) */
+    ty_metrics_child_t *decisions[TY_SCHED_REJECT_NO_NODE + 1];
+    ty_metrics_child_t *prompt_blocks, *cached_blocks, *index_blocks, *decode_over_slo;
+    ty_metrics_child_t *coef[2][3];
+    ty_metrics_child_t *predicted_ttft;
 };
 
 struct ty_cluster {
     struct ty_cluster_opts o;
+    struct ty__place place;
     const ty_tokenizer_t *tok;
     ty_rpc_server_t *srv;
     uv_timer_t tick;
@@ -61,6 +96,24 @@ int ty__cluster_registry_start(ty_cluster_t *c);
 struct ty__cnode *ty__cluster_pick(ty_cluster_t *c, int role);
 /* Mark `n` dead: fail its requests, close its connection. */
 void ty__cluster_node_down(ty_cluster_t *c, struct ty__cnode *n, const char *why);
+
+/* placement.c: every call on the loop thread. */
+int ty__place_init(ty_cluster_t *c, const struct ty_cluster_opts *o);
+void ty__place_fini(ty_cluster_t *c);
+/* A node registered: checks it fits (prefill nodes share one block size; `why` says what is
+ * wrong) and adds it to the scheduler. */
+int ty__place_node_up(ty_cluster_t *c, struct ty__cnode *n, char *why, size_t cap);
+void ty__place_node_down(ty_cluster_t *c, struct ty__cnode *n);
+void ty__place_heartbeat(ty_cluster_t *c, struct ty__cnode *n, const Tycho__V1__Heartbeat *m);
+/* The SLO class index of a class name (NULL, "auto" or unknown: 0). */
+uint32_t ty__place_class(const ty_cluster_t *c, const char *name);
+/* Choose the prefill and decode nodes of r (r->pnode, r->dnode). Returns 0, TY_EREJECTED with
+ * *rej filled (an SLO would be missed), TY_EUNAVAIL (no node) or TY_ENOMEM. */
+int ty__place_pick(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *rej);
+/* r's prefill finished on r->pnode: its KV is at the decode node. */
+void ty__place_prefilled(ty_cluster_t *c, struct ty__creq *r);
+/* r finished, failed or was cancelled. */
+void ty__place_done(ty_cluster_t *c, struct ty__creq *r);
 
 /* remote.c */
 extern const struct ty_serve_backend_i ty__cluster_backend_iface;

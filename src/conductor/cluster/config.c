@@ -63,8 +63,41 @@ static const struct ty_config_struct limits = TY_CONFIG_STRUCT("limits", L, limi
     {.key = "limits", .type = TY_CONFIG_SECTION, AT(T, P, limits), .sub = &limits,                \
      .help = "HTTP request limits"}
 
+#define K struct ty_cluster_cost_config
+static const struct ty_config_field cost_fields[] = {
+    {.key = "profile", .type = TY_CONFIG_STRING, TY_CONFIG_AT(K, profile), .def = "auto",
+     .min = "1",
+     .help = "starting cost model: auto (derived from the model for a CPU node), "
+             "llama3-70b-8xa800, llama3-70b-8xh800"},
+    {.key = "prefill", .type = TY_CONFIG_LIST, .elem = TY_CONFIG_DOUBLE,
+     TY_CONFIG_LIST_AT(K, prefill, n_prefill), .max = "3",
+     .help = "[c0 us, c1 us/token, c2 us/token^2] replacing the profile's (3 or none)"},
+    {.key = "decode", .type = TY_CONFIG_LIST, .elem = TY_CONFIG_DOUBLE,
+     TY_CONFIG_LIST_AT(K, decode, n_decode), .max = "3",
+     .help = "[d0 us, d1 us/sequence, d2 us/context token] replacing the profile's (3 or none)"},
+    {.key = "net_gbytes_per_s", .type = TY_CONFIG_DOUBLE, TY_CONFIG_AT(K, net_gbytes_per_s),
+     .def = "1.0", .min = "0.001", .max = "100000",
+     .help = "KV transfer bandwidth of a prefill node, GB/s"},
+    {.key = "refit", .type = TY_CONFIG_BOOL, TY_CONFIG_AT(K, refit), .def = "true",
+     .help = "refit prefill and decode coefficients from the nodes' measured timings"},
+    {.key = "refit_window", .type = TY_CONFIG_UINT, TY_CONFIG_AT(K, refit_window),
+     .def = "256", .min = "8", .max = "65536", .help = "most recent samples each refit uses"},
+};
+#undef K
+static const struct ty_config_struct cost_struct =
+    TY_CONFIG_STRUCT("cost", struct ty_cluster_cost_config, cost_fields);
+
 static const struct ty_config_field conductor_fields[] = {
     CONDUCTOR_ROWS(struct ty_cluster_config, ),
+    {.key = "scheduler", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(struct ty_cluster_config,
+     scheduler), .sub = &ty_sched_config_table,
+     .help = "placement policy, admission and SLOs per model (DESIGN.md §6)"},
+    {.key = "cost", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(struct ty_cluster_config, cost),
+     .sub = &cost_struct, .help = "the scheduler's cost model"},
+    {.key = "expected_output_tokens", .type = TY_CONFIG_UINT,
+     TY_CONFIG_AT(struct ty_cluster_config, expected_output_tokens), .def = "256", .min = "1",
+     .max = "1048576",
+     .help = "output length the scheduler assumes for a request without max_tokens"},
 };
 const struct ty_config_struct ty_cluster_config_table =
     TY_CONFIG_STRUCT("conductor", struct ty_cluster_config, conductor_fields);

@@ -83,15 +83,20 @@ static int start(struct conductor *s, uv_loop_t *loop)
         .heartbeat_timeout_ms = (uint32_t)(s->cfg.heartbeat_timeout_ns / 1000000),
         .request_timeout_ms = (uint32_t)(s->cfg.request_timeout_ns / 1000000),
         .startup_wait_ms = (uint32_t)(s->cfg.startup_wait_ns / 1000000),
-        .event_cb = on_event, .event_arg = s};
-    if ((rc = ty_cluster_new(&s->cluster, &co))) {
+        .event_cb = on_event, .event_arg = s, .sched = &s->cfg.scheduler, .cost = &s->cfg.cost,
+        .model_name = name, .expected_output_tokens = s->cfg.expected_output_tokens};
+    model_name(s->cfg.model_path, name, sizeof(name));
+    if ((rc = ty_metrics_registry_new(&s->reg)))
+        return rc;
+    co.metrics = s->reg;
+    if ((rc = ty_cluster_new(&s->cluster, &co)) == TY_EINVAL) {
+        fprintf(stderr, "tycho-conductor: the scheduler's settings are invalid (see the log)\n");
+        return rc;
+    } else if (rc) {
         fprintf(stderr, "tycho-conductor: cannot listen for nodes on %s:%u: %s\n",
                 s->cfg.rpc_host, s->cfg.rpc_port, ty_strerror(rc));
         return rc;
     }
-    model_name(s->cfg.model_path, name, sizeof(name));
-    if ((rc = ty_metrics_registry_new(&s->reg)))
-        return rc;
     struct ty_api_opts ao = {
         .host = s->cfg.listen_host, .port = s->cfg.listen_port, .model = s->model,
         .model_name = name, .model_path = s->cfg.model_path,

@@ -45,6 +45,7 @@ void ty__cluster_node_down(ty_cluster_t *c, struct ty__cnode *n, const char *why
         TY_LOG_WARN("cluster", "node %s (%s) is down: %s", n->info.id, n->info.address, why);
     n->info.alive = false;
     n->lost = false;
+    ty__place_node_down(c, n);
     ty__cluster_fail_node(c, n, TY_EUNAVAIL);
     if (n->rpc) {
         ty_rpc_client_t *r = n->rpc;
@@ -119,6 +120,7 @@ static int node_register(ty_cluster_t *c, const Tycho__V1__RegisterNode *m, char
         if (!n)
             return TY_ENOMEM;
         n->c = c;
+        n->slot = (uint32_t)c->n_nodes;
         snprintf(n->info.id, sizeof(n->info.id), "%s", m->node_id);
         c->nodes[c->n_nodes++] = n;
     } else if (n->info.alive || n->rpc) {
@@ -128,8 +130,14 @@ static int node_register(ty_cluster_t *c, const Tycho__V1__RegisterNode *m, char
     snprintf(n->info.address, sizeof(n->info.address), "%s", m->address);
     snprintf(n->segment, sizeof(n->segment), "%s", m->transfer_segment);
     n->block_tokens = m->capacity->block_tokens;
-    int rc = node_connect(c, n);
+    n->kv_pages = m->capacity->kv_pages;
+    n->max_batch = m->capacity->max_batch;
+    int rc = ty__place_node_up(c, n, why, cap);
+    if (rc)
+        return rc;
+    rc = node_connect(c, n);
     if (rc) {
+        ty__place_node_down(c, n);
         snprintf(why, cap, "cannot connect to %s: %s", m->address, ty_strerror(rc));
         return rc;
     }
@@ -195,6 +203,7 @@ static void on_heartbeat(ty_rpc_call_t *call, const uint8_t *payload, size_t len
             n->info.load.free_pages = m->load->free_pages;
             n->info.load.kv_usage = m->load->kv_cache_usage;
         }
+        ty__place_heartbeat(c, n, m);
     }
     ty_rpc_call_reply_msg(call, (const ProtobufCMessage *)&r);
     tycho__v1__heartbeat__free_unpacked(m, NULL);

@@ -69,8 +69,8 @@ static void send_cancel(struct ty__cnode *n, uint64_t rid, const char *why)
 /* Mark finished: the nodes still holding it are told to let go. */
 static void req_end(ty_cluster_t *c, struct ty__creq *r, bool decode_done, const char *why)
 {
-    (void)c;
     r->finished = true;
+    ty__place_done(c, r);
     if (r->dnode && r->dnode->info.inflight)
         r->dnode->info.inflight--;
     if (r->prefill_counted && r->pnode && r->pnode->info.inflight)
@@ -193,6 +193,8 @@ static void on_prefill_reply(const struct ty_rpc_result *res, void *arg)
         req_fail(c, r, err == TY_ECONNRESET || err == TY_ECANCELED ? TY_EUNAVAIL : err);
         return;
     }
+    if (!r->finished)
+        ty__place_prefilled(c, r);
     req_maybe_free(c, r);
 }
 
@@ -224,9 +226,12 @@ static int start_prefill(ty_cluster_t *c, struct ty__creq *r)
     if (rc)
         return rc;
     r->stream_pending = true;
-    r->pnode = ty__cluster_pick(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL);
-    if (!r->pnode)
-        return TY_EUNAVAIL;
+    if (!r->pnode || !r->pnode->info.alive || r->pnode->lost || !r->pnode->rpc) {
+        /* the scheduler's choice died while the decode node reserved pages */
+        r->pnode = ty__cluster_pick(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL);
+        if (!r->pnode)
+            return TY_EUNAVAIL;
+    }
     Tycho__V1__SamplingParams sp = TYCHO__V1__SAMPLING_PARAMS__INIT;
     fill_sampling(&r->gen, &sp);
     Tycho__V1__PrefillAssign pa = TYCHO__V1__PREFILL_ASSIGN__INIT;
@@ -242,6 +247,7 @@ static int start_prefill(ty_cluster_t *c, struct ty__creq *r)
     if (rc)
         return rc;
     r->prefill_pending = r->prefill_counted = true;
+    r->prefill_sent_us = ty_clock_ns() / 1000;
     r->pnode->info.inflight++;
     r->pnode->info.served++;
     return 0;
@@ -292,6 +298,7 @@ static int req_new(ty_cluster_t *c, const struct ty_serve_request *sr, struct ty
     r->n_prompt = (uint32_t)sr->n_prompt;
     r->id = sr->id;
     r->rid = ++c->next_rid;
+    r->priority = ty__place_class(c, sr->slo_class);
     r->gen = sr->gen;
     r->gen.stop = NULL;
     r->gen.n_stop = 0;
@@ -299,10 +306,14 @@ static int req_new(ty_cluster_t *c, const struct ty_serve_request *sr, struct ty
     return 0;
 }
 
-/* Send DecodeAssign for `r` to decode node `d`. */
-static int dispatch(ty_cluster_t *c, struct ty__creq *r, struct ty__cnode *d)
+/* Place `r` (the scheduler chooses its nodes or refuses it) and send DecodeAssign to its
+ * decode node. */
+static int dispatch(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *rej)
 {
-    (void)c;
+    int rc = ty__place_pick(c, r, rej);
+    if (rc)
+        return rc;
+    struct ty__cnode *d = r->dnode;
     Tycho__V1__SamplingParams sp = TYCHO__V1__SAMPLING_PARAMS__INIT;
     fill_sampling(&r->gen, &sp);
     Tycho__V1__DecodeAssign m = TYCHO__V1__DECODE_ASSIGN__INIT;
@@ -313,11 +324,13 @@ static int dispatch(ty_cluster_t *c, struct ty__creq *r, struct ty__cnode *d)
     m.n_prompt_token_ids = r->n_prompt;
     m.prompt_token_ids = r->prompt;
     struct ty_rpc_call_opts co = {.timeout_ms = 10000};
-    int rc = ty_rpc_client_call_msg(d->rpc, TYCHO__V1__METHOD__METHOD_DECODE_ASSIGN,
-                                    (const ProtobufCMessage *)&m, &co, on_decode_reply, r, NULL);
-    if (rc)
+    rc = ty_rpc_client_call_msg(d->rpc, TYCHO__V1__METHOD__METHOD_DECODE_ASSIGN,
+                                (const ProtobufCMessage *)&m, &co, on_decode_reply, r, NULL);
+    if (rc) {
+        ty__place_done(c, r);
+        r->dnode = r->pnode = NULL;
         return rc == TY_ESHUTDOWN ? TY_EUNAVAIL : rc;
-    r->dnode = d;
+    }
     r->decode_pending = true;
     r->wait_until_ms = 0;
     d->info.inflight++;
@@ -325,10 +338,10 @@ static int dispatch(ty_cluster_t *c, struct ty__creq *r, struct ty__cnode *d)
     return 0;
 }
 
-static bool nodes_up(ty_cluster_t *c, struct ty__cnode **d)
+static bool nodes_up(ty_cluster_t *c)
 {
-    *d = ty__cluster_pick(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE);
-    return *d && ty__cluster_pick(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL);
+    return ty__cluster_pick(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE) &&
+           ty__cluster_pick(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL);
 }
 
 void ty__cluster_retry_waiting(ty_cluster_t *c)
@@ -338,8 +351,7 @@ void ty__cluster_retry_waiting(ty_cluster_t *c)
         next = r->next;
         if (r->finished || !r->wait_until_ms)
             continue;
-        struct ty__cnode *d;
-        int rc = nodes_up(c, &d) ? dispatch(c, r, d) : now > r->wait_until_ms ? TY_EUNAVAIL : 0;
+        int rc = nodes_up(c) ? dispatch(c, r, NULL) : now > r->wait_until_ms ? TY_EUNAVAIL : 0;
         if (rc)
             req_fail(c, r, rc);
     }
@@ -352,16 +364,15 @@ static int cluster_submit(void *ctx, const struct ty_serve_request *sr)
         return TY_ESHUTDOWN;
     if (!sr || !sr->n_prompt || sr->n_prompt >= c->o.max_ctx)
         return sr && sr->n_prompt ? TY_ERANGE : TY_EINVAL;
-    struct ty__cnode *d;
     uint64_t now = ty_clock_ms();
-    bool up = nodes_up(c, &d);
+    bool up = nodes_up(c);
     if (!up && now - c->started_ms >= c->o.startup_wait_ms)
         return TY_EUNAVAIL;
     struct ty__creq *r;
     int rc = req_new(c, sr, &r);
     if (rc)
         return rc;
-    if (up && (rc = dispatch(c, r, d))) {
+    if (up && (rc = dispatch(c, r, sr->reject))) {
         ty_stoptext_clear(&r->tx);
         free(r->prompt);
         free(r);
@@ -449,12 +460,21 @@ int ty_cluster_new(ty_cluster_t **out, const struct ty_cluster_opts *opts)
     c->tok = ty_model_tokenizer(opts->model);
     c->started_ms = ty_clock_ms();
     c->o.rpc_host = opts->rpc_host;
-    int rc = ty__cluster_registry_start(c);
-    c->o.rpc_host = NULL;
+    int rc = ty__place_init(c, opts);
     if (rc) {
         free(c);
         return rc;
     }
+    rc = ty__cluster_registry_start(c);
+    c->o.rpc_host = NULL;
+    if (rc) {
+        ty__place_fini(c);
+        free(c);
+        return rc;
+    }
+    c->o.sched = NULL; /* borrowed only until here */
+    c->o.cost = NULL;
+    c->o.model_name = NULL;
     *out = c;
     return 0;
 }
@@ -473,6 +493,7 @@ static void close_step(void *arg)
     void *cb_arg = c->close_arg;
     for (size_t i = 0; i < c->n_nodes; i++)
         free(c->nodes[i]);
+    ty__place_fini(c);
     free(c);
     if (cb)
         cb(cb_arg);

@@ -2,7 +2,8 @@
 """Integration tests of the disaggregated cluster on stories260K: tycho-conductor, tycho-prefill
 and tycho-decode as separate processes on loopback ephemeral ports, KV over the tcp transport.
 
-Usage: test_cluster.py BUILD_DIR CASE   (CASE: equal, concurrent, kill_decode, hung_decode). Exits 77 when
+Usage: test_cluster.py BUILD_DIR CASE   (CASE: equal, concurrent, kill_decode, hung_decode,
+prefix_routing, cache_events, slo_reject, cost_refit). Exits 77 when
 the shared test data is missing. Expected token ids come from running `tycho generate` (the
 monolithic engine loop), never from the cluster.
 """
@@ -55,12 +56,20 @@ def read_ports(path, deadline):
 
 
 class Cluster:
-    def __init__(self, n_prefill, n_decode, hb_timeout="1500ms", model=MODEL):
+    def __init__(self, n_prefill, n_decode, hb_timeout="1500ms", model=MODEL, config=None,
+                 node_args=()):
         self.dir = tempfile.mkdtemp(prefix="tycho-cluster-")
         self.model = model
+        self.node_args = list(node_args)
         self.procs = {}
         self.logs = {}
-        self.start("conductor", [CONDUCTOR, "--model_path=" + model, "--listen_port=0",
+        extra = []
+        if config:
+            path = os.path.join(self.dir, "conductor.yaml")
+            with open(path, "w") as f:
+                f.write(config)
+            extra = ["--config=" + path]
+        self.start("conductor", [CONDUCTOR, *extra, "--model_path=" + model, "--listen_port=0",
                                  "--rpc_port=0", "--heartbeat_interval=200ms",
                                  "--heartbeat_timeout=" + hb_timeout])
         self.http, self.rpc = read_ports(self.port_file("conductor"), time.time() + 20)
@@ -87,7 +96,7 @@ class Cluster:
         self.start(name, [PREFILL if role == "prefill" else DECODE, "--model_path=" + self.model,
                           "--name=" + name, "--conductor_address=127.0.0.1:%d" % self.rpc,
                           "--kv_block_tokens=16", "--heartbeat_interval=200ms",
-                          "--chunk_tokens=32"])
+                          "--chunk_tokens=32", *self.node_args])
 
     def registered(self):
         out = []
@@ -124,13 +133,28 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 p.kill()
 
-    def post(self, path, body, timeout=30):
+    def post(self, path, body, timeout=30, headers=None):
         c = http.client.HTTPConnection("127.0.0.1", self.http, timeout=timeout)
         c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
         r = c.getresponse()
         data = r.read()
+        if headers is not None:
+            headers.update({k.lower(): v for k, v in r.getheaders()})
         c.close()
         return r.status, data
+
+    def metrics(self):
+        """The Conductor's /metrics as {"name{labels}": value}."""
+        c = http.client.HTTPConnection("127.0.0.1", self.http, timeout=10)
+        c.request("GET", "/metrics")
+        text = c.getresponse().read().decode()
+        c.close()
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                k, _, v = line.rpartition(" ")
+                out[k] = float(v)
+        return out
 
 
 def generate(prompt, n, model=MODEL, extra=()):
@@ -370,12 +394,194 @@ def case_hung_decode():
     return ok
 
 
+# Two long prompts, each several 16-token blocks, that share nothing (different first block).
+LONG_A = PROMPTS[18]
+LONG_B = PROMPTS[19]
+
+
+def cached_of(body):
+    return json.loads(body).get("usage", {}).get("prompt_tokens_details", {}).get(
+        "cached_tokens", -1)
+
+
+def case_prefix_routing():
+    """The live Conductor places each request with the KVCache-centric scheduler: a prompt
+    seen before goes to the prefill node holding its blocks (least-in-flight routing sent
+    every second request to the other, empty node), and its KV is reused there."""
+    cl = Cluster(2, 1)
+    ok = True
+    try:
+        n_a = len(generate(LONG_A, 1)["prompt_ids"])
+        n_b = len(generate(LONG_B, 1)["prompt_ids"])
+        seen = []
+        for turn, prompt in enumerate([LONG_A, LONG_A, LONG_B, LONG_B, LONG_A, LONG_B]):
+            st, body = cl.post("/v1/completions", {"prompt": prompt, "max_tokens": 4,
+                                                   "temperature": 0})
+            seen.append(cached_of(body) if st == 200 else -1)
+        # full blocks of the prompt, the last token always computed
+        want_a, want_b = (n_a - 1) // 16 * 16, (n_b - 1) // 16 * 16
+        ok &= check(seen[0] == 0 and seen[2] == 0, "first sight of each prompt: nothing "
+                    "cached (%s)" % seen)
+        ok &= check(seen[1] == want_a and seen[4] == want_a and seen[3] == want_b and
+                    seen[5] == want_b,
+                    "every repeat found all its full blocks on its prefill node: %s "
+                    "(want %d / %d)" % (seen, want_a, want_b))
+        m = cl.metrics()
+        ok &= check(m.get('tycho_scheduler_decisions_total{result="accepted"}') == 6,
+                    "the scheduler placed all 6 requests")
+        blocks = m.get("tycho_scheduler_cached_blocks_total", 0)
+        want = 2 * (n_a // 16) + 2 * (n_b // 16)  # each repeat: all its full blocks
+        ok &= check(blocks == want, "the scheduler predicted that reuse: %s cached blocks "
+                    "(want %d)" % (blocks, want))
+    finally:
+        cl.stop()
+    if not ok:
+        print(cl.dump())
+    return ok
+
+
+def case_cache_events():
+    """A prefill node tells the Conductor which blocks its page cache evicted: with room for
+    only 12 pages, after many distinct prompts the Conductor's prefix index holds no more
+    blocks than the node can (without the node's events it would keep all of them), and a
+    prompt whose blocks were evicted is predicted uncached."""
+    cl = Cluster(1, 1, node_args=["--kv_pages=12"])
+    ok = True
+    try:
+        prompts = ["%s %s" % (w, LONG_A) for w in
+                   ["Red.", "Blue.", "Green.", "Gold.", "Pink.", "Gray."]]
+        for p in prompts:
+            st, body = cl.post("/v1/completions", {"prompt": p, "max_tokens": 2,
+                                                   "temperature": 0})
+            ok &= check(st == 200, "distinct prompt served (%d)" % st)
+        blocks = None
+        deadline = time.time() + 5
+        while time.time() < deadline:  # heartbeats every 200 ms carry the events
+            blocks = cl.metrics().get("tycho_scheduler_index_blocks")
+            if blocks is not None and blocks <= 12:
+                break
+            time.sleep(0.2)
+        ok &= check(blocks is not None and 0 < blocks <= 12,
+                    "prefix index follows the node's 12-page cache (%s blocks indexed; %d "
+                    "prompts of >= 3 blocks went through)" % (blocks, len(prompts)))
+        # the first prompt's blocks were evicted long ago: computed again, nothing reused
+        st, body = cl.post("/v1/completions", {"prompt": prompts[0], "max_tokens": 2,
+                                               "temperature": 0})
+        ok &= check(st == 200 and cached_of(body) == 0,
+                    "evicted prompt is recomputed (cached %s)" % cached_of(body))
+    finally:
+        cl.stop()
+    if not ok:
+        print(cl.dump())
+    return ok
+
+
+SLO_CONFIG = """
+scheduler:
+  admission: predicted
+  models:
+    - name: stories260K
+      slo:
+        - {class: default, ttft: 300ms, tbt: 0s}
+        - {class: flex, ttft: 10s, tbt: 0s}
+cost:
+  refit: false
+  prefill: [1000, 10000, 0]   # 1 ms + 10 ms per uncached token: a 50-token prompt is 0.5 s
+"""
+
+
+def case_slo_reject():
+    """Admission at arrival: a request whose predicted TTFT breaks the TTFT SLO is refused
+    with 429, an OpenAI-shaped error naming the reason and a Retry-After, before any work is
+    done; the same request in a laxer SLO class (service_tier) and short requests pass, the
+    Conductor keeps serving."""
+    cl = Cluster(1, 1, config=SLO_CONFIG)
+    ok = True
+    try:
+        hdr = {}
+        st, body = cl.post("/v1/completions", {"prompt": LONG_A, "max_tokens": 4,
+                                               "temperature": 0}, headers=hdr)
+        err = json.loads(body).get("error", {}) if body else {}
+        ok &= check(st == 429 and err.get("code") == "ttft_slo" and
+                    err.get("type") == "rate_limit_exceeded" and "SLO" in err.get("message", ""),
+                    "long prompt refused: %d %s" % (st, err))
+        ok &= check(int(hdr.get("retry-after", "0")) >= 1,
+                    "Retry-After: %s" % hdr.get("retry-after"))
+        res = {}
+        stream(cl, LONG_A, 4, res, 0)
+        ok &= check(res[0][3] == "http 429", "streamed long prompt refused before the stream "
+                    "(%s)" % (res[0][3],))
+        # the same prompt in the lax class (OpenAI's service_tier names it) is served
+        st, body = cl.post("/v1/completions", {"prompt": LONG_A, "max_tokens": 4,
+                                               "temperature": 0, "service_tier": "flex"})
+        ok &= check(st == 200, "long prompt served in service_tier flex (TTFT SLO 10 s): %d"
+                    % st)
+        st, body = cl.post("/v1/completions", {"prompt": LONG_A, "max_tokens": 4,
+                                               "service_tier": "gold"})
+        ok &= check(st == 400 and json.loads(body)["error"]["param"] == "service_tier",
+                    "unknown service_tier is a 400 naming it (%d)" % st)
+        ref = generate("The cat", 8)
+        st, body = cl.post("/v1/completions", {"prompt": "The cat", "max_tokens": 8,
+                                               "temperature": 0, "return_token_ids": True})
+        got = json.loads(body)["choices"][0]["token_ids"] if st == 200 else None
+        ok &= check(got == ref["output_ids"], "short prompt served as generate does (%d)" % st)
+        m = cl.metrics()
+        ok &= check(m.get('tycho_scheduler_decisions_total{result="ttft"}') == 2 and
+                    m.get('tycho_scheduler_decisions_total{result="accepted"}') == 2,
+                    "decisions counted by reason")
+        ok &= check(m.get('tycho_scheduler_cost_coefficient{stage="prefill",term="1"}') == 10000,
+                    "the configured cost model is the one in use (refit off)")
+    finally:
+        cl.stop()
+    if not ok:
+        print(cl.dump())
+    return ok
+
+
+def case_cost_refit():
+    """The Conductor refits its cost model from the timings the nodes measure: after some
+    traffic it has prefill and decode samples, and the coefficients in use moved away from the
+    deliberately wrong starting point (1 s per prompt token) to non-negative values that
+    predict this machine's prefill within a factor of 20."""
+    cl = Cluster(1, 1, config="cost:\n  prefill: [0, 1000000, 0]\n")
+    ok = True
+    try:
+        t_prefill = []
+        for i, p in enumerate(PROMPTS[:14]):
+            t0 = time.time()
+            st, _ = cl.post("/v1/completions", {"prompt": p, "max_tokens": 3,
+                                                "temperature": 0})
+            t_prefill.append(time.time() - t0)
+            ok &= check(st == 200, "request %d served (%d)" % (i, st))
+        time.sleep(0.6)  # three heartbeats
+        m = cl.metrics()
+        n_pre = m.get('tycho_scheduler_cost_samples_total{stage="prefill"}', 0)
+        n_dec = m.get('tycho_scheduler_cost_samples_total{stage="decode"}', 0)
+        ok &= check(n_pre >= 8 and n_dec >= 1, "timing samples received: %d prefill, %d "
+                    "decode" % (n_pre, n_dec))
+        c = [m.get('tycho_scheduler_cost_coefficient{stage="prefill",term="%d"}' % k, -1)
+             for k in range(3)]
+        ok &= check(all(x >= 0 for x in c) and c[1] < 1000000,
+                    "prefill coefficients refitted: %s" % c)
+        pred = (c[0] + c[1] * 8 + c[2] * 64) / 1e6  # an 8-token prompt, seconds
+        worst = max(t_prefill)
+        ok &= check(pred < 20 * worst, "predicted prefill of 8 tokens %.4f s vs measured "
+                    "whole requests <= %.4f s" % (pred, worst))
+    finally:
+        cl.stop()
+    if not ok:
+        print(cl.dump())
+    return ok
+
+
 def main():
     if not os.path.exists(MODEL):
         print("skip: no " + MODEL)
         return 77
     return 0 if {"equal": case_equal, "concurrent": case_concurrent,
-                 "kill_decode": case_kill_decode, "hung_decode": case_hung_decode}[CASE]() else 1
+                 "kill_decode": case_kill_decode, "hung_decode": case_hung_decode,
+                 "prefix_routing": case_prefix_routing, "cache_events": case_cache_events,
+                 "slo_reject": case_slo_reject, "cost_refit": case_cost_refit}[CASE]() else 1
 
 
 if __name__ == "__main__":

@@ -158,7 +158,7 @@ static const char *full_yaml =
     "small: -128\n"
     "slo:\n"
     "  ttft_ms: 300\n"
-    "tags: [x, 'y z', \"\"]\n"
+    "tags: [x, 'y z, longer than max', \"\"]\n"
     "classes:\n"
     "  - name: gold\n"
     "    ttft_ms: 100\n"
@@ -186,7 +186,7 @@ static void test_types_nesting_lists(void **state)
     assert_int_equal(c.slo.ttft_ms, 300);
     assert_true(c.slo.tbt_ms == 100.0); /* untouched sibling keeps its default */
     assert_int_equal(c.n_tags, 3);
-    assert_string_equal(c.tags[1], "y z");
+    assert_string_equal(c.tags[1], "y z, longer than max"); /* max bounds the count */
     assert_string_equal(c.tags[2], "");
     assert_int_equal(c.n_classes, 2);
     assert_string_equal(c.classes[0].name, "gold");

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "tycho/errors.h"
+#include "tycho/hash.h"
 #include "tycho/kvpool.h"
 
 #include <stdlib.h>
@@ -180,6 +181,128 @@ static void test_export_roundtrip(void **state)
     ty_kvpool_free(q);
 }
 
+/* What block_cb reported, and the index membership it implies (checked to alternate). */
+struct events {
+    uint64_t stored[64], removed[64];
+    size_t n_stored, n_removed;
+    uint64_t live[4096];
+    size_t n_live;
+    size_t total;
+};
+
+static void on_block(void *arg, uint64_t h, bool stored)
+{
+    struct events *e = arg;
+    size_t i = 0;
+    while (i < e->n_live && e->live[i] != h)
+        i++;
+    if (stored) {
+        assert_true(i == e->n_live); /* never stored twice without a removal between */
+        assert_true(e->n_live < 4096);
+        e->live[e->n_live++] = h;
+        if (e->n_stored < 64)
+            e->stored[e->n_stored++] = h;
+    } else {
+        assert_true(i < e->n_live); /* only what was stored is removed */
+        e->live[i] = e->live[--e->n_live];
+        if (e->n_removed < 64)
+            e->removed[e->n_removed++] = h;
+    }
+    e->total++;
+}
+
+static ty_kvpool_t *mk_events(uint32_t pages, struct events *e)
+{
+    struct ty_kvpool_opts o = {.n_layers = 1, .n_kv_heads = 1, .head_dim = 4, .block_tokens = 4,
+                               .n_pages = pages, .hash_seed = 7, .block_cb = on_block,
+                               .block_arg = e};
+    ty_kvpool_t *p;
+    memset(e, 0, sizeof(*e));
+    assert_int_equal(ty_kvpool_new(&p, &o), 0);
+    return p;
+}
+
+/* block_cb: a hash is stored when its block becomes full and indexed, with the chain hash a
+ * Conductor computes from the prompt; a duplicate page, a block taken back from the cache and
+ * a release report nothing; the eviction of the indexed page reports it removed. */
+static void test_block_events(void **state)
+{
+    struct events e;
+    ty_kvpool_t *p = mk_events(4, &e);
+    uint32_t t[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    uint64_t h[2];
+    assert_int_equal(ty_hash_prefix_blocks(t, 10, 4, 7, h, 2), 2);
+    ty_kvseq_t *a, *b;
+    ty_kvpool_seq_new(p, &a);
+    fill(p, a, t, 3);
+    assert_int_equal(e.total, 0); /* no full block yet */
+    assert_int_equal(ty_kvpool_seq_reserve(p, a, 7), 0);
+    assert_int_equal(ty_kvpool_seq_commit(p, a, t + 3, 7), 0);
+    assert_int_equal(e.n_stored, 2);
+    assert_true(e.stored[0] == h[0] && e.stored[1] == h[1]);
+    /* the same first block computed again on another page (no match_prefix): not indexed,
+     * so neither its commit nor its release say anything */
+    ty_kvpool_seq_new(p, &b);
+    fill(p, b, t, 4);
+    assert_int_equal(e.total, 2);
+    ty_kvpool_seq_free(p, b);
+    ty_kvpool_seq_free(p, a); /* both full blocks cached: still indexed */
+    assert_int_equal(e.total, 2);
+    ty_kvpool_seq_new(p, &a);
+    assert_int_equal(ty_kvpool_seq_match_prefix(p, a, t, 10), 8); /* taken back: no event */
+    ty_kvpool_seq_free(p, a);
+    assert_int_equal(e.total, 2);
+    /* 2 free pages (the duplicate's and the partial block's), then the cached ones, oldest
+     * first: block 2 (a sequence releases its deepest block first), then block 1 */
+    uint32_t u[16] = {50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65};
+    ty_kvpool_seq_new(p, &b);
+    assert_int_equal(ty_kvpool_seq_reserve(p, b, 8), 0);
+    assert_int_equal(e.n_removed, 0);
+    assert_int_equal(ty_kvpool_seq_reserve(p, b, 12), 0); /* counts from committed tokens */
+    assert_int_equal(e.n_removed, 1);
+    assert_true(e.removed[0] == h[1]);
+    assert_int_equal(ty_kvpool_seq_reserve(p, b, 16), 0);
+    assert_int_equal(e.n_removed, 2);
+    assert_true(e.removed[1] == h[0]);
+    assert_int_equal(e.n_live, 0);
+    assert_int_equal(ty_kvpool_seq_commit(p, b, u, 16), 0);
+    assert_int_equal(e.n_live, 4);
+    ty_kvpool_seq_free(p, b);
+    ty_kvpool_free(p);
+    assert_int_equal(e.total, 2 + 2 + 4); /* freeing the pool reports nothing */
+}
+
+/* Through thousands of evictions and index compactions, the stored-minus-removed set is always
+ * what the index holds: every live hash is found, and the compactions add no events. */
+static void test_block_events_churn(void **state)
+{
+    struct events e;
+    ty_kvpool_t *p = mk_events(8, &e);
+    uint32_t t[9];
+    for (uint32_t round = 0; round < 3000; round++) {
+        for (uint32_t k = 0; k < 9; k++)
+            t[k] = round * 16 + k;
+        ty_kvseq_t *a;
+        ty_kvpool_seq_new(p, &a);
+        fill(p, a, t, 9);
+        ty_kvpool_seq_free(p, a);
+        assert_int_equal(e.n_live, ty_kvpool_pages_cached(p));
+    }
+    assert_int_equal(e.total, 2 * 3000 + (2 * 3000 - e.n_live)); /* each stored once, and
+                                                                   * removed unless live */
+    uint64_t h[2];
+    ty_hash_prefix_blocks(t, 9, 4, 7, h, 2);
+    size_t found = 0;
+    for (size_t i = 0; i < e.n_live; i++)
+        found += e.live[i] == h[0] || e.live[i] == h[1];
+    assert_int_equal(found, 2); /* the last prompt's blocks are live, and findable: */
+    ty_kvseq_t *a;
+    ty_kvpool_seq_new(p, &a);
+    assert_int_equal(ty_kvpool_seq_match_prefix(p, a, t, 9), 8);
+    ty_kvpool_seq_free(p, a);
+    ty_kvpool_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -188,6 +311,8 @@ int main(void)
         cmocka_unit_test(test_prefix_cache_churn),
         cmocka_unit_test(test_capacity),
         cmocka_unit_test(test_export_roundtrip),
+        cmocka_unit_test(test_block_events),
+        cmocka_unit_test(test_block_events_churn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -171,6 +171,42 @@ static void test_kvcache_centric(void **st)
     ty_sched_free(s);
 }
 
+/* The live cluster: prefill nodes cannot fetch prefixes from each other, the cost model is
+ * refitted while serving, and a node's cached blocks can be forgotten wholesale. */
+static void test_kvcache_centric_local_only(void **st)
+{
+    struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_KVCACHE_CENTRIC, TY_SCHED_ADMIT_BASELINE);
+    o.local_prefix_only = true;
+    ty_sched_t *s = cluster(&o);
+    struct ty_sched_request r = req(1, 0);
+    struct ty_sched_decision d;
+    /* node 0: 5000 + 200 = 5200; node 1: 0 + 800; node 2: 100 + 1000 = 1100 */
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.prefill_node, 1);
+    assert_int_equal(d.prefix_source, TY_SCHED_NODE_NONE);
+    assert_int_equal(d.used_prefix_blocks, 2);
+    assert_true(fabs(d.transfer_us) < 1e-9 && fabs(d.ttft_us - 800) < 1e-9);
+    /* 2 us per token from now on: node 1 1600 + its own 800 queued from the first pick =
+     * 2400; node 2: 100 + 2000 = 2100; node 0: 5000 + 400 */
+    struct ty_sched_cost c = o.cost;
+    c.prefill[1] = 2.0;
+    assert_int_equal(ty_sched_set_cost(s, &c), 0);
+    r.id = 2;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.prefill_node, 2);
+    assert_true(fabs(d.ttft_us - 2100) < 1e-9);
+    /* node 0 forgets its blocks: 5000 + 2000 */
+    assert_int_equal(ty_sched_blocks_reset(s, 0), 0);
+    uint32_t prefix[3];
+    ty_sched_index_match(ty_sched_index(s), H, 10, prefix, 3);
+    assert_int_equal(prefix[0], 0);
+    assert_int_equal(prefix[1], 2);
+    c.prefill[1] = NAN;
+    assert_int_equal(ty_sched_set_cost(s, &c), TY_EINVAL);
+    assert_int_equal(ty_sched_blocks_reset(s, 7), TY_ENOTFOUND);
+    ty_sched_free(s);
+}
+
 static void test_round_robin_and_random(void **st)
 {
     struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_ROUND_ROBIN, TY_SCHED_ADMIT_BASELINE);
@@ -528,6 +564,7 @@ int main(void)
         cmocka_unit_test(test_load_balance),
         cmocka_unit_test(test_cache_aware),
         cmocka_unit_test(test_kvcache_centric),
+        cmocka_unit_test(test_kvcache_centric_local_only),
         cmocka_unit_test(test_round_robin_and_random),
         cmocka_unit_test(test_reject_ttft_and_no_node),
         cmocka_unit_test(test_early_rejection),

@@ -78,6 +78,51 @@ static void test_fit_decode_and_errors(void **st)
     assert_int_equal(ty_sched_cost_fit_decode(&c, s, 6), TY_EINVAL);
 }
 
+/* Measured prefill times of a machine whose fixed cost is ~0: the unconstrained fit puts the
+ * intercept below zero (a short prompt would be "free" or negative); the non-negative refit
+ * keeps every coefficient >= 0 and still explains the samples. */
+static void test_refit_nonnegative(void **st)
+{
+    struct ty_sched_sample s[10];
+    for (int i = 0; i < 10; i++) {
+        double l = 64.0 * (i + 1);
+        /* 40 us/token, slightly sub-linear at the long end (cache effects): a negative
+         * intercept and quadratic term fit it best */
+        s[i] = (struct ty_sched_sample){l, 0, 40 * l - 0.004 * l * l + (i % 2 ? 30 : -30)};
+    }
+    struct ty_sched_cost free_fit = {0}, c = {0};
+    assert_int_equal(ty_sched_cost_fit_prefill(&free_fit, s, 10), 0);
+    assert_true(free_fit.prefill[2] < 0); /* the case this is about */
+    assert_int_equal(ty_sched_cost_refit_prefill(&c, s, 10), 0);
+    for (int k = 0; k < 3; k++)
+        assert_true(c.prefill[k] >= 0);
+    for (int i = 0; i < 10; i++) { /* within 2 % of the longest prefill's time everywhere */
+        double pred = ty_sched_cost_prefill_us(&c, (uint64_t)s[i].x0, 0);
+        assert_true(fabs(pred - s[i].us) < 0.02 * s[9].us);
+    }
+    /* data that a non-negative model explains exactly: the same answer as the plain fit */
+    for (int i = 0; i < 10; i++)
+        s[i].us = 900 + 35 * s[i].x0 + 0.01 * s[i].x0 * s[i].x0;
+    assert_int_equal(ty_sched_cost_refit_prefill(&c, s, 10), 0);
+    assert_true(fabs(c.prefill[0] - 900) < 1e-3 && fabs(c.prefill[1] - 35) < 1e-6 &&
+                fabs(c.prefill[2] - 0.01) < 1e-9);
+}
+
+/* One batch shape repeated: the plain fit cannot tell the terms apart, the refit falls back
+ * to a model that predicts that shape's mean time. */
+static void test_refit_one_shape(void **st)
+{
+    struct ty_sched_sample same[4] = {{8, 100, 1000}, {8, 100, 2000}, {8, 100, 3000},
+                                      {8, 100, 4000}};
+    struct ty_sched_cost c = {.decode = {7, 7, 7}};
+    assert_int_equal(ty_sched_cost_fit_decode(&c, same, 4), TY_ERANGE);
+    assert_int_equal(ty_sched_cost_refit_decode(&c, same, 4), 0);
+    assert_true(fabs(ty_sched_cost_step_us(&c, 8, 100) - 2500) < 1e-6);
+    struct ty_sched_cost before = c;
+    assert_int_equal(ty_sched_cost_refit_decode(&c, same, 2), TY_EINVAL);
+    assert_memory_equal(&before, &c, sizeof(c)); /* unchanged on error */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -85,6 +130,8 @@ int main(void)
         cmocka_unit_test(test_profile_h800_faster),
         cmocka_unit_test(test_fit_recovers_prefill),
         cmocka_unit_test(test_fit_decode_and_errors),
+        cmocka_unit_test(test_refit_nonnegative),
+        cmocka_unit_test(test_refit_one_shape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

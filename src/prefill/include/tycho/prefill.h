@@ -29,9 +29,16 @@ struct ty_prefill_opts {
     uint16_t rpc_port;      /* 0: ephemeral */
     uint32_t max_queue;     /* queued requests before PrefillAssign is refused; 0: 1024 */
     uint32_t xfer_timeout_ms; /* a layer's writes must land within this; 0: 10000 */
+    ty_timing_ring_t *timings; /* optional, borrowed: one sample per prompt computed, pushed
+                                * by the worker (see ty_prefill_new) */
 };
 
-/* Start the RPC server and the worker. Returns 0, TY_EINVAL, TY_ENOMEM or a listen error. */
+/* Start the RPC server and the worker. Returns 0, TY_EINVAL, TY_ENOMEM or a listen error.
+ * The node computes one request per forward call; each successful one adds to opts.timings
+ * n_tokens = prompt tokens computed (the prompt less the cached prefix), prefix_tokens = the
+ * cached prefix reused, batch_size = 1 and duration_us = the wall time of its forward pass
+ * over all chunks (the KV writes it posts are asynchronous; sampling and waiting for the
+ * writes to land are not counted). */
 int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts);
 uint16_t ty_prefill_rpc_port(const ty_prefill_t *p);
 /* The node's load for its heartbeats (a ty_cluster_load_cb; arg is the ty_prefill_t). */

@@ -19,9 +19,13 @@
 #define TYCHO_CLUSTER_H
 
 #include "tycho/config.h"
+#include "tycho/kv_events.h"
 #include "tycho/kvpool.h"
 #include "tycho/model.h"
+#include "tycho/metrics.h"
+#include "tycho/sched.h"
 #include "tycho/serve.h"
+#include "tycho/timing_ring.h"
 #include "tycho/transfer.h"
 
 #include <stdbool.h>
@@ -43,6 +47,17 @@ struct ty_cluster_limits {
     uint32_t max_connections;
 };
 
+/* The live scheduler's cost model (tycho/sched.h struct ty_sched_cost): a starting point, and
+ * whether the Conductor refits it from the timings its nodes measure. */
+struct ty_cluster_cost_config {
+    char *profile;                   /* built-in profile; "" or "auto": derived from the model */
+    double *prefill, *decode;        /* coefficients replacing the profile's (3 each, or none) */
+    uint32_t n_prefill, n_decode;
+    double net_gbytes_per_s;         /* KV transfer bandwidth of a prefill node */
+    bool refit;                      /* least-squares refit from the nodes' timing samples */
+    uint32_t refit_window;           /* most recent samples each fit uses */
+};
+
 /* tycho-conductor: the HTTP front door, the RPC endpoint nodes register with, the registry. */
 struct ty_cluster_config {
     char *listen_host;
@@ -60,6 +75,10 @@ struct ty_cluster_config {
     uint64_t startup_wait_ns;        /* right after start, requests wait this long for nodes */
     char *port_file;                 /* write "http_port rpc_port\n" here once listening */
     struct ty_cluster_limits limits;
+    /* tycho-conductor only (zero in `tycho serve`, which has no nodes to place on): */
+    struct ty_sched_config scheduler;  /* placement, admission, SLOs (tycho/sched.h) */
+    struct ty_cluster_cost_config cost;
+    uint32_t expected_output_tokens;   /* the scheduler's guess when max_tokens is not set */
 };
 
 /* The in-process engine of `tycho serve` (its `engine:` section). threads, kv_block_tokens,
@@ -132,7 +151,17 @@ struct ty_cluster_agent_opts {
     uint32_t heartbeat_interval_ms; /* until the Conductor says otherwise */
     ty_cluster_load_cb load_cb;
     void *load_arg;
+    /* Optional, borrowed (must outlive the agent). kv_events: each heartbeat carries a batch
+     * taken from it (none when there is nothing to say), freed once the Conductor answers
+     * known=true, given back when the heartbeat fails; registration asks for a resync.
+     * timings: each heartbeat drains it into prefill_timings (a prefill node) or
+     * decode_timings (a decode node), at most TY_CLUSTER_MAX_TIMINGS, the most recent; a
+     * failed heartbeat loses its samples. */
+    ty_kv_events_t *kv_events;
+    ty_timing_ring_t *timings;
 };
+
+#define TY_CLUSTER_MAX_TIMINGS 64
 
 /* Start registering (retrying until the Conductor answers). Returns 0, TY_EINVAL, TY_ENOMEM. */
 int ty_cluster_agent_new(ty_cluster_agent_t **out, const struct ty_cluster_agent_opts *opts);
@@ -168,6 +197,13 @@ struct ty_cluster_opts {
                                * seconds after start only); 0: answer TY_EUNAVAIL at once */
     ty_serve_event_cb event_cb; /* loop thread */
     void *event_arg;
+    /* The scheduler (DESIGN.md §6). NULL: defaults (kvcache_centric, predicted admission, no
+     * SLO, cost derived from the model and refitted). Borrowed until ty_cluster_new returns. */
+    const struct ty_sched_config *sched;
+    const struct ty_cluster_cost_config *cost;
+    const char *model_name;            /* picks the SLO entry of sched->models */
+    uint32_t expected_output_tokens;   /* when a request has no max_tokens (0: 256) */
+    ty_metrics_registry_t *metrics;    /* optional: scheduler counters and gauges */
 };
 
 struct ty_cluster_node_info {

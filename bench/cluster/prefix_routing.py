@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""Live cluster: how much prefill the Conductor's placement policy saves on multi-turn traffic.
+
+Starts tycho-conductor + 2 tycho-prefill + 1 tycho-decode on loopback (a fresh cluster, cold
+caches, per policy), sends the same multi-turn workload through the OpenAI API to each, and
+reports per policy the prompt tokens the prefill nodes reused from their KV page caches, the
+tokens they computed, and request latency. round_robin (cache-blind, what least-in-flight
+routing amounts to for a steady stream) is the peer every other policy is compared with in the
+same run.
+
+Workload: S sessions x T turns; turn t of a session is its previous prompt plus a new ~W-word
+user message (a chat that grows); each round every session takes a turn, in a random (seeded)
+order; C requests in flight at a time, each asking for N greedy tokens.
+
+usage: prefix_routing.py BUILD_DIR MODEL [--sessions S] [--turns T] [--words W]
+                         [--concurrency C] [--tokens N] [--policies a,b,...] [--json]
+"""
+import argparse
+import http.client
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+WORDS = ("the a little big dog cat girl boy park tree ball sun day happy sad ran saw played "
+         "went home mom dad friend red blue green small tall old new found lost gave took "
+         "looked said wanted liked").split()
+
+
+def read_ports(path, deadline):
+    while time.time() < deadline:
+        try:
+            with open(path) as f:
+                a, b = f.read().split()
+                return int(a), int(b)
+        except (OSError, ValueError):
+            time.sleep(0.05)
+    raise RuntimeError("no port file " + path)
+
+
+class Cluster:
+    def __init__(self, build, model, policy, n_prefill=2):
+        self.dir = tempfile.mkdtemp(prefix="tycho-bench-cluster-")
+        self.procs = []
+        cfg = os.path.join(self.dir, "conductor.yaml")
+        with open(cfg, "w") as f:
+            f.write("scheduler:\n  policy: %s\n  admission: baseline\n" % policy)
+        self.spawn("conductor", [os.path.join(build, "src/conductor/cluster/tycho-conductor"),
+                                 "--config=" + cfg, "--model_path=" + model, "--listen_port=0",
+                                 "--rpc_port=0", "--heartbeat_interval=100ms"])
+        self.http, rpc = read_ports(self.port_file("conductor"), time.time() + 60)
+        nodes = [("prefill", "p%d" % i) for i in range(n_prefill)] + [("decode", "d0")]
+        for role, name in nodes:
+            self.spawn(name, [os.path.join(build, "src/%s/tycho-%s" % (role, role)),
+                              "--model_path=" + model, "--name=" + name, "--threads=1",
+                              "--conductor_address=127.0.0.1:%d" % rpc,
+                              "--heartbeat_interval=100ms"])
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            logs = [open(os.path.join(self.dir, n + ".log")).read() for _, n in nodes]
+            if all("registered with the Conductor" in text for text in logs):
+                return
+            time.sleep(0.1)
+        raise RuntimeError("nodes did not register (logs in %s)" % self.dir)
+
+    def port_file(self, name):
+        return os.path.join(self.dir, name + ".ports")
+
+    def spawn(self, name, argv):
+        log = open(os.path.join(self.dir, name + ".log"), "w")
+        self.procs.append(subprocess.Popen(argv + ["--port_file=" + self.port_file(name)],
+                                           stdout=log, stderr=log))
+
+    def complete(self, prompt, n):
+        c = http.client.HTTPConnection("127.0.0.1", self.http, timeout=600)
+        t0 = time.time()
+        c.request("POST", "/v1/completions",
+                  json.dumps({"prompt": prompt, "max_tokens": n, "temperature": 0,
+                              "ignore_eos": True}), {"Content-Type": "application/json"})
+        r = c.getresponse()
+        body = json.loads(r.read())
+        c.close()
+        if r.status != 200:
+            raise RuntimeError("HTTP %d: %s" % (r.status, body))
+        u = body["usage"]
+        return time.time() - t0, u["prompt_tokens"], u["prompt_tokens_details"]["cached_tokens"]
+
+    def metrics(self):
+        c = http.client.HTTPConnection("127.0.0.1", self.http, timeout=10)
+        c.request("GET", "/metrics")
+        text = c.getresponse().read().decode()
+        c.close()
+        return text
+
+    def stop(self):
+        for p in self.procs:
+            p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def workload(sessions, turns, words):
+    rng = random.Random(7)
+    prompts = [["Session %d." % s] for s in range(sessions)]
+    order = []
+    for t in range(turns):  # every session takes one turn, in a random order
+        for s in rng.sample(range(sessions), sessions):
+            msg = " ".join(rng.choice(WORDS) for _ in range(words))
+            prompts[s].append(msg + ".")
+            order.append(" ".join(prompts[s]))
+    return order
+
+
+def run_policy(a, policy, prompts):
+    cl = Cluster(a.build, a.model, policy)
+    results = [None] * len(prompts)
+    nxt = [0]
+    lock = threading.Lock()
+    errors = []
+
+    def worker():
+        while True:
+            with lock:
+                i = nxt[0]
+                nxt[0] += 1
+            if i >= len(prompts):
+                return
+            try:
+                results[i] = cl.complete(prompts[i], a.tokens)
+            except Exception as e:  # reported, and the run is void
+                errors.append(repr(e))
+                return
+
+    try:
+        cl.complete("warm up.", 1)  # page in the weights everywhere before timing
+        t0 = time.time()
+        th = [threading.Thread(target=worker) for _ in range(a.concurrency)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
+        wall = time.time() - t0
+    finally:
+        cl.stop()
+    if errors:
+        raise RuntimeError("%s: %s" % (policy, errors[0]))
+    lat = sorted(r[0] for r in results)
+    prompt = sum(r[1] for r in results)
+    cached = sum(r[2] for r in results)
+    return {"policy": policy, "requests": len(results), "prompt_tokens": prompt,
+            "cached_tokens": cached, "computed_tokens": prompt - cached,
+            "cached_share": cached / prompt, "latency_mean_s": sum(lat) / len(lat),
+            "latency_p90_s": lat[int(0.9 * (len(lat) - 1))], "wall_s": wall}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build")
+    ap.add_argument("model")
+    ap.add_argument("--sessions", type=int, default=6)
+    ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--words", type=int, default=40)
+    ap.add_argument("--concurrency", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=8)
+    ap.add_argument("--policies", default="round_robin,load_balance,cache_aware,kvcache_centric")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    prompts = workload(a.sessions, a.turns, a.words)
+    rows = []
+    for pol in a.policies.split(","):
+        print("# %s: %d requests ..." % (pol, len(prompts)), file=sys.stderr, flush=True)
+        rows.append(run_policy(a, pol, prompts))
+    base = next((r for r in rows if r["policy"] == "round_robin"), rows[0])
+    for r in rows:
+        r["computed_vs_peer"] = r["computed_tokens"] / base["computed_tokens"]
+        r["latency_vs_peer"] = r["latency_mean_s"] / base["latency_mean_s"]
+    if a.json:
+        print(json.dumps({"peer": base["policy"], "rows": rows}, indent=1))
+        return
+    print("%-16s %8s %8s %8s %7s %9s %9s %8s %9s %9s" %
+          ("policy", "prompt", "cached", "computed", "cached%", "lat_mean", "lat_p90", "wall",
+           "computed/", "latency/"))
+    print("%-16s %8s %8s %8s %7s %9s %9s %8s %9s %9s" %
+          ("", "tokens", "tokens", "tokens", "", "s", "s", "s", base["policy"][:9],
+           base["policy"][:9]))
+    for r in rows:
+        print("%-16s %8d %8d %8d %6.1f%% %9.3f %9.3f %8.1f %8.2fx %8.2fx" %
+              (r["policy"], r["prompt_tokens"], r["cached_tokens"], r["computed_tokens"],
+               100 * r["cached_share"], r["latency_mean_s"], r["latency_p90_s"], r["wall_s"],
+               r["computed_vs_peer"], r["latency_vs_peer"]))
+
+
+if __name__ == "__main__":
+    main()

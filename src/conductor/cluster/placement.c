@@ -1,0 +1,505 @@
+/* The Conductor's live scheduler (cluster-impl.h; DESIGN.md §6): the same ty_sched_t that
+ * `tycho sim` drives, fed here by the real cluster.
+ *   - Nodes: a registration adds the node (decode nodes with their batch limit and KV pages),
+ *     death or re-registration removes it and its cached blocks.
+ *   - Prefix index: each request's full prompt blocks are hashed as the nodes hash them
+ *     (tycho/hash.h, the seed from the model and the block size), the chosen prefill node is
+ *     credited with them at once (it is about to compute them), and its heartbeats' KV block
+ *     events (stored / removed / reset) keep the index true to its page cache.
+ *   - Load: a prefill node's queue is the scheduler's own prediction of the work it sent
+ *     there, re-based on the work still outstanding whenever a prefill finishes; a decode
+ *     node's batch and context come from its heartbeat (running requests, and the context
+ *     its latest decode step read).
+ *   - Cost model: a starting profile, refitted by non-negative least squares from the timing
+ *     samples nodes put in their heartbeats (per-request prefill times, per-step decode
+ *     times) over the most recent refit_window samples.
+ *   - Admission at arrival: a request whose predicted TTFT (or decode TBT, per the admission
+ *     mode) breaks its SLO is refused with a reason and a Retry-After, which the API turns
+ *     into a 429. The decode node's own page reservation stays the hard limit, so the
+ *     scheduler's decode-stage verdict is only counted (tycho_scheduler_decode_over_slo_total).
+ * Prefill nodes cannot fetch a prefix from each other yet, so kvcache_centric plans with
+ * local prefixes only (ty_sched_opts.local_prefix_only). */
+#include "cluster-impl.h"
+
+#include "tycho/clock.h"
+#include "tycho/errors.h"
+#include "tycho/hash.h"
+#include "tycho/log.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t now_us(void)
+{
+    return ty_clock_ns() / 1000;
+}
+
+/* ---- setup -------------------------------------------------------------------------------- */
+
+static void cpu_cost_of(const ty_model_t *m, struct ty_sched_cost *out)
+{
+    const struct ty_model_config *mc = ty_model_config(m);
+    double dim = mc->dim, kv_dim = (double)mc->n_kv_heads * mc->head_dim;
+    double attn = (double)mc->n_heads * mc->head_dim;
+    double per_layer = dim * attn * 2 + dim * kv_dim * 2 + 3.0 * dim * mc->ffn_dim;
+    double params = per_layer * mc->n_layers + (double)mc->n_vocab * dim;
+    struct ty_sched_model_shape sh = {
+        .params = params,
+        .weight_bytes = params * (mc->weight_type == 0 ? 4.0 : 2.0),
+        .layers = mc->n_layers,
+        .attn_dim = attn,
+        .kv_bytes_per_token = 2.0 * mc->n_layers * kv_dim * sizeof(float)};
+    ty_sched_cost_cpu(&sh, 64, out);
+}
+
+static int cost_init(const struct ty_cluster_cost_config *cc, const ty_model_t *m,
+                     struct ty_sched_cost *cost)
+{
+    const char *profile = cc && cc->profile ? cc->profile : "auto";
+    if (!*profile || !strcmp(profile, "auto")) {
+        cpu_cost_of(m, cost);
+    } else if (ty_sched_cost_profile(profile, cost) < 0) {
+        TY_LOG_ERROR("cluster", "cost.profile: unknown profile '%s' (auto, llama3-70b-8xa800, "
+                                "llama3-70b-8xh800)", profile);
+        return TY_EINVAL;
+    }
+    if (cc && ((cc->n_prefill && cc->n_prefill != 3) || (cc->n_decode && cc->n_decode != 3))) {
+        TY_LOG_ERROR("cluster", "cost.prefill and cost.decode take exactly 3 coefficients");
+        return TY_EINVAL;
+    }
+    for (uint32_t k = 0; cc && k < cc->n_prefill; k++)
+        cost->prefill[k] = cc->prefill[k];
+    for (uint32_t k = 0; cc && k < cc->n_decode; k++)
+        cost->decode[k] = cc->decode[k];
+    if (cc && cc->net_gbytes_per_s > 0)
+        cost->net_bytes_per_us = cc->net_gbytes_per_s * 1e3;
+    return 0;
+}
+
+/* SLOs of the served model: the scheduler.models entry of that name, else the first. */
+static void slo_init(const struct ty_sched_config *sc, const char *model,
+                     struct ty_sched_opts *o, char names[][64])
+{
+    if (!sc || !sc->n_models)
+        return;
+    const struct ty_sched_model_config *mc = &sc->models[0];
+    for (uint32_t i = 0; model && i < sc->n_models; i++)
+        if (sc->models[i].name && !strcmp(sc->models[i].name, model))
+            mc = &sc->models[i];
+    if (model && strcmp(mc->name, model))
+        TY_LOG_WARN("cluster", "scheduler.models has no entry for '%s': using the SLOs of '%s'",
+                    model, mc->name);
+    o->n_classes = mc->n_slo ? mc->n_slo : 1;
+    for (uint32_t k = 0; k < mc->n_slo && k < TY_SCHED_MAX_CLASSES; k++) {
+        o->slo[k].ttft_us = mc->slo[k].ttft_ns / 1000;
+        o->slo[k].tbt_us = mc->slo[k].tbt_ns / 1000;
+        snprintf(names[k], 64, "%s", mc->slo[k].class_name ? mc->slo[k].class_name : "");
+    }
+}
+
+uint32_t ty__place_class(const ty_cluster_t *c, const char *name)
+{
+    const struct ty__place *p = &c->place;
+    uint32_t n = ty_sched_opts_get(p->s)->n_classes;
+    for (uint32_t k = 0; name && strcmp(name, "auto") && k < n; k++)
+        if (!strcmp(p->class_names[k], name))
+            return k;
+    return 0;
+}
+
+static int ring_init(struct ty__sample_ring *r, uint32_t cap)
+{
+    r->v = calloc(cap, sizeof(*r->v));
+    r->cap = cap;
+    return r->v ? 0 : TY_ENOMEM;
+}
+
+static void ring_push(struct ty__sample_ring *r, double x0, double x1, double us)
+{
+    r->v[r->head] = (struct ty_sched_sample){x0, x1, us};
+    r->head = (r->head + 1) % r->cap;
+    if (r->len < r->cap)
+        r->len++;
+    r->fresh++;
+    if (r->count)
+        ty_metrics_counter_inc(r->count);
+}
+
+static void metrics_init(struct ty__place *p, ty_metrics_registry_t *reg)
+{
+    static const char *const result[] = {"result"}, *const kind[] = {"stage"};
+    static const char *const coef[] = {"stage", "term"};
+    ty_metrics_family_t *f;
+    if (!reg)
+        return;
+    if (!ty_metrics_counter_new(reg, &f, "tycho_scheduler_decisions_total",
+                                "requests the scheduler placed (accepted) or refused, by reason",
+                                result, 1))
+        for (int r = 0; r <= TY_SCHED_REJECT_NO_NODE; r++) {
+            const char *v = r ? ty_sched_reject_name((enum ty_sched_reject)r) : "accepted";
+            ty_metrics_child_get(f, &v, &p->decisions[r]);
+        }
+    if (!ty_metrics_counter_new(reg, &f, "tycho_scheduler_prompt_blocks_total",
+                                "full prompt blocks of placed requests", NULL, 0))
+        ty_metrics_child_get(f, NULL, &p->prompt_blocks);
+    if (!ty_metrics_counter_new(reg, &f, "tycho_scheduler_cached_blocks_total",
+                                "of those, blocks cached on the chosen prefill node", NULL, 0))
+        ty_metrics_child_get(f, NULL, &p->cached_blocks);
+    if (!ty_metrics_gauge_new(reg, &f, "tycho_scheduler_index_blocks",
+                              "distinct block hashes in the prefix index", NULL, 0))
+        ty_metrics_child_get(f, NULL, &p->index_blocks);
+    if (!ty_metrics_counter_new(reg, &f, "tycho_scheduler_decode_over_slo_total",
+                                "requests whose decode node was over the TBT SLO or full when "
+                                "their KV landed (they still run)", NULL, 0))
+        ty_metrics_child_get(f, NULL, &p->decode_over_slo);
+    if (!ty_metrics_counter_new(reg, &f, "tycho_scheduler_cost_samples_total",
+                                "timing samples received from the nodes", kind, 1)) {
+        const char *pre = "prefill", *dec = "decode";
+        ty_metrics_child_get(f, &pre, &p->prefill.count);
+        ty_metrics_child_get(f, &dec, &p->decode.count);
+    }
+    if (!ty_metrics_gauge_new(reg, &f, "tycho_scheduler_cost_coefficient",
+                              "cost model in use: prefill us = c0 + c1 (L-P) + c2 (L^2-P^2), "
+                              "decode step us = d0 + d1 B + d2 C", coef, 2))
+        for (int st = 0; st < 2; st++)
+            for (int t = 0; t < 3; t++) {
+                char term[2] = {(char)('0' + t), 0};
+                const char *v[2] = {st ? "decode" : "prefill", term};
+                ty_metrics_child_get(f, v, &p->coef[st][t]);
+            }
+    static const double ttft_bounds[] = {0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5,
+                                         1,     2.5,   5,    10,   30,  60};
+    if (!ty_metrics_histogram_new(reg, &f, "tycho_scheduler_predicted_ttft_seconds",
+                                  "TTFT the scheduler predicted for the requests it placed", NULL,
+                                  0, ttft_bounds, sizeof(ttft_bounds) / sizeof(ttft_bounds[0])))
+        ty_metrics_child_get(f, NULL, &p->predicted_ttft);
+}
+
+static void coef_publish(struct ty__place *p)
+{
+    const struct ty_sched_cost *c = &ty_sched_opts_get(p->s)->cost;
+    for (int t = 0; t < 3; t++) {
+        if (p->coef[0][t])
+            ty_metrics_gauge_set(p->coef[0][t], c->prefill[t]);
+        if (p->coef[1][t])
+            ty_metrics_gauge_set(p->coef[1][t], c->decode[t]);
+    }
+}
+
+int ty__place_init(ty_cluster_t *c, const struct ty_cluster_opts *o)
+{
+    struct ty__place *p = &c->place;
+    struct ty_sched_opts so;
+    ty_sched_opts_default(&so);
+    so.local_prefix_only = true;
+    const struct ty_sched_config *sc = o->sched;
+    if (sc) {
+        so.policy = (enum ty_sched_policy)sc->policy;
+        so.admission = (enum ty_sched_admission)sc->admission;
+        so.balancing_threshold = sc->kvcache_balancing_threshold;
+        if (sc->decode_duration_ns)
+            so.decode_duration_us = sc->decode_duration_ns / 1000;
+        so.seed = sc->seed ? sc->seed : 1;
+    }
+    so.n_classes = 1;
+    memset(so.slo, 0, sizeof(so.slo));
+    slo_init(sc, o->model_name, &so, p->class_names);
+    int rc = cost_init(o->cost, o->model, &so.cost);
+    if (rc)
+        return rc;
+    p->refit = o->cost ? o->cost->refit : true;
+    uint32_t window = o->cost && o->cost->refit_window ? o->cost->refit_window : 256;
+    p->expected_output = o->expected_output_tokens ? o->expected_output_tokens : 256;
+    if ((rc = ring_init(&p->prefill, window)) || (rc = ring_init(&p->decode, window)) ||
+        (rc = ty_sched_new(&p->s, &so))) {
+        free(p->prefill.v);
+        free(p->decode.v);
+        return rc;
+    }
+    metrics_init(p, o->metrics);
+    coef_publish(p);
+    TY_LOG_INFO("cluster", "scheduler: %s placement, %s admission, TTFT SLO %.0f ms, TBT SLO "
+                           "%.0f ms (0: none), cost model %s%s",
+                ty_sched_policy_name(so.policy), ty_sched_admission_name(so.admission),
+                so.slo[0].ttft_us / 1e3, so.slo[0].tbt_us / 1e3,
+                o->cost && o->cost->profile ? o->cost->profile : "auto",
+                p->refit ? " (refitted from measured timings)" : "");
+    return 0;
+}
+
+void ty__place_fini(ty_cluster_t *c)
+{
+    struct ty__place *p = &c->place;
+    ty_sched_free(p->s);
+    free(p->prefill.v);
+    free(p->decode.v);
+    free(p->hashes);
+    memset(p, 0, sizeof(*p));
+}
+
+/* ---- nodes -------------------------------------------------------------------------------- */
+
+static bool is_prefill(const struct ty__cnode *n)
+{
+    return n->info.role == TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL;
+}
+
+int ty__place_node_up(ty_cluster_t *c, struct ty__cnode *n, char *why, size_t cap)
+{
+    struct ty__place *p = &c->place;
+    if (is_prefill(n) && n->block_tokens != p->block_tokens) {
+        /* hashes depend on the block size: one size among the prefill nodes */
+        for (size_t i = 0; i < c->n_nodes && p->block_tokens; i++) {
+            const struct ty__cnode *o = c->nodes[i];
+            if (o != n && o->in_sched && is_prefill(o)) {
+                snprintf(why, cap, "kv_block_tokens %u differs from the other prefill nodes' %u",
+                         n->block_tokens, p->block_tokens);
+                return TY_EINVAL;
+            }
+        }
+        p->block_tokens = n->block_tokens;
+        p->hash_seed = ty_hash_prefix_seed(ty_model_desc(c->o.model), "f32", p->block_tokens,
+                                           NULL);
+        struct ty_sched_cost cost = ty_sched_opts_get(p->s)->cost;
+        cost.block_tokens = p->block_tokens;
+        ty_sched_set_cost(p->s, &cost);
+    }
+    struct ty_sched_node_desc d = {.role = is_prefill(n) ? TY_SCHED_ROLE_PREFILL
+                                                         : TY_SCHED_ROLE_DECODE};
+    if (!is_prefill(n)) {
+        d.max_batch = n->max_batch;
+        d.kv_capacity_tokens = n->kv_pages * n->block_tokens;
+    }
+    if (n->in_sched)
+        ty__place_node_down(c, n);
+    int rc = ty_sched_node_add(p->s, n->slot, &d);
+    if (rc) {
+        snprintf(why, cap, "scheduler: %s", ty_strerror(rc));
+        return rc;
+    }
+    n->in_sched = true;
+    return 0;
+}
+
+void ty__place_node_down(ty_cluster_t *c, struct ty__cnode *n)
+{
+    if (!n->in_sched)
+        return;
+    ty_sched_node_remove(c->place.s, n->slot);
+    n->in_sched = false;
+    if (c->place.index_blocks)
+        ty_metrics_gauge_set(c->place.index_blocks,
+                             (double)ty_sched_index_size(ty_sched_index(c->place.s)));
+}
+
+/* ---- heartbeats --------------------------------------------------------------------------- */
+
+static void refit(struct ty__place *p, struct ty__sample_ring *r, bool prefill)
+{
+    /* refit once enough new evidence came in: every 16 samples, or at once while few */
+    if (!p->refit || r->len < 8 || (r->fresh < 16 && r->len > 16))
+        return;
+    r->fresh = 0;
+    struct ty_sched_cost cost = ty_sched_opts_get(p->s)->cost;
+    int rc = prefill ? ty_sched_cost_refit_prefill(&cost, r->v, r->len)
+                     : ty_sched_cost_refit_decode(&cost, r->v, r->len);
+    if (rc == 0 && ty_sched_set_cost(p->s, &cost) == 0) {
+        const double *k = prefill ? cost.prefill : cost.decode;
+        TY_LOG_DEBUG("cluster", "%s cost refitted from %u samples: %.1f us + %.4g us/token + "
+                                "%.4g us/token^2",
+                     prefill ? "prefill" : "decode", r->len, k[0], k[1], k[2]);
+        coef_publish(p);
+    }
+}
+
+static void take_samples(struct ty__place *p, Tycho__V1__TimingSample **s, size_t n,
+                         bool prefill)
+{
+    struct ty__sample_ring *r = prefill ? &p->prefill : &p->decode;
+    for (size_t i = 0; i < n; i++) {
+        const Tycho__V1__TimingSample *t = s[i];
+        if (!t || !t->duration_us || t->duration_us > 3600ull * 1000000)
+            continue; /* nothing measured, or nonsense */
+        if (prefill) /* L = computed + cached, P = cached */
+            ring_push(r, (double)t->n_tokens + t->prefix_tokens, t->prefix_tokens,
+                      (double)t->duration_us);
+        else if (t->batch_size)
+            ring_push(r, t->batch_size, t->prefix_tokens, (double)t->duration_us);
+    }
+    if (n)
+        refit(p, r, prefill);
+}
+
+void ty__place_heartbeat(ty_cluster_t *c, struct ty__cnode *n, const Tycho__V1__Heartbeat *m)
+{
+    struct ty__place *p = &c->place;
+    if (!n->in_sched)
+        return;
+    if (!is_prefill(n) && m->load) {
+        /* the batch's context is what its latest step read (the node's used pages also hold
+         * the reservations of requests still in prefill, which the scheduler counts itself
+         * as pending): scaled to the running count now; nothing running, nothing read */
+        uint32_t running = m->load->running_requests;
+        const Tycho__V1__TimingSample *last =
+            m->n_decode_timings ? m->decode_timings[m->n_decode_timings - 1] : NULL;
+        if (!running)
+            n->decode_ctx = 0;
+        else if (last && last->batch_size)
+            n->decode_ctx = (uint64_t)((double)last->prefix_tokens * running / last->batch_size);
+        ty_sched_node_set_decode_load(p->s, n->slot, running, n->decode_ctx);
+    }
+    const Tycho__V1__KvBlockEvents *ev = m->kv_events;
+    if (ev && is_prefill(n)) {
+        if (ev->reset)
+            ty_sched_blocks_reset(p->s, n->slot);
+        if (ev->n_removed)
+            ty_sched_block_removed(p->s, n->slot, ev->removed, ev->n_removed);
+        if (ev->n_stored)
+            ty_sched_block_stored(p->s, n->slot, ev->stored, ev->n_stored);
+        if (p->index_blocks)
+            ty_metrics_gauge_set(p->index_blocks,
+                                 (double)ty_sched_index_size(ty_sched_index(p->s)));
+    }
+    take_samples(p, m->prefill_timings, m->n_prefill_timings, true);
+    take_samples(p, m->decode_timings, m->n_decode_timings, false);
+}
+
+/* ---- requests ----------------------------------------------------------------------------- */
+
+static void reject_fill(const struct ty__place *p, const struct ty_sched_decision *d,
+                        uint32_t priority, struct ty_serve_reject *rej)
+{
+    const struct ty_sched_slo *slo = &ty_sched_opts_get(p->s)->slo[priority];
+    double retry_s = 1;
+    switch (d->reject) {
+    case TY_SCHED_REJECT_TTFT:
+        snprintf(rej->code, sizeof(rej->code), "ttft_slo");
+        snprintf(rej->message, sizeof(rej->message),
+                 "predicted time to first token %.0f ms exceeds the SLO of %.0f ms (queue "
+                 "%.0f ms + prefill %.0f ms); retry later",
+                 d->ttft_us / 1e3, slo->ttft_us / 1e3, d->queue_us / 1e3,
+                 (d->prefill_us + d->transfer_us) / 1e3);
+        retry_s = (d->ttft_us - (double)slo->ttft_us) / 1e6; /* the queue has to shrink by it */
+        break;
+    case TY_SCHED_REJECT_TBT:
+    case TY_SCHED_REJECT_DECODE_FULL:
+        snprintf(rej->code, sizeof(rej->code), "%s",
+                 d->reject == TY_SCHED_REJECT_TBT ? "tbt_slo" : "decode_full");
+        if (d->reject == TY_SCHED_REJECT_TBT)
+            snprintf(rej->message, sizeof(rej->message),
+                     "the decode nodes would exceed the time-between-tokens SLO of %.0f ms "
+                     "(predicted %.1f ms); retry later", slo->tbt_us / 1e3, d->tbt_us / 1e3);
+        else
+            snprintf(rej->message, sizeof(rej->message),
+                     "the decode nodes have no room for this request; retry later");
+        /* a running request leaves every D / batch on average */
+        retry_s = ty_sched_decode_duration_us(p->s) / 1e6 /
+                  (d->judged_batch > 1 ? d->judged_batch : 1);
+        break;
+    default:
+        snprintf(rej->code, sizeof(rej->code), "no_node");
+        snprintf(rej->message, sizeof(rej->message), "no prefill or decode node is available");
+        break;
+    }
+    rej->retry_after_s = (uint32_t)fmin(60, fmax(1, ceil(retry_s)));
+}
+
+static struct ty__cnode *node_of(ty_cluster_t *c, uint32_t id)
+{
+    return id < c->n_nodes ? c->nodes[id] : NULL;
+}
+
+int ty__place_pick(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *rej)
+{
+    struct ty__place *p = &c->place;
+    uint32_t B = p->block_tokens ? p->block_tokens : 1;
+    size_t nb = p->block_tokens ? r->n_prompt / B : 0;
+    if (nb > p->cap_hashes) {
+        uint64_t *h = realloc(p->hashes, nb * sizeof(*h));
+        if (!h)
+            return TY_ENOMEM;
+        p->hashes = h;
+        p->cap_hashes = nb;
+    }
+    if (nb)
+        nb = ty_hash_prefix_blocks(r->prompt, r->n_prompt, B, p->hash_seed, p->hashes, nb);
+    uint32_t room = c->o.max_ctx > r->n_prompt ? c->o.max_ctx - r->n_prompt : 1;
+    uint32_t out = r->gen.max_tokens ? r->gen.max_tokens : p->expected_output;
+    struct ty_sched_request q = {.id = r->rid, .block_hashes = p->hashes,
+                                 .n_blocks = (uint32_t)nb, .prompt_tokens = r->n_prompt,
+                                 .output_tokens = out < room ? out : room,
+                                 .priority = r->priority};
+    struct ty_sched_decision d;
+    uint64_t now = now_us();
+    int rc = ty_sched_pick(p->s, &q, now, &d);
+    if (rc)
+        return rc;
+    if (p->decisions[d.reject])
+        ty_metrics_counter_inc(p->decisions[d.reject]);
+    if (d.reject == TY_SCHED_REJECT_NO_NODE)
+        return TY_EUNAVAIL;
+    if (d.reject != TY_SCHED_REJECT_NONE) {
+        if (rej)
+            reject_fill(p, &d, r->priority, rej);
+        TY_LOG_DEBUG("cluster", "request %llu refused: %s (predicted TTFT %.1f ms, TBT %.2f ms)",
+                     (unsigned long long)r->rid, ty_sched_reject_name(d.reject), d.ttft_us / 1e3,
+                     d.tbt_us / 1e3);
+        return TY_EREJECTED;
+    }
+    r->pnode = node_of(c, d.prefill_node);
+    r->dnode = node_of(c, d.decode_node);
+    r->placed = true;
+    r->predicted_prefill_us = d.prefill_us + d.transfer_us;
+    if (!r->pnode || !r->dnode) { /* the scheduler only knows live nodes: cannot happen */
+        ty__place_done(c, r);
+        return TY_EUNAVAIL;
+    }
+    /* the prefill node is about to compute these blocks: route the next request with the
+     * same prefix there before its heartbeat says so */
+    if (nb)
+        ty_sched_block_stored(p->s, d.prefill_node, p->hashes, nb);
+    if (p->prompt_blocks) {
+        ty_metrics_counter_add(p->prompt_blocks, (double)nb);
+        ty_metrics_counter_add(p->cached_blocks, d.used_prefix_blocks);
+        ty_metrics_gauge_set(p->index_blocks, (double)ty_sched_index_size(ty_sched_index(p->s)));
+        ty_metrics_histogram_observe(p->predicted_ttft, d.ttft_us / 1e6);
+    }
+    TY_LOG_DEBUG("cluster", "request %llu: prefill %s (%u of %zu blocks cached, predicted TTFT "
+                            "%.1f ms), decode %s",
+                 (unsigned long long)r->rid, r->pnode->info.id, d.used_prefix_blocks, nb,
+                 d.ttft_us / 1e3, r->dnode->info.id);
+    return 0;
+}
+
+void ty__place_prefilled(ty_cluster_t *c, struct ty__creq *r)
+{
+    struct ty__place *p = &c->place;
+    if (!r->placed)
+        return;
+    uint64_t now = now_us();
+    enum ty_sched_reject why = TY_SCHED_REJECT_NONE;
+    if (ty_sched_request_at_decode(p->s, r->rid, now, &why) == 0 && why != TY_SCHED_REJECT_NONE) {
+        r->placed = false; /* the scheduler let go of it; the decode node still runs it */
+        if (p->decode_over_slo)
+            ty_metrics_counter_inc(p->decode_over_slo);
+    }
+    /* re-base the node's queue on the work still outstanding there */
+    struct ty__cnode *pn = r->pnode;
+    if (!pn || !pn->in_sched)
+        return;
+    double left = 0;
+    for (const struct ty__creq *o = c->reqs; o; o = o->next)
+        if (o != r && o->pnode == pn && o->prefill_pending && !o->finished)
+            left += o->predicted_prefill_us;
+    ty_sched_node_set_prefill_queue(p->s, pn->slot, (uint64_t)left, now);
+}
+
+void ty__place_done(ty_cluster_t *c, struct ty__creq *r)
+{
+    if (!r->placed)
+        return;
+    r->placed = false;
+    ty_sched_request_done(c->place.s, r->rid, now_us());
+}
