@@ -8,12 +8,16 @@ tokens they computed, and request latency. round_robin (cache-blind, what least-
 routing amounts to for a steady stream) is the peer every other policy is compared with in the
 same run.
 
-Workload: S sessions x T turns; turn t of a session is its previous prompt plus a new ~W-word
-user message (a chat that grows); each round every session takes a turn, in a random (seeded)
-order; C requests in flight at a time, each asking for N greedy tokens.
+Workloads (C requests in flight at a time, each asking for N greedy tokens):
+- chat (default): S sessions x T turns; turn t of a session is its previous prompt plus a new
+  ~W-word user message (a chat that grows); each round every session takes a turn, in a
+  random (seeded) order;
+- shared: S x T requests that share one ~P-word prefix and differ in a W-word question (the
+  hot-prefix case: cache_aware queues them all on the node holding the prefix).
 
-usage: prefix_routing.py BUILD_DIR MODEL [--sessions S] [--turns T] [--words W]
-                         [--concurrency C] [--tokens N] [--policies a,b,...] [--json]
+usage: prefix_routing.py BUILD_DIR MODEL [--workload chat|shared] [--sessions S] [--turns T]
+                         [--words W] [--prefix-words P] [--concurrency C] [--tokens N]
+                         [--policies a,b,...] [--json]
 """
 import argparse
 import http.client
@@ -115,11 +119,35 @@ def workload(sessions, turns, words):
         for s in rng.sample(range(sessions), sessions):
             msg = " ".join(rng.choice(WORDS) for _ in range(words))
             prompts[s].append(msg + ".")
-            order.append(" ".join(prompts[s]))
+            order.append((s, " ".join(prompts[s])))
     return order
 
 
-def run_policy(a, policy, prompts):
+def shared_workload(n, prefix_words, words):
+    """n requests that share one long instruction (a system prompt, few-shot examples) and
+    differ in a short question: the hot-prefix case, where sending everything to the node that
+    holds the prefix queues it up while the other idles."""
+    rng = random.Random(11)
+    prefix = " ".join(rng.choice(WORDS) for _ in range(prefix_words)) + "."
+    return [(i, prefix + " " + " ".join(rng.choice(WORDS) for _ in range(words)) + "?")
+            for i in range(n)]
+
+
+def ideal_cached(order, results, block):
+    """Prompt tokens a perfect router could reuse: each turn finds its session's previous
+    prompt (all its full blocks but the last token's) on its node."""
+    if len({s for s, _ in order}) == len(order):  # shared: every request a session of its own
+        return 0
+    prev, total = {}, 0
+    for (s, _), r in zip(order, results):
+        if s in prev:
+            total += min(prev[s] // block, (r[1] - 1) // block) * block
+        prev[s] = r[1]
+    return total
+
+
+def run_policy(a, policy, order):
+    prompts = [p for _, p in order]
     cl = Cluster(a.build, a.model, policy)
     results = [None] * len(prompts)
     nxt = [0]
@@ -155,9 +183,11 @@ def run_policy(a, policy, prompts):
     lat = sorted(r[0] for r in results)
     prompt = sum(r[1] for r in results)
     cached = sum(r[2] for r in results)
+    ideal = ideal_cached(order, results, a.block_tokens)
     return {"policy": policy, "requests": len(results), "prompt_tokens": prompt,
             "cached_tokens": cached, "computed_tokens": prompt - cached,
-            "cached_share": cached / prompt, "latency_mean_s": sum(lat) / len(lat),
+            "cached_share": cached / prompt, "ideal_cached_tokens": ideal,
+            "of_ideal": cached / ideal if ideal else 0, "latency_mean_s": sum(lat) / len(lat),
             "latency_p90_s": lat[int(0.9 * (len(lat) - 1))], "wall_s": wall}
 
 
@@ -170,14 +200,20 @@ def main():
     ap.add_argument("--words", type=int, default=40)
     ap.add_argument("--concurrency", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=8)
+    ap.add_argument("--block-tokens", type=int, default=64, help="the nodes' kv_block_tokens")
+    ap.add_argument("--workload", choices=("chat", "shared"), default="chat")
+    ap.add_argument("--prefix-words", type=int, default=200, help="shared: the common prefix")
     ap.add_argument("--policies", default="round_robin,load_balance,cache_aware,kvcache_centric")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    prompts = workload(a.sessions, a.turns, a.words)
+    if a.workload == "shared":
+        order = shared_workload(a.sessions * a.turns, a.prefix_words, a.words)
+    else:
+        order = workload(a.sessions, a.turns, a.words)
     rows = []
     for pol in a.policies.split(","):
-        print("# %s: %d requests ..." % (pol, len(prompts)), file=sys.stderr, flush=True)
-        rows.append(run_policy(a, pol, prompts))
+        print("# %s: %d requests ..." % (pol, len(order)), file=sys.stderr, flush=True)
+        rows.append(run_policy(a, pol, order))
     base = next((r for r in rows if r["policy"] == "round_robin"), rows[0])
     for r in rows:
         r["computed_vs_peer"] = r["computed_tokens"] / base["computed_tokens"]
@@ -185,17 +221,20 @@ def main():
     if a.json:
         print(json.dumps({"peer": base["policy"], "rows": rows}, indent=1))
         return
-    print("%-16s %8s %8s %8s %7s %9s %9s %8s %9s %9s" %
-          ("policy", "prompt", "cached", "computed", "cached%", "lat_mean", "lat_p90", "wall",
-           "computed/", "latency/"))
-    print("%-16s %8s %8s %8s %7s %9s %9s %8s %9s %9s" %
-          ("", "tokens", "tokens", "tokens", "", "s", "s", "s", base["policy"][:9],
+    print("%-16s %8s %8s %8s %7s %7s %9s %9s %8s %9s %9s" %
+          ("policy", "prompt", "cached", "computed", "cached%", "ideal%", "lat_mean", "lat_p90",
+           "wall", "computed/", "latency/"))
+    print("%-16s %8s %8s %8s %7s %7s %9s %9s %8s %9s %9s" %
+          ("", "tokens", "tokens", "tokens", "", "", "s", "s", "s", base["policy"][:9],
            base["policy"][:9]))
     for r in rows:
-        print("%-16s %8d %8d %8d %6.1f%% %9.3f %9.3f %8.1f %8.2fx %8.2fx" %
+        print("%-16s %8d %8d %8d %6.1f%% %6.1f%% %9.3f %9.3f %8.1f %8.2fx %8.2fx" %
               (r["policy"], r["prompt_tokens"], r["cached_tokens"], r["computed_tokens"],
-               100 * r["cached_share"], r["latency_mean_s"], r["latency_p90_s"], r["wall_s"],
-               r["computed_vs_peer"], r["latency_vs_peer"]))
+               100 * r["cached_share"], 100 * r["of_ideal"], r["latency_mean_s"],
+               r["latency_p90_s"], r["wall_s"], r["computed_vs_peer"], r["latency_vs_peer"]))
+    if rows[0]["ideal_cached_tokens"]:
+        print("# ideal%%: cached tokens as a share of what a perfect router could reuse (%d)" %
+              rows[0]["ideal_cached_tokens"])
 
 
 if __name__ == "__main__":

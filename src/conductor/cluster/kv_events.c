@@ -1,8 +1,8 @@
 /* KV block events of a node (tycho/kv_events.h): two hash sets under one mutex, the mirror of
  * the cache and the pending hashes. A pending hash is FLIPPED (changed once since it was last
- * taken, so the Conductor holds the opposite of the mirror: a second change cancels it) or
- * UNKNOWN (its batch was given back, so the Conductor may hold either state: it stays pending
- * until taken). */
+ * taken, so the Conductor holds the opposite of the mirror: a re-store cancels a removal) or
+ * UNKNOWN (its batch was given back, or it was stored and removed unseen, so the Conductor may
+ * hold either state: it stays pending until taken). */
 #include "tycho/kv_events.h"
 
 #include "tycho/errors.h"
@@ -153,8 +153,12 @@ void ty_kv_events_note(ty_kv_events_t *ev, uint64_t hash, bool stored)
     size_t j = hset_find(&ev->pending, hash);
     if (j == SIZE_MAX)
         hset_set(&ev->pending, hash, PENDING_FLIPPED);
+    else if (ev->pending.val[j] == PENDING_FLIPPED && stored)
+        hset_del_at(&ev->pending, j); /* removed and stored again: as the Conductor holds it */
     else if (ev->pending.val[j] == PENDING_FLIPPED)
-        hset_del_at(&ev->pending, j); /* back to what the Conductor holds */
+        ev->pending.val[j] = PENDING_UNKNOWN; /* stored and removed unseen: the Conductor may
+                                               * still have credited us with it (it does when
+                                               * it sends us the prompt), so send the removal */
     check_overflow(ev);
 out:
     pthread_mutex_unlock(&ev->mu);

@@ -4,9 +4,10 @@
  * (Heartbeat.kv_events: reset, then removed, then stored).
  *
  * A hash is pending when its state may differ from what the Conductor holds, counting every
- * batch taken and not given back as applied. A batch says the hash's state at take time, so a
- * hash stored and removed within one interval, never taken in between, is not sent at all; a
- * batch given back (its heartbeat failed, perhaps after the Conductor applied it) makes its
+ * batch taken and not given back as applied. A batch says the hash's state at take time. A
+ * hash removed and stored again within one interval is not sent; one stored and removed
+ * within an interval is sent as removed (the Conductor credits a prefill node with a prompt's
+ * blocks when it sends it the prompt, before any event); a batch given back (its heartbeat failed, perhaps after the Conductor applied it) makes its
  * hashes pending again, to be sent with their state then: a repeat of an applied change, or a
  * "removed" the Conductor never saw the "stored" of, both harmless to a set.
  *
