@@ -58,8 +58,10 @@ int ty_sched_cost_fit_prefill(struct ty_sched_cost *c, const struct ty_sched_sam
 int ty_sched_cost_fit_decode(struct ty_sched_cost *c, const struct ty_sched_sample *s, size_t n);
 /* The same fits with every coefficient >= 0 (least squares over the feature subsets whose
  * unconstrained fit is non-negative, the best of them), so that a live cluster's noisy
- * samples never yield negative predicted times. Returns 0, TY_EINVAL or TY_ERANGE (no
- * subset can be solved: the samples carry no information); c is unchanged on error. */
+ * samples never yield negative predicted times, then refitted once without the samples whose
+ * residual exceeds 8x the median one (a stall or a cold start must not set the model).
+ * Returns 0, TY_EINVAL or TY_ERANGE (no subset can be solved: the samples carry no
+ * information); c is unchanged on error. */
 int ty_sched_cost_refit_prefill(struct ty_sched_cost *c, const struct ty_sched_sample *s,
                                 size_t n);
 int ty_sched_cost_refit_decode(struct ty_sched_cost *c, const struct ty_sched_sample *s,
@@ -159,6 +161,15 @@ struct ty_sched_opts {
     /* Prefill nodes cannot fetch a prefix from another node (the live cluster until prefill
      * reads the KV pool): kvcache_centric plans with local prefixes only. */
     bool local_prefix_only;
+    /* A request whose chosen prefill node is idle is admitted even when its predicted TTFT
+     * is over the SLO: queueing is not what breaks it, so refusing only makes the client
+     * retry something that will never fit, and a live cost model that predicts too high
+     * would never see the timings that correct it (the live Conductor sets this). */
+    bool admit_when_idle;
+    /* The decode-stage check of ty_sched_request_at_decode() only reports: the request stays
+     * in flight (the live cluster, where the decode node reserved its pages at assignment
+     * and runs it whatever the scheduler thinks). */
+    bool decode_check_advisory;
 };
 
 /* Fill opts with defaults: kvcache_centric, predicted admission, the A800 profile, threshold
@@ -178,6 +189,8 @@ struct ty_sched_request {
     uint32_t prompt_tokens;
     uint32_t output_tokens; /* expected output length (max_tokens or a prediction) */
     uint32_t priority;      /* class index < n_classes */
+    bool admitted;          /* already accepted by the caller: place it, never refuse it for
+                             * an SLO (a request that waited for the first nodes) */
 };
 
 struct ty_sched_decision {
@@ -237,8 +250,12 @@ int ty_sched_pick(ty_sched_t *s, const struct ty_sched_request *r, uint64_t now_
 int ty_sched_request_at_decode(ty_sched_t *s, uint64_t id, uint64_t now_us,
                                enum ty_sched_reject *reject);
 
-/* The request finished (or was cancelled) at now_us; its reservations are released. */
+/* The request finished at now_us; its reservations are released and, if it decoded, its
+ * decode time refines the uniform decode duration. */
 int ty_sched_request_done(ty_sched_t *s, uint64_t id, uint64_t now_us);
+/* The request failed or was cancelled: released like done, but its decode time says nothing
+ * about how long requests decode. */
+int ty_sched_request_abort(ty_sched_t *s, uint64_t id);
 
 /* Requests accepted and not yet done. */
 size_t ty_sched_in_flight(const ty_sched_t *s);

@@ -4,6 +4,7 @@
 #include "tycho/sched.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct model_shape {
@@ -191,24 +192,71 @@ static int fit_nonneg(const struct ty_sched_sample *s, size_t n, int prefill, do
     return rc;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* fit_nonneg, then once more without the outliers: samples whose residual is over 8 times
+ * the median absolute residual (a stalled machine, a cold start), so that one bad sample
+ * cannot set the model for the whole window. */
+static int fit_robust(const struct ty_sched_sample *s, size_t n, int prefill, double out[3])
+{
+    int rc = fit_nonneg(s, n, prefill, out);
+    if (rc < 0 || n < 6)
+        return rc;
+    double *res = malloc(n * sizeof(*res));
+    struct ty_sched_sample *keep = malloc(n * sizeof(*keep));
+    if (!res || !keep) {
+        free(res);
+        free(keep);
+        return 0; /* the plain fit stands */
+    }
+    double f[3];
+    for (size_t i = 0; i < n; i++) {
+        features(&s[i], prefill, f);
+        res[i] = fabs(out[0] * f[0] + out[1] * f[1] + out[2] * f[2] - s[i].us);
+    }
+    double *sorted = malloc(n * sizeof(*sorted));
+    if (sorted) {
+        memcpy(sorted, res, n * sizeof(*res));
+        qsort(sorted, n, sizeof(*sorted), cmp_double);
+        double limit = fmax(8 * sorted[n / 2], 1.0); /* 1 us: no point trimming an exact fit */
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+            if (res[i] <= limit)
+                keep[k++] = s[i];
+        double x[3];
+        if (k >= 3 && k < n && fit_nonneg(keep, k, prefill, x) == 0)
+            memcpy(out, x, sizeof(x));
+        free(sorted);
+    }
+    free(res);
+    free(keep);
+    return 0;
+}
+
+/* The fit's coefficients into c (prefill or decode) when it succeeded; returns rc. */
+static int keep_fit(struct ty_sched_cost *c, int prefill, int rc, const double x[3])
+{
+    if (rc == 0)
+        memcpy(prefill ? c->prefill : c->decode, x, 3 * sizeof(double));
+    return rc;
+}
+
 int ty_sched_cost_refit_prefill(struct ty_sched_cost *c, const struct ty_sched_sample *s,
                                 size_t n)
 {
     double x[3];
-    int rc = fit_nonneg(s, n, 1, x);
-    if (rc == 0)
-        memcpy(c->prefill, x, sizeof(x));
-    return rc;
+    return keep_fit(c, 1, fit_robust(s, n, 1, x), x);
 }
 
 int ty_sched_cost_refit_decode(struct ty_sched_cost *c, const struct ty_sched_sample *s,
                                size_t n)
 {
     double x[3];
-    int rc = fit_nonneg(s, n, 0, x);
-    if (rc == 0)
-        memcpy(c->decode, x, sizeof(x));
-    return rc;
+    return keep_fit(c, 0, fit_robust(s, n, 0, x), x);
 }
 
 void ty_sched_cost_cpu(const struct ty_sched_model_shape *m, uint32_t block_tokens,
@@ -230,17 +278,11 @@ void ty_sched_cost_cpu(const struct ty_sched_model_shape *m, uint32_t block_toke
 int ty_sched_cost_fit_prefill(struct ty_sched_cost *c, const struct ty_sched_sample *s, size_t n)
 {
     double x[3];
-    int rc = fit3(s, n, 1, x);
-    if (rc == 0)
-        memcpy(c->prefill, x, sizeof(x));
-    return rc;
+    return keep_fit(c, 1, fit3(s, n, 1, x), x);
 }
 
 int ty_sched_cost_fit_decode(struct ty_sched_cost *c, const struct ty_sched_sample *s, size_t n)
 {
     double x[3];
-    int rc = fit3(s, n, 0, x);
-    if (rc == 0)
-        memcpy(c->decode, x, sizeof(x));
-    return rc;
+    return keep_fit(c, 0, fit3(s, n, 0, x), x);
 }

@@ -238,13 +238,16 @@ int ty_sched_pick(ty_sched_t *s, const struct ty_sched_request *r, uint64_t now_
     d->prefill_us = c.prefill;
     d->ttft_us = c.ttft;
     uint64_t ttft_slo = s->o.slo[r->priority].ttft_us;
-    if (ttft_slo && c.ttft > (double)ttft_slo) {
+    bool idle_pass = s->o.admit_when_idle && c.queue <= 0;
+    if (ttft_slo && c.ttft > (double)ttft_slo && !idle_pass && !r->admitted) {
         d->reject = TY_SCHED_REJECT_TTFT;
         return 0;
     }
     uint64_t ctx = (uint64_t)r->prompt_tokens + r->output_tokens;
     d->decode_node = choose_decode(s, ctx);
     d->reject = admit_decode(s, r, d->decode_node, c.ttft, now_us, ctx, &d->tbt_us, d);
+    if (r->admitted)
+        d->reject = TY_SCHED_REJECT_NONE;
     if (d->reject == TY_SCHED_REJECT_NONE)
         commit(s, r, &c, d->decode_node, ctx, now_us);
     return 0;

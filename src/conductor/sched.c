@@ -333,7 +333,7 @@ int ty_sched_request_at_decode(ty_sched_t *s, uint64_t id, uint64_t now_us,
                                                     (double)d->ctx + (double)f->ctx, f->priority,
                                                     NULL);
     *reject = r;
-    if (r != TY_SCHED_REJECT_NONE) {
+    if (r != TY_SCHED_REJECT_NONE && !s->o.decode_check_advisory) {
         flight_del(s, f);
         return 0;
     }
@@ -341,6 +341,17 @@ int ty_sched_request_at_decode(ty_sched_t *s, uint64_t id, uint64_t now_us,
     f->at_decode_us = (double)now_us;
     f->start_us = (double)now_us;
     f->end_us = (double)now_us + s->decode_dur_us;
+    return 0;
+}
+
+int ty_sched_request_abort(ty_sched_t *s, uint64_t id)
+{
+    struct flight *f = ty__sched_flight_get(s, id);
+    if (!f)
+        return TY_ENOTFOUND;
+    if (!f->at_decode)
+        pending_release(s, f);
+    flight_del(s, f);
     return 0;
 }
 

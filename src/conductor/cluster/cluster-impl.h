@@ -21,6 +21,7 @@ struct ty__cnode {
     uint64_t kv_pages;    /* as registered */
     uint32_t max_batch;   /* as registered (decode: sequences per batch) */
     uint64_t decode_ctx;  /* decode: context tokens of its batch, from its heartbeats */
+    uint64_t index_est;   /* prefill: blocks its events added to the index, less removals */
     char segment[TY_XFER_NAME_MAX + 1];
     uint32_t block_tokens;
     uint64_t session, last_hb_ms;
@@ -42,7 +43,11 @@ struct ty__creq {
     bool decode_pending, prefill_pending, stream_pending, finished, prefill_counted;
     uint64_t wait_until_ms; /* no node yet (Conductor just started): dispatch when one comes */
     bool placed;            /* in the scheduler's flight table (until ty__place_done) */
+    bool prefilled;         /* its prefill finished (ty__place_prefilled) */
     uint32_t priority;      /* SLO class index (ty__place_class) */
+    uint64_t *credit;       /* blocks credited to pnode at placement that it did not hold:
+                             * withdrawn if the request ends before its prefill */
+    uint32_t n_credit;
     double predicted_prefill_us; /* the scheduler's transfer + prefill estimate */
     uint64_t prefill_sent_us;    /* when PrefillAssign went out */
     struct ty_stoptext tx;  /* text of the relayed tokens, as ty_engine_generate makes it */
@@ -69,6 +74,7 @@ struct ty__place {
     /* metrics (NULL without a registry) */
     ty_metrics_child_t *decisions[TY_SCHED_REJECT_NO_NODE + 1];
     ty_metrics_child_t *prompt_blocks, *cached_blocks, *index_blocks, *decode_over_slo;
+    ty_metrics_child_t *over_slo; /* admitted although predicted over the TTFT SLO (idle) */
     ty_metrics_child_t *coef[2][3];
     ty_metrics_child_t *predicted_ttft;
 };
@@ -108,12 +114,15 @@ void ty__place_heartbeat(ty_cluster_t *c, struct ty__cnode *n, const Tycho__V1__
 /* The SLO class index of a class name (NULL, "auto" or unknown: 0). */
 uint32_t ty__place_class(const ty_cluster_t *c, const char *name);
 /* Choose the prefill and decode nodes of r (r->pnode, r->dnode). Returns 0, TY_EREJECTED with
- * *rej filled (an SLO would be missed), TY_EUNAVAIL (no node) or TY_ENOMEM. */
-int ty__place_pick(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *rej);
-/* r's prefill finished on r->pnode: its KV is at the decode node. */
+ * *rej filled (an SLO would be missed; never when `admitted`: r was accepted already),
+ * TY_EUNAVAIL (no node) or TY_ENOMEM. */
+int ty__place_pick(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *rej,
+                   bool admitted);
+/* r's prefill finished on r->pnode: its KV is at the decode node (the prefill node's reply,
+ * or the first token chunk from the decode node, whichever comes first; once). */
 void ty__place_prefilled(ty_cluster_t *c, struct ty__creq *r);
-/* r finished, failed or was cancelled. */
-void ty__place_done(ty_cluster_t *c, struct ty__creq *r);
+/* r finished (natural: EOS, length or a stop string), failed or was cancelled. */
+void ty__place_done(ty_cluster_t *c, struct ty__creq *r, bool natural);
 
 /* remote.c */
 extern const struct ty_serve_backend_i ty__cluster_backend_iface;

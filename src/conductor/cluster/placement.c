@@ -69,6 +69,15 @@ static int cost_init(const struct ty_cluster_cost_config *cc, const ty_model_t *
         TY_LOG_ERROR("cluster", "cost.prefill and cost.decode take exactly 3 coefficients");
         return TY_EINVAL;
     }
+    for (uint32_t k = 0; cc && k < cc->n_prefill + cc->n_decode; k++) {
+        double v = k < cc->n_prefill ? cc->prefill[k] : cc->decode[k - cc->n_prefill];
+        if (!(v >= 0) || !isfinite(v)) {
+            TY_LOG_ERROR("cluster", "cost.%s[%u]: %g is not a time (coefficients are >= 0)",
+                         k < cc->n_prefill ? "prefill" : "decode",
+                         k < cc->n_prefill ? k : k - cc->n_prefill, v);
+            return TY_EINVAL;
+        }
+    }
     for (uint32_t k = 0; cc && k < cc->n_prefill; k++)
         cost->prefill[k] = cc->prefill[k];
     for (uint32_t k = 0; cc && k < cc->n_decode; k++)
@@ -154,6 +163,11 @@ static void metrics_init(struct ty__place *p, ty_metrics_registry_t *reg)
                                 "requests whose decode node was over the TBT SLO or full when "
                                 "their KV landed (they still run)", NULL, 0))
         ty_metrics_child_get(f, NULL, &p->decode_over_slo);
+    if (!ty_metrics_counter_new(reg, &f, "tycho_scheduler_admitted_over_slo_total",
+                                "requests admitted although predicted over the TTFT SLO, "
+                                "because their prefill node was idle (served best-effort)",
+                                NULL, 0))
+        ty_metrics_child_get(f, NULL, &p->over_slo);
     if (!ty_metrics_counter_new(reg, &f, "tycho_scheduler_cost_samples_total",
                                 "timing samples received from the nodes", kind, 1)) {
         const char *pre = "prefill", *dec = "decode";
@@ -177,6 +191,12 @@ static void metrics_init(struct ty__place *p, ty_metrics_registry_t *reg)
         ty_metrics_child_get(f, NULL, &p->predicted_ttft);
 }
 
+static void index_gauge(struct ty__place *p)
+{
+    if (p->index_blocks)
+        ty_metrics_gauge_set(p->index_blocks, (double)ty_sched_index_size(ty_sched_index(p->s)));
+}
+
 static void coef_publish(struct ty__place *p)
 {
     const struct ty_sched_cost *c = &ty_sched_opts_get(p->s)->cost;
@@ -194,6 +214,8 @@ int ty__place_init(ty_cluster_t *c, const struct ty_cluster_opts *o)
     struct ty_sched_opts so;
     ty_sched_opts_default(&so);
     so.local_prefix_only = true;
+    so.admit_when_idle = true;
+    so.decode_check_advisory = true;
     const struct ty_sched_config *sc = o->sched;
     if (sc) {
         so.policy = (enum ty_sched_policy)sc->policy;
@@ -289,9 +311,7 @@ void ty__place_node_down(ty_cluster_t *c, struct ty__cnode *n)
         return;
     ty_sched_node_remove(c->place.s, n->slot);
     n->in_sched = false;
-    if (c->place.index_blocks)
-        ty_metrics_gauge_set(c->place.index_blocks,
-                             (double)ty_sched_index_size(ty_sched_index(c->place.s)));
+    index_gauge(&c->place);
 }
 
 /* ---- heartbeats --------------------------------------------------------------------------- */
@@ -318,6 +338,8 @@ static void take_samples(struct ty__place *p, Tycho__V1__TimingSample **s, size_
                          bool prefill)
 {
     struct ty__sample_ring *r = prefill ? &p->prefill : &p->decode;
+    if (n > TY_CLUSTER_MAX_TIMINGS) /* what an agent sends; more would let one node flood */
+        n = TY_CLUSTER_MAX_TIMINGS;
     for (size_t i = 0; i < n; i++) {
         const Tycho__V1__TimingSample *t = s[i];
         if (!t || !t->duration_us || t->duration_us > 3600ull * 1000000)
@@ -352,18 +374,32 @@ void ty__place_heartbeat(ty_cluster_t *c, struct ty__cnode *n, const Tycho__V1__
     }
     const Tycho__V1__KvBlockEvents *ev = m->kv_events;
     if (ev && is_prefill(n)) {
-        if (ev->reset)
+        if (ev->reset) {
             ty_sched_blocks_reset(p->s, n->slot);
+            n->index_est = 0;
+        }
         if (ev->n_removed)
             ty_sched_block_removed(p->s, n->slot, ev->removed, ev->n_removed);
-        if (ev->n_stored)
+        n->index_est -= n->index_est > ev->n_removed ? ev->n_removed : n->index_est;
+        n->index_est += ev->n_stored;
+        if (n->kv_pages && n->index_est > 2 * n->kv_pages) {
+            /* more blocks than its pages can hold: a confused node; forget its blocks (they
+             * come back with its next reset) rather than grow without bound */
+            TY_LOG_WARN("cluster", "node %s reports %llu cached blocks for %llu pages: "
+                                   "dropping its prefix index entries", n->info.id,
+                        (unsigned long long)n->index_est, (unsigned long long)n->kv_pages);
+            ty_sched_blocks_reset(p->s, n->slot);
+            n->index_est = 0;
+        } else if (ev->n_stored) {
             ty_sched_block_stored(p->s, n->slot, ev->stored, ev->n_stored);
-        if (p->index_blocks)
-            ty_metrics_gauge_set(p->index_blocks,
-                                 (double)ty_sched_index_size(ty_sched_index(p->s)));
+        }
+        index_gauge(p);
     }
-    take_samples(p, m->prefill_timings, m->n_prefill_timings, true);
-    take_samples(p, m->decode_timings, m->n_decode_timings, false);
+    /* each kind from its own role only: a node cannot skew the other stage's model */
+    if (is_prefill(n))
+        take_samples(p, m->prefill_timings, m->n_prefill_timings, true);
+    else
+        take_samples(p, m->decode_timings, m->n_decode_timings, false);
 }
 
 /* ---- requests ----------------------------------------------------------------------------- */
@@ -411,7 +447,8 @@ static struct ty__cnode *node_of(ty_cluster_t *c, uint32_t id)
     return id < c->n_nodes ? c->nodes[id] : NULL;
 }
 
-int ty__place_pick(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *rej)
+int ty__place_pick(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *rej,
+                   bool admitted)
 {
     struct ty__place *p = &c->place;
     uint32_t B = p->block_tokens ? p->block_tokens : 1;
@@ -430,7 +467,7 @@ int ty__place_pick(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *
     struct ty_sched_request q = {.id = r->rid, .block_hashes = p->hashes,
                                  .n_blocks = (uint32_t)nb, .prompt_tokens = r->n_prompt,
                                  .output_tokens = out < room ? out : room,
-                                 .priority = r->priority};
+                                 .priority = r->priority, .admitted = admitted};
     struct ty_sched_decision d;
     uint64_t now = now_us();
     int rc = ty_sched_pick(p->s, &q, now, &d);
@@ -453,17 +490,28 @@ int ty__place_pick(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *
     r->placed = true;
     r->predicted_prefill_us = d.prefill_us + d.transfer_us;
     if (!r->pnode || !r->dnode) { /* the scheduler only knows live nodes: cannot happen */
-        ty__place_done(c, r);
+        ty__place_done(c, r, false);
         return TY_EUNAVAIL;
     }
-    /* the prefill node is about to compute these blocks: route the next request with the
-     * same prefix there before its heartbeat says so */
-    if (nb)
-        ty_sched_block_stored(p->s, d.prefill_node, p->hashes, nb);
+    /* the prefill node is about to compute the blocks it lacks: route the next request with
+     * the same prefix there before its heartbeat says so; kept in r to be withdrawn should r
+     * end before its prefill (the node will never report them) */
+    size_t have = d.used_prefix_blocks < nb ? d.used_prefix_blocks : nb;
+    if (nb > have) {
+        r->credit = malloc((nb - have) * sizeof(*r->credit));
+        if (r->credit) {
+            memcpy(r->credit, p->hashes + have, (nb - have) * sizeof(*r->credit));
+            r->n_credit = (uint32_t)(nb - have);
+            ty_sched_block_stored(p->s, d.prefill_node, r->credit, r->n_credit);
+        }
+    }
+    uint64_t slo = ty_sched_opts_get(p->s)->slo[r->priority].ttft_us;
+    if (slo && d.ttft_us > (double)slo && p->over_slo)
+        ty_metrics_counter_inc(p->over_slo);
     if (p->prompt_blocks) {
         ty_metrics_counter_add(p->prompt_blocks, (double)nb);
         ty_metrics_counter_add(p->cached_blocks, d.used_prefix_blocks);
-        ty_metrics_gauge_set(p->index_blocks, (double)ty_sched_index_size(ty_sched_index(p->s)));
+        index_gauge(p);
         ty_metrics_histogram_observe(p->predicted_ttft, d.ttft_us / 1e6);
     }
     TY_LOG_DEBUG("cluster", "request %llu: prefill %s (%u of %zu blocks cached, predicted TTFT "
@@ -473,33 +521,56 @@ int ty__place_pick(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *
     return 0;
 }
 
-void ty__place_prefilled(ty_cluster_t *c, struct ty__creq *r)
+/* Re-base r's prefill node's queue on the predicted work still ahead of it there (the
+ * requests placed on it whose prefill has not finished, r excluded). */
+static void rebase_queue(ty_cluster_t *c, const struct ty__creq *r, uint64_t now)
 {
-    struct ty__place *p = &c->place;
-    if (!r->placed)
-        return;
-    uint64_t now = now_us();
-    enum ty_sched_reject why = TY_SCHED_REJECT_NONE;
-    if (ty_sched_request_at_decode(p->s, r->rid, now, &why) == 0 && why != TY_SCHED_REJECT_NONE) {
-        r->placed = false; /* the scheduler let go of it; the decode node still runs it */
-        if (p->decode_over_slo)
-            ty_metrics_counter_inc(p->decode_over_slo);
-    }
-    /* re-base the node's queue on the work still outstanding there */
     struct ty__cnode *pn = r->pnode;
     if (!pn || !pn->in_sched)
         return;
     double left = 0;
     for (const struct ty__creq *o = c->reqs; o; o = o->next)
-        if (o != r && o->pnode == pn && o->prefill_pending && !o->finished)
+        if (o != r && o->pnode == pn && o->placed && !o->prefilled && !o->finished)
             left += o->predicted_prefill_us;
-    ty_sched_node_set_prefill_queue(p->s, pn->slot, (uint64_t)left, now);
+    ty_sched_node_set_prefill_queue(c->place.s, pn->slot, (uint64_t)left, now);
 }
 
-void ty__place_done(ty_cluster_t *c, struct ty__creq *r)
+void ty__place_prefilled(ty_cluster_t *c, struct ty__creq *r)
 {
+    struct ty__place *p = &c->place;
+    if (!r->placed || r->prefilled)
+        return;
+    r->prefilled = true;
+    free(r->credit); /* computed there now: the node's events speak for these blocks */
+    r->credit = NULL;
+    r->n_credit = 0;
+    uint64_t now = now_us();
+    enum ty_sched_reject why = TY_SCHED_REJECT_NONE;
+    /* advisory (decode_check_advisory): the request stays in the scheduler's picture */
+    if (ty_sched_request_at_decode(p->s, r->rid, now, &why) == 0 && why != TY_SCHED_REJECT_NONE &&
+        p->decode_over_slo)
+        ty_metrics_counter_inc(p->decode_over_slo);
+    rebase_queue(c, r, now);
+}
+
+void ty__place_done(ty_cluster_t *c, struct ty__creq *r, bool natural)
+{
+    struct ty__place *p = &c->place;
+    /* ended before its prefill (a natural end implies one): the blocks were never computed */
+    if (r->n_credit && !natural && r->pnode && r->pnode->in_sched) {
+        ty_sched_block_removed(p->s, r->pnode->slot, r->credit, r->n_credit);
+        index_gauge(p);
+    }
+    free(r->credit);
+    r->credit = NULL;
+    r->n_credit = 0;
     if (!r->placed)
         return;
     r->placed = false;
-    ty_sched_request_done(c->place.s, r->rid, now_us());
+    if (natural)
+        ty_sched_request_done(p->s, r->rid, now_us());
+    else
+        ty_sched_request_abort(p->s, r->rid);
+    if (!r->prefilled)
+        rebase_queue(c, r, now_us());
 }

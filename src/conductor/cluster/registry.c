@@ -64,6 +64,7 @@ static void on_node_state(ty_rpc_client_t *cl, bool connected, int reason, void 
         return;
     TY_LOG_WARN("cluster", "lost the connection to %s: %s", n->info.id, ty_strerror(reason));
     n->lost = true; /* reaped on the loop, outside the client's callback */
+    ty__place_node_down(n->c, n); /* no new placements on it meanwhile (scheduler only) */
     uv_timer_start(&n->c->tick, cluster_tick, 0, 100);
 }
 
@@ -226,8 +227,10 @@ static void cluster_tick(uv_timer_t *t)
 
 int ty__cluster_registry_start(ty_cluster_t *c)
 {
+    /* 64 MiB frames: a prefill node's reset snapshot lists every cached block (8 bytes and a
+     * tag each), a few million blocks on a large node */
     struct ty_rpc_server_opts so = {.loop = c->o.loop, .host = c->o.rpc_host,
-                                    .port = c->o.rpc_port};
+                                    .port = c->o.rpc_port, .max_frame_size = 64u << 20};
     int rc = ty_rpc_server_new(&c->srv, &so);
     if (rc)
         return rc;

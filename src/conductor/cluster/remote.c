@@ -67,10 +67,11 @@ static void send_cancel(struct ty__cnode *n, uint64_t rid, const char *why)
 }
 
 /* Mark finished: the nodes still holding it are told to let go. */
-static void req_end(ty_cluster_t *c, struct ty__creq *r, bool decode_done, const char *why)
+static void req_end(ty_cluster_t *c, struct ty__creq *r, bool decode_done, bool natural,
+                    const char *why)
 {
     r->finished = true;
-    ty__place_done(c, r);
+    ty__place_done(c, r, natural);
     if (r->dnode && r->dnode->info.inflight)
         r->dnode->info.inflight--;
     if (r->prefill_counted && r->pnode && r->pnode->info.inflight)
@@ -87,7 +88,7 @@ static void req_fail(ty_cluster_t *c, struct ty__creq *r, int err)
     if (r->finished)
         return;
     emit(c, r, TY_SERVE_EV_ERROR, NULL, 0, TY_FINISH_NONE, err);
-    req_end(c, r, false, err == TY_ECANCELED ? "cancelled" : ty_strerror(err));
+    req_end(c, r, false, false, err == TY_ECANCELED ? "cancelled" : ty_strerror(err));
     req_maybe_free(c, r);
 }
 
@@ -95,7 +96,7 @@ static void req_done(ty_cluster_t *c, struct ty__creq *r, enum ty_finish fin)
 {
     ty_stoptext_flush(&r->tx); /* nothing after a stop string; TY_ENOMEM: the tail is lost */
     emit(c, r, TY_SERVE_EV_DONE, NULL, ty_stoptext_safe_end(&r->tx, true), fin, 0);
-    req_end(c, r, fin != TY_FINISH_STOP, "stop string");
+    req_end(c, r, fin != TY_FINISH_STOP, true, "stop string");
 }
 
 static void sample_of(const Tycho__V1__TokenChunk *ch, size_t i, struct ty_sample *smp)
@@ -110,6 +111,9 @@ static void sample_of(const Tycho__V1__TokenChunk *ch, size_t i, struct ty_sampl
 /* One TokenChunk from the decode node. */
 static void on_chunk(ty_cluster_t *c, struct ty__creq *r, const Tycho__V1__TokenChunk *ch)
 {
+    /* tokens from the decode node: the KV landed, whether or not the prefill node's reply
+     * has reached us yet */
+    ty__place_prefilled(c, r);
     if (ch->cached_tokens && ch->cached_tokens <= r->n_prompt)
         r->n_cached = ch->cached_tokens;
     for (size_t i = 0; i < ch->n_token_ids && !r->finished; i++) {
@@ -308,9 +312,10 @@ static int req_new(ty_cluster_t *c, const struct ty_serve_request *sr, struct ty
 
 /* Place `r` (the scheduler chooses its nodes or refuses it) and send DecodeAssign to its
  * decode node. */
-static int dispatch(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *rej)
+static int dispatch(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *rej,
+                    bool admitted)
 {
-    int rc = ty__place_pick(c, r, rej);
+    int rc = ty__place_pick(c, r, rej, admitted);
     if (rc)
         return rc;
     struct ty__cnode *d = r->dnode;
@@ -327,7 +332,7 @@ static int dispatch(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject 
     rc = ty_rpc_client_call_msg(d->rpc, TYCHO__V1__METHOD__METHOD_DECODE_ASSIGN,
                                 (const ProtobufCMessage *)&m, &co, on_decode_reply, r, NULL);
     if (rc) {
-        ty__place_done(c, r);
+        ty__place_done(c, r, false);
         r->dnode = r->pnode = NULL;
         return rc == TY_ESHUTDOWN ? TY_EUNAVAIL : rc;
     }
@@ -351,7 +356,8 @@ void ty__cluster_retry_waiting(ty_cluster_t *c)
         next = r->next;
         if (r->finished || !r->wait_until_ms)
             continue;
-        int rc = nodes_up(c) ? dispatch(c, r, NULL) : now > r->wait_until_ms ? TY_EUNAVAIL : 0;
+        /* accepted while no node was up (a stream may have begun): placed, never refused */
+        int rc = nodes_up(c) ? dispatch(c, r, NULL, true) : now > r->wait_until_ms ? TY_EUNAVAIL : 0;
         if (rc)
             req_fail(c, r, rc);
     }
@@ -372,7 +378,7 @@ static int cluster_submit(void *ctx, const struct ty_serve_request *sr)
     int rc = req_new(c, sr, &r);
     if (rc)
         return rc;
-    if (up && (rc = dispatch(c, r, sr->reject))) {
+    if (up && (rc = dispatch(c, r, sr->reject, false))) {
         ty_stoptext_clear(&r->tx);
         free(r->prompt);
         free(r);

@@ -3,7 +3,7 @@
 and tycho-decode as separate processes on loopback ephemeral ports, KV over the tcp transport.
 
 Usage: test_cluster.py BUILD_DIR CASE   (CASE: equal, concurrent, kill_decode, hung_decode,
-prefix_routing, cache_events, slo_reject, cost_refit). Exits 77 when
+prefix_routing, cache_events, slo_reject, cost_refit, phantom_credit). Exits 77 when
 the shared test data is missing. Expected token ids come from running `tycho generate` (the
 monolithic engine loop), never from the cluster.
 """
@@ -56,8 +56,13 @@ def read_ports(path, deadline):
 
 
 class Cluster:
+    """The processes of one cluster. Every cluster a case starts is stopped by main() when
+    the case ends, and its logs are printed when the case failed."""
+    started = []
+
     def __init__(self, n_prefill, n_decode, hb_timeout="1500ms", model=MODEL, config=None,
                  node_args=()):
+        Cluster.started.append(self)
         self.dir = tempfile.mkdtemp(prefix="tycho-cluster-")
         self.model = model
         self.node_args = list(node_args)
@@ -126,6 +131,7 @@ class Cluster:
     def stop(self):
         for p in self.procs.values():
             if p.poll() is None:
+                p.send_signal(signal.SIGCONT)  # a case may have left one stopped
                 p.send_signal(signal.SIGTERM)
         for p in self.procs.values():
             try:
@@ -209,89 +215,79 @@ def check(cond, what):
 def case_equal():
     cl = Cluster(1, 1)
     ok = True
-    try:
-        for p in PROMPTS:
-            ref = generate(p, 24)
-            st, body = cl.post("/v1/completions", {"prompt": p, "max_tokens": 24,
-                                                   "temperature": 0, "return_token_ids": True})
-            got = json.loads(body)["choices"][0] if st == 200 else {}
-            ok &= check(st == 200 and got.get("token_ids") == ref["output_ids"] and
-                        got.get("text") == ref["text"],
-                        "%r: %s vs generate %s" % (p, got.get("token_ids"), ref["output_ids"]))
-        res = {}
-        stream(cl, PROMPTS[0], 24, res, 0)
-        ref = generate(PROMPTS[0], 24)
-        ok &= check(res[0][0] == ref["output_ids"] and res[0][1] == ref["text"],
-                    "streaming ids and text equal generate's")
-        # logprobs: token 1 comes from the prefill node, the rest from the decode node; each
-        # must match tycho generate's (one process) for the same prompt
-        ref = generate(PROMPTS[0], 8, extra=("--logprobs", "2"))
-        st, body = cl.post("/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 8,
-                                               "temperature": 0, "logprobs": 2,
-                                               "return_token_ids": True})
-        lp = json.loads(body)["choices"][0].get("logprobs") or {} if st == 200 else {}
-        got = lp.get("token_logprobs") or []
-        want = [x["logprob"] for x in ref["logprobs"]]
-        ok &= check(len(got) == len(want) and
-                    all(abs(a - b) < 1e-3 for a, b in zip(got, want)) and
-                    len((lp.get("top_logprobs") or [{}])[0]) == 2,
-                    "logprobs equal generate's, the first token's included: %s vs %s" %
-                    (got[:3], want[:3]))
-        # the prefill node keeps full KV blocks after a request: the same long prompt again
-        # reuses most of its KV (usage says how much), and the answer is still generate's
-        long = " ".join(PROMPTS[:3] * 10)
-        ref = generate(long, 16)
-        cached = []
-        for turn in range(2):
-            st, body = cl.post("/v1/completions", {"prompt": long, "max_tokens": 16,
-                                                   "temperature": 0, "return_token_ids": True})
-            b = json.loads(body) if st == 200 else {}
-            ok &= check(st == 200 and b["choices"][0]["token_ids"] == ref["output_ids"],
-                        "long prompt, turn %d: ids equal generate's" % turn)
-            cached.append(b.get("usage", {}).get("prompt_tokens_details", {})
-                          .get("cached_tokens", -1))
-        n = len(ref["prompt_ids"])
-        ok &= check(cached[0] == 0 and 0 < cached[1] < n,
-                    "cached prompt tokens: %s of %d (first, second turn)" % (cached, n))
-        st, body = cl.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 40,
-                                               "temperature": 0, "stop": [" girl"]})
-        want = generate("Once upon a time", 40)["text"].split(" girl")[0]
-        ok &= check(st == 200 and json.loads(body)["choices"][0]["text"] == want and
-                    json.loads(body)["choices"][0]["finish_reason"] == "stop",
-                    "stop string cuts the text on the Conductor")
-    finally:
-        cl.stop()
-    if not ok:
-        print(cl.dump())
+    for p in PROMPTS:
+        ref = generate(p, 24)
+        st, body = cl.post("/v1/completions", {"prompt": p, "max_tokens": 24,
+                                               "temperature": 0, "return_token_ids": True})
+        got = json.loads(body)["choices"][0] if st == 200 else {}
+        ok &= check(st == 200 and got.get("token_ids") == ref["output_ids"] and
+                    got.get("text") == ref["text"],
+                    "%r: %s vs generate %s" % (p, got.get("token_ids"), ref["output_ids"]))
+    res = {}
+    stream(cl, PROMPTS[0], 24, res, 0)
+    ref = generate(PROMPTS[0], 24)
+    ok &= check(res[0][0] == ref["output_ids"] and res[0][1] == ref["text"],
+                "streaming ids and text equal generate's")
+    # logprobs: token 1 comes from the prefill node, the rest from the decode node; each
+    # must match tycho generate's (one process) for the same prompt
+    ref = generate(PROMPTS[0], 8, extra=("--logprobs", "2"))
+    st, body = cl.post("/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 8,
+                                           "temperature": 0, "logprobs": 2,
+                                           "return_token_ids": True})
+    lp = json.loads(body)["choices"][0].get("logprobs") or {} if st == 200 else {}
+    got = lp.get("token_logprobs") or []
+    want = [x["logprob"] for x in ref["logprobs"]]
+    ok &= check(len(got) == len(want) and
+                all(abs(a - b) < 1e-3 for a, b in zip(got, want)) and
+                len((lp.get("top_logprobs") or [{}])[0]) == 2,
+                "logprobs equal generate's, the first token's included: %s vs %s" %
+                (got[:3], want[:3]))
+    # the prefill node keeps full KV blocks after a request: the same long prompt again
+    # reuses most of its KV (usage says how much), and the answer is still generate's
+    long = " ".join(PROMPTS[:3] * 10)
+    ref = generate(long, 16)
+    cached = []
+    for turn in range(2):
+        st, body = cl.post("/v1/completions", {"prompt": long, "max_tokens": 16,
+                                               "temperature": 0, "return_token_ids": True})
+        b = json.loads(body) if st == 200 else {}
+        ok &= check(st == 200 and b["choices"][0]["token_ids"] == ref["output_ids"],
+                    "long prompt, turn %d: ids equal generate's" % turn)
+        cached.append(b.get("usage", {}).get("prompt_tokens_details", {})
+                      .get("cached_tokens", -1))
+    n = len(ref["prompt_ids"])
+    ok &= check(cached[0] == 0 and 0 < cached[1] < n,
+                "cached prompt tokens: %s of %d (first, second turn)" % (cached, n))
+    st, body = cl.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 40,
+                                           "temperature": 0, "stop": [" girl"]})
+    want = generate("Once upon a time", 40)["text"].split(" girl")[0]
+    ok &= check(st == 200 and json.loads(body)["choices"][0]["text"] == want and
+                json.loads(body)["choices"][0]["finish_reason"] == "stop",
+                "stop string cuts the text on the Conductor")
     return ok
 
 
 def case_concurrent():
     cl = Cluster(2, 2)
     ok = True
-    try:
-        refs = {p: generate(p, 32) for p in PROMPTS}
-        res, threads = {}, []
-        for i in range(64):
-            t = threading.Thread(target=stream, args=(cl, PROMPTS[i % len(PROMPTS)], 32, res, i))
-            t.start()
-            threads.append(t)
-        for t in threads:
-            t.join(60)
-        good = sum(1 for i in range(64) if i in res and res[i][3] is None and
-                   res[i][0] == refs[PROMPTS[i % len(PROMPTS)]]["output_ids"] and
-                   res[i][1] == refs[PROMPTS[i % len(PROMPTS)]]["text"])
-        ok &= check(good == 64, "64 concurrent streams complete with generate's ids: %d" % good)
-        for i in range(64):
-            if i in res and (res[i][3] or res[i][0] != refs[PROMPTS[i % 20]]["output_ids"]):
-                print("  stream %d: %s" % (i, res[i]))
-                break
-        logs = {n: open(cl.logs[n]).read() for n in ("conductor",)}
-        ok &= check(logs["conductor"].count("registered:") >= 4, "4 nodes registered")
-    finally:
-        cl.stop()
-    if not ok:
-        print(cl.dump())
+    refs = {p: generate(p, 32) for p in PROMPTS}
+    res, threads = {}, []
+    for i in range(64):
+        t = threading.Thread(target=stream, args=(cl, PROMPTS[i % len(PROMPTS)], 32, res, i))
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join(60)
+    good = sum(1 for i in range(64) if i in res and res[i][3] is None and
+               res[i][0] == refs[PROMPTS[i % len(PROMPTS)]]["output_ids"] and
+               res[i][1] == refs[PROMPTS[i % len(PROMPTS)]]["text"])
+    ok &= check(good == 64, "64 concurrent streams complete with generate's ids: %d" % good)
+    for i in range(64):
+        if i in res and (res[i][3] or res[i][0] != refs[PROMPTS[i % 20]]["output_ids"]):
+            print("  stream %d: %s" % (i, res[i]))
+            break
+    logs = {n: open(cl.logs[n]).read() for n in ("conductor",)}
+    ok &= check(logs["conductor"].count("registered:") >= 4, "4 nodes registered")
     return ok
 
 
@@ -304,63 +300,58 @@ def case_kill_decode():
                     "--out", mid], check=True, capture_output=True)
     cl = Cluster(1, 2, model=mid)
     ok = True
-    try:
-        ref = generate(PROMPTS[0], n_long, mid, ["--ignore-eos"])
-        res, threads = {}, []
-        for i in range(8):  # long streams spread over both decode nodes (least-loaded)
-            t = threading.Thread(target=stream, args=(cl, PROMPTS[0], n_long, res, i, 60,
-                                                      {"ignore_eos": True}))
-            t.start()
-            threads.append(t)
-        time.sleep(1.0)
-        victim = cl.procs["d0"]
-        t_kill = time.time()
-        victim.send_signal(signal.SIGKILL)
-        victim.wait()
-        for t in threads:
-            t.join(60)
-        for i in range(8):
-            r = res.get(i)
-            print("  stream %d: %s" % (i, r and (len(r[0]), r[2], r[3], round(r[4] - t_kill, 2))))
-        failed = [res[i] for i in range(8) if res.get(i) and res[i][3] is not None]
-        done = [res[i] for i in range(8) if res.get(i) and res[i][3] is None]
-        ok &= check(len(failed) >= 1, "clients of the killed node got an error (%d)" % len(failed))
-        ok &= check(all(f[4] - t_kill < 5 for f in failed), "errors within 5 s: %s" %
-                    [round(f[4] - t_kill, 2) for f in failed])
-        ok &= check(len(done) >= 1 and all(d[0] == ref["output_ids"][:len(d[0])] and
-                                           d[2] == "length" for d in done),
-                    "the other node's requests finish correctly (%d)" % len(done))
-        time.sleep(2.0)  # beyond the heartbeat timeout: only d1 is used
-        for i in range(6):
-            st, body = cl.post("/v1/completions", {"prompt": PROMPTS[1], "max_tokens": 8,
-                                                   "temperature": 0})
-            ok &= check(st == 200, "request %d after the kill served (%d)" % (i, st))
-        cl.start_node("decode", "d0")  # restart under the same node id
-        end = time.time() + 15
-        while time.time() < end and open(cl.logs["conductor"]).read().count(
-                "node d0 registered") < 2:
-            time.sleep(0.05)
-        ok &= check(open(cl.logs["conductor"]).read().count("node d0 registered") >= 2,
-                    "d0 registered again after its restart")
-        # with d1 gone too, requests can only succeed if the restarted d0 is used
-        cl.procs["d1"].send_signal(signal.SIGKILL)
-        cl.procs["d1"].wait()
-        time.sleep(2.0)
-        res2, threads = {}, []
-        for i in range(6):
-            t = threading.Thread(target=stream, args=(cl, PROMPTS[2], 16, res2, i, 30,
-                                                      {"ignore_eos": True}))
-            t.start()
-            threads.append(t)
-        for t in threads:
-            t.join(30)
-        ref2 = generate(PROMPTS[2], 16, mid, ["--ignore-eos"])
-        ok &= check(all(res2.get(i) and res2[i][3] is None and res2[i][0] == ref2["output_ids"]
-                        for i in range(6)), "the restarted d0 serves requests correctly")
-    finally:
-        cl.stop()
-    if not ok:
-        print(cl.dump())
+    ref = generate(PROMPTS[0], n_long, mid, ["--ignore-eos"])
+    res, threads = {}, []
+    for i in range(8):  # long streams spread over both decode nodes (least-loaded)
+        t = threading.Thread(target=stream, args=(cl, PROMPTS[0], n_long, res, i, 60,
+                                                  {"ignore_eos": True}))
+        t.start()
+        threads.append(t)
+    time.sleep(1.0)
+    victim = cl.procs["d0"]
+    t_kill = time.time()
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    for t in threads:
+        t.join(60)
+    for i in range(8):
+        r = res.get(i)
+        print("  stream %d: %s" % (i, r and (len(r[0]), r[2], r[3], round(r[4] - t_kill, 2))))
+    failed = [res[i] for i in range(8) if res.get(i) and res[i][3] is not None]
+    done = [res[i] for i in range(8) if res.get(i) and res[i][3] is None]
+    ok &= check(len(failed) >= 1, "clients of the killed node got an error (%d)" % len(failed))
+    ok &= check(all(f[4] - t_kill < 5 for f in failed), "errors within 5 s: %s" %
+                [round(f[4] - t_kill, 2) for f in failed])
+    ok &= check(len(done) >= 1 and all(d[0] == ref["output_ids"][:len(d[0])] and
+                                       d[2] == "length" for d in done),
+                "the other node's requests finish correctly (%d)" % len(done))
+    time.sleep(2.0)  # beyond the heartbeat timeout: only d1 is used
+    for i in range(6):
+        st, body = cl.post("/v1/completions", {"prompt": PROMPTS[1], "max_tokens": 8,
+                                               "temperature": 0})
+        ok &= check(st == 200, "request %d after the kill served (%d)" % (i, st))
+    cl.start_node("decode", "d0")  # restart under the same node id
+    end = time.time() + 15
+    while time.time() < end and open(cl.logs["conductor"]).read().count(
+            "node d0 registered") < 2:
+        time.sleep(0.05)
+    ok &= check(open(cl.logs["conductor"]).read().count("node d0 registered") >= 2,
+                "d0 registered again after its restart")
+    # with d1 gone too, requests can only succeed if the restarted d0 is used
+    cl.procs["d1"].send_signal(signal.SIGKILL)
+    cl.procs["d1"].wait()
+    time.sleep(2.0)
+    res2, threads = {}, []
+    for i in range(6):
+        t = threading.Thread(target=stream, args=(cl, PROMPTS[2], 16, res2, i, 30,
+                                                  {"ignore_eos": True}))
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join(30)
+    ref2 = generate(PROMPTS[2], 16, mid, ["--ignore-eos"])
+    ok &= check(all(res2.get(i) and res2[i][3] is None and res2[i][0] == ref2["output_ids"]
+                    for i in range(6)), "the restarted d0 serves requests correctly")
     return ok
 
 
@@ -369,28 +360,22 @@ def case_hung_decode():
     of routing within the heartbeat timeout and taken back after it resumes."""
     cl = Cluster(1, 2)
     ok = True
-    try:
-        cl.procs["d0"].send_signal(signal.SIGSTOP)
-        t = time.time()
-        while time.time() - t < 5 and "heartbeat timeout" not in open(cl.logs["conductor"]).read():
-            time.sleep(0.05)
-        ok &= check(time.time() - t < 1.5 + 0.5, "hung d0 marked down after %.2f s (timeout 1.5 s)"
-                    % (time.time() - t))
-        codes = [cl.post("/v1/completions", {"prompt": "The cat", "max_tokens": 4}, 5)[0]
-                 for _ in range(6)]
-        ok &= check(codes == [200] * 6, "requests go to d1 meanwhile: %s" % codes)
-        cl.procs["d0"].send_signal(signal.SIGCONT)
-        end = time.time() + 5
-        while time.time() < end and open(cl.logs["conductor"]).read().count(
-                "node d0 registered") < 2:
-            time.sleep(0.05)
-        ok &= check(open(cl.logs["conductor"]).read().count("node d0 registered") >= 2,
-                    "d0 registers again once it resumes")
-    finally:
-        cl.procs["d0"].send_signal(signal.SIGCONT)
-        cl.stop()
-    if not ok:
-        print(cl.dump())
+    cl.procs["d0"].send_signal(signal.SIGSTOP)
+    t = time.time()
+    while time.time() - t < 5 and "heartbeat timeout" not in open(cl.logs["conductor"]).read():
+        time.sleep(0.05)
+    ok &= check(time.time() - t < 1.5 + 0.5, "hung d0 marked down after %.2f s (timeout 1.5 s)"
+                % (time.time() - t))
+    codes = [cl.post("/v1/completions", {"prompt": "The cat", "max_tokens": 4}, 5)[0]
+             for _ in range(6)]
+    ok &= check(codes == [200] * 6, "requests go to d1 meanwhile: %s" % codes)
+    cl.procs["d0"].send_signal(signal.SIGCONT)
+    end = time.time() + 5
+    while time.time() < end and open(cl.logs["conductor"]).read().count(
+            "node d0 registered") < 2:
+        time.sleep(0.05)
+    ok &= check(open(cl.logs["conductor"]).read().count("node d0 registered") >= 2,
+                "d0 registers again once it resumes")
     return ok
 
 
@@ -410,33 +395,28 @@ def case_prefix_routing():
     every second request to the other, empty node), and its KV is reused there."""
     cl = Cluster(2, 1)
     ok = True
-    try:
-        n_a = len(generate(LONG_A, 1)["prompt_ids"])
-        n_b = len(generate(LONG_B, 1)["prompt_ids"])
-        seen = []
-        for turn, prompt in enumerate([LONG_A, LONG_A, LONG_B, LONG_B, LONG_A, LONG_B]):
-            st, body = cl.post("/v1/completions", {"prompt": prompt, "max_tokens": 4,
-                                                   "temperature": 0})
-            seen.append(cached_of(body) if st == 200 else -1)
-        # full blocks of the prompt, the last token always computed
-        want_a, want_b = (n_a - 1) // 16 * 16, (n_b - 1) // 16 * 16
-        ok &= check(seen[0] == 0 and seen[2] == 0, "first sight of each prompt: nothing "
-                    "cached (%s)" % seen)
-        ok &= check(seen[1] == want_a and seen[4] == want_a and seen[3] == want_b and
-                    seen[5] == want_b,
-                    "every repeat found all its full blocks on its prefill node: %s "
-                    "(want %d / %d)" % (seen, want_a, want_b))
-        m = cl.metrics()
-        ok &= check(m.get('tycho_scheduler_decisions_total{result="accepted"}') == 6,
-                    "the scheduler placed all 6 requests")
-        blocks = m.get("tycho_scheduler_cached_blocks_total", 0)
-        want = 2 * (n_a // 16) + 2 * (n_b // 16)  # each repeat: all its full blocks
-        ok &= check(blocks == want, "the scheduler predicted that reuse: %s cached blocks "
-                    "(want %d)" % (blocks, want))
-    finally:
-        cl.stop()
-    if not ok:
-        print(cl.dump())
+    n_a = len(generate(LONG_A, 1)["prompt_ids"])
+    n_b = len(generate(LONG_B, 1)["prompt_ids"])
+    seen = []
+    for turn, prompt in enumerate([LONG_A, LONG_A, LONG_B, LONG_B, LONG_A, LONG_B]):
+        st, body = cl.post("/v1/completions", {"prompt": prompt, "max_tokens": 4,
+                                               "temperature": 0})
+        seen.append(cached_of(body) if st == 200 else -1)
+    # full blocks of the prompt, the last token always computed
+    want_a, want_b = (n_a - 1) // 16 * 16, (n_b - 1) // 16 * 16
+    ok &= check(seen[0] == 0 and seen[2] == 0, "first sight of each prompt: nothing "
+                "cached (%s)" % seen)
+    ok &= check(seen[1] == want_a and seen[4] == want_a and seen[3] == want_b and
+                seen[5] == want_b,
+                "every repeat found all its full blocks on its prefill node: %s "
+                "(want %d / %d)" % (seen, want_a, want_b))
+    m = cl.metrics()
+    ok &= check(m.get('tycho_scheduler_decisions_total{result="accepted"}') == 6,
+                "the scheduler placed all 6 requests")
+    blocks = m.get("tycho_scheduler_cached_blocks_total", 0)
+    want = 2 * (n_a // 16) + 2 * (n_b // 16)  # each repeat: all its full blocks
+    ok &= check(blocks == want, "the scheduler predicted that reuse: %s cached blocks "
+                "(want %d)" % (blocks, want))
     return ok
 
 
@@ -447,32 +427,31 @@ def case_cache_events():
     prompt whose blocks were evicted is predicted uncached."""
     cl = Cluster(1, 1, node_args=["--kv_pages=12"])
     ok = True
-    try:
-        prompts = ["%s %s" % (w, LONG_A) for w in
-                   ["Red.", "Blue.", "Green.", "Gold.", "Pink.", "Gray."]]
-        for p in prompts:
-            st, body = cl.post("/v1/completions", {"prompt": p, "max_tokens": 2,
-                                                   "temperature": 0})
-            ok &= check(st == 200, "distinct prompt served (%d)" % st)
-        blocks = None
-        deadline = time.time() + 5
-        while time.time() < deadline:  # heartbeats every 200 ms carry the events
-            blocks = cl.metrics().get("tycho_scheduler_index_blocks")
-            if blocks is not None and blocks <= 12:
-                break
-            time.sleep(0.2)
-        ok &= check(blocks is not None and 0 < blocks <= 12,
-                    "prefix index follows the node's 12-page cache (%s blocks indexed; %d "
-                    "prompts of >= 3 blocks went through)" % (blocks, len(prompts)))
-        # the first prompt's blocks were evicted long ago: computed again, nothing reused
-        st, body = cl.post("/v1/completions", {"prompt": prompts[0], "max_tokens": 2,
+    prompts = ["%s %s" % (w, LONG_A) for w in
+               ["Red.", "Blue.", "Green.", "Gold.", "Pink.", "Gray."]]
+    for p in prompts:
+        st, body = cl.post("/v1/completions", {"prompt": p, "max_tokens": 2,
                                                "temperature": 0})
-        ok &= check(st == 200 and cached_of(body) == 0,
-                    "evicted prompt is recomputed (cached %s)" % cached_of(body))
-    finally:
-        cl.stop()
-    if not ok:
-        print(cl.dump())
+        ok &= check(st == 200, "distinct prompt served (%d)" % st)
+    blocks = None
+    deadline = time.time() + 5
+    while time.time() < deadline:  # heartbeats every 200 ms carry the events
+        blocks = cl.metrics().get("tycho_scheduler_index_blocks")
+        if blocks is not None and blocks <= 12:
+            break
+        time.sleep(0.2)
+    ok &= check(blocks is not None and 0 < blocks <= 12,
+                "prefix index follows the node's 12-page cache (%s blocks indexed; %d "
+                "prompts of >= 3 blocks went through)" % (blocks, len(prompts)))
+    # the first prompt's blocks were evicted long ago: computed again, nothing reused,
+    # and the scheduler knew it (it predicted no cached block)
+    before = cl.metrics().get("tycho_scheduler_cached_blocks_total", 0)
+    st, body = cl.post("/v1/completions", {"prompt": prompts[0], "max_tokens": 2,
+                                           "temperature": 0})
+    after = cl.metrics().get("tycho_scheduler_cached_blocks_total", 0)
+    ok &= check(st == 200 and cached_of(body) == 0 and after == before,
+                "evicted prompt is recomputed (cached %s) and was predicted so (%s "
+                "blocks)" % (cached_of(body), after - before))
     return ok
 
 
@@ -491,50 +470,93 @@ cost:
 
 
 def case_slo_reject():
-    """Admission at arrival: a request whose predicted TTFT breaks the TTFT SLO is refused
-    with 429, an OpenAI-shaped error naming the reason and a Retry-After, before any work is
-    done; the same request in a laxer SLO class (service_tier) and short requests pass, the
+    """Admission at arrival: while a prefill node has a queue, a request whose predicted TTFT
+    breaks its class's TTFT SLO is refused with 429, an OpenAI-shaped error naming the reason
+    and a Retry-After, before any work is done; on an idle node the same request is served
+    best-effort (refusing could never help it); a laxer class (service_tier) is admitted; the
     Conductor keeps serving."""
-    cl = Cluster(1, 1, config=SLO_CONFIG)
+    cl = Cluster(1, 1, config=SLO_CONFIG, hb_timeout="10s")
     ok = True
-    try:
-        hdr = {}
-        st, body = cl.post("/v1/completions", {"prompt": LONG_A, "max_tokens": 4,
-                                               "temperature": 0}, headers=hdr)
-        err = json.loads(body).get("error", {}) if body else {}
-        ok &= check(st == 429 and err.get("code") == "ttft_slo" and
-                    err.get("type") == "rate_limit_exceeded" and "SLO" in err.get("message", ""),
-                    "long prompt refused: %d %s" % (st, err))
-        ok &= check(int(hdr.get("retry-after", "0")) >= 1,
-                    "Retry-After: %s" % hdr.get("retry-after"))
-        res = {}
-        stream(cl, LONG_A, 4, res, 0)
-        ok &= check(res[0][3] == "http 429", "streamed long prompt refused before the stream "
-                    "(%s)" % (res[0][3],))
-        # the same prompt in the lax class (OpenAI's service_tier names it) is served
-        st, body = cl.post("/v1/completions", {"prompt": LONG_A, "max_tokens": 4,
-                                               "temperature": 0, "service_tier": "flex"})
-        ok &= check(st == 200, "long prompt served in service_tier flex (TTFT SLO 10 s): %d"
-                    % st)
-        st, body = cl.post("/v1/completions", {"prompt": LONG_A, "max_tokens": 4,
-                                               "service_tier": "gold"})
-        ok &= check(st == 400 and json.loads(body)["error"]["param"] == "service_tier",
-                    "unknown service_tier is a 400 naming it (%d)" % st)
-        ref = generate("The cat", 8)
-        st, body = cl.post("/v1/completions", {"prompt": "The cat", "max_tokens": 8,
-                                               "temperature": 0, "return_token_ids": True})
-        got = json.loads(body)["choices"][0]["token_ids"] if st == 200 else None
-        ok &= check(got == ref["output_ids"], "short prompt served as generate does (%d)" % st)
-        m = cl.metrics()
-        ok &= check(m.get('tycho_scheduler_decisions_total{result="ttft"}') == 2 and
-                    m.get('tycho_scheduler_decisions_total{result="accepted"}') == 2,
-                    "decisions counted by reason")
-        ok &= check(m.get('tycho_scheduler_cost_coefficient{stage="prefill",term="1"}') == 10000,
-                    "the configured cost model is the one in use (refit off)")
-    finally:
-        cl.stop()
-    if not ok:
-        print(cl.dump())
+    probe = "Blue. " + LONG_A  # shares no block with LONG_A: nothing of it is cached
+    st, _ = cl.post("/v1/completions", {"prompt": LONG_B, "max_tokens": 4,
+                                        "temperature": 0})
+    ok &= check(st == 200, "alone on an idle node a long prompt is served (%d)" % st)
+    # hold the prefill node so that the next request's predicted work stays queued there
+    cl.procs["p0"].send_signal(signal.SIGSTOP)
+    res = {}
+    t = threading.Thread(target=lambda: res.update(
+        flex=cl.post("/v1/completions", {"prompt": LONG_A, "max_tokens": 4,
+                                         "temperature": 0, "service_tier": "flex"})))
+    t.start()
+    time.sleep(0.1)  # placed: ~0.5 s of predicted prefill queued on p0
+    hdr = {}
+    st, body = cl.post("/v1/completions", {"prompt": probe, "max_tokens": 4,
+                                           "temperature": 0}, headers=hdr)
+    stream(cl, probe, 4, res, "stream")
+    cl.procs["p0"].send_signal(signal.SIGCONT)
+    t.join(30)
+    err = json.loads(body).get("error", {}) if body else {}
+    ok &= check(st == 429 and err.get("code") == "ttft_slo" and
+                err.get("type") == "rate_limit_exceeded" and "SLO" in err.get("message", ""),
+                "long prompt behind a queue refused: %d %s" % (st, err))
+    ok &= check(int(hdr.get("retry-after", "0")) >= 1,
+                "Retry-After: %s" % hdr.get("retry-after"))
+    ok &= check(res["stream"][3] == "http 429", "streamed long prompt refused before the "
+                "stream (%s)" % (res["stream"][3],))
+    ok &= check(res.get("flex", (0,))[0] == 200,
+                "the same prompt in service_tier flex (TTFT SLO 10 s) was admitted and "
+                "served once the node resumed (%s)" % (res.get("flex", (None,))[0],))
+    st, body = cl.post("/v1/completions", {"prompt": LONG_A, "max_tokens": 4,
+                                           "service_tier": "gold"})
+    ok &= check(st == 400 and json.loads(body)["error"]["param"] == "service_tier",
+                "unknown service_tier is a 400 naming it (%d)" % st)
+    ref = generate("The cat", 8)
+    st, body = cl.post("/v1/completions", {"prompt": "The cat", "max_tokens": 8,
+                                           "temperature": 0, "return_token_ids": True})
+    got = json.loads(body)["choices"][0]["token_ids"] if st == 200 else None
+    ok &= check(got == ref["output_ids"], "short prompt served as generate does (%d)" % st)
+    m = cl.metrics()
+    ok &= check(m.get('tycho_scheduler_decisions_total{result="ttft"}') == 2 and
+                m.get('tycho_scheduler_decisions_total{result="accepted"}') == 3 and
+                m.get("tycho_scheduler_admitted_over_slo_total") == 1,
+                "decisions counted by reason (ttft %s, accepted %s, over SLO on an idle "
+                "node %s)" % (m.get('tycho_scheduler_decisions_total{result="ttft"}'),
+                              m.get('tycho_scheduler_decisions_total{result="accepted"}'),
+                              m.get("tycho_scheduler_admitted_over_slo_total")))
+    ok &= check(m.get('tycho_scheduler_cost_coefficient{stage="prefill",term="1"}') == 10000,
+                "the configured cost model is the one in use (refit off)")
+    return ok
+
+
+def case_phantom_credit():
+    """The Conductor credits a prefill node with a prompt's blocks when it places the prompt
+    there; a request that fails before its prefill (its decode node hung and was declared
+    dead) must take that credit back, or the scheduler keeps predicting a cache hit that the
+    node never had."""
+    cl = Cluster(1, 1)
+    ok = True
+    time.sleep(0.6)  # past p0's first heartbeat, whose reset would wipe any credit anyway
+    cl.procs["d0"].send_signal(signal.SIGSTOP)
+    st, _ = cl.post("/v1/completions", {"prompt": LONG_A, "max_tokens": 2,
+                                        "temperature": 0})
+    ok &= check(st != 200, "request to a hung decode node failed (%d)" % st)
+    cl.procs["d0"].send_signal(signal.SIGCONT)
+    deadline = time.time() + 10
+    blocks = None
+    while time.time() < deadline:  # d0 registers again; p0's heartbeats go on
+        blocks = cl.metrics().get("tycho_scheduler_index_blocks")
+        st, body = cl.post("/v1/completions", {"prompt": "The cat", "max_tokens": 1})
+        if st == 200:
+            break
+        time.sleep(0.2)
+    ok &= check(blocks == 0, "no block of the failed prompt left in the index (%s)" % blocks)
+    before = cl.metrics().get("tycho_scheduler_cached_blocks_total", 0)
+    st, body = cl.post("/v1/completions", {"prompt": LONG_A, "max_tokens": 2,
+                                           "temperature": 0})
+    after = cl.metrics().get("tycho_scheduler_cached_blocks_total", 0)
+    ok &= check(st == 200 and cached_of(body) == 0 and after == before,
+                "the prompt again: nothing predicted (%s) or found (%s) cached" %
+                (after - before, cached_of(body) if st == 200 else st))
     return ok
 
 
@@ -545,32 +567,27 @@ def case_cost_refit():
     predict this machine's prefill within a factor of 20."""
     cl = Cluster(1, 1, config="cost:\n  prefill: [0, 1000000, 0]\n")
     ok = True
-    try:
-        t_prefill = []
-        for i, p in enumerate(PROMPTS[:14]):
-            t0 = time.time()
-            st, _ = cl.post("/v1/completions", {"prompt": p, "max_tokens": 3,
-                                                "temperature": 0})
-            t_prefill.append(time.time() - t0)
-            ok &= check(st == 200, "request %d served (%d)" % (i, st))
-        time.sleep(0.6)  # three heartbeats
-        m = cl.metrics()
-        n_pre = m.get('tycho_scheduler_cost_samples_total{stage="prefill"}', 0)
-        n_dec = m.get('tycho_scheduler_cost_samples_total{stage="decode"}', 0)
-        ok &= check(n_pre >= 8 and n_dec >= 1, "timing samples received: %d prefill, %d "
-                    "decode" % (n_pre, n_dec))
-        c = [m.get('tycho_scheduler_cost_coefficient{stage="prefill",term="%d"}' % k, -1)
-             for k in range(3)]
-        ok &= check(all(x >= 0 for x in c) and c[1] < 1000000,
-                    "prefill coefficients refitted: %s" % c)
-        pred = (c[0] + c[1] * 8 + c[2] * 64) / 1e6  # an 8-token prompt, seconds
-        worst = max(t_prefill)
-        ok &= check(pred < 20 * worst, "predicted prefill of 8 tokens %.4f s vs measured "
-                    "whole requests <= %.4f s" % (pred, worst))
-    finally:
-        cl.stop()
-    if not ok:
-        print(cl.dump())
+    t_prefill = []
+    for i, p in enumerate(PROMPTS[:14]):
+        t0 = time.time()
+        st, _ = cl.post("/v1/completions", {"prompt": p, "max_tokens": 3,
+                                            "temperature": 0})
+        t_prefill.append(time.time() - t0)
+        ok &= check(st == 200, "request %d served (%d)" % (i, st))
+    time.sleep(0.6)  # three heartbeats
+    m = cl.metrics()
+    n_pre = m.get('tycho_scheduler_cost_samples_total{stage="prefill"}', 0)
+    n_dec = m.get('tycho_scheduler_cost_samples_total{stage="decode"}', 0)
+    ok &= check(n_pre >= 8 and n_dec >= 1, "timing samples received: %d prefill, %d "
+                "decode" % (n_pre, n_dec))
+    c = [m.get('tycho_scheduler_cost_coefficient{stage="prefill",term="%d"}' % k, -1)
+         for k in range(3)]
+    ok &= check(all(x >= 0 for x in c) and c[1] < 1000000,
+                "prefill coefficients refitted: %s" % c)
+    pred = (c[0] + c[1] * 8 + c[2] * 64) / 1e6  # an 8-token prompt, seconds
+    worst = max(t_prefill)
+    ok &= check(pred < 20 * worst, "predicted prefill of 8 tokens %.4f s vs measured "
+                "whole requests <= %.4f s" % (pred, worst))
     return ok
 
 
@@ -578,10 +595,21 @@ def main():
     if not os.path.exists(MODEL):
         print("skip: no " + MODEL)
         return 77
-    return 0 if {"equal": case_equal, "concurrent": case_concurrent,
-                 "kill_decode": case_kill_decode, "hung_decode": case_hung_decode,
-                 "prefix_routing": case_prefix_routing, "cache_events": case_cache_events,
-                 "slo_reject": case_slo_reject, "cost_refit": case_cost_refit}[CASE]() else 1
+    case = {"equal": case_equal, "concurrent": case_concurrent,
+            "kill_decode": case_kill_decode, "hung_decode": case_hung_decode,
+            "prefix_routing": case_prefix_routing, "cache_events": case_cache_events,
+            "slo_reject": case_slo_reject, "cost_refit": case_cost_refit,
+            "phantom_credit": case_phantom_credit}[CASE]
+    ok = False
+    try:
+        ok = case()
+    finally:
+        for cl in Cluster.started:
+            cl.stop()
+        if not ok:
+            for cl in Cluster.started:
+                print(cl.dump())
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

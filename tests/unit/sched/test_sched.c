@@ -267,6 +267,49 @@ static void test_reject_ttft_and_no_node(void **st)
     ty_sched_free(s);
 }
 
+/* The live Conductor's options: an idle prefill node admits a request predicted over the
+ * TTFT SLO (only a queue refuses), a request the caller already accepted is never refused,
+ * the decode-stage verdict only reports, and an aborted request leaves the decode-duration
+ * estimate alone. */
+static void test_live_admission_options(void **st)
+{
+    struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_KVCACHE_CENTRIC, TY_SCHED_ADMIT_BASELINE);
+    o.slo[1].ttft_us = 250; /* best plan: node 1, idle, 260 us */
+    o.slo[1].tbt_us = 2000; /* at most 10 sequences per step */
+    o.admit_when_idle = true;
+    o.decode_check_advisory = true;
+    ty_sched_t *s = cluster(&o);
+    struct ty_sched_request r = req(1, 1);
+    struct ty_sched_decision d;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
+    assert_int_equal(d.prefill_node, 1);
+    assert_true(d.ttft_us > 250);
+    /* now every prefill node has a queue (node 1: 260, node 2: 100 + 380): refused */
+    r.id = 2;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_TTFT);
+    r.admitted = true;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
+    /* the decode node is over its TBT SLO when request 1 lands: reported, still in flight */
+    assert_int_equal(ty_sched_node_set_decode_load(s, 10, 50, 0), 0);
+    enum ty_sched_reject rej;
+    assert_int_equal(ty_sched_request_at_decode(s, 1, 1000, &rej), 0);
+    assert_int_equal(rej, TY_SCHED_REJECT_TBT);
+    assert_int_equal(ty_sched_in_flight(s), 2);
+    /* aborted after decoding 5 s: the estimate (1000 s in toy_opts) stays */
+    double dur = ty_sched_decode_duration_us(s);
+    assert_int_equal(ty_sched_request_abort(s, 1), 0);
+    assert_true(ty_sched_decode_duration_us(s) == dur);
+    assert_int_equal(ty_sched_request_abort(s, 1), TY_ENOTFOUND);
+    assert_int_equal(ty_sched_request_at_decode(s, 2, 2000, &rej), 0);
+    assert_int_equal(ty_sched_request_done(s, 2, 5002000), 0); /* finished: 5 s moves it */
+    assert_true(ty_sched_decode_duration_us(s) < dur);
+    assert_int_equal(ty_sched_in_flight(s), 0);
+    ty_sched_free(s);
+}
+
 /* TBT SLO 2000 us: a step of B sequences costs 1000 + 100 B, so at most 10 sequences. */
 static void test_early_rejection(void **st)
 {
@@ -565,6 +608,7 @@ int main(void)
         cmocka_unit_test(test_cache_aware),
         cmocka_unit_test(test_kvcache_centric),
         cmocka_unit_test(test_kvcache_centric_local_only),
+        cmocka_unit_test(test_live_admission_options),
         cmocka_unit_test(test_round_robin_and_random),
         cmocka_unit_test(test_reject_ttft_and_no_node),
         cmocka_unit_test(test_early_rejection),

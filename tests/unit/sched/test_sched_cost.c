@@ -108,6 +108,21 @@ static void test_refit_nonnegative(void **st)
                 fabs(c.prefill[2] - 0.01) < 1e-9);
 }
 
+/* A window of honest samples and one 30 s stall: the stall does not set the model. */
+static void test_refit_outlier(void **st)
+{
+    struct ty_sched_sample s[64];
+    for (int i = 0; i < 64; i++) {
+        double l = 16.0 + 8 * (i % 32);
+        s[i] = (struct ty_sched_sample){l, 0, 500 + 20 * l + (i % 3) * 10};
+    }
+    s[17].us = 30e6;
+    struct ty_sched_cost c = {0};
+    assert_int_equal(ty_sched_cost_refit_prefill(&c, s, 64), 0);
+    double pred = ty_sched_cost_prefill_us(&c, 100, 0); /* truth: 2500-2520 us */
+    assert_true(pred > 2400 && pred < 2650);
+}
+
 /* One batch shape repeated: the plain fit cannot tell the terms apart, the refit falls back
  * to a model that predicts that shape's mean time. */
 static void test_refit_one_shape(void **st)
@@ -132,6 +147,7 @@ int main(void)
         cmocka_unit_test(test_fit_decode_and_errors),
         cmocka_unit_test(test_refit_nonnegative),
         cmocka_unit_test(test_refit_one_shape),
+        cmocka_unit_test(test_refit_outlier),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
