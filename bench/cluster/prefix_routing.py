@@ -228,10 +228,11 @@ def main():
           ("", "tokens", "tokens", "tokens", "", "", "s", "s", "s", base["policy"][:9],
            base["policy"][:9]))
     for r in rows:
-        print("%-16s %8d %8d %8d %6.1f%% %6.1f%% %9.3f %9.3f %8.1f %8.2fx %8.2fx" %
+        ideal = "%6.1f%%" % (100 * r["of_ideal"]) if r["ideal_cached_tokens"] else "%7s" % "-"
+        print("%-16s %8d %8d %8d %6.1f%% %s %9.3f %9.3f %8.1f %8.2fx %8.2fx" %
               (r["policy"], r["prompt_tokens"], r["cached_tokens"], r["computed_tokens"],
-               100 * r["cached_share"], 100 * r["of_ideal"], r["latency_mean_s"],
-               r["latency_p90_s"], r["wall_s"], r["computed_vs_peer"], r["latency_vs_peer"]))
+               100 * r["cached_share"], ideal, r["latency_mean_s"], r["latency_p90_s"],
+               r["wall_s"], r["computed_vs_peer"], r["latency_vs_peer"]))
     if rows[0]["ideal_cached_tokens"]:
         print("# ideal%%: cached tokens as a share of what a perfect router could reuse (%d)" %
               rows[0]["ideal_cached_tokens"])
