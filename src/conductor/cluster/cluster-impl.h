@@ -49,7 +49,6 @@ struct ty__creq {
                              * withdrawn if the request ends before its prefill */
     uint32_t n_credit;
     double predicted_prefill_us; /* the scheduler's transfer + prefill estimate */
-    uint64_t prefill_sent_us;    /* when PrefillAssign went out */
     struct ty_stoptext tx;  /* text of the relayed tokens, as ty_engine_generate makes it */
 };
 

@@ -251,7 +251,6 @@ static int start_prefill(ty_cluster_t *c, struct ty__creq *r)
     if (rc)
         return rc;
     r->prefill_pending = r->prefill_counted = true;
-    r->prefill_sent_us = ty_clock_ns() / 1000;
     r->pnode->info.inflight++;
     r->pnode->info.served++;
     return 0;
