@@ -1,0 +1,248 @@
+/* The Conductor's live scheduler glue (src/conductor/cluster/placement.c) fed hand-made
+ * heartbeats and requests: what a misbehaving node can and cannot do to the prefix index and
+ * the cost model, the block-size rule for prefill nodes, and the credit a placement gives a
+ * prefill node. A real ty_cluster_t (its RPC endpoint on an ephemeral loopback port) over
+ * stories260K; nodes are registry entries made here, without processes. Skips (77) without
+ * the test data. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "cluster-impl.h"
+
+#include "tycho/errors.h"
+#include "tycho/hash.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static ty_model_t *g_model;
+
+struct fixture {
+    uv_loop_t loop;
+    ty_cluster_t *c;
+};
+
+static void on_event(void *arg, const struct ty_serve_event *ev)
+{
+    (void)arg;
+    (void)ev;
+}
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    struct ty_cluster_opts o = {.loop = &f->loop, .rpc_host = "127.0.0.1", .model = g_model,
+                                .max_ctx = 512, .event_cb = on_event};
+    assert_int_equal(ty_cluster_new(&f->c, &o), 0);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    ty_cluster_close(f->c, NULL, NULL);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&f->loop);
+    free(f);
+    return 0;
+}
+
+/* A registered node as the registry would make it (no connection). */
+static struct ty__cnode *node(ty_cluster_t *c, int role, uint32_t block_tokens,
+                              uint64_t pages, int expect_rc)
+{
+    struct ty__cnode *n = calloc(1, sizeof(*n));
+    assert_non_null(n);
+    n->c = c;
+    n->slot = (uint32_t)c->n_nodes;
+    snprintf(n->info.id, sizeof(n->info.id), "n%zu", c->n_nodes);
+    n->info.role = role;
+    n->info.alive = true;
+    n->block_tokens = block_tokens;
+    n->kv_pages = pages;
+    n->max_batch = 64;
+    c->nodes[c->n_nodes++] = n;
+    char why[256] = "";
+    assert_int_equal(ty__place_node_up(c, n, why, sizeof(why)), expect_rc);
+    if (expect_rc)
+        assert_non_null(strstr(why, "kv_block_tokens"));
+    return n;
+}
+
+static size_t index_size(ty_cluster_t *c)
+{
+    return ty_sched_index_size(ty_sched_index(c->place.s));
+}
+
+static void heartbeat_stored(ty_cluster_t *c, struct ty__cnode *n, uint64_t first, size_t count,
+                             bool reset)
+{
+    uint64_t *h = malloc(count * sizeof(*h));
+    assert_non_null(h);
+    for (size_t i = 0; i < count; i++)
+        h[i] = first + i;
+    Tycho__V1__KvBlockEvents ev = TYCHO__V1__KV_BLOCK_EVENTS__INIT;
+    ev.reset = reset;
+    ev.n_stored = count;
+    ev.stored = h;
+    Tycho__V1__Heartbeat m = TYCHO__V1__HEARTBEAT__INIT;
+    m.kv_events = &ev;
+    ty__place_heartbeat(c, n, &m);
+    free(h);
+}
+
+/* A prefill node's events fill the index up to what its pages can hold; one that reports
+ * far more (a confused or hostile node) gets its entries dropped instead of growing the
+ * Conductor's memory; a reset replaces the node's set. */
+static void test_index_bounded_by_pages(void **state)
+{
+    struct fixture *f = *state;
+    struct ty__cnode *p = node(f->c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL, 16, 100, 0);
+    heartbeat_stored(f->c, p, 1000, 100, true);
+    assert_int_equal(index_size(f->c), 100);
+    heartbeat_stored(f->c, p, 5000, 50, false); /* 150: within 2x its pages */
+    assert_int_equal(index_size(f->c), 150);
+    heartbeat_stored(f->c, p, 9000, 100000, false); /* far beyond: dropped */
+    assert_int_equal(index_size(f->c), 0);
+    heartbeat_stored(f->c, p, 1000, 80, true); /* its next reset restores it */
+    assert_int_equal(index_size(f->c), 80);
+    /* a decode node's events are not prefix-cache events */
+    struct ty__cnode *d = node(f->c, TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE, 16, 100, 0);
+    heartbeat_stored(f->c, d, 20000, 10, false);
+    assert_int_equal(index_size(f->c), 80);
+}
+
+static Tycho__V1__TimingSample **samples(size_t n, uint32_t tokens, uint64_t us,
+                                         Tycho__V1__TimingSample *buf)
+{
+    Tycho__V1__TimingSample **v = malloc(n * sizeof(*v));
+    assert_non_null(v);
+    for (size_t i = 0; i < n; i++) {
+        tycho__v1__timing_sample__init(&buf[i]);
+        buf[i].n_tokens = tokens + (uint32_t)(i % 7) * 8;
+        buf[i].batch_size = 1 + (uint32_t)(i % 5);
+        buf[i].prefix_tokens = (uint32_t)(i % 3) * 16;
+        buf[i].duration_us = us;
+        v[i] = &buf[i];
+    }
+    return v;
+}
+
+/* Timing samples count only from the node of their role, at most 64 a heartbeat. */
+static void test_samples_by_role_and_bounded(void **state)
+{
+    struct fixture *f = *state;
+    struct ty__cnode *p = node(f->c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL, 16, 100, 0);
+    struct ty__cnode *d = node(f->c, TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE, 16, 100, 0);
+    struct ty_sched_cost before = ty_sched_opts_get(f->c->place.s)->cost;
+    static Tycho__V1__TimingSample buf[1000];
+    Tycho__V1__Heartbeat m = TYCHO__V1__HEARTBEAT__INIT;
+    /* a prefill node sending hour-long decode steps: ignored */
+    m.n_decode_timings = 200;
+    m.decode_timings = samples(200, 1, 3600ull * 1000000, buf);
+    ty__place_heartbeat(f->c, p, &m);
+    assert_int_equal(f->c->place.decode.len, 0);
+    assert_memory_equal(before.decode, ty_sched_opts_get(f->c->place.s)->cost.decode,
+                        sizeof(before.decode));
+    free(m.decode_timings);
+    /* 1000 prefill samples in one heartbeat: 64 taken */
+    Tycho__V1__Heartbeat m2 = TYCHO__V1__HEARTBEAT__INIT;
+    m2.n_prefill_timings = 1000;
+    m2.prefill_timings = samples(1000, 32, 2000, buf);
+    ty__place_heartbeat(f->c, p, &m2);
+    assert_int_equal(f->c->place.prefill.len, 64);
+    /* the same from the decode node: not prefill samples */
+    ty__place_heartbeat(f->c, d, &m2);
+    assert_int_equal(f->c->place.prefill.len, 64);
+    free(m2.prefill_timings);
+    const struct ty_sched_cost *now = &ty_sched_opts_get(f->c->place.s)->cost;
+    for (int k = 0; k < 3; k++)
+        assert_true(now->prefill[k] >= 0);
+}
+
+/* Prefix hashes depend on the block size: prefill nodes must share one. */
+static void test_block_size_rule(void **state)
+{
+    struct fixture *f = *state;
+    node(f->c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL, 16, 100, 0);
+    node(f->c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL, 32, 100, TY_EINVAL);
+    node(f->c, TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE, 32, 100, 0); /* decode: not hashed */
+}
+
+static struct ty__creq *request(uint64_t rid, uint32_t n_prompt)
+{
+    struct ty__creq *r = calloc(1, sizeof(*r));
+    assert_non_null(r);
+    r->rid = rid;
+    r->n_prompt = n_prompt;
+    r->prompt = malloc(n_prompt * sizeof(uint32_t));
+    assert_non_null(r->prompt);
+    for (uint32_t i = 0; i < n_prompt; i++)
+        r->prompt[i] = 1 + (uint32_t)((rid * 7919 + i) % 400);
+    r->gen.max_tokens = 8;
+    return r;
+}
+
+static void request_free(struct ty__creq *r)
+{
+    free(r->prompt);
+    free(r);
+}
+
+/* Placing a request credits its prefill node with the prompt's full blocks at once (the
+ * same prompt next goes there, predicted cached); a request that fails before its prefill
+ * takes the credit back, one that finished keeps it. */
+static void test_placement_credit(void **state)
+{
+    struct fixture *f = *state;
+    node(f->c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL, 16, 100, 0);
+    node(f->c, TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE, 16, 1000, 0);
+    struct ty__creq *a = request(1, 100); /* 6 full blocks */
+    assert_int_equal(ty__place_pick(f->c, a, NULL, false), 0);
+    assert_true(a->placed);
+    assert_int_equal(index_size(f->c), 6);
+    ty__place_done(f->c, a, false); /* failed before its prefill */
+    assert_int_equal(index_size(f->c), 0);
+    assert_false(a->placed);
+    struct ty__creq *b = request(1, 100); /* the same prompt */
+    b->rid = 2;
+    assert_int_equal(ty__place_pick(f->c, b, NULL, false), 0);
+    ty__place_prefilled(f->c, b);
+    ty__place_done(f->c, b, true);
+    assert_int_equal(index_size(f->c), 6); /* computed there: its events speak for it now */
+    uint64_t h[6];
+    assert_int_equal(ty_hash_prefix_blocks(b->prompt, 100, 16, f->c->place.hash_seed, h, 6), 6);
+    uint32_t prefix[2];
+    ty_sched_index_match(ty_sched_index(f->c->place.s), h, 6, prefix, 2);
+    assert_int_equal(prefix[0], 6); /* slot 0, the prefill node, under the nodes' hashes */
+    request_free(a);
+    request_free(b);
+}
+
+int main(void)
+{
+    const char *data = getenv("TYCHO_TEST_DATA");
+    char path[4096], err[256];
+    snprintf(path, sizeof(path), "%s/models/stories260K/stories260K.gguf",
+             data && *data ? data : "../shared");
+    if (ty_model_load(&g_model, path, err, sizeof(err)) != 0) {
+        printf("skip: %s: %s\n", path, err);
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_index_bounded_by_pages, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_samples_by_role_and_bounded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_block_size_rule, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_placement_credit, setup, teardown),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    ty_model_free(g_model);
+    return rc;
+}
