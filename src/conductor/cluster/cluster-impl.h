@@ -22,6 +22,8 @@ struct ty__cnode {
     uint32_t max_batch;   /* as registered (decode: sequences per batch) */
     uint64_t decode_ctx;  /* decode: context tokens of its batch, from its heartbeats */
     uint64_t index_est;   /* prefill: blocks its events added to the index, less removals */
+    double queued_prefill_us; /* prefill: predicted work of its placed, unprefilled requests */
+    uint32_t n_queued;        /* how many requests that is */
     char segment[TY_XFER_NAME_MAX + 1];
     uint32_t block_tokens;
     uint64_t session, last_hb_ms;
@@ -49,6 +51,7 @@ struct ty__creq {
                              * withdrawn if the request ends before its prefill */
     uint32_t n_credit;
     double predicted_prefill_us; /* the scheduler's transfer + prefill estimate */
+    struct ty__cnode *queued_on; /* the prefill node whose queue counts it (until unqueued) */
     struct ty_stoptext tx;  /* text of the relayed tokens, as ty_engine_generate makes it */
 };
 

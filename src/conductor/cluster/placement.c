@@ -44,10 +44,9 @@ static void cpu_cost_of(const ty_model_t *m, struct ty_sched_cost *out)
     double dim = mc->dim, kv_dim = (double)mc->n_kv_heads * mc->head_dim;
     double attn = (double)mc->n_heads * mc->head_dim;
     double per_layer = dim * attn * 2 + dim * kv_dim * 2 + 3.0 * dim * mc->ffn_dim;
-    double params = per_layer * mc->n_layers + (double)mc->n_vocab * dim;
     struct ty_sched_model_shape sh = {
-        .params = params,
-        .weight_bytes = params * (mc->weight_type == 0 ? 4.0 : 2.0),
+        .params = per_layer * mc->n_layers + (double)mc->n_vocab * dim,
+        .weight_bytes = (double)ty_model_weight_bytes(m), /* as stored: F32, F16, Q8_0 */
         .layers = mc->n_layers,
         .attn_dim = attn,
         .kv_bytes_per_token = 2.0 * mc->n_layers * kv_dim * sizeof(float)};
@@ -489,6 +488,11 @@ int ty__place_pick(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *
     r->dnode = node_of(c, d.decode_node);
     r->placed = true;
     r->predicted_prefill_us = d.prefill_us + d.transfer_us;
+    if (r->pnode) {
+        r->queued_on = r->pnode;
+        r->pnode->queued_prefill_us += r->predicted_prefill_us;
+        r->pnode->n_queued++;
+    }
     if (!r->pnode || !r->dnode) { /* the scheduler only knows live nodes: cannot happen */
         ty__place_done(c, r, false);
         return TY_EUNAVAIL;
@@ -521,18 +525,20 @@ int ty__place_pick(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *
     return 0;
 }
 
-/* Re-base r's prefill node's queue on the predicted work still ahead of it there (the
- * requests placed on it whose prefill has not finished, r excluded). */
-static void rebase_queue(ty_cluster_t *c, const struct ty__creq *r, uint64_t now)
+/* r's predicted prefill is no longer ahead of its prefill node (done, or never to be): the
+ * node's queue is re-based on the predicted work still placed there. */
+static void unqueue(ty_cluster_t *c, struct ty__creq *r, uint64_t now)
 {
-    struct ty__cnode *pn = r->pnode;
-    if (!pn || !pn->in_sched)
+    struct ty__cnode *pn = r->queued_on;
+    if (!pn)
         return;
-    double left = 0;
-    for (const struct ty__creq *o = c->reqs; o; o = o->next)
-        if (o != r && o->pnode == pn && o->placed && !o->prefilled && !o->finished)
-            left += o->predicted_prefill_us;
-    ty_sched_node_set_prefill_queue(c->place.s, pn->slot, (uint64_t)left, now);
+    r->queued_on = NULL;
+    pn->queued_prefill_us -= r->predicted_prefill_us;
+    if (pn->queued_prefill_us < 0 || !pn->n_queued || !--pn->n_queued)
+        pn->queued_prefill_us = 0; /* rounding: nothing is left when nothing is placed */
+    if (pn->in_sched)
+        ty_sched_node_set_prefill_queue(c->place.s, pn->slot, (uint64_t)pn->queued_prefill_us,
+                                        now);
 }
 
 void ty__place_prefilled(ty_cluster_t *c, struct ty__creq *r)
@@ -550,7 +556,7 @@ void ty__place_prefilled(ty_cluster_t *c, struct ty__creq *r)
     if (ty_sched_request_at_decode(p->s, r->rid, now, &why) == 0 && why != TY_SCHED_REJECT_NONE &&
         p->decode_over_slo)
         ty_metrics_counter_inc(p->decode_over_slo);
-    rebase_queue(c, r, now);
+    unqueue(c, r, now);
 }
 
 void ty__place_done(ty_cluster_t *c, struct ty__creq *r, bool natural)
@@ -564,6 +570,7 @@ void ty__place_done(ty_cluster_t *c, struct ty__creq *r, bool natural)
     free(r->credit);
     r->credit = NULL;
     r->n_credit = 0;
+    unqueue(c, r, now_us());
     if (!r->placed)
         return;
     r->placed = false;
@@ -571,6 +578,4 @@ void ty__place_done(ty_cluster_t *c, struct ty__creq *r, bool natural)
         ty_sched_request_done(p->s, r->rid, now_us());
     else
         ty_sched_request_abort(p->s, r->rid);
-    if (!r->prefilled)
-        rebase_queue(c, r, now_us());
 }
