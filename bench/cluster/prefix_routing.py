@@ -24,6 +24,7 @@ import http.client
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -109,6 +110,7 @@ class Cluster:
                 p.wait(10)
             except subprocess.TimeoutExpired:
                 p.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def workload(sessions, turns, words):

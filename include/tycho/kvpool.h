@@ -60,6 +60,9 @@ int ty_kvpool_new(ty_kvpool_t **out, const struct ty_kvpool_opts *opts);
 void ty_kvpool_free(ty_kvpool_t *p);
 
 uint32_t ty_kvpool_block_tokens(const ty_kvpool_t *p);
+/* The seed of the pool's prefix hashes (opts.hash_seed): ty_hash_prefix_blocks() with it names
+ * the full blocks of a prompt as this pool's index does. */
+uint64_t ty_kvpool_hash_seed(const ty_kvpool_t *p);
 uint32_t ty_kvpool_pages_total(const ty_kvpool_t *p);
 /* Pages held by sequences. Full blocks no sequence holds any more stay cached (indexed, their
  * KV intact) until their pages are needed, so a later prompt with that prefix finds them:

@@ -137,6 +137,11 @@ void ty_kvpool_free(ty_kvpool_t *p)
     free(p);
 }
 
+uint64_t ty_kvpool_hash_seed(const ty_kvpool_t *p)
+{
+    return p->o.hash_seed;
+}
+
 uint32_t ty_kvpool_block_tokens(const ty_kvpool_t *p)
 {
     return p->o.block_tokens;

@@ -1,7 +1,8 @@
 /* tycho-prefill: a prefill node. Loads the model, creates the engine and the transfer engine
- * (tcp), registers the KV pool's layer arrays, serves PrefillAssign on its RPC port and
- * registers itself with the Conductor (heartbeats with its load, its prefill timings and the
- * KV block events of its page cache). */
+ * (tcp), registers the page pool's layer arrays, connects to the cluster KV pool when
+ * kv_pool.master is set, serves PrefillAssign on its RPC port and registers itself with the
+ * Conductor (heartbeats with its load, its prefill timings and the KV block events of its page
+ * cache). */
 #include "tycho/cluster.h"
 #include "tycho/daemon.h"
 #include "tycho/errors.h"
@@ -18,6 +19,7 @@ struct node {
     ty_model_t *model;
     ty_engine_t *engine;
     ty_xfer_engine_t *xfer;
+    ty_store_client_t *store; /* the cluster KV pool, when configured */
     ty_prefill_t *prefill;
     ty_cluster_agent_t *agent;
     ty_kv_events_t *kv_events; /* the pool's prefix index, for the Conductor */
@@ -66,11 +68,33 @@ static int start_engine(struct node *s)
                                   ty_model_config(s->model)->n_layers);
 }
 
+/* The KV pool's client: its own transfer engine on our listen address (the pool reaches
+ * nothing else of ours). An unreachable master is not an error here: prompts then skip the
+ * pool until it answers. */
+static int start_pool(struct node *s)
+{
+    const struct ty_cluster_node_pool_config *k = &s->cfg.kv_pool;
+    if (!k->master)
+        return 0;
+    static const char *const transports[] = {"auto", "tcp", "local"};
+    struct ty_store_client_opts co = {.master = k->master, .listen_host = s->cfg.listen_host,
+                                      .replicas = k->replicas,
+                                      .timeout_ms = (uint32_t)(k->timeout_ns / 1000000),
+                                      .transport = transports[k->transport]};
+    int rc = ty_store_client_new(&s->store, &co);
+    if (rc)
+        fprintf(stderr, "tycho-prefill: KV pool client (master %s): %s\n", k->master,
+                ty_strerror(rc));
+    return rc;
+}
+
 static int start_node(struct node *s, uv_loop_t *loop)
 {
     struct ty_prefill_opts po = {.loop = loop, .engine = s->engine, .xfer = s->xfer,
                                  .rpc_host = s->cfg.listen_host,
-                                 .rpc_port = s->cfg.listen_port, .timings = s->timings};
+                                 .rpc_port = s->cfg.listen_port, .timings = s->timings,
+                                 .store = s->store,
+                                 .store_retry_ms = (uint32_t)(s->cfg.kv_pool.retry_ns / 1000000)};
     int rc = ty_prefill_new(&s->prefill, &po);
     if (rc) {
         fprintf(stderr, "tycho-prefill: cannot listen on %s:%u: %s\n", s->cfg.listen_host,
@@ -95,8 +119,9 @@ static int start_node(struct node *s, uv_loop_t *loop)
         .timings = s->timings};
     if ((rc = ty_cluster_agent_new(&s->agent, &ao)))
         return rc;
-    TY_LOG_INFO("prefill", "%s: RPC %s, transfer segment %s (tcp), %s", s->name, addr,
-                ty_xfer_engine_name(s->xfer), ty_model_desc(s->model));
+    TY_LOG_INFO("prefill", "%s: RPC %s, transfer segment %s (tcp), %s, KV pool %s", s->name,
+                addr, ty_xfer_engine_name(s->xfer), ty_model_desc(s->model),
+                s->store ? s->cfg.kv_pool.master : "none");
     return ty_cluster_write_ports(s->cfg.port_file, ty_prefill_rpc_port(s->prefill),
                                   ty_xfer_engine_port(s->xfer));
 }
@@ -117,16 +142,27 @@ int main(int argc, char **argv)
     uv_loop_t *loop = uv_default_loop();
     int ret = 1;
     if (ty_kv_events_new(&s.kv_events, 0) || ty_timing_ring_new(&s.timings, 0) ||
-        start_engine(&s) || start_node(&s, loop) || ty_daemon_start(s.d, loop))
+        start_engine(&s) || start_pool(&s) || start_node(&s, loop) ||
+        ty_daemon_start(s.d, loop))
         goto out;
     uv_run(loop, UV_RUN_DEFAULT);
     ret = 0;
 out:
     ty_cluster_agent_close(s.agent, NULL, NULL);
-    if (s.prefill)
+    if (s.prefill) {
+        struct ty_prefill_stats st;
+        ty_prefill_stats(s.prefill, &st);
+        if (s.store)
+            TY_LOG_INFO("prefill", "KV pool: %llu lookups, %llu blocks read, %llu written, %llu "
+                        "errors, %llu prompts skipped it", (unsigned long long)st.pool_lookups,
+                        (unsigned long long)st.pool_hit_blocks,
+                        (unsigned long long)st.pool_stored_blocks,
+                        (unsigned long long)st.pool_errors, (unsigned long long)st.pool_skipped);
         ty_prefill_close(s.prefill, NULL, NULL);
+    }
     ty_daemon_free(s.d);
     uv_run(loop, UV_RUN_DEFAULT);
+    ty_store_client_free(s.store); /* after the node that used it */
     ty_xfer_engine_free(s.xfer);
     ty_engine_free(s.engine);
     ty_model_free(s.model);

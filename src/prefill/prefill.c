@@ -5,6 +5,8 @@
  * notification; the result goes back to the loop through a mailbox. */
 #include "tycho/prefill.h"
 
+#include "kvstore.h"
+
 #include "tycho/clock.h"
 #include "tycho/cluster_pb.h"
 #include "tycho/errors.h"
@@ -40,6 +42,8 @@ struct pjob {
     uint32_t first_token;
     struct ty_sample first; /* the first token with its logprobs (sampler output) */
     uint32_t cached;        /* prompt tokens found in the KV cache (not computed) */
+    uint32_t pool_tokens;   /* of which read from the KV pool */
+    ty_kvseq_t *seq;        /* worker: the prompt's KV until the pool has its blocks */
 };
 
 struct ty_prefill {
@@ -60,6 +64,7 @@ struct ty_prefill {
      * loop thread's heartbeat (ty_prefill_load) instead of the loop reading the pool. */
     _Atomic uint32_t pages_used;
     float *logits; /* (V), worker */
+    struct ty_prefill_kvstore *kvstore; /* NULL: no KV pool */
     struct {
         char name[TY_XFER_NAME_MAX + 1];
         ty_xfer_segment_t *seg;
@@ -142,14 +147,16 @@ static int notify_ready(ty_prefill_t *p, struct pjob *j)
 static int run_forward(ty_prefill_t *p, struct pjob *j)
 {
     ty_kvpool_t *pool = ty_engine_pool(p->o.engine);
-    ty_kvseq_t *seq = NULL;
-    int rc = ty_kvpool_seq_new(pool, &seq);
+    int rc = ty_kvpool_seq_new(pool, &j->seq);
     if (rc)
         return rc;
+    ty_kvseq_t *seq = j->seq;
     int cached = ty_kvpool_seq_match_prefix(pool, seq, j->tokens, j->n);
-    if (cached < 0) {
-        rc = cached;
-        goto out;
+    if (cached < 0)
+        return cached;
+    if (p->kvstore) {
+        j->pool_tokens = ty_prefill_kvstore_fetch(p->kvstore, seq, j->tokens, j->n);
+        cached += (int)j->pool_tokens;
     }
     j->cached = (uint32_t)cached;
     struct ty_batch_seq bs = {.seq = seq, .tokens = j->tokens + cached,
@@ -157,12 +164,12 @@ static int run_forward(ty_prefill_t *p, struct pjob *j)
     struct ty_batch b = {.seqs = &bs, .n_seqs = 1, .layer_cb = on_layer, .layer_arg = j};
     uint64_t t0 = ty_clock_us();
     if ((rc = ty_engine_forward(p->o.engine, &b, p->logits)))
-        goto out;
+        return rc;
     struct ty_timing_sample ts = {.n_tokens = bs.n, .prefix_tokens = (uint32_t)cached,
                                   .batch_size = 1, .duration_us = ty_clock_us() - t0};
     ty_timing_ring_push(p->o.timings, &ts);
     if ((rc = j->xfer_err) || (atomic_load(&j->cancelled) && (rc = TY_ECANCELED)))
-        goto out;
+        return rc;
     ty_sampler_t *smp;
     struct ty_sample out;
     if (!(rc = ty_sampler_new(&smp, &j->sp, p->V))) {
@@ -171,10 +178,21 @@ static int run_forward(ty_prefill_t *p, struct pjob *j)
         j->first_token = out.id;
         j->first = out;
     }
-out:
-    ty_kvpool_seq_free(pool, seq);
-    publish_pages(p);
     return rc;
+}
+
+/* The prompt's sequence is done with: its new full blocks go to the KV pool (after KvReady,
+ * off the request's time to first token), then its pages are released (full blocks stay in
+ * the page cache). */
+static void release_seq(ty_prefill_t *p, struct pjob *j, int rc)
+{
+    if (!j->seq)
+        return;
+    if (!rc && p->kvstore)
+        ty_prefill_kvstore_store(p->kvstore, j->seq, j->tokens, j->n, j->cached);
+    ty_kvpool_seq_free(ty_engine_pool(p->o.engine), j->seq);
+    j->seq = NULL;
+    publish_pages(p);
 }
 
 /* The open segment `name` (opened once, kept for later requests; a slot is recycled
@@ -236,11 +254,13 @@ static int run_job(ty_prefill_t *p, struct pjob *j)
         uint64_t t2 = ty_clock_us();
         if (!rc)
             rc = notify_ready(p, j);
-        TY_LOG_DEBUG("prefill", "request %llu: %u tokens, forward %llu us, writes landed +%llu "
-                     "us, KvReady +%llu us", (unsigned long long)j->rid, j->n,
+        TY_LOG_DEBUG("prefill", "request %llu: %u tokens (%u cached, %u of them from the KV "
+                     "pool), forward %llu us, writes landed +%llu us, KvReady +%llu us",
+                     (unsigned long long)j->rid, j->n, j->cached, j->pool_tokens,
                      (unsigned long long)(t1 - t0), (unsigned long long)(t2 - t1),
                      (unsigned long long)(ty_clock_us() - t2));
     }
+    release_seq(p, j, rc);
     if (rc && rc != TY_ECANCELED && rc != TY_ERANGE && rc != TY_ENOCAPACITY)
         segment_drop(p, slot);
     return rc;
@@ -443,6 +463,16 @@ void ty_prefill_load(void *arg, struct ty_cluster_load *out)
     out->kv_usage = (float)used / (float)ty_kvpool_pages_total(pool);
 }
 
+void ty_prefill_stats(const ty_prefill_t *p, struct ty_prefill_stats *out)
+{
+    struct ty_prefill_kvstore_stats k = {0};
+    if (p->kvstore)
+        ty_prefill_kvstore_stats(p->kvstore, &k);
+    *out = (struct ty_prefill_stats){.pool_lookups = k.lookups, .pool_hit_blocks = k.hit_blocks,
+                                     .pool_stored_blocks = k.stored_blocks,
+                                     .pool_errors = k.errors, .pool_skipped = k.skipped};
+}
+
 uint16_t ty_prefill_rpc_port(const ty_prefill_t *p)
 {
     return ty_rpc_server_port(p->srv);
@@ -473,6 +503,14 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
     struct ty_rpc_server_opts so = {.loop = opts->loop, .host = opts->rpc_host,
                                     .port = opts->rpc_port, .max_frame_size = 64u << 20};
     int rc = (p->logits = malloc(p->V * sizeof(float))) ? 0 : TY_ENOMEM;
+    if (!rc && opts->store) {
+        ty_kvpool_t *pool = ty_engine_pool(opts->engine);
+        struct ty_prefill_kvstore_opts ko = {.client = opts->store, .pool = pool,
+                                             .n_layers = p->n_layers,
+                                             .hash_seed = ty_kvpool_hash_seed(pool),
+                                             .retry_ms = opts->store_retry_ms};
+        rc = ty_prefill_kvstore_new(&p->kvstore, &ko);
+    }
     if (!rc)
         rc = ty_rpc_mailbox_new(&p->mb, opts->loop);
     if (!rc && (rc = ty_rpc_server_new(&p->srv, &so)))
@@ -484,6 +522,7 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
             ty_rpc_server_close(p->srv, NULL, NULL);
         if (p->mb)
             ty_rpc_mailbox_close(p->mb, NULL, NULL);
+        ty_prefill_kvstore_free(p->kvstore);
         free(p->logits);
         free(p);
         return rc;
@@ -502,6 +541,7 @@ static void on_server_closed(void *arg)
     void *cb_arg = p->close_arg;
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
+    ty_prefill_kvstore_free(p->kvstore);
     free(p->logits);
     free(p);
     if (cb)

@@ -138,6 +138,25 @@ const struct ty_config_struct ty_cluster_serve_config_table =
 
 /* ---- prefill and decode nodes ---------------------------------------------------------------- */
 
+#define K struct ty_cluster_node_pool_config
+static const char *const pool_transport_names[] = {"auto", "tcp", "local", NULL};
+static const struct ty_config_field node_pool_fields[] = {
+    {.key = "master", .type = TY_CONFIG_STRING, TY_CONFIG_AT(K, master), .min = "3",
+     .help = "host:port of the KV pool's master (comma list: standbys); unset: no pool"},
+    {.key = "timeout", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(K, timeout_ns), .def = "1s",
+     .min = "1ms", .max = "1m", .help = "limit of one pool operation (lookup, read, write)"},
+    {.key = "retry", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(K, retry_ns), .def = "5s",
+     .min = "1ms", .max = "1h", .help = "after the pool failed, prompts skip it this long"},
+    {.key = "replicas", .type = TY_CONFIG_UINT, TY_CONFIG_AT(K, replicas), .def = "0",
+     .max = "8", .help = "replicas of each stored block; 0: the master's default"},
+    {.key = "transport", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(K, transport), .def = "auto",
+     .enum_names = pool_transport_names,
+     .help = "transfers to and from the pool: auto (local on the same host, else tcp), tcp, local"},
+};
+static const struct ty_config_struct node_pool =
+    TY_CONFIG_STRUCT("kv_pool", K, node_pool_fields);
+#undef K
+
 #define N struct ty_cluster_node_config
 
 static const struct ty_config_field node_fields[] = {
@@ -169,6 +188,9 @@ static const struct ty_config_field node_fields[] = {
      .help = "decode: reserved pages are released if their KV has not landed by then"},
     {.key = "port_file", .type = TY_CONFIG_STRING, TY_CONFIG_AT(N, port_file),
      .help = "write 'rpc_port transfer_port' here once listening (scripts, tests)"},
+    {.key = "kv_pool", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(N, kv_pool), .sub = &node_pool,
+     .help = "prefill: the cluster KV pool (tycho-store) that prompts read prefixes from and "
+             "write their blocks to"},
 };
 const struct ty_config_struct ty_cluster_node_config_table =
     TY_CONFIG_STRUCT("node", N, node_fields);

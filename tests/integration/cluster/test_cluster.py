@@ -3,13 +3,14 @@
 and tycho-decode as separate processes on loopback ephemeral ports, KV over the tcp transport.
 
 Usage: test_cluster.py BUILD_DIR CASE   (CASE: equal, concurrent, kill_decode, hung_decode,
-prefix_routing, cache_events, slo_reject, cost_refit, phantom_credit). Exits 77 when
+prefix_routing, cache_events, slo_reject, cost_refit, phantom_credit, kv_pool). Exits 77 when
 the shared test data is missing. Expected token ids come from running `tycho generate` (the
 monolithic engine loop), never from the cluster.
 """
 import http.client
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ SLOW = os.environ.get("TYCHO_SANITIZER_SLOW") == "1"
 TYCHO = os.path.join(BUILD, "src/cli/tycho")
 CONDUCTOR = os.path.join(BUILD, "src/conductor/cluster/tycho-conductor")
 PREFILL = os.path.join(BUILD, "src/prefill/tycho-prefill")
+STORE = os.path.join(BUILD, "src/store/tycho-store")
 DECODE = os.path.join(BUILD, "src/decode/tycho-decode")
 
 PROMPTS = ["Once upon a time", "The little dog", "Lily and Tom went to the park",
@@ -42,6 +44,9 @@ PROMPTS = ["Once upon a time", "The little dog", "Lily and Tom went to the park"
            "The little dog ran to the park with his friend the cat. They played with a red "
            "ball all day long until the sun went down and the sky was dark. Then they went "
            "home to eat and sleep"]
+
+
+TMPDIRS = []  # removed by main() when the case ends
 
 
 def read_ports(path, deadline):
@@ -61,13 +66,17 @@ class Cluster:
     started = []
 
     def __init__(self, n_prefill, n_decode, hb_timeout="1500ms", model=MODEL, config=None,
-                 node_args=()):
+                 node_args=(), kv_pool=False):
         Cluster.started.append(self)
         self.dir = tempfile.mkdtemp(prefix="tycho-cluster-")
         self.model = model
         self.node_args = list(node_args)
         self.procs = {}
         self.logs = {}
+        if kv_pool:  # a tycho-store master with one 64 MiB pool node, for the prefill nodes
+            self.start("store", [STORE, "--master=true", "--listen_port=0", "--dram_bytes=64M",
+                                 "--name=pool-0"])
+            self.node_args.append("--kv_pool.master=127.0.0.1:%d" % self.store_port())
         extra = []
         if config:
             path = os.path.join(self.dir, "conductor.yaml")
@@ -86,6 +95,16 @@ class Cluster:
 
     def port_file(self, name):
         return os.path.join(self.dir, name + ".ports")
+
+    def store_port(self):
+        end = time.time() + 20
+        while time.time() < end:
+            try:
+                with open(self.port_file("store")) as f:
+                    return int(dict(kv.split("=") for kv in f.read().split())["master"])
+            except (OSError, ValueError, KeyError):
+                time.sleep(0.05)
+        raise RuntimeError("tycho-store did not start:\n" + self.dump())
 
     def start(self, name, argv):
         try:
@@ -295,7 +314,9 @@ def case_kill_decode():
     # a random-weight model big enough (8 layers, d512) that 300-token streams last seconds
     # (60 tokens under a sanitizer: as many seconds there)
     n_long = 60 if SLOW else 300
-    mid = os.path.join(tempfile.mkdtemp(prefix="tycho-model-"), "mid.gguf")
+    tmp = tempfile.mkdtemp(prefix="tycho-model-")
+    TMPDIRS.append(tmp)
+    mid = os.path.join(tmp, "mid.gguf")
     subprocess.run([TYCHO, "mkmodel", "--dims", "512,8,8,4,1536", "--vocab-from", MODEL,
                     "--out", mid], check=True, capture_output=True)
     cl = Cluster(1, 2, model=mid)
@@ -591,6 +612,77 @@ def case_cost_refit():
     return ok
 
 
+def case_kv_pool():
+    """Prefill nodes share prefixes through the cluster KV pool (tycho-store): with
+    round-robin placement a repeated prompt lands on the other prefill node, which has never
+    seen it, and reads its full blocks from the pool instead of computing them; the answer is
+    still tycho generate's. Without the pool that node computes everything; with the pool
+    killed, requests are still served (computed)."""
+    cl = Cluster(2, 1, config="scheduler:\n  policy: round_robin\n", kv_pool=True,
+                 node_args=["--kv_pool.timeout=500ms", "--kv_pool.retry=300ms"])
+    ok = True
+    refs = {p: generate(p, 8) for p in (LONG_A, LONG_B)}
+    want = {p: (len(r["prompt_ids"]) - 1) // 16 * 16 for p, r in refs.items()}
+
+    def ask(prompt):
+        st, body = cl.post("/v1/completions", {"prompt": prompt, "max_tokens": 8,
+                                               "temperature": 0, "return_token_ids": True})
+        if st != 200:
+            return st, None, -1
+        return st, json.loads(body)["choices"][0]["token_ids"], cached_of(body)
+
+    def pool_objects():
+        out = subprocess.run([TYCHO, "store-stats", "--master=127.0.0.1:%d" % cl.store_port(),
+                              "--json"], capture_output=True, text=True)
+        return json.loads(out.stdout)["objects"] if out.returncode == 0 else -1
+
+    stored = 0
+    for prompt in (LONG_A, LONG_B):
+        seen = [ask(prompt)]
+        # the first node writes the prompt's full blocks to the pool after it answered: wait
+        # for them before the second turn (round robin: on the other prefill node)
+        stored += len(refs[prompt]["prompt_ids"]) // 16
+        end = time.time() + 10
+        while pool_objects() < stored and time.time() < end:
+            time.sleep(0.05)
+        ok &= check(pool_objects() == stored, "the pool holds the %d full blocks computed so "
+                    "far (tycho store-stats: %d)" % (stored, pool_objects()))
+        seen.append(ask(prompt))
+        ok &= check(all(st == 200 and ids == refs[prompt]["output_ids"] for st, ids, _ in seen),
+                    "both turns equal generate's ids: %s vs %s" %
+                    ([ids for _, ids, _ in seen], refs[prompt]["output_ids"]))
+        ok &= check(seen[0][2] == 0 and seen[1][2] == want[prompt],
+                    "first turn computes everything, the second (other node) reads all %d full "
+                    "blocks' tokens from the pool: cached %s" %
+                    (want[prompt], [c for _, _, c in seen]))
+    # the pool dies: prompts are computed, nothing fails
+    cl.procs["store"].kill()
+    cl.procs["store"].wait()
+    fresh = PROMPTS[3] + " " + LONG_B
+    ref = generate(fresh, 8)["output_ids"]
+    for turn in range(3):
+        st, ids, cached = ask(fresh)
+        ok &= check(st == 200 and ids == ref,
+                    "pool gone, turn %d: served, ids equal generate's (cached %d)" %
+                    (turn, cached))
+    cl.stop()
+    logs = ""
+    for name in ("p0", "p1"):
+        with open(cl.logs[name]) as f:
+            logs += f.read()
+    ok &= check("KV pool lookup failed" in logs or "KV pool read failed" in logs,
+                "a prefill node logged that the pool failed")
+    # control: the same two turns without a pool compute the second turn too
+    bare = Cluster(2, 1, config="scheduler:\n  policy: round_robin\n")
+    seen = []
+    for _ in range(2):
+        st, body = bare.post("/v1/completions", {"prompt": LONG_A, "max_tokens": 8,
+                                                 "temperature": 0})
+        seen.append(cached_of(body) if st == 200 else -1)
+    ok &= check(seen == [0, 0], "without a pool the other node computes it all: %s" % seen)
+    return ok
+
+
 def main():
     if not os.path.exists(MODEL):
         print("skip: no " + MODEL)
@@ -599,7 +691,7 @@ def main():
             "kill_decode": case_kill_decode, "hung_decode": case_hung_decode,
             "prefix_routing": case_prefix_routing, "cache_events": case_cache_events,
             "slo_reject": case_slo_reject, "cost_refit": case_cost_refit,
-            "phantom_credit": case_phantom_credit}[CASE]
+            "phantom_credit": case_phantom_credit, "kv_pool": case_kv_pool}[CASE]
     ok = False
     try:
         ok = case()
@@ -609,6 +701,8 @@ def main():
         if not ok:
             for cl in Cluster.started:
                 print(cl.dump())
+        for d in TMPDIRS + [cl.dir for cl in Cluster.started]:
+            shutil.rmtree(d, ignore_errors=True)
     return 0 if ok else 1
 
 

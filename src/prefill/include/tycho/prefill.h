@@ -14,6 +14,7 @@
 
 #include "tycho/cluster.h"
 #include "tycho/engine.h"
+#include "tycho/store.h"
 #include "tycho/transfer.h"
 
 #include <stdint.h>
@@ -31,12 +32,24 @@ struct ty_prefill_opts {
     uint32_t xfer_timeout_ms; /* a layer's writes must land within this; 0: 10000 */
     ty_timing_ring_t *timings; /* optional, borrowed: one sample per prompt computed, pushed
                                 * by the worker (see ty_prefill_new) */
+    /* Optional, borrowed: the cluster KV pool. A prompt's full blocks after its local prefix
+     * match are read from the pool when it has them (the leading run), and the blocks the
+     * prompt computed are written to it once the decode node has the KV (src/prefill/
+     * kvstore.h); the pool is skipped for store_retry_ms (0: 5000) after it failed. */
+    ty_store_client_t *store;
+    uint32_t store_retry_ms;
 };
+
+struct ty_prefill_stats {
+    uint64_t pool_lookups, pool_hit_blocks, pool_stored_blocks, pool_errors, pool_skipped;
+};
+/* Counters of the KV pool's use (zero without a pool); any thread. */
+void ty_prefill_stats(const ty_prefill_t *p, struct ty_prefill_stats *out);
 
 /* Start the RPC server and the worker. Returns 0, TY_EINVAL, TY_ENOMEM or a listen error.
  * The node computes one request per forward call; each successful one adds to opts.timings
  * n_tokens = prompt tokens computed (the prompt less the cached prefix), prefix_tokens = the
- * cached prefix reused, batch_size = 1 and duration_us = the wall time of its forward pass
+ * cached prefix reused (local page cache and KV pool), batch_size = 1 and duration_us = the wall time of its forward pass
  * over all chunks (the KV writes it posts are asynchronous; sampling and waiting for the
  * writes to land are not counted). */
 int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts);

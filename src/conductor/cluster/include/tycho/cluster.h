@@ -100,6 +100,15 @@ struct ty_cluster_serve_config {
 };
 
 /* tycho-prefill and tycho-decode. */
+/* A prefill node's use of the cluster KV pool (tycho-store). */
+struct ty_cluster_node_pool_config {
+    char *master;          /* "host:port" of the pool's master (comma list: standbys); unset: no pool */
+    uint64_t timeout_ns;   /* per pool operation */
+    uint64_t retry_ns;     /* after a failure the pool is skipped this long */
+    uint32_t replicas;     /* per stored block; 0: the master's default */
+    int transport;         /* the pool client's transfer engine: 0 auto, 1 tcp, 2 local */
+};
+
 struct ty_cluster_node_config {
     char *name;                      /* node id, stable across restarts (default: role-host-pid) */
     char *conductor_address;         /* host:port of the Conductor's RPC endpoint */
@@ -117,6 +126,7 @@ struct ty_cluster_node_config {
     uint32_t chunk_tokens;           /* prefill: chunked-prefill chunk */
     uint64_t kv_wait_timeout_ns;     /* decode: reserved pages wait this long for their KV */
     char *port_file;                 /* write "rpc_port transfer_port\n" here once listening */
+    struct ty_cluster_node_pool_config kv_pool; /* prefill */
 };
 
 extern const struct ty_config_struct ty_cluster_config_table;       /* tycho-conductor */

@@ -1,0 +1,61 @@
+/* The prefill node's use of the cluster KV pool (tycho-store, DESIGN.md §8): before a prompt is
+ * computed, the full blocks after its local prefix match are looked up in the pool and the
+ * leading run found there is read into the sequence's pages; after the prompt is computed, its
+ * full blocks the pool did not have are written to it. A block's key is "kv/" and its chained
+ * prefix hash in 16 lowercase hex digits (ty_hash_prefix_step, seeded with the model, KV dtype and block size, as the page cache's
+ * index is), so any prefill node of the same model finds what any other one stored. A block's
+ * value is, for each layer, its page's K chunk then its V chunk (2 * n_layers * page_bytes).
+ *
+ * The pool is an accelerator, never a dependency: every failure (master or pool node down, a
+ * block gone between lookup and read, a value of the wrong size, the page cache full) is a miss,
+ * and after an error that says the pool is unreachable it is not asked again for retry_ms, so a
+ * dead pool costs one timeout, not one per request.
+ *
+ * Threads: everything but new/free/stats runs on the prefill worker, which owns the engine's
+ * page pool; the stats are atomics any thread may read. */
+#ifndef TYCHO_PREFILL_KVSTORE_H
+#define TYCHO_PREFILL_KVSTORE_H
+
+#include "tycho/kvpool.h"
+#include "tycho/store.h"
+
+#include <stdint.h>
+
+struct ty_prefill_kvstore;
+
+struct ty_prefill_kvstore_opts {
+    ty_store_client_t *client; /* borrowed */
+    ty_kvpool_t *pool;         /* the engine's page pool (its geometry and hash seed) */
+    uint32_t n_layers;
+    uint64_t hash_seed;
+    uint64_t staging_bytes; /* registered buffer for the blocks of one batch; 0: 64 MiB */
+    uint32_t retry_ms;      /* after the pool failed, skip it this long; 0: 5000 */
+};
+
+struct ty_prefill_kvstore_stats {
+    uint64_t lookups;        /* prompts with blocks to look up */
+    uint64_t hit_blocks;     /* blocks read from the pool into the page cache */
+    uint64_t stored_blocks;  /* blocks written to the pool */
+    uint64_t errors;         /* operations that failed (each counted as a miss) */
+    uint64_t skipped;        /* prompts that did not ask the pool because it had failed */
+};
+
+int ty_prefill_kvstore_new(struct ty_prefill_kvstore **out,
+                           const struct ty_prefill_kvstore_opts *opts);
+void ty_prefill_kvstore_free(struct ty_prefill_kvstore *s);
+
+/* `seq` holds the local prefix of `tokens` (cached tokens, a multiple of B). Append the blocks
+ * that follow it from the pool, leaving at least one token of the prompt to compute. Returns
+ * the number of tokens appended (a multiple of B, 0 on any miss or failure). */
+uint32_t ty_prefill_kvstore_fetch(struct ty_prefill_kvstore *s, ty_kvseq_t *seq,
+                                  const uint32_t *tokens, uint32_t n);
+
+/* `seq` holds the KV of all n tokens; the first `known` tokens' blocks are in the pool already
+ * (fetched from it). Write the other full blocks. */
+void ty_prefill_kvstore_store(struct ty_prefill_kvstore *s, const ty_kvseq_t *seq,
+                              const uint32_t *tokens, uint32_t n, uint32_t known);
+
+void ty_prefill_kvstore_stats(const struct ty_prefill_kvstore *s,
+                              struct ty_prefill_kvstore_stats *out);
+
+#endif
