@@ -1,9 +1,11 @@
 #!/bin/sh
 # Start a disaggregated Tycho cluster on this machine: a Conductor, 2 prefill and 2 decode
-# daemons (separate processes; KV moves between them over the transfer engine's tcp
-# transport on loopback).
+# daemons and a KV pool (tycho-store: master and one pool node) that the prefill nodes share
+# prefixes through (separate processes; KV moves between them over the transfer engine's tcp
+# and local transports on loopback).
 #
 #   deploy/local-cluster.sh start [--model PATH] [--port HTTP_PORT] [--prefill N] [--decode N]
+#                                 [--pool SIZE]   (pool DRAM, default 256M; 0: no pool)
 #   deploy/local-cluster.sh status | stop
 #
 # Binaries: $TYCHO_BIN_DIR (default: ./build) or PATH. State (pids, logs, ports) in
@@ -13,7 +15,8 @@ DIR=${TYCHO_CLUSTER_DIR:-/tmp/tycho-local-cluster}
 BIN=${TYCHO_BIN_DIR:-$(dirname "$0")/../build}
 
 find_bin() {
-    for p in "$BIN/src/conductor/cluster/$1" "$BIN/src/prefill/$1" "$BIN/src/decode/$1"; do
+    for p in "$BIN/src/conductor/cluster/$1" "$BIN/src/prefill/$1" "$BIN/src/decode/$1" \
+             "$BIN/src/store/$1"; do
         [ -x "$p" ] && { echo "$p"; return; }
     done
     command -v "$1" || { echo "local-cluster: $1 not found (set TYCHO_BIN_DIR)" >&2; exit 1; }
@@ -29,13 +32,14 @@ wait_file() { # path, seconds
 }
 
 start() {
-    MODEL=${TYCHO_MODEL:-} PORT=8000 NP=2 ND=2
+    MODEL=${TYCHO_MODEL:-} PORT=8000 NP=2 ND=2 POOL=256M
     while [ $# -gt 0 ]; do
         case "$1" in
             --model) MODEL=$2; shift 2 ;;
             --port) PORT=$2; shift 2 ;;
             --prefill) NP=$2; shift 2 ;;
             --decode) ND=$2; shift 2 ;;
+            --pool) POOL=$2; shift 2 ;;
             *) echo "local-cluster: unknown option $1" >&2; exit 2 ;;
         esac
     done
@@ -44,16 +48,27 @@ start() {
         { echo "local-cluster: already running (deploy/local-cluster.sh stop)" >&2; exit 1; }
     mkdir -p "$DIR"
     rm -f "$DIR"/*.ports "$DIR"/*.pid
+    POOL_ARG='' POOL_DESC=none
+    if [ "$POOL" != 0 ]; then
+        POOL_DESC="$POOL DRAM"
+        "$(find_bin tycho-store)" --master=true --listen_port=0 --dram_bytes="$POOL" \
+            --name=pool-0 --port_file="$DIR/store.ports" >"$DIR/store.log" 2>&1 &
+        echo $! >"$DIR/store.pid"
+        wait_file "$DIR/store.ports" 30
+        POOL_ARG=--kv_pool.master=127.0.0.1:$(sed 's/.*master=\([0-9]*\).*/\1/' "$DIR/store.ports")
+    fi
+    # shellcheck disable=SC2086 # POOL_ARG is one word or none
     "$(find_bin tycho-conductor)" --model_path="$MODEL" --listen_port="$PORT" --rpc_port=0 \
-        --port_file="$DIR/conductor.ports" >"$DIR/conductor.log" 2>&1 &
+        --port_file="$DIR/conductor.ports" $POOL_ARG >"$DIR/conductor.log" 2>&1 &
     echo $! >"$DIR/conductor.pid"
     wait_file "$DIR/conductor.ports" 30
     RPC=$(cut -d' ' -f2 "$DIR/conductor.ports")
     i=0
     while [ $i -lt "$NP" ]; do
+        # shellcheck disable=SC2086
         "$(find_bin tycho-prefill)" --model_path="$MODEL" --name="prefill-$i" \
             --conductor_address="127.0.0.1:$RPC" --port_file="$DIR/prefill-$i.ports" \
-            >"$DIR/prefill-$i.log" 2>&1 &
+            $POOL_ARG >"$DIR/prefill-$i.log" 2>&1 &
         echo $! >"$DIR/prefill-$i.pid"
         i=$((i + 1))
     done
@@ -68,7 +83,7 @@ start() {
     for f in "$DIR"/prefill-*.pid "$DIR"/decode-*.pid; do
         wait_file "${f%.pid}.ports" 60
     done
-    echo "Tycho cluster: $NP prefill + $ND decode; OpenAI API at http://127.0.0.1:$PORT/v1"
+    echo "Tycho cluster: $NP prefill + $ND decode, KV pool $POOL_DESC; OpenAI API at http://127.0.0.1:$PORT/v1"
     echo "logs and pids in $DIR; stop with: $0 stop"
 }
 
@@ -102,6 +117,6 @@ case "$cmd" in
     start) start "$@" ;;
     status) status ;;
     stop) stop ;;
-    *) echo "usage: $0 start [--model PATH] [--port N] [--prefill N] [--decode N] | status | stop" >&2
+    *) echo "usage: $0 start [--model PATH] [--port N] [--prefill N] [--decode N] [--pool SIZE] | status | stop" >&2
        exit 2 ;;
 esac

@@ -8,6 +8,10 @@ tokens they computed, and request latency. round_robin (cache-blind, what least-
 routing amounts to for a steady stream) is the peer every other policy is compared with in the
 same run.
 
+A policy written POLICY+pool runs with the cluster KV pool: a tycho-store (master and one
+1 GiB pool node) that the prefill nodes read prefixes from and write their blocks to, and
+whose blocks the Conductor follows (kv_pool.master on both).
+
 Workloads (C requests in flight at a time, each asking for N greedy tokens):
 - chat (default): S sessions x T turns; turn t of a session is its previous prompt plus a new
   ~W-word user message (a chat that grows); each round every session takes a turn, in a
@@ -52,19 +56,28 @@ class Cluster:
     def __init__(self, build, model, policy, n_prefill=2):
         self.dir = tempfile.mkdtemp(prefix="tycho-bench-cluster-")
         self.procs = []
+        policy, _, pool = policy.partition("+")
+        pool_arg = []
+        if pool == "pool":
+            self.spawn("store", [os.path.join(build, "src/store/tycho-store"), "--master=true",
+                                 "--listen_port=0", "--dram_bytes=1G", "--name=pool-0"])
+            pool_arg = ["--kv_pool.master=127.0.0.1:%d" % self.store_port(time.time() + 60)]
+        elif pool:
+            raise SystemExit("unknown policy suffix +%s (only +pool)" % pool)
         cfg = os.path.join(self.dir, "conductor.yaml")
         with open(cfg, "w") as f:
             f.write("scheduler:\n  policy: %s\n  admission: baseline\n" % policy)
         self.spawn("conductor", [os.path.join(build, "src/conductor/cluster/tycho-conductor"),
                                  "--config=" + cfg, "--model_path=" + model, "--listen_port=0",
-                                 "--rpc_port=0", "--heartbeat_interval=100ms"])
+                                 "--rpc_port=0", "--heartbeat_interval=100ms", *pool_arg])
         self.http, rpc = read_ports(self.port_file("conductor"), time.time() + 60)
         nodes = [("prefill", "p%d" % i) for i in range(n_prefill)] + [("decode", "d0")]
         for role, name in nodes:
             self.spawn(name, [os.path.join(build, "src/%s/tycho-%s" % (role, role)),
                               "--model_path=" + model, "--name=" + name, "--threads=1",
                               "--conductor_address=127.0.0.1:%d" % rpc,
-                              "--heartbeat_interval=100ms"])
+                              "--heartbeat_interval=100ms",
+                              *(pool_arg if role == "prefill" else [])])
         deadline = time.time() + 120
         while time.time() < deadline:
             logs = [open(os.path.join(self.dir, n + ".log")).read() for _, n in nodes]
@@ -75,6 +88,15 @@ class Cluster:
 
     def port_file(self, name):
         return os.path.join(self.dir, name + ".ports")
+
+    def store_port(self, deadline):
+        while time.time() < deadline:
+            try:
+                with open(self.port_file("store")) as f:
+                    return int(dict(kv.split("=") for kv in f.read().split())["master"])
+            except (OSError, ValueError, KeyError):
+                time.sleep(0.05)
+        raise RuntimeError("tycho-store did not start (logs in %s)" % self.dir)
 
     def spawn(self, name, argv):
         log = open(os.path.join(self.dir, name + ".log"), "w")

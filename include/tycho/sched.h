@@ -161,6 +161,11 @@ struct ty_sched_opts {
     /* Prefill nodes cannot fetch a prefix from another node (the live cluster until prefill
      * reads the KV pool): kvcache_centric plans with local prefixes only. */
     bool local_prefix_only;
+    /* Remote prefixes come from index node `remote_node` only (the live cluster's KV pool,
+     * whose blocks are indexed under an id no prefill node has), not from whichever node
+     * holds the longest one (the simulator's nodes fetch from each other). */
+    bool remote_from_node;
+    uint32_t remote_node;
     /* A request whose chosen prefill node is idle is admitted even when its predicted TTFT
      * is over the SLO: queueing is not what breaks it, so refusing only makes the client
      * retry something that will never fit, and a live cost model that predicts too high
@@ -227,10 +232,11 @@ int ty_sched_node_set_prefill_queue(ty_sched_t *s, uint32_t id, uint64_t queued_
 int ty_sched_node_set_decode_load(ty_sched_t *s, uint32_t id, uint32_t batch,
                                   uint64_t ctx_tokens);
 
-/* KV block events of a prefill node's cache (the prefix index). */
+/* KV block events of a prefill node's cache, or of the remote_node (the prefix index). */
 int ty_sched_block_stored(ty_sched_t *s, uint32_t node, const uint64_t *hashes, size_t n);
 int ty_sched_block_removed(ty_sched_t *s, uint32_t node, const uint64_t *hashes, size_t n);
-/* Forget every block of `node` (it sends its whole cache next). TY_ENOTFOUND if not present. */
+/* Forget every block of `node` (it sends its whole cache next). TY_ENOTFOUND if it is neither
+ * present nor the remote_node. */
 int ty_sched_blocks_reset(ty_sched_t *s, uint32_t node);
 /* The current estimate of the uniform decode duration (predicted admission), microseconds. */
 double ty_sched_decode_duration_us(const ty_sched_t *s);

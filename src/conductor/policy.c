@@ -221,7 +221,11 @@ int ty_sched_pick(ty_sched_t *s, const struct ty_sched_request *r, uint64_t now_
     }
     ty_sched_index_match(s->ix, r->block_hashes, r->n_blocks, s->prefix, TY_SCHED_MAX_NODES);
     uint32_t best_remote = 0, source = TY_SCHED_NODE_NONE;
-    for (uint32_t i = 0; i < TY_SCHED_MAX_NODES; i++) {
+    if (s->o.remote_from_node) {
+        best_remote = s->prefix[s->o.remote_node];
+        source = s->o.remote_node;
+    }
+    for (uint32_t i = 0; i < TY_SCHED_MAX_NODES && !s->o.remote_from_node; i++) {
         if (s->prefix[i] > best_remote) {
             best_remote = s->prefix[i];
             source = i;

@@ -71,6 +71,8 @@ static int opts_check(const struct ty_sched_opts *o)
         return TY_EINVAL;
     if (o->cost.block_tokens == 0 || !(o->balancing_threshold >= 0))
         return TY_EINVAL;
+    if (o->remote_from_node && o->remote_node >= TY_SCHED_MAX_NODES)
+        return TY_EINVAL;
     for (int k = 0; k < 3; k++)
         if (!isfinite(o->cost.prefill[k]) || !isfinite(o->cost.decode[k]))
             return TY_EINVAL;
@@ -222,7 +224,8 @@ int ty_sched_block_removed(ty_sched_t *s, uint32_t node, const uint64_t *hashes,
 
 int ty_sched_blocks_reset(ty_sched_t *s, uint32_t node)
 {
-    if (node >= TY_SCHED_MAX_NODES || !s->nodes[node].present)
+    bool source = s->o.remote_from_node && node == s->o.remote_node;
+    if (node >= TY_SCHED_MAX_NODES || (!s->nodes[node].present && !source))
         return TY_ENOTFOUND;
     ty_sched_index_drop_node(s->ix, node);
     return 0;

@@ -9,10 +9,14 @@
 #include "tycho/cluster.h"
 #include "tycho/rpc.h"
 #include "tycho/stoptext.h"
+#include "tycho/store.h"
 #include "tycho/tokenizer.h"
 #include "tycho.pb-c.h"
 
-#define TY_CLUSTER_MAX_NODES 256
+/* Nodes the registry holds; their slots are their scheduler ids, and the last scheduler id
+ * is the KV pool's (pool_index.c). */
+#define TY_CLUSTER_MAX_NODES (TY_SCHED_MAX_NODES - 1)
+#define TY__POOL_NODE (TY_SCHED_MAX_NODES - 1)
 
 struct ty__cnode {
     struct ty_cluster_node_info info;
@@ -79,6 +83,7 @@ struct ty__place {
     ty_metrics_child_t *over_slo; /* admitted although predicted over the TTFT SLO (idle) */
     ty_metrics_child_t *coef[2][3];
     ty_metrics_child_t *predicted_ttft;
+    struct ty__pool *pool; /* the KV pool's blocks (pool_index.c); NULL: no pool */
 };
 
 struct ty_cluster {
@@ -125,6 +130,12 @@ int ty__place_pick(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *
 void ty__place_prefilled(ty_cluster_t *c, struct ty__creq *r);
 /* r finished (natural: EOS, length or a stop string), failed or was cancelled. */
 void ty__place_done(ty_cluster_t *c, struct ty__creq *r, bool natural);
+
+/* pool_index.c: loop thread. start: follow the pool of master `master` (the scheduler then
+ * plans prefixes fetched from it); tick: apply its events; stop: NULL-safe. */
+int ty__pool_start(ty_cluster_t *c, const char *master, ty_metrics_registry_t *reg);
+void ty__pool_tick(ty_cluster_t *c);
+void ty__pool_stop(ty_cluster_t *c);
 
 /* remote.c */
 extern const struct ty_serve_backend_i ty__cluster_backend_iface;

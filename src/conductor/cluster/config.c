@@ -87,6 +87,15 @@ static const struct ty_config_field cost_fields[] = {
 static const struct ty_config_struct cost_struct =
     TY_CONFIG_STRUCT("cost", struct ty_cluster_cost_config, cost_fields);
 
+static const struct ty_config_field conductor_pool_fields[] = {
+    {.key = "master", .type = TY_CONFIG_STRING,
+     TY_CONFIG_AT(struct ty_cluster_pool_config, master), .min = "3",
+     .help = "host:port of the KV pool's master (the prefill nodes' kv_pool.master); unset: "
+             "no pool"},
+};
+static const struct ty_config_struct conductor_pool =
+    TY_CONFIG_STRUCT("kv_pool", struct ty_cluster_pool_config, conductor_pool_fields);
+
 static const struct ty_config_field conductor_fields[] = {
     CONDUCTOR_ROWS(struct ty_cluster_config, ),
     {.key = "scheduler", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(struct ty_cluster_config,
@@ -98,6 +107,9 @@ static const struct ty_config_field conductor_fields[] = {
      TY_CONFIG_AT(struct ty_cluster_config, expected_output_tokens), .def = "256", .min = "1",
      .max = "1048576",
      .help = "output length the scheduler assumes for a request without max_tokens"},
+    {.key = "kv_pool", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(struct ty_cluster_config, kv_pool),
+     .sub = &conductor_pool,
+     .help = "the cluster KV pool the prefill nodes share: the scheduler follows its blocks"},
 };
 const struct ty_config_struct ty_cluster_config_table =
     TY_CONFIG_STRUCT("conductor", struct ty_cluster_config, conductor_fields);

@@ -84,6 +84,7 @@ static int start(struct conductor *s, uv_loop_t *loop)
         .request_timeout_ms = (uint32_t)(s->cfg.request_timeout_ns / 1000000),
         .startup_wait_ms = (uint32_t)(s->cfg.startup_wait_ns / 1000000),
         .event_cb = on_event, .event_arg = s, .sched = &s->cfg.scheduler, .cost = &s->cfg.cost,
+        .kv_pool_master = s->cfg.kv_pool.master,
         .model_name = name, .expected_output_tokens = s->cfg.expected_output_tokens};
     model_name(s->cfg.model_path, name, sizeof(name));
     if ((rc = ty_metrics_registry_new(&s->reg)))

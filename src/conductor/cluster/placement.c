@@ -224,6 +224,11 @@ int ty__place_init(ty_cluster_t *c, const struct ty_cluster_opts *o)
             so.decode_duration_us = sc->decode_duration_ns / 1000;
         so.seed = sc->seed ? sc->seed : 1;
     }
+    if (o->kv_pool_master) { /* prefill nodes read prefixes from the pool */
+        so.local_prefix_only = false;
+        so.remote_from_node = true;
+        so.remote_node = TY__POOL_NODE;
+    }
     so.n_classes = 1;
     memset(so.slo, 0, sizeof(so.slo));
     slo_init(sc, o->model_name, &so, p->class_names);
@@ -241,6 +246,14 @@ int ty__place_init(ty_cluster_t *c, const struct ty_cluster_opts *o)
     }
     metrics_init(p, o->metrics);
     coef_publish(p);
+    if (o->kv_pool_master && (rc = ty__pool_start(c, o->kv_pool_master, o->metrics))) {
+        TY_LOG_ERROR("cluster", "KV pool client (master %s): %s", o->kv_pool_master,
+                     ty_strerror(rc));
+        ty_sched_free(p->s);
+        free(p->prefill.v);
+        free(p->decode.v);
+        return rc;
+    }
     TY_LOG_INFO("cluster", "scheduler: %s placement, %s admission, TTFT SLO %.0f ms, TBT SLO "
                            "%.0f ms (0: none), cost model %s%s",
                 ty_sched_policy_name(so.policy), ty_sched_admission_name(so.admission),
@@ -253,6 +266,7 @@ int ty__place_init(ty_cluster_t *c, const struct ty_cluster_opts *o)
 void ty__place_fini(ty_cluster_t *c)
 {
     struct ty__place *p = &c->place;
+    ty__pool_stop(c);
     ty_sched_free(p->s);
     free(p->prefill.v);
     free(p->decode.v);
@@ -497,10 +511,11 @@ int ty__place_pick(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *
         ty__place_done(c, r, false);
         return TY_EUNAVAIL;
     }
-    /* the prefill node is about to compute the blocks it lacks: route the next request with
-     * the same prefix there before its heartbeat says so; kept in r to be withdrawn should r
-     * end before its prefill (the node will never report them) */
-    size_t have = d.used_prefix_blocks < nb ? d.used_prefix_blocks : nb;
+    /* the prefill node is about to hold the blocks it lacks (computed, or read from the KV
+     * pool): route the next request with the same prefix there before its heartbeat says so;
+     * kept in r to be withdrawn should r end before its prefill (the node will never report
+     * them) */
+    size_t have = d.local_prefix_blocks < nb ? d.local_prefix_blocks : nb;
     if (nb > have) {
         r->credit = malloc((nb - have) * sizeof(*r->credit));
         if (r->credit) {

@@ -223,6 +223,7 @@ static void cluster_tick(uv_timer_t *t)
             ty__cluster_node_down(c, n, "heartbeat timeout");
     }
     ty__cluster_retry_waiting(c);
+    ty__pool_tick(c);
 }
 
 int ty__cluster_registry_start(ty_cluster_t *c)

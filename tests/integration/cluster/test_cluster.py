@@ -3,7 +3,7 @@
 and tycho-decode as separate processes on loopback ephemeral ports, KV over the tcp transport.
 
 Usage: test_cluster.py BUILD_DIR CASE   (CASE: equal, concurrent, kill_decode, hung_decode,
-prefix_routing, cache_events, slo_reject, cost_refit, phantom_credit, kv_pool). Exits 77 when
+prefix_routing, cache_events, slo_reject, cost_refit, phantom_credit, kv_pool, pool_sched). Exits 77 when
 the shared test data is missing. Expected token ids come from running `tycho generate` (the
 monolithic engine loop), never from the cluster.
 """
@@ -66,23 +66,25 @@ class Cluster:
     started = []
 
     def __init__(self, n_prefill, n_decode, hb_timeout="1500ms", model=MODEL, config=None,
-                 node_args=(), kv_pool=False):
+                 node_args=(), kv_pool=False, conductor_pool=False):
         Cluster.started.append(self)
         self.dir = tempfile.mkdtemp(prefix="tycho-cluster-")
         self.model = model
         self.node_args = list(node_args)
         self.procs = {}
         self.logs = {}
+        extra = []
         if kv_pool:  # a tycho-store master with one 64 MiB pool node, for the prefill nodes
             self.start("store", [STORE, "--master=true", "--listen_port=0", "--dram_bytes=64M",
                                  "--name=pool-0"])
             self.node_args.append("--kv_pool.master=127.0.0.1:%d" % self.store_port())
-        extra = []
+            if conductor_pool:  # the Conductor follows the pool's blocks too
+                extra.append("--kv_pool.master=127.0.0.1:%d" % self.store_port())
         if config:
             path = os.path.join(self.dir, "conductor.yaml")
             with open(path, "w") as f:
                 f.write(config)
-            extra = ["--config=" + path]
+            extra.append("--config=" + path)
         self.start("conductor", [CONDUCTOR, *extra, "--model_path=" + model, "--listen_port=0",
                                  "--rpc_port=0", "--heartbeat_interval=200ms",
                                  "--heartbeat_timeout=" + hb_timeout])
@@ -612,6 +614,13 @@ def case_cost_refit():
     return ok
 
 
+def pool_objects(cl):
+    """Blocks committed in cl's KV pool, as `tycho store-stats` reports them (-1: no answer)."""
+    out = subprocess.run([TYCHO, "store-stats", "--master=127.0.0.1:%d" % cl.store_port(),
+                          "--json"], capture_output=True, text=True)
+    return json.loads(out.stdout)["objects"] if out.returncode == 0 else -1
+
+
 def case_kv_pool():
     """Prefill nodes share prefixes through the cluster KV pool (tycho-store): with
     round-robin placement a repeated prompt lands on the other prefill node, which has never
@@ -631,11 +640,6 @@ def case_kv_pool():
             return st, None, -1
         return st, json.loads(body)["choices"][0]["token_ids"], cached_of(body)
 
-    def pool_objects():
-        out = subprocess.run([TYCHO, "store-stats", "--master=127.0.0.1:%d" % cl.store_port(),
-                              "--json"], capture_output=True, text=True)
-        return json.loads(out.stdout)["objects"] if out.returncode == 0 else -1
-
     stored = 0
     for prompt in (LONG_A, LONG_B):
         seen = [ask(prompt)]
@@ -643,10 +647,10 @@ def case_kv_pool():
         # for them before the second turn (round robin: on the other prefill node)
         stored += len(refs[prompt]["prompt_ids"]) // 16
         end = time.time() + 10
-        while pool_objects() < stored and time.time() < end:
+        while pool_objects(cl) < stored and time.time() < end:
             time.sleep(0.05)
-        ok &= check(pool_objects() == stored, "the pool holds the %d full blocks computed so "
-                    "far (tycho store-stats: %d)" % (stored, pool_objects()))
+        ok &= check(pool_objects(cl) == stored, "the pool holds the %d full blocks computed so "
+                    "far (tycho store-stats: %d)" % (stored, pool_objects(cl)))
         seen.append(ask(prompt))
         ok &= check(all(st == 200 and ids == refs[prompt]["output_ids"] for st, ids, _ in seen),
                     "both turns equal generate's ids: %s vs %s" %
@@ -683,6 +687,49 @@ def case_kv_pool():
     return ok
 
 
+def case_pool_sched():
+    """The Conductor follows the KV pool's blocks (kv_pool.master): a prompt whose blocks the
+    prefill node's 12-page cache evicted long ago, but the pool still holds, is predicted
+    cached (the scheduler plans its prefix read from the pool), and it is read from there.
+    With a Conductor that does not follow the pool, the node still reads it, unforeseen."""
+    prompts = ["%s %s" % (w, LONG_A) for w in
+               ["Red.", "Blue.", "Green.", "Gold.", "Pink.", "Gray."]]
+    ok = True
+    want = {p: len(generate(p, 1)["prompt_ids"]) for p in prompts}
+    deltas = []
+    for follow in (True, False):
+        cl = Cluster(1, 1, node_args=["--kv_pages=12"], kv_pool=True, conductor_pool=follow)
+        for p in prompts:
+            st, _ = cl.post("/v1/completions", {"prompt": p, "max_tokens": 2,
+                                                "temperature": 0})
+            ok &= check(st == 200, "distinct prompt served (%d)" % st)
+        stored = sum(n // 16 for n in want.values())
+        end = time.time() + 10
+        while pool_objects(cl) < stored and time.time() < end:
+            time.sleep(0.05)
+        if follow:
+            while time.time() < end:
+                events = cl.metrics().get('tycho_kv_pool_events_total{kind="stored"}', 0)
+                if events >= stored:
+                    break
+                time.sleep(0.1)
+            ok &= check(events >= stored, "the Conductor heard of the %d blocks the node "
+                        "wrote to the pool (%s events)" % (stored, events))
+            time.sleep(0.5)  # the Conductor's 100 ms tick applies them to the scheduler
+        before = cl.metrics().get("tycho_scheduler_cached_blocks_total", 0)
+        st, body = cl.post("/v1/completions", {"prompt": prompts[0], "max_tokens": 2,
+                                               "temperature": 0})
+        deltas.append(cl.metrics().get("tycho_scheduler_cached_blocks_total", 0) - before)
+        full = (want[prompts[0]] - 1) // 16 * 16
+        ok &= check(st == 200 and cached_of(body) == full,
+                    "evicted prompt read from the pool: cached %s of %d (Conductor follows "
+                    "the pool: %s)" % (cached_of(body) if st == 200 else st, full, follow))
+        cl.stop()
+    ok &= check(deltas == [full // 16, 0], "the scheduler predicted the pool's %d blocks only "
+                "when it followed the pool: %s" % (full // 16, deltas))
+    return ok
+
+
 def main():
     if not os.path.exists(MODEL):
         print("skip: no " + MODEL)
@@ -691,7 +738,8 @@ def main():
             "kill_decode": case_kill_decode, "hung_decode": case_hung_decode,
             "prefix_routing": case_prefix_routing, "cache_events": case_cache_events,
             "slo_reject": case_slo_reject, "cost_refit": case_cost_refit,
-            "phantom_credit": case_phantom_credit, "kv_pool": case_kv_pool}[CASE]
+            "phantom_credit": case_phantom_credit, "kv_pool": case_kv_pool,
+            "pool_sched": case_pool_sched}[CASE]
     ok = False
     try:
         ok = case()

@@ -207,6 +207,45 @@ static void test_kvcache_centric_local_only(void **st)
     ty_sched_free(s);
 }
 
+/* The live cluster with a KV pool: prefixes are read from the pool (index node 255, no
+ * prefill node) only, never from another prefill node. */
+static void test_kvcache_centric_pool_source(void **st)
+{
+    struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_KVCACHE_CENTRIC, TY_SCHED_ADMIT_BASELINE);
+    o.remote_from_node = true;
+    o.remote_node = 255;
+    ty_sched_t *s = cluster(&o);
+    struct ty_sched_request r = req(1, 0);
+    struct ty_sched_decision d;
+    /* the pool holds nothing: node 0's 8 blocks cannot be fetched. node 0: 5000 + 200;
+     * node 1: 0 + 800 (local 2 blocks); node 2: 100 + 1000 */
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.prefill_node, 1);
+    assert_int_equal(d.prefix_source, TY_SCHED_NODE_NONE);
+    assert_int_equal(d.used_prefix_blocks, 2);
+    assert_int_equal(d.remote_prefix_blocks, 0);
+    ty_sched_free(s);
+    /* the pool holds blocks 0-5: node 1 fetches 400 tokens (40 us) + 400 = 440; node 2:
+     * 100 + 60 + 400 = 560; node 0 (8 local) 5000 + 200 */
+    s = cluster(&o);
+    assert_int_equal(ty_sched_block_stored(s, 255, H, 6), 0);
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.prefill_node, 1);
+    assert_int_equal(d.prefix_source, 255);
+    assert_int_equal(d.local_prefix_blocks, 2);
+    assert_int_equal(d.used_prefix_blocks, 6);
+    assert_true(fabs(d.transfer_us - 40) < 1e-9 && fabs(d.ttft_us - 440) < 1e-9);
+    /* the pool's blocks can be forgotten although 255 is no node; other absent ids cannot */
+    assert_int_equal(ty_sched_blocks_reset(s, 255), 0);
+    assert_int_equal(ty_sched_blocks_reset(s, 254), TY_ENOTFOUND);
+    r.id = 2;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.remote_prefix_blocks, 0);
+    ty_sched_free(s);
+    o.remote_node = TY_SCHED_MAX_NODES;
+    assert_int_equal(ty_sched_new(&s, &o), TY_EINVAL);
+}
+
 static void test_round_robin_and_random(void **st)
 {
     struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_ROUND_ROBIN, TY_SCHED_ADMIT_BASELINE);
@@ -608,6 +647,7 @@ int main(void)
         cmocka_unit_test(test_cache_aware),
         cmocka_unit_test(test_kvcache_centric),
         cmocka_unit_test(test_kvcache_centric_local_only),
+        cmocka_unit_test(test_kvcache_centric_pool_source),
         cmocka_unit_test(test_live_admission_options),
         cmocka_unit_test(test_round_robin_and_random),
         cmocka_unit_test(test_reject_ttft_and_no_node),

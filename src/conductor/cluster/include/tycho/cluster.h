@@ -59,6 +59,11 @@ struct ty_cluster_cost_config {
 };
 
 /* tycho-conductor: the HTTP front door, the RPC endpoint nodes register with, the registry. */
+/* The Conductor's use of the cluster KV pool: it follows the blocks the pool holds. */
+struct ty_cluster_pool_config {
+    char *master; /* "host:port" (comma list: standbys); unset: no pool */
+};
+
 struct ty_cluster_config {
     char *listen_host;
     uint16_t listen_port;            /* HTTP */
@@ -79,6 +84,7 @@ struct ty_cluster_config {
     struct ty_sched_config scheduler;  /* placement, admission, SLOs (tycho/sched.h) */
     struct ty_cluster_cost_config cost;
     uint32_t expected_output_tokens;   /* the scheduler's guess when max_tokens is not set */
+    struct ty_cluster_pool_config kv_pool;
 };
 
 /* The in-process engine of `tycho serve` (its `engine:` section). threads, kv_block_tokens,
@@ -214,6 +220,9 @@ struct ty_cluster_opts {
     const char *model_name;            /* picks the SLO entry of sched->models */
     uint32_t expected_output_tokens;   /* when a request has no max_tokens (0: 256) */
     ty_metrics_registry_t *metrics;    /* optional: scheduler counters and gauges */
+    /* The cluster KV pool's master, when the prefill nodes use one (their kv_pool.master):
+     * the scheduler then knows the pool's blocks and plans prefixes read from it. */
+    const char *kv_pool_master;
 };
 
 struct ty_cluster_node_info {
