@@ -21,7 +21,7 @@ Workloads (C requests in flight at a time, each asking for N greedy tokens):
 
 usage: prefix_routing.py BUILD_DIR MODEL [--workload chat|shared] [--sessions S] [--turns T]
                          [--words W] [--prefix-words P] [--concurrency C] [--tokens N]
-                         [--policies a,b,...] [--json]
+                         [--policies a,b,...] [--kv-pages N] [--json]
 """
 import argparse
 import http.client
@@ -53,7 +53,7 @@ def read_ports(path, deadline):
 
 
 class Cluster:
-    def __init__(self, build, model, policy, n_prefill=2):
+    def __init__(self, build, model, policy, n_prefill=2, kv_pages=0):
         self.dir = tempfile.mkdtemp(prefix="tycho-bench-cluster-")
         self.procs = []
         policy, _, pool = policy.partition("+")
@@ -77,7 +77,9 @@ class Cluster:
                               "--model_path=" + model, "--name=" + name, "--threads=1",
                               "--conductor_address=127.0.0.1:%d" % rpc,
                               "--heartbeat_interval=100ms",
-                              *(pool_arg if role == "prefill" else [])])
+                              *(pool_arg if role == "prefill" else []),
+                              *(["--kv_pages=%d" % kv_pages] if kv_pages and role == "prefill"
+                                else [])])
         deadline = time.time() + 120
         while time.time() < deadline:
             logs = [open(os.path.join(self.dir, n + ".log")).read() for _, n in nodes]
@@ -172,7 +174,7 @@ def ideal_cached(order, results, block):
 
 def run_policy(a, policy, order):
     prompts = [p for _, p in order]
-    cl = Cluster(a.build, a.model, policy)
+    cl = Cluster(a.build, a.model, policy, kv_pages=a.kv_pages)
     results = [None] * len(prompts)
     nxt = [0]
     lock = threading.Lock()
@@ -225,6 +227,8 @@ def main():
     ap.add_argument("--concurrency", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--block-tokens", type=int, default=64, help="the nodes' kv_block_tokens")
+    ap.add_argument("--kv-pages", type=int, default=0,
+                    help="the prefill nodes' kv_pages (a small page cache: memory pressure)")
     ap.add_argument("--workload", choices=("chat", "shared"), default="chat")
     ap.add_argument("--prefix-words", type=int, default=200, help="shared: the common prefix")
     ap.add_argument("--policies", default="round_robin,load_balance,cache_aware,kvcache_centric")

@@ -108,22 +108,66 @@ static bool register_valid(const Tycho__V1__RegisterNode *m, char *why, size_t c
     return !bad;
 }
 
+/* A dead node's entry that nothing refers to any more (no request names it), so that its slot
+ * can serve a node with another id; NULL when every entry is alive or still referred to. */
+static struct ty__cnode *dead_entry(ty_cluster_t *c)
+{
+    for (size_t i = 0; i < c->n_nodes; i++) {
+        struct ty__cnode *n = c->nodes[i];
+        if (n->info.alive || n->rpc || n->lost || n->in_sched)
+            continue;
+        bool used = false;
+        for (const struct ty__creq *r = c->reqs; r && !used; r = r->next)
+            used = r->pnode == n || r->dnode == n || r->queued_on == n;
+        if (!used)
+            return n;
+    }
+    return NULL;
+}
+
+/* The entry of a node id not seen before: a new slot, or when all are taken the slot of a dead
+ * node (nodes without a configured name get a new id at every restart). *fresh: appended. */
+static struct ty__cnode *new_entry(ty_cluster_t *c, const char *id, bool *fresh, char *why,
+                                   size_t cap)
+{
+    struct ty__cnode *n;
+    *fresh = c->n_nodes < TY_CLUSTER_MAX_NODES;
+    if (*fresh) {
+        if (!(n = calloc(1, sizeof(*n))))
+            return NULL;
+        n->slot = (uint32_t)c->n_nodes;
+        c->nodes[c->n_nodes++] = n;
+    } else if ((n = dead_entry(c))) {
+        TY_LOG_INFO("cluster", "node %s takes the slot of %s, down since %llu ms", id,
+                    n->info.id, (unsigned long long)(ty_clock_ms() - n->last_hb_ms));
+        uint32_t slot = n->slot;
+        memset(n, 0, sizeof(*n));
+        n->slot = slot;
+    } else {
+        snprintf(why, cap, "too many nodes (%d alive or in use)", TY_CLUSTER_MAX_NODES);
+        return NULL;
+    }
+    n->c = c;
+    snprintf(n->info.id, sizeof(n->info.id), "%s", id);
+    return n;
+}
+
+/* A registration refused before the node was ever up gives its new slot back. */
+static void drop_fresh(ty_cluster_t *c, struct ty__cnode *n)
+{
+    TY_ASSERT(c->nodes[c->n_nodes - 1] == n);
+    c->nodes[--c->n_nodes] = NULL;
+    free(n);
+}
+
 static int node_register(ty_cluster_t *c, const Tycho__V1__RegisterNode *m, char *why,
                          size_t cap, struct ty__cnode **out)
 {
     struct ty__cnode *n = find_node(c, m->node_id);
+    bool fresh = false;
     if (!n) {
-        if (c->n_nodes == TY_CLUSTER_MAX_NODES) {
-            snprintf(why, cap, "too many nodes (%d)", TY_CLUSTER_MAX_NODES);
-            return TY_ENOSPC;
-        }
-        n = calloc(1, sizeof(*n));
-        if (!n)
-            return TY_ENOMEM;
-        n->c = c;
-        n->slot = (uint32_t)c->n_nodes;
-        snprintf(n->info.id, sizeof(n->info.id), "%s", m->node_id);
-        c->nodes[c->n_nodes++] = n;
+        if (!(n = new_entry(c, m->node_id, &fresh, why, cap)))
+            return why[0] ? TY_ENOSPC : TY_ENOMEM;
     } else if (n->info.alive || n->rpc) {
         ty__cluster_node_down(c, n, "registered again (restarted)");
     }
@@ -134,12 +178,13 @@ static int node_register(ty_cluster_t *c, const Tycho__V1__RegisterNode *m, char
     n->kv_pages = m->capacity->kv_pages;
     n->max_batch = m->capacity->max_batch;
     int rc = ty__place_node_up(c, n, why, cap);
-    if (rc)
-        return rc;
-    rc = node_connect(c, n);
-    if (rc) {
+    if (!rc && (rc = node_connect(c, n))) {
         ty__place_node_down(c, n);
         snprintf(why, cap, "cannot connect to %s: %s", m->address, ty_strerror(rc));
+    }
+    if (rc) {
+        if (fresh)
+            drop_fresh(c, n);
         return rc;
     }
     n->info.alive = true;

@@ -1,0 +1,194 @@
+/* The Conductor's node registry against a real tycho-conductor, spoken to over its RPC port
+ * as nodes do: refused registrations leave no trace, and the slots of dead nodes serve new
+ * node ids once the table is full (a node without a configured name gets a new id at every
+ * restart, so a long-running Conductor sees hundreds of them). */
+#include "tycho/errors.h"
+#include "tycho/rpc.h"
+#include "tycho.pb-c.h"
+
+#include <setjmp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+extern char **environ;
+
+static pid_t g_conductor = -1;
+static uv_loop_t g_loop;
+static ty_rpc_client_t *g_rpc;
+static char g_dir[] = "/tmp/tycho-registry-XXXXXX";
+
+struct reply {
+    bool done, accepted;
+    char reason[256];
+};
+
+static void on_reply(const struct ty_rpc_result *res, void *arg)
+{
+    struct reply *r = arg;
+    r->done = true;
+    if (res->event != TY_RPC_EVENT_REPLY) {
+        snprintf(r->reason, sizeof(r->reason), "RPC: %s", ty_strerror(res->status));
+        return;
+    }
+    Tycho__V1__RegisterNodeReply *m =
+        tycho__v1__register_node_reply__unpack(NULL, res->len, res->payload);
+    if (m) {
+        r->accepted = m->accepted;
+        snprintf(r->reason, sizeof(r->reason), "%s", m->reason ? m->reason : "");
+        tycho__v1__register_node_reply__free_unpacked(m, NULL);
+    }
+}
+
+/* RegisterNode for `id` at an address where nothing listens (the node never heartbeats). */
+static struct reply register_node(const char *id, int role, uint32_t block_tokens)
+{
+    Tycho__V1__Capacity cap = TYCHO__V1__CAPACITY__INIT;
+    cap.kv_pages = 64;
+    cap.block_tokens = block_tokens;
+    cap.max_batch = 8;
+    Tycho__V1__RegisterNode m = TYCHO__V1__REGISTER_NODE__INIT;
+    m.protocol_version = TYCHO__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
+    m.role = (Tycho__V1__NodeRole)role;
+    m.node_id = (char *)id;
+    m.address = "127.0.0.1:1";
+    m.transfer_segment = "127.0.0.1:2";
+    m.capacity = &cap;
+    struct reply r = {0};
+    struct ty_rpc_call_opts co = {.timeout_ms = 5000};
+    assert_int_equal(ty_rpc_client_call_msg(g_rpc, TYCHO__V1__METHOD__METHOD_REGISTER_NODE,
+                                            (const ProtobufCMessage *)&m, &co, on_reply, &r,
+                                            NULL),
+                     0);
+    while (!r.done)
+        uv_run(&g_loop, UV_RUN_ONCE);
+    return r;
+}
+
+static int read_rpc_port(const char *path)
+{
+    for (int i = 0; i < 400; i++) {
+        FILE *f = fopen(path, "r");
+        unsigned http, rpc;
+        if (f) {
+            int n = fscanf(f, "%u %u", &http, &rpc);
+            fclose(f);
+            if (n == 2)
+                return (int)rpc;
+        }
+        struct timespec ts = {0, 50 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return -1;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    const char *data = getenv("TYCHO_TEST_DATA"), *build = getenv("TYCHO_BUILD_DIR");
+    char model[1024], bin[1024], ports[256], model_arg[1100], port_arg[300];
+    snprintf(model, sizeof(model), "%s/models/stories260K/stories260K.gguf", data ? data : "");
+    if (!data || !build || access(model, R_OK) != 0) {
+        printf("skip: no %s\n", model);
+        exit(77);
+    }
+    if (!mkdtemp(g_dir))
+        return -1;
+    snprintf(bin, sizeof(bin), "%s/src/conductor/cluster/tycho-conductor", build);
+    snprintf(ports, sizeof(ports), "%s/conductor.ports", g_dir);
+    snprintf(model_arg, sizeof(model_arg), "--model_path=%s", model);
+    snprintf(port_arg, sizeof(port_arg), "--port_file=%s", ports);
+    char *argv[] = {bin, model_arg, port_arg, "--listen_port=0", "--rpc_port=0",
+                    "--heartbeat_timeout=2s", "--log_level=warn", NULL};
+    if (posix_spawn(&g_conductor, bin, NULL, NULL, argv, environ) != 0)
+        return -1;
+    int port = read_rpc_port(ports);
+    if (port < 0)
+        return -1;
+    uv_loop_init(&g_loop);
+    struct ty_rpc_client_opts o = {.loop = &g_loop, .host = "127.0.0.1", .port = (uint16_t)port};
+    return ty_rpc_client_new(&g_rpc, &o);
+}
+
+static void on_closed(void *arg)
+{
+    *(bool *)arg = true;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (g_rpc) {
+        bool closed = false;
+        ty_rpc_client_close(g_rpc, on_closed, &closed);
+        while (!closed)
+            uv_run(&g_loop, UV_RUN_ONCE);
+        uv_loop_close(&g_loop);
+    }
+    if (g_conductor > 0) {
+        kill(g_conductor, SIGTERM);
+        waitpid(g_conductor, NULL, 0);
+    }
+    char ports[256];
+    snprintf(ports, sizeof(ports), "%s/conductor.ports", g_dir);
+    unlink(ports);
+    rmdir(g_dir);
+    return 0;
+}
+
+enum { PREFILL = TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL,
+       DECODE = TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE };
+
+static void test_refused_and_reused(void **state)
+{
+    (void)state;
+    char id[64];
+    struct reply r = register_node("pf", PREFILL, 16);
+    assert_true(r.accepted);
+    /* refused (another block size than pf's): as often as the table has slots, and more */
+    for (int i = 0; i < 300; i++) {
+        snprintf(id, sizeof(id), "bad-%d", i);
+        r = register_node(id, PREFILL, 32);
+        if (r.accepted || !strstr(r.reason, "kv_block_tokens"))
+            fail_msg("registration %d: accepted %d, reason '%s' (want a kv_block_tokens "
+                     "refusal, not a full table)", i, r.accepted, r.reason);
+    }
+    /* fill the table: pf and 254 others */
+    for (int i = 0; i < 254; i++) {
+        snprintf(id, sizeof(id), "ghost-%d", i);
+        r = register_node(id, DECODE, 16);
+        if (!r.accepted)
+            fail_msg("ghost %d refused: %s", i, r.reason);
+    }
+    r = register_node("one-too-many", DECODE, 16);
+    assert_false(r.accepted);
+    assert_non_null(strstr(r.reason, "too many nodes"));
+    /* none of them heartbeats: after the 2 s timeout all are dead, and new ids take their
+     * slots */
+    struct timespec ts = {3, 0};
+    nanosleep(&ts, NULL);
+    for (int i = 0; i < 50; i++) {
+        snprintf(id, sizeof(id), "new-%d", i);
+        r = register_node(id, DECODE, 16);
+        if (!r.accepted)
+            fail_msg("new node %d refused: %s", i, r.reason);
+    }
+    /* and an id seen before still finds its own entry */
+    r = register_node("ghost-7", DECODE, 16);
+    assert_true(r.accepted);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_refused_and_reused)};
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
