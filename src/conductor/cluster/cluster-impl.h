@@ -125,6 +125,9 @@ uint32_t ty__place_class(const ty_cluster_t *c, const char *name);
  * TY_EUNAVAIL (no node) or TY_ENOMEM. */
 int ty__place_pick(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *rej,
                    bool admitted);
+/* r->pnode was replaced by another prefill node (`from`, the scheduler's choice, died before
+ * r was sent to it): its queue and block credit move off `from`. */
+void ty__place_moved(ty_cluster_t *c, struct ty__creq *r, struct ty__cnode *from);
 /* r's prefill finished on r->pnode: its KV is at the decode node (the prefill node's reply,
  * or the first token chunk from the decode node, whichever comes first; once). */
 void ty__place_prefilled(ty_cluster_t *c, struct ty__creq *r);

@@ -556,6 +556,30 @@ static void unqueue(ty_cluster_t *c, struct ty__creq *r, uint64_t now)
                                         now);
 }
 
+void ty__place_moved(ty_cluster_t *c, struct ty__creq *r, struct ty__cnode *from)
+{
+    struct ty__place *p = &c->place;
+    if (r->n_credit && from && from->in_sched) { /* it will not compute them */
+        ty_sched_block_removed(p->s, from->slot, r->credit, r->n_credit);
+        index_gauge(p);
+    }
+    free(r->credit); /* the new node reports what it computes in its heartbeats */
+    r->credit = NULL;
+    r->n_credit = 0;
+    uint64_t now = now_us();
+    bool queued = r->queued_on != NULL;
+    unqueue(c, r, now);
+    struct ty__cnode *pn = r->pnode;
+    if (queued && pn) {
+        r->queued_on = pn;
+        pn->queued_prefill_us += r->predicted_prefill_us;
+        pn->n_queued++;
+        if (pn->in_sched)
+            ty_sched_node_set_prefill_queue(p->s, pn->slot, (uint64_t)pn->queued_prefill_us,
+                                            now);
+    }
+}
+
 void ty__place_prefilled(ty_cluster_t *c, struct ty__creq *r)
 {
     struct ty__place *p = &c->place;

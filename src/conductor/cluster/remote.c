@@ -232,9 +232,11 @@ static int start_prefill(ty_cluster_t *c, struct ty__creq *r)
     r->stream_pending = true;
     if (!r->pnode || !r->pnode->info.alive || r->pnode->lost || !r->pnode->rpc) {
         /* the scheduler's choice died while the decode node reserved pages */
+        struct ty__cnode *chosen = r->pnode;
         r->pnode = ty__cluster_pick(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL);
         if (!r->pnode)
             return TY_EUNAVAIL;
+        ty__place_moved(c, r, chosen);
     }
     Tycho__V1__SamplingParams sp = TYCHO__V1__SAMPLING_PARAMS__INIT;
     fill_sampling(&r->gen, &sp);

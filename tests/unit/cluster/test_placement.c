@@ -15,6 +15,7 @@
 #include "tycho/errors.h"
 #include "tycho/hash.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -226,6 +227,34 @@ static void test_placement_credit(void **state)
     request_free(b);
 }
 
+/* The scheduler's prefill node died before the request was sent to it and another took it
+ * (remote.c): the credit leaves the first node's index entries and the request's predicted
+ * work moves to the second node's queue, so a later placement sees it there. */
+static void test_moved_request(void **state)
+{
+    struct fixture *f = *state;
+    struct ty__cnode *p0 = node(f->c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL, 16, 100, 0);
+    struct ty__cnode *p1 = node(f->c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL, 16, 100, 0);
+    node(f->c, TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE, 16, 1000, 0);
+    struct ty__creq *a = request(1, 100);
+    assert_int_equal(ty__place_pick(f->c, a, NULL, false), 0);
+    struct ty__cnode *chosen = a->pnode, *other = chosen == p0 ? p1 : p0;
+    assert_int_equal(index_size(f->c), 6);
+    assert_true(chosen->queued_prefill_us > 0 && chosen->n_queued == 1);
+    double work = chosen->queued_prefill_us;
+    a->pnode = other;
+    ty__place_moved(f->c, a, chosen);
+    assert_int_equal(index_size(f->c), 0); /* the credit is gone from the first node */
+    assert_true(chosen->queued_prefill_us == 0 && chosen->n_queued == 0);
+    assert_true(fabs(other->queued_prefill_us - work) < 1e-6 && other->n_queued == 1);
+    assert_ptr_equal(a->queued_on, other);
+    /* its prefill and end release the second node's queue, not the first's */
+    ty__place_prefilled(f->c, a);
+    assert_true(other->queued_prefill_us == 0 && other->n_queued == 0);
+    ty__place_done(f->c, a, true);
+    request_free(a);
+}
+
 int main(void)
 {
     const char *data = getenv("TYCHO_TEST_DATA");
@@ -241,6 +270,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_samples_by_role_and_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_block_size_rule, setup, teardown),
         cmocka_unit_test_setup_teardown(test_placement_credit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_moved_request, setup, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ty_model_free(g_model);
