@@ -461,6 +461,11 @@ void ty_prefill_load(void *arg, struct ty_cluster_load *out)
     uint32_t used = atomic_load_explicit(&p->pages_used, memory_order_relaxed);
     out->free_pages = ty_kvpool_pages_total(pool) - used;
     out->kv_usage = (float)used / (float)ty_kvpool_pages_total(pool);
+    struct ty_prefill_stats st;
+    ty_prefill_stats(p, &st);
+    out->pool_read_blocks = st.pool_hit_blocks;
+    out->pool_written_blocks = st.pool_stored_blocks;
+    out->pool_errors = st.pool_errors;
 }
 
 void ty_prefill_stats(const ty_prefill_t *p, struct ty_prefill_stats *out)

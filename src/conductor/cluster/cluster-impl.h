@@ -34,6 +34,9 @@ struct ty__cnode {
     ty_rpc_client_t *rpc; /* to the node's RPC server; NULL while dead */
     bool lost;            /* connection dropped: reaped on the next tick */
     ty_cluster_t *c;
+    /* its tycho_node_* metrics (NULL without a registry); pool counters as last reported */
+    ty_metrics_child_t *m_up, *m_kv_usage, *m_queued, *m_running, *m_pool[3];
+    uint64_t pool_seen[3];
 };
 
 struct ty__creq {
@@ -101,6 +104,8 @@ struct ty_cluster {
     int n_closing;
     void (*close_cb)(void *);
     void *close_arg;
+    /* tycho_node_*: up, kv_usage, queued, running, KV pool blocks {read, written}, errors */
+    ty_metrics_family_t *node_fam[6];
 };
 
 /* registry.c */

@@ -549,7 +549,9 @@ static void unqueue(ty_cluster_t *c, struct ty__creq *r, uint64_t now)
         return;
     r->queued_on = NULL;
     pn->queued_prefill_us -= r->predicted_prefill_us;
-    if (pn->queued_prefill_us < 0 || !pn->n_queued || !--pn->n_queued)
+    if (pn->n_queued)
+        pn->n_queued--;
+    if (pn->queued_prefill_us < 0 || !pn->n_queued)
         pn->queued_prefill_us = 0; /* rounding: nothing is left when nothing is placed */
     if (pn->in_sched)
         ty_sched_node_set_prefill_queue(c->place.s, pn->slot, (uint64_t)pn->queued_prefill_us,

@@ -39,10 +39,80 @@ static void on_rpc_closed(void *arg)
     (void)arg;
 }
 
+/* ---- per-node metrics ------------------------------------------------------------------- */
+
+static const char *role_name(int role)
+{
+    return role == TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL ? "prefill" : "decode";
+}
+
+static void node_metrics_init(ty_cluster_t *c)
+{
+    static const char *const nr[] = {"node", "role"}, *const nk[] = {"node", "kind"},
+                             *const n1[] = {"node"};
+    ty_metrics_registry_t *reg = c->o.metrics;
+    if (!reg)
+        return;
+    ty_metrics_gauge_new(reg, &c->node_fam[0], "tycho_node_up",
+                         "1 while the node is registered and heartbeating, 0 once it is down",
+                         nr, 2);
+    ty_metrics_gauge_new(reg, &c->node_fam[1], "tycho_node_kv_usage_ratio",
+                         "used share of the node's KV pages, as last reported", nr, 2);
+    ty_metrics_gauge_new(reg, &c->node_fam[2], "tycho_node_queued_requests",
+                         "requests waiting on the node, as last reported", nr, 2);
+    ty_metrics_gauge_new(reg, &c->node_fam[3], "tycho_node_running_requests",
+                         "requests running on the node, as last reported", nr, 2);
+    ty_metrics_counter_new(reg, &c->node_fam[4], "tycho_node_kv_pool_blocks_total",
+                           "KV blocks a prefill node read from (kind=read) or wrote to "
+                           "(kind=written) the cluster KV pool", nk, 2);
+    ty_metrics_counter_new(reg, &c->node_fam[5], "tycho_node_kv_pool_errors_total",
+                           "KV pool operations of a prefill node that failed (each a miss)", n1,
+                           1);
+}
+
+/* A node (re)registered: its children, and counters that start again from its new life. */
+static void node_metrics_bind(ty_cluster_t *c, struct ty__cnode *n)
+{
+    if (!c->node_fam[0])
+        return;
+    const char *nr[] = {n->info.id, role_name(n->info.role)};
+    const char *rd[] = {n->info.id, "read"}, *wr[] = {n->info.id, "written"};
+    const char *n1[] = {n->info.id};
+    ty_metrics_child_get(c->node_fam[0], nr, &n->m_up);
+    ty_metrics_child_get(c->node_fam[1], nr, &n->m_kv_usage);
+    ty_metrics_child_get(c->node_fam[2], nr, &n->m_queued);
+    ty_metrics_child_get(c->node_fam[3], nr, &n->m_running);
+    if (n->info.role == TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL && c->node_fam[4]) {
+        ty_metrics_child_get(c->node_fam[4], rd, &n->m_pool[0]);
+        ty_metrics_child_get(c->node_fam[4], wr, &n->m_pool[1]);
+        ty_metrics_child_get(c->node_fam[5], n1, &n->m_pool[2]);
+    }
+    memset(n->pool_seen, 0, sizeof(n->pool_seen));
+    if (n->m_up)
+        ty_metrics_gauge_set(n->m_up, 1);
+}
+
+static void node_metrics_heartbeat(struct ty__cnode *n, const Tycho__V1__Load *l)
+{
+    if (!n->m_up)
+        return;
+    ty_metrics_gauge_set(n->m_kv_usage, l->kv_cache_usage);
+    ty_metrics_gauge_set(n->m_queued, l->queued_requests);
+    ty_metrics_gauge_set(n->m_running, l->running_requests);
+    uint64_t now[3] = {l->kv_pool_read_blocks, l->kv_pool_written_blocks, l->kv_pool_errors};
+    for (int k = 0; k < 3; k++) {
+        if (n->m_pool[k] && now[k] > n->pool_seen[k])
+            ty_metrics_counter_add(n->m_pool[k], (double)(now[k] - n->pool_seen[k]));
+        n->pool_seen[k] = now[k] > n->pool_seen[k] ? now[k] : n->pool_seen[k];
+    }
+}
+
 void ty__cluster_node_down(ty_cluster_t *c, struct ty__cnode *n, const char *why)
 {
     if (n->info.alive)
         TY_LOG_WARN("cluster", "node %s (%s) is down: %s", n->info.id, n->info.address, why);
+    if (n->m_up)
+        ty_metrics_gauge_set(n->m_up, 0);
     n->info.alive = false;
     n->lost = false;
     ty__place_node_down(c, n);
@@ -193,6 +263,7 @@ static int node_register(ty_cluster_t *c, const Tycho__V1__RegisterNode *m, char
     n->last_hb_ms = ty_clock_ms();
     memset(&n->info.load, 0, sizeof(n->info.load));
     n->info.load.free_pages = m->capacity->kv_pages;
+    node_metrics_bind(c, n);
     *out = n;
     return 0;
 }
@@ -248,6 +319,7 @@ static void on_heartbeat(ty_rpc_call_t *call, const uint8_t *payload, size_t len
             n->info.load.queued = m->load->queued_requests;
             n->info.load.free_pages = m->load->free_pages;
             n->info.load.kv_usage = m->load->kv_cache_usage;
+            node_metrics_heartbeat(n, m->load);
         }
         ty__place_heartbeat(c, n, m);
     }
@@ -280,6 +352,7 @@ int ty__cluster_registry_start(ty_cluster_t *c)
     int rc = ty_rpc_server_new(&c->srv, &so);
     if (rc)
         return rc;
+    node_metrics_init(c);
     ty_rpc_server_handle(c->srv, TYCHO__V1__METHOD__METHOD_REGISTER_NODE, on_register, c);
     ty_rpc_server_handle(c->srv, TYCHO__V1__METHOD__METHOD_HEARTBEAT, on_heartbeat, c);
     uv_timer_init(c->o.loop, &c->tick);

@@ -6,13 +6,16 @@
  * Input: records of [op][node][len lo][len hi][len bytes]. op % 4: 0 a Heartbeat (the bytes
  * are its protobuf encoding; undecodable ones are what the RPC handler refuses, skipped here),
  * 1 place a request (the bytes are its prompt), 2 end the oldest placed request (naturally or
- * not, by node's low bit), 3 take the node down and register it again. Each input gets a new
+ * not, by node's low bit), 3 take the node down and register it again (when node's bit 1 is
+ * set, a prefill node's unprefilled requests move to the other one first, as remote.c moves
+ * them when a chosen node died before PrefillAssign). Each input gets a new
  * cluster of 2 prefill nodes (16-token blocks, 64 pages) and 1 decode node.
  *
  * Checked after every record: the cost model stays finite and non-negative (no heartbeat can
  * make predicted times negative or NaN), the prefix index stays within twice the prefill
  * nodes' pages plus what this input's placements credited (whatever the nodes report), and
- * the scheduler has exactly the requests this harness placed and did not end. Needs stories260K (TYCHO_TEST_DATA or ../shared); without
+ * the scheduler has exactly the requests this harness placed and did not end, and each
+ * prefill node's queue counts exactly the requests queued on it. Needs stories260K (TYCHO_TEST_DATA or ../shared); without
  * it every input is skipped. */
 #include "cluster-impl.h"
 
@@ -90,6 +93,14 @@ static void check_invariants(ty_cluster_t *c, struct ty__creq **reqs, size_t n_r
         placed += reqs[i]->placed;
     check(ty_sched_index_size(ty_sched_index(c->place.s)) <= 2 * 2 * PAGES + credited);
     check(ty_sched_in_flight(c->place.s) == placed);
+    /* each prefill node's queue counts exactly the requests queued on it */
+    for (uint32_t k = 0; k < 2; k++) {
+        const struct ty__cnode *pn = c->nodes[k];
+        uint32_t queued = 0;
+        for (size_t i = 0; i < n_reqs; i++)
+            queued += reqs[i]->queued_on == pn;
+        check(pn->n_queued == queued && pn->queued_prefill_us >= 0);
+    }
 }
 
 static void req_free(struct ty__creq *r)
@@ -158,6 +169,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             memmove(reqs, reqs + 1, --n_reqs * sizeof(*reqs));
         } else if (op == 3) {
             ty__place_node_down(c, n);
+            /* as remote.c does when a chosen prefill node died before PrefillAssign */
+            for (size_t i = 0; i < n_reqs && (who & 2) && n != nodes[2]; i++) {
+                if (reqs[i]->pnode == n && !reqs[i]->prefilled) {
+                    reqs[i]->pnode = nodes[n == nodes[0] ? 1 : 0];
+                    ty__place_moved(c, reqs[i], n);
+                }
+            }
             char why[256];
             check(ty__place_node_up(c, n, why, sizeof(why)) == 0);
         }

@@ -659,6 +659,26 @@ def case_kv_pool():
                     "first turn computes everything, the second (other node) reads all %d full "
                     "blocks' tokens from the pool: cached %s" %
                     (want[prompt], [c for _, _, c in seen]))
+    # the prefill nodes' heartbeats carry their pool counters to the Conductor's /metrics
+
+    def pool_metric(kind):
+        m = cl.metrics()
+        if kind == "errors":
+            return sum(m.get('tycho_node_kv_pool_errors_total{node="%s"}' % n, 0)
+                       for n in ("p0", "p1"))
+        return sum(m.get('tycho_node_kv_pool_blocks_total{node="%s",kind="%s"}' % (n, kind), 0)
+                   for n in ("p0", "p1"))
+
+    end = time.time() + 5
+    while time.time() < end and (pool_metric("read") < 8 or pool_metric("written") < stored):
+        time.sleep(0.1)
+    ok &= check(pool_metric("read") == 8 and pool_metric("written") == stored,
+                "tycho_node_kv_pool_blocks_total: %d read (want 8), %d written (want %d)" %
+                (pool_metric("read"), pool_metric("written"), stored))
+    up = cl.metrics()
+    ok &= check(all(up.get('tycho_node_up{node="%s",role="%s"}' % nr) == 1 for nr in
+                    (("p0", "prefill"), ("p1", "prefill"), ("d0", "decode"))),
+                "tycho_node_up is 1 for every node")
     # the pool dies: prompts are computed, nothing fails
     cl.procs["store"].kill()
     cl.procs["store"].wait()
@@ -669,6 +689,11 @@ def case_kv_pool():
         ok &= check(st == 200 and ids == ref,
                     "pool gone, turn %d: served, ids equal generate's (cached %d)" %
                     (turn, cached))
+    end = time.time() + 5
+    while time.time() < end and pool_metric("errors") < 1:
+        time.sleep(0.1)
+    ok &= check(pool_metric("errors") >= 1, "tycho_node_kv_pool_errors_total counted the "
+                "failure (%d)" % pool_metric("errors"))
     cl.stop()
     logs = ""
     for name in ("p0", "p1"):

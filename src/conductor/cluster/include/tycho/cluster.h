@@ -148,6 +148,8 @@ struct ty_cluster_load {
     uint32_t running, queued;
     uint64_t free_pages;
     float kv_usage;
+    /* prefill with a KV pool: since the node started */
+    uint64_t pool_read_blocks, pool_written_blocks, pool_errors;
 };
 
 /* Fill the node's current load (loop thread). */
