@@ -7,6 +7,7 @@
 #include "tycho/log.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,14 +15,29 @@
 
 #define KEY_LEN 24 /* "kv/" + 16 hex digits + NUL, rounded up */
 
+/* The blocks waiting to be written: a ring of block-sized slots in registered memory. The
+ * worker fills slots at `tail` (copies out of its pages, then the sequence can go), the
+ * writer thread writes the oldest `pending` ones from `head` with put_batch and frees them. */
+struct wring {
+    uint8_t *mem;
+    char (*keys)[KEY_LEN];
+    uint32_t cap, head, pending;
+    bool registered;
+    /* writer-only arrays of one batch */
+    const char **key_ptrs;
+    const void **bufs;
+    uint64_t *lens;
+    int *status;
+};
+
 struct ty_prefill_kvstore {
     struct ty_prefill_kvstore_opts o;
     uint32_t B;
     size_t page_bytes, block_bytes;
-    uint8_t *stage; /* batch_blocks blocks */
+    uint8_t *stage; /* reads: batch_blocks blocks */
     uint32_t batch_blocks;
     bool registered;
-    uint64_t down_until_ms; /* the pool failed: not asked before then */
+    _Atomic uint64_t down_until_ms; /* the pool failed: not asked before then */
     /* worker scratch, sized for the longest prompt seen */
     uint64_t *hashes;
     char (*keys)[KEY_LEN];
@@ -30,8 +46,28 @@ struct ty_prefill_kvstore {
     void **bufs;
     uint64_t *lens, *got_lens; /* capacities / sizes of one batch's values */
     size_t cap;
-    _Atomic uint64_t lookups, hit_blocks, stored_blocks, errors, skipped;
+    /* writes */
+    pthread_t writer;
+    bool writer_started, stop; /* stop: under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* work for the writer, or a batch done (flush) */
+    bool writing;           /* under mu: the writer holds a batch */
+    struct wring w;         /* indices under mu */
+    _Atomic uint64_t lookups, hit_blocks, stored_blocks, errors, skipped, dropped;
 };
+
+static void *writer_main(void *arg);
+
+/* Registered memory for zero-copy puts and gets; without the registration they go through
+ * the client's bounce buffer, slower but the same bytes. */
+static bool register_mem(struct ty_prefill_kvstore *s, void *mem, size_t len)
+{
+    int rc = ty_store_client_register(s->o.client, mem, len);
+    if (rc)
+        TY_LOG_WARN("prefill", "KV pool: staging buffer not registered (%s): copies go through "
+                    "the client's bounce buffer", ty_strerror(rc));
+    return rc == 0;
+}
 
 int ty_prefill_kvstore_new(struct ty_prefill_kvstore **out,
                            const struct ty_prefill_kvstore_opts *o)
@@ -49,20 +85,29 @@ int ty_prefill_kvstore_new(struct ty_prefill_kvstore **out,
     s->B = ty_kvpool_block_tokens(o->pool);
     s->page_bytes = ty_kvpool_page_bytes(o->pool);
     s->block_bytes = 2 * (size_t)o->n_layers * s->page_bytes;
-    uint64_t nb = s->o.staging_bytes / s->block_bytes;
+    /* a quarter of the staging for reads, the rest for the blocks waiting to be written */
+    uint64_t nb = s->o.staging_bytes / 4 / s->block_bytes;
     s->batch_blocks = nb < 1 ? 1 : nb > 4096 ? 4096 : (uint32_t)nb;
+    nb = s->o.staging_bytes / s->block_bytes - s->batch_blocks;
+    struct wring *w = &s->w;
+    w->cap = nb < 2 ? 2 : nb > 16384 ? 16384 : (uint32_t)nb;
     s->stage = malloc((size_t)s->batch_blocks * s->block_bytes);
-    if (!s->stage) {
-        free(s);
+    w->mem = malloc((size_t)w->cap * s->block_bytes);
+    w->keys = calloc(w->cap, sizeof(*w->keys));
+    w->key_ptrs = calloc(w->cap, sizeof(*w->key_ptrs));
+    w->bufs = calloc(w->cap, sizeof(*w->bufs));
+    w->lens = calloc(w->cap, sizeof(*w->lens));
+    w->status = calloc(w->cap, sizeof(*w->status));
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (!s->stage || !w->mem || !w->keys || !w->key_ptrs || !w->bufs || !w->lens ||
+        !w->status || pthread_create(&s->writer, NULL, writer_main, s) != 0) {
+        ty_prefill_kvstore_free(s);
         return TY_ENOMEM;
     }
-    /* zero-copy puts and gets; without the registration they go through the client's bounce
-     * buffer, slower but the same bytes */
-    int rc = ty_store_client_register(o->client, s->stage, (size_t)s->batch_blocks * s->block_bytes);
-    s->registered = rc == 0;
-    if (rc)
-        TY_LOG_WARN("prefill", "KV pool: staging buffer not registered (%s): copies go through "
-                    "the client's bounce buffer", ty_strerror(rc));
+    s->writer_started = true;
+    s->registered = register_mem(s, s->stage, (size_t)s->batch_blocks * s->block_bytes);
+    w->registered = register_mem(s, w->mem, (size_t)w->cap * s->block_bytes);
     *out = s;
     return 0;
 }
@@ -71,9 +116,26 @@ void ty_prefill_kvstore_free(struct ty_prefill_kvstore *s)
 {
     if (!s)
         return;
+    if (s->writer_started) { /* what is queued is written first */
+        pthread_mutex_lock(&s->mu);
+        s->stop = true;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->writer, NULL);
+    }
     if (s->registered)
         ty_store_client_unregister(s->o.client, s->stage);
+    if (s->w.registered)
+        ty_store_client_unregister(s->o.client, s->w.mem);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
     free(s->stage);
+    free(s->w.mem);
+    free(s->w.keys);
+    free(s->w.key_ptrs);
+    free(s->w.bufs);
+    free(s->w.lens);
+    free(s->w.status);
     free(s->hashes);
     free(s->keys);
     free(s->key_ptrs);
@@ -84,6 +146,14 @@ void ty_prefill_kvstore_free(struct ty_prefill_kvstore *s)
     free(s);
 }
 
+void ty_prefill_kvstore_flush(struct ty_prefill_kvstore *s)
+{
+    pthread_mutex_lock(&s->mu);
+    while (s->w.pending || s->writing)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
 void ty_prefill_kvstore_stats(const struct ty_prefill_kvstore *s,
                               struct ty_prefill_kvstore_stats *out)
 {
@@ -92,6 +162,7 @@ void ty_prefill_kvstore_stats(const struct ty_prefill_kvstore *s,
     out->stored_blocks = atomic_load(&s->stored_blocks);
     out->errors = atomic_load(&s->errors);
     out->skipped = atomic_load(&s->skipped);
+    out->dropped = atomic_load(&s->dropped);
 }
 
 /* Scratch for nb blocks; false when memory is short (the pool is then skipped). */
@@ -140,7 +211,8 @@ static void name_blocks(struct ty_prefill_kvstore *s, const uint32_t *tokens, ui
 
 static bool pool_up(struct ty_prefill_kvstore *s)
 {
-    if (!s->down_until_ms || ty_clock_ms() >= s->down_until_ms)
+    uint64_t until = atomic_load(&s->down_until_ms);
+    if (!until || ty_clock_ms() >= until)
         return true;
     atomic_fetch_add(&s->skipped, 1);
     return false;
@@ -153,27 +225,23 @@ static void pool_failed(struct ty_prefill_kvstore *s, const char *what, int rc)
     atomic_fetch_add(&s->errors, 1);
     if (rc == TY_ENOTFOUND || rc == TY_EEXIST || rc == TY_ENOCAPACITY || rc == TY_ENOSPC)
         return;
-    if (!s->down_until_ms)
+    if (!atomic_exchange(&s->down_until_ms, ty_clock_ms() + s->o.retry_ms))
         TY_LOG_WARN("prefill", "KV pool %s failed (%s): not used for %u ms", what,
                     ty_strerror(rc), s->o.retry_ms);
-    s->down_until_ms = ty_clock_ms() + s->o.retry_ms;
 }
 
 static void pool_ok(struct ty_prefill_kvstore *s)
 {
-    if (s->down_until_ms) {
+    if (atomic_load(&s->down_until_ms) && atomic_exchange(&s->down_until_ms, 0))
         TY_LOG_INFO("prefill", "KV pool reachable again");
-        s->down_until_ms = 0;
-    }
 }
 
-/* Copy block `blk` of seq between the pool's page memory and staging slot `slot`. */
+/* Copy block `blk` of seq between the pool's page memory and `at` (one block's bytes). */
 static int block_copy(struct ty_prefill_kvstore *s, const ty_kvseq_t *seq, uint32_t blk,
-                      uint32_t slot, bool to_pool)
+                      uint8_t *at, bool to_pool)
 {
     ty_kvpool_t *pool = s->o.pool;
     uint32_t page = ty_kvseq_pages(seq)[blk];
-    uint8_t *at = s->stage + (size_t)slot * s->block_bytes;
     for (uint32_t l = 0; l < s->o.n_layers; l++) {
         void *k = ty_kvpool_k(pool, l, page), *v = ty_kvpool_v(pool, l, page);
         int rc = to_pool ? ty_kvpool_copy_in(pool, k, at, s->page_bytes)
@@ -229,7 +297,8 @@ uint32_t ty_prefill_kvstore_fetch(struct ty_prefill_kvstore *s, ty_kvseq_t *seq,
             ok++;
         rc = ok < m ? s->status[ok] : 0;
         for (uint32_t i = 0; i < ok; i++) {
-            if ((rc = block_copy(s, seq, have + got + i, i, true))) {
+            if ((rc = block_copy(s, seq, have + got + i, s->stage + (size_t)i * s->block_bytes,
+                                 true))) {
                 ok = i;
                 break;
             }
@@ -247,6 +316,58 @@ uint32_t ty_prefill_kvstore_fetch(struct ty_prefill_kvstore *s, ty_kvseq_t *seq,
     return got * B;
 }
 
+/* The writer thread: put the oldest waiting blocks, a contiguous run of the ring at a time. */
+static void *writer_main(void *arg)
+{
+    struct ty_prefill_kvstore *s = arg;
+    struct wring *w = &s->w;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!w->pending && !s->stop)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (!w->pending)
+            break; /* stopping, nothing left */
+        uint32_t head = w->head, m = w->pending;
+        if (head + m > w->cap)
+            m = w->cap - head;
+        if (m > s->batch_blocks)
+            m = s->batch_blocks;
+        s->writing = true;
+        pthread_mutex_unlock(&s->mu);
+        int failed = 0;
+        uint32_t stored = 0;
+        if (pool_up(s)) {
+            for (uint32_t i = 0; i < m; i++) {
+                w->key_ptrs[i] = w->keys[head + i];
+                w->bufs[i] = w->mem + (size_t)(head + i) * s->block_bytes;
+                w->lens[i] = s->block_bytes;
+            }
+            ty_store_client_put_batch(s->o.client, m, w->key_ptrs, w->bufs, w->lens, w->status);
+            /* a block another node stored first is as good as ours; a full pool refuses only
+             * this batch */
+            for (uint32_t i = 0; i < m; i++) {
+                stored += w->status[i] == 0;
+                if (w->status[i] && w->status[i] != TY_EEXIST && !failed)
+                    failed = w->status[i];
+            }
+            if (failed)
+                pool_failed(s, "write", failed);
+            else
+                pool_ok(s);
+        } else {
+            atomic_fetch_add(&s->dropped, m);
+        }
+        atomic_fetch_add(&s->stored_blocks, stored);
+        pthread_mutex_lock(&s->mu);
+        w->head = (head + m) % w->cap;
+        w->pending -= m;
+        s->writing = false;
+        pthread_cond_broadcast(&s->cv); /* room for the worker, progress for a flush */
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
 void ty_prefill_kvstore_store(struct ty_prefill_kvstore *s, const ty_kvseq_t *seq,
                               const uint32_t *tokens, uint32_t n, uint32_t known)
 {
@@ -254,36 +375,26 @@ void ty_prefill_kvstore_store(struct ty_prefill_kvstore *s, const ty_kvseq_t *se
     if (from >= nb || ty_kvseq_n_tokens(seq) < nb * B || !pool_up(s) || !scratch(s, nb))
         return;
     name_blocks(s, tokens, n, nb);
-    uint32_t done = from, stored = 0;
-    while (done < nb) {
-        uint32_t m = nb - done < s->batch_blocks ? nb - done : s->batch_blocks;
-        for (uint32_t i = 0; i < m; i++) {
-            int rc = block_copy(s, seq, done + i, i, false);
-            if (rc) {
-                pool_failed(s, "copy", rc);
-                return;
-            }
-            s->bufs[i] = s->stage + (size_t)i * s->block_bytes;
-            s->lens[i] = s->block_bytes;
+    struct wring *w = &s->w;
+    pthread_mutex_lock(&s->mu);
+    uint32_t room = w->cap - w->pending, tail = (w->head + w->pending) % w->cap;
+    pthread_mutex_unlock(&s->mu);
+    /* slots [tail, tail + room) are the worker's until it publishes them below */
+    uint32_t k = 0;
+    for (uint32_t b = from; b < nb && k < room; b++, k++) {
+        uint32_t slot = (tail + k) % w->cap;
+        if (block_copy(s, seq, b, w->mem + (size_t)slot * s->block_bytes, false)) {
+            pool_failed(s, "copy", TY_EIO);
+            break;
         }
-        ty_store_client_put_batch(s->o.client, m, s->key_ptrs + done,
-                                  (const void *const *)s->bufs, s->lens, s->status);
-        /* a block another node stored first is as good as ours; a full pool refuses only
-         * this batch */
-        int failed = 0;
-        for (uint32_t i = 0; i < m; i++) {
-            stored += s->status[i] == 0;
-            if (s->status[i] && s->status[i] != TY_EEXIST && !failed)
-                failed = s->status[i];
-        }
-        if (failed) {
-            pool_failed(s, "write", failed);
-            if (failed != TY_ENOCAPACITY)
-                break;
-        } else {
-            pool_ok(s);
-        }
-        done += m;
+        memcpy(w->keys[slot], s->keys[b], KEY_LEN);
     }
-    atomic_fetch_add(&s->stored_blocks, stored);
+    if (nb - from > k) /* the writer is behind: these are not written */
+        atomic_fetch_add(&s->dropped, nb - from - k);
+    if (!k)
+        return;
+    pthread_mutex_lock(&s->mu);
+    w->pending += k;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
 }

@@ -11,8 +11,11 @@
  * and after an error that says the pool is unreachable it is not asked again for retry_ms, so a
  * dead pool costs one timeout, not one per request.
  *
- * Threads: everything but new/free/stats runs on the prefill worker, which owns the engine's
- * page pool; the stats are atomics any thread may read. */
+ * Threads: fetch and store run on the prefill worker, which owns the engine's page pool; a
+ * writer thread of this module does the puts, from a ring of block slots in registered
+ * memory the worker copies blocks into (a quarter of staging_bytes reads, the rest the ring),
+ * so the pool's round trips never delay the next prompt. free() lets the writer finish what
+ * is queued. The stats are atomics any thread may read. */
 #ifndef TYCHO_PREFILL_KVSTORE_H
 #define TYCHO_PREFILL_KVSTORE_H
 
@@ -28,7 +31,7 @@ struct ty_prefill_kvstore_opts {
     ty_kvpool_t *pool;         /* the engine's page pool (its geometry and hash seed) */
     uint32_t n_layers;
     uint64_t hash_seed;
-    uint64_t staging_bytes; /* registered buffer for the blocks of one batch; 0: 64 MiB */
+    uint64_t staging_bytes; /* registered buffers: reads and the write ring; 0: 64 MiB */
     uint32_t retry_ms;      /* after the pool failed, skip it this long; 0: 5000 */
 };
 
@@ -38,6 +41,7 @@ struct ty_prefill_kvstore_stats {
     uint64_t stored_blocks;  /* blocks written to the pool */
     uint64_t errors;         /* operations that failed (each counted as a miss) */
     uint64_t skipped;        /* prompts that did not ask the pool because it had failed */
+    uint64_t dropped;        /* blocks not written: the writer was behind or the pool down */
 };
 
 int ty_prefill_kvstore_new(struct ty_prefill_kvstore **out,
@@ -51,9 +55,13 @@ uint32_t ty_prefill_kvstore_fetch(struct ty_prefill_kvstore *s, ty_kvseq_t *seq,
                                   const uint32_t *tokens, uint32_t n);
 
 /* `seq` holds the KV of all n tokens; the first `known` tokens' blocks are in the pool already
- * (fetched from it). Write the other full blocks. */
+ * (fetched from it, or local: written when they were computed). Write the other full blocks:
+ * they are copied into the write ring at once (the sequence may be freed on return) and
+ * written by the writer thread; when the ring is full the rest are dropped (counted). */
 void ty_prefill_kvstore_store(struct ty_prefill_kvstore *s, const ty_kvseq_t *seq,
                               const uint32_t *tokens, uint32_t n, uint32_t known);
+/* Wait until every block handed to store() was written (or failed). Any thread. */
+void ty_prefill_kvstore_flush(struct ty_prefill_kvstore *s);
 
 void ty_prefill_kvstore_stats(const struct ty_prefill_kvstore *s,
                               struct ty_prefill_kvstore_stats *out);

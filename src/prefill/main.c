@@ -154,10 +154,12 @@ out:
         ty_prefill_stats(s.prefill, &st);
         if (s.store)
             TY_LOG_INFO("prefill", "KV pool: %llu lookups, %llu blocks read, %llu written, %llu "
-                        "errors, %llu prompts skipped it", (unsigned long long)st.pool_lookups,
+                        "not written, %llu errors, %llu prompts skipped it",
+                        (unsigned long long)st.pool_lookups,
                         (unsigned long long)st.pool_hit_blocks,
                         (unsigned long long)st.pool_stored_blocks,
-                        (unsigned long long)st.pool_errors, (unsigned long long)st.pool_skipped);
+                        (unsigned long long)st.pool_dropped, (unsigned long long)st.pool_errors,
+                        (unsigned long long)st.pool_skipped);
         ty_prefill_close(s.prefill, NULL, NULL);
     }
     ty_daemon_free(s.d);

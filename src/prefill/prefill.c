@@ -181,9 +181,9 @@ static int run_forward(ty_prefill_t *p, struct pjob *j)
     return rc;
 }
 
-/* The prompt's sequence is done with: its new full blocks go to the KV pool (after KvReady,
- * off the request's time to first token), then its pages are released (full blocks stay in
- * the page cache). */
+/* The prompt's sequence is done with: its new full blocks are handed to the KV pool's writer
+ * (after KvReady, off the request's time to first token), then its pages are released (full
+ * blocks stay in the page cache). */
 static void release_seq(ty_prefill_t *p, struct pjob *j, int rc)
 {
     if (!j->seq)
@@ -475,7 +475,8 @@ void ty_prefill_stats(const ty_prefill_t *p, struct ty_prefill_stats *out)
         ty_prefill_kvstore_stats(p->kvstore, &k);
     *out = (struct ty_prefill_stats){.pool_lookups = k.lookups, .pool_hit_blocks = k.hit_blocks,
                                      .pool_stored_blocks = k.stored_blocks,
-                                     .pool_errors = k.errors, .pool_skipped = k.skipped};
+                                     .pool_errors = k.errors, .pool_skipped = k.skipped,
+                                     .pool_dropped = k.dropped};
 }
 
 uint16_t ty_prefill_rpc_port(const ty_prefill_t *p)

@@ -127,9 +127,17 @@ static void test_share_blocks(void **state)
     struct side a = mk_side(32, 42, 5000), b = mk_side(32, 42, 5000);
     ty_kvseq_t *sa = computed(a.pool, t, 19);
     ty_prefill_kvstore_store(a.ks, sa, t, 19, 0);
+    /* the blocks were copied out: the sequence can go before the writer is done */
+    uint8_t first[64];
+    memcpy(first, ty_kvpool_k(a.pool, 0, ty_kvseq_pages(sa)[0]), sizeof(first));
+    ty_kvpool_seq_free(a.pool, sa);
+    ty_prefill_kvstore_flush(a.ks);
     struct ty_prefill_kvstore_stats st;
     ty_prefill_kvstore_stats(a.ks, &st);
     assert_int_equal(st.stored_blocks, 4); /* the full blocks; the last 3 tokens are not one */
+    assert_int_equal(ty_kvpool_seq_new(a.pool, &sa), 0); /* the same KV, from a's cache */
+    assert_int_equal(ty_kvpool_seq_match_prefix(a.pool, sa, t, 19), 16);
+    assert_memory_equal(first, ty_kvpool_k(a.pool, 0, ty_kvseq_pages(sa)[0]), sizeof(first));
     /* b never saw the prompt: it reads all 4 full blocks ((19 - 1) / 4), byte for byte */
     ty_kvseq_t *sb;
     assert_int_equal(ty_kvpool_seq_new(b.pool, &sb), 0);
@@ -149,7 +157,10 @@ static void test_share_blocks(void **state)
     u[9] = 7;
     assert_int_equal(fetch(&c, u, 19), 8);
     /* writing again stores nothing new (the pool has every block) */
-    ty_prefill_kvstore_store(a.ks, sa, t, 19, 0);
+    ty_kvseq_t *full = computed(a.pool, t, 19);
+    ty_prefill_kvstore_store(a.ks, full, t, 19, 0);
+    ty_kvpool_seq_free(a.pool, full);
+    ty_prefill_kvstore_flush(a.ks);
     ty_prefill_kvstore_stats(a.ks, &st);
     assert_int_equal(st.stored_blocks, 4);
     assert_int_equal(st.errors, 0);
@@ -173,6 +184,7 @@ static void test_bad_value_and_full_cache(void **state)
     ty_kvseq_t *sa = computed(a.pool, t, 21);
     ty_prefill_kvstore_store(a.ks, sa, t, 21, 0);
     ty_kvpool_seq_free(a.pool, sa);
+    ty_prefill_kvstore_flush(a.ks);
     /* block 2's value replaced by one of another size (the key format is kvstore.h's) */
     uint64_t h[5];
     assert_int_equal(ty_hash_prefix_blocks(t, 21, B, 42, h, 5), 5);
@@ -199,6 +211,34 @@ static void test_bad_value_and_full_cache(void **state)
     free_side(&c);
 }
 
+/* A writer that falls behind drops blocks (counted) instead of holding the worker: with a
+ * ring of 3 block slots, a 10-block prompt stores the first 3 and drops the other 7. */
+static void test_ring_full(void **state)
+{
+    (void)state;
+    uint32_t t[41];
+    for (uint32_t i = 0; i < 41; i++)
+        t[i] = 700 + i;
+    struct side a = mk_side(32, 42, 5000);
+    ty_prefill_kvstore_free(a.ks);
+    size_t block = 2 * LAYERS * ty_kvpool_page_bytes(a.pool);
+    struct ty_prefill_kvstore_opts ko = {.client = a.client, .pool = a.pool, .n_layers = LAYERS,
+                                         .hash_seed = 42, .staging_bytes = 4 * block};
+    assert_int_equal(ty_prefill_kvstore_new(&a.ks, &ko), 0); /* 1 read slot, 3 write slots */
+    ty_kvseq_t *sa = computed(a.pool, t, 41);
+    ty_prefill_kvstore_store(a.ks, sa, t, 41, 0);
+    ty_kvpool_seq_free(a.pool, sa);
+    ty_prefill_kvstore_flush(a.ks);
+    struct ty_prefill_kvstore_stats st;
+    ty_prefill_kvstore_stats(a.ks, &st);
+    assert_int_equal(st.stored_blocks + st.dropped, 10);
+    assert_true(st.stored_blocks >= 3 && st.dropped >= 1);
+    struct side b = mk_side(32, 42, 5000);
+    assert_int_equal(fetch(&b, t, 41), st.stored_blocks * B); /* the leading ones were kept */
+    free_side(&a);
+    free_side(&b);
+}
+
 /* Last: kills the pool. */
 static void test_dead_pool(void **state)
 {
@@ -215,6 +255,7 @@ static void test_dead_pool(void **state)
     ty_kvseq_t *sa = computed(a.pool, t, 9);
     ty_prefill_kvstore_store(a.ks, sa, t, 9, 0);
     ty_kvpool_seq_free(a.pool, sa);
+    ty_prefill_kvstore_flush(a.ks);
     ty_prefill_kvstore_stats(a.ks, &st);
     assert_int_equal(st.errors, 1);
     assert_int_equal(st.skipped, 2);
@@ -227,6 +268,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_share_blocks),
         cmocka_unit_test(test_bad_value_and_full_cache),
+        cmocka_unit_test(test_ring_full),
         cmocka_unit_test(test_dead_pool),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

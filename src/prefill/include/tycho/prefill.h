@@ -34,14 +34,16 @@ struct ty_prefill_opts {
                                 * by the worker (see ty_prefill_new) */
     /* Optional, borrowed: the cluster KV pool. A prompt's full blocks after its local prefix
      * match are read from the pool when it has them (the leading run), and the blocks the
-     * prompt computed are written to it once the decode node has the KV (src/prefill/
-     * kvstore.h); the pool is skipped for store_retry_ms (0: 5000) after it failed. */
+     * prompt computed are written to it by a writer thread once the decode node has the KV
+     * (src/prefill/kvstore.h); the pool is skipped for store_retry_ms (0: 5000) after it
+     * failed. */
     ty_store_client_t *store;
     uint32_t store_retry_ms;
 };
 
 struct ty_prefill_stats {
     uint64_t pool_lookups, pool_hit_blocks, pool_stored_blocks, pool_errors, pool_skipped;
+    uint64_t pool_dropped; /* blocks not written (the writer was behind, or the pool down) */
 };
 /* Counters of the KV pool's use (zero without a pool); any thread. */
 void ty_prefill_stats(const ty_prefill_t *p, struct ty_prefill_stats *out);
