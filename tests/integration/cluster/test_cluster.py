@@ -3,7 +3,7 @@
 and tycho-decode as separate processes on loopback ephemeral ports, KV over the tcp transport.
 
 Usage: test_cluster.py BUILD_DIR CASE   (CASE: equal, concurrent, kill_decode, hung_decode,
-prefix_routing, cache_events, slo_reject, cost_refit, phantom_credit, kv_pool, pool_sched). Exits 77 when
+prefix_routing, cache_events, slo_reject, cost_refit, phantom_credit, kv_pool, pool_sched, local_cluster). Exits 77 when
 the shared test data is missing. Expected token ids come from running `tycho generate` (the
 monolithic engine loop), never from the cluster.
 """
@@ -755,6 +755,70 @@ def case_pool_sched():
     return ok
 
 
+def case_local_cluster():
+    """deploy/local-cluster.sh, as an operator runs it: a Conductor, 2 prefill and 2 decode
+    nodes and a KV pool; answers equal tycho generate's, the prefill nodes write their blocks
+    to the pool, `stop` leaves no process behind."""
+    import socket
+    sk = socket.socket()
+    sk.bind(("127.0.0.1", 0))
+    port = sk.getsockname()[1]
+    sk.close()
+    state = tempfile.mkdtemp(prefix="tycho-local-cluster-")
+    TMPDIRS.append(state)
+    env = dict(os.environ, TYCHO_BIN_DIR=BUILD, TYCHO_CLUSTER_DIR=state)
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../deploy/"
+                          "local-cluster.sh")
+    ok = True
+    out = subprocess.run(["sh", script, "start", "--model", MODEL, "--port", str(port)],
+                         env=env, capture_output=True, text=True, timeout=120)
+    ok &= check(out.returncode == 0 and "KV pool 256M" in out.stdout,
+                "local-cluster.sh start: %s %s" % (out.stdout.strip(), out.stderr.strip()))
+    pids = []
+    try:
+        for f in os.listdir(state):
+            if f.endswith(".pid"):
+                with open(os.path.join(state, f)) as fh:
+                    pids.append(int(fh.read()))
+        ok &= check(len(pids) == 6, "6 processes (conductor, 2 prefill, 2 decode, store): %d" %
+                    len(pids))
+        ref = generate(LONG_A, 8)
+        for turn in range(2):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            c.request("POST", "/v1/completions",
+                      json.dumps({"prompt": LONG_A, "max_tokens": 8, "temperature": 0,
+                                  "return_token_ids": True}),
+                      {"Content-Type": "application/json"})
+            r = c.getresponse()
+            body = json.loads(r.read())
+            c.close()
+            ok &= check(r.status == 200 and body["choices"][0]["token_ids"] ==
+                        ref["output_ids"], "turn %d equals generate's ids" % turn)
+        with open(os.path.join(state, "store.ports")) as fh:
+            master = dict(kv.split("=") for kv in fh.read().split())["master"]
+        objects, end = -1, time.time() + 10
+        while objects < len(ref["prompt_ids"]) // 64 and time.time() < end:
+            st = subprocess.run([TYCHO, "store-stats", "--master=127.0.0.1:" + master,
+                                 "--json"], capture_output=True, text=True)
+            objects = json.loads(st.stdout)["objects"] if st.returncode == 0 else -1
+            time.sleep(0.1)
+        ok &= check(objects == len(ref["prompt_ids"]) // 64, "the pool holds the prompt's "
+                    "%d full 64-token blocks (%d)" % (len(ref["prompt_ids"]) // 64, objects))
+    finally:
+        out = subprocess.run(["sh", script, "stop"], env=env, capture_output=True, text=True,
+                             timeout=60)
+    alive = []
+    for pid in pids:  # the script's daemons are not our children: a zombie counts as gone
+        try:
+            with open("/proc/%d/stat" % pid) as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    alive.append(pid)
+        except OSError:
+            pass
+    ok &= check(out.returncode == 0 and not alive, "stop: nothing left running (%s)" % alive)
+    return ok
+
+
 def main():
     if not os.path.exists(MODEL):
         print("skip: no " + MODEL)
@@ -764,7 +828,7 @@ def main():
             "prefix_routing": case_prefix_routing, "cache_events": case_cache_events,
             "slo_reject": case_slo_reject, "cost_refit": case_cost_refit,
             "phantom_credit": case_phantom_credit, "kv_pool": case_kv_pool,
-            "pool_sched": case_pool_sched}[CASE]
+            "pool_sched": case_pool_sched, "local_cluster": case_local_cluster}[CASE]
     ok = False
     try:
         ok = case()
