@@ -42,6 +42,14 @@ struct ty_sched_cost {
  * "llama3-70b-8xh800". Returns 0 or TY_ENOTFOUND. */
 int ty_sched_cost_profile(const char *name, struct ty_sched_cost *out);
 
+/* What a config may override in a cost model (the Conductor's `cost:` and a sim spec's): the
+ * prefill and decode coefficients (n = 0: keep, else exactly 3 finite values >= 0) and the
+ * network bandwidth (<= 0: keep). Returns 0, or TY_EINVAL with `why` naming the field (c is
+ * then unchanged). */
+int ty_sched_cost_override(struct ty_sched_cost *c, const double *prefill, uint32_t n_prefill,
+                           const double *decode, uint32_t n_decode, double net_gbytes_per_s,
+                           char *why, size_t cap);
+
 double ty_sched_cost_prefill_us(const struct ty_sched_cost *c, uint64_t tokens, uint64_t cached);
 double ty_sched_cost_step_us(const struct ty_sched_cost *c, uint64_t batch, uint64_t ctx_tokens);
 double ty_sched_cost_transfer_us(const struct ty_sched_cost *c, uint64_t tokens);

@@ -4,6 +4,7 @@
 #include "tycho/sched.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,31 @@ static void derive(const struct model_shape *m, const struct node_hw *h, struct 
     c->decode[2] = c->kv_bytes_per_token / hbm;         /* read every context token's KV */
     c->net_bytes_per_us = h->net_bytes_s * h->net_eff * 1e-6;
     c->block_tokens = 512;
+}
+
+int ty_sched_cost_override(struct ty_sched_cost *c, const double *prefill, uint32_t n_prefill,
+                           const double *decode, uint32_t n_decode, double net_gbytes_per_s,
+                           char *why, size_t cap)
+{
+    const char *name[2] = {"prefill", "decode"};
+    const double *v[2] = {prefill, decode};
+    uint32_t n[2] = {n_prefill, n_decode};
+    for (int s = 0; s < 2; s++) {
+        if (n[s] && n[s] != 3)
+            return snprintf(why, cap, "cost.%s: needs exactly 3 coefficients, not %u", name[s],
+                            n[s]), TY_EINVAL;
+        for (uint32_t k = 0; k < n[s]; k++)
+            if (!(v[s][k] >= 0) || !isfinite(v[s][k]))
+                return snprintf(why, cap, "cost.%s[%u]: %g is not a time (coefficients are "
+                                "finite and >= 0)", name[s], k, v[s][k]), TY_EINVAL;
+    }
+    for (uint32_t k = 0; k < n_prefill; k++)
+        c->prefill[k] = prefill[k];
+    for (uint32_t k = 0; k < n_decode; k++)
+        c->decode[k] = decode[k];
+    if (net_gbytes_per_s > 0)
+        c->net_bytes_per_us = net_gbytes_per_s * 1e3;
+    return 0;
 }
 
 int ty_sched_cost_profile(const char *name, struct ty_sched_cost *out)

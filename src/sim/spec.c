@@ -118,18 +118,12 @@ static int apply_cost(const struct spec_root *v, struct ty_sched_cost *c, const 
         return spec_fail(err, len, origin,
                          "cluster.profile: unknown profile (llama3-70b-8xa800, "
                          "llama3-70b-8xh800)");
-    if (v->cost.n_prefill && v->cost.n_prefill != 3)
-        return spec_fail(err, len, origin, "cost.prefill: needs exactly 3 coefficients");
-    if (v->cost.n_decode && v->cost.n_decode != 3)
-        return spec_fail(err, len, origin, "cost.decode: needs exactly 3 coefficients");
-    for (uint32_t k = 0; k < v->cost.n_prefill; k++)
-        c->prefill[k] = v->cost.prefill[k];
-    for (uint32_t k = 0; k < v->cost.n_decode; k++)
-        c->decode[k] = v->cost.decode[k];
+    char why[160];
+    if (ty_sched_cost_override(c, v->cost.prefill, v->cost.n_prefill, v->cost.decode,
+                               v->cost.n_decode, v->cost.net_gbytes_per_s, why, sizeof(why)))
+        return spec_fail(err, len, origin, why);
     if (v->cost.kv_bytes_per_token > 0)
         c->kv_bytes_per_token = v->cost.kv_bytes_per_token;
-    if (v->cost.net_gbytes_per_s > 0)
-        c->net_bytes_per_us = v->cost.net_gbytes_per_s * 1e3;
     if (v->cost.block_tokens)
         c->block_tokens = v->cost.block_tokens;
     return 0;

@@ -64,25 +64,12 @@ static int cost_init(const struct ty_cluster_cost_config *cc, const ty_model_t *
                                 "llama3-70b-8xh800)", profile);
         return TY_EINVAL;
     }
-    if (cc && ((cc->n_prefill && cc->n_prefill != 3) || (cc->n_decode && cc->n_decode != 3))) {
-        TY_LOG_ERROR("cluster", "cost.prefill and cost.decode take exactly 3 coefficients");
+    char why[160];
+    if (cc && ty_sched_cost_override(cost, cc->prefill, cc->n_prefill, cc->decode, cc->n_decode,
+                                     cc->net_gbytes_per_s, why, sizeof(why))) {
+        TY_LOG_ERROR("cluster", "%s", why);
         return TY_EINVAL;
     }
-    for (uint32_t k = 0; cc && k < cc->n_prefill + cc->n_decode; k++) {
-        double v = k < cc->n_prefill ? cc->prefill[k] : cc->decode[k - cc->n_prefill];
-        if (!(v >= 0) || !isfinite(v)) {
-            TY_LOG_ERROR("cluster", "cost.%s[%u]: %g is not a time (coefficients are >= 0)",
-                         k < cc->n_prefill ? "prefill" : "decode",
-                         k < cc->n_prefill ? k : k - cc->n_prefill, v);
-            return TY_EINVAL;
-        }
-    }
-    for (uint32_t k = 0; cc && k < cc->n_prefill; k++)
-        cost->prefill[k] = cc->prefill[k];
-    for (uint32_t k = 0; cc && k < cc->n_decode; k++)
-        cost->decode[k] = cc->decode[k];
-    if (cc && cc->net_gbytes_per_s > 0)
-        cost->net_bytes_per_us = cc->net_gbytes_per_s * 1e3;
     return 0;
 }
 

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <string.h>
 
 #include <math.h>
 
@@ -138,6 +139,32 @@ static void test_refit_one_shape(void **st)
     assert_memory_equal(&before, &c, sizeof(c)); /* unchanged on error */
 }
 
+/* A config's overrides (the Conductor's cost: and a sim spec's): lists of exactly 3 finite
+ * non-negative values replace the coefficients, anything else is refused with the field
+ * named and leaves the model as it was. */
+static void test_override(void **st)
+{
+    (void)st;
+    struct ty_sched_cost c, before;
+    assert_int_equal(ty_sched_cost_profile("llama3-70b-8xa800", &c), 0);
+    before = c;
+    char why[160];
+    const double ok3[3] = {1000, 2, 0}, neg[3] = {1, -2, 3}, nan3[3] = {1, NAN, 3};
+    assert_int_equal(ty_sched_cost_override(&c, ok3, 2, NULL, 0, 0, why, sizeof(why)),
+                     TY_EINVAL);
+    assert_non_null(strstr(why, "cost.prefill"));
+    assert_int_equal(ty_sched_cost_override(&c, NULL, 0, neg, 3, 0, why, sizeof(why)),
+                     TY_EINVAL);
+    assert_non_null(strstr(why, "cost.decode[1]"));
+    assert_int_equal(ty_sched_cost_override(&c, nan3, 3, NULL, 0, 0, why, sizeof(why)),
+                     TY_EINVAL);
+    assert_memory_equal(&c, &before, sizeof(c));
+    assert_int_equal(ty_sched_cost_override(&c, ok3, 3, NULL, 0, 2.5, why, sizeof(why)), 0);
+    assert_true(c.prefill[0] == 1000 && c.prefill[1] == 2 && c.prefill[2] == 0);
+    assert_memory_equal(c.decode, before.decode, sizeof(c.decode)); /* not given: kept */
+    assert_true(fabs(c.net_bytes_per_us - 2500) < 1e-9);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -148,6 +175,7 @@ int main(void)
         cmocka_unit_test(test_refit_nonnegative),
         cmocka_unit_test(test_refit_one_shape),
         cmocka_unit_test(test_refit_outlier),
+        cmocka_unit_test(test_override),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
