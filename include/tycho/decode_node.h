@@ -16,6 +16,7 @@
 
 #include "tycho/cluster.h"
 #include "tycho/engine.h"
+#include "tycho/store.h"
 #include "tycho/transfer.h"
 
 #include <stdint.h>
@@ -33,6 +34,13 @@ struct ty_decode_node_opts {
     uint32_t max_running;     /* sequences decoded together; 0: 64 */
     uint32_t kv_wait_timeout_ms; /* reserved pages wait this long for their KV; 0: 30000 */
     ty_timing_ring_t *timings; /* optional, borrowed: one sample per decode step (below) */
+    /* Optional, borrowed: the cluster KV pool. When a request ends naturally (EOS, max_tokens,
+     * context), the full blocks its generated tokens filled are written to the pool (the
+     * prompt's are the prefill node's to write), so the next turn of a conversation finds its
+     * answer there too (tycho/node_kvstore.h); the pool is skipped for store_retry_ms (0: 5000)
+     * after it failed. */
+    ty_store_client_t *store;
+    uint32_t store_retry_ms;
 };
 
 /* Each successful decode step adds to opts.timings (from the worker): n_tokens = batch_size =

@@ -7,6 +7,7 @@
 #include "tycho/errors.h"
 #include "tycho/log.h"
 #include "tycho/decode_node.h"
+#include "tycho/node_kvstore.h"
 #include "tycho.pb-c.h"
 
 #include <signal.h>
@@ -18,6 +19,7 @@ struct node {
     ty_model_t *model;
     ty_engine_t *engine;
     ty_xfer_engine_t *xfer;
+    ty_store_client_t *store; /* the cluster KV pool, when configured */
     ty_decode_node_t *node;
     ty_cluster_agent_t *agent;
     ty_timing_ring_t *timings;
@@ -60,6 +62,15 @@ static int start_engine(struct node *s)
                                   ty_model_config(s->model)->n_layers);
 }
 
+static int start_pool(struct node *s)
+{
+    int rc = ty_node_kvstore_client_new(&s->cfg.kv_pool, s->cfg.listen_host, &s->store);
+    if (rc)
+        fprintf(stderr, "tycho-decode: KV pool client (master %s): %s\n", s->cfg.kv_pool.master,
+                ty_strerror(rc));
+    return rc;
+}
+
 static int start_node(struct node *s, uv_loop_t *loop)
 {
     if (s->cfg.name)
@@ -71,7 +82,8 @@ static int start_node(struct node *s, uv_loop_t *loop)
         .rpc_host = s->cfg.listen_host, .rpc_port = s->cfg.listen_port,
         .max_running = s->cfg.max_batch_size,
         .kv_wait_timeout_ms = (uint32_t)(s->cfg.kv_wait_timeout_ns / 1000000),
-        .timings = s->timings};
+        .timings = s->timings, .store = s->store,
+        .store_retry_ms = (uint32_t)(s->cfg.kv_pool.retry_ns / 1000000)};
     int rc = ty_decode_node_new(&s->node, &no);
     if (rc) {
         fprintf(stderr, "tycho-decode: cannot listen on %s:%u: %s\n", s->cfg.listen_host,
@@ -91,8 +103,9 @@ static int start_node(struct node *s, uv_loop_t *loop)
         .load_cb = ty_decode_node_load, .load_arg = s->node, .timings = s->timings};
     if ((rc = ty_cluster_agent_new(&s->agent, &ao)))
         return rc;
-    TY_LOG_INFO("decode", "%s: RPC %s, transfer segment %s (tcp), %s", s->name, addr,
-                ty_xfer_engine_name(s->xfer), ty_model_desc(s->model));
+    TY_LOG_INFO("decode", "%s: RPC %s, transfer segment %s (tcp), %s, KV pool %s", s->name,
+                addr, ty_xfer_engine_name(s->xfer), ty_model_desc(s->model),
+                s->store ? s->cfg.kv_pool.master : "none");
     return ty_cluster_write_ports(s->cfg.port_file, ty_decode_node_rpc_port(s->node),
                                   ty_xfer_engine_port(s->xfer));
 }
@@ -112,8 +125,8 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN); /* a peer gone mid-write is an error code, not a death */
     uv_loop_t *loop = uv_default_loop();
     int ret = 1;
-    if (ty_timing_ring_new(&s.timings, 0) || start_engine(&s) || start_node(&s, loop) ||
-        ty_daemon_start(s.d, loop))
+    if (ty_timing_ring_new(&s.timings, 0) || start_engine(&s) || start_pool(&s) ||
+        start_node(&s, loop) || ty_daemon_start(s.d, loop))
         goto out;
     uv_run(loop, UV_RUN_DEFAULT);
     ret = 0;
@@ -123,6 +136,7 @@ out:
         ty_decode_node_close(s.node, NULL, NULL);
     ty_daemon_free(s.d);
     uv_run(loop, UV_RUN_DEFAULT);
+    ty_store_client_free(s.store); /* after the node that used it */
     ty_xfer_engine_free(s.xfer);
     ty_engine_free(s.engine);
     ty_model_free(s.model);

@@ -6,6 +6,7 @@
 #define TYCHO_DECODE_NODE_IMPL_H
 
 #include "tycho/decode_node.h"
+#include "tycho/node_kvstore.h"
 #include "tycho/rpc.h"
 #include "tycho.pb-c.h"
 
@@ -64,6 +65,7 @@ struct ty_decode_node {
     struct lreq *reqs;              /* loop */
     struct dseq *running;           /* worker */
     void *wstate;                   /* worker: node_worker.c's state */
+    struct ty_node_kvstore *kvstore; /* the KV pool (worker; stats any thread); NULL: none */
     void (*close_cb)(void *);
     void *close_arg;
 };

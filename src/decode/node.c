@@ -283,6 +283,12 @@ void ty_decode_node_load(void *arg, struct ty_cluster_load *out)
     pthread_mutex_lock(&n->mu);
     *out = n->load;
     pthread_mutex_unlock(&n->mu);
+    if (n->kvstore) {
+        struct ty_node_kvstore_stats st;
+        ty_node_kvstore_stats(n->kvstore, &st);
+        out->pool_written_blocks = st.stored_blocks;
+        out->pool_errors = st.errors;
+    }
 }
 
 uint16_t ty_decode_node_rpc_port(const ty_decode_node_t *n)
@@ -311,7 +317,17 @@ int ty_decode_node_new(ty_decode_node_t **out, const struct ty_decode_node_opts 
     pthread_cond_init(&n->cv, NULL);
     struct ty_rpc_server_opts so = {.loop = opts->loop, .host = opts->rpc_host,
                                     .port = opts->rpc_port, .max_frame_size = 64u << 20};
-    int rc = ty_rpc_mailbox_new(&n->mb, opts->loop);
+    int rc = 0;
+    if (opts->store) {
+        ty_kvpool_t *pool = ty_engine_pool(opts->engine);
+        struct ty_node_kvstore_opts ko = {
+            .client = opts->store, .pool = pool,
+            .n_layers = ty_model_config(ty_engine_model(opts->engine))->n_layers,
+            .hash_seed = ty_kvpool_hash_seed(pool), .retry_ms = opts->store_retry_ms};
+        rc = ty_node_kvstore_new(&n->kvstore, &ko);
+    }
+    if (!rc)
+        rc = ty_rpc_mailbox_new(&n->mb, opts->loop);
     if (!rc && (rc = ty_rpc_server_new(&n->srv, &so)))
         n->srv = NULL;
     if (!rc && pthread_create(&n->thread, NULL, ty__decode_node_worker, n))
@@ -321,6 +337,7 @@ int ty_decode_node_new(ty_decode_node_t **out, const struct ty_decode_node_opts 
             ty_rpc_server_close(n->srv, NULL, NULL);
         if (n->mb)
             ty_rpc_mailbox_close(n->mb, NULL, NULL);
+        ty_node_kvstore_free(n->kvstore);
         free(n->node_id);
         free(n);
         return rc;
@@ -341,6 +358,7 @@ static void on_server_closed(void *arg)
         lreq_free(n, n->reqs);
     pthread_mutex_destroy(&n->mu);
     pthread_cond_destroy(&n->cv);
+    ty_node_kvstore_free(n->kvstore); /* its writer finishes what is queued */
     free(n->node_id);
     free(n);
     if (cb)

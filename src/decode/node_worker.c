@@ -185,10 +185,23 @@ static struct dseq *find(struct wstate *w, uint64_t rid)
     return NULL;
 }
 
+/* `s` ended naturally: the blocks its generated tokens filled go to the KV pool (the prompt's
+ * full blocks are the prefill node's to write). Its KV covers every token but the last one
+ * sampled. */
+static void pool_write(struct wstate *w, const struct dseq *s)
+{
+    if (!w->n->kvstore)
+        return;
+    uint32_t B = ty_kvpool_block_tokens(w->pool);
+    ty_node_kvstore_store(w->n->kvstore, s->seq, ty_kvseq_tokens(s->seq),
+                          ty_kvseq_n_tokens(s->seq), s->n_prompt / B * B);
+}
+
 /* Record token `smp` of `s` and report it; true when `s` finished (and was ended). */
 static bool accept_token(struct wstate *w, struct dseq *s, const struct ty_sample *smp)
 {
     if (!s->ignore_eos && ty_model_is_eog(w->m, smp->id)) {
+        pool_write(w, s);
         dseq_end(w, s, TYCHO__V1__FINISH_REASON__FINISH_REASON_STOP, 0);
         return true;
     }
@@ -197,6 +210,7 @@ static bool accept_token(struct wstate *w, struct dseq *s, const struct ty_sampl
     bool full = ty_kvseq_n_tokens(s->seq) + 1 >= w->max_ctx || s->n_hist >= s->cap_hist;
     if (s->n_out >= s->max_tokens || full) {
         post(w, s, smp, TYCHO__V1__FINISH_REASON__FINISH_REASON_LENGTH, 0);
+        pool_write(w, s);
         dseq_end(w, s, TYCHO__V1__FINISH_REASON__FINISH_REASON_NONE, 0);
         return true;
     }

@@ -7,6 +7,7 @@
 #include "tycho/daemon.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
+#include "tycho/node_kvstore.h"
 #include "tycho/prefill.h"
 #include "tycho.pb-c.h"
 
@@ -73,17 +74,9 @@ static int start_engine(struct node *s)
  * pool until it answers. */
 static int start_pool(struct node *s)
 {
-    const struct ty_cluster_node_pool_config *k = &s->cfg.kv_pool;
-    if (!k->master)
-        return 0;
-    static const char *const transports[] = {"auto", "tcp", "local"};
-    struct ty_store_client_opts co = {.master = k->master, .listen_host = s->cfg.listen_host,
-                                      .replicas = k->replicas,
-                                      .timeout_ms = (uint32_t)(k->timeout_ns / 1000000),
-                                      .transport = transports[k->transport]};
-    int rc = ty_store_client_new(&s->store, &co);
+    int rc = ty_node_kvstore_client_new(&s->cfg.kv_pool, s->cfg.listen_host, &s->store);
     if (rc)
-        fprintf(stderr, "tycho-prefill: KV pool client (master %s): %s\n", k->master,
+        fprintf(stderr, "tycho-prefill: KV pool client (master %s): %s\n", s->cfg.kv_pool.master,
                 ty_strerror(rc));
     return rc;
 }

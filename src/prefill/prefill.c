@@ -5,7 +5,7 @@
  * notification; the result goes back to the loop through a mailbox. */
 #include "tycho/prefill.h"
 
-#include "kvstore.h"
+#include "tycho/node_kvstore.h"
 
 #include "tycho/clock.h"
 #include "tycho/cluster_pb.h"
@@ -64,7 +64,7 @@ struct ty_prefill {
      * loop thread's heartbeat (ty_prefill_load) instead of the loop reading the pool. */
     _Atomic uint32_t pages_used;
     float *logits; /* (V), worker */
-    struct ty_prefill_kvstore *kvstore; /* NULL: no KV pool */
+    struct ty_node_kvstore *kvstore; /* NULL: no KV pool */
     struct {
         char name[TY_XFER_NAME_MAX + 1];
         ty_xfer_segment_t *seg;
@@ -155,7 +155,7 @@ static int run_forward(ty_prefill_t *p, struct pjob *j)
     if (cached < 0)
         return cached;
     if (p->kvstore) {
-        j->pool_tokens = ty_prefill_kvstore_fetch(p->kvstore, seq, j->tokens, j->n);
+        j->pool_tokens = ty_node_kvstore_fetch(p->kvstore, seq, j->tokens, j->n);
         cached += (int)j->pool_tokens;
     }
     j->cached = (uint32_t)cached;
@@ -189,7 +189,7 @@ static void release_seq(ty_prefill_t *p, struct pjob *j, int rc)
     if (!j->seq)
         return;
     if (!rc && p->kvstore)
-        ty_prefill_kvstore_store(p->kvstore, j->seq, j->tokens, j->n, j->cached);
+        ty_node_kvstore_store(p->kvstore, j->seq, j->tokens, j->n, j->cached);
     ty_kvpool_seq_free(ty_engine_pool(p->o.engine), j->seq);
     j->seq = NULL;
     publish_pages(p);
@@ -470,9 +470,9 @@ void ty_prefill_load(void *arg, struct ty_cluster_load *out)
 
 void ty_prefill_stats(const ty_prefill_t *p, struct ty_prefill_stats *out)
 {
-    struct ty_prefill_kvstore_stats k = {0};
+    struct ty_node_kvstore_stats k = {0};
     if (p->kvstore)
-        ty_prefill_kvstore_stats(p->kvstore, &k);
+        ty_node_kvstore_stats(p->kvstore, &k);
     *out = (struct ty_prefill_stats){.pool_lookups = k.lookups, .pool_hit_blocks = k.hit_blocks,
                                      .pool_stored_blocks = k.stored_blocks,
                                      .pool_errors = k.errors, .pool_skipped = k.skipped,
@@ -511,11 +511,11 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
     int rc = (p->logits = malloc(p->V * sizeof(float))) ? 0 : TY_ENOMEM;
     if (!rc && opts->store) {
         ty_kvpool_t *pool = ty_engine_pool(opts->engine);
-        struct ty_prefill_kvstore_opts ko = {.client = opts->store, .pool = pool,
+        struct ty_node_kvstore_opts ko = {.client = opts->store, .pool = pool,
                                              .n_layers = p->n_layers,
                                              .hash_seed = ty_kvpool_hash_seed(pool),
                                              .retry_ms = opts->store_retry_ms};
-        rc = ty_prefill_kvstore_new(&p->kvstore, &ko);
+        rc = ty_node_kvstore_new(&p->kvstore, &ko);
     }
     if (!rc)
         rc = ty_rpc_mailbox_new(&p->mb, opts->loop);
@@ -528,7 +528,7 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
             ty_rpc_server_close(p->srv, NULL, NULL);
         if (p->mb)
             ty_rpc_mailbox_close(p->mb, NULL, NULL);
-        ty_prefill_kvstore_free(p->kvstore);
+        ty_node_kvstore_free(p->kvstore);
         free(p->logits);
         free(p);
         return rc;
@@ -547,7 +547,7 @@ static void on_server_closed(void *arg)
     void *cb_arg = p->close_arg;
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
-    ty_prefill_kvstore_free(p->kvstore);
+    ty_node_kvstore_free(p->kvstore);
     free(p->logits);
     free(p);
     if (cb)

@@ -201,8 +201,8 @@ static const struct ty_config_field node_fields[] = {
     {.key = "port_file", .type = TY_CONFIG_STRING, TY_CONFIG_AT(N, port_file),
      .help = "write 'rpc_port transfer_port' here once listening (scripts, tests)"},
     {.key = "kv_pool", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(N, kv_pool), .sub = &node_pool,
-     .help = "prefill: the cluster KV pool (tycho-store) that prompts read prefixes from and "
-             "write their blocks to"},
+     .help = "the cluster KV pool (tycho-store): prefill nodes read prompt prefixes from it "
+             "and write their blocks, decode nodes write a finished answer's blocks"},
 };
 const struct ty_config_struct ty_cluster_node_config_table =
     TY_CONFIG_STRUCT("node", N, node_fields);

@@ -1,7 +1,7 @@
 /* The Conductor's view of the cluster KV pool (tycho-store, DESIGN.md §6 and §8): which
  * prompt blocks the pool holds, for the scheduler's remote-prefix plans. Prefill nodes read a
  * prompt's leading blocks from the pool and write the blocks they compute to it
- * (src/prefill/kvstore.h); the Conductor subscribes to the master's stored/removed events,
+ * (include/tycho/node_kvstore.h); the Conductor subscribes to the master's stored/removed events,
  * keeps the blocks under the pool's own node id in the scheduler's prefix index
  * (TY__POOL_NODE, which no prefill node has), and lets kvcache_centric plan a prefix "fetched
  * from the pool" on any prefill node (ty_sched_opts.remote_node).

@@ -63,10 +63,10 @@ static void node_metrics_init(ty_cluster_t *c)
     ty_metrics_gauge_new(reg, &c->node_fam[3], "tycho_node_running_requests",
                          "requests running on the node, as last reported", nr, 2);
     ty_metrics_counter_new(reg, &c->node_fam[4], "tycho_node_kv_pool_blocks_total",
-                           "KV blocks a prefill node read from (kind=read) or wrote to "
+                           "KV blocks a node read from (kind=read, prefill) or wrote to "
                            "(kind=written) the cluster KV pool", nk, 2);
     ty_metrics_counter_new(reg, &c->node_fam[5], "tycho_node_kv_pool_errors_total",
-                           "KV pool operations of a prefill node that failed (each a miss)", n1,
+                           "KV pool operations of a node that failed (each a miss)", n1,
                            1);
 }
 
@@ -82,7 +82,7 @@ static void node_metrics_bind(ty_cluster_t *c, struct ty__cnode *n)
     ty_metrics_child_get(c->node_fam[1], nr, &n->m_kv_usage);
     ty_metrics_child_get(c->node_fam[2], nr, &n->m_queued);
     ty_metrics_child_get(c->node_fam[3], nr, &n->m_running);
-    if (n->info.role == TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL && c->node_fam[4]) {
+    if (c->node_fam[4] && c->node_fam[5]) {
         ty_metrics_child_get(c->node_fam[4], rd, &n->m_pool[0]);
         ty_metrics_child_get(c->node_fam[4], wr, &n->m_pool[1]);
         ty_metrics_child_get(c->node_fam[5], n1, &n->m_pool[2]);

@@ -3,7 +3,7 @@
 and tycho-decode as separate processes on loopback ephemeral ports, KV over the tcp transport.
 
 Usage: test_cluster.py BUILD_DIR CASE   (CASE: equal, concurrent, kill_decode, hung_decode,
-prefix_routing, cache_events, slo_reject, cost_refit, phantom_credit, kv_pool, pool_sched, local_cluster). Exits 77 when
+prefix_routing, cache_events, slo_reject, cost_refit, phantom_credit, kv_pool, pool_sched, pool_decode, local_cluster). Exits 77 when
 the shared test data is missing. Expected token ids come from running `tycho generate` (the
 monolithic engine loop), never from the cluster.
 """
@@ -185,7 +185,9 @@ class Cluster:
 
 
 def generate(prompt, n, model=MODEL, extra=()):
-    out = subprocess.run([TYCHO, "generate", "--model", model, "--prompt", prompt, "-n", str(n),
+    """tycho generate's greedy answer (prompt None: the prompt is in extra, --prompt-ids)."""
+    out = subprocess.run([TYCHO, "generate", "--model", model,
+                          *(["--prompt", prompt] if prompt is not None else []), "-n", str(n),
                           "--temp", "0", "--json", *extra], capture_output=True, text=True,
                          check=True)
     return json.loads(out.stdout)
@@ -640,12 +642,15 @@ def case_kv_pool():
             return st, None, -1
         return st, json.loads(body)["choices"][0]["token_ids"], cached_of(body)
 
-    stored = 0
+    stored = by_prefill = 0
     for prompt in (LONG_A, LONG_B):
         seen = [ask(prompt)]
-        # the first node writes the prompt's full blocks to the pool after it answered: wait
-        # for them before the second turn (round robin: on the other prefill node)
-        stored += len(refs[prompt]["prompt_ids"]) // 16
+        # the first node writes the prompt's full blocks to the pool after it answered, the
+        # decode node those its answer filled: wait for them before the second turn (round
+        # robin: on the other prefill node)
+        r = refs[prompt]
+        stored += (len(r["prompt_ids"]) + len(r["output_ids"]) - 1) // 16
+        by_prefill += len(r["prompt_ids"]) // 16
         end = time.time() + 10
         while pool_objects(cl) < stored and time.time() < end:
             time.sleep(0.05)
@@ -670,11 +675,11 @@ def case_kv_pool():
                    for n in ("p0", "p1"))
 
     end = time.time() + 5
-    while time.time() < end and (pool_metric("read") < 8 or pool_metric("written") < stored):
+    while time.time() < end and (pool_metric("read") < 8 or pool_metric("written") < by_prefill):
         time.sleep(0.1)
-    ok &= check(pool_metric("read") == 8 and pool_metric("written") == stored,
-                "tycho_node_kv_pool_blocks_total: %d read (want 8), %d written (want %d)" %
-                (pool_metric("read"), pool_metric("written"), stored))
+    ok &= check(pool_metric("read") == 8 and pool_metric("written") == by_prefill,
+                "tycho_node_kv_pool_blocks_total of the prefill nodes: %d read (want 8), %d "
+                "written (want %d)" % (pool_metric("read"), pool_metric("written"), by_prefill))
     up = cl.metrics()
     ok &= check(all(up.get('tycho_node_up{node="%s",role="%s"}' % nr) == 1 for nr in
                     (("p0", "prefill"), ("p1", "prefill"), ("d0", "decode"))),
@@ -755,6 +760,39 @@ def case_pool_sched():
     return ok
 
 
+def case_pool_decode():
+    """A decode node writes the blocks its answer filled to the KV pool when the request ends:
+    the conversation's next turn (prompt, answer and a new message, as token ids) lands on the
+    other prefill node (round robin), which never saw either, and reads prompt and answer from
+    the pool; both answers equal tycho generate's."""
+    cl = Cluster(2, 1, config="scheduler:\n  policy: round_robin\n", kv_pool=True)
+    ok = True
+    ref = generate(LONG_A, 40, extra=("--ignore-eos",))
+    prompt, answer = ref["prompt_ids"], ref["output_ids"]
+    st, body = cl.post("/v1/completions", {"prompt": LONG_A, "max_tokens": 40, "temperature": 0,
+                                           "ignore_eos": True, "return_token_ids": True})
+    ok &= check(st == 200 and json.loads(body)["choices"][0]["token_ids"] == answer,
+                "turn 1 equals generate's ids")
+    kv = len(prompt) + len(answer) - 1  # the last answer token has no KV yet
+    end = time.time() + 10
+    while pool_objects(cl) < kv // 16 and time.time() < end:
+        time.sleep(0.05)
+    ok &= check(pool_objects(cl) == kv // 16, "the pool holds the %d full blocks of prompt and "
+                "answer (%d from the prefill node, the rest from the decode node): %d" %
+                (kv // 16, len(prompt) // 16, pool_objects(cl)))
+    turn2 = prompt + answer + prompt[1:9]
+    ref2 = generate(None, 8, extra=("--prompt-ids", ",".join(map(str, turn2))))
+    st, body = cl.post("/v1/completions", {"prompt": turn2, "max_tokens": 8, "temperature": 0,
+                                           "return_token_ids": True})
+    got = json.loads(body) if st == 200 else {}
+    want = min(kv // 16, (len(turn2) - 1) // 16) * 16
+    ok &= check(st == 200 and got["choices"][0]["token_ids"] == ref2["output_ids"],
+                "turn 2 equals generate's ids")
+    ok &= check(cached_of(body) == want, "turn 2 read %d tokens of prompt and answer from the "
+                "pool (want %d)" % (cached_of(body), want))
+    return ok
+
+
 def case_local_cluster():
     """deploy/local-cluster.sh, as an operator runs it: a Conductor, 2 prefill and 2 decode
     nodes and a KV pool; answers equal tycho generate's, the prefill nodes write their blocks
@@ -796,14 +834,15 @@ def case_local_cluster():
                         ref["output_ids"], "turn %d equals generate's ids" % turn)
         with open(os.path.join(state, "store.ports")) as fh:
             master = dict(kv.split("=") for kv in fh.read().split())["master"]
+        blocks = (len(ref["prompt_ids"]) + len(ref["output_ids"]) - 1) // 64  # prompt, answer
         objects, end = -1, time.time() + 10
-        while objects < len(ref["prompt_ids"]) // 64 and time.time() < end:
+        while objects < blocks and time.time() < end:
             st = subprocess.run([TYCHO, "store-stats", "--master=127.0.0.1:" + master,
                                  "--json"], capture_output=True, text=True)
             objects = json.loads(st.stdout)["objects"] if st.returncode == 0 else -1
             time.sleep(0.1)
-        ok &= check(objects == len(ref["prompt_ids"]) // 64, "the pool holds the prompt's "
-                    "%d full 64-token blocks (%d)" % (len(ref["prompt_ids"]) // 64, objects))
+        ok &= check(objects == blocks, "the pool holds the %d full 64-token blocks of "
+                    "prompt and answer (%d)" % (blocks, objects))
     finally:
         out = subprocess.run(["sh", script, "stop"], env=env, capture_output=True, text=True,
                              timeout=60)
@@ -828,7 +867,8 @@ def main():
             "prefix_routing": case_prefix_routing, "cache_events": case_cache_events,
             "slo_reject": case_slo_reject, "cost_refit": case_cost_refit,
             "phantom_credit": case_phantom_credit, "kv_pool": case_kv_pool,
-            "pool_sched": case_pool_sched, "local_cluster": case_local_cluster}[CASE]
+            "pool_sched": case_pool_sched, "pool_decode": case_pool_decode,
+            "local_cluster": case_local_cluster}[CASE]
     ok = False
     try:
         ok = case()

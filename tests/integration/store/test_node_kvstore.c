@@ -1,9 +1,9 @@
-/* The prefill node's use of the KV pool (src/prefill/kvstore.c) against a real tycho-store:
- * blocks one page pool computed are read into another byte for byte; the leading run stops at
+/* A node's use of the KV pool (src/conductor/cluster/node_kvstore.c) against a real
+ * tycho-store: blocks one page pool computed are read into another byte for byte; the leading run stops at
  * the first block the pool lacks or holds with the wrong size; another model's prompts find
  * nothing; a full page cache or a dead pool is a miss, and a dead pool is then skipped. */
 #include "harness.h"
-#include "kvstore.h"
+#include "tycho/node_kvstore.h"
 
 #include "tycho/errors.h"
 #include "tycho/hash.h"
@@ -55,7 +55,7 @@ static ty_kvpool_t *mk_pool(uint32_t pages, uint64_t seed)
 struct side {
     ty_kvpool_t *pool;
     ty_store_client_t *client;
-    struct ty_prefill_kvstore *ks;
+    struct ty_node_kvstore *ks;
 };
 
 static struct side mk_side(uint32_t pages, uint64_t seed, uint32_t retry_ms)
@@ -63,16 +63,16 @@ static struct side mk_side(uint32_t pages, uint64_t seed, uint32_t retry_ms)
     struct side s = {.pool = mk_pool(pages, seed)};
     struct ty_store_client_opts co = {.master = g_master, .transport = "tcp", .timeout_ms = 500};
     assert_int_equal(ty_store_client_new(&s.client, &co), 0);
-    struct ty_prefill_kvstore_opts ko = {.client = s.client, .pool = s.pool, .n_layers = LAYERS,
+    struct ty_node_kvstore_opts ko = {.client = s.client, .pool = s.pool, .n_layers = LAYERS,
                                          .hash_seed = seed, .staging_bytes = 1 << 16,
                                          .retry_ms = retry_ms};
-    assert_int_equal(ty_prefill_kvstore_new(&s.ks, &ko), 0);
+    assert_int_equal(ty_node_kvstore_new(&s.ks, &ko), 0);
     return s;
 }
 
 static void free_side(struct side *s)
 {
-    ty_prefill_kvstore_free(s->ks);
+    ty_node_kvstore_free(s->ks);
     ty_store_client_free(s->client);
     ty_kvpool_free(s->pool);
 }
@@ -112,7 +112,7 @@ static uint32_t fetch(struct side *s, const uint32_t *tokens, uint32_t n)
 {
     ty_kvseq_t *q;
     assert_int_equal(ty_kvpool_seq_new(s->pool, &q), 0);
-    uint32_t got = ty_prefill_kvstore_fetch(s->ks, q, tokens, n);
+    uint32_t got = ty_node_kvstore_fetch(s->ks, q, tokens, n);
     assert_int_equal(ty_kvseq_n_tokens(q), got);
     ty_kvpool_seq_free(s->pool, q);
     return got;
@@ -126,14 +126,14 @@ static void test_share_blocks(void **state)
         t[i] = 100 + i;
     struct side a = mk_side(32, 42, 5000), b = mk_side(32, 42, 5000);
     ty_kvseq_t *sa = computed(a.pool, t, 19);
-    ty_prefill_kvstore_store(a.ks, sa, t, 19, 0);
+    ty_node_kvstore_store(a.ks, sa, t, 19, 0);
     /* the blocks were copied out: the sequence can go before the writer is done */
     uint8_t first[64];
     memcpy(first, ty_kvpool_k(a.pool, 0, ty_kvseq_pages(sa)[0]), sizeof(first));
     ty_kvpool_seq_free(a.pool, sa);
-    ty_prefill_kvstore_flush(a.ks);
-    struct ty_prefill_kvstore_stats st;
-    ty_prefill_kvstore_stats(a.ks, &st);
+    ty_node_kvstore_flush(a.ks);
+    struct ty_node_kvstore_stats st;
+    ty_node_kvstore_stats(a.ks, &st);
     assert_int_equal(st.stored_blocks, 4); /* the full blocks; the last 3 tokens are not one */
     assert_int_equal(ty_kvpool_seq_new(a.pool, &sa), 0); /* the same KV, from a's cache */
     assert_int_equal(ty_kvpool_seq_match_prefix(a.pool, sa, t, 19), 16);
@@ -141,7 +141,7 @@ static void test_share_blocks(void **state)
     /* b never saw the prompt: it reads all 4 full blocks ((19 - 1) / 4), byte for byte */
     ty_kvseq_t *sb;
     assert_int_equal(ty_kvpool_seq_new(b.pool, &sb), 0);
-    assert_int_equal(ty_prefill_kvstore_fetch(b.ks, sb, t, 19), 16);
+    assert_int_equal(ty_node_kvstore_fetch(b.ks, sb, t, 19), 16);
     assert_blocks_equal(a.pool, sa, b.pool, sb, 4);
     ty_kvpool_seq_free(b.pool, sb);
     /* ... and now holds them in its own page cache, found by the usual prefix match */
@@ -158,10 +158,10 @@ static void test_share_blocks(void **state)
     assert_int_equal(fetch(&c, u, 19), 8);
     /* writing again stores nothing new (the pool has every block) */
     ty_kvseq_t *full = computed(a.pool, t, 19);
-    ty_prefill_kvstore_store(a.ks, full, t, 19, 0);
+    ty_node_kvstore_store(a.ks, full, t, 19, 0);
     ty_kvpool_seq_free(a.pool, full);
-    ty_prefill_kvstore_flush(a.ks);
-    ty_prefill_kvstore_stats(a.ks, &st);
+    ty_node_kvstore_flush(a.ks);
+    ty_node_kvstore_stats(a.ks, &st);
     assert_int_equal(st.stored_blocks, 4);
     assert_int_equal(st.errors, 0);
     /* another model (another seed) finds nothing */
@@ -182,9 +182,9 @@ static void test_bad_value_and_full_cache(void **state)
         t[i] = 300 + i;
     struct side a = mk_side(32, 42, 5000);
     ty_kvseq_t *sa = computed(a.pool, t, 21);
-    ty_prefill_kvstore_store(a.ks, sa, t, 21, 0);
+    ty_node_kvstore_store(a.ks, sa, t, 21, 0);
     ty_kvpool_seq_free(a.pool, sa);
-    ty_prefill_kvstore_flush(a.ks);
+    ty_node_kvstore_flush(a.ks);
     /* block 2's value replaced by one of another size (the key format is kvstore.h's) */
     uint64_t h[5];
     assert_int_equal(ty_hash_prefix_blocks(t, 21, B, 42, h, 5), 5);
@@ -194,13 +194,13 @@ static void test_bad_value_and_full_cache(void **state)
     assert_int_equal(ty_store_client_put(a.client, key, "short", 5), 0);
     struct side b = mk_side(32, 42, 5000);
     assert_int_equal(fetch(&b, t, 21), 8); /* blocks 0 and 1, then the bad one ends the run */
-    struct ty_prefill_kvstore_stats st;
-    ty_prefill_kvstore_stats(b.ks, &st);
+    struct ty_node_kvstore_stats st;
+    ty_node_kvstore_stats(b.ks, &st);
     assert_int_equal(st.hit_blocks, 2);
     assert_true(st.errors >= 1);
     /* the pool is not blamed for one bad block: the next prompt still asks it */
     assert_int_equal(fetch(&b, t, 21), 8);
-    ty_prefill_kvstore_stats(b.ks, &st);
+    ty_node_kvstore_stats(b.ks, &st);
     assert_int_equal(st.skipped, 0);
     /* a page cache with room for 2 pages cannot take 5 blocks: a miss, nothing held */
     struct side c = mk_side(2, 42, 5000);
@@ -220,17 +220,17 @@ static void test_ring_full(void **state)
     for (uint32_t i = 0; i < 41; i++)
         t[i] = 700 + i;
     struct side a = mk_side(32, 42, 5000);
-    ty_prefill_kvstore_free(a.ks);
+    ty_node_kvstore_free(a.ks);
     size_t block = 2 * LAYERS * ty_kvpool_page_bytes(a.pool);
-    struct ty_prefill_kvstore_opts ko = {.client = a.client, .pool = a.pool, .n_layers = LAYERS,
+    struct ty_node_kvstore_opts ko = {.client = a.client, .pool = a.pool, .n_layers = LAYERS,
                                          .hash_seed = 42, .staging_bytes = 4 * block};
-    assert_int_equal(ty_prefill_kvstore_new(&a.ks, &ko), 0); /* 1 read slot, 3 write slots */
+    assert_int_equal(ty_node_kvstore_new(&a.ks, &ko), 0); /* 1 read slot, 3 write slots */
     ty_kvseq_t *sa = computed(a.pool, t, 41);
-    ty_prefill_kvstore_store(a.ks, sa, t, 41, 0);
+    ty_node_kvstore_store(a.ks, sa, t, 41, 0);
     ty_kvpool_seq_free(a.pool, sa);
-    ty_prefill_kvstore_flush(a.ks);
-    struct ty_prefill_kvstore_stats st;
-    ty_prefill_kvstore_stats(a.ks, &st);
+    ty_node_kvstore_flush(a.ks);
+    struct ty_node_kvstore_stats st;
+    ty_node_kvstore_stats(a.ks, &st);
     assert_int_equal(st.stored_blocks + st.dropped, 10);
     assert_true(st.stored_blocks >= 3 && st.dropped >= 1);
     struct side b = mk_side(32, 42, 5000);
@@ -247,16 +247,16 @@ static void test_dead_pool(void **state)
     struct side a = mk_side(32, 42, 60000);
     harness_stop(&g_store, SIGKILL);
     assert_int_equal(fetch(&a, t, 9), 0);
-    struct ty_prefill_kvstore_stats st;
-    ty_prefill_kvstore_stats(a.ks, &st);
+    struct ty_node_kvstore_stats st;
+    ty_node_kvstore_stats(a.ks, &st);
     assert_int_equal(st.errors, 1);
     /* the next prompts do not wait for it again */
     assert_int_equal(fetch(&a, t, 9), 0);
     ty_kvseq_t *sa = computed(a.pool, t, 9);
-    ty_prefill_kvstore_store(a.ks, sa, t, 9, 0);
+    ty_node_kvstore_store(a.ks, sa, t, 9, 0);
     ty_kvpool_seq_free(a.pool, sa);
-    ty_prefill_kvstore_flush(a.ks);
-    ty_prefill_kvstore_stats(a.ks, &st);
+    ty_node_kvstore_flush(a.ks);
+    ty_node_kvstore_stats(a.ks, &st);
     assert_int_equal(st.errors, 1);
     assert_int_equal(st.skipped, 2);
     assert_int_equal(st.stored_blocks, 0);

@@ -1,6 +1,7 @@
 /* The prefill node's use of the cluster KV pool (see kvstore.h). */
-#include "kvstore.h"
+#include "tycho/node_kvstore.h"
 
+#include "tycho/cluster.h"
 #include "tycho/clock.h"
 #include "tycho/errors.h"
 #include "tycho/hash.h"
@@ -30,8 +31,8 @@ struct wring {
     int *status;
 };
 
-struct ty_prefill_kvstore {
-    struct ty_prefill_kvstore_opts o;
+struct ty_node_kvstore {
+    struct ty_node_kvstore_opts o;
     uint32_t B;
     size_t page_bytes, block_bytes;
     uint8_t *stage; /* reads: batch_blocks blocks */
@@ -60,7 +61,7 @@ static void *writer_main(void *arg);
 
 /* Registered memory for zero-copy puts and gets; without the registration they go through
  * the client's bounce buffer, slower but the same bytes. */
-static bool register_mem(struct ty_prefill_kvstore *s, void *mem, size_t len)
+static bool register_mem(struct ty_node_kvstore *s, void *mem, size_t len)
 {
     int rc = ty_store_client_register(s->o.client, mem, len);
     if (rc)
@@ -69,12 +70,12 @@ static bool register_mem(struct ty_prefill_kvstore *s, void *mem, size_t len)
     return rc == 0;
 }
 
-int ty_prefill_kvstore_new(struct ty_prefill_kvstore **out,
-                           const struct ty_prefill_kvstore_opts *o)
+int ty_node_kvstore_new(struct ty_node_kvstore **out,
+                           const struct ty_node_kvstore_opts *o)
 {
     if (!out || !o || !o->client || !o->pool || !o->n_layers)
         return TY_EINVAL;
-    struct ty_prefill_kvstore *s = calloc(1, sizeof(*s));
+    struct ty_node_kvstore *s = calloc(1, sizeof(*s));
     if (!s)
         return TY_ENOMEM;
     s->o = *o;
@@ -102,7 +103,7 @@ int ty_prefill_kvstore_new(struct ty_prefill_kvstore **out,
     pthread_cond_init(&s->cv, NULL);
     if (!s->stage || !w->mem || !w->keys || !w->key_ptrs || !w->bufs || !w->lens ||
         !w->status || pthread_create(&s->writer, NULL, writer_main, s) != 0) {
-        ty_prefill_kvstore_free(s);
+        ty_node_kvstore_free(s);
         return TY_ENOMEM;
     }
     s->writer_started = true;
@@ -112,7 +113,7 @@ int ty_prefill_kvstore_new(struct ty_prefill_kvstore **out,
     return 0;
 }
 
-void ty_prefill_kvstore_free(struct ty_prefill_kvstore *s)
+void ty_node_kvstore_free(struct ty_node_kvstore *s)
 {
     if (!s)
         return;
@@ -146,7 +147,7 @@ void ty_prefill_kvstore_free(struct ty_prefill_kvstore *s)
     free(s);
 }
 
-void ty_prefill_kvstore_flush(struct ty_prefill_kvstore *s)
+void ty_node_kvstore_flush(struct ty_node_kvstore *s)
 {
     pthread_mutex_lock(&s->mu);
     while (s->w.pending || s->writing)
@@ -154,8 +155,22 @@ void ty_prefill_kvstore_flush(struct ty_prefill_kvstore *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-void ty_prefill_kvstore_stats(const struct ty_prefill_kvstore *s,
-                              struct ty_prefill_kvstore_stats *out)
+int ty_node_kvstore_client_new(const struct ty_cluster_node_pool_config *k,
+                               const char *listen_host, ty_store_client_t **out)
+{
+    *out = NULL;
+    if (!k->master)
+        return 0;
+    static const char *const transports[] = {"auto", "tcp", "local"};
+    struct ty_store_client_opts co = {
+        .master = k->master, .listen_host = listen_host, .replicas = k->replicas,
+        .timeout_ms = (uint32_t)(k->timeout_ns / 1000000),
+        .transport = transports[(unsigned)k->transport < 3 ? k->transport : 0]};
+    return ty_store_client_new(out, &co);
+}
+
+void ty_node_kvstore_stats(const struct ty_node_kvstore *s,
+                              struct ty_node_kvstore_stats *out)
 {
     out->lookups = atomic_load(&s->lookups);
     out->hit_blocks = atomic_load(&s->hit_blocks);
@@ -166,7 +181,7 @@ void ty_prefill_kvstore_stats(const struct ty_prefill_kvstore *s,
 }
 
 /* Scratch for nb blocks; false when memory is short (the pool is then skipped). */
-static bool scratch(struct ty_prefill_kvstore *s, size_t nb)
+static bool scratch(struct ty_node_kvstore *s, size_t nb)
 {
     if (nb <= s->cap)
         return true;
@@ -199,7 +214,7 @@ static bool scratch(struct ty_prefill_kvstore *s, size_t nb)
 }
 
 /* Hash and name the first nb full blocks of tokens. */
-static void name_blocks(struct ty_prefill_kvstore *s, const uint32_t *tokens, uint32_t n,
+static void name_blocks(struct ty_node_kvstore *s, const uint32_t *tokens, uint32_t n,
                         size_t nb)
 {
     ty_hash_prefix_blocks(tokens, n, s->B, s->o.hash_seed, s->hashes, nb);
@@ -209,7 +224,7 @@ static void name_blocks(struct ty_prefill_kvstore *s, const uint32_t *tokens, ui
     }
 }
 
-static bool pool_up(struct ty_prefill_kvstore *s)
+static bool pool_up(struct ty_node_kvstore *s)
 {
     uint64_t until = atomic_load(&s->down_until_ms);
     if (!until || ty_clock_ms() >= until)
@@ -220,7 +235,7 @@ static bool pool_up(struct ty_prefill_kvstore *s)
 
 /* An operation failed: count it, and stop asking the pool for a while when the failure says
  * the pool (not this block) is the problem. */
-static void pool_failed(struct ty_prefill_kvstore *s, const char *what, int rc)
+static void pool_failed(struct ty_node_kvstore *s, const char *what, int rc)
 {
     atomic_fetch_add(&s->errors, 1);
     if (rc == TY_ENOTFOUND || rc == TY_EEXIST || rc == TY_ENOCAPACITY || rc == TY_ENOSPC)
@@ -230,14 +245,14 @@ static void pool_failed(struct ty_prefill_kvstore *s, const char *what, int rc)
                     ty_strerror(rc), s->o.retry_ms);
 }
 
-static void pool_ok(struct ty_prefill_kvstore *s)
+static void pool_ok(struct ty_node_kvstore *s)
 {
     if (atomic_load(&s->down_until_ms) && atomic_exchange(&s->down_until_ms, 0))
         TY_LOG_INFO("prefill", "KV pool reachable again");
 }
 
 /* Copy block `blk` of seq between the pool's page memory and `at` (one block's bytes). */
-static int block_copy(struct ty_prefill_kvstore *s, const ty_kvseq_t *seq, uint32_t blk,
+static int block_copy(struct ty_node_kvstore *s, const ty_kvseq_t *seq, uint32_t blk,
                       uint8_t *at, bool to_pool)
 {
     ty_kvpool_t *pool = s->o.pool;
@@ -257,7 +272,7 @@ static int block_copy(struct ty_prefill_kvstore *s, const ty_kvseq_t *seq, uint3
     return 0;
 }
 
-uint32_t ty_prefill_kvstore_fetch(struct ty_prefill_kvstore *s, ty_kvseq_t *seq,
+uint32_t ty_node_kvstore_fetch(struct ty_node_kvstore *s, ty_kvseq_t *seq,
                                   const uint32_t *tokens, uint32_t n)
 {
     uint32_t B = s->B, have = ty_kvseq_n_tokens(seq) / B;
@@ -319,7 +334,7 @@ uint32_t ty_prefill_kvstore_fetch(struct ty_prefill_kvstore *s, ty_kvseq_t *seq,
 /* The writer thread: put the oldest waiting blocks, a contiguous run of the ring at a time. */
 static void *writer_main(void *arg)
 {
-    struct ty_prefill_kvstore *s = arg;
+    struct ty_node_kvstore *s = arg;
     struct wring *w = &s->w;
     pthread_mutex_lock(&s->mu);
     for (;;) {
@@ -368,7 +383,7 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-void ty_prefill_kvstore_store(struct ty_prefill_kvstore *s, const ty_kvseq_t *seq,
+void ty_node_kvstore_store(struct ty_node_kvstore *s, const ty_kvseq_t *seq,
                               const uint32_t *tokens, uint32_t n, uint32_t known)
 {
     uint32_t B = s->B, nb = n / B, from = known / B;
