@@ -1,7 +1,7 @@
 #!/bin/sh
 # Start a disaggregated Tycho cluster on this machine: a Conductor, 2 prefill and 2 decode
-# daemons and a KV pool (tycho-store: master and one pool node) that the prefill nodes share
-# prefixes through (separate processes; KV moves between them over the transfer engine's tcp
+# daemons and a KV pool (tycho-store: master and one pool node) that the nodes share prefixes
+# and answers through (separate processes; KV moves between them over the transfer engine's tcp
 # and local transports on loopback).
 #
 #   deploy/local-cluster.sh start [--model PATH] [--port HTTP_PORT] [--prefill N] [--decode N]
@@ -74,9 +74,10 @@ start() {
     done
     i=0
     while [ $i -lt "$ND" ]; do
+        # shellcheck disable=SC2086
         "$(find_bin tycho-decode)" --model_path="$MODEL" --name="decode-$i" \
             --conductor_address="127.0.0.1:$RPC" --port_file="$DIR/decode-$i.ports" \
-            >"$DIR/decode-$i.log" 2>&1 &
+            $POOL_ARG >"$DIR/decode-$i.log" 2>&1 &
         echo $! >"$DIR/decode-$i.pid"
         i=$((i + 1))
     done
