@@ -169,6 +169,11 @@ void ty_store_client_stats(ty_store_client_t *c, struct ty_store_client_stats *o
 typedef void (*ty_store_event_cb)(const struct ty_store_event *ev, const char *node_name,
                                   void *arg);
 int ty_store_client_subscribe(ty_store_client_t *c, ty_store_event_cb cb, void *arg);
+/* The same, first with (snapshot) a STORED event for every readable replica the pool holds
+ * now whose key starts with `prefix` (NULL: any), so a subscriber's view starts complete;
+ * live events that follow may repeat some. Returns 0, TY_EINVAL or TY_ESHUTDOWN. */
+int ty_store_client_subscribe_snapshot(ty_store_client_t *c, const char *prefix, bool snapshot,
+                                       ty_store_event_cb cb, void *arg);
 
 /* The master's counters (objects, nodes alive, DRAM use, evictions...) and its epoch. */
 int ty_store_client_master_stats(ty_store_client_t *c, struct ty_store_meta_stats *out,

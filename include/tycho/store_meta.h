@@ -194,6 +194,11 @@ struct ty_store_event {
     uint64_t offset, length, checksum;
 };
 
+/* A STORED event for every complete replica of every committed object whose key starts with
+ * `prefix` (NULL or "": all), in no particular order, passed to cb. Returns how many. */
+size_t ty_store_meta_snapshot(const ty_store_meta_t *m, const char *prefix,
+                              void (*cb)(void *arg, const struct ty_store_event *ev), void *arg);
+
 /* Move up to `cap` queued events, oldest first, into out. Returns how many. */
 size_t ty_store_meta_events_take(ty_store_meta_t *m, struct ty_store_event *out, size_t cap);
 

@@ -863,6 +863,8 @@ struct subscription {
     ty_store_client_t *c;
     ty_store_event_cb cb;
     void *arg;
+    bool snapshot;
+    char prefix[TY_STORE_KEY_MAX + 1];
 };
 
 static void sub_event(const PB(Event) * e, struct subscription *s)
@@ -898,6 +900,8 @@ static void sub_start(void *arg)
 {
     struct subscription *s = arg;
     PB(Subscribe) req = PB_INIT(SUBSCRIBE);
+    req.snapshot = s->snapshot;
+    req.key_prefix = s->prefix;
     struct ty_rpc_call_opts o = {.stream = true, .timeout_ms = UINT32_MAX};
     if (!s->c->rpc ||
         ty_rpc_client_call_msg(s->c->rpc, SM_SUBSCRIBE, &req.base, &o, sub_result, s, NULL) != 0) {
@@ -908,9 +912,18 @@ static void sub_start(void *arg)
 
 int ty_store_client_subscribe(ty_store_client_t *c, ty_store_event_cb cb, void *arg)
 {
+    return ty_store_client_subscribe_snapshot(c, NULL, false, cb, arg);
+}
+
+int ty_store_client_subscribe_snapshot(ty_store_client_t *c, const char *prefix, bool snapshot,
+                                       ty_store_event_cb cb, void *arg)
+{
+    if (prefix && strlen(prefix) > TY_STORE_KEY_MAX)
+        return TY_EINVAL;
     struct subscription *s = malloc(sizeof(*s));
     TY_ASSERT(s != NULL);
-    *s = (struct subscription){.c = c, .cb = cb, .arg = arg};
+    *s = (struct subscription){.c = c, .cb = cb, .arg = arg, .snapshot = snapshot};
+    snprintf(s->prefix, sizeof(s->prefix), "%s", prefix ? prefix : "");
     int rc = ty_rpc_mailbox_post(c->mb, sub_start, s);
     if (rc != 0)
         free(s);

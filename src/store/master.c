@@ -263,9 +263,49 @@ static void sub_cancel(ty_rpc_call_t *call, int reason, void *arg)
     ty_rpc_call_end(call);
 }
 
+static void send_events(ty_store_master_t *m, const struct ty_store_event *ev, size_t n,
+                        ty_rpc_client_t *to, ty_rpc_call_t *stream);
+
+/* A subscription's snapshot, sent in frames of 4096 events. */
+struct snap {
+    ty_store_master_t *m;
+    ty_rpc_call_t *call;
+    struct ty_store_event ev[256];
+    size_t n;
+};
+
+static void snap_one(void *arg, const struct ty_store_event *ev)
+{
+    struct snap *sn = arg;
+    sn->ev[sn->n++] = *ev;
+    if (sn->n == sizeof(sn->ev) / sizeof(sn->ev[0])) {
+        send_events(sn->m, sn->ev, sn->n, NULL, sn->call);
+        sn->n = 0;
+    }
+}
+
+/* Events from now on; with `snapshot`, first the replicas held now (the events still queued
+ * may repeat some of them: a subscriber applies them to a set). */
 static void h_subscribe(ty_rpc_call_t *call, const uint8_t *p, size_t len, void *arg)
 {
     ty_store_master_t *m = arg;
+    PB(Subscribe) *req = PB_FN(subscribe__unpack)(NULL, len, p);
+    if (!req) {
+        ty_rpc_call_fail(call, TY_EBADMSG, "undecodable Subscribe");
+        return;
+    }
+    if (req->snapshot) {
+        struct snap *sn = malloc(sizeof(*sn));
+        TY_ASSERT(sn != NULL);
+        sn->m = m;
+        sn->call = call;
+        sn->n = 0;
+        ty_store_meta_snapshot(m->meta, req->key_prefix, snap_one, sn);
+        if (sn->n)
+            send_events(m, sn->ev, sn->n, NULL, call);
+        free(sn);
+    }
+    PB_FN(subscribe__free_unpacked)(req, NULL);
     struct sub *s = calloc(1, sizeof(*s));
     TY_ASSERT(s != NULL);
     s->call = call;

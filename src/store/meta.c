@@ -207,6 +207,30 @@ void ty__store_meta_event(ty_store_meta_t *m, enum ty_store_event_kind kind,
     e->checksum = o->checksum;
 }
 
+size_t ty_store_meta_snapshot(const ty_store_meta_t *m, const char *prefix,
+                              void (*cb)(void *arg, const struct ty_store_event *ev), void *arg)
+{
+    size_t n = 0, plen = prefix ? strlen(prefix) : 0;
+    for (size_t b = 0; b < m->n_buckets; b++) {
+        for (const struct meta_object *o = m->buckets[b]; o; o = o->next) {
+            if (!o->committed || (plen && strncmp(o->key, prefix, plen) != 0))
+                continue;
+            for (uint32_t i = 0; i < o->n; i++) {
+                const struct ty_store_replica *r = &o->rep[i].r;
+                if (r->state != TY_STORE_REPLICA_COMPLETE)
+                    continue;
+                struct ty_store_event e = {.kind = TY_STORE_EVENT_STORED, .node = r->node,
+                                           .tier = r->tier, .offset = r->offset,
+                                           .length = r->length, .checksum = o->checksum};
+                strcpy(e.key, o->key); /* keys are valid, <= TY_STORE_KEY_MAX */
+                cb(arg, &e);
+                n++;
+            }
+        }
+    }
+    return n;
+}
+
 size_t ty_store_meta_events_take(ty_store_meta_t *m, struct ty_store_event *out, size_t cap)
 {
     size_t n = 0;

@@ -8,10 +8,10 @@
  *
  * The events arrive on the store client's thread; they are coalesced into a ty_kv_events_t
  * (the same set-with-pending-changes a prefill node keeps for its heartbeats) and applied to
- * the scheduler on the loop thread by the cluster's 100 ms tick. A subscription gives the
- * events from then on, not the pool's contents: the view starts empty, fills as blocks are
- * written, and when the subscription drops (master gone, failover) it is emptied and
- * subscribed again, so it errs towards predicting too little reuse, never a block the pool
+ * the scheduler on the loop thread by the cluster's 100 ms tick. Each subscription starts
+ * with a snapshot of the block keys the pool holds (so a Conductor started or restarted after
+ * the pool filled knows its contents), then follows the events; when it drops (master gone,
+ * failover) the view is emptied and subscribed again, so it never keeps a block the pool
  * lost while nobody listened. A block with several replicas counts as gone when one replica
  * leaves (the same direction). Keys that are not block keys ("kv/" + 16 hex digits) are
  * other users' and ignored. */
@@ -144,7 +144,8 @@ void ty__pool_tick(ty_cluster_t *c)
         ty_kv_events_batch_clear(&b);
     }
     if (!pl->subscribed && now >= pl->retry_at_ms) {
-        pl->subscribed = ty_store_client_subscribe(pl->client, on_event, pl) == 0;
+        pl->subscribed =
+            ty_store_client_subscribe_snapshot(pl->client, "kv/", true, on_event, pl) == 0;
         if (!pl->subscribed)
             pl->retry_at_ms = now + 1000;
     }

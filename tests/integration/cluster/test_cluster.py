@@ -3,7 +3,7 @@
 and tycho-decode as separate processes on loopback ephemeral ports, KV over the tcp transport.
 
 Usage: test_cluster.py BUILD_DIR CASE   (CASE: equal, concurrent, kill_decode, hung_decode,
-prefix_routing, cache_events, slo_reject, cost_refit, phantom_credit, kv_pool, pool_sched, pool_decode, local_cluster). Exits 77 when
+prefix_routing, cache_events, slo_reject, cost_refit, phantom_credit, kv_pool, pool_sched, pool_decode, pool_snapshot, local_cluster). Exits 77 when
 the shared test data is missing. Expected token ids come from running `tycho generate` (the
 monolithic engine loop), never from the cluster.
 """
@@ -85,9 +85,9 @@ class Cluster:
             with open(path, "w") as f:
                 f.write(config)
             extra.append("--config=" + path)
-        self.start("conductor", [CONDUCTOR, *extra, "--model_path=" + model, "--listen_port=0",
-                                 "--rpc_port=0", "--heartbeat_interval=200ms",
-                                 "--heartbeat_timeout=" + hb_timeout])
+        self.conductor_argv = [CONDUCTOR, *extra, "--model_path=" + model,
+                               "--heartbeat_interval=200ms", "--heartbeat_timeout=" + hb_timeout]
+        self.start("conductor", self.conductor_argv + ["--listen_port=0", "--rpc_port=0"])
         self.http, self.rpc = read_ports(self.port_file("conductor"), time.time() + 20)
         for i in range(n_prefill):
             self.start_node("prefill", "p%d" % i)
@@ -793,6 +793,38 @@ def case_pool_decode():
     return ok
 
 
+def case_pool_snapshot():
+    """A Conductor restarted after the pool filled learns what the pool holds from its
+    subscription's snapshot, not only from blocks written later."""
+    cl = Cluster(1, 1, kv_pool=True, conductor_pool=True)
+    ok = True
+    for p in (LONG_A, LONG_B):
+        st, _ = cl.post("/v1/completions", {"prompt": p, "max_tokens": 2, "temperature": 0})
+        ok &= check(st == 200, "served (%d)" % st)
+    end = time.time() + 10
+    want = sum((len(generate(p, 2)["prompt_ids"]) + 1) // 16 for p in (LONG_A, LONG_B))
+    while pool_objects(cl) < want and time.time() < end:
+        time.sleep(0.05)
+    held = pool_objects(cl)
+    ok &= check(held >= want, "the pool holds %d blocks (want >= %d)" % (held, want))
+    old = cl.procs["conductor"]
+    old.send_signal(signal.SIGTERM)
+    old.wait(10)
+    cl.start("conductor", cl.conductor_argv + ["--listen_port=%d" % cl.http,
+                                               "--rpc_port=%d" % cl.rpc])
+    read_ports(cl.port_file("conductor"), time.time() + 20)
+    seen, end = 0, time.time() + 10
+    while seen < held and time.time() < end:
+        try:
+            seen = cl.metrics().get('tycho_kv_pool_events_total{kind="stored"}', 0)
+        except OSError:
+            pass
+        time.sleep(0.1)
+    ok &= check(seen == held, "the restarted Conductor knows the pool's %d blocks from the "
+                "snapshot (%d stored events)" % (held, seen))
+    return ok
+
+
 def case_local_cluster():
     """deploy/local-cluster.sh, as an operator runs it: a Conductor, 2 prefill and 2 decode
     nodes and a KV pool; answers equal tycho generate's, the prefill nodes write their blocks
@@ -868,6 +900,7 @@ def main():
             "slo_reject": case_slo_reject, "cost_refit": case_cost_refit,
             "phantom_credit": case_phantom_credit, "kv_pool": case_kv_pool,
             "pool_sched": case_pool_sched, "pool_decode": case_pool_decode,
+            "pool_snapshot": case_pool_snapshot,
             "local_cluster": case_local_cluster}[CASE]
     ok = False
     try:

@@ -9,6 +9,7 @@
 #include "tycho/hash.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -239,6 +241,70 @@ static void test_ring_full(void **state)
     free_side(&b);
 }
 
+struct snapshot_seen {
+    pthread_mutex_t mu;
+    int stored, other;
+};
+
+static void on_snapshot_event(const struct ty_store_event *ev, const char *node, void *arg)
+{
+    struct snapshot_seen *s = arg;
+    (void)node;
+    if (!ev)
+        return;
+    pthread_mutex_lock(&s->mu);
+    if (ev->kind == TY_STORE_EVENT_STORED && !strncmp(ev->key, "kv/", 3))
+        s->stored++;
+    else
+        s->other++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* A subscriber that comes after the blocks were written (a restarted Conductor) learns them
+ * from the subscription's snapshot, only the keys of its prefix. */
+static void test_subscribe_snapshot(void **state)
+{
+    (void)state;
+    uint32_t t[13];
+    for (uint32_t i = 0; i < 13; i++)
+        t[i] = 900 + i;
+    struct side a = mk_side(32, 77, 5000);
+    assert_int_equal(ty_store_client_put(a.client, "not-a-block", "x", 1), 0);
+    ty_kvseq_t *sa = computed(a.pool, t, 13);
+    ty_node_kvstore_store(a.ks, sa, t, 13, 0);
+    ty_kvpool_seq_free(a.pool, sa);
+    ty_node_kvstore_flush(a.ks);
+    /* the master's live events for these go out before the late subscriber comes (it would
+     * see those too: only the snapshot is filtered by prefix) */
+    struct timespec pause = {0, 300 * 1000000};
+    nanosleep(&pause, NULL);
+    struct snapshot_seen seen = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    ty_store_client_t *late;
+    struct ty_store_client_opts co = {.master = g_master, .transport = "tcp", .timeout_ms = 500};
+    assert_int_equal(ty_store_client_new(&late, &co), 0);
+    assert_int_equal(ty_store_client_subscribe_snapshot(late, "kv/", true, on_snapshot_event,
+                                                        &seen),
+                     0);
+    int stored = 0;
+    for (int i = 0; i < 200 && stored < 3; i++) { /* 3 blocks of this test and those before */
+        struct timespec ts = {0, 10 * 1000000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&seen.mu);
+        stored = seen.stored;
+        pthread_mutex_unlock(&seen.mu);
+    }
+    struct ty_store_meta_stats ms;
+    uint64_t epoch;
+    assert_int_equal(ty_store_client_master_stats(late, &ms, &epoch), 0);
+    pthread_mutex_lock(&seen.mu);
+    /* every block key the pool holds, the other key not (one replica each) */
+    assert_int_equal(seen.stored, (int)ms.objects - 1);
+    assert_int_equal(seen.other, 0);
+    pthread_mutex_unlock(&seen.mu);
+    ty_store_client_free(late);
+    free_side(&a);
+}
+
 /* Last: kills the pool. */
 static void test_dead_pool(void **state)
 {
@@ -269,6 +335,7 @@ int main(void)
         cmocka_unit_test(test_share_blocks),
         cmocka_unit_test(test_bad_value_and_full_cache),
         cmocka_unit_test(test_ring_full),
+        cmocka_unit_test(test_subscribe_snapshot),
         cmocka_unit_test(test_dead_pool),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
