@@ -51,9 +51,9 @@ struct ty_node_kvstore {
     pthread_t writer;
     bool writer_started, stop; /* stop: under mu */
     pthread_mutex_t mu;
-    pthread_cond_t cv;      /* work for the writer, or a batch done (flush) */
-    bool writing;           /* under mu: the writer holds a batch */
-    struct wring w;         /* indices under mu */
+    pthread_cond_t cv; /* work for the writer, or a batch done (flush) */
+    bool writing;      /* under mu: the writer holds a batch */
+    struct wring w;    /* indices under mu */
     _Atomic uint64_t lookups, hit_blocks, stored_blocks, errors, skipped, dropped;
 };
 
@@ -65,13 +65,14 @@ static bool register_mem(struct ty_node_kvstore *s, void *mem, size_t len)
 {
     int rc = ty_store_client_register(s->o.client, mem, len);
     if (rc)
-        TY_LOG_WARN("prefill", "KV pool: staging buffer not registered (%s): copies go through "
-                    "the client's bounce buffer", ty_strerror(rc));
+        TY_LOG_WARN("kvstore",
+                    "KV pool: staging buffer not registered (%s): copies go through "
+                    "the client's bounce buffer",
+                    ty_strerror(rc));
     return rc == 0;
 }
 
-int ty_node_kvstore_new(struct ty_node_kvstore **out,
-                           const struct ty_node_kvstore_opts *o)
+int ty_node_kvstore_new(struct ty_node_kvstore **out, const struct ty_node_kvstore_opts *o)
 {
     if (!out || !o || !o->client || !o->pool || !o->n_layers)
         return TY_EINVAL;
@@ -101,8 +102,8 @@ int ty_node_kvstore_new(struct ty_node_kvstore **out,
     w->status = calloc(w->cap, sizeof(*w->status));
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    if (!s->stage || !w->mem || !w->keys || !w->key_ptrs || !w->bufs || !w->lens ||
-        !w->status || pthread_create(&s->writer, NULL, writer_main, s) != 0) {
+    if (!s->stage || !w->mem || !w->keys || !w->key_ptrs || !w->bufs || !w->lens || !w->status ||
+        pthread_create(&s->writer, NULL, writer_main, s) != 0) {
         ty_node_kvstore_free(s);
         return TY_ENOMEM;
     }
@@ -155,22 +156,23 @@ void ty_node_kvstore_flush(struct ty_node_kvstore *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-int ty_node_kvstore_client_new(const struct ty_cluster_node_pool_config *k,
-                               const char *listen_host, ty_store_client_t **out)
+int ty_node_kvstore_client_new(const struct ty_cluster_node_pool_config *k, const char *listen_host,
+                               ty_store_client_t **out)
 {
     *out = NULL;
     if (!k->master)
         return 0;
     static const char *const transports[] = {"auto", "tcp", "local"};
     struct ty_store_client_opts co = {
-        .master = k->master, .listen_host = listen_host, .replicas = k->replicas,
+        .master = k->master,
+        .listen_host = listen_host,
+        .replicas = k->replicas,
         .timeout_ms = (uint32_t)(k->timeout_ns / 1000000),
         .transport = transports[(unsigned)k->transport < 3 ? k->transport : 0]};
     return ty_store_client_new(out, &co);
 }
 
-void ty_node_kvstore_stats(const struct ty_node_kvstore *s,
-                              struct ty_node_kvstore_stats *out)
+void ty_node_kvstore_stats(const struct ty_node_kvstore *s, struct ty_node_kvstore_stats *out)
 {
     out->lookups = atomic_load(&s->lookups);
     out->hit_blocks = atomic_load(&s->hit_blocks);
@@ -214,8 +216,7 @@ static bool scratch(struct ty_node_kvstore *s, size_t nb)
 }
 
 /* Hash and name the first nb full blocks of tokens. */
-static void name_blocks(struct ty_node_kvstore *s, const uint32_t *tokens, uint32_t n,
-                        size_t nb)
+static void name_blocks(struct ty_node_kvstore *s, const uint32_t *tokens, uint32_t n, size_t nb)
 {
     ty_hash_prefix_blocks(tokens, n, s->B, s->o.hash_seed, s->hashes, nb);
     for (size_t i = 0; i < nb; i++) {
@@ -241,19 +242,19 @@ static void pool_failed(struct ty_node_kvstore *s, const char *what, int rc)
     if (rc == TY_ENOTFOUND || rc == TY_EEXIST || rc == TY_ENOCAPACITY || rc == TY_ENOSPC)
         return;
     if (!atomic_exchange(&s->down_until_ms, ty_clock_ms() + s->o.retry_ms))
-        TY_LOG_WARN("prefill", "KV pool %s failed (%s): not used for %u ms", what,
-                    ty_strerror(rc), s->o.retry_ms);
+        TY_LOG_WARN("kvstore", "KV pool %s failed (%s): not used for %u ms", what, ty_strerror(rc),
+                    s->o.retry_ms);
 }
 
 static void pool_ok(struct ty_node_kvstore *s)
 {
     if (atomic_load(&s->down_until_ms) && atomic_exchange(&s->down_until_ms, 0))
-        TY_LOG_INFO("prefill", "KV pool reachable again");
+        TY_LOG_INFO("kvstore", "KV pool reachable again");
 }
 
 /* Copy block `blk` of seq between the pool's page memory and `at` (one block's bytes). */
-static int block_copy(struct ty_node_kvstore *s, const ty_kvseq_t *seq, uint32_t blk,
-                      uint8_t *at, bool to_pool)
+static int block_copy(struct ty_node_kvstore *s, const ty_kvseq_t *seq, uint32_t blk, uint8_t *at,
+                      bool to_pool)
 {
     ty_kvpool_t *pool = s->o.pool;
     uint32_t page = ty_kvseq_pages(seq)[blk];
@@ -272,8 +273,8 @@ static int block_copy(struct ty_node_kvstore *s, const ty_kvseq_t *seq, uint32_t
     return 0;
 }
 
-uint32_t ty_node_kvstore_fetch(struct ty_node_kvstore *s, ty_kvseq_t *seq,
-                                  const uint32_t *tokens, uint32_t n)
+uint32_t ty_node_kvstore_fetch(struct ty_node_kvstore *s, ty_kvseq_t *seq, const uint32_t *tokens,
+                               uint32_t n)
 {
     uint32_t B = s->B, have = ty_kvseq_n_tokens(seq) / B;
     uint32_t nb = n ? (n - 1) / B : 0; /* one token is always left to compute */
@@ -281,8 +282,8 @@ uint32_t ty_node_kvstore_fetch(struct ty_node_kvstore *s, ty_kvseq_t *seq,
         return 0;
     atomic_fetch_add(&s->lookups, 1);
     name_blocks(s, tokens, n, nb);
-    int rc = ty_store_client_exists_batch(s->o.client, nb - have, s->key_ptrs + have,
-                                          s->status + have);
+    int rc =
+        ty_store_client_exists_batch(s->o.client, nb - have, s->key_ptrs + have, s->status + have);
     if (rc && rc != TY_ENOTFOUND) {
         pool_failed(s, "lookup", rc);
         return 0;
@@ -305,8 +306,8 @@ uint32_t ty_node_kvstore_fetch(struct ty_node_kvstore *s, ty_kvseq_t *seq,
             s->bufs[i] = s->stage + (size_t)i * s->block_bytes;
             s->lens[i] = s->block_bytes;
         }
-        rc = ty_store_client_get_batch(s->o.client, m, s->key_ptrs + have + got, s->bufs,
-                                       s->lens, s->got_lens, s->status);
+        rc = ty_store_client_get_batch(s->o.client, m, s->key_ptrs + have + got, s->bufs, s->lens,
+                                       s->got_lens, s->status);
         uint32_t ok = 0;
         while (ok < m && s->status[ok] == 0 && s->got_lens[ok] == s->block_bytes)
             ok++;
@@ -383,8 +384,8 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-void ty_node_kvstore_store(struct ty_node_kvstore *s, const ty_kvseq_t *seq,
-                              const uint32_t *tokens, uint32_t n, uint32_t known)
+void ty_node_kvstore_store(struct ty_node_kvstore *s, const ty_kvseq_t *seq, const uint32_t *tokens,
+                           uint32_t n, uint32_t known)
 {
     uint32_t B = s->B, nb = n / B, from = known / B;
     if (from >= nb || ty_kvseq_n_tokens(seq) < nb * B || !pool_up(s) || !scratch(s, nb))

@@ -76,8 +76,10 @@ int ty__pool_start(ty_cluster_t *c, const char *master, ty_metrics_registry_t *r
         return TY_ENOMEM;
     pthread_mutex_init(&pl->mu, NULL);
     snprintf(pl->master, sizeof(pl->master), "%s", master);
-    struct ty_store_client_opts co = {.master = master, .listen_host = c->o.rpc_host,
-                                      .transport = "tcp", .staging_bytes = 1u << 20};
+    struct ty_store_client_opts co = {.master = master,
+                                      .listen_host = c->o.rpc_host,
+                                      .transport = "tcp",
+                                      .staging_bytes = 1u << 20};
     int rc = ty_kv_events_new(&pl->ev, 0);
     if (!rc)
         rc = ty_store_client_new(&pl->client, &co);
@@ -91,7 +93,8 @@ int ty__pool_start(ty_cluster_t *c, const char *master, ty_metrics_registry_t *r
     ty_metrics_family_t *f;
     if (reg && !ty_metrics_counter_new(reg, &f, "tycho_kv_pool_events_total",
                                        "block replicas the KV pool's master reported stored or "
-                                       "removed", kind, 1))
+                                       "removed",
+                                       kind, 1))
         for (int k = 0; k < 2; k++)
             ty_metrics_child_get(f, &kinds[k], &pl->events[k]);
     c->place.pool = pl;
@@ -130,8 +133,10 @@ void ty__pool_tick(ty_cluster_t *c)
         }
         ty_sched_blocks_reset(s, TY__POOL_NODE);
         pl->retry_at_ms = now + 1000;
-        TY_LOG_WARN("cluster", "KV pool: lost the master's events (%s): forgetting the pool's "
-                    "blocks, subscribing again", pl->master);
+        TY_LOG_WARN("cluster",
+                    "KV pool: lost the master's events (%s): forgetting the pool's "
+                    "blocks, subscribing again",
+                    pl->master);
     }
     struct ty_kv_events_batch b = {0};
     int rc = ty_kv_events_take(pl->ev, &b);

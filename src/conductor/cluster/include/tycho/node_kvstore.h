@@ -39,30 +39,29 @@ struct ty_node_kvstore_opts {
 };
 
 struct ty_node_kvstore_stats {
-    uint64_t lookups;        /* prompts with blocks to look up */
-    uint64_t hit_blocks;     /* blocks read from the pool into the page cache */
-    uint64_t stored_blocks;  /* blocks written to the pool */
-    uint64_t errors;         /* operations that failed (each counted as a miss) */
-    uint64_t skipped;        /* prompts that did not ask the pool because it had failed */
-    uint64_t dropped;        /* blocks not written: the writer was behind or the pool down */
+    uint64_t lookups;       /* prompts with blocks to look up */
+    uint64_t hit_blocks;    /* blocks read from the pool into the page cache */
+    uint64_t stored_blocks; /* blocks written to the pool */
+    uint64_t errors;        /* operations that failed (each counted as a miss) */
+    uint64_t skipped;       /* prompts that did not ask the pool because it had failed */
+    uint64_t dropped;       /* blocks not written: the writer was behind or the pool down */
 };
 
-int ty_node_kvstore_new(struct ty_node_kvstore **out,
-                           const struct ty_node_kvstore_opts *opts);
+int ty_node_kvstore_new(struct ty_node_kvstore **out, const struct ty_node_kvstore_opts *opts);
 void ty_node_kvstore_free(struct ty_node_kvstore *s);
 
 /* `seq` holds the local prefix of `tokens` (cached tokens, a multiple of B). Append the blocks
  * that follow it from the pool, leaving at least one token of the prompt to compute. Returns
  * the number of tokens appended (a multiple of B, 0 on any miss or failure). */
-uint32_t ty_node_kvstore_fetch(struct ty_node_kvstore *s, ty_kvseq_t *seq,
-                                  const uint32_t *tokens, uint32_t n);
+uint32_t ty_node_kvstore_fetch(struct ty_node_kvstore *s, ty_kvseq_t *seq, const uint32_t *tokens,
+                               uint32_t n);
 
 /* `seq` holds the KV of all n tokens; the first `known` tokens' blocks are in the pool already
  * (fetched from it, or local: written when they were computed). Write the other full blocks:
  * they are copied into the write ring at once (the sequence may be freed on return) and
  * written by the writer thread; when the ring is full the rest are dropped (counted). */
-void ty_node_kvstore_store(struct ty_node_kvstore *s, const ty_kvseq_t *seq,
-                              const uint32_t *tokens, uint32_t n, uint32_t known);
+void ty_node_kvstore_store(struct ty_node_kvstore *s, const ty_kvseq_t *seq, const uint32_t *tokens,
+                           uint32_t n, uint32_t known);
 /* Wait until every block handed to store() was written (or failed). Any thread. */
 void ty_node_kvstore_flush(struct ty_node_kvstore *s);
 
@@ -70,10 +69,9 @@ void ty_node_kvstore_flush(struct ty_node_kvstore *s);
  * listen_host); *out = NULL and 0 without a master. An unreachable master is not an error:
  * the node then skips the pool until it answers. */
 struct ty_cluster_node_pool_config;
-int ty_node_kvstore_client_new(const struct ty_cluster_node_pool_config *k,
-                               const char *listen_host, ty_store_client_t **out);
+int ty_node_kvstore_client_new(const struct ty_cluster_node_pool_config *k, const char *listen_host,
+                               ty_store_client_t **out);
 
-void ty_node_kvstore_stats(const struct ty_node_kvstore *s,
-                              struct ty_node_kvstore_stats *out);
+void ty_node_kvstore_stats(const struct ty_node_kvstore *s, struct ty_node_kvstore_stats *out);
 
 #endif
