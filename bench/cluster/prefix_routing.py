@@ -10,16 +10,22 @@ same run.
 
 A policy written POLICY+pool runs with the cluster KV pool: a tycho-store (master and one
 1 GiB pool node) that the prefill nodes read prefixes from and write their blocks to, and
-whose blocks the Conductor follows (kv_pool.master on both).
+whose blocks the Conductor follows (kv_pool.master on both); POLICY+pool-all gives the pool to
+the decode nodes too, which write each finished answer's blocks.
 
 Workloads (C requests in flight at a time, each asking for N greedy tokens):
 - chat (default): S sessions x T turns; turn t of a session is its previous prompt plus a new
   ~W-word user message (a chat that grows); each round every session takes a turn, in a
   random (seeded) order;
 - shared: S x T requests that share one ~P-word prefix and differ in a W-word question (the
-  hot-prefix case: cache_aware queues them all on the node holding the prefix).
+  hot-prefix case: cache_aware queues them all on the node holding the prefix);
+- conversation: S sessions x T turns where turn t's prompt is turn t-1's prompt, its answer
+  (N tokens, as text) and a new W-word message, as a chat client sends it; sessions run in
+  parallel (C at a time), each one turn after the other. The answers' KV exists only on the
+  decode node: only the pool with decode writes (+pool-all) lets a prefill node reuse it.
 
-usage: prefix_routing.py BUILD_DIR MODEL [--workload chat|shared] [--sessions S] [--turns T]
+usage: prefix_routing.py BUILD_DIR MODEL [--workload chat|shared|conversation] [--sessions S]
+                         [--turns T]
                          [--words W] [--prefix-words P] [--concurrency C] [--tokens N]
                          [--policies a,b,...] [--kv-pages N] [--json]
 """
@@ -58,12 +64,13 @@ class Cluster:
         self.procs = []
         policy, _, pool = policy.partition("+")
         pool_arg = []
-        if pool == "pool":
+        if pool in ("pool", "pool-all"):
             self.spawn("store", [os.path.join(build, "src/store/tycho-store"), "--master=true",
                                  "--listen_port=0", "--dram_bytes=1G", "--name=pool-0"])
             pool_arg = ["--kv_pool.master=127.0.0.1:%d" % self.store_port(time.time() + 60)]
         elif pool:
-            raise SystemExit("unknown policy suffix +%s (only +pool)" % pool)
+            raise SystemExit("unknown policy suffix +%s (+pool, +pool-all)" % pool)
+        node_pool = {"prefill": pool_arg, "decode": pool_arg if pool == "pool-all" else []}
         cfg = os.path.join(self.dir, "conductor.yaml")
         with open(cfg, "w") as f:
             f.write("scheduler:\n  policy: %s\n  admission: baseline\n" % policy)
@@ -77,7 +84,7 @@ class Cluster:
                               "--model_path=" + model, "--name=" + name, "--threads=1",
                               "--conductor_address=127.0.0.1:%d" % rpc,
                               "--heartbeat_interval=100ms",
-                              *(pool_arg if role == "prefill" else []),
+                              *node_pool[role],
                               *(["--kv_pages=%d" % kv_pages] if kv_pages and role == "prefill"
                                 else [])])
         deadline = time.time() + 120
@@ -117,7 +124,8 @@ class Cluster:
         if r.status != 200:
             raise RuntimeError("HTTP %d: %s" % (r.status, body))
         u = body["usage"]
-        return time.time() - t0, u["prompt_tokens"], u["prompt_tokens_details"]["cached_tokens"]
+        return (time.time() - t0, u["prompt_tokens"], u["prompt_tokens_details"]["cached_tokens"],
+                body["choices"][0]["text"])
 
     def metrics(self):
         c = http.client.HTTPConnection("127.0.0.1", self.http, timeout=10)
@@ -170,6 +178,55 @@ def ideal_cached(order, results, block):
             total += min(prev[s] // block, (r[1] - 1) // block) * block
         prev[s] = r[1]
     return total
+
+
+def run_conversation(a, policy):
+    """The conversation workload: each session's turns in order, sessions in parallel."""
+    cl = Cluster(a.build, a.model, policy, kv_pages=a.kv_pages)
+    rng = random.Random(5)
+    msgs = [[" ".join(rng.choice(WORDS) for _ in range(a.words)) + "." for _ in range(a.turns)]
+            for _ in range(a.sessions)]
+    results, lock, errors, nxt = [], threading.Lock(), [], [0]
+
+    def session_worker():
+        while True:
+            with lock:
+                s = nxt[0]
+                nxt[0] += 1
+            if s >= a.sessions:
+                return
+            prompt = "Session %d." % s
+            try:
+                for t in range(a.turns):
+                    prompt += " " + msgs[s][t]
+                    r = cl.complete(prompt, a.tokens)
+                    with lock:
+                        results.append(r)
+                    prompt += r[3]  # the answer, as a chat client sends it back
+            except Exception as e:  # reported, and the run is void
+                errors.append(repr(e))
+
+    try:
+        cl.complete("warm up.", 1)
+        t0 = time.time()
+        th = [threading.Thread(target=session_worker) for _ in range(a.concurrency)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
+        wall = time.time() - t0
+    finally:
+        cl.stop()
+    if errors:
+        raise RuntimeError("%s: %s" % (policy, errors[0]))
+    lat = sorted(r[0] for r in results)
+    prompt = sum(r[1] for r in results)
+    cached = sum(r[2] for r in results)
+    return {"policy": policy, "requests": len(results), "prompt_tokens": prompt,
+            "cached_tokens": cached, "computed_tokens": prompt - cached,
+            "cached_share": cached / prompt, "ideal_cached_tokens": 0, "of_ideal": 0,
+            "latency_mean_s": sum(lat) / len(lat), "latency_p90_s": lat[int(0.9 * (len(lat) - 1))],
+            "wall_s": wall}
 
 
 def run_policy(a, policy, order):
@@ -229,7 +286,7 @@ def main():
     ap.add_argument("--block-tokens", type=int, default=64, help="the nodes' kv_block_tokens")
     ap.add_argument("--kv-pages", type=int, default=0,
                     help="the prefill nodes' kv_pages (a small page cache: memory pressure)")
-    ap.add_argument("--workload", choices=("chat", "shared"), default="chat")
+    ap.add_argument("--workload", choices=("chat", "shared", "conversation"), default="chat")
     ap.add_argument("--prefix-words", type=int, default=200, help="shared: the common prefix")
     ap.add_argument("--policies", default="round_robin,load_balance,cache_aware,kvcache_centric")
     ap.add_argument("--json", action="store_true")
@@ -241,7 +298,8 @@ def main():
     rows = []
     for pol in a.policies.split(","):
         print("# %s: %d requests ..." % (pol, len(order)), file=sys.stderr, flush=True)
-        rows.append(run_policy(a, pol, order))
+        rows.append(run_conversation(a, pol) if a.workload == "conversation"
+                    else run_policy(a, pol, order))
     base = next((r for r in rows if r["policy"] == "round_robin"), rows[0])
     for r in rows:
         r["computed_vs_peer"] = r["computed_tokens"] / base["computed_tokens"]
