@@ -180,6 +180,37 @@ def ideal_cached(order, results, block):
     return total
 
 
+def drive(cl, worker, threads, policy, errors):
+    """Warm cl up, run `worker` on `threads` threads, stop cl; the timed wall seconds. A
+    worker's error (in `errors`) voids the run."""
+    try:
+        cl.complete("warm up.", 1)  # page in the weights everywhere before timing
+        t0 = time.time()
+        th = [threading.Thread(target=worker) for _ in range(threads)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
+        wall = time.time() - t0
+    finally:
+        cl.stop()
+    if errors:
+        raise RuntimeError("%s: %s" % (policy, errors[0]))
+    return wall
+
+
+def summarize(policy, results, wall, ideal):
+    """One table row from the requests' (latency, prompt tokens, cached tokens, text)."""
+    lat = sorted(r[0] for r in results)
+    prompt = sum(r[1] for r in results)
+    cached = sum(r[2] for r in results)
+    return {"policy": policy, "requests": len(results), "prompt_tokens": prompt,
+            "cached_tokens": cached, "computed_tokens": prompt - cached,
+            "cached_share": cached / prompt, "ideal_cached_tokens": ideal,
+            "of_ideal": cached / ideal if ideal else 0, "latency_mean_s": sum(lat) / len(lat),
+            "latency_p90_s": lat[int(0.9 * (len(lat) - 1))], "wall_s": wall}
+
+
 def run_conversation(a, policy):
     """The conversation workload: each session's turns in order, sessions in parallel."""
     cl = Cluster(a.build, a.model, policy, kv_pages=a.kv_pages)
@@ -206,27 +237,8 @@ def run_conversation(a, policy):
             except Exception as e:  # reported, and the run is void
                 errors.append(repr(e))
 
-    try:
-        cl.complete("warm up.", 1)
-        t0 = time.time()
-        th = [threading.Thread(target=session_worker) for _ in range(a.concurrency)]
-        for t in th:
-            t.start()
-        for t in th:
-            t.join()
-        wall = time.time() - t0
-    finally:
-        cl.stop()
-    if errors:
-        raise RuntimeError("%s: %s" % (policy, errors[0]))
-    lat = sorted(r[0] for r in results)
-    prompt = sum(r[1] for r in results)
-    cached = sum(r[2] for r in results)
-    return {"policy": policy, "requests": len(results), "prompt_tokens": prompt,
-            "cached_tokens": cached, "computed_tokens": prompt - cached,
-            "cached_share": cached / prompt, "ideal_cached_tokens": 0, "of_ideal": 0,
-            "latency_mean_s": sum(lat) / len(lat), "latency_p90_s": lat[int(0.9 * (len(lat) - 1))],
-            "wall_s": wall}
+    wall = drive(cl, session_worker, a.concurrency, policy, errors)
+    return summarize(policy, results, wall, 0)
 
 
 def run_policy(a, policy, order):
@@ -250,28 +262,8 @@ def run_policy(a, policy, order):
                 errors.append(repr(e))
                 return
 
-    try:
-        cl.complete("warm up.", 1)  # page in the weights everywhere before timing
-        t0 = time.time()
-        th = [threading.Thread(target=worker) for _ in range(a.concurrency)]
-        for t in th:
-            t.start()
-        for t in th:
-            t.join()
-        wall = time.time() - t0
-    finally:
-        cl.stop()
-    if errors:
-        raise RuntimeError("%s: %s" % (policy, errors[0]))
-    lat = sorted(r[0] for r in results)
-    prompt = sum(r[1] for r in results)
-    cached = sum(r[2] for r in results)
-    ideal = ideal_cached(order, results, a.block_tokens)
-    return {"policy": policy, "requests": len(results), "prompt_tokens": prompt,
-            "cached_tokens": cached, "computed_tokens": prompt - cached,
-            "cached_share": cached / prompt, "ideal_cached_tokens": ideal,
-            "of_ideal": cached / ideal if ideal else 0, "latency_mean_s": sum(lat) / len(lat),
-            "latency_p90_s": lat[int(0.9 * (len(lat) - 1))], "wall_s": wall}
+    wall = drive(cl, worker, a.concurrency, policy, errors)
+    return summarize(policy, results, wall, ideal_cached(order, results, a.block_tokens))
 
 
 def main():
