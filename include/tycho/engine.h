@@ -26,6 +26,10 @@ struct ty_engine_opts {
     uint32_t max_ctx;          /* context per sequence, 0 = the model's (capped at 4096) */
     uint32_t max_batch_tokens; /* tokens per forward call (prefill chunk size), 0 = 512 */
     bool no_prefix_sharing;
+    const char *kv_dtype;      /* KV cache element type: "f32", "f16" or "auto" (NULL): f16 on
+                                * the CPU backend for a model whose matrices are 16-bit or
+                                * quantized (what llama.cpp keeps by default), else f32.
+                                * The CUDA backend keeps f32 (TY_ENOTSUP for "f16"). */
     ty_kvpool_block_cb kv_block_cb; /* optional: the pool's prefix index changes, on the
                                      * engine's thread (tycho/kvpool.h) */
     void *kv_block_arg;
@@ -36,8 +40,9 @@ struct ty_engine_opts {
     bool cuda_no_graphs;       /* cuda: no CUDA graphs for decode steps */
 };
 
-/* Returns 0, TY_EINVAL (bad options, unknown backend), TY_ENOTSUP (backend not in this
- * build), TY_ENODEV (no CUDA device), TY_ENOMEM or TY_ECUDA. */
+/* Returns 0, TY_EINVAL (bad options, unknown backend or kv_dtype), TY_ENOTSUP (backend not in
+ * this build, or a kv_dtype it cannot run), TY_ENODEV (no CUDA device), TY_ENOMEM or
+ * TY_ECUDA. */
 int ty_engine_new(ty_engine_t **out, const ty_model_t *m, const struct ty_engine_opts *opts);
 void ty_engine_free(ty_engine_t *e);
 ty_kvpool_t *ty_engine_pool(ty_engine_t *e);

@@ -1,4 +1,5 @@
-/* KV page pool: per layer, K and V arrays laid out [page][kv_head][token][head_dim] (f32),
+/* KV page pool: per layer, K and V arrays laid out [page][kv_head][token][head_dim] (f32, or
+ * IEEE f16 with opts.dtype = TY_KV_F16: half the memory and half the bytes moved per page),
  * pages of B = block_tokens tokens (DESIGN.md §4). Page memory is host memory, or memory a
  * backend supplies through struct ty_kvpool_storage (device memory of a GPU backend); the
  * bookkeeping is the same either way. A sequence owns a block table (page ids) and
@@ -44,10 +45,23 @@ struct ty_kvpool_storage {
  * _seq_commit, _seq_import_begin, _seq_import_done and _seq_import; it must not call the pool. */
 typedef void (*ty_kvpool_block_cb)(void *arg, uint64_t hash, bool stored);
 
+/* Element type of page memory. */
+enum ty_kv_dtype {
+    TY_KV_F32 = 0,
+    TY_KV_F16 = 1, /* IEEE half, rounded to nearest even when stored */
+};
+/* "f32" / "f16" (the name in configs, node registrations and ty_hash_prefix_seed()). */
+const char *ty_kv_dtype_name(enum ty_kv_dtype t);
+/* Parse "f32" or "f16"; returns 0 or TY_EINVAL. */
+int ty_kv_dtype_parse(const char *s, enum ty_kv_dtype *out);
+/* Bytes of one element. */
+size_t ty_kv_dtype_size(enum ty_kv_dtype t);
+
 struct ty_kvpool_opts {
     uint32_t n_layers, n_kv_heads, head_dim;
     uint32_t block_tokens; /* B; default 64 when 0 */
     uint32_t n_pages;      /* pages per layer */
+    enum ty_kv_dtype dtype; /* element type of page memory (TY_KV_F32 = 0) */
     uint64_t hash_seed;    /* prefix hash seed (ty_hash_prefix_seed()) */
     bool no_prefix_sharing;
     const struct ty_kvpool_storage *storage; /* NULL: host memory; copied */
@@ -69,8 +83,9 @@ uint32_t ty_kvpool_pages_total(const ty_kvpool_t *p);
  * ty_kvpool_pages_cached() of them, counted as free capacity, not as used. */
 uint32_t ty_kvpool_pages_used(const ty_kvpool_t *p);
 uint32_t ty_kvpool_pages_cached(const ty_kvpool_t *p);
-/* Bytes of one page's K (or V) chunk for one layer: n_kv_heads * B * head_dim * 4. */
+/* Bytes of one page's K (or V) chunk for one layer: n_kv_heads * B * head_dim * element size. */
 size_t ty_kvpool_page_bytes(const ty_kvpool_t *p);
+enum ty_kv_dtype ty_kvpool_dtype(const ty_kvpool_t *p);
 /* True when page memory is host memory (no storage hooks): only then may the host
  * dereference what ty_kvpool_k/v and the layer ranges return. */
 bool ty_kvpool_is_host(const ty_kvpool_t *p);
@@ -78,10 +93,10 @@ bool ty_kvpool_is_host(const ty_kvpool_t *p);
  * the storage's copy hook otherwise). Returns 0 or the hook's TY_E*. */
 int ty_kvpool_copy_in(ty_kvpool_t *p, void *pool_dst, const void *host_src, size_t n);
 int ty_kvpool_copy_out(ty_kvpool_t *p, void *host_dst, const void *pool_src, size_t n);
-/* K or V chunk of `page` in `layer`: float (n_kv_heads, B, head_dim), in page memory (see
- * ty_kvpool_is_host()). */
-float *ty_kvpool_k(ty_kvpool_t *p, uint32_t layer, uint32_t page);
-float *ty_kvpool_v(ty_kvpool_t *p, uint32_t layer, uint32_t page);
+/* K or V chunk of `page` in `layer`: (n_kv_heads, B, head_dim) elements of the pool's dtype,
+ * in page memory (see ty_kvpool_is_host()). */
+void *ty_kvpool_k(ty_kvpool_t *p, uint32_t layer, uint32_t page);
+void *ty_kvpool_v(ty_kvpool_t *p, uint32_t layer, uint32_t page);
 
 /* A new empty sequence. */
 int ty_kvpool_seq_new(ty_kvpool_t *p, ty_kvseq_t **out);
@@ -121,7 +136,8 @@ int ty_kvpool_seq_layer_ranges(ty_kvpool_t *p, const ty_kvseq_t *s, uint32_t lay
 int ty_kvpool_seq_import_begin(ty_kvpool_t *p, ty_kvseq_t *s, const uint32_t *tokens, uint32_t n);
 int ty_kvpool_seq_import_done(ty_kvpool_t *p, ty_kvseq_t *s);
 
-/* Flat serialisation of a sequence's KV (header, tokens, then per layer the ranges above),
+/* Flat serialisation of a sequence's KV (header with the geometry and dtype, tokens, then per
+ * layer the ranges above),
  * e.g. for files or a single transfer; always host memory, the same bytes for host and device
  * pools (so KV moves between backends). export: malloc'ed buffer the caller frees. import:
  * validates the header against this pool's geometry (TY_EFORMAT with a reason); on a copy

@@ -29,11 +29,12 @@ static void usage(FILE *f)
             "         [--temp T] [--seed S] [--top-k K] [--top-p P] [--min-p P]\n"
             "         [--repeat-penalty R] [--presence-penalty P] [--frequency-penalty F]\n"
             "         [--stop STR]... [--logprobs N] [--ignore-eos] [--chat] [--json] [--raw]\n"
-            "         [--threads N] [--kv-block B] [--batch-tokens N]\n"
+            "         [--threads N] [--kv-block B] [--kv-dtype auto|f32|f16] [--batch-tokens N]\n"
             "         [--backend cpu|cuda] [--device N] [--weights auto|f32|f16|bf16]\n"
             "         [--no-graphs]\n"
             "  PATH is a .gguf file or a Hugging Face model directory.\n"
             "  --backend cuda runs on GPU N (--device) with weights of the given type.\n"
+            "  --kv-dtype: KV cache elements (auto: f16 for a 16-bit or quantized model on cpu).\n"
             "  --raw: do not add BOS; --ignore-eos: always generate N tokens.\n");
 }
 
@@ -116,6 +117,10 @@ static int parse_opt(struct gen_args *a, int c, const char *arg)
     case 'T': ok = parse_u32(arg, &a->eo.n_threads) && a->eo.n_threads <= 64; break;
     case 'B': ok = parse_u32(arg, &a->eo.kv_block_tokens) && a->eo.kv_block_tokens; break;
     case 'b': ok = parse_u32(arg, &a->eo.max_batch_tokens) && a->eo.max_batch_tokens; break;
+    case 'X':
+        ok = !strcmp(arg, "auto") || !strcmp(arg, "f32") || !strcmp(arg, "f16");
+        a->eo.kv_dtype = arg;
+        break;
     case 'E': a->gp.ignore_eos = true; break;
     case 'c': a->chat = true; break;
     case 'j': a->json = true; break;
@@ -133,7 +138,7 @@ static int parse_args(struct gen_args *a, int argc, char **argv)
         {"min-p", 1, 0, 'M'}, {"repeat-penalty", 1, 0, 'r'}, {"presence-penalty", 1, 0, 'e'},
         {"frequency-penalty", 1, 0, 'f'}, {"logprobs", 1, 0, 'L'}, {"stop", 1, 0, 'S'},
         {"threads", 1, 0, 'T'}, {"kv-block", 1, 0, 'B'}, {"batch-tokens", 1, 0, 'b'},
-        {"backend", 1, 0, 'K'}, {"device", 1, 0, 'D'}, {"weights", 1, 0, 'W'},
+        {"kv-dtype", 1, 0, 'X'}, {"backend", 1, 0, 'K'}, {"device", 1, 0, 'D'}, {"weights", 1, 0, 'W'},
         {"no-graphs", 0, 0, 'G'}, {"ignore-eos", 0, 0, 'E'}, {"chat", 0, 0, 'c'},
         {"json", 0, 0, 'j'}, {"raw", 0, 0, 'R'},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};

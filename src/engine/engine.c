@@ -5,7 +5,9 @@
 
 #include "tycho/clock.h"
 #include "tycho/errors.h"
+#include "tycho/gguf.h"
 #include "tycho/hash.h"
+#include "tycho/log.h"
 #include "tycho/tokenizer.h"
 
 #include <stdio.h>
@@ -34,10 +36,22 @@ static int make_backend_and_pool(ty_engine_t *e, const struct ty_engine_opts *o)
     int dev = ty_backend_kv_storage(e->be, &st);
     if (dev < 0)
         return dev;
+    bool cpu = !strcmp(ty_backend_name(e->be), "cpu");
+    enum ty_kv_dtype dt = TY_KV_F32;
+    if (!o->kv_dtype || !strcmp(o->kv_dtype, "auto"))
+        dt = cpu && c->weight_type != TY_GGML_F32 ? TY_KV_F16 : TY_KV_F32;
+    else if (ty_kv_dtype_parse(o->kv_dtype, &dt))
+        return TY_EINVAL;
+    if (dt != TY_KV_F32 && !cpu) {
+        TY_LOG_ERROR("engine", "kv_dtype %s: the %s backend keeps its KV cache in f32",
+                     ty_kv_dtype_name(dt), ty_backend_name(e->be));
+        return TY_ENOTSUP;
+    }
     struct ty_kvpool_opts po = {
         .n_layers = c->n_layers, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
-        .block_tokens = o->kv_block_tokens, .n_pages = o->kv_pages,
-        .hash_seed = ty_hash_prefix_seed(ty_model_desc(e->m), "f32", o->kv_block_tokens, NULL),
+        .block_tokens = o->kv_block_tokens, .n_pages = o->kv_pages, .dtype = dt,
+        .hash_seed = ty_hash_prefix_seed(ty_model_desc(e->m), ty_kv_dtype_name(dt),
+                                         o->kv_block_tokens, NULL),
         .no_prefix_sharing = o->no_prefix_sharing, .storage = dev ? &st : NULL,
         .block_cb = o->kv_block_cb, .block_arg = o->kv_block_arg};
     return ty_kvpool_new(&e->pool, &po);

@@ -36,8 +36,8 @@ struct slot {
 struct ty_kvpool {
     struct ty_kvpool_opts o;
     struct ty_kvpool_storage st; /* alloc == NULL: host memory */
-    size_t page_floats; /* n_kv_heads * B * head_dim */
-    float **k, **v;     /* [layer] -> (n_pages, n_kv_heads, B, head_dim) */
+    size_t page_bytes;  /* n_kv_heads * B * head_dim * element size */
+    unsigned char **k, **v; /* [layer] -> (n_pages, n_kv_heads, B, head_dim) elements */
     uint32_t *ref;      /* [page] */
     uint64_t *page_hash;
     bool *page_indexed;
@@ -50,12 +50,33 @@ struct ty_kvpool {
     uint32_t n_tombs; /* tombstones in idx: rebuilt when they pile up */
 };
 
-static float *page_alloc(ty_kvpool_t *p, size_t bytes)
+const char *ty_kv_dtype_name(enum ty_kv_dtype t)
+{
+    return t == TY_KV_F16 ? "f16" : "f32";
+}
+
+int ty_kv_dtype_parse(const char *s, enum ty_kv_dtype *out)
+{
+    if (s && !strcmp(s, "f32"))
+        *out = TY_KV_F32;
+    else if (s && !strcmp(s, "f16"))
+        *out = TY_KV_F16;
+    else
+        return TY_EINVAL;
+    return 0;
+}
+
+size_t ty_kv_dtype_size(enum ty_kv_dtype t)
+{
+    return t == TY_KV_F16 ? 2 : 4;
+}
+
+static void *page_alloc(ty_kvpool_t *p, size_t bytes)
 {
     return p->st.alloc ? p->st.alloc(p->st.ctx, bytes) : calloc(1, bytes);
 }
 
-static void page_release(ty_kvpool_t *p, float *ptr)
+static void page_release(ty_kvpool_t *p, void *ptr)
 {
     if (ptr && p->st.alloc)
         p->st.free(p->st.ctx, ptr);
@@ -70,7 +91,7 @@ int ty_kvpool_new(ty_kvpool_t **out, const struct ty_kvpool_opts *opts)
     if (!o.block_tokens)
         o.block_tokens = 64;
     if (!o.n_layers || !o.n_kv_heads || !o.head_dim || !o.n_pages || o.n_pages > (1u << 28) ||
-        o.block_tokens > 65536 || (o.storage && (!o.storage->alloc || !o.storage->free ||
+        o.block_tokens > 65536 || (o.dtype != TY_KV_F32 && o.dtype != TY_KV_F16) || (o.storage && (!o.storage->alloc || !o.storage->free ||
                                                   !o.storage->copy)))
         return TY_EINVAL;
     ty_kvpool_t *p = calloc(1, sizeof(*p));
@@ -80,9 +101,9 @@ int ty_kvpool_new(ty_kvpool_t **out, const struct ty_kvpool_opts *opts)
     p->o.storage = NULL;
     if (o.storage)
         p->st = *o.storage;
-    p->page_floats = (size_t)o.n_kv_heads * o.block_tokens * o.head_dim;
-    p->k = calloc(o.n_layers, sizeof(float *));
-    p->v = calloc(o.n_layers, sizeof(float *));
+    p->page_bytes = (size_t)o.n_kv_heads * o.block_tokens * o.head_dim * ty_kv_dtype_size(o.dtype);
+    p->k = calloc(o.n_layers, sizeof(*p->k));
+    p->v = calloc(o.n_layers, sizeof(*p->v));
     p->ref = calloc(o.n_pages, sizeof(uint32_t));
     p->page_hash = calloc(o.n_pages, sizeof(uint64_t));
     p->page_indexed = calloc(o.n_pages, sizeof(bool));
@@ -98,8 +119,8 @@ int ty_kvpool_new(ty_kvpool_t **out, const struct ty_kvpool_opts *opts)
         !p->lru_prev || !p->lru_next || !p->idx)
         goto err;
     for (uint32_t l = 0; l < o.n_layers; l++) {
-        p->k[l] = page_alloc(p, o.n_pages * p->page_floats * sizeof(float));
-        p->v[l] = page_alloc(p, o.n_pages * p->page_floats * sizeof(float));
+        p->k[l] = page_alloc(p, o.n_pages * p->page_bytes);
+        p->v[l] = page_alloc(p, o.n_pages * p->page_bytes);
         if (!p->k[l] || !p->v[l])
             goto err;
     }
@@ -164,7 +185,12 @@ uint32_t ty_kvpool_pages_cached(const ty_kvpool_t *p)
 
 size_t ty_kvpool_page_bytes(const ty_kvpool_t *p)
 {
-    return p->page_floats * sizeof(float);
+    return p->page_bytes;
+}
+
+enum ty_kv_dtype ty_kvpool_dtype(const ty_kvpool_t *p)
+{
+    return p->o.dtype;
 }
 
 bool ty_kvpool_is_host(const ty_kvpool_t *p)
@@ -188,14 +214,14 @@ int ty_kvpool_copy_out(ty_kvpool_t *p, void *host_dst, const void *pool_src, siz
     return 0;
 }
 
-float *ty_kvpool_k(ty_kvpool_t *p, uint32_t layer, uint32_t page)
+void *ty_kvpool_k(ty_kvpool_t *p, uint32_t layer, uint32_t page)
 {
-    return p->k[layer] + (size_t)page * p->page_floats;
+    return p->k[layer] + (size_t)page * p->page_bytes;
 }
 
-float *ty_kvpool_v(ty_kvpool_t *p, uint32_t layer, uint32_t page)
+void *ty_kvpool_v(ty_kvpool_t *p, uint32_t layer, uint32_t page)
 {
-    return p->v[layer] + (size_t)page * p->page_floats;
+    return p->v[layer] + (size_t)page * p->page_bytes;
 }
 
 /* ---- prefix index ---------------------------------------------------------------------- */
@@ -500,16 +526,19 @@ int ty_kvpool_seq_import_done(ty_kvpool_t *p, ty_kvseq_t *s)
 
 #define KV_MAGIC 0x564b5954u /* "TYKV" */
 
+/* version 1: f32 pages; version 2 adds the element type */
 struct kv_header {
     uint32_t magic, version;
     uint32_t n_layers, n_kv_heads, head_dim, block_tokens;
     uint32_t n_tokens, n_pages;
+    uint32_t dtype, reserved;
 };
+#define KV_HEADER_V1 (8 * sizeof(uint32_t))
 
 int ty_kvpool_seq_export(ty_kvpool_t *p, const ty_kvseq_t *s, void **buf, size_t *len)
 {
-    struct kv_header h = {KV_MAGIC, 1, p->o.n_layers, p->o.n_kv_heads, p->o.head_dim,
-                          p->o.block_tokens, s->n_tokens, s->n_pages};
+    struct kv_header h = {KV_MAGIC, 2, p->o.n_layers, p->o.n_kv_heads, p->o.head_dim,
+                          p->o.block_tokens, s->n_tokens, s->n_pages, (uint32_t)p->o.dtype, 0};
     size_t pb = ty_kvpool_page_bytes(p);
     size_t total = sizeof(h) + (size_t)s->n_tokens * 4 + (size_t)p->o.n_layers * s->n_pages * 2 * pb;
     unsigned char *b = malloc(total);
@@ -540,18 +569,25 @@ int ty_kvpool_seq_export(ty_kvpool_t *p, const ty_kvseq_t *s, void **buf, size_t
 
 int ty_kvpool_seq_import(ty_kvpool_t *p, ty_kvseq_t *s, const void *buf, size_t len)
 {
-    struct kv_header h;
-    size_t pb = ty_kvpool_page_bytes(p);
-    if (len < sizeof(h))
+    struct kv_header h = {0};
+    size_t pb = ty_kvpool_page_bytes(p), hsize = sizeof(h);
+    if (len < KV_HEADER_V1)
         return TY_EFORMAT;
-    memcpy(&h, buf, sizeof(h));
+    memcpy(&h, buf, KV_HEADER_V1);
+    if (h.version == 1) {
+        hsize = KV_HEADER_V1; /* f32 */
+    } else if (h.version == 2 && len >= sizeof(h)) {
+        memcpy(&h, buf, sizeof(h));
+    } else {
+        return TY_EFORMAT;
+    }
     uint32_t B = p->o.block_tokens;
-    if (h.magic != KV_MAGIC || h.version != 1 || h.n_layers != p->o.n_layers ||
+    if (h.magic != KV_MAGIC || h.dtype != (uint32_t)p->o.dtype || h.n_layers != p->o.n_layers ||
         h.n_kv_heads != p->o.n_kv_heads || h.head_dim != p->o.head_dim || h.block_tokens != B ||
         h.n_pages != (h.n_tokens + B - 1) / B ||
-        len != sizeof(h) + (size_t)h.n_tokens * 4 + (size_t)h.n_layers * h.n_pages * 2 * pb)
+        len != hsize + (size_t)h.n_tokens * 4 + (size_t)h.n_layers * h.n_pages * 2 * pb)
         return TY_EFORMAT;
-    const unsigned char *src = (const unsigned char *)buf + sizeof(h);
+    const unsigned char *src = (const unsigned char *)buf + hsize;
     int rc = ty_kvpool_seq_import_begin(p, s, (const uint32_t *)src, h.n_tokens);
     if (rc)
         return rc;

@@ -51,6 +51,7 @@ static int start_engine(struct node *s)
     struct ty_engine_opts eo = {.n_threads = s->cfg.threads,
                                 .kv_block_tokens = s->cfg.kv_block_tokens,
                                 .kv_pages = s->cfg.kv_pages, .max_seqs = 4,
+                                .kv_dtype = ty_cluster_kv_dtype_names[s->cfg.kv_cache_dtype],
                                 .max_ctx = s->cfg.max_ctx,
                                 .max_batch_tokens = s->cfg.chunk_tokens,
                                 .kv_block_cb = on_kv_block, .kv_block_arg = s->kv_events};
@@ -107,6 +108,7 @@ static int start_node(struct node *s, uv_loop_t *loop)
         .segment = ty_xfer_engine_name(s->xfer), .model = s->model,
         .model_path = s->cfg.model_path, .kv_pages = ty_kvpool_pages_total(pool),
         .block_tokens = ty_kvpool_block_tokens(pool), .max_batch = s->cfg.chunk_tokens,
+        .kv_dtype = ty_kv_dtype_name(ty_kvpool_dtype(pool)),
         .heartbeat_interval_ms = (uint32_t)(s->cfg.heartbeat_interval_ns / 1000000),
         .load_cb = ty_prefill_load, .load_arg = s->prefill, .kv_events = s->kv_events,
         .timings = s->timings};

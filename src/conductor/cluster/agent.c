@@ -73,7 +73,7 @@ static void send_register(ty_cluster_agent_t *a)
     const struct ty_model_config *mc = ty_model_config(a->o.model);
     Tycho__V1__ModelFingerprint fp = TYCHO__V1__MODEL_FINGERPRINT__INIT;
     fp.model_id = a->model_id;
-    fp.dtype = "f32";
+    fp.dtype = (char *)(a->o.kv_dtype ? a->o.kv_dtype : "f32");
     fp.n_layers = mc->n_layers;
     fp.n_kv_heads = mc->n_kv_heads;
     fp.head_dim = mc->head_dim;

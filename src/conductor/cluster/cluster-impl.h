@@ -30,6 +30,7 @@ struct ty__cnode {
     uint32_t n_queued;        /* how many requests that is */
     char segment[TY_XFER_NAME_MAX + 1];
     uint32_t block_tokens;
+    char kv_dtype[8];     /* as registered: "f32" or "f16" */
     uint64_t session, last_hb_ms;
     ty_rpc_client_t *rpc; /* to the node's RPC server; NULL while dead */
     bool lost;            /* connection dropped: reaped on the next tick */
@@ -74,6 +75,8 @@ struct ty__place {
     ty_sched_t *s;
     bool refit;
     uint32_t block_tokens; /* B of the prefill nodes (0 until the first registered) */
+    char kv_dtype[8];      /* KV element type of the nodes ("" until the first registered) */
+    bool cost_auto;        /* the cost model is the auto (CPU) profile, made for f32 KV */
     uint64_t hash_seed;
     uint32_t expected_output;
     char class_names[TY_SCHED_MAX_CLASSES][64]; /* the model's SLO classes, in slo: order */

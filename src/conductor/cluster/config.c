@@ -116,6 +116,8 @@ const struct ty_config_struct ty_cluster_config_table =
 
 /* ---- the engine settings (nodes at the root, `tycho serve` in `engine:`) --------------------- */
 
+const char *const ty_cluster_kv_dtype_names[] = {"auto", "f32", "f16", NULL};
+
 #define ENGINE_ROWS(T)                                                                            \
     {.key = "threads", .type = TY_CONFIG_UINT, TY_CONFIG_AT(T, threads), .def = "1", .min = "1",  \
      .max = "256", .help = "CPU threads of the engine"},                                          \
@@ -123,6 +125,10 @@ const struct ty_config_struct ty_cluster_config_table =
      .def = "64", .min = "1", .max = "4096", .help = "tokens per KV page (same on every node)"},  \
     {.key = "kv_pages", .type = TY_CONFIG_UINT, TY_CONFIG_AT(T, kv_pages), .def = "0",            \
      .max = "16777216", .help = "KV pages per layer; 0: max_batch_size full contexts"},           \
+    {.key = "kv_cache_dtype", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(T, kv_cache_dtype),            \
+     .def = "auto", .enum_names = ty_cluster_kv_dtype_names,                                     \
+     .help = "KV cache elements: f32, f16 (half the memory and transfer), auto (f16 for a "      \
+             "16-bit or quantized model on the CPU backend, else f32; same on every node)"},     \
     {.key = "max_batch_size", .type = TY_CONFIG_UINT, TY_CONFIG_AT(T, max_batch_size),            \
      .def = "64", .min = "1", .max = "4096",                                                      \
      .help = "sequences decoded together (decode node, tycho serve)"}

@@ -223,6 +223,9 @@ int ty__place_init(ty_cluster_t *c, const struct ty_cluster_opts *o)
     if (rc)
         return rc;
     p->refit = o->cost ? o->cost->refit : true;
+    /* the auto profile assumed f32 KV: rescaled to the nodes' type when they register */
+    p->cost_auto = !o->cost || !o->cost->profile || !*o->cost->profile ||
+                   !strcmp(o->cost->profile, "auto");
     uint32_t window = o->cost && o->cost->refit_window ? o->cost->refit_window : 256;
     p->expected_output = o->expected_output_tokens ? o->expected_output_tokens : 256;
     if ((rc = ring_init(&p->prefill, window)) || (rc = ring_init(&p->decode, window)) ||
@@ -271,6 +274,28 @@ static bool is_prefill(const struct ty__cnode *n)
 int ty__place_node_up(ty_cluster_t *c, struct ty__cnode *n, char *why, size_t cap)
 {
     struct ty__place *p = &c->place;
+    if (strcmp(n->kv_dtype, p->kv_dtype)) {
+        /* KV pages move between nodes as bytes and the prefix hashes name the element type:
+         * one type in the cluster (while a node of the other type is up) */
+        for (size_t i = 0; i < c->n_nodes && p->kv_dtype[0]; i++) {
+            const struct ty__cnode *o = c->nodes[i];
+            if (o != n && o->in_sched) {
+                snprintf(why, cap, "kv_cache_dtype %s differs from node %s's %s", n->kv_dtype,
+                         o->info.id, p->kv_dtype);
+                return TY_EINVAL;
+            }
+        }
+        double was = strcmp(p->kv_dtype, "f16") ? 4.0 : 2.0;
+        double now = strcmp(n->kv_dtype, "f16") ? 4.0 : 2.0;
+        if (p->cost_auto && was != now) { /* KV bytes moved and read per token */
+            struct ty_sched_cost cost = ty_sched_opts_get(p->s)->cost;
+            cost.kv_bytes_per_token *= now / was;
+            cost.decode[2] *= now / was;
+            ty_sched_set_cost(p->s, &cost);
+        }
+        snprintf(p->kv_dtype, sizeof(p->kv_dtype), "%s", n->kv_dtype);
+        p->block_tokens = 0; /* the seed below depends on it */
+    }
     if (is_prefill(n) && n->block_tokens != p->block_tokens) {
         /* hashes depend on the block size: one size among the prefill nodes */
         for (size_t i = 0; i < c->n_nodes && p->block_tokens; i++) {
@@ -282,8 +307,8 @@ int ty__place_node_up(ty_cluster_t *c, struct ty__cnode *n, char *why, size_t ca
             }
         }
         p->block_tokens = n->block_tokens;
-        p->hash_seed = ty_hash_prefix_seed(ty_model_desc(c->o.model), "f32", p->block_tokens,
-                                           NULL);
+        p->hash_seed = ty_hash_prefix_seed(ty_model_desc(c->o.model), p->kv_dtype,
+                                           p->block_tokens, NULL);
         struct ty_sched_cost cost = ty_sched_opts_get(p->s)->cost;
         cost.block_tokens = p->block_tokens;
         ty_sched_set_cost(p->s, &cost);

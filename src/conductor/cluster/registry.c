@@ -173,6 +173,9 @@ static bool register_valid(const Tycho__V1__RegisterNode *m, char *why, size_t c
         bad = "transfer_segment missing or too long";
     else if (!m->capacity || !m->capacity->block_tokens)
         bad = "capacity.block_tokens missing";
+    else if (m->model && m->model->dtype[0] && strcmp(m->model->dtype, "f32") &&
+             strcmp(m->model->dtype, "f16"))
+        bad = "model.dtype (the KV cache's) must be f32 or f16";
     if (bad)
         snprintf(why, cap, "%s", bad);
     return !bad;
@@ -245,6 +248,8 @@ static int node_register(ty_cluster_t *c, const Tycho__V1__RegisterNode *m, char
     snprintf(n->info.address, sizeof(n->info.address), "%s", m->address);
     snprintf(n->segment, sizeof(n->segment), "%s", m->transfer_segment);
     n->block_tokens = m->capacity->block_tokens;
+    snprintf(n->kv_dtype, sizeof(n->kv_dtype), "%s",
+             m->model && m->model->dtype[0] ? m->model->dtype : "f32");
     n->kv_pages = m->capacity->kv_pages;
     n->max_batch = m->capacity->max_batch;
     int rc = ty__place_node_up(c, n, why, cap);

@@ -16,6 +16,16 @@ void ty__cpu_row_to_f32(const struct ty_weight *w, uint64_t row, float *out);
 /* The IEEE half -> f32 table (all 65536 values, built once). */
 const float *ty__cpu_f16_table(void);
 
+/* AVX2 + FMA + F16C usable on this CPU (probed once). */
+bool ty__cpu_have_avx2(void);
+
+/* Rows of IEEE halves <-> f32 (half.c): exact widening; narrowing rounds to nearest even
+ * (subnormals kept, overflow to inf, NaN stays NaN), the same bits with or without F16C. */
+void ty__cpu_half_to_f32(const uint16_t *x, float *y, size_t n);
+void ty__cpu_f32_to_half(const float *x, uint16_t *y, size_t n);
+/* One value, the scalar rule (what the rows give without F16C). */
+uint16_t ty__cpu_f32_to_half1(float f);
+
 typedef struct ty_cpu_pool ty_cpu_pool_t;
 
 /* y (T, w->rows) = x (T, w->cols) · w^T. F32 weights go straight to OpenBLAS; F16, BF16 and

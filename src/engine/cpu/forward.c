@@ -40,6 +40,8 @@ struct fwd {
     float *att;       /* (T, Q) attention output */
     float *hb, *hb2;  /* (T, F) */
     float *scores;    /* (n_threads, max_ctx) */
+    float *kvrow;     /* (n_threads, head_dim): an f16 K or V row widened */
+    bool half;        /* the pool holds f16 */
     ty_cpu_pool_t *pool; /* the backend's workers (few-token matmuls, attention) */
     float *tile;      /* (tile_floats) matmul conversion scratch */
     size_t tile_floats;
@@ -60,6 +62,27 @@ static void cpu_free(ty_backend_t *b)
     free(b);
 }
 
+/* Row `r` (hd elements) of a K or V page chunk as f32: in place for an f32 pool, widened into
+ * `tmp` for an f16 one (so both run the same float arithmetic on what the pool holds). */
+static const float *kv_row(const struct fwd *f, const void *chunk, size_t r, float *tmp)
+{
+    uint32_t hd = f->m->cfg.head_dim;
+    if (!f->half)
+        return (const float *)chunk + r * hd;
+    ty__cpu_half_to_f32((const uint16_t *)chunk + r * hd, tmp, hd);
+    return tmp;
+}
+
+/* Store one f32 row into row `r` of a page chunk, narrowed for an f16 pool. */
+static void kv_store(const struct fwd *f, void *chunk, size_t r, const float *x)
+{
+    uint32_t hd = f->m->cfg.head_dim;
+    if (f->half)
+        ty__cpu_f32_to_half(x, (uint16_t *)chunk + r * hd, hd);
+    else
+        memcpy((float *)chunk + r * hd, x, hd * sizeof(float));
+}
+
 /* Attention for tasks [begin, end) of T * n_heads (token t, head h), causal over positions
  * 0..pos[t] of t's sequence, all of which are in the pool by now. */
 static void attn_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
@@ -69,6 +92,7 @@ static void attn_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
     uint32_t hd = c->head_dim, B = f->B, group = c->n_heads / c->n_kv_heads;
     float scale = 1.0f / sqrtf((float)hd);
     float *sc = f->scores + (size_t)thread * f->max_ctx; /* (max_ctx) */
+    float *row = f->kvrow + (size_t)thread * hd;
     for (uint32_t task = begin; task < end; task++) {
         uint32_t t = task / c->n_heads, h = task % c->n_heads, kvh = h / group, n = f->pos[t] + 1;
         if (f->batch->seqs[f->seq_of[t]].n > 1)
@@ -78,8 +102,8 @@ static void attn_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
         float *out = f->att + ((size_t)t * c->n_heads + h) * hd;
         float mx = -INFINITY;
         for (uint32_t j = 0; j < n; j++) {
-            const float *kp = ty_kvpool_k(f->kv, f->layer, pages[j / B]) +
-                              ((size_t)kvh * B + j % B) * hd; /* (hd) */
+            const float *kp = kv_row(f, ty_kvpool_k(f->kv, f->layer, pages[j / B]),
+                                     (size_t)kvh * B + j % B, row); /* (hd) */
             float d = 0;
             for (uint32_t i = 0; i < hd; i++)
                 d += qv[i] * kp[i];
@@ -94,8 +118,8 @@ static void attn_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
         float inv = (float)(1.0 / sum);
         memset(out, 0, hd * sizeof(float));
         for (uint32_t j = 0; j < n; j++) {
-            const float *vp = ty_kvpool_v(f->kv, f->layer, pages[j / B]) +
-                              ((size_t)kvh * B + j % B) * hd;
+            const float *vp = kv_row(f, ty_kvpool_v(f->kv, f->layer, pages[j / B]),
+                                     (size_t)kvh * B + j % B, row);
             float a = sc[j] * inv;
             for (uint32_t i = 0; i < hd; i++)
                 out[i] += a * vp[i];
@@ -112,8 +136,15 @@ static void gather_kv(struct fwd *f, const uint32_t *pages, uint32_t kvh, uint32
     for (uint32_t j = 0; j < ctx; j += B) {
         uint32_t n = ctx - j < B ? ctx - j : B;
         size_t off = (size_t)kvh * B * hd;
-        memcpy(kc + (size_t)j * hd, ty_kvpool_k(f->kv, f->layer, pages[j / B]) + off, n * hd * 4);
-        memcpy(vc + (size_t)j * hd, ty_kvpool_v(f->kv, f->layer, pages[j / B]) + off, n * hd * 4);
+        const void *kp = ty_kvpool_k(f->kv, f->layer, pages[j / B]);
+        const void *vp = ty_kvpool_v(f->kv, f->layer, pages[j / B]);
+        if (f->half) {
+            ty__cpu_half_to_f32((const uint16_t *)kp + off, kc + (size_t)j * hd, (size_t)n * hd);
+            ty__cpu_half_to_f32((const uint16_t *)vp + off, vc + (size_t)j * hd, (size_t)n * hd);
+        } else {
+            memcpy(kc + (size_t)j * hd, (const float *)kp + off, (size_t)n * hd * 4);
+            memcpy(vc + (size_t)j * hd, (const float *)vp + off, (size_t)n * hd * 4);
+        }
     }
 }
 
@@ -206,11 +237,11 @@ static void qkv_and_store(struct fwd *f, const struct ty_layer_weights *L)
             ty__cpu_rope(qt + h * hd, hd, f->pos[t], f->m);
         const uint32_t *pages = ty_kvseq_pages(f->batch->seqs[f->seq_of[t]].seq);
         uint32_t page = pages[f->pos[t] / B], slot = f->pos[t] % B;
-        float *kp = ty_kvpool_k(f->kv, f->layer, page), *vp = ty_kvpool_v(f->kv, f->layer, page);
+        void *kp = ty_kvpool_k(f->kv, f->layer, page), *vp = ty_kvpool_v(f->kv, f->layer, page);
         for (uint32_t h = 0; h < c->n_kv_heads; h++) {
             ty__cpu_rope(kt + h * hd, hd, f->pos[t], f->m);
-            memcpy(kp + ((size_t)h * B + slot) * hd, kt + h * hd, hd * sizeof(float));
-            memcpy(vp + ((size_t)h * B + slot) * hd, vt + h * hd, hd * sizeof(float));
+            kv_store(f, kp, (size_t)h * B + slot, kt + h * hd);
+            kv_store(f, vp, (size_t)h * B + slot, vt + h * hd);
         }
     }
 }
@@ -281,7 +312,7 @@ static int carve(struct cpu_ctx *cc, struct fwd *f, uint32_t T, uint32_t max_ctx
     size_t F = c->ffn_dim;
     f->tile_floats = ty__cpu_matmul_scratch(D > F ? (D > Q ? D : Q) : F);
     size_t need = T * (2 * D + 2 * Q + 2 * KV + 2 * F) + (size_t)cc->n_threads * max_ctx +
-                  f->tile_floats;
+                  (size_t)cc->n_threads * c->head_dim + f->tile_floats;
     if (need > cc->buf_floats) {
         float *nb = realloc(cc->buf, need * sizeof(float));
         if (!nb)
@@ -299,6 +330,7 @@ static int carve(struct cpu_ctx *cc, struct fwd *f, uint32_t T, uint32_t max_ctx
     f->hb = p, p += T * F;
     f->hb2 = p, p += T * F;
     f->scores = p, p += (size_t)cc->n_threads * max_ctx;
+    f->kvrow = p, p += (size_t)cc->n_threads * c->head_dim;
     f->tile = p;
     return 0;
 }
@@ -323,7 +355,7 @@ static int cpu_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
 {
     struct cpu_ctx *cc = b->context;
     struct fwd f = {.m = m, .kv = pool, .batch = batch, .B = ty_kvpool_block_tokens(pool),
-                    .pool = cc->pool};
+                    .pool = cc->pool, .half = ty_kvpool_dtype(pool) == TY_KV_F16};
     uint32_t T = batch_tokens(batch);
     if (T == 0 || !ty_kvpool_is_host(pool))
         return TY_EINVAL;

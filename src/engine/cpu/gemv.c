@@ -223,7 +223,7 @@ static void avx2_probe(void)
 #endif
 
 /* Whether the vector kernels run here; read by the caller, passed to the workers in g. */
-static bool have_avx2(void)
+bool ty__cpu_have_avx2(void)
 {
 #if defined(__x86_64__)
     pthread_once(&avx2_once, avx2_probe);
@@ -299,7 +299,7 @@ int ty__cpu_gemv(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x,
                  uint32_t T, float *scratch, size_t scratch_floats)
 {
     struct gemv g = {.w = w, .x = x, .y = y, .T = T, .h2f = ty__cpu_f16_table(),
-                     .avx2 = have_avx2()};
+                     .avx2 = ty__cpu_have_avx2()};
     float *own = NULL;
     if (w->type == TY_GGML_Q8_0) {
         /* quantized inputs in the caller's scratch: T * cols/32 scales, then T * cols int8 */

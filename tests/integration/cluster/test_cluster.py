@@ -623,6 +623,69 @@ def pool_objects(cl):
     return json.loads(out.stdout)["objects"] if out.returncode == 0 else -1
 
 
+def store_stats(cl):
+    """`tycho store-stats --json` of cl's KV pool ({} when it does not answer)."""
+    out = subprocess.run([TYCHO, "store-stats", "--master=127.0.0.1:%d" % cl.store_port(),
+                          "--json"], capture_output=True, text=True)
+    return json.loads(out.stdout) if out.returncode == 0 else {}
+
+
+def case_kv_f16():
+    """f16 KV pages (kv_cache_dtype: f16) through the whole disaggregated path: prefill
+    computes them, the transfer engine moves them to decode, the KV pool stores them and the
+    other prefill node reads them back, and every answer equals `tycho generate --kv-dtype
+    f16`. A pool block of f16 pages is half an f32 one. A decode node with f32 pages is refused
+    at registration with a message naming both types, and the cluster keeps serving."""
+    ok = True
+    ref = generate(LONG_A, 8, extra=("--kv-dtype", "f16"))
+    want = (len(ref["prompt_ids"]) - 1) // 16 * 16
+    per_block = {}
+    for dt in ("f32", "f16"):
+        cl = Cluster(2, 1, config="scheduler:\n  policy: round_robin\n", kv_pool=True,
+                     node_args=["--kv_cache_dtype=" + dt])
+        seen = []
+        for turn in range(2 if dt == "f16" else 1):
+            st, body = cl.post("/v1/completions", {"prompt": LONG_A, "max_tokens": 8,
+                                                   "temperature": 0, "return_token_ids": True})
+            seen.append((st, json.loads(body)["choices"][0]["token_ids"] if st == 200 else None,
+                         cached_of(body) if st == 200 else -1))
+            stored = (len(ref["prompt_ids"]) + len(ref["output_ids"]) - 1) // 16
+            end = time.time() + 10
+            while pool_objects(cl) < stored and time.time() < end:
+                time.sleep(0.05)
+        stats = store_stats(cl)
+        per_block[dt] = stats.get("dram_used", 0) / max(stats.get("objects", 0), 1)
+        if dt == "f16":
+            ok &= check(all(st == 200 and ids == ref["output_ids"] for st, ids, _ in seen),
+                        "f16 cluster: both turns equal generate --kv-dtype f16: %s vs %s" %
+                        ([ids for _, ids, _ in seen], ref["output_ids"]))
+            ok &= check(seen[0][2] == 0 and seen[1][2] == want,
+                        "the second turn (other prefill node) reads all %d full blocks' tokens "
+                        "of f16 pages from the pool: cached %s" % (want, [c for *_, c in seen]))
+            cl.node_args = [a for a in cl.node_args if not a.startswith("--kv_cache_dtype")]
+            cl.node_args.append("--kv_cache_dtype=f32")
+            cl.start_node("decode", "d1")
+            end = time.time() + 10
+            text = ""
+            while time.time() < end and "refused" not in text:
+                with open(cl.logs["conductor"]) as f:
+                    text = f.read()
+                time.sleep(0.1)
+            ok &= check("kv_cache_dtype f32 differs from node" in text and "f16" in text,
+                        "the Conductor refused the f32 decode node, naming both types")
+            ok &= check("d1" not in cl.registered(), "d1 never registered")
+            st, body = cl.post("/v1/completions", {"prompt": PROMPTS[2], "max_tokens": 8,
+                                                   "temperature": 0, "return_token_ids": True})
+            ok &= check(st == 200 and json.loads(body)["choices"][0]["token_ids"] ==
+                        generate(PROMPTS[2], 8, extra=("--kv-dtype", "f16"))["output_ids"],
+                        "still served by the f16 nodes")
+        cl.stop()
+    ok &= check(per_block["f16"] > 0 and abs(per_block["f32"] / per_block["f16"] - 2) < 0.05,
+                "pool bytes per block: f32 %.0f, f16 %.0f (half)" %
+                (per_block["f32"], per_block["f16"]))
+    return ok
+
+
 def case_kv_pool():
     """Prefill nodes share prefixes through the cluster KV pool (tycho-store): with
     round-robin placement a repeated prompt lands on the other prefill node, which has never
@@ -907,7 +970,7 @@ def main():
             "slo_reject": case_slo_reject, "cost_refit": case_cost_refit,
             "phantom_credit": case_phantom_credit, "kv_pool": case_kv_pool,
             "pool_sched": case_pool_sched, "pool_decode": case_pool_decode,
-            "pool_snapshot": case_pool_snapshot,
+            "pool_snapshot": case_pool_snapshot, "kv_f16": case_kv_f16,
             "local_cluster": case_local_cluster}[CASE]
     ok = False
     try:

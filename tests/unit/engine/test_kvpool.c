@@ -173,7 +173,7 @@ static void test_export_roundtrip(void **state)
     assert_int_equal(ty_kvpool_seq_import(q, b, buf, len), 0);
     assert_int_equal(ty_kvseq_n_tokens(b), 6);
     assert_memory_equal(ty_kvseq_tokens(b), t, sizeof(t));
-    assert_float_equal(ty_kvpool_k(q, 1, ty_kvseq_pages(b)[1])[3], 1103.0f, 0);
+    assert_float_equal(((float *)ty_kvpool_k(q, 1, ty_kvseq_pages(b)[1]))[3], 1103.0f, 0);
     free(buf);
     ty_kvpool_seq_free(p, a);
     ty_kvpool_seq_free(q, b);

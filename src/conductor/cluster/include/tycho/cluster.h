@@ -93,6 +93,7 @@ struct ty_cluster_serve_engine {
     uint32_t threads;
     uint32_t kv_block_tokens;
     uint32_t kv_pages;               /* pages per layer; 0: max_batch_size full contexts */
+    int kv_cache_dtype;              /* index into ty_cluster_kv_dtype_names */
     uint32_t max_batch_size;         /* sequences decoded together */
     uint32_t step_tokens;            /* token budget of one engine step */
 };
@@ -126,6 +127,7 @@ struct ty_cluster_node_config {
     uint64_t heartbeat_interval_ns;
     uint32_t kv_block_tokens;
     uint32_t kv_pages;               /* pages per layer; 0: the engine default */
+    int kv_cache_dtype;              /* index into ty_cluster_kv_dtype_names */
     uint32_t max_ctx;                /* 0: the model's, capped at 4096 (must match the Conductor) */
     uint32_t threads;
     uint32_t max_batch_size;         /* decode: sequences decoded together */
@@ -134,6 +136,9 @@ struct ty_cluster_node_config {
     char *port_file;                 /* write "rpc_port transfer_port\n" here once listening */
     struct ty_cluster_node_pool_config kv_pool; /* prefill */
 };
+
+/* kv_cache_dtype values: "auto", "f32", "f16" (ty_engine_opts.kv_dtype), NULL-terminated. */
+extern const char *const ty_cluster_kv_dtype_names[];
 
 extern const struct ty_config_struct ty_cluster_config_table;       /* tycho-conductor */
 extern const struct ty_config_struct ty_cluster_serve_config_table; /* tycho serve */
@@ -166,6 +171,7 @@ struct ty_cluster_agent_opts {
     const char *model_path;
     uint64_t kv_pages;
     uint32_t block_tokens, max_batch;
+    const char *kv_dtype;           /* the KV pool's element type ("f32", "f16"); NULL: f32 */
     uint32_t heartbeat_interval_ms; /* until the Conductor says otherwise */
     ty_cluster_load_cb load_cb;
     void *load_arg;
