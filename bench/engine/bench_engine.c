@@ -1,6 +1,7 @@
 /* Tycho CPU engine speed on one model: prefill and decode tokens/s per thread count, and this
  * machine's memory read bandwidth measured in the same run, printed as JSON lines.
- * usage: bench_engine MODEL [PROMPT_TOKENS] [GEN_TOKENS] [MAX_THREADS] */
+ * usage: [BENCH_KV=auto|f32|f16] bench_engine MODEL [PROMPT_TOKENS] [GEN_TOKENS] [MAX_THREADS]
+ * (BENCH_KV: the KV cache's element type, ty_engine_opts.kv_dtype) */
 #include "tycho/clock.h"
 #include "tycho/engine.h"
 #include "tycho/errors.h"
@@ -70,7 +71,8 @@ static int run_engine(const ty_model_t *m, uint32_t threads, uint32_t P, uint32_
 {
     uint32_t V = ty_model_config(m)->n_vocab;
     struct ty_engine_opts o = {.n_threads = threads, .max_seqs = 1, .max_ctx = P + G + 8,
-                               .max_batch_tokens = 512, .no_prefix_sharing = true};
+                               .max_batch_tokens = 512, .no_prefix_sharing = true,
+                               .kv_dtype = getenv("BENCH_KV")};
     ty_engine_t *e;
     int rc = ty_engine_new(&e, m, &o);
     if (rc)
@@ -100,9 +102,15 @@ static int run_engine(const ty_model_t *m, uint32_t threads, uint32_t P, uint32_
         best_dec = dec > best_dec ? dec : best_dec;
         ty_kvpool_seq_free(ty_engine_pool(e), s);
     }
+    ty_kvpool_t *pool = ty_engine_pool(e);
+    const struct ty_model_config *mc = ty_model_config(m);
+    /* KV bytes one decode step reads at the mean context of the decode phase */
+    double kv_tok = 2.0 * mc->n_layers * ty_kvpool_page_bytes(pool) / ty_kvpool_block_tokens(pool);
     printf("{\"engine\":\"tycho\",\"threads\":%u,\"prompt_tokens\":%u,\"gen_tokens\":%u,"
+           "\"kv_dtype\":\"%s\",\"kv_bytes_per_token\":%.0f,\"kv_bytes_per_step\":%.0f,"
            "\"prefill_tok_s\":%.2f,\"decode_tok_s\":%.3f}\n",
-           threads, P, G, best_pf, best_dec);
+           threads, P, G, ty_kv_dtype_name(ty_kvpool_dtype(pool)), kv_tok,
+           kv_tok * (P + G / 2.0), best_pf, best_dec);
     fflush(stdout);
     free(t);
     free(l);

@@ -25,6 +25,10 @@ void ty__cpu_half_to_f32(const uint16_t *x, float *y, size_t n);
 void ty__cpu_f32_to_half(const float *x, uint16_t *y, size_t n);
 /* One value, the scalar rule (what the rows give without F16C). */
 uint16_t ty__cpu_f32_to_half1(float f);
+/* Decode attention over f16 K/V rows: q . k, and y += a * v (n elements). With AVX2 the dot's
+ * sum runs in eight lanes and four accumulators, so its last bits differ from in-order. */
+float ty__cpu_dot_half(const float *q, const uint16_t *k, uint32_t n);
+void ty__cpu_axpy_half(float a, const uint16_t *v, float *y, uint32_t n);
 
 typedef struct ty_cpu_pool ty_cpu_pool_t;
 

@@ -40,7 +40,6 @@ struct fwd {
     float *att;       /* (T, Q) attention output */
     float *hb, *hb2;  /* (T, F) */
     float *scores;    /* (n_threads, max_ctx) */
-    float *kvrow;     /* (n_threads, head_dim): an f16 K or V row widened */
     bool half;        /* the pool holds f16 */
     ty_cpu_pool_t *pool; /* the backend's workers (few-token matmuls, attention) */
     float *tile;      /* (tile_floats) matmul conversion scratch */
@@ -62,17 +61,6 @@ static void cpu_free(ty_backend_t *b)
     free(b);
 }
 
-/* Row `r` (hd elements) of a K or V page chunk as f32: in place for an f32 pool, widened into
- * `tmp` for an f16 one (so both run the same float arithmetic on what the pool holds). */
-static const float *kv_row(const struct fwd *f, const void *chunk, size_t r, float *tmp)
-{
-    uint32_t hd = f->m->cfg.head_dim;
-    if (!f->half)
-        return (const float *)chunk + r * hd;
-    ty__cpu_half_to_f32((const uint16_t *)chunk + r * hd, tmp, hd);
-    return tmp;
-}
-
 /* Store one f32 row into row `r` of a page chunk, narrowed for an f16 pool. */
 static void kv_store(const struct fwd *f, void *chunk, size_t r, const float *x)
 {
@@ -92,7 +80,6 @@ static void attn_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
     uint32_t hd = c->head_dim, B = f->B, group = c->n_heads / c->n_kv_heads;
     float scale = 1.0f / sqrtf((float)hd);
     float *sc = f->scores + (size_t)thread * f->max_ctx; /* (max_ctx) */
-    float *row = f->kvrow + (size_t)thread * hd;
     for (uint32_t task = begin; task < end; task++) {
         uint32_t t = task / c->n_heads, h = task % c->n_heads, kvh = h / group, n = f->pos[t] + 1;
         if (f->batch->seqs[f->seq_of[t]].n > 1)
@@ -102,11 +89,16 @@ static void attn_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
         float *out = f->att + ((size_t)t * c->n_heads + h) * hd;
         float mx = -INFINITY;
         for (uint32_t j = 0; j < n; j++) {
-            const float *kp = kv_row(f, ty_kvpool_k(f->kv, f->layer, pages[j / B]),
-                                     (size_t)kvh * B + j % B, row); /* (hd) */
+            const void *kc = ty_kvpool_k(f->kv, f->layer, pages[j / B]);
+            size_t r = (size_t)kvh * B + j % B;
             float d = 0;
-            for (uint32_t i = 0; i < hd; i++)
-                d += qv[i] * kp[i];
+            if (f->half) {
+                d = ty__cpu_dot_half(qv, (const uint16_t *)kc + r * hd, hd);
+            } else {
+                const float *kp = (const float *)kc + r * hd;
+                for (uint32_t i = 0; i < hd; i++)
+                    d += qv[i] * kp[i];
+            }
             sc[j] = d * scale;
             mx = sc[j] > mx ? sc[j] : mx;
         }
@@ -118,11 +110,16 @@ static void attn_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
         float inv = (float)(1.0 / sum);
         memset(out, 0, hd * sizeof(float));
         for (uint32_t j = 0; j < n; j++) {
-            const float *vp = kv_row(f, ty_kvpool_v(f->kv, f->layer, pages[j / B]),
-                                     (size_t)kvh * B + j % B, row);
+            const void *vc = ty_kvpool_v(f->kv, f->layer, pages[j / B]);
+            size_t r = (size_t)kvh * B + j % B;
             float a = sc[j] * inv;
-            for (uint32_t i = 0; i < hd; i++)
-                out[i] += a * vp[i];
+            if (f->half) {
+                ty__cpu_axpy_half(a, (const uint16_t *)vc + r * hd, out, hd);
+            } else {
+                const float *vp = (const float *)vc + r * hd;
+                for (uint32_t i = 0; i < hd; i++)
+                    out[i] += a * vp[i];
+            }
         }
     }
 }
@@ -312,7 +309,7 @@ static int carve(struct cpu_ctx *cc, struct fwd *f, uint32_t T, uint32_t max_ctx
     size_t F = c->ffn_dim;
     f->tile_floats = ty__cpu_matmul_scratch(D > F ? (D > Q ? D : Q) : F);
     size_t need = T * (2 * D + 2 * Q + 2 * KV + 2 * F) + (size_t)cc->n_threads * max_ctx +
-                  (size_t)cc->n_threads * c->head_dim + f->tile_floats;
+                  f->tile_floats;
     if (need > cc->buf_floats) {
         float *nb = realloc(cc->buf, need * sizeof(float));
         if (!nb)
@@ -330,7 +327,6 @@ static int carve(struct cpu_ctx *cc, struct fwd *f, uint32_t T, uint32_t max_ctx
     f->hb = p, p += T * F;
     f->hb2 = p, p += T * F;
     f->scores = p, p += (size_t)cc->n_threads * max_ctx;
-    f->kvrow = p, p += (size_t)cc->n_threads * c->head_dim;
     f->tile = p;
     return 0;
 }

@@ -77,3 +77,74 @@ void ty__cpu_f32_to_half(const float *x, uint16_t *y, size_t n)
     for (size_t i = 0; i < n; i++)
         y[i] = ty__cpu_f32_to_half1(x[i]);
 }
+
+/* ---- attention over f16 rows ----------------------------------------------------------------
+ * q . k for a query row against an f16 key row, and y += a * v for an f16 value row. With
+ * AVX2 + FMA + F16C: eight lanes, four accumulators for the dot (summed pairwise at the end);
+ * otherwise in order, through the table. */
+#if defined(__x86_64__)
+#define AVX2F __attribute__((target("avx2,fma,f16c")))
+
+AVX2F static inline __m256 ld8(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+AVX2F static float dot_avx2(const float *q, const uint16_t *k, uint32_t n, const float *h2f)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    uint32_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), ld8(k + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), ld8(k + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 16), ld8(k + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 24), ld8(k + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8)
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), ld8(k + i), a0);
+    __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    float d = _mm_cvtss_f32(h);
+    for (; i < n; i++)
+        d += q[i] * h2f[k[i]];
+    return d;
+}
+
+AVX2F static void axpy_avx2(float a, const uint16_t *v, float *y, uint32_t n, const float *h2f)
+{
+    __m256 va = _mm256_set1_ps(a);
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, ld8(v + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] += a * h2f[v[i]];
+}
+#endif
+
+float ty__cpu_dot_half(const float *q, const uint16_t *k, uint32_t n)
+{
+    const float *h2f = ty__cpu_f16_table();
+#if defined(__x86_64__)
+    if (ty__cpu_have_avx2())
+        return dot_avx2(q, k, n, h2f);
+#endif
+    float d = 0;
+    for (uint32_t i = 0; i < n; i++)
+        d += q[i] * h2f[k[i]];
+    return d;
+}
+
+void ty__cpu_axpy_half(float a, const uint16_t *v, float *y, uint32_t n)
+{
+    const float *h2f = ty__cpu_f16_table();
+#if defined(__x86_64__)
+    if (ty__cpu_have_avx2()) {
+        axpy_avx2(a, v, y, n, h2f);
+        return;
+    }
+#endif
+    for (uint32_t i = 0; i < n; i++)
+        y[i] += a * h2f[v[i]];
+}

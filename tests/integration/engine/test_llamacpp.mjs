@@ -53,20 +53,29 @@ for (const model of [gguf, hf]) {
         if (!okP || !okO) failures++;
     }
 }
-// F16 weights with an untied output over the 32k Llama-2 vocab (random weights): 64 tokens
+// F16 weights with an untied output over the 32k Llama-2 vocab (random weights): 64 tokens,
+// with both engines' KV cache in f32, then both in f16 (llama.cpp's default, Tycho's auto)
 const tiny = path.join(data, "models/llama-2-tiny-random/llama-2-tiny-random.gguf");
 const few = prompts.split("\n").slice(0, 4).join("\n");
-const ref16 = spawnSync("node", [path.join(here, "llamacpp_greedy.mjs"), tiny, "64"],
-                        {input: few, encoding: "utf8", env: {...process.env, LLAMACPP_PREFIX: prefix}});
-for (const line of (ref16.status === 0 ? ref16.stdout.trim().split("\n") : [])) {
-    const r = JSON.parse(line);
-    const out = spawnSync(tycho, ["generate", "--model", tiny, "--prompt", r.text, "-n", "64",
-                                  "--ignore-eos", "--json"], {encoding: "utf8"});
-    const t = out.status === 0 ? JSON.parse(out.stdout) : {prompt_ids: [], output_ids: []};
-    const ok = same(t.prompt_ids, r.prompt_ids) && same(t.output_ids, r.output_ids);
-    console.log(`${ok ? "ok  " : "FAIL"} llama-2-tiny-random (F16, untied) ${JSON.stringify(r.text)}`);
-    if (!ok) failures++;
+for (const kv of ["F32", "F16"]) {
+    const ref16 = spawnSync("node", [path.join(here, "llamacpp_greedy.mjs"), tiny, "64"],
+                            {input: few, encoding: "utf8",
+                             env: {...process.env, LLAMACPP_PREFIX: prefix, LLAMACPP_KV: kv}});
+    for (const line of (ref16.status === 0 ? ref16.stdout.trim().split("\n") : [])) {
+        const r = JSON.parse(line);
+        const out = spawnSync(tycho, ["generate", "--model", tiny, "--prompt", r.text, "-n", "64",
+                                      "--ignore-eos", "--json", "--kv-dtype", kv.toLowerCase()],
+                              {encoding: "utf8"});
+        const t = out.status === 0 ? JSON.parse(out.stdout) : {prompt_ids: [], output_ids: []};
+        const ok = same(t.prompt_ids, r.prompt_ids) && same(t.output_ids, r.output_ids);
+        console.log(`${ok ? "ok  " : "FAIL"} llama-2-tiny-random (F16, untied, ${kv} KV) ` +
+                    JSON.stringify(r.text));
+        if (!ok) failures++;
+    }
+    if (ref16.status !== 0) {
+        console.error(`llama.cpp F16 reference (${kv} KV) failed`, ref16.stderr);
+        failures++;
+    }
 }
-if (ref16.status !== 0) { console.error("llama.cpp F16 reference failed", ref16.stderr); failures++; }
 console.log(`${refs.length} prompts x 2 models, ${N} tokens, + F16 model: ${failures} failures`);
 process.exit(failures ? 1 : 0);
