@@ -21,7 +21,9 @@ typedef struct ty_engine ty_engine_t;
 struct ty_engine_opts {
     uint32_t n_threads;        /* CPU threads, 0 = 1 */
     uint32_t kv_block_tokens;  /* B, 0 = 64 */
-    uint32_t kv_pages;         /* pages per layer, 0 = enough for max_seqs full contexts */
+    uint32_t kv_pages;         /* pages per layer, 0 = kv_bytes' worth, else enough for
+                                * max_seqs full contexts */
+    uint64_t kv_bytes;         /* with kv_pages 0: page memory of K and V over all layers */
     uint32_t max_seqs;         /* for the kv_pages default, 0 = 8 */
     uint32_t max_ctx;          /* context per sequence, 0 = the model's (capped at 4096) */
     uint32_t max_batch_tokens; /* tokens per forward call (prefill chunk size), 0 = 512 */

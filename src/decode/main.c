@@ -42,7 +42,7 @@ static int start_engine(struct node *s)
     }
     struct ty_engine_opts eo = {.n_threads = s->cfg.threads,
                                 .kv_block_tokens = s->cfg.kv_block_tokens,
-                                .kv_pages = s->cfg.kv_pages,
+                                .kv_pages = s->cfg.kv_pages, .kv_bytes = s->cfg.kv_cache_memory,
                                 .kv_dtype = ty_cluster_kv_dtype_names[s->cfg.kv_cache_dtype],
                                 .max_seqs = s->cfg.max_batch_size,
                                 .max_ctx = s->cfg.max_ctx,

@@ -47,14 +47,33 @@ static int make_backend_and_pool(ty_engine_t *e, const struct ty_engine_opts *o)
                      ty_kv_dtype_name(dt), ty_backend_name(e->be));
         return TY_ENOTSUP;
     }
+    uint32_t n_pages = o->kv_pages;
+    if (!n_pages) { /* a memory budget: K and V of every layer per page */
+        uint64_t page = 2ull * c->n_layers * c->n_kv_heads * o->kv_block_tokens * c->head_dim *
+                        ty_kv_dtype_size(dt);
+        uint64_t n = o->kv_bytes / page;
+        if (n < 1 || n > (1u << 28)) {
+            TY_LOG_ERROR("engine", "kv memory %llu bytes holds %llu pages of %llu bytes "
+                         "(1 to 2^28 needed)", (unsigned long long)o->kv_bytes,
+                         (unsigned long long)n, (unsigned long long)page);
+            return TY_EINVAL;
+        }
+        n_pages = (uint32_t)n;
+    }
     struct ty_kvpool_opts po = {
         .n_layers = c->n_layers, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
-        .block_tokens = o->kv_block_tokens, .n_pages = o->kv_pages, .dtype = dt,
+        .block_tokens = o->kv_block_tokens, .n_pages = n_pages, .dtype = dt,
         .hash_seed = ty_hash_prefix_seed(ty_model_desc(e->m), ty_kv_dtype_name(dt),
                                          o->kv_block_tokens, NULL),
         .no_prefix_sharing = o->no_prefix_sharing, .storage = dev ? &st : NULL,
         .block_cb = o->kv_block_cb, .block_arg = o->kv_block_arg};
-    return ty_kvpool_new(&e->pool, &po);
+    if ((rc = ty_kvpool_new(&e->pool, &po)))
+        return rc;
+    TY_LOG_INFO("engine", "%s backend, KV cache %s: %u pages of %u tokens (%u tokens, %.1f MiB)",
+                ty_backend_name(e->be), ty_kv_dtype_name(dt), n_pages, o->kv_block_tokens,
+                n_pages * o->kv_block_tokens,
+                2.0 * c->n_layers * (double)ty_kvpool_page_bytes(e->pool) * n_pages / 1048576.0);
+    return 0;
 }
 
 int ty_engine_new(ty_engine_t **out, const ty_model_t *m, const struct ty_engine_opts *opts)
@@ -67,7 +86,7 @@ int ty_engine_new(ty_engine_t **out, const ty_model_t *m, const struct ty_engine
     o.max_seqs = o.max_seqs ? o.max_seqs : 8;
     o.max_ctx = o.max_ctx ? o.max_ctx : (c->ctx_len < 4096 ? c->ctx_len : 4096);
     o.max_batch_tokens = o.max_batch_tokens ? o.max_batch_tokens : 512;
-    if (!o.kv_pages)
+    if (!o.kv_pages && !o.kv_bytes)
         o.kv_pages = o.max_seqs * ((o.max_ctx + o.kv_block_tokens - 1) / o.kv_block_tokens);
     if (o.max_batch_tokens > 65536 || o.max_ctx > (1u << 20))
         return TY_EINVAL;

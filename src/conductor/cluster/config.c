@@ -125,6 +125,9 @@ const char *const ty_cluster_kv_dtype_names[] = {"auto", "f32", "f16", NULL};
      .def = "64", .min = "1", .max = "4096", .help = "tokens per KV page (same on every node)"},  \
     {.key = "kv_pages", .type = TY_CONFIG_UINT, TY_CONFIG_AT(T, kv_pages), .def = "0",            \
      .max = "16777216", .help = "KV pages per layer; 0: max_batch_size full contexts"},           \
+    {.key = "kv_cache_memory", .type = TY_CONFIG_SIZE, TY_CONFIG_AT(T, kv_cache_memory),          \
+     .def = "0", .help = "KV page memory (e.g. 8G) when kv_pages is 0: pages = this / page "      \
+                         "size, so f16 pages give twice the tokens; 0: kv_pages decides"},        \
     {.key = "kv_cache_dtype", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(T, kv_cache_dtype),            \
      .def = "auto", .enum_names = ty_cluster_kv_dtype_names,                                     \
      .help = "KV cache elements: f32, f16 (half the memory and transfer), auto (f16 for a "      \

@@ -264,6 +264,33 @@ static void test_auto_and_bad(void **state)
     ty_model_free(m16);
 }
 
+/* A memory budget instead of a page count: the same bytes hold twice the f16 pages. */
+static void test_memory_budget(void **state)
+{
+    ty_engine_t *e32, *e16, *bad;
+    struct ty_engine_opts o = {.kv_block_tokens = 16, .max_seqs = 1, .max_ctx = 256,
+                               .kv_bytes = 4u << 20, .kv_dtype = "f32"};
+    assert_int_equal(ty_engine_new(&e32, model, &o), 0);
+    o.kv_dtype = "f16";
+    assert_int_equal(ty_engine_new(&e16, model, &o), 0);
+    ty_kvpool_t *p32 = ty_engine_pool(e32), *p16 = ty_engine_pool(e16);
+    const struct ty_model_config *c = ty_model_config(model);
+    uint32_t n32 = ty_kvpool_pages_total(p32), n16 = ty_kvpool_pages_total(p16);
+    assert_true(n16 == 2 * n32 || n16 == 2 * n32 + 1); /* each rounded down */
+    assert_true(2ull * c->n_layers * ty_kvpool_page_bytes(p32) * ty_kvpool_pages_total(p32) <=
+                4u << 20);
+    assert_true(2ull * c->n_layers * ty_kvpool_page_bytes(p32) *
+                    (ty_kvpool_pages_total(p32) + 1) > 4u << 20);
+    o.kv_bytes = 100; /* not one page */
+    assert_int_equal(ty_engine_new(&bad, model, &o), TY_EINVAL);
+    o.kv_pages = 7; /* an explicit page count wins */
+    assert_int_equal(ty_engine_new(&bad, model, &o), 0);
+    assert_int_equal(ty_kvpool_pages_total(ty_engine_pool(bad)), 7);
+    ty_engine_free(bad);
+    ty_engine_free(e32);
+    ty_engine_free(e16);
+}
+
 int main(void)
 {
     const char *data = getenv("TYCHO_TEST_DATA");
@@ -278,6 +305,7 @@ int main(void)
         cmocka_unit_test(test_half_values),    cmocka_unit_test(test_half_rows_match),
         cmocka_unit_test(test_story_unchanged), cmocka_unit_test(test_logits_close),
         cmocka_unit_test(test_export_dtype),   cmocka_unit_test(test_auto_and_bad),
+        cmocka_unit_test(test_memory_budget),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ty_model_free(model);

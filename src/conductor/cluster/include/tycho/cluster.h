@@ -93,6 +93,7 @@ struct ty_cluster_serve_engine {
     uint32_t threads;
     uint32_t kv_block_tokens;
     uint32_t kv_pages;               /* pages per layer; 0: max_batch_size full contexts */
+    uint64_t kv_cache_memory;        /* bytes of KV pages when kv_pages is 0; 0: unset */
     int kv_cache_dtype;              /* index into ty_cluster_kv_dtype_names */
     uint32_t max_batch_size;         /* sequences decoded together */
     uint32_t step_tokens;            /* token budget of one engine step */
@@ -127,6 +128,7 @@ struct ty_cluster_node_config {
     uint64_t heartbeat_interval_ns;
     uint32_t kv_block_tokens;
     uint32_t kv_pages;               /* pages per layer; 0: the engine default */
+    uint64_t kv_cache_memory;        /* bytes of KV pages when kv_pages is 0; 0: unset */
     int kv_cache_dtype;              /* index into ty_cluster_kv_dtype_names */
     uint32_t max_ctx;                /* 0: the model's, capped at 4096 (must match the Conductor) */
     uint32_t threads;
