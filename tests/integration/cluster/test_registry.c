@@ -49,9 +49,13 @@ static void on_reply(const struct ty_rpc_result *res, void *arg)
     }
 }
 
-/* RegisterNode for `id` at an address where nothing listens (the node never heartbeats). */
-static struct reply register_node(const char *id, int role, uint32_t block_tokens)
+/* RegisterNode for `id` at an address where nothing listens (the node never heartbeats);
+ * kv_dtype NULL: no model fingerprint (an f32 node). */
+static struct reply register_kv(const char *id, int role, uint32_t block_tokens,
+                                const char *kv_dtype)
 {
+    Tycho__V1__ModelFingerprint fp = TYCHO__V1__MODEL_FINGERPRINT__INIT;
+    fp.dtype = (char *)kv_dtype;
     Tycho__V1__Capacity cap = TYCHO__V1__CAPACITY__INIT;
     cap.kv_pages = 64;
     cap.block_tokens = block_tokens;
@@ -63,6 +67,8 @@ static struct reply register_node(const char *id, int role, uint32_t block_token
     m.address = "127.0.0.1:1";
     m.transfer_segment = "127.0.0.1:2";
     m.capacity = &cap;
+    if (kv_dtype)
+        m.model = &fp;
     struct reply r = {0};
     struct ty_rpc_call_opts co = {.timeout_ms = 5000};
     assert_int_equal(ty_rpc_client_call_msg(g_rpc, TYCHO__V1__METHOD__METHOD_REGISTER_NODE,
@@ -72,6 +78,11 @@ static struct reply register_node(const char *id, int role, uint32_t block_token
     while (!r.done)
         uv_run(&g_loop, UV_RUN_ONCE);
     return r;
+}
+
+static struct reply register_node(const char *id, int role, uint32_t block_tokens)
+{
+    return register_kv(id, role, block_tokens, NULL);
 }
 
 static int read_rpc_port(const char *path)
@@ -162,8 +173,19 @@ static void test_refused_and_reused(void **state)
             fail_msg("registration %d: accepted %d, reason '%s' (want a kv_block_tokens "
                      "refusal, not a full table)", i, r.accepted, r.reason);
     }
-    /* fill the table: pf and 254 others */
-    for (int i = 0; i < 254; i++) {
+    /* another KV element type than pf's (f32), or one no node has: refused, no slot taken */
+    for (int i = 0; i < 300; i++) {
+        snprintf(id, sizeof(id), "half-%d", i);
+        r = register_kv(id, i % 2 ? DECODE : PREFILL, 16, i % 3 ? "f16" : "bf16");
+        const char *want = i % 3 ? "kv_cache_dtype f16 differs" : "must be f32 or f16";
+        if (r.accepted || !strstr(r.reason, want))
+            fail_msg("registration %d: accepted %d, reason '%s' (want '%s')", i, r.accepted,
+                     r.reason, want);
+    }
+    r = register_kv("pf-again", PREFILL, 16, "f32"); /* the same type, said explicitly */
+    assert_true(r.accepted);
+    /* fill the table: pf, pf-again and 253 others */
+    for (int i = 0; i < 253; i++) {
         snprintf(id, sizeof(id), "ghost-%d", i);
         r = register_node(id, DECODE, 16);
         if (!r.accepted)
