@@ -181,6 +181,24 @@ static bool register_valid(const Tycho__V1__RegisterNode *m, char *why, size_t c
     return !bad;
 }
 
+/* The node's model has the Conductor's geometry (a node without a fingerprint is trusted):
+ * another model's KV pages, token ids and prefix hashes would not fit. */
+static bool model_matches(const ty_cluster_t *c, const Tycho__V1__RegisterNode *m, char *why,
+                          size_t cap)
+{
+    if (!m->model || !c->o.model || (!m->model->n_layers && !m->model->head_dim))
+        return true;
+    const struct ty_model_config *mc = ty_model_config(c->o.model);
+    if (m->model->n_layers == mc->n_layers && m->model->n_kv_heads == mc->n_kv_heads &&
+        m->model->head_dim == mc->head_dim)
+        return true;
+    snprintf(why, cap, "model %s has %u layers x %u KV heads x %u dims; the Conductor's "
+             "(%s) %u x %u x %u", m->model->model_id, m->model->n_layers, m->model->n_kv_heads,
+             m->model->head_dim, ty_model_desc(c->o.model), mc->n_layers, mc->n_kv_heads,
+             mc->head_dim);
+    return false;
+}
+
 /* A dead node's entry that nothing refers to any more (no request names it), so that its slot
  * can serve a node with another id; NULL when every entry is alive or still referred to. */
 static struct ty__cnode *dead_entry(ty_cluster_t *c)
@@ -287,7 +305,8 @@ static void on_register(ty_rpc_call_t *call, const uint8_t *payload, size_t len,
     struct ty__cnode *n = NULL;
     Tycho__V1__RegisterNodeReply r = TYCHO__V1__REGISTER_NODE_REPLY__INIT;
     r.protocol_version = TYCHO__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
-    if (register_valid(m, why, sizeof(why)) && !node_register(c, m, why, sizeof(why), &n)) {
+    if (register_valid(m, why, sizeof(why)) && model_matches(c, m, why, sizeof(why)) &&
+        !node_register(c, m, why, sizeof(why), &n)) {
         r.accepted = true;
         r.session_id = n->session;
         r.heartbeat_interval_ms = c->o.heartbeat_interval_ms;

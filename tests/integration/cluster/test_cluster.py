@@ -635,7 +635,8 @@ def case_kv_f16():
     computes them, the transfer engine moves them to decode, the KV pool stores them and the
     other prefill node reads them back, and every answer equals `tycho generate --kv-dtype
     f16`. A pool block of f16 pages is half an f32 one. A decode node with f32 pages is refused
-    at registration with a message naming both types, and the cluster keeps serving."""
+    at registration with a message naming both types, so is a node with another model (other
+    geometry), and the cluster keeps serving."""
     ok = True
     ref = generate(LONG_A, 8, extra=("--kv-dtype", "f16"))
     want = (len(ref["prompt_ids"]) - 1) // 16 * 16
@@ -674,6 +675,18 @@ def case_kv_f16():
             ok &= check("kv_cache_dtype f32 differs from node" in text and "f16" in text,
                         "the Conductor refused the f32 decode node, naming both types")
             ok &= check("d1" not in cl.registered(), "d1 never registered")
+            other = os.path.join(DATA, "models/llama-2-tiny-random/llama-2-tiny-random.gguf")
+            cl.start("d2", [DECODE, "--model_path=" + other, "--name=d2",
+                            "--conductor_address=127.0.0.1:%d" % cl.rpc, "--kv_block_tokens=16",
+                            "--heartbeat_interval=200ms", "--kv_cache_dtype=f16"])
+            end = time.time() + 10
+            while time.time() < end and "refused a registration of 'd2'" not in text:
+                with open(cl.logs["conductor"]) as f:
+                    text = f.read()
+                time.sleep(0.1)
+            ok &= check("refused a registration of 'd2': model llama-2-tiny-random" in text and
+                        "layers" in text and "d2" not in cl.registered(),
+                        "a decode node with another model is refused, naming both geometries")
             st, body = cl.post("/v1/completions", {"prompt": PROMPTS[2], "max_tokens": 8,
                                                    "temperature": 0, "return_token_ids": True})
             ok &= check(st == 200 and json.loads(body)["choices"][0]["token_ids"] ==
