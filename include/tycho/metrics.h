@@ -54,6 +54,11 @@ int ty_metrics_histogram_new(ty_metrics_registry_t *reg, ty_metrics_family_t **o
 int ty_metrics_child_get(ty_metrics_family_t *fam, const char *const *label_values,
                          ty_metrics_child_t **out);
 
+/* Remove a child (its series leaves the output) and free it: e.g. the series of a node that is
+ * gone for good. Nothing may use `c` afterwards, on any thread; a later child_get with the
+ * same values makes a new one, from zero. NULL is a no-op. */
+void ty_metrics_child_remove(ty_metrics_child_t *c);
+
 /* Hot path: lock-free, any thread. Counters only go up: negative `v` is ignored. */
 void ty_metrics_counter_inc(ty_metrics_child_t *c);
 void ty_metrics_counter_add(ty_metrics_child_t *c, double v);

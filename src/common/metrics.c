@@ -254,6 +254,28 @@ int ty_metrics_child_get(ty_metrics_family_t *fam, const char *const *label_valu
     return 0;
 }
 
+void ty_metrics_child_remove(ty_metrics_child_t *c)
+{
+    if (!c)
+        return;
+    struct ty_metrics_family *fam = (struct ty_metrics_family *)c->fam;
+    pthread_mutex_lock(&fam->lock);
+    struct ty_metrics_child *prev = NULL, *it = fam->head;
+    while (it && it != c) {
+        prev = it;
+        it = it->next;
+    }
+    TY_ASSERT(it); /* a child of this family */
+    if (prev)
+        prev->next = c->next;
+    else
+        fam->head = c->next;
+    if (fam->tail == c)
+        fam->tail = prev;
+    pthread_mutex_unlock(&fam->lock);
+    child_free(c, fam->n_labels);
+}
+
 static void atomic_add_double(_Atomic uint64_t *a, double v)
 {
     uint64_t old = atomic_load_explicit(a, memory_order_relaxed);

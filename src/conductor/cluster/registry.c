@@ -92,6 +92,18 @@ static void node_metrics_bind(ty_cluster_t *c, struct ty__cnode *n)
         ty_metrics_gauge_set(n->m_up, 1);
 }
 
+/* A node gone for good (its slot goes to another id): its series leave /metrics, so ids that
+ * change at every restart do not grow the output without bound. */
+static void node_metrics_unbind(struct ty__cnode *n)
+{
+    ty_metrics_child_t **all[] = {&n->m_up, &n->m_kv_usage, &n->m_queued, &n->m_running,
+                                  &n->m_pool[0], &n->m_pool[1], &n->m_pool[2]};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+        ty_metrics_child_remove(*all[i]);
+        *all[i] = NULL;
+    }
+}
+
 static void node_metrics_heartbeat(struct ty__cnode *n, const Tycho__V1__Load *l)
 {
     if (!n->m_up)
@@ -232,6 +244,7 @@ static struct ty__cnode *new_entry(ty_cluster_t *c, const char *id, bool *fresh,
         TY_LOG_INFO("cluster", "node %s takes the slot of %s, down since %llu ms", id,
                     n->info.id, (unsigned long long)(ty_clock_ms() - n->last_hb_ms));
         uint32_t slot = n->slot;
+        node_metrics_unbind(n);
         memset(n, 0, sizeof(*n));
         n->slot = slot;
     } else {

@@ -6,8 +6,11 @@
 #include "tycho/rpc.h"
 #include "tycho.pb-c.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +28,7 @@ extern char **environ;
 static pid_t g_conductor = -1;
 static uv_loop_t g_loop;
 static ty_rpc_client_t *g_rpc;
+static int g_http_port;
 static char g_dir[] = "/tmp/tycho-registry-XXXXXX";
 
 struct reply {
@@ -93,13 +97,42 @@ static int read_rpc_port(const char *path)
         if (f) {
             int n = fscanf(f, "%u %u", &http, &rpc);
             fclose(f);
-            if (n == 2)
+            if (n == 2) {
+                g_http_port = (int)http;
                 return (int)rpc;
+            }
         }
         struct timespec ts = {0, 50 * 1000000};
         nanosleep(&ts, NULL);
     }
     return -1;
+}
+
+/* GET /metrics from the Conductor's HTTP port (malloc'ed text, headers included). */
+static char *fetch_metrics(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_http_port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    const char *req = "GET /metrics HTTP/1.0\r\n\r\n";
+    assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+    size_t cap = 1 << 20, len = 0;
+    char *buf = malloc(cap + 1);
+    ssize_t n;
+    while ((n = read(fd, buf + len, cap - len)) > 0)
+        len += (size_t)n;
+    close(fd);
+    buf[len] = 0;
+    return buf;
+}
+
+static int count_of(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
 }
 
 static int setup(void **state)
@@ -207,6 +240,15 @@ static void test_refused_and_reused(void **state)
     /* and an id seen before still finds its own entry */
     r = register_node("ghost-7", DECODE, 16);
     assert_true(r.accepted);
+    /* the nodes whose slots were taken left /metrics: one tycho_node_up series per slot */
+    char *m = fetch_metrics();
+    if (count_of(m, "tycho_node_up{node=") != 255)
+        fail_msg("%d tycho_node_up series, want 255 (one per slot)",
+                 count_of(m, "tycho_node_up{node="));
+    assert_int_equal(count_of(m, "tycho_node_up{node=\"pf\""), 0);       /* slot reused */
+    assert_int_equal(count_of(m, "tycho_node_up{node=\"new-49\""), 1);
+    assert_int_equal(count_of(m, "tycho_node_up{node=\"ghost-200\",role=\"decode\"} 0"), 1);
+    free(m);
 }
 
 int main(void)

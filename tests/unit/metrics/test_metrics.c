@@ -111,6 +111,39 @@ static void test_render(void **state)
     ty_metrics_registry_free(reg);
 }
 
+/* Removing a child drops its series (head, middle and tail of the list) and the family goes on:
+ * new children append after the remaining ones, and the same labels again start from zero. */
+static void test_remove(void **state)
+{
+    ty_metrics_registry_t *reg;
+    ty_metrics_family_t *up;
+    ty_metrics_child_t *c[4], *again;
+    assert_int_equal(ty_metrics_registry_new(&reg), 0);
+    assert_int_equal(ty_metrics_gauge_new(reg, &up, "tycho_node_up", "Up.",
+                                          (const char *[]){"node"}, 1),
+                     0);
+    const char *names[] = {"a", "b", "c", "d"};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(ty_metrics_child_get(up, (const char *[]){names[i]}, &c[i]), 0);
+        ty_metrics_gauge_set(c[i], i + 1);
+    }
+    ty_metrics_child_remove(c[1]); /* middle */
+    ty_metrics_child_remove(c[0]); /* head */
+    ty_metrics_child_remove(c[3]); /* tail */
+    ty_metrics_child_remove(NULL);
+    assert_int_equal(ty_metrics_child_get(up, (const char *[]){"e"}, &again), 0);
+    ty_metrics_gauge_set(again, 5);
+    assert_int_equal(ty_metrics_child_get(up, (const char *[]){"a"}, &again), 0);
+    char *text;
+    size_t len;
+    assert_int_equal(ty_metrics_render(reg, &text, &len), 0);
+    assert_string_equal(text, "# HELP tycho_node_up Up.\n# TYPE tycho_node_up gauge\n"
+                              "tycho_node_up{node=\"c\"} 3\ntycho_node_up{node=\"e\"} 5\n"
+                              "tycho_node_up{node=\"a\"} 0\n");
+    free(text);
+    ty_metrics_registry_free(reg);
+}
+
 static void test_names(void **state)
 {
     ty_metrics_registry_t *reg;
@@ -177,6 +210,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_render),
         cmocka_unit_test(test_names),
+        cmocka_unit_test(test_remove),
         cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
