@@ -37,6 +37,17 @@ void ty__api_send_error(ty_http_req_t *r, const struct ty_api_error *e)
     free(s);
 }
 
+/* `given` equals `key`, in a time that depends on the key's length only (no early exit at
+ * the first differing byte, which would let a client find a key byte by byte). */
+static bool key_equal(const char *given, size_t glen, const char *key)
+{
+    size_t klen = strlen(key);
+    unsigned char d = glen != klen;
+    for (size_t i = 0; i < klen; i++)
+        d |= (unsigned char)(key[i] ^ (i < glen ? given[i] : 0));
+    return d == 0;
+}
+
 static bool authorized(ty_api_t *a, ty_http_req_t *r)
 {
     if (!a->n_keys)
@@ -44,10 +55,10 @@ static bool authorized(ty_api_t *a, ty_http_req_t *r)
     const char *h = ty_http_req_header(r, "authorization");
     if (!h || strncasecmp(h, "Bearer ", 7))
         return false;
+    bool ok = false; /* every key is compared, whichever matches */
     for (size_t i = 0; i < a->n_keys; i++)
-        if (!strcmp(h + 7, a->keys[i]))
-            return true;
-    return false;
+        ok |= key_equal(h + 7, strlen(h + 7), a->keys[i]);
+    return ok;
 }
 
 enum route_id { R_CHAT, R_COMPL, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_HEALTH, R_METRICS };
