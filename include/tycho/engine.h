@@ -30,8 +30,8 @@ struct ty_engine_opts {
     bool no_prefix_sharing;
     const char *kv_dtype;      /* KV cache element type: "f32", "f16" or "auto" (NULL): f16 on
                                 * the CPU backend for a model whose matrices are 16-bit or
-                                * quantized (what llama.cpp keeps by default), else f32.
-                                * The CUDA backend keeps f32 (TY_ENOTSUP for "f16"). */
+                                * quantized (what llama.cpp keeps by default), else f32
+                                * (and f32 on CUDA, whose f16 pages have not run yet). */
     ty_kvpool_block_cb kv_block_cb; /* optional: the pool's prefix index changes, on the
                                      * engine's thread (tycho/kvpool.h) */
     void *kv_block_arg;
@@ -43,7 +43,7 @@ struct ty_engine_opts {
 };
 
 /* Returns 0, TY_EINVAL (bad options, unknown backend or kv_dtype), TY_ENOTSUP (backend not in
- * this build, or a kv_dtype it cannot run), TY_ENODEV (no CUDA device), TY_ENOMEM or
+ * this build), TY_ENODEV (no CUDA device), TY_ENOMEM or
  * TY_ECUDA. */
 int ty_engine_new(ty_engine_t **out, const ty_model_t *m, const struct ty_engine_opts *opts);
 void ty_engine_free(ty_engine_t *e);

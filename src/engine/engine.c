@@ -38,15 +38,11 @@ static int make_backend_and_pool(ty_engine_t *e, const struct ty_engine_opts *o)
         return dev;
     bool cpu = !strcmp(ty_backend_name(e->be), "cpu");
     enum ty_kv_dtype dt = TY_KV_F32;
+    /* auto stays f32 on CUDA until its f16 pages have run on a GPU (docs/arch/cuda.md) */
     if (!o->kv_dtype || !strcmp(o->kv_dtype, "auto"))
         dt = cpu && c->weight_type != TY_GGML_F32 ? TY_KV_F16 : TY_KV_F32;
     else if (ty_kv_dtype_parse(o->kv_dtype, &dt))
         return TY_EINVAL;
-    if (dt != TY_KV_F32 && !cpu) {
-        TY_LOG_ERROR("engine", "kv_dtype %s: the %s backend keeps its KV cache in f32",
-                     ty_kv_dtype_name(dt), ty_backend_name(e->be));
-        return TY_ENOTSUP;
-    }
     uint32_t n_pages = o->kv_pages;
     if (!n_pages) { /* a memory budget: K and V of every layer per page */
         uint64_t page = 2ull * c->n_layers * c->n_kv_heads * o->kv_block_tokens * c->head_dim *

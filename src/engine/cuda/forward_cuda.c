@@ -401,8 +401,9 @@ static int prepare(struct cuda_ctx *c, const ty_model_t *m, ty_kvpool_t *pool,
 static bool pool_fits(const ty_kvpool_t *pool, const struct ty_model_config *m)
 {
     return !ty_kvpool_is_host(pool) &&
-           ty_kvpool_page_bytes(pool) ==
-               (size_t)m->n_kv_heads * ty_kvpool_block_tokens(pool) * m->head_dim * 4;
+           ty_kvpool_page_bytes(pool) == (size_t)m->n_kv_heads * ty_kvpool_block_tokens(pool) *
+                                             m->head_dim *
+                                             ty_kv_dtype_size(ty_kvpool_dtype(pool));
 }
 
 int ty__cuda_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
@@ -418,7 +419,8 @@ int ty__cuda_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
     if (rc)
         return rc;
     struct pass ps = {c, c->model, &m->cfg, &p, pool,
-                      {TY_CUDA_F32, (int)m->cfg.n_kv_heads, (int)ty_kvpool_block_tokens(pool),
+                      {ty_kvpool_dtype(pool) == TY_KV_F16 ? TY_CUDA_F16 : TY_CUDA_F32,
+                       (int)m->cfg.n_kv_heads, (int)ty_kvpool_block_tokens(pool),
                        (int)m->cfg.head_dim, (int)ty_kvpool_pages_total(pool)},
                       batch};
     rc = c->graphs && p.np == 0 && !batch->layer_cb ? run_graph(&ps) : enqueue(&ps);

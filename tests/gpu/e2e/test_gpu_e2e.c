@@ -28,12 +28,14 @@
 static ty_model_t *model;
 static uint32_t V;
 
+static const char *g_kv = "f32"; /* KV element type of the engines mk_engine makes */
+
 static ty_engine_t *mk_engine(const char *backend, const char *weights, bool no_graphs)
 {
     struct ty_engine_opts o = {.kv_block_tokens = B, .max_seqs = 10, .max_ctx = 512,
                                .max_batch_tokens = 512, .no_prefix_sharing = true,
                                .backend = backend, .cuda_weights = weights,
-                               .cuda_no_graphs = no_graphs};
+                               .cuda_no_graphs = no_graphs, .kv_dtype = g_kv};
     ty_engine_t *e = NULL;
     assert_int_equal(ty_engine_new(&e, model, &o), 0);
     return e;
@@ -249,6 +251,19 @@ static void test_export_import_across_backends(void **state)
     export_import("cuda", "cuda");
 }
 
+/* f16 KV pages on both backends: the CUDA kernels' f16 page writes and reads against the CPU
+ * backend's (the same IEEE halves), greedy ids, and KV moved between the two. */
+static void test_f16_kv(void **state)
+{
+    g_kv = "f16";
+    ty_engine_t *gpu = mk_engine("cuda", "f32", false);
+    assert_int_equal(ty_kvpool_dtype(ty_engine_pool(gpu)), TY_KV_F16);
+    ty_engine_free(gpu);
+    test_greedy_256_cpu_vs_cuda(state);
+    test_export_import_across_backends(state);
+    g_kv = "f32";
+}
+
 int main(void)
 {
     int n = 0;
@@ -269,6 +284,7 @@ int main(void)
         cmocka_unit_test(test_greedy_256_cpu_vs_cuda),
         cmocka_unit_test(test_batch8_equals_alone),
         cmocka_unit_test(test_export_import_across_backends),
+        cmocka_unit_test(test_f16_kv),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ty_model_free(model);
