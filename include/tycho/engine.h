@@ -54,6 +54,8 @@ ty_backend_t *ty_engine_backend(ty_engine_t *e);
 bool ty_engine_healthy(const ty_engine_t *e);
 const ty_model_t *ty_engine_model(const ty_engine_t *e);
 uint32_t ty_engine_max_ctx(const ty_engine_t *e);
+/* Tokens per forward call (max_batch_tokens). */
+uint32_t ty_engine_max_batch_tokens(const ty_engine_t *e);
 
 /* Reserve, run and commit a batch, split into forward calls of at most max_batch_tokens
  * (chunked prefill). Logits as ty_backend_forward (rows in batch order). Returns 0,

@@ -131,6 +131,11 @@ const ty_model_t *ty_engine_model(const ty_engine_t *e)
     return e->m;
 }
 
+uint32_t ty_engine_max_batch_tokens(const ty_engine_t *e)
+{
+    return e->max_batch;
+}
+
 uint32_t ty_engine_max_ctx(const ty_engine_t *e)
 {
     return e->max_ctx;

@@ -1,8 +1,11 @@
 /* The prefill node (tycho/prefill.h). The loop thread validates PrefillAssign and Cancel and
- * queues jobs; the worker thread runs one job at a time: forward over the prompt (the engine
- * splits it into chunks of its max_batch_tokens), a per-layer hook that posts the layer's
- * finished pages to the decode node, first-token sampling, wait for the writes, KvReady
- * notification; the result goes back to the loop through a mailbox. */
+ * queues jobs; the worker thread takes the queue's head and, behind it, as many queued prompts
+ * as fit with it in one forward call (at most MAX_BATCH, their tokens within the engine's
+ * max_batch_tokens, their pages free in the page pool), and runs them together: one forward
+ * over all their prompts (a longer one alone is split into chunks of max_batch_tokens by the
+ * engine), a per-layer hook that posts each prompt's finished pages to its decode node,
+ * first-token sampling per prompt, wait for each one's writes, KvReady; each result goes back
+ * to the loop through a mailbox. */
 #include "tycho/prefill.h"
 
 #include "tycho/node_kvstore.h"
@@ -19,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define MAX_BATCH 8 /* prompts in one forward call */
 
 struct pjob {
     struct pjob *next;
@@ -44,6 +49,13 @@ struct pjob {
     uint32_t cached;        /* prompt tokens found in the KV cache (not computed) */
     uint32_t pool_tokens;   /* of which read from the KV pool */
     ty_kvseq_t *seq;        /* worker: the prompt's KV until the pool has its blocks */
+    size_t seg_slot;        /* worker: its segment's slot in ty_prefill.segs */
+};
+
+/* The prompts of one forward call (worker). */
+struct pbatch {
+    struct pjob *jobs[MAX_BATCH];
+    uint32_t n;
 };
 
 struct ty_prefill {
@@ -56,14 +68,16 @@ struct ty_prefill {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct pjob *queue, **tail, *current; /* under mu */
+    struct pjob *queue, **tail;          /* under mu */
+    struct pjob *running[MAX_BATCH];     /* under mu: the batch in the worker */
+    uint32_t n_running;
     uint32_t n_queued;
     uint64_t queued_tokens;
     bool stop, started;
     /* The pool belongs to the worker (tycho/kvpool.h): it publishes its use here for the
      * loop thread's heartbeat (ty_prefill_load) instead of the loop reading the pool. */
     _Atomic uint32_t pages_used;
-    float *logits; /* (V), worker */
+    float *logits; /* (MAX_BATCH, V), worker: each prompt's last-token logits */
     struct ty_node_kvstore *kvstore; /* NULL: no KV pool */
     struct {
         char name[TY_XFER_NAME_MAX + 1];
@@ -91,36 +105,38 @@ static void publish_pages(ty_prefill_t *p)
                           memory_order_relaxed);
 }
 
-/* After layer `layer` of a chunk: write the pages this chunk completed (all pages after the
- * last chunk) to the decode node. Pages complete in order, so each is sent once per layer. */
+/* After layer `layer` of a chunk, for each prompt in it: write the pages this chunk completed
+ * (all pages after the prompt's last chunk) to its decode node. Pages complete in order, so
+ * each is sent once per layer. */
 static void on_layer(void *arg, const struct ty_batch *b, uint32_t layer)
 {
-    struct pjob *j = arg;
-    ty_prefill_t *p = j->p;
+    struct pbatch *pb = arg;
+    ty_prefill_t *p = pb->jobs[0]->p;
     ty_kvpool_t *pool = ty_engine_pool(p->o.engine);
-    const struct ty_batch_seq *s = &b->seqs[0];
-    uint32_t end = ty_kvseq_n_tokens(s->seq) + s->n;
-    uint32_t p1 = end == j->n ? (end + p->B - 1) / p->B : end / p->B;
-    const uint32_t *pages = ty_kvseq_pages(s->seq);
     if (layer == 0)
         publish_pages(p); /* the chunk's pages are reserved by now */
-    if (j->xfer_err || atomic_load(&j->cancelled))
-        return;
-    for (uint32_t i = j->pages_sent; i < p1; i++) {
-        size_t at = (size_t)layer * j->n_dest_pages + i;
-        struct ty_xfer_request rq[2] = {
-            {TY_XFER_OP_WRITE, ty_kvpool_k(pool, layer, pages[i]), j->seg, j->k_addr[at],
-             p->page_bytes},
-            {TY_XFER_OP_WRITE, ty_kvpool_v(pool, layer, pages[i]), j->seg, j->v_addr[at],
-             p->page_bytes}};
-        int rc = ty_xfer_batch_submit(j->batch, rq, 2);
-        if (rc) {
-            j->xfer_err = rc;
-            return;
+    for (uint32_t k = 0; k < b->n_seqs; k++) {
+        const struct ty_batch_seq *s = &b->seqs[k];
+        struct pjob *j = NULL;
+        for (uint32_t i = 0; i < pb->n && !j; i++)
+            j = pb->jobs[i]->seq == s->seq ? pb->jobs[i] : NULL;
+        if (!j || j->xfer_err || atomic_load(&j->cancelled))
+            continue;
+        uint32_t end = ty_kvseq_n_tokens(s->seq) + s->n;
+        uint32_t p1 = end == j->n ? (end + p->B - 1) / p->B : end / p->B;
+        const uint32_t *pages = ty_kvseq_pages(s->seq);
+        for (uint32_t i = j->pages_sent; i < p1 && !j->xfer_err; i++) {
+            size_t at = (size_t)layer * j->n_dest_pages + i;
+            struct ty_xfer_request rq[2] = {
+                {TY_XFER_OP_WRITE, ty_kvpool_k(pool, layer, pages[i]), j->seg, j->k_addr[at],
+                 p->page_bytes},
+                {TY_XFER_OP_WRITE, ty_kvpool_v(pool, layer, pages[i]), j->seg, j->v_addr[at],
+                 p->page_bytes}};
+            j->xfer_err = ty_xfer_batch_submit(j->batch, rq, 2);
         }
+        if (layer + 1 == p->n_layers && !j->xfer_err)
+            j->pages_sent = p1;
     }
-    if (layer + 1 == p->n_layers)
-        j->pages_sent = p1;
 }
 
 static int notify_ready(ty_prefill_t *p, struct pjob *j)
@@ -143,37 +159,35 @@ static int notify_ready(ty_prefill_t *p, struct pjob *j)
     return ty_xfer_notify_send(p->o.xfer, j->seg, buf, len);
 }
 
-/* Forward the prompt (KV streamed out layer by layer) and sample the first token. */
-static int run_forward(ty_prefill_t *p, struct pjob *j)
+/* Before the forward: the prompt's sequence with what the page cache and the KV pool already
+ * hold of it. */
+static int job_seq(ty_prefill_t *p, struct pjob *j)
 {
     ty_kvpool_t *pool = ty_engine_pool(p->o.engine);
     int rc = ty_kvpool_seq_new(pool, &j->seq);
     if (rc)
         return rc;
-    ty_kvseq_t *seq = j->seq;
-    int cached = ty_kvpool_seq_match_prefix(pool, seq, j->tokens, j->n);
+    int cached = ty_kvpool_seq_match_prefix(pool, j->seq, j->tokens, j->n);
     if (cached < 0)
         return cached;
     if (p->kvstore) {
-        j->pool_tokens = ty_node_kvstore_fetch(p->kvstore, seq, j->tokens, j->n);
+        j->pool_tokens = ty_node_kvstore_fetch(p->kvstore, j->seq, j->tokens, j->n);
         cached += (int)j->pool_tokens;
     }
     j->cached = (uint32_t)cached;
-    struct ty_batch_seq bs = {.seq = seq, .tokens = j->tokens + cached,
-                              .n = j->n - (uint32_t)cached};
-    struct ty_batch b = {.seqs = &bs, .n_seqs = 1, .layer_cb = on_layer, .layer_arg = j};
-    uint64_t t0 = ty_clock_us();
-    if ((rc = ty_engine_forward(p->o.engine, &b, p->logits)))
-        return rc;
-    struct ty_timing_sample ts = {.n_tokens = bs.n, .prefix_tokens = (uint32_t)cached,
-                                  .batch_size = 1, .duration_us = ty_clock_us() - t0};
-    ty_timing_ring_push(p->o.timings, &ts);
+    return 0;
+}
+
+/* After the forward: the first token from the prompt's last-token logits. */
+static int job_sample(ty_prefill_t *p, struct pjob *j, float *logits)
+{
+    int rc;
     if ((rc = j->xfer_err) || (atomic_load(&j->cancelled) && (rc = TY_ECANCELED)))
         return rc;
     ty_sampler_t *smp;
     struct ty_sample out;
     if (!(rc = ty_sampler_new(&smp, &j->sp, p->V))) {
-        rc = ty_sampler_sample(smp, p->logits, j->tokens, j->n, &out);
+        rc = ty_sampler_sample(smp, logits, j->tokens, j->n, &out);
         ty_sampler_free(smp);
         j->first_token = out.id;
         j->first = out;
@@ -232,38 +246,88 @@ static void segment_drop(ty_prefill_t *p, size_t slot)
     p->segs[slot].seg = NULL;
 }
 
-static int run_job(ty_prefill_t *p, struct pjob *j)
+/* The job's segment, write batch and sequence; j->rc on failure. */
+static void job_begin(ty_prefill_t *p, struct pjob *j)
 {
-    size_t slot;
-    int rc = segment_get(p, j->segment, &j->seg, &slot);
+    if (atomic_load(&j->cancelled)) {
+        j->rc = TY_ECANCELED;
+        return;
+    }
+    int rc = segment_get(p, j->segment, &j->seg, &j->seg_slot);
     if (rc) {
         TY_LOG_WARN("prefill", "request %llu: cannot open segment %s: %s",
                     (unsigned long long)j->rid, j->segment, ty_strerror(rc));
-        return rc;
+        j->seg = NULL;
+        j->rc = rc;
+        return;
     }
     uint32_t n_pages = (j->n + p->B - 1) / p->B;
-    if (!(rc = ty_xfer_batch_new(p->o.xfer, (size_t)p->n_layers * n_pages * 2, &j->batch))) {
-        uint64_t t0 = ty_clock_us();
-        rc = run_forward(p, j);
-        uint64_t t1 = ty_clock_us();
+    if (!(rc = ty_xfer_batch_new(p->o.xfer, (size_t)p->n_layers * n_pages * 2, &j->batch)))
+        rc = job_seq(p, j);
+    j->rc = rc;
+}
+
+/* After the forward: the writes landed (or failed), KvReady, the sequence released. */
+static void job_finish(ty_prefill_t *p, struct pjob *j, uint64_t forward_us, uint32_t batch)
+{
+    int rc = j->rc;
+    uint64_t t1 = ty_clock_us(), t2 = t1;
+    if (j->batch) {
         int wrc = ty_xfer_batch_wait(j->batch, p->o.xfer_timeout_ms);
         if (!rc)
             rc = wrc;
         while (ty_xfer_batch_free(j->batch) == TY_EBUSY)
             ty_xfer_batch_wait(j->batch, 1000);
-        uint64_t t2 = ty_clock_us();
+        j->batch = NULL;
+        t2 = ty_clock_us();
         if (!rc)
             rc = notify_ready(p, j);
         TY_LOG_DEBUG("prefill", "request %llu: %u tokens (%u cached, %u of them from the KV "
-                     "pool), forward %llu us, writes landed +%llu us, KvReady +%llu us",
-                     (unsigned long long)j->rid, j->n, j->cached, j->pool_tokens,
-                     (unsigned long long)(t1 - t0), (unsigned long long)(t2 - t1),
+                     "pool), forward %llu us in a batch of %u, writes landed +%llu us, KvReady "
+                     "+%llu us", (unsigned long long)j->rid, j->n, j->cached, j->pool_tokens,
+                     (unsigned long long)forward_us, batch, (unsigned long long)(t2 - t1),
                      (unsigned long long)(ty_clock_us() - t2));
     }
     release_seq(p, j, rc);
-    if (rc && rc != TY_ECANCELED && rc != TY_ERANGE && rc != TY_ENOCAPACITY)
-        segment_drop(p, slot);
-    return rc;
+    if (j->seg && rc && rc != TY_ECANCELED && rc != TY_ERANGE && rc != TY_ENOCAPACITY)
+        segment_drop(p, j->seg_slot);
+    j->rc = rc;
+}
+
+/* One forward call over every prompt of the batch that could start; each gets its own result.
+ * A failed forward fails every prompt in it. */
+static void run_batch(ty_prefill_t *p, struct pbatch *pb)
+{
+    struct ty_batch_seq bs[MAX_BATCH];
+    struct pjob *live[MAX_BATCH];
+    uint32_t n = 0, computed = 0, cached = 0;
+    for (uint32_t i = 0; i < pb->n; i++) {
+        struct pjob *j = pb->jobs[i];
+        job_begin(p, j);
+        if (j->rc)
+            continue;
+        live[n] = j;
+        bs[n++] = (struct ty_batch_seq){.seq = j->seq, .tokens = j->tokens + j->cached,
+                                        .n = j->n - j->cached};
+        computed += j->n - j->cached;
+        cached += j->cached;
+    }
+    uint64_t us = 0;
+    if (n) {
+        struct ty_batch b = {.seqs = bs, .n_seqs = n, .layer_cb = on_layer, .layer_arg = pb};
+        uint64_t t0 = ty_clock_us();
+        int rc = ty_engine_forward(p->o.engine, &b, p->logits);
+        us = ty_clock_us() - t0;
+        if (!rc) { /* batch_size > 1: a shared call, not one request's time (placement.c) */
+            struct ty_timing_sample ts = {.n_tokens = computed, .prefix_tokens = cached,
+                                          .batch_size = n, .duration_us = us};
+            ty_timing_ring_push(p->o.timings, &ts);
+        }
+        for (uint32_t k = 0; k < n; k++)
+            live[k]->rc = rc ? rc : job_sample(p, live[k], p->logits + (size_t)k * p->V);
+    }
+    for (uint32_t i = 0; i < pb->n; i++)
+        job_finish(p, pb->jobs[i], us, n);
 }
 
 static void on_job_done(void *arg)
@@ -281,6 +345,36 @@ static void on_job_done(void *arg)
     job_free(j);
 }
 
+/* Pages a prompt needs at most (nothing of it cached). */
+static uint32_t pages_of(const ty_prefill_t *p, const struct pjob *j)
+{
+    return (j->n + p->B - 1) / p->B;
+}
+
+/* Take the queue's head and the prompts behind it that fit in the same forward call. Under mu. */
+static void take_batch(ty_prefill_t *p, struct pbatch *pb)
+{
+    ty_kvpool_t *pool = ty_engine_pool(p->o.engine);
+    uint32_t budget = ty_engine_max_batch_tokens(p->o.engine), tokens = 0, pages = 0;
+    uint32_t room = ty_kvpool_pages_total(pool) - ty_kvpool_pages_used(pool);
+    pb->n = 0;
+    while (p->queue && pb->n < MAX_BATCH) {
+        struct pjob *j = p->queue;
+        if (pb->n && (tokens + j->n > budget || pages + pages_of(p, j) > room))
+            break; /* the head always goes, alone if it must */
+        tokens += j->n;
+        pages += pages_of(p, j);
+        p->queue = j->next;
+        if (!p->queue)
+            p->tail = &p->queue;
+        p->n_queued--;
+        p->queued_tokens -= j->n;
+        j->next = NULL;
+        pb->jobs[pb->n++] = j;
+        p->running[p->n_running++] = j;
+    }
+}
+
 static void *worker_main(void *arg)
 {
     ty_prefill_t *p = arg;
@@ -290,22 +384,20 @@ static void *worker_main(void *arg)
             pthread_cond_wait(&p->cv, &p->mu);
         if (p->stop)
             break;
-        struct pjob *j = p->queue;
-        p->queue = j->next;
-        if (!p->queue)
-            p->tail = &p->queue;
-        p->n_queued--;
-        p->queued_tokens -= j->n;
-        p->current = j;
+        struct pbatch pb;
+        take_batch(p, &pb);
         pthread_mutex_unlock(&p->mu);
-        j->rc = atomic_load(&j->cancelled) ? TY_ECANCELED : run_job(p, j);
-        if (j->rc && j->rc != TY_ECANCELED)
-            TY_LOG_WARN("prefill", "request %llu: %s", (unsigned long long)j->rid,
-                        ty_strerror(j->rc));
+        run_batch(p, &pb);
         pthread_mutex_lock(&p->mu);
-        p->current = NULL;
+        p->n_running = 0;
         pthread_mutex_unlock(&p->mu);
-        ty_rpc_mailbox_post(p->mb, on_job_done, j); /* the worker is joined before close */
+        for (uint32_t i = 0; i < pb.n; i++) {
+            struct pjob *j = pb.jobs[i];
+            if (j->rc && j->rc != TY_ECANCELED)
+                TY_LOG_WARN("prefill", "request %llu: %s", (unsigned long long)j->rid,
+                            ty_strerror(j->rc));
+            ty_rpc_mailbox_post(p->mb, on_job_done, j); /* the worker is joined before close */
+        }
         pthread_mutex_lock(&p->mu);
     }
     pthread_mutex_unlock(&p->mu);
@@ -440,8 +532,9 @@ static void on_cancel(ty_rpc_call_t *call, const uint8_t *payload, size_t len, v
     for (struct pjob *j = p->queue; j; j = j->next)
         if (j->rid == m->request_id)
             atomic_store(&j->cancelled, true);
-    if (p->current && p->current->rid == m->request_id)
-        atomic_store(&p->current->cancelled, true);
+    for (uint32_t i = 0; i < p->n_running; i++)
+        if (p->running[i]->rid == m->request_id)
+            atomic_store(&p->running[i]->cancelled, true);
     pthread_mutex_unlock(&p->mu);
     Tycho__V1__Ack a = TYCHO__V1__ACK__INIT;
     a.request_id = m->request_id;
@@ -456,7 +549,7 @@ void ty_prefill_load(void *arg, struct ty_cluster_load *out)
     pthread_mutex_lock(&p->mu);
     out->queued = p->n_queued;
     out->queued_tokens = p->queued_tokens;
-    out->running = p->current ? 1 : 0;
+    out->running = p->n_running;
     pthread_mutex_unlock(&p->mu);
     uint32_t used = atomic_load_explicit(&p->pages_used, memory_order_relaxed);
     out->free_pages = ty_kvpool_pages_total(pool) - used;
@@ -508,7 +601,7 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
     pthread_cond_init(&p->cv, NULL);
     struct ty_rpc_server_opts so = {.loop = opts->loop, .host = opts->rpc_host,
                                     .port = opts->rpc_port, .max_frame_size = 64u << 20};
-    int rc = (p->logits = malloc(p->V * sizeof(float))) ? 0 : TY_ENOMEM;
+    int rc = (p->logits = malloc((size_t)MAX_BATCH * p->V * sizeof(float))) ? 0 : TY_ENOMEM;
     if (!rc && opts->store) {
         ty_kvpool_t *pool = ty_engine_pool(opts->engine);
         struct ty_node_kvstore_opts ko = {.client = opts->store, .pool = pool,
@@ -573,8 +666,8 @@ void ty_prefill_close(ty_prefill_t *p, void (*cb)(void *arg), void *arg)
     pthread_mutex_lock(&p->mu);
     p->stop = true;
     pthread_cond_signal(&p->cv);
-    for (struct pjob *j = p->current; j; j = NULL)
-        atomic_store(&j->cancelled, true);
+    for (uint32_t i = 0; i < p->n_running; i++)
+        atomic_store(&p->running[i]->cancelled, true);
     pthread_mutex_unlock(&p->mu);
     pthread_join(p->thread, NULL);
     for (size_t i = 0; i < sizeof(p->segs) / sizeof(p->segs[0]); i++)

@@ -369,6 +369,8 @@ static void take_samples(struct ty__place *p, Tycho__V1__TimingSample **s, size_
         const Tycho__V1__TimingSample *t = s[i];
         if (!t || !t->duration_us || t->duration_us > 3600ull * 1000000)
             continue; /* nothing measured, or nonsense */
+        if (prefill && t->batch_size > 1)
+            continue; /* several prompts in one forward: not one request's prefill time */
         if (prefill) /* L = computed + cached, P = cached */
             ring_push(r, (double)t->n_tokens + t->prefix_tokens, t->prefix_tokens,
                       (double)t->duration_us);

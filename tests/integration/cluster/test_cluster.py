@@ -9,6 +9,7 @@ monolithic engine loop), never from the cluster.
 """
 import http.client
 import json
+import re
 import os
 import shutil
 import signal
@@ -311,6 +312,51 @@ def case_concurrent():
             break
     logs = {n: open(cl.logs[n]).read() for n in ("conductor",)}
     ok &= check(logs["conductor"].count("registered:") >= 4, "4 nodes registered")
+    return ok
+
+
+def case_prefill_batch():
+    """A prefill node runs the short prompts queued behind each other in one forward call
+    (chunk_tokens 32 here: up to 32 prompt tokens per call), each prompt's KV going to the
+    decode node and its first token sampled from its own row: 16 concurrent requests, twice
+    (the second time with their full blocks in the page cache), every answer and first-token
+    logprob equal to tycho generate's, and the node's log shows batches of several prompts."""
+    cl = Cluster(1, 1, node_args=["--log_level=debug"])
+    ok = True
+    prompts = [p for p in PROMPTS if len(generate(p, 1)["prompt_ids"]) <= 16][:8]
+    prompts.append(LONG_A)  # longer than a call: runs alone, chunked
+    refs = {p: generate(p, 6, extra=("--logprobs", "1")) for p in prompts}
+    for rnd in range(2):
+        res, threads = {}, []
+
+        def one(i, prompt):
+            st, body = cl.post("/v1/completions", {"prompt": prompt, "max_tokens": 6,
+                                                   "temperature": 0, "logprobs": 1,
+                                                   "return_token_ids": True})
+            res[i] = (st, json.loads(body)["choices"][0] if st == 200 else body)
+        for i in range(16):
+            t = threading.Thread(target=one, args=(i, prompts[i % len(prompts)]))
+            t.start()
+            threads.append(t)
+        for t in threads:
+            t.join(60)
+        good = 0
+        for i in range(16):
+            ref = refs[prompts[i % len(prompts)]]
+            st, ch = res.get(i, (0, None))
+            lp = (ch or {}).get("logprobs", {}).get("token_logprobs", []) if st == 200 else []
+            if (st == 200 and ch["token_ids"] == ref["output_ids"] and len(lp) == 6 and
+                    abs(lp[0] - ref["logprobs"][0]["logprob"]) < 1e-3):
+                good += 1
+            elif st:
+                print("  round %d request %d: %s" % (rnd, i, str(ch)[:300]))
+        ok &= check(good == 16, "round %d: 16 concurrent requests equal generate's ids and "
+                    "first-token logprob: %d" % (rnd, good))
+    with open(cl.logs["p0"]) as f:
+        sizes = [int(m) for m in re.findall(r"in a batch of (\d+)", f.read())]
+    ok &= check(sizes and max(sizes) >= 2,
+                "the prefill node ran several prompts per forward call (batch sizes %s)" %
+                sorted(set(sizes)))
     return ok
 
 
@@ -984,6 +1030,7 @@ def main():
             "phantom_credit": case_phantom_credit, "kv_pool": case_kv_pool,
             "pool_sched": case_pool_sched, "pool_decode": case_pool_decode,
             "pool_snapshot": case_pool_snapshot, "kv_f16": case_kv_f16,
+            "prefill_batch": case_prefill_batch,
             "local_cluster": case_local_cluster}[CASE]
     ok = False
     try:
