@@ -87,6 +87,7 @@ static int start_node(struct node *s, uv_loop_t *loop)
     struct ty_prefill_opts po = {.loop = loop, .engine = s->engine, .xfer = s->xfer,
                                  .rpc_host = s->cfg.listen_host,
                                  .rpc_port = s->cfg.listen_port, .timings = s->timings,
+                                 .max_batch = s->cfg.prefill_batch,
                                  .store = s->store,
                                  .store_retry_ms = (uint32_t)(s->cfg.kv_pool.retry_ns / 1000000)};
     int rc = ty_prefill_new(&s->prefill, &po);

@@ -1,6 +1,6 @@
 /* The prefill node (tycho/prefill.h). The loop thread validates PrefillAssign and Cancel and
  * queues jobs; the worker thread takes the queue's head and, behind it, as many queued prompts
- * as fit with it in one forward call (at most MAX_BATCH, their tokens within the engine's
+ * as fit with it in one forward call (at most opts.max_batch, their tokens within the engine's
  * max_batch_tokens, their pages free in the page pool), and runs them together: one forward
  * over all their prompts (a longer one alone is split into chunks of max_batch_tokens by the
  * engine), a per-layer hook that posts each prompt's finished pages to its decode node,
@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_BATCH 8 /* prompts in one forward call */
+#define MAX_BATCH 64 /* prompts in one forward call, at most (opts.max_batch) */
 
 struct pjob {
     struct pjob *next;
@@ -77,7 +77,7 @@ struct ty_prefill {
     /* The pool belongs to the worker (tycho/kvpool.h): it publishes its use here for the
      * loop thread's heartbeat (ty_prefill_load) instead of the loop reading the pool. */
     _Atomic uint32_t pages_used;
-    float *logits; /* (MAX_BATCH, V), worker: each prompt's last-token logits */
+    float *logits; /* (max_batch, V), worker: each prompt's last-token logits */
     struct ty_node_kvstore *kvstore; /* NULL: no KV pool */
     struct {
         char name[TY_XFER_NAME_MAX + 1];
@@ -358,7 +358,7 @@ static void take_batch(ty_prefill_t *p, struct pbatch *pb)
     uint32_t budget = ty_engine_max_batch_tokens(p->o.engine), tokens = 0, pages = 0;
     uint32_t room = ty_kvpool_pages_total(pool) - ty_kvpool_pages_used(pool);
     pb->n = 0;
-    while (p->queue && pb->n < MAX_BATCH) {
+    while (p->queue && pb->n < p->o.max_batch) {
         struct pjob *j = p->queue;
         if (pb->n && (tokens + j->n > budget || pages + pages_of(p, j) > room))
             break; /* the head always goes, alone if it must */
@@ -590,6 +590,12 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
         p->o.max_queue = 1024;
     if (!p->o.xfer_timeout_ms)
         p->o.xfer_timeout_ms = 10000;
+    if (!p->o.max_batch)
+        p->o.max_batch = 8;
+    if (p->o.max_batch > MAX_BATCH) {
+        free(p);
+        return TY_EINVAL;
+    }
     p->m = ty_engine_model(opts->engine);
     p->n_layers = ty_model_config(p->m)->n_layers;
     p->V = ty_model_config(p->m)->n_vocab;
@@ -601,7 +607,7 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
     pthread_cond_init(&p->cv, NULL);
     struct ty_rpc_server_opts so = {.loop = opts->loop, .host = opts->rpc_host,
                                     .port = opts->rpc_port, .max_frame_size = 64u << 20};
-    int rc = (p->logits = malloc((size_t)MAX_BATCH * p->V * sizeof(float))) ? 0 : TY_ENOMEM;
+    int rc = (p->logits = malloc((size_t)p->o.max_batch * p->V * sizeof(float))) ? 0 : TY_ENOMEM;
     if (!rc && opts->store) {
         ty_kvpool_t *pool = ty_engine_pool(opts->engine);
         struct ty_node_kvstore_opts ko = {.client = opts->store, .pool = pool,

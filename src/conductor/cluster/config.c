@@ -204,6 +204,10 @@ static const struct ty_config_field node_fields[] = {
      .max = "1048576", .help = "context per sequence; 0: the model's, at most 4096"},
     {.key = "chunk_tokens", .type = TY_CONFIG_UINT, TY_CONFIG_AT(N, chunk_tokens),
      .def = "512", .min = "1", .max = "1048576", .help = "prefill: chunked-prefill chunk"},
+    {.key = "prefill_batch", .type = TY_CONFIG_UINT, TY_CONFIG_AT(N, prefill_batch),
+     .def = "8", .min = "1", .max = "64",
+     .help = "prefill: queued prompts run in one forward call (within chunk_tokens); 1: one "
+             "at a time"},
     {.key = "kv_wait_timeout", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(N, kv_wait_timeout_ns),
      .def = "30s", .min = "10ms", .max = "1h",
      .help = "decode: reserved pages are released if their KV has not landed by then"},

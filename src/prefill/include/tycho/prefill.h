@@ -29,9 +29,11 @@ struct ty_prefill_opts {
     const char *rpc_host;   /* NULL: 127.0.0.1 */
     uint16_t rpc_port;      /* 0: ephemeral */
     uint32_t max_queue;     /* queued requests before PrefillAssign is refused; 0: 1024 */
+    uint32_t max_batch;     /* queued prompts run in one forward call (their tokens within the
+                             * engine's max_batch_tokens, their pages free); 0: 8, at most 64 */
     uint32_t xfer_timeout_ms; /* a layer's writes must land within this; 0: 10000 */
-    ty_timing_ring_t *timings; /* optional, borrowed: one sample per prompt computed, pushed
-                                * by the worker (see ty_prefill_new) */
+    ty_timing_ring_t *timings; /* optional, borrowed: one sample per forward call (batch_size
+                                * = prompts in it), pushed by the worker (see ty_prefill_new) */
     /* Optional, borrowed: the cluster KV pool. A prompt's full blocks after its local prefix
      * match are read from the pool when it has them (the leading run), and the blocks the
      * prompt computed are written to it by a writer thread once the decode node has the KV
@@ -49,11 +51,12 @@ struct ty_prefill_stats {
 void ty_prefill_stats(const ty_prefill_t *p, struct ty_prefill_stats *out);
 
 /* Start the RPC server and the worker. Returns 0, TY_EINVAL, TY_ENOMEM or a listen error.
- * The node computes one request per forward call; each successful one adds to opts.timings
- * n_tokens = prompt tokens computed (the prompt less the cached prefix), prefix_tokens = the
- * cached prefix reused (local page cache and KV pool), batch_size = 1 and duration_us = the wall time of its forward pass
- * over all chunks (the KV writes it posts are asynchronous; sampling and waiting for the
- * writes to land are not counted). */
+ * Each successful forward call (one prompt, or up to opts.max_batch short ones) adds to
+ * opts.timings n_tokens = prompt tokens computed (the prompts less their cached prefixes),
+ * prefix_tokens = the cached prefixes reused (local page cache and KV pool), batch_size = the
+ * prompts in the call and duration_us = the wall time of the forward pass over all chunks
+ * (the KV writes it posts are asynchronous; sampling and waiting for the writes to land are
+ * not counted). max_batch over 64 is TY_EINVAL. */
 int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts);
 uint16_t ty_prefill_rpc_port(const ty_prefill_t *p);
 /* The node's load for its heartbeats (a ty_cluster_load_cb; arg is the ty_prefill_t). */

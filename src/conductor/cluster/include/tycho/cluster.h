@@ -134,6 +134,7 @@ struct ty_cluster_node_config {
     uint32_t threads;
     uint32_t max_batch_size;         /* decode: sequences decoded together */
     uint32_t chunk_tokens;           /* prefill: chunked-prefill chunk */
+    uint32_t prefill_batch;          /* prefill: prompts per forward call (within chunk_tokens) */
     uint64_t kv_wait_timeout_ns;     /* decode: reserved pages wait this long for their KV */
     char *port_file;                 /* write "rpc_port transfer_port\n" here once listening */
     struct ty_cluster_node_pool_config kv_pool; /* prefill */
