@@ -9,7 +9,8 @@
 #   deploy/local-cluster.sh status | stop
 #
 # Binaries: $TYCHO_BIN_DIR (default: ./build) or PATH. State (pids, logs, ports) in
-# $TYCHO_CLUSTER_DIR (default: /tmp/tycho-local-cluster).
+# $TYCHO_CLUSTER_DIR (default: /tmp/tycho-local-cluster). Extra settings for every prefill or
+# decode node: $TYCHO_PREFILL_ARGS, $TYCHO_DECODE_ARGS (e.g. "--prefill_batch=1").
 set -eu
 DIR=${TYCHO_CLUSTER_DIR:-/tmp/tycho-local-cluster}
 BIN=${TYCHO_BIN_DIR:-$(dirname "$0")/../build}
@@ -68,7 +69,7 @@ start() {
         # shellcheck disable=SC2086
         "$(find_bin tycho-prefill)" --model_path="$MODEL" --name="prefill-$i" \
             --conductor_address="127.0.0.1:$RPC" --port_file="$DIR/prefill-$i.ports" \
-            $POOL_ARG >"$DIR/prefill-$i.log" 2>&1 &
+            $POOL_ARG ${TYCHO_PREFILL_ARGS:-} >"$DIR/prefill-$i.log" 2>&1 &
         echo $! >"$DIR/prefill-$i.pid"
         i=$((i + 1))
     done
@@ -77,7 +78,7 @@ start() {
         # shellcheck disable=SC2086
         "$(find_bin tycho-decode)" --model_path="$MODEL" --name="decode-$i" \
             --conductor_address="127.0.0.1:$RPC" --port_file="$DIR/decode-$i.ports" \
-            $POOL_ARG >"$DIR/decode-$i.log" 2>&1 &
+            $POOL_ARG ${TYCHO_DECODE_ARGS:-} >"$DIR/decode-$i.log" 2>&1 &
         echo $! >"$DIR/decode-$i.pid"
         i=$((i + 1))
     done
