@@ -98,6 +98,10 @@ int ty_kvpool_copy_out(ty_kvpool_t *p, void *host_dst, const void *pool_src, siz
 void *ty_kvpool_k(ty_kvpool_t *p, uint32_t layer, uint32_t page);
 void *ty_kvpool_v(ty_kvpool_t *p, uint32_t layer, uint32_t page);
 
+/* Whether a full block with this chained prefix hash is in the prefix index (held by a
+ * sequence or cached): what ty_kvpool_seq_match_prefix() would find. */
+bool ty_kvpool_holds(const ty_kvpool_t *p, uint64_t hash);
+
 /* A new empty sequence. */
 int ty_kvpool_seq_new(ty_kvpool_t *p, ty_kvseq_t **out);
 /* Release the sequence's pages: unshared full blocks stay cached (see ty_kvpool_pages_used),

@@ -238,6 +238,11 @@ static uint32_t idx_find(const ty_kvpool_t *p, uint64_t h)
     return NO_PAGE;
 }
 
+bool ty_kvpool_holds(const ty_kvpool_t *p, uint64_t hash)
+{
+    return !p->o.no_prefix_sharing && idx_find(p, hash) != NO_PAGE;
+}
+
 static void idx_put(ty_kvpool_t *p, uint64_t h, uint32_t page)
 {
     uint32_t mask = p->idx_cap - 1;

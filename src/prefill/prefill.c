@@ -13,6 +13,7 @@
 #include "tycho/clock.h"
 #include "tycho/cluster_pb.h"
 #include "tycho/errors.h"
+#include "tycho/hash.h"
 #include "tycho/log.h"
 #include "tycho/rpc.h"
 #include "tycho.pb-c.h"
@@ -49,7 +50,8 @@ struct pjob {
     uint32_t cached;        /* prompt tokens found in the KV cache (not computed) */
     uint32_t pool_tokens;   /* of which read from the KV pool */
     ty_kvseq_t *seq;        /* worker: the prompt's KV until the pool has its blocks */
-    size_t seg_slot;        /* worker: its segment's slot in ty_prefill.segs */
+    size_t seg_slot;        /* worker: its segment's slot in ty_prefill.segs (pinned) */
+    bool seg_bad;           /* worker: the segment failed: dropped once the batch is done */
 };
 
 /* The prompts of one forward call (worker). */
@@ -82,6 +84,7 @@ struct ty_prefill {
     struct {
         char name[TY_XFER_NAME_MAX + 1];
         ty_xfer_segment_t *seg;
+        uint32_t pins; /* jobs of the running batch using it: never evicted while > 0 */
     } segs[32]; /* worker: open decode-node segments, reused across requests */
     void (*close_cb)(void *);
     void *close_arg;
@@ -209,8 +212,9 @@ static void release_seq(ty_prefill_t *p, struct pjob *j, int rc)
     publish_pages(p);
 }
 
-/* The open segment `name` (opened once, kept for later requests; a slot is recycled
- * round-robin when all are taken). */
+/* The open segment `name` (opened once, kept for later requests; when all slots are taken
+ * one not pinned by the running batch is recycled round-robin, TY_EBUSY if every one is),
+ * pinned until segment_unpin(). */
 static int segment_get(ty_prefill_t *p, const char *name, ty_xfer_segment_t **out, size_t *slot)
 {
     static const size_t n = sizeof(p->segs) / sizeof(p->segs[0]);
@@ -219,6 +223,7 @@ static int segment_get(ty_prefill_t *p, const char *name, ty_xfer_segment_t **ou
         if (p->segs[i].seg && !strcmp(p->segs[i].name, name)) {
             *out = p->segs[i].seg;
             *slot = i;
+            p->segs[i].pins++;
             return 0;
         }
         if (!p->segs[i].seg && free_slot == n)
@@ -226,7 +231,12 @@ static int segment_get(ty_prefill_t *p, const char *name, ty_xfer_segment_t **ou
     }
     if (free_slot == n) {
         static size_t victim;
-        free_slot = victim++ % n;
+        for (size_t k = 0; k < n && free_slot == n; k++, victim++)
+            if (!p->segs[victim % n].pins)
+                free_slot = victim % n;
+        if (free_slot == n)
+            return TY_EBUSY; /* every slot serves the running batch */
+        victim++;
         ty_xfer_segment_close(p->o.xfer, p->segs[free_slot].seg);
         p->segs[free_slot].seg = NULL;
     }
@@ -235,15 +245,26 @@ static int segment_get(ty_prefill_t *p, const char *name, ty_xfer_segment_t **ou
         return rc;
     snprintf(p->segs[free_slot].name, sizeof(p->segs[free_slot].name), "%s", name);
     p->segs[free_slot].seg = *out;
+    p->segs[free_slot].pins = 1;
     *slot = free_slot;
     return 0;
 }
 
-/* Forget a segment that failed (its node may have restarted at the same address). */
-static void segment_drop(ty_prefill_t *p, size_t slot)
+/* The batch is done with the job's segment; one that failed is forgotten (its node may have
+ * restarted at the same address) once no other job of the batch uses it. */
+static void segment_unpin(ty_prefill_t *p, struct pjob *j)
 {
-    ty_xfer_segment_close(p->o.xfer, p->segs[slot].seg);
-    p->segs[slot].seg = NULL;
+    if (!j->seg)
+        return;
+    size_t slot = j->seg_slot;
+    TY_ASSERT(p->segs[slot].seg == j->seg && p->segs[slot].pins > 0);
+    if (j->seg_bad)
+        p->segs[slot].name[0] = 0; /* no later job finds it by name */
+    if (--p->segs[slot].pins == 0 && !p->segs[slot].name[0]) {
+        ty_xfer_segment_close(p->o.xfer, p->segs[slot].seg);
+        p->segs[slot].seg = NULL;
+    }
+    j->seg = NULL;
 }
 
 /* The job's segment, write batch and sequence; j->rc on failure. */
@@ -289,8 +310,7 @@ static void job_finish(ty_prefill_t *p, struct pjob *j, uint64_t forward_us, uin
                      (unsigned long long)(ty_clock_us() - t2));
     }
     release_seq(p, j, rc);
-    if (j->seg && rc && rc != TY_ECANCELED && rc != TY_ERANGE && rc != TY_ENOCAPACITY)
-        segment_drop(p, j->seg_slot);
+    j->seg_bad = j->seg && rc && rc != TY_ECANCELED && rc != TY_ERANGE && rc != TY_ENOCAPACITY;
     j->rc = rc;
 }
 
@@ -328,6 +348,8 @@ static void run_batch(ty_prefill_t *p, struct pbatch *pb)
     }
     for (uint32_t i = 0; i < pb->n; i++)
         job_finish(p, pb->jobs[i], us, n);
+    for (uint32_t i = 0; i < pb->n; i++) /* after every job: some may share a segment */
+        segment_unpin(p, pb->jobs[i]);
 }
 
 static void on_job_done(void *arg)
@@ -351,17 +373,38 @@ static uint32_t pages_of(const ty_prefill_t *p, const struct pjob *j)
     return (j->n + p->B - 1) / p->B;
 }
 
-/* Take the queue's head and the prompts behind it that fit in the same forward call. Under mu. */
+/* The hash of the prompt's first block when the page cache could share it but does not hold
+ * it (0: nothing to share, or already there for every prompt to find). */
+static uint64_t unshared_head(ty_prefill_t *p, const struct pjob *j)
+{
+    ty_kvpool_t *pool = ty_engine_pool(p->o.engine);
+    uint64_t h = 0;
+    if (j->n <= p->B || !ty_hash_prefix_blocks(j->tokens, p->B, p->B, ty_kvpool_hash_seed(pool),
+                                               &h, 1))
+        return 0;
+    return ty_kvpool_holds(pool, h) ? 0 : (h ? h : 1);
+}
+
+/* Take the queue's head and the prompts behind it that fit in the same forward call: their
+ * tokens within the engine's call, their pages free, and none starting with a block another
+ * prompt of the call computes (it runs in the next call and finds that block in the page
+ * cache, as it would have one prompt at a time). Under mu (the worker's own thread). */
 static void take_batch(ty_prefill_t *p, struct pbatch *pb)
 {
     ty_kvpool_t *pool = ty_engine_pool(p->o.engine);
     uint32_t budget = ty_engine_max_batch_tokens(p->o.engine), tokens = 0, pages = 0;
     uint32_t room = ty_kvpool_pages_total(pool) - ty_kvpool_pages_used(pool);
+    uint64_t heads[MAX_BATCH];
     pb->n = 0;
     while (p->queue && pb->n < p->o.max_batch) {
         struct pjob *j = p->queue;
-        if (pb->n && (tokens + j->n > budget || pages + pages_of(p, j) > room))
+        uint64_t head = unshared_head(p, j);
+        bool repeats = false;
+        for (uint32_t i = 0; i < pb->n && head && !repeats; i++)
+            repeats = heads[i] == head;
+        if (pb->n && (tokens + j->n > budget || pages + pages_of(p, j) > room || repeats))
             break; /* the head always goes, alone if it must */
+        heads[pb->n] = head;
         tokens += j->n;
         pages += pages_of(p, j);
         p->queue = j->next;

@@ -317,13 +317,17 @@ def case_concurrent():
 
 def case_prefill_batch():
     """A prefill node runs the short prompts queued behind each other in one forward call
-    (chunk_tokens 32 here: up to 32 prompt tokens per call), each prompt's KV going to the
+    (chunk_tokens 64 here: up to 64 prompt tokens per call), each prompt's KV going to the
     decode node and its first token sampled from its own row: 16 concurrent requests, twice
     (the second time with their full blocks in the page cache), every answer and first-token
-    logprob equal to tycho generate's, and the node's log shows batches of several prompts."""
-    cl = Cluster(1, 1, node_args=["--log_level=debug"])
+    logprob equal to tycho generate's, and the node's log shows batches of several prompts.
+    Prompts that start with the same block are not put in one call: 8 concurrent prompts
+    sharing their first 16-token block compute it once, the other 7 find it cached."""
+    cl = Cluster(1, 1, node_args=["--log_level=debug", "--chunk_tokens=64"])
     ok = True
     prompts = [p for p in PROMPTS if len(generate(p, 1)["prompt_ids"]) <= 16][:8]
+    if len(generate(LONG_A, 1)["prompt_ids"]) <= 64:
+        return check(False, "LONG_A should be longer than one call")
     prompts.append(LONG_A)  # longer than a call: runs alone, chunked
     refs = {p: generate(p, 6, extra=("--logprobs", "1")) for p in prompts}
     for rnd in range(2):
@@ -352,6 +356,33 @@ def case_prefill_batch():
                 print("  round %d request %d: %s" % (rnd, i, str(ch)[:300]))
         ok &= check(good == 16, "round %d: 16 concurrent requests equal generate's ids and "
                     "first-token logprob: %d" % (rnd, good))
+    head = generate(LONG_B, 1)["prompt_ids"][:16]  # not in the cache yet
+    shared = [head + [300 + 7 * i + k for k in range(6)] for i in range(8)]
+    want = [generate(None, 4, extra=("--prompt-ids", ",".join(map(str, s))))["output_ids"]
+            for s in shared]
+    res, threads = {}, []
+
+    def ask_ids(i):
+        st, body = cl.post("/v1/completions", {"prompt": shared[i], "max_tokens": 4,
+                                               "temperature": 0, "return_token_ids": True})
+        res[i] = (st, json.loads(body)["choices"][0]["token_ids"] if st == 200 else None,
+                  cached_of(body) if st == 200 else -1)
+    # the prefill node stopped while the 8 arrive: they are all queued when it goes on
+    cl.procs["p0"].send_signal(signal.SIGSTOP)
+    for i in range(8):
+        t = threading.Thread(target=ask_ids, args=(i,))
+        t.start()
+        threads.append(t)
+    time.sleep(1.0)
+    cl.procs["p0"].send_signal(signal.SIGCONT)
+    for t in threads:
+        t.join(60)
+    got = [res.get(i, (0, None, -1)) for i in range(8)]
+    ok &= check(all(st == 200 and ids == want[i] for i, (st, ids, _) in enumerate(got)),
+                "8 prompts sharing a first block: ids equal generate's")
+    ok &= check(sorted(c for *_, c in got) == [0] + [16] * 7,
+                "the shared block is computed once, the 7 others read it from the page cache: "
+                "cached %s" % [c for *_, c in got])
     with open(cl.logs["p0"]) as f:
         sizes = [int(m) for m in re.findall(r"in a batch of (\d+)", f.read())]
     ok &= check(sizes and max(sizes) >= 2,
