@@ -136,7 +136,8 @@ static Tycho__V1__TimingSample **samples(size_t n, uint32_t tokens, uint64_t us,
     return v;
 }
 
-/* Timing samples count only from the node of their role, at most 64 a heartbeat. */
+/* Timing samples count only from the node of their role, at most 64 a heartbeat; a prefill
+ * call shared by several prompts is not one request's prefill time and is not fitted. */
 static void test_samples_by_role_and_bounded(void **state)
 {
     struct fixture *f = *state;
@@ -157,8 +158,16 @@ static void test_samples_by_role_and_bounded(void **state)
     Tycho__V1__Heartbeat m2 = TYCHO__V1__HEARTBEAT__INIT;
     m2.n_prefill_timings = 1000;
     m2.prefill_timings = samples(1000, 32, 2000, buf);
+    for (size_t i = 0; i < 1000; i++)
+        buf[i].batch_size = 1; /* one prompt per forward call */
     ty__place_heartbeat(f->c, p, &m2);
     assert_int_equal(f->c->place.prefill.len, 64);
+    for (size_t i = 0; i < 1000; i++)
+        buf[i].batch_size = 2 + (uint32_t)(i % 7); /* calls of several prompts: skipped */
+    ty__place_heartbeat(f->c, p, &m2);
+    assert_int_equal(f->c->place.prefill.len, 64);
+    for (size_t i = 0; i < 1000; i++)
+        buf[i].batch_size = 1;
     /* the same from the decode node: not prefill samples */
     ty__place_heartbeat(f->c, d, &m2);
     assert_int_equal(f->c->place.prefill.len, 64);
