@@ -275,6 +275,8 @@ static int node_register(ty_cluster_t *c, const Tycho__V1__RegisterNode *m, char
     } else if (n->info.alive || n->rpc) {
         ty__cluster_node_down(c, n, "registered again (restarted)");
     }
+    if (n->m_up && n->info.role != (int)m->role)
+        node_metrics_unbind(n); /* its series are labelled with the old role */
     n->info.role = m->role;
     snprintf(n->info.address, sizeof(n->info.address), "%s", m->address);
     snprintf(n->segment, sizeof(n->segment), "%s", m->transfer_segment);

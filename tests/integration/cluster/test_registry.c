@@ -249,6 +249,13 @@ static void test_refused_and_reused(void **state)
     assert_int_equal(count_of(m, "tycho_node_up{node=\"new-49\""), 1);
     assert_int_equal(count_of(m, "tycho_node_up{node=\"ghost-200\",role=\"decode\"} 0"), 1);
     free(m);
+    /* a node id registered again with the other role keeps one series, with the new role */
+    r = register_node("ghost-7", PREFILL, 16);
+    assert_true(r.accepted);
+    m = fetch_metrics();
+    assert_int_equal(count_of(m, "tycho_node_up{node=\"ghost-7\""), 1);
+    assert_int_equal(count_of(m, "tycho_node_up{node=\"ghost-7\",role=\"prefill\"} 1"), 1);
+    free(m);
 }
 
 int main(void)
