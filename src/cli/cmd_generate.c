@@ -117,10 +117,12 @@ static int parse_opt(struct gen_args *a, int c, const char *arg)
     case 'T': ok = parse_u32(arg, &a->eo.n_threads) && a->eo.n_threads <= 64; break;
     case 'B': ok = parse_u32(arg, &a->eo.kv_block_tokens) && a->eo.kv_block_tokens; break;
     case 'b': ok = parse_u32(arg, &a->eo.max_batch_tokens) && a->eo.max_batch_tokens; break;
-    case 'X':
-        ok = !strcmp(arg, "auto") || !strcmp(arg, "f32") || !strcmp(arg, "f16");
+    case 'X': {
+        enum ty_kv_dtype dt;
+        ok = !strcmp(arg, "auto") || !ty_kv_dtype_parse(arg, &dt);
         a->eo.kv_dtype = arg;
         break;
+    }
     case 'E': a->gp.ignore_eos = true; break;
     case 'c': a->chat = true; break;
     case 'j': a->json = true; break;
@@ -138,7 +140,8 @@ static int parse_args(struct gen_args *a, int argc, char **argv)
         {"min-p", 1, 0, 'M'}, {"repeat-penalty", 1, 0, 'r'}, {"presence-penalty", 1, 0, 'e'},
         {"frequency-penalty", 1, 0, 'f'}, {"logprobs", 1, 0, 'L'}, {"stop", 1, 0, 'S'},
         {"threads", 1, 0, 'T'}, {"kv-block", 1, 0, 'B'}, {"batch-tokens", 1, 0, 'b'},
-        {"kv-dtype", 1, 0, 'X'}, {"backend", 1, 0, 'K'}, {"device", 1, 0, 'D'}, {"weights", 1, 0, 'W'},
+        {"kv-dtype", 1, 0, 'X'}, {"backend", 1, 0, 'K'}, {"device", 1, 0, 'D'},
+        {"weights", 1, 0, 'W'},
         {"no-graphs", 0, 0, 'G'}, {"ignore-eos", 0, 0, 'E'}, {"chat", 0, 0, 'c'},
         {"json", 0, 0, 'j'}, {"raw", 0, 0, 'R'},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};

@@ -171,7 +171,8 @@ static int load_engine(struct serve *s)
         return rc;
     }
     struct ty_engine_opts eo = {.n_threads = e->threads, .kv_block_tokens = e->kv_block_tokens,
-                                .kv_pages = e->kv_pages, .kv_bytes = e->kv_cache_memory, .max_seqs = e->max_batch_size,
+                                .kv_pages = e->kv_pages, .kv_bytes = e->kv_cache_memory,
+                                .max_seqs = e->max_batch_size,
                                 .kv_dtype = ty_cluster_kv_dtype_names[e->kv_cache_dtype],
                                 .max_ctx = c->max_ctx};
     if ((rc = ty_engine_new(&s->engine, s->model, &eo))) {

@@ -91,8 +91,8 @@ int ty_kvpool_new(ty_kvpool_t **out, const struct ty_kvpool_opts *opts)
     if (!o.block_tokens)
         o.block_tokens = 64;
     if (!o.n_layers || !o.n_kv_heads || !o.head_dim || !o.n_pages || o.n_pages > (1u << 28) ||
-        o.block_tokens > 65536 || (o.dtype != TY_KV_F32 && o.dtype != TY_KV_F16) || (o.storage && (!o.storage->alloc || !o.storage->free ||
-                                                  !o.storage->copy)))
+        o.block_tokens > 65536 || (o.dtype != TY_KV_F32 && o.dtype != TY_KV_F16) ||
+        (o.storage && (!o.storage->alloc || !o.storage->free || !o.storage->copy)))
         return TY_EINVAL;
     ty_kvpool_t *p = calloc(1, sizeof(*p));
     if (!p)

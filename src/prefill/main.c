@@ -50,7 +50,8 @@ static int start_engine(struct node *s)
     }
     struct ty_engine_opts eo = {.n_threads = s->cfg.threads,
                                 .kv_block_tokens = s->cfg.kv_block_tokens,
-                                .kv_pages = s->cfg.kv_pages, .kv_bytes = s->cfg.kv_cache_memory, .max_seqs = 4,
+                                .kv_pages = s->cfg.kv_pages, .kv_bytes = s->cfg.kv_cache_memory,
+                                .max_seqs = 4,
                                 .kv_dtype = ty_cluster_kv_dtype_names[s->cfg.kv_cache_dtype],
                                 .max_ctx = s->cfg.max_ctx,
                                 .max_batch_tokens = s->cfg.chunk_tokens,

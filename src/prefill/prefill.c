@@ -54,12 +54,6 @@ struct pjob {
     bool seg_bad;           /* worker: the segment failed: dropped once the batch is done */
 };
 
-/* The prompts of one forward call (worker). */
-struct pbatch {
-    struct pjob *jobs[MAX_BATCH];
-    uint32_t n;
-};
-
 struct ty_prefill {
     struct ty_prefill_opts o;
     ty_rpc_server_t *srv;
@@ -71,7 +65,8 @@ struct ty_prefill {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct pjob *queue, **tail;          /* under mu */
-    struct pjob *running[MAX_BATCH];     /* under mu: the batch in the worker */
+    struct pjob *running[MAX_BATCH];     /* the prompts of the worker's forward call: written
+                                          * by the worker under mu, read by the loop under mu */
     uint32_t n_running;
     uint32_t n_queued;
     uint64_t queued_tokens;
@@ -113,16 +108,15 @@ static void publish_pages(ty_prefill_t *p)
  * each is sent once per layer. */
 static void on_layer(void *arg, const struct ty_batch *b, uint32_t layer)
 {
-    struct pbatch *pb = arg;
-    ty_prefill_t *p = pb->jobs[0]->p;
+    ty_prefill_t *p = arg;
     ty_kvpool_t *pool = ty_engine_pool(p->o.engine);
     if (layer == 0)
         publish_pages(p); /* the chunk's pages are reserved by now */
     for (uint32_t k = 0; k < b->n_seqs; k++) {
         const struct ty_batch_seq *s = &b->seqs[k];
         struct pjob *j = NULL;
-        for (uint32_t i = 0; i < pb->n && !j; i++)
-            j = pb->jobs[i]->seq == s->seq ? pb->jobs[i] : NULL;
+        for (uint32_t i = 0; i < p->n_running && !j; i++)
+            j = p->running[i]->seq == s->seq ? p->running[i] : NULL;
         if (!j || j->xfer_err || atomic_load(&j->cancelled))
             continue;
         uint32_t end = ty_kvseq_n_tokens(s->seq) + s->n;
@@ -267,6 +261,12 @@ static void segment_unpin(ty_prefill_t *p, struct pjob *j)
     j->seg = NULL;
 }
 
+/* Pages a prompt needs at most (nothing of it cached). */
+static uint32_t pages_of(const ty_prefill_t *p, const struct pjob *j)
+{
+    return (j->n + p->B - 1) / p->B;
+}
+
 /* The job's segment, write batch and sequence; j->rc on failure. */
 static void job_begin(ty_prefill_t *p, struct pjob *j)
 {
@@ -282,8 +282,7 @@ static void job_begin(ty_prefill_t *p, struct pjob *j)
         j->rc = rc;
         return;
     }
-    uint32_t n_pages = (j->n + p->B - 1) / p->B;
-    if (!(rc = ty_xfer_batch_new(p->o.xfer, (size_t)p->n_layers * n_pages * 2, &j->batch)))
+    if (!(rc = ty_xfer_batch_new(p->o.xfer, (size_t)p->n_layers * pages_of(p, j) * 2, &j->batch)))
         rc = job_seq(p, j);
     j->rc = rc;
 }
@@ -314,15 +313,15 @@ static void job_finish(ty_prefill_t *p, struct pjob *j, uint64_t forward_us, uin
     j->rc = rc;
 }
 
-/* One forward call over every prompt of the batch that could start; each gets its own result.
- * A failed forward fails every prompt in it. */
-static void run_batch(ty_prefill_t *p, struct pbatch *pb)
+/* One forward call over every prompt taken (p->running) that could start; each gets its own
+ * result. A failed forward fails every prompt in it. */
+static void run_batch(ty_prefill_t *p)
 {
     struct ty_batch_seq bs[MAX_BATCH];
     struct pjob *live[MAX_BATCH];
     uint32_t n = 0, computed = 0, cached = 0;
-    for (uint32_t i = 0; i < pb->n; i++) {
-        struct pjob *j = pb->jobs[i];
+    for (uint32_t i = 0; i < p->n_running; i++) {
+        struct pjob *j = p->running[i];
         job_begin(p, j);
         if (j->rc)
             continue;
@@ -334,7 +333,7 @@ static void run_batch(ty_prefill_t *p, struct pbatch *pb)
     }
     uint64_t us = 0;
     if (n) {
-        struct ty_batch b = {.seqs = bs, .n_seqs = n, .layer_cb = on_layer, .layer_arg = pb};
+        struct ty_batch b = {.seqs = bs, .n_seqs = n, .layer_cb = on_layer, .layer_arg = p};
         uint64_t t0 = ty_clock_us();
         int rc = ty_engine_forward(p->o.engine, &b, p->logits);
         us = ty_clock_us() - t0;
@@ -346,10 +345,10 @@ static void run_batch(ty_prefill_t *p, struct pbatch *pb)
         for (uint32_t k = 0; k < n; k++)
             live[k]->rc = rc ? rc : job_sample(p, live[k], p->logits + (size_t)k * p->V);
     }
-    for (uint32_t i = 0; i < pb->n; i++)
-        job_finish(p, pb->jobs[i], us, n);
-    for (uint32_t i = 0; i < pb->n; i++) /* after every job: some may share a segment */
-        segment_unpin(p, pb->jobs[i]);
+    for (uint32_t i = 0; i < p->n_running; i++)
+        job_finish(p, p->running[i], us, n);
+    for (uint32_t i = 0; i < p->n_running; i++) /* after every job: some may share a segment */
+        segment_unpin(p, p->running[i]);
 }
 
 static void on_job_done(void *arg)
@@ -367,12 +366,6 @@ static void on_job_done(void *arg)
     job_free(j);
 }
 
-/* Pages a prompt needs at most (nothing of it cached). */
-static uint32_t pages_of(const ty_prefill_t *p, const struct pjob *j)
-{
-    return (j->n + p->B - 1) / p->B;
-}
-
 /* The hash of the prompt's first block when the page cache could share it but does not hold
  * it (0: nothing to share, or already there for every prompt to find). */
 static uint64_t unshared_head(ty_prefill_t *p, const struct pjob *j)
@@ -385,26 +378,28 @@ static uint64_t unshared_head(ty_prefill_t *p, const struct pjob *j)
     return ty_kvpool_holds(pool, h) ? 0 : (h ? h : 1);
 }
 
-/* Take the queue's head and the prompts behind it that fit in the same forward call: their
+/* Take the queue's head and the prompts behind it that fit in the same forward call into
+ * p->running: their
  * tokens within the engine's call, their pages free, and none starting with a block another
  * prompt of the call computes (it runs in the next call and finds that block in the page
  * cache, as it would have one prompt at a time). Under mu (the worker's own thread). */
-static void take_batch(ty_prefill_t *p, struct pbatch *pb)
+static void take_batch(ty_prefill_t *p)
 {
     ty_kvpool_t *pool = ty_engine_pool(p->o.engine);
     uint32_t budget = ty_engine_max_batch_tokens(p->o.engine), tokens = 0, pages = 0;
     uint32_t room = ty_kvpool_pages_total(pool) - ty_kvpool_pages_used(pool);
     uint64_t heads[MAX_BATCH];
-    pb->n = 0;
-    while (p->queue && pb->n < p->o.max_batch) {
+    p->n_running = 0;
+    while (p->queue && p->n_running < p->o.max_batch) {
         struct pjob *j = p->queue;
         uint64_t head = unshared_head(p, j);
         bool repeats = false;
-        for (uint32_t i = 0; i < pb->n && head && !repeats; i++)
+        for (uint32_t i = 0; i < p->n_running && head && !repeats; i++)
             repeats = heads[i] == head;
-        if (pb->n && (tokens + j->n > budget || pages + pages_of(p, j) > room || repeats))
+        if (p->n_running &&
+            (tokens + j->n > budget || pages + pages_of(p, j) > room || repeats))
             break; /* the head always goes, alone if it must */
-        heads[pb->n] = head;
+        heads[p->n_running] = head;
         tokens += j->n;
         pages += pages_of(p, j);
         p->queue = j->next;
@@ -413,7 +408,6 @@ static void take_batch(ty_prefill_t *p, struct pbatch *pb)
         p->n_queued--;
         p->queued_tokens -= j->n;
         j->next = NULL;
-        pb->jobs[pb->n++] = j;
         p->running[p->n_running++] = j;
     }
 }
@@ -427,21 +421,19 @@ static void *worker_main(void *arg)
             pthread_cond_wait(&p->cv, &p->mu);
         if (p->stop)
             break;
-        struct pbatch pb;
-        take_batch(p, &pb);
+        take_batch(p);
         pthread_mutex_unlock(&p->mu);
-        run_batch(p, &pb);
+        run_batch(p);
         pthread_mutex_lock(&p->mu);
-        p->n_running = 0;
-        pthread_mutex_unlock(&p->mu);
-        for (uint32_t i = 0; i < pb.n; i++) {
-            struct pjob *j = pb.jobs[i];
+        /* under mu: a Cancel never sees a job the loop may already have freed */
+        for (uint32_t i = 0; i < p->n_running; i++) {
+            struct pjob *j = p->running[i];
             if (j->rc && j->rc != TY_ECANCELED)
                 TY_LOG_WARN("prefill", "request %llu: %s", (unsigned long long)j->rid,
                             ty_strerror(j->rc));
             ty_rpc_mailbox_post(p->mb, on_job_done, j); /* the worker is joined before close */
         }
-        pthread_mutex_lock(&p->mu);
+        p->n_running = 0;
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -453,7 +445,7 @@ static void *worker_main(void *arg)
 static int take_destination(ty_prefill_t *p, const Tycho__V1__KvDestination *d, struct pjob *j,
                             char *why, size_t cap)
 {
-    uint32_t need = (j->n + p->B - 1) / p->B;
+    uint32_t need = pages_of(p, j);
     if (!d || !d->segment[0] || strlen(d->segment) > TY_XFER_NAME_MAX)
         return snprintf(why, cap, "kv_destination.segment missing"), TY_EINVAL;
     if (d->block_tokens != p->B || d->page_bytes != p->page_bytes)

@@ -285,12 +285,14 @@ int ty__place_node_up(ty_cluster_t *c, struct ty__cnode *n, char *why, size_t ca
                 return TY_EINVAL;
             }
         }
-        double was = strcmp(p->kv_dtype, "f16") ? 4.0 : 2.0;
-        double now = strcmp(n->kv_dtype, "f16") ? 4.0 : 2.0;
+        enum ty_kv_dtype was = TY_KV_F32, now = TY_KV_F32; /* "" before the first node: f32 */
+        ty_kv_dtype_parse(p->kv_dtype, &was);
+        ty_kv_dtype_parse(n->kv_dtype, &now);
         if (p->cost_auto && was != now) { /* KV bytes moved and read per token */
             struct ty_sched_cost cost = ty_sched_opts_get(p->s)->cost;
-            cost.kv_bytes_per_token *= now / was;
-            cost.decode[2] *= now / was;
+            double f = (double)ty_kv_dtype_size(now) / (double)ty_kv_dtype_size(was);
+            cost.kv_bytes_per_token *= f;
+            cost.decode[2] *= f;
             ty_sched_set_cost(p->s, &cost);
         }
         snprintf(p->kv_dtype, sizeof(p->kv_dtype), "%s", n->kv_dtype);

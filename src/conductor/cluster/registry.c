@@ -172,6 +172,7 @@ static int node_connect(ty_cluster_t *c, struct ty__cnode *n)
 static bool register_valid(const Tycho__V1__RegisterNode *m, char *why, size_t cap)
 {
     const char *bad = NULL;
+    enum ty_kv_dtype dt;
     if (m->protocol_version != TYCHO__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT)
         bad = "unsupported protocol_version";
     else if (m->role != TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL &&
@@ -185,8 +186,7 @@ static bool register_valid(const Tycho__V1__RegisterNode *m, char *why, size_t c
         bad = "transfer_segment missing or too long";
     else if (!m->capacity || !m->capacity->block_tokens)
         bad = "capacity.block_tokens missing";
-    else if (m->model && m->model->dtype[0] && strcmp(m->model->dtype, "f32") &&
-             strcmp(m->model->dtype, "f16"))
+    else if (m->model && m->model->dtype[0] && ty_kv_dtype_parse(m->model->dtype, &dt))
         bad = "model.dtype (the KV cache's) must be f32 or f16";
     if (bad)
         snprintf(why, cap, "%s", bad);

@@ -252,7 +252,8 @@ static void test_auto_and_bad(void **state)
     assert_int_equal(ty_engine_new(&e, model, &o), TY_EINVAL);
     /* an F16 model: auto takes f16, as llama.cpp's default cache type */
     char path[512], err[256];
-    snprintf(path, sizeof(path), "%s/models/llama-2-tiny-random/llama-2-tiny-random.gguf", data_dir);
+    snprintf(path, sizeof(path), "%s/models/llama-2-tiny-random/llama-2-tiny-random.gguf",
+             data_dir);
     ty_model_t *m16;
     if (ty_model_load(&m16, path, err, sizeof(err)) != 0) {
         printf("llama-2-tiny-random not loadable here (%s): auto on F16 not checked\n", err);
