@@ -3,8 +3,10 @@
 // never cross a page, and keeps per-row running max m, sum l and an unnormalized output that is
 // rescaled by exp(m_old - m_new) whenever the max grows; the division by l happens once at the
 // end. This is the general path (any head_dim multiple of 4 up to 256, f32/f16/bf16 pools,
-// f32 math on CUDA cores). A tensor-core (mma) path for 16-bit pools is not written yet.
+// f32 math on CUDA cores). 16-bit pools with head_dim 64 or 128 take the tensor-core path in
+// attn_prefill_tc.cu instead.
 #include "attn_common.cuh"
+#include "attn_prefill_tc.cuh"
 
 #include <math.h>
 
@@ -166,6 +168,9 @@ extern "C" int ty_cuda_attn_prefill(float *out, const float *q, const void *k_po
     if (n_chunks == 0 || max_q_len == 0)
         return 0;
     cudaStream_t st = (cudaStream_t)stream;
+    if (ty__attn_prefill_tc_applies(l, s))
+        return ty__attn_prefill_tc(out, q, k_pool, v_pool, l, s, block_tables, q_starts, q_lens,
+                                   kv_lens, n_chunks, max_q_len, st);
     prefill_args a;
     a.out = out;
     a.q = q;

@@ -3,7 +3,8 @@
  * 8 KV, head_dim 128, bf16 pool, 64-token pages in shuffled order); achieved read bandwidth is
  * compared with a device-to-device cudaMemcpy of the same bytes in the same run (copy bandwidth
  * counted as read + write, as bandwidthTest does).
- * prefill: causal prefill attention, 4 sequences x 2048 tokens, same heads; TFLOP/s counted as
+ * prefill: causal prefill attention, 4 sequences x 1024, 2048 and 4096 tokens, same heads (the
+ * 16-bit pool takes the tensor-core path); TFLOP/s counted as
  * 4 * n_heads * L^2 * head_dim / 2 * 2 per sequence (causal half of QK^T and PV), the same
  * formula bench/gpu/sdpa_ref.py uses for PyTorch's scaled_dot_product_attention.
  * Prints "RESULT <name> <value> <unit>" lines. Exit 77 without a GPU. */
@@ -206,7 +207,10 @@ int main(int argc, char **argv)
         rc |= bench_decode(64, 4096);
         rc |= bench_decode(1, 32768); /* a long single context: the split path */
     }
-    if (!strcmp(what, "all") || !strcmp(what, "prefill"))
+    if (!strcmp(what, "all") || !strcmp(what, "prefill")) {
+        rc |= bench_prefill(4, 1024);
         rc |= bench_prefill(4, 2048);
+        rc |= bench_prefill(4, 4096);
+    }
     return rc;
 }

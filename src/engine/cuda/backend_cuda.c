@@ -29,6 +29,15 @@ int ty__cuda_check(struct cuda_ctx *c, cudaError_t e, const char *call, const ch
     return TY_ECUDA;
 }
 
+void ty__cuda_quiet(cudaError_t e, const char *call, const char *file, int line)
+{
+    if (e == cudaSuccess)
+        return;
+    (void)cudaGetLastError();
+    TY_LOG_WARN("cuda", "%s failed: %s (%s) at %s:%d", call, cudaGetErrorName(e),
+                cudaGetErrorString(e), file, line);
+}
+
 int ty__cublas_check(struct cuda_ctx *c, cublasStatus_t s, const char *call, const char *file,
                      int line)
 {
@@ -74,8 +83,8 @@ int ty__cuda_grow(struct cuda_ctx *c, void **p, size_t *cap, size_t bytes)
 void ty__cuda_graphs_reset(struct cuda_ctx *c)
 {
     for (int i = 0; i < TY_CUDA_MAX_GRAPHS; i++) {
-        if (c->graph[i].used)
-            cudaGraphExecDestroy(c->graph[i].exec);
+        if (c->graph[i].exec) /* NULL for a shape seen once: nothing captured yet */
+            TY_CU_QUIET(cudaGraphExecDestroy(c->graph[i].exec));
         memset(&c->graph[i], 0, sizeof(c->graph[i]));
     }
 }
@@ -90,7 +99,7 @@ static void *kv_alloc(void *ctx, size_t bytes)
         return NULL;
     if (TY_CU(c, cudaMemsetAsync(p, 0, bytes, c->stream)) ||
         TY_CU(c, cudaStreamSynchronize(c->stream))) {
-        cudaFree(p);
+        TY_CU_QUIET(cudaFree(p));
         return NULL;
     }
     return p;
@@ -139,11 +148,11 @@ static void free_buffers(struct cuda_ctx *c)
                     c->blas_ws};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (bufs[i])
-            cudaFree(bufs[i]);
+            TY_CU_QUIET(cudaFree(bufs[i]));
     if (c->meta_h)
-        cudaFreeHost(c->meta_h);
+        TY_CU_QUIET(cudaFreeHost(c->meta_h));
     if (c->logits_h)
-        cudaFreeHost(c->logits_h);
+        TY_CU_QUIET(cudaFreeHost(c->logits_h));
 }
 
 static void cuda_free(ty_backend_t *b)
@@ -152,16 +161,16 @@ static void cuda_free(ty_backend_t *b)
     TY_LOG_DEBUG("cuda", "%s: %llu graph captures, %llu graph launches", c->name,
                  (unsigned long long)c->n_graph_captures,
                  (unsigned long long)c->n_graph_launches);
-    cudaSetDevice(c->device);
+    TY_CU_QUIET(cudaSetDevice(c->device));
     if (c->stream)
-        cudaStreamSynchronize(c->stream);
+        TY_CU_QUIET(cudaStreamSynchronize(c->stream));
     ty__cuda_graphs_reset(c);
     ty__cuda_model_free(c);
     free_buffers(c);
     if (c->blas)
         cublasDestroy(c->blas);
     if (c->stream)
-        cudaStreamDestroy(c->stream);
+        TY_CU_QUIET(cudaStreamDestroy(c->stream));
     free(c);
     free(b);
 }

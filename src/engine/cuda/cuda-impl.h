@@ -23,6 +23,10 @@ struct cuda_ctx;
 /* Checks a cudaError_t: 0, or TY_ECUDA after logging call, error and file:line and marking the
  * backend unhealthy (sticky) unless the error is a plain allocation failure (TY_ENOMEM). */
 #define TY_CU(c, call) ty__cuda_check((c), (call), #call, __FILE__, __LINE__)
+/* For clean-up calls (frees, destroys) whose failure changes nothing for the caller: a failure
+ * is logged as a warning and cleared, so that the next kernel launch check reports its own
+ * error, not this one's (cudaGetLastError returns the last error of any runtime call). */
+#define TY_CU_QUIET(call) ty__cuda_quiet((call), #call, __FILE__, __LINE__)
 /* Checks a cublasStatus_t the same way. */
 #define TY_CUBLAS(c, call) ty__cublas_check((c), (call), #call, __FILE__, __LINE__)
 /* Checks a kernel launcher's return code: TY_ECUDA marks the backend unhealthy. */
@@ -30,6 +34,7 @@ struct cuda_ctx;
 
 int ty__cuda_check(struct cuda_ctx *c, cudaError_t e, const char *call, const char *file,
                    int line);
+void ty__cuda_quiet(cudaError_t e, const char *call, const char *file, int line);
 int ty__cublas_check(struct cuda_ctx *c, cublasStatus_t s, const char *call, const char *file,
                      int line);
 int ty__cuda_kernel_check(struct cuda_ctx *c, int rc, const char *call, const char *file,

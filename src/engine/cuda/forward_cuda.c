@@ -150,7 +150,7 @@ static int ensure_bufs(struct cuda_ctx *c, const struct ty_model_config *m, uint
     ty__cuda_graphs_reset(c);
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         if (*want[i].p)
-            cudaFree(*want[i].p);
+            TY_CU_QUIET(cudaFree(*want[i].p));
         *want[i].p = NULL;
     }
     b->cap_t = 0;
@@ -170,7 +170,7 @@ static int ensure_host(struct cuda_ctx *c, const struct plan *p, uint32_t V)
     if (p->total > c->meta_cap) {
         size_t cap = p->total * 2;
         if (c->meta_h)
-            cudaFreeHost(c->meta_h);
+            TY_CU_QUIET(cudaFreeHost(c->meta_h));
         c->meta_h = NULL;
         size_t dcap = c->meta_cap * 4;
         c->meta_cap = 0;
@@ -180,7 +180,7 @@ static int ensure_host(struct cuda_ctx *c, const struct plan *p, uint32_t V)
     }
     if (!rc && lf > c->logits_cap) {
         if (c->logits_h)
-            cudaFreeHost(c->logits_h);
+            TY_CU_QUIET(cudaFreeHost(c->logits_h));
         c->logits_h = NULL;
         c->logits_cap = 0;
         if (!(rc = TY_CU(c, cudaMallocHost((void **)&c->logits_h, lf * 4))))
@@ -334,7 +334,7 @@ static int capture(struct pass *ps, struct cuda_graph *g)
         rc = TY_CU(c, cudaGraphInstantiate(&g->exec, graph, 0));
     c->capturing = false;
     if (graph)
-        cudaGraphDestroy(graph);
+        TY_CU_QUIET(cudaGraphDestroy(graph));
     c->n_graph_captures += !rc && !erc;
     return erc ? erc : rc;
 }
@@ -354,7 +354,7 @@ static int run_graph(struct pass *ps)
     }
     if (!g) {
         if (lru->used && lru->exec)
-            cudaGraphExecDestroy(lru->exec);
+            TY_CU_QUIET(cudaGraphExecDestroy(lru->exec));
         *lru = (struct cuda_graph){.used = true, .key = key, .last_use = ++c->graph_clock};
         return enqueue(ps);
     }

@@ -171,7 +171,7 @@ static int upload_model(struct upload *u, struct cuda_model *cm)
 static void mat_free(struct cuda_mat *m)
 {
     if (m->d)
-        cudaFree(m->d);
+        TY_CU_QUIET(cudaFree(m->d));
     m->d = NULL;
 }
 
@@ -180,7 +180,7 @@ void ty__cuda_model_free(struct cuda_ctx *c)
     struct cuda_model *cm = c->model;
     if (!cm)
         return;
-    cudaStreamSynchronize(c->stream);
+    TY_CU_QUIET(cudaStreamSynchronize(c->stream));
     for (uint32_t l = 0; cm->layers && l < cm->src->cfg.n_layers; l++) {
         struct cuda_layer *cl = &cm->layers[l];
         mat_free(&cl->wqkv);
@@ -190,15 +190,15 @@ void ty__cuda_model_free(struct cuda_ctx *c)
         float *v[] = {cl->attn_norm, cl->ffn_norm, cl->bqkv};
         for (int i = 0; i < 3; i++)
             if (v[i])
-                cudaFree(v[i]);
+                TY_CU_QUIET(cudaFree(v[i]));
     }
     if (cm->output.d != cm->embd.d)
         mat_free(&cm->output);
     mat_free(&cm->embd);
     if (cm->out_norm)
-        cudaFree(cm->out_norm);
+        TY_CU_QUIET(cudaFree(cm->out_norm));
     if (cm->freq_div)
-        cudaFree(cm->freq_div);
+        TY_CU_QUIET(cudaFree(cm->freq_div));
     free(cm->layers);
     free(cm);
     c->model = NULL;
@@ -226,9 +226,9 @@ int ty__cuda_model_use(struct cuda_ctx *c, const struct ty_model *m)
     if (!rc)
         rc = upload_model(&u, cm);
     if (u.stage_h)
-        cudaFreeHost(u.stage_h);
+        TY_CU_QUIET(cudaFreeHost(u.stage_h));
     if (u.stage_d)
-        cudaFree(u.stage_d);
+        TY_CU_QUIET(cudaFree(u.stage_d));
     if (rc) {
         ty__cuda_model_free(c);
         return rc;
