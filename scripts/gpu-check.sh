@@ -21,7 +21,7 @@ if [ "${1:-}" = "--prebuilt" ]; then
     PRE="$(cd "${2:?--prebuilt needs a directory}" && pwd)"
     BIN="$PRE/bin"
     LOG="${GPU_CHECK_LOGS:-$PRE/logs}"
-    export TYCHO_TEST_DATA="${TYCHO_TEST_DATA:-$PRE/data}"
+    export TYCHO_TEST_DATA="${TYCHO_TEST_DATA:-$PRE/data}" TYCHO_BIN="$BIN/tycho"
     # cuBLAS comes from this machine's CUDA toolkit (or PyTorch's wheel), the rest from lib/.
     cublas=$(ls /usr/local/cuda/lib64/libcublas.so.13 /usr/local/cuda*/lib*/libcublas.so.13 \
         /usr/lib/x86_64-linux-gnu/libcublas.so.13 2>/dev/null | head -1)
@@ -62,6 +62,7 @@ if [ -z "$BIN" ]; then
     find "$BUILD/tests/gpu" "$BUILD/bench/gpu" -maxdepth 2 -type f -perm -u+x \
         \( -name 'test_gpu_*' -o -name 'bench_gpu_*' \) -exec ln -sf {} "$BIN/" \;
     ln -sf "$BUILD/src/cli/tycho" "$BIN/tycho"
+    export TYCHO_BIN="$BIN/tycho"
     export TYCHO_TEST_DATA="${TYCHO_TEST_DATA:-$SRC/../shared}"
 fi
 

@@ -34,7 +34,7 @@ static void usage(FILE *f)
             "         [--no-graphs]\n"
             "  PATH is a .gguf file or a Hugging Face model directory.\n"
             "  --backend cuda runs on GPU N (--device) with weights of the given type.\n"
-            "  --kv-dtype: KV cache elements (auto: f16 for a 16-bit or quantized model on cpu).\n"
+            "  --kv-dtype: KV cache elements (auto: f16 for a 16-bit or quantized model).\n"
             "  --raw: do not add BOS; --ignore-eos: always generate N tokens.\n");
 }
 

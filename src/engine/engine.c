@@ -36,11 +36,11 @@ static int make_backend_and_pool(ty_engine_t *e, const struct ty_engine_opts *o)
     int dev = ty_backend_kv_storage(e->be, &st);
     if (dev < 0)
         return dev;
-    bool cpu = !strcmp(ty_backend_name(e->be), "cpu");
     enum ty_kv_dtype dt = TY_KV_F32;
-    /* auto stays f32 on CUDA until its f16 pages have run on a GPU (docs/arch/cuda.md) */
+    /* auto: f16 pages for a 16-bit or quantized model (llama.cpp's default cache type; on
+     * CUDA they also take the tensor-core prefill attention), f32 for an F32 model */
     if (!o->kv_dtype || !strcmp(o->kv_dtype, "auto"))
-        dt = cpu && c->weight_type != TY_GGML_F32 ? TY_KV_F16 : TY_KV_F32;
+        dt = c->weight_type != TY_GGML_F32 ? TY_KV_F16 : TY_KV_F32;
     else if (ty_kv_dtype_parse(o->kv_dtype, &dt))
         return TY_EINVAL;
     uint32_t n_pages = o->kv_pages;

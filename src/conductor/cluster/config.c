@@ -131,7 +131,7 @@ const char *const ty_cluster_kv_dtype_names[] = {"auto", "f32", "f16", NULL};
     {.key = "kv_cache_dtype", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(T, kv_cache_dtype),            \
      .def = "auto", .enum_names = ty_cluster_kv_dtype_names,                                     \
      .help = "KV cache elements: f32, f16 (half the memory and transfer), auto (f16 for a "      \
-             "16-bit or quantized model on the CPU backend, else f32; same on every node)"},     \
+             "16-bit or quantized model, else f32; same on every node)"},                         \
     {.key = "max_batch_size", .type = TY_CONFIG_UINT, TY_CONFIG_AT(T, max_batch_size),            \
      .def = "64", .min = "1", .max = "4096",                                                      \
      .help = "sequences decoded together (decode node, tycho serve)"}

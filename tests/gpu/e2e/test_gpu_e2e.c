@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define B 16
 #define TIE_GAP 1e-3f
@@ -264,6 +265,75 @@ static void test_f16_kv(void **state)
     g_kv = "f32";
 }
 
+/* A random-weight model made by `tycho mkmodel` (byte vocabulary) with the head dims the
+ * tuned kernels serve: f16 KV pages on both backends, so CUDA runs the tensor-core prefill
+ * attention and the bandwidth decode attention. Two prefill chunks (the second over a cached
+ * prefix of 100 tokens, not a tile multiple; more than 64 rows: two row tiles) and three decode
+ * steps; every logit row against the CPU backend's. */
+static void check_model_dims(const char *dims, const char *tag)
+{
+    const char *bin = getenv("TYCHO_BIN"), *bdir = getenv("TYCHO_BUILD_DIR");
+    char tycho[512], path[512], cmd[1400], err[256];
+    if (bin)
+        snprintf(tycho, sizeof(tycho), "%s", bin);
+    else if (bdir)
+        snprintf(tycho, sizeof(tycho), "%s/src/cli/tycho", bdir);
+    else
+        skip(); /* no tycho to make the model with */
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, sizeof(path), "%s/tycho-gpu-e2e-%s-%d.gguf", tmp ? tmp : "/tmp", tag,
+             (int)getpid());
+    snprintf(cmd, sizeof(cmd), "'%s' mkmodel --dims %s --type f16 --vocab-from bytes --out '%s'",
+             tycho, dims, path);
+    assert_int_equal(system(cmd), 0);
+    ty_model_t *m;
+    assert_int_equal(ty_model_load(&m, path, err, sizeof(err)), 0);
+    unlink(path);
+    const uint32_t Vm = ty_model_config(m)->n_vocab;
+    enum { N1 = 100, N2 = 50, STEPS = 3, ROWS = N1 + N2 + STEPS };
+    uint32_t t[N1 + N2 + STEPS];
+    for (uint32_t i = 0; i < N1 + N2 + STEPS; i++)
+        t[i] = i == 0 ? 1 : 3 + (i * 37u) % (Vm - 3);
+    float *l[2];
+    for (int k = 0; k < 2; k++) {
+        struct ty_engine_opts o = {.kv_block_tokens = B, .max_seqs = 4, .max_ctx = 512,
+                                   .max_batch_tokens = 512, .no_prefix_sharing = true,
+                                   .backend = k ? "cuda" : "cpu", .kv_dtype = "f16"};
+        ty_engine_t *e;
+        assert_int_equal(ty_engine_new(&e, m, &o), 0);
+        l[k] = malloc((size_t)ROWS * Vm * 4);
+        ty_kvseq_t *sq;
+        assert_int_equal(ty_kvpool_seq_new(ty_engine_pool(e), &sq), 0);
+        struct ty_batch_seq bs = {sq, t, N1, true};
+        struct ty_batch b = {.seqs = &bs, .n_seqs = 1};
+        assert_int_equal(ty_engine_forward(e, &b, l[k]), 0);
+        bs = (struct ty_batch_seq){sq, t + N1, N2, true};
+        assert_int_equal(ty_engine_forward(e, &b, l[k] + (size_t)N1 * Vm), 0);
+        for (int i = 0; i < STEPS; i++) {
+            bs = (struct ty_batch_seq){sq, t + N1 + N2 + i, 1, false};
+            assert_int_equal(ty_engine_forward(e, &b, l[k] + (size_t)(N1 + N2 + i) * Vm), 0);
+        }
+        ty_kvpool_seq_free(ty_engine_pool(e), sq);
+        if (k)
+            assert_true(ty_engine_healthy(e));
+        ty_engine_free(e);
+    }
+    double e1 = nerr(l[1], l[0], (size_t)(N1 + N2) * Vm);
+    double e2 = nerr(l[1] + (size_t)(N1 + N2) * Vm, l[0] + (size_t)(N1 + N2) * Vm,
+                     (size_t)STEPS * Vm);
+    printf("  %s (%s): prefill logits nerr %.3g, decode logits nerr %.3g\n", tag, dims, e1, e2);
+    assert_true(e1 <= 2e-2 && e2 <= 2e-2);
+    free(l[0]), free(l[1]);
+    ty_model_free(m);
+}
+
+static void test_tuned_head_dims(void **state)
+{
+    check_model_dims("256,2,4,2,688", "hd64-gqa2");
+    check_model_dims("512,2,4,1,1024", "hd128-mqa");
+    check_model_dims("1024,1,8,2,1024", "hd128-gqa4");
+}
+
 int main(void)
 {
     int n = 0;
@@ -285,6 +355,7 @@ int main(void)
         cmocka_unit_test(test_batch8_equals_alone),
         cmocka_unit_test(test_export_import_across_backends),
         cmocka_unit_test(test_f16_kv),
+        cmocka_unit_test(test_tuned_head_dims),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ty_model_free(model);

@@ -146,6 +146,22 @@ static void test_decode(void **state)
         {12, 12, 80, 32, 4, {31, 32, 33, 999}},              /* MHA, head_dim 80 */
         {16, 1, 256, 64, 1, {1500}},                         /* MQA, head_dim 256 */
         {6, 3, 4, 7, 3, {6, 7, 50}},                         /* odd page size */
+        /* the bandwidth path (head_dim 64/128): 1, 2 or 4 heads per block, masked heads,
+         * one split and many, one-token and odd pages, a 32k context */
+        {8, 8, 128, 16, 3, {1, 300, 1000}},                  /* G = 1, splits */
+        {4, 4, 64, 64, 2, {5, 20}},                          /* G = 1, one split */
+        {16, 8, 128, 32, 4, {17, 255, 513, 2048}},           /* G = 2 */
+        {8, 4, 64, 16, 3, {1, 33, 1500}},                    /* G = 2, hd 64 */
+        {12, 4, 128, 16, 3, {100, 777, 3}},                  /* group 3: a masked head */
+        {12, 4, 64, 64, 2, {250, 1}},                        /* group 3, one split */
+        {24, 4, 64, 64, 2, {300, 4000}},                     /* group 6: blocks of 4 + 2 */
+        {32, 4, 128, 64, 2, {63, 3333}},                     /* group 8: two blocks of 4 */
+        {10, 2, 128, 16, 2, {1, 999}},                       /* group 5: 4 + 1 */
+        {96, 96, 64, 16, 8, {1000, 1, 17, 64, 65, 999, 250, 31}}, /* many blocks */
+        {32, 8, 128, 64, 8, {256, 512, 16, 15, 1, 4096, 64, 100}},
+        {8, 2, 64, 7, 3, {1, 50, 700}},                      /* odd page size */
+        {8, 2, 128, 1, 2, {3, 300}},                         /* one-token pages */
+        {4, 1, 128, 64, 1, {32768}},                         /* long single context, MQA */
     };
     uint64_t s = 21;
     for (int dt = TY_CUDA_F32; dt <= TY_CUDA_BF16; dt++)
