@@ -14,6 +14,7 @@
 // Precision: Q and P are rounded to the pool's 16-bit type before the products (as
 // FlashAttention does); K and V already are. Everything else is f32.
 #include "attn_prefill_tc.cuh"
+#include "attn_prefill_tune.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -22,16 +23,9 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kBr = 16 * kWarps; // query rows per block
-constexpr int kBc = 64;          // key tokens per tile
 constexpr int kPad = 8;          // elements of row padding: rows 16 bytes apart mod 128
 
 template <int HD> constexpr int ld() { return HD + kPad; }
-
-template <int HD> constexpr size_t tc_smem_bytes()
-{
-    return sizeof(uint16_t) * (size_t)ld<HD>() * (kBr + 4 * kBc); // Q, 2 x K, 2 x V
-}
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p)
 {
@@ -110,35 +104,69 @@ struct tc_args {
     float scale_log2; // softmax scale * log2(e)
 };
 
-// Issues the cp.async copies of tokens [p0, p0 + kBc) of one KV head into a shared tile;
-// tokens at or past kv_end are zero-filled (their table entries are never read).
-template <typename T, int HD>
-__device__ __forceinline__ void load_kv_tile(T *dst, const T *pool, const int32_t *table, int p0,
-                                             int kv_end, int kh, int n_kv, int page_tokens)
+// 2^x on the special-function unit (inputs here are <= 0 or -inf; ftz is harmless).
+__device__ __forceinline__ float fast_exp2(float x)
 {
-    constexpr int kChunks = HD / 8; // 16-byte chunks per token row
-#pragma unroll
-    for (int i = 0; i < kBc * kChunks / kThreads; i++) {
-        const int c = threadIdx.x + i * kThreads;
-        const int t = c / kChunks, ch = c % kChunks, pos = p0 + t;
-        const T *src = pool;
-        int bytes = 0;
-        if (pos < kv_end) {
-            const int page = table[pos / page_tokens], slot = pos % page_tokens;
-            src = pool + (((size_t)page * n_kv + kh) * page_tokens + slot) * HD + ch * 8;
-            bytes = 16;
-        }
-        cp_async16(dst + t * ld<HD>() + ch * 8, src, bytes);
-    }
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
 }
 
-template <typename T, int HD>
+// The kernel's shape: MT m16 row tiles per warp (rows per block = 16 * MT * kWarps), BC keys
+// per K/V tile, Q fragments kept in registers for the whole walk (QREG) or re-read from shared
+// memory at every k-step (fewer registers).
+template <int HD, int MT, int BC> struct tc_shape {
+    static constexpr int kRows = 16 * MT * kWarps;
+    static constexpr int kChunks = HD / 8;                   // 16-byte chunks per token row
+    static constexpr int kRowsPerThread = BC * kChunks / kThreads; // token rows one thread copies
+    static constexpr int kRowStep = kThreads / kChunks;       // between a thread's rows
+    static constexpr size_t smem_bytes() { return sizeof(uint16_t) * (size_t)ld<HD>() * (kRows + 4 * BC); }
+};
+
+// Issues the cp.async copies of tokens [p0, p0 + BC) of one KV head into the K and V tiles,
+// as two commit groups (K first). Each thread copies one 16-byte chunk column of
+// kRowsPerThread token rows; a row's pool offset is found once for K and V. Tokens at or past
+// kv_end are zero-filled (their table entries are never read).
+template <typename T, int HD, int MT, int BC>
+__device__ __forceinline__ void load_kv_tile(T *ks, T *vs, const T *kp, const T *vp,
+                                             const int32_t *table, int p0, int kv_end, int kh,
+                                             int n_kv, int page_tokens)
+{
+    using S = tc_shape<HD, MT, BC>;
+    const int ch = threadIdx.x % S::kChunks, t0 = threadIdx.x / S::kChunks;
+    size_t off[S::kRowsPerThread];
+    bool ok[S::kRowsPerThread];
+#pragma unroll
+    for (int i = 0; i < S::kRowsPerThread; i++) {
+        const int pos = p0 + t0 + i * S::kRowStep;
+        ok[i] = pos < kv_end;
+        off[i] = 0;
+        if (ok[i]) {
+            const int page = table[pos / page_tokens], slot = pos - (pos / page_tokens) * page_tokens;
+            off[i] = (((size_t)page * n_kv + kh) * page_tokens + slot) * HD + ch * 8;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < S::kRowsPerThread; i++)
+        cp_async16(ks + (t0 + i * S::kRowStep) * ld<HD>() + ch * 8, kp + off[i], ok[i] ? 16 : 0);
+    cp_commit();
+#pragma unroll
+    for (int i = 0; i < S::kRowsPerThread; i++)
+        cp_async16(vs + (t0 + i * S::kRowStep) * ld<HD>() + ch * 8, vp + off[i], ok[i] ? 16 : 0);
+    cp_commit();
+}
+
+// ONEBAR: one barrier per tile (wait for the tile's K and V together, then issue the next
+// tile's copies into the stage every warp has left), instead of three (K, V, end of tile).
+template <typename T, int HD, int MT, int BC, bool QREG, bool ONEBAR>
 __global__ void __launch_bounds__(kThreads, 2) prefill_tc_kernel(tc_args a)
 {
+    using S = tc_shape<HD, MT, BC>;
+    constexpr int kBr = S::kRows;
     extern __shared__ float4 smem4[];
     T *sq = (T *)smem4;
     T *sk = sq + kBr * ld<HD>(); // 2 stages
-    T *sv = sk + 2 * kBc * ld<HD>();
+    T *sv = sk + 2 * BC * ld<HD>();
     const int h = blockIdx.y, chunk = blockIdx.z;
     const int q_len = a.q_lens[chunk], kv_len = a.kv_lens[chunk];
     // The longest row tiles (the last ones: causal) start first.
@@ -151,13 +179,10 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_tc_kernel(tc_args a)
     const int rows = min(kBr, q_len - i0);
     const int first_pos = kv_len - q_len;                   // position of query row 0
     const int kv_end = min(kv_len, first_pos + i0 + rows); // keys any row of the block sees
-    const int n_tiles = (kv_end + kBc - 1) / kBc;
+    const int n_tiles = (kv_end + BC - 1) / BC;
     const size_t row0 = (size_t)a.q_starts[chunk] + i0;
 
-    load_kv_tile<T, HD>(sk, kp, table, 0, kv_end, kh, a.n_kv, a.page_tokens);
-    cp_commit();
-    load_kv_tile<T, HD>(sv, vp, table, 0, kv_end, kh, a.n_kv, a.page_tokens);
-    cp_commit();
+    load_kv_tile<T, HD, MT, BC>(sk, sv, kp, vp, table, 0, kv_end, kh, a.n_kv, a.page_tokens);
 
     // Q rows (f32 in global) -> 16-bit shared tile; rows past the chunk are zeros.
     for (int i = threadIdx.x; i < kBr * (HD / 4); i += kThreads) {
@@ -172,164 +197,257 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_tc_kernel(tc_args a)
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, tq = lane & 3; // fragment row (and row + 8), column pair
-    uint32_t qf[HD / 16][4];
+    const int wrow = warp * 16 * MT;        // this warp's first row in the block
+    // A fragment of m-tile mt, k-step kk: lanes 0-15 rows 0-15 at column 0, 16-31 at column 8.
+    const T *qa = sq + (wrow + (lane & 15)) * ld<HD>() + (lane >> 4) * 8;
+    uint32_t qf[QREG ? MT : 1][QREG ? HD / 16 : 1][4];
+    if (QREG) {
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++)
-        ldsm_x4(qf[kk], sq + (warp * 16 + (lane & 15)) * ld<HD>() + kk * 16 + (lane >> 4) * 8);
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++)
+                ldsm_x4(qf[QREG ? mt : 0][QREG ? kk : 0], qa + mt * 16 * ld<HD>() + kk * 16);
+    }
 
-    // This thread's two rows: positions for the causal mask.
-    const int qpos0 = first_pos + i0 + warp * 16 + g, qpos1 = qpos0 + 8;
-    const int warp_min_pos = first_pos + i0 + warp * 16;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-    float o[HD / 8][4];
+    const int warp_min_pos = first_pos + i0 + wrow; // the causal mask's smallest row position
+    float m[MT][2], l[MT][2];
+    float o[MT][HD / 8][4];
 #pragma unroll
-    for (int j = 0; j < HD / 8; j++)
-        o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    for (int mt = 0; mt < MT; mt++) {
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < HD / 8; j++)
+            o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.0f;
+    }
 
     for (int t = 0; t < n_tiles; t++) {
-        const int p0 = t * kBc, st = t & 1;
-        const T *k_s = sk + st * kBc * ld<HD>(), *v_s = sv + st * kBc * ld<HD>();
+        const int p0 = t * BC, st = t & 1;
+        const T *k_s = sk + st * BC * ld<HD>(), *v_s = sv + st * BC * ld<HD>();
         const bool more = t + 1 < n_tiles;
-        if (more) { // stage st^1 was last read in iteration t - 1, which ended with a barrier
-            load_kv_tile<T, HD>(sk + (st ^ 1) * kBc * ld<HD>(), kp, table, p0 + kBc, kv_end, kh,
-                                a.n_kv, a.page_tokens);
-            cp_commit();
-            load_kv_tile<T, HD>(sv + (st ^ 1) * kBc * ld<HD>(), vp, table, p0 + kBc, kv_end, kh,
-                                a.n_kv, a.page_tokens);
-            cp_commit();
-            cp_wait<3>(); // K of tile t has landed (V of t and tile t + 1 may still fly)
+        if (ONEBAR) {
+            cp_wait<0>(); // this thread's copies of tile t (K and V) have landed
+            __syncthreads(); // everyone's have, and every warp is done with tile t - 1
+            if (more) // into the stage tile t - 1 used
+                load_kv_tile<T, HD, MT, BC>(sk + (st ^ 1) * BC * ld<HD>(),
+                                            sv + (st ^ 1) * BC * ld<HD>(), kp, vp, table, p0 + BC,
+                                            kv_end, kh, a.n_kv, a.page_tokens);
         } else {
-            cp_wait<1>();
+            if (more) { // stage st^1 was last read in iteration t - 1, which ended with a barrier
+                load_kv_tile<T, HD, MT, BC>(sk + (st ^ 1) * BC * ld<HD>(),
+                                            sv + (st ^ 1) * BC * ld<HD>(), kp, vp, table, p0 + BC,
+                                            kv_end, kh, a.n_kv, a.page_tokens);
+                cp_wait<3>(); // K of tile t has landed (V of t and tile t + 1 may still fly)
+            } else {
+                cp_wait<1>();
+            }
+            __syncthreads();
         }
-        __syncthreads();
 
-        // S = Q K^T: 16 rows x kBc keys per warp, as kBc / 8 n-tiles.
-        float s[kBc / 8][4];
+        // S = Q K^T: per m-tile 16 rows x BC keys, as BC / 8 n-tiles.
+        float s[MT][BC / 8][4];
 #pragma unroll
-        for (int j = 0; j < kBc / 8; j++)
-            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int j = 0; j < BC / 8; j++)
+                s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++) {
+            uint32_t qk[MT][4];
+            if (!QREG) {
 #pragma unroll
-            for (int j = 0; j < kBc / 16; j++) { // two n-tiles per ldmatrix.x4
+                for (int mt = 0; mt < MT; mt++)
+                    ldsm_x4(qk[mt], qa + mt * 16 * ld<HD>() + kk * 16);
+            }
+#pragma unroll
+            for (int j = 0; j < BC / 16; j++) { // two n-tiles per ldmatrix.x4
                 uint32_t b[4];
                 ldsm_x4(b, k_s + (j * 16 + (lane & 7) + (lane >> 4) * 8) * ld<HD>() + kk * 16 +
                                ((lane >> 3) & 1) * 8);
-                mma16816<T>(s[2 * j], qf[kk], b[0], b[1]);
-                mma16816<T>(s[2 * j + 1], qf[kk], b[2], b[3]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    const uint32_t(&qa_f)[4] = QREG ? qf[QREG ? mt : 0][QREG ? kk : 0] : qk[mt];
+                    mma16816<T>(s[mt][2 * j], qa_f, b[0], b[1]);
+                    mma16816<T>(s[mt][2 * j + 1], qa_f, b[2], b[3]);
+                }
             }
         }
 
         // Mask: keys past the row's position (causal) or past kv_end; only tiles that reach
         // past this warp's first row need it.
-        if (p0 + kBc - 1 > warp_min_pos || p0 + kBc > kv_end) {
+        if (p0 + BC - 1 > warp_min_pos || p0 + BC > kv_end) {
 #pragma unroll
-            for (int j = 0; j < kBc / 8; j++) {
-                const int c = p0 + j * 8 + 2 * tq;
-                if (c > qpos0 || c >= kv_end) s[j][0] = -INFINITY;
-                if (c + 1 > qpos0 || c + 1 >= kv_end) s[j][1] = -INFINITY;
-                if (c > qpos1 || c >= kv_end) s[j][2] = -INFINITY;
-                if (c + 1 > qpos1 || c + 1 >= kv_end) s[j][3] = -INFINITY;
+            for (int mt = 0; mt < MT; mt++) {
+                const int qp0 = warp_min_pos + mt * 16 + g, qp1 = qp0 + 8;
+#pragma unroll
+                for (int j = 0; j < BC / 8; j++) {
+                    const int c = p0 + j * 8 + 2 * tq;
+                    if (c > qp0 || c >= kv_end) s[mt][j][0] = -INFINITY;
+                    if (c + 1 > qp0 || c + 1 >= kv_end) s[mt][j][1] = -INFINITY;
+                    if (c > qp1 || c >= kv_end) s[mt][j][2] = -INFINITY;
+                    if (c + 1 > qp1 || c + 1 >= kv_end) s[mt][j][3] = -INFINITY;
+                }
             }
         }
 
-        // Online softmax for rows g (0) and g + 8 (1); the 4 lanes of a row share its max.
-        float mx0 = -INFINITY, mx1 = -INFINITY;
+        // Online softmax for rows g (half 0) and g + 8 (half 1) of each m-tile; the 4 lanes
+        // of a row share its max. m is kept in the exp2 domain (raw max x scale * log2 e), so
+        // p = 2^(s * scale_log2 - m) is one FFMA and one MUFU per score.
+        float al[MT][2];
+        bool grew = false;
 #pragma unroll
-        for (int j = 0; j < kBc / 8; j++) {
-            s[j][0] *= a.scale_log2, s[j][1] *= a.scale_log2;
-            s[j][2] *= a.scale_log2, s[j][3] *= a.scale_log2;
-            mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
-            mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
+        for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int j = 0; j < BC / 8; j++)
+                    mx = fmaxf(mx, fmaxf(s[mt][j][2 * hf], s[mt][j][2 * hf + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float mn = fmaxf(m[mt][hf], mx * a.scale_log2);
+                // A row with nothing visible yet keeps m = -inf; subtract 0 instead so that no
+                // NaN appears (its p are all 2^-inf = 0).
+                const float sub = mn == -INFINITY ? 0.0f : mn;
+                al[mt][hf] = fast_exp2(m[mt][hf] - sub);
+                grew |= mn != m[mt][hf];
+                m[mt][hf] = mn;
+                float rs = 0.0f;
+#pragma unroll
+                for (int j = 0; j < BC / 8; j++) {
+                    s[mt][j][2 * hf] = fast_exp2(fmaf(s[mt][j][2 * hf], a.scale_log2, -sub));
+                    s[mt][j][2 * hf + 1] =
+                        fast_exp2(fmaf(s[mt][j][2 * hf + 1], a.scale_log2, -sub));
+                    rs += s[mt][j][2 * hf] + s[mt][j][2 * hf + 1];
+                }
+                l[mt][hf] = l[mt][hf] * al[mt][hf] + rs;
+                if (MT > 1) { // no registers to spare for deferring it (see below)
+#pragma unroll
+                    for (int j = 0; j < HD / 8; j++)
+                        o[mt][j][2 * hf] *= al[mt][hf], o[mt][j][2 * hf + 1] *= al[mt][hf];
+                }
+            }
         }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-        // A row with nothing visible yet keeps m = -inf; subtract 0 instead so that no NaN
-        // appears (its p are all exp2(-inf) = 0).
-        const float sub0 = mn0 == -INFINITY ? 0.0f : mn0, sub1 = mn1 == -INFINITY ? 0.0f : mn1;
-        const float al0 = exp2f(m0 - sub0), al1 = exp2f(m1 - sub1);
-        m0 = mn0, m1 = mn1;
-        float rs0 = 0.0f, rs1 = 0.0f;
+        // Past the first tiles a row's max rarely grows: skip the rescale when no row of the
+        // warp's grew (alpha is then exactly 1 for all of them).
+        if (MT == 1 && __any_sync(0xffffffffu, grew)) {
 #pragma unroll
-        for (int j = 0; j < kBc / 8; j++) {
-            s[j][0] = exp2f(s[j][0] - sub0), s[j][1] = exp2f(s[j][1] - sub0);
-            s[j][2] = exp2f(s[j][2] - sub1), s[j][3] = exp2f(s[j][3] - sub1);
-            rs0 += s[j][0] + s[j][1];
-            rs1 += s[j][2] + s[j][3];
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int j = 0; j < HD / 8; j++) {
+                    o[mt][j][0] *= al[mt][0], o[mt][j][1] *= al[mt][0];
+                    o[mt][j][2] *= al[mt][1], o[mt][j][3] *= al[mt][1];
+                }
         }
-        l0 = l0 * al0 + rs0, l1 = l1 * al1 + rs1;
-#pragma unroll
-        for (int j = 0; j < HD / 8; j++)
-            o[j][0] *= al0, o[j][1] *= al0, o[j][2] *= al1, o[j][3] *= al1;
 
-        if (more)
-            cp_wait<2>(); // V of tile t
-        else
-            cp_wait<0>();
-        __syncthreads();
+        if (!ONEBAR) {
+            if (more)
+                cp_wait<2>(); // V of tile t
+            else
+                cp_wait<0>();
+            __syncthreads();
+        }
 
         // O += P V: k-steps of 16 keys; P's A fragment comes from S n-tiles 2kk and 2kk + 1.
 #pragma unroll
-        for (int kk = 0; kk < kBc / 16; kk++) {
-            uint32_t pa[4];
-            pa[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-            pa[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-            pa[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pa[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        for (int kk = 0; kk < BC / 16; kk++) {
+            uint32_t pa[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                pa[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                pa[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                pa[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                pa[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
 #pragma unroll
             for (int j = 0; j < HD / 16; j++) { // two n-tiles of head_dim per ldmatrix.x4
                 uint32_t b[4];
                 ldsm_x4_t(b, v_s + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld<HD>() +
                                  j * 16 + (lane >> 4) * 8);
-                mma16816<T>(o[2 * j], pa, b[0], b[1]);
-                mma16816<T>(o[2 * j + 1], pa, b[2], b[3]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816<T>(o[mt][2 * j], pa[mt], b[0], b[1]);
+                    mma16816<T>(o[mt][2 * j + 1], pa[mt], b[2], b[3]);
+                }
             }
         }
-        __syncthreads(); // all warps are done with stage st before it is refilled
+        if (!ONEBAR)
+            __syncthreads(); // all warps are done with stage st before it is refilled
     }
 
-    // l: each lane summed its own columns; the row's 4 lanes add up.
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
-    const int r0 = warp * 16 + g, r1 = r0 + 8;
-    float *o0 = a.out + ((row0 + r0) * a.n_heads + h) * HD + 2 * tq;
-    float *o1 = a.out + ((row0 + r1) * a.n_heads + h) * HD + 2 * tq;
 #pragma unroll
-    for (int j = 0; j < HD / 8; j++) {
-        if (r0 < rows)
-            *(float2 *)(o0 + j * 8) = make_float2(o[j][0] * inv0, o[j][1] * inv0);
-        if (r1 < rows)
-            *(float2 *)(o1 + j * 8) = make_float2(o[j][2] * inv1, o[j][3] * inv1);
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            // l: each lane summed its own columns; the row's 4 lanes add up.
+            float lv = l[mt][hf];
+            lv += __shfl_xor_sync(0xffffffffu, lv, 1);
+            lv += __shfl_xor_sync(0xffffffffu, lv, 2);
+            const float inv = lv > 0.0f ? 1.0f / lv : 0.0f;
+            const int r = wrow + mt * 16 + g + 8 * hf;
+            if (r >= rows)
+                continue;
+            float *op = a.out + ((row0 + r) * a.n_heads + h) * HD + 2 * tq;
+#pragma unroll
+            for (int j = 0; j < HD / 8; j++)
+                *(float2 *)(op + j * 8) =
+                    make_float2(o[mt][j][2 * hf] * inv, o[mt][j][2 * hf + 1] * inv);
+        }
     }
 }
 
-template <typename T, int HD>
+template <typename T, int HD, int MT, int BC, bool QREG, bool ONEBAR>
 int tc_launch(const tc_args &a, int n_chunks, int max_q_len, cudaStream_t st)
 {
-    const size_t smem = tc_smem_bytes<HD>();
+    using S = tc_shape<HD, MT, BC>;
+    const size_t smem = S::smem_bytes();
     if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(prefill_tc_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)smem) != cudaSuccess)
+        cudaFuncSetAttribute(prefill_tc_kernel<T, HD, MT, BC, QREG, ONEBAR>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
         return TY_CUDA_LAUNCH_CHECK("attn_prefill_tc smem attribute");
-    dim3 grid((max_q_len + kBr - 1) / kBr, a.n_heads, n_chunks);
-    prefill_tc_kernel<T, HD><<<grid, kThreads, smem, st>>>(a);
+    dim3 grid((max_q_len + S::kRows - 1) / S::kRows, a.n_heads, n_chunks);
+    prefill_tc_kernel<T, HD, MT, BC, QREG, ONEBAR><<<grid, kThreads, smem, st>>>(a);
     return TY_CUDA_LAUNCH_CHECK("attn_prefill_tc");
+}
+
+int g_variant = 0; // ty__attn_prefill_tc_set_variant; 0 = the default shape
+
+// The shapes timed by `bench_gpu_attn prefill-sweep` (attn_prefill_tune.h). On an H200 (4 x 2048
+// tokens, 32/8 heads, head_dim 128, bf16) the three-barrier versions of 1..4 ran at 143, 139,
+// 175 and 192 TFLOP/s: two m16 tiles per warp (128 rows per block) won.
+template <typename T, int HD>
+int tc_launch_variant(const tc_args &a, int n_chunks, int max_q_len, cudaStream_t st)
+{
+    switch (g_variant) {
+    case 1: // 64 rows, 64-key tiles, Q in registers, three barriers per tile
+        return tc_launch<T, HD, 1, 64, true, false>(a, n_chunks, max_q_len, st);
+    case 2: // 64 rows, 64-key tiles, Q in registers
+        return tc_launch<T, HD, 1, 64, true, true>(a, n_chunks, max_q_len, st);
+    case 3: // 128 rows (two m-tiles per warp), 32-key tiles
+        return tc_launch<T, HD, 2, 32, false, true>(a, n_chunks, max_q_len, st);
+    case 4: // 128 rows, 64-key tiles, three barriers per tile
+        return tc_launch<T, HD, 2, 64, false, false>(a, n_chunks, max_q_len, st);
+    default: // 128 rows, 64-key tiles, Q re-read from shared memory, one barrier per tile
+        return tc_launch<T, HD, 2, 64, false, true>(a, n_chunks, max_q_len, st);
+    }
 }
 
 template <typename T>
 int tc_launch_hd(const tc_args &a, int hd, int n_chunks, int max_q_len, cudaStream_t st)
 {
-    return hd == 64 ? tc_launch<T, 64>(a, n_chunks, max_q_len, st)
-                    : tc_launch<T, 128>(a, n_chunks, max_q_len, st);
+    return hd == 64 ? tc_launch_variant<T, 64>(a, n_chunks, max_q_len, st)
+                    : tc_launch_variant<T, 128>(a, n_chunks, max_q_len, st);
 }
 
 } // namespace
+
+extern "C" int ty__attn_prefill_tc_set_variant(int v)
+{
+    if (v < 0 || v > 4)
+        return TY_EINVAL;
+    g_variant = v;
+    return 0;
+}
 
 bool ty__attn_prefill_tc_applies(const ty_cuda_kv_layout *l, const ty_cuda_attn_shape *s)
 {

@@ -1,0 +1,20 @@
+/* Benchmark-only hook of the tensor-core prefill attention (attn_prefill_tc.cu): selects the
+ * kernel shape that ty_cuda_attn_prefill launches for 16-bit pools from then on, so that
+ * bench_gpu_attn can time the shapes against each other in one run. 0 (the default): 128 rows
+ * per block (two m16 tiles per warp), 64-key tiles, one barrier per tile; 1: 64 rows, Q
+ * fragments in registers, three barriers per tile (the first version); 2: 1 with one barrier;
+ * 3: 128 rows, 32-key tiles; 4: 0 with three barriers per tile. Returns 0 or TY_EINVAL. Not thread-safe; not for serving code. */
+#ifndef TYCHO_ATTN_PREFILL_TUNE_H
+#define TYCHO_ATTN_PREFILL_TUNE_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int ty__attn_prefill_tc_set_variant(int variant);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
