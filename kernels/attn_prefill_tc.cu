@@ -158,8 +158,8 @@ __device__ __forceinline__ void load_kv_tile(T *ks, T *vs, const T *kp, const T 
 
 // ONEBAR: one barrier per tile (wait for the tile's K and V together, then issue the next
 // tile's copies into the stage every warp has left), instead of three (K, V, end of tile).
-template <typename T, int HD, int MT, int BC, bool QREG, bool ONEBAR>
-__global__ void __launch_bounds__(kThreads, 2) prefill_tc_kernel(tc_args a)
+template <typename T, int HD, int MT, int BC, bool QREG, bool ONEBAR, int MINB = 2>
+__global__ void __launch_bounds__(kThreads, MINB) prefill_tc_kernel(tc_args a)
 {
     using S = tc_shape<HD, MT, BC>;
     constexpr int kBr = S::kRows;
@@ -396,25 +396,27 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_tc_kernel(tc_args a)
     }
 }
 
-template <typename T, int HD, int MT, int BC, bool QREG, bool ONEBAR>
+template <typename T, int HD, int MT, int BC, bool QREG, bool ONEBAR, int MINB = 2>
 int tc_launch(const tc_args &a, int n_chunks, int max_q_len, cudaStream_t st)
 {
     using S = tc_shape<HD, MT, BC>;
     const size_t smem = S::smem_bytes();
     if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(prefill_tc_kernel<T, HD, MT, BC, QREG, ONEBAR>,
+        cudaFuncSetAttribute(prefill_tc_kernel<T, HD, MT, BC, QREG, ONEBAR, MINB>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
         return TY_CUDA_LAUNCH_CHECK("attn_prefill_tc smem attribute");
     dim3 grid((max_q_len + S::kRows - 1) / S::kRows, a.n_heads, n_chunks);
-    prefill_tc_kernel<T, HD, MT, BC, QREG, ONEBAR><<<grid, kThreads, smem, st>>>(a);
+    prefill_tc_kernel<T, HD, MT, BC, QREG, ONEBAR, MINB><<<grid, kThreads, smem, st>>>(a);
     return TY_CUDA_LAUNCH_CHECK("attn_prefill_tc");
 }
 
 int g_variant = 0; // ty__attn_prefill_tc_set_variant; 0 = the default shape
 
 // The shapes timed by `bench_gpu_attn prefill-sweep` (attn_prefill_tune.h). On an H200 (4 x 2048
-// tokens, 32/8 heads, head_dim 128, bf16) the three-barrier versions of 1..4 ran at 143, 139,
-// 175 and 192 TFLOP/s: two m16 tiles per warp (128 rows per block) won.
+// tokens, 32/8 heads, head_dim 128, bf16): 0 195, 1 144, 2 147, 3 189, 4 195 TFLOP/s; two m16
+// tiles per warp (128 rows per block) win, the barrier count does not matter. Capping registers
+// for 3 blocks per SM (64 rows, Q from shared memory; MINB = 3) ran at 144 (64-key tiles, held
+// to 2 blocks by shared memory) and 167 (32-key tiles): more warps did not pay for the lost reuse.
 template <typename T, int HD>
 int tc_launch_variant(const tc_args &a, int n_chunks, int max_q_len, cudaStream_t st)
 {
