@@ -28,10 +28,9 @@ struct ty_engine_opts {
     uint32_t max_ctx;          /* context per sequence, 0 = the model's (capped at 4096) */
     uint32_t max_batch_tokens; /* tokens per forward call (prefill chunk size), 0 = 512 */
     bool no_prefix_sharing;
-    const char *kv_dtype;      /* KV cache element type: "f32", "f16" or "auto" (NULL): f16 on
-                                * the CPU backend for a model whose matrices are 16-bit or
-                                * quantized (what llama.cpp keeps by default), else f32
-                                * (and f32 on CUDA, whose f16 pages have not run yet). */
+    const char *kv_dtype;      /* KV cache element type: "f32", "f16" or "auto" (NULL): f16 for
+                                * a model whose matrices are 16-bit or quantized (what
+                                * llama.cpp keeps by default), else f32; on either backend. */
     ty_kvpool_block_cb kv_block_cb; /* optional: the pool's prefix index changes, on the
                                      * engine's thread (tycho/kvpool.h) */
     void *kv_block_arg;

@@ -126,6 +126,8 @@ static int translate_args(struct serve *s, int argc, char **argv, char **out, in
         else if (!strcmp(a, "--threads")) map = "engine.threads";
         else if (!strcmp(a, "--max-running")) map = "engine.max_batch_size";
         else if (!strcmp(a, "--step-tokens")) map = "engine.step_tokens";
+        else if (!strcmp(a, "--backend")) map = "engine.backend";
+        else if (!strcmp(a, "--device")) map = "engine.cuda_device";
         have_model |= !strncmp(a, "--model", 7);
         have_config |= !strncmp(a, "--config", 8) || !strcmp(a, "--help") ||
                        !strcmp(a, "--version");
@@ -174,9 +176,13 @@ static int load_engine(struct serve *s)
                                 .kv_pages = e->kv_pages, .kv_bytes = e->kv_cache_memory,
                                 .max_seqs = e->max_batch_size,
                                 .kv_dtype = ty_cluster_kv_dtype_names[e->kv_cache_dtype],
-                                .max_ctx = c->max_ctx};
+                                .max_ctx = c->max_ctx,
+                                .backend = ty_cluster_backend_names[e->backend],
+                                .cuda_device = (int)e->cuda_device,
+                                .cuda_weights = ty_cluster_cuda_weights_names[e->cuda_weights]};
     if ((rc = ty_engine_new(&s->engine, s->model, &eo))) {
-        fprintf(stderr, "tycho serve: engine: %s\n", ty_strerror(rc));
+        fprintf(stderr, "tycho serve: engine (backend %s): %s\n",
+                ty_cluster_backend_names[e->backend], ty_strerror(rc));
         return rc;
     }
     struct ty_decode_worker_opts wo = {.engine = s->engine, .max_running = e->max_batch_size,
@@ -241,7 +247,8 @@ static int run_serve(int argc, char **argv)
     struct ty_daemon_opts o = {.name = "tycho serve",
                                .summary = "all roles in one process: the OpenAI API over the "
                                           "local engine (also --model PATH, --port N, "
-                                          "--host H, --threads N, --max-running N)",
+                                          "--host H, --threads N, --max-running N, "
+                                          "--backend cpu|cuda, --device N)",
                                .table = &ty_cluster_serve_config_table, .config = &s.cfg,
                                .drain = on_drain, .reload = on_reload, .arg = &s};
     if (ty_daemon_new(&s.d, &o, n_args, args, &code) != 0)

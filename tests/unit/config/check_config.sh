@@ -89,5 +89,12 @@ case "$out" in *"threads: 3"*) ;; *) fail "serve engine flag: $out" ;; esac
 out=$("$tycho" serve --config "$TYCHO_SOURCE_DIR/configs/serve.yaml" --threads 0 --check-config 2>&1)
 [ $? -eq 2 ] && case "$out" in *"engine.threads: "*) true ;; *) false ;; esac ||
     fail "serve --threads 0: $out"
+# the engine's backend: --backend lands in engine.backend; an unknown one is refused by name
+out=$("$tycho" serve --config "$TYCHO_SOURCE_DIR/configs/serve.yaml" --backend cuda --device 1 \
+      --dump-config 2>&1)
+case "$out" in *"backend: cuda"*"cuda_device: 1"*) ;; *) fail "serve --backend cuda: $out" ;; esac
+out=$("$tycho" serve --config "$TYCHO_SOURCE_DIR/configs/serve.yaml" --backend tpu --check-config 2>&1)
+[ $? -eq 2 ] && case "$out" in *"engine.backend: "*) true ;; *) false ;; esac ||
+    fail "serve --backend tpu: $out"
 [ "$fails" -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "all passed"

@@ -97,6 +97,9 @@ struct ty_cluster_serve_engine {
     int kv_cache_dtype;              /* index into ty_cluster_kv_dtype_names */
     uint32_t max_batch_size;         /* sequences decoded together */
     uint32_t step_tokens;            /* token budget of one engine step */
+    int backend;                     /* index into ty_cluster_backend_names */
+    uint32_t cuda_device;            /* backend cuda: the GPU's ordinal */
+    int cuda_weights;                /* backend cuda: index into ty_cluster_cuda_weights_names */
 };
 
 /* `tycho serve`: the Conductor's settings (same table as tycho-conductor; the RPC, heartbeat,
@@ -142,6 +145,10 @@ struct ty_cluster_node_config {
 
 /* kv_cache_dtype values: "auto", "f32", "f16" (ty_engine_opts.kv_dtype), NULL-terminated. */
 extern const char *const ty_cluster_kv_dtype_names[];
+/* `tycho serve`'s engine.backend: "cpu", "cuda" (ty_engine_opts.backend), NULL-terminated. */
+extern const char *const ty_cluster_backend_names[];
+/* engine.cuda_weights: "auto", "f32", "f16", "bf16" (ty_engine_opts.cuda_weights). */
+extern const char *const ty_cluster_cuda_weights_names[];
 
 extern const struct ty_config_struct ty_cluster_config_table;       /* tycho-conductor */
 extern const struct ty_config_struct ty_cluster_serve_config_table; /* tycho serve */
