@@ -6,6 +6,7 @@
 #ifndef TYCHO_SAMPLING_H
 #define TYCHO_SAMPLING_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,6 +23,9 @@ struct ty_sampling_params {
     float frequency_penalty;  /* subtracted per occurrence */
     uint32_t penalty_last_n;  /* window of history the penalties see; 0 = all */
     uint32_t n_logprobs;      /* top-n log-probabilities to report, <= TY_SAMPLE_MAX_LOGPROBS */
+    bool logprobs;            /* report the chosen token's log-probability; implied by
+                               * n_logprobs > 0. Off: ty_sample.logprob and n_top stay 0 (saves
+                               * a pass of exp over the vocabulary per token) */
 };
 
 struct ty_token_logprob {
@@ -31,7 +35,8 @@ struct ty_token_logprob {
 
 struct ty_sample {
     uint32_t id;
-    float logprob; /* of the chosen token under the penalised distribution (temperature 1) */
+    float logprob; /* of the chosen token under the penalised distribution (temperature 1);
+                    * 0 unless the params ask for log-probabilities */
     uint32_t n_top;
     struct ty_token_logprob top[TY_SAMPLE_MAX_LOGPROBS];
 };

@@ -161,6 +161,7 @@ static void take_sampling(const Tycho__V1__SamplingParams *s, struct dcmd *c)
     c->sp.presence_penalty = s->presence_penalty;
     c->sp.frequency_penalty = s->frequency_penalty;
     c->sp.n_logprobs = s->logprobs ? s->top_logprobs : 0;
+    c->sp.logprobs = s->logprobs;
     c->max_tokens = s->max_tokens;
     c->ignore_eos = s->ignore_eos;
 }

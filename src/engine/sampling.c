@@ -1,5 +1,8 @@
-/* Sampling. Candidates are sorted only as far as needed: top-k first narrows the set (a
- * partial selection), then the survivors are sorted by probability for top-p and min-p. */
+/* Sampling. Candidates are ordered only as far as needed: top-k narrows the set by a partial
+ * selection (then only the k survivors are sorted), top-p and min-p sort what is left, and a
+ * draw with none of the three walks the vocabulary in index order without sorting (a full
+ * sort of a 32k-128k vocabulary per token cost milliseconds per sequence per step). The
+ * log-probabilities (one pass of exp over the vocabulary) are computed only when asked for. */
 #include "tycho/sampling.h"
 
 #include "tycho/errors.h"
@@ -96,6 +99,43 @@ static int cmp_logit_desc(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
+static bool before(const struct cand *x, const struct cand *y)
+{
+    return x->logit > y->logit || (x->logit == y->logit && x->id < y->id);
+}
+
+/* Moves the k first candidates in cmp_logit_desc order (a strict order: ids are unique) into
+ * c[0..k), in no particular order (quickselect; k < n). */
+static void select_top(struct cand *c, uint32_t n, uint32_t k)
+{
+    uint32_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        struct cand pivot = c[lo + (hi - lo) / 2];
+        uint32_t i = lo, j = hi;
+        while (i <= j) {
+            while (before(&c[i], &pivot))
+                i++;
+            while (before(&pivot, &c[j]))
+                j--;
+            if (i <= j) {
+                struct cand t = c[i];
+                c[i] = c[j], c[j] = t;
+                i++;
+                if (j == 0)
+                    break;
+                j--;
+            }
+        }
+        /* now c[lo..j] come before c[i..hi]; the element at k - 1 decides the side */
+        if (k - 1 <= j)
+            hi = j;
+        else if (k - 1 >= i)
+            lo = i;
+        else
+            return;
+    }
+}
+
 /* Log-softmax statistics: max and log-sum-exp of the full row. */
 static void row_lse(const float *l, uint32_t n, float *mx, double *lse)
 {
@@ -148,12 +188,21 @@ static uint32_t filter(ty_sampler_t *s, const float *logits)
     uint32_t n = s->n_vocab;
     for (uint32_t i = 0; i < n; i++)
         s->c[i] = (struct cand){i, logits[i], 0};
-    qsort(s->c, n, sizeof(*s->c), cmp_logit_desc);
-    if (p->top_k && p->top_k < n)
+    const bool ordered_filters = (p->top_p > 0 && p->top_p < 1) || p->min_p > 0;
+    if (p->top_k && p->top_k < n) {
+        select_top(s->c, n, p->top_k);
         n = p->top_k;
+        qsort(s->c, n, sizeof(*s->c), cmp_logit_desc);
+    } else if (ordered_filters) {
+        qsort(s->c, n, sizeof(*s->c), cmp_logit_desc);
+    }
+    float mx = s->c[0].logit; /* the largest when sorted; else found below */
+    if (!(p->top_k && p->top_k < s->n_vocab) && !ordered_filters)
+        for (uint32_t i = 1; i < n; i++)
+            mx = s->c[i].logit > mx ? s->c[i].logit : mx;
     double sum = 0;
     for (uint32_t i = 0; i < n; i++) {
-        s->c[i].p = expf((s->c[i].logit - s->c[0].logit) / p->temperature);
+        s->c[i].p = expf((s->c[i].logit - mx) / p->temperature);
         sum += s->c[i].p;
     }
     for (uint32_t i = 0; i < n; i++)
@@ -200,6 +249,7 @@ int ty_sampler_sample(ty_sampler_t *s, float *logits, const uint32_t *history, s
             }
         }
     }
-    fill_logprobs(s, logits, out);
+    if (s->p.logprobs || s->p.n_logprobs)
+        fill_logprobs(s, logits, out);
     return 0;
 }

@@ -146,7 +146,7 @@ static int notify_ready(ty_prefill_t *p, struct pjob *j)
     m.has_first_token = true;
     m.cached_tokens = j->cached;
     struct ty_cluster_pb_logprob lp;
-    if (j->sp.n_logprobs > 0) { /* the decode node streams token 1: it needs its logprobs */
+    if (j->sp.logprobs || j->sp.n_logprobs > 0) { /* the decode node streams token 1 */
         ty_cluster_logprob_to_pb(&j->first, &lp);
         m.first_logprob = &lp.lp;
     }
@@ -486,6 +486,7 @@ static void take_sampling(const Tycho__V1__SamplingParams *s, struct ty_sampling
     o->presence_penalty = s->presence_penalty;
     o->frequency_penalty = s->frequency_penalty;
     o->n_logprobs = s->logprobs ? s->top_logprobs : 0;
+    o->logprobs = s->logprobs;
 }
 
 static int job_build(ty_prefill_t *p, const Tycho__V1__PrefillAssign *m, struct pjob **out,

@@ -528,6 +528,7 @@ static void fill_params(const struct ty__api_gen *g, uint32_t i, struct ty_serve
     sp->presence_penalty = q->presence_penalty;
     sp->frequency_penalty = q->frequency_penalty;
     sp->n_logprobs = q->logprobs ? q->top_logprobs : 0;
+    sp->logprobs = q->logprobs;
 }
 
 /* Hand every choice to the backend; on failure cancel those already queued. */

@@ -214,7 +214,7 @@ static void fill_sampling(const struct ty_gen_params *g, Tycho__V1__SamplingPara
     sp->presence_penalty = g->sampling.presence_penalty;
     sp->frequency_penalty = g->sampling.frequency_penalty;
     sp->max_tokens = g->max_tokens;
-    sp->logprobs = g->sampling.n_logprobs > 0;
+    sp->logprobs = g->sampling.logprobs || g->sampling.n_logprobs > 0;
     sp->top_logprobs = g->sampling.n_logprobs;
     sp->ignore_eos = g->ignore_eos;
 }

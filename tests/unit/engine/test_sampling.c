@@ -102,6 +102,73 @@ static void test_seed_and_filters(void **state)
     assert_int_equal(sample1(cold, l, 8, NULL, 0, &s), 4);
 }
 
+/* Log-probabilities only when asked: the chosen token's with .logprobs alone, none without. */
+static void test_logprobs_on_request(void **state)
+{
+    float l[4] = {0.0f, logf(2), logf(5), logf(2)};
+    struct ty_sample s;
+    struct ty_sampling_params off = {0}, on = {.logprobs = true};
+    assert_int_equal(sample1(off, l, 4, NULL, 0, &s), 2);
+    assert_true(s.logprob == 0.0f && s.n_top == 0);
+    assert_int_equal(sample1(on, l, 4, NULL, 0, &s), 2);
+    assert_float_equal(s.logprob, logf(0.5f), 1e-5);
+    assert_int_equal(s.n_top, 0);
+}
+
+/* On a 5,000-token row with many equal logits: top-k (a partial selection) keeps exactly the
+ * k best by (logit, then lower id), and a draw with no filter (no sort, index order) follows
+ * the softmax: a token's frequency over 20,000 draws is within 5 sigma of its probability. */
+static void test_large_vocab(void **state)
+{
+    enum { V = 5000, K = 37, N = 20000 };
+    static float l[V], x[V];
+    uint64_t r = 12345;
+    for (int i = 0; i < V; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        l[i] = (float)((r >> 33) % 50) / 10.0f; /* 50 distinct values: many ties */
+    }
+    /* the K-th best value and how many of it the top K take (the lowest ids) */
+    int cnt[50] = {0};
+    for (int i = 0; i < V; i++)
+        cnt[(int)lroundf(l[i] * 10)]++;
+    int need = K, cut = 49;
+    while (need > cnt[cut])
+        need -= cnt[cut--];
+    struct ty_sampling_params pk = {.temperature = 1.0f, .top_k = K};
+    ty_sampler_t *s;
+    for (int t = 0; t < 200; t++) {
+        pk.seed = (uint64_t)t;
+        assert_int_equal(ty_sampler_new(&s, &pk, V), 0);
+        memcpy(x, l, sizeof(x));
+        struct ty_sample o;
+        assert_int_equal(ty_sampler_sample(s, x, NULL, 0, &o), 0);
+        ty_sampler_free(s);
+        int v = (int)lroundf(l[o.id] * 10);
+        assert_true(v >= cut);
+        if (v == cut) { /* among the first `need` ids holding the cut value */
+            int before = 0;
+            for (uint32_t i = 0; i < o.id; i++)
+                before += (int)lroundf(l[i] * 10) == cut;
+            assert_true(before < need);
+        }
+    }
+    struct ty_sampling_params pf = {.temperature = 1.0f, .seed = 5};
+    assert_int_equal(ty_sampler_new(&s, &pf, V), 0);
+    int top = 0; /* draws of the tokens holding the largest value */
+    for (int t = 0; t < N; t++) {
+        memcpy(x, l, sizeof(x));
+        struct ty_sample o;
+        assert_int_equal(ty_sampler_sample(s, x, NULL, 0, &o), 0);
+        top += (int)lroundf(l[o.id] * 10) == 49;
+    }
+    ty_sampler_free(s);
+    double z = 0;
+    for (int i = 0; i < V; i++)
+        z += exp(l[i] - 4.9);
+    double p = cnt[49] / z, sd = sqrt(N * p * (1 - p));
+    assert_true(fabs(top - N * p) < 5 * sd);
+}
+
 static void test_bad_params(void **state)
 {
     ty_sampler_t *s;
@@ -117,6 +184,8 @@ int main(void)
         cmocka_unit_test(test_greedy_and_logprobs),
         cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_seed_and_filters),
+        cmocka_unit_test(test_logprobs_on_request),
+        cmocka_unit_test(test_large_vocab),
         cmocka_unit_test(test_bad_params),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
