@@ -14,6 +14,7 @@
 // the same partials, so the reduce kernel and the workspace layout are shared.
 #include "attn_common.cuh"
 #include "attn_decode_tune.h"
+#include "mma_common.cuh"
 
 #include <math.h>
 #include <stdint.h>
@@ -575,45 +576,6 @@ __global__ void __launch_bounds__(kThreads, MINB)
 
 // ---- tensor-core helpers ------------------------------------------------------------------
 
-// d += a * b for one m16n8k16 tile (row-major A, column-major B, f32 accumulators).
-template <typename T>
-__device__ __forceinline__ void tc_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                       uint32_t b1);
-template <>
-__device__ __forceinline__ void tc_mma<__half>(float (&d)[4], const uint32_t (&a)[4],
-                                               uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void tc_mma<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4],
-                                                      uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats rounded to T (nearest even) as one register, the first in the low half.
-__device__ __forceinline__ uint32_t tc_pack(float lo, float hi, __half)
-{
-    const __half2 h = __floats2half2_rn(lo, hi);
-    uint32_t u;
-    memcpy(&u, &h, sizeof(u));
-    return u;
-}
-__device__ __forceinline__ uint32_t tc_pack(float lo, float hi, __nv_bfloat16)
-{
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    uint32_t u;
-    memcpy(&u, &h, sizeof(u));
-    return u;
-}
-
 // The two values of a packed pair as f32 (exact).
 __device__ __forceinline__ float2 tc_unpack(uint32_t w, __half) { return half2_bits(w); }
 __device__ __forceinline__ float2 tc_unpack(uint32_t w, __nv_bfloat16)
@@ -772,10 +734,10 @@ __global__ void __launch_bounds__(kThreads, (tc_min_blocks<HD, QS>()))
                 x[i] = g < ng ? qh[d + i] * qs : 0.0f;
 #pragma unroll
             for (int i = 0; i < 2; i++) { // hi to row g (a0, a2), lo to row g + 8 (a1, a3)
-                const uint32_t hi = tc_pack(x[2 * i], x[2 * i + 1], T());
+                const uint32_t hi = ty::pack2<T>(x[2 * i], x[2 * i + 1]);
                 const float2 h = tc_unpack(hi, T());
                 qf[QS ? 0 : s][2 * i] = hi;
-                qf[QS ? 0 : s][2 * i + 1] = tc_pack(x[2 * i] - h.x, x[2 * i + 1] - h.y, T());
+                qf[QS ? 0 : s][2 * i + 1] = ty::pack2<T>(x[2 * i] - h.x, x[2 * i + 1] - h.y);
             }
             if (QS)
                 sqf[QS ? s : 0][lane] = make_uint4(qf[0][0], qf[0][1], qf[0][2], qf[0][3]);
@@ -813,11 +775,11 @@ __global__ void __launch_bounds__(kThreads, (tc_min_blocks<HD, QS>()))
                         const uint4 f1 = sqf[QS ? 2 * m + 1 : 0][lane];
                         const uint32_t q0[4] = {f0.x, f0.y, f0.z, f0.w};
                         const uint32_t q1[4] = {f1.x, f1.y, f1.z, f1.w};
-                        tc_mma<T>(s[j], q0, kr[j][m].x, kr[j][m].y);
-                        tc_mma<T>(s[j], q1, kr[j][m].z, kr[j][m].w);
+                        ty::mma16816<T>(s[j], q0, kr[j][m].x, kr[j][m].y);
+                        ty::mma16816<T>(s[j], q1, kr[j][m].z, kr[j][m].w);
                     } else {
-                        tc_mma<T>(s[j], qf[QS ? 0 : 2 * m], kr[j][m].x, kr[j][m].y);
-                        tc_mma<T>(s[j], qf[QS ? 0 : 2 * m + 1], kr[j][m].z, kr[j][m].w);
+                        ty::mma16816<T>(s[j], qf[QS ? 0 : 2 * m], kr[j][m].x, kr[j][m].y);
+                        ty::mma16816<T>(s[j], qf[QS ? 0 : 2 * m + 1], kr[j][m].z, kr[j][m].w);
                     }
                 }
             }
@@ -847,10 +809,10 @@ __global__ void __launch_bounds__(kThreads, (tc_min_blocks<HD, QS>()))
             l_run = l_run * alpha + sum;
             // P^T's B fragment: column g of lanes g < 4 = p rounded to T, column g of lanes
             // g >= 4 = the remainders of head g - 4, computed 16 lanes below.
-            uint32_t b0 = tc_pack(p[0], p[1], T()), b1 = tc_pack(p[2], p[3], T());
+            uint32_t b0 = ty::pack2<T>(p[0], p[1]), b1 = ty::pack2<T>(p[2], p[3]);
             const float2 h0f = tc_unpack(b0, T()), h1f = tc_unpack(b1, T());
-            uint32_t r0 = tc_pack(p[0] - h0f.x, p[1] - h0f.y, T());
-            uint32_t r1 = tc_pack(p[2] - h1f.x, p[3] - h1f.y, T());
+            uint32_t r0 = ty::pack2<T>(p[0] - h0f.x, p[1] - h0f.y);
+            uint32_t r1 = ty::pack2<T>(p[2] - h1f.x, p[3] - h1f.y);
             r0 = __shfl_xor_sync(0xffffffffu, r0, 16);
             r1 = __shfl_xor_sync(0xffffffffu, r1, 16);
             if (g >= 4) {
@@ -881,7 +843,7 @@ __global__ void __launch_bounds__(kThreads, (tc_min_blocks<HD, QS>()))
                                             __byte_perm(w[0][i], w[1][i], 0x7632),
                                             __byte_perm(w[2][i], w[3][i], 0x5410),
                                             __byte_perm(w[2][i], w[3][i], 0x7632)};
-                    tc_mma<T>(acc[4 * c + i], av, b0, b1);
+                    ty::mma16816<T>(acc[4 * c + i], av, b0, b1);
                 }
             }
             if (QS)

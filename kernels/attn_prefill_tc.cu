@@ -14,6 +14,7 @@
 // Precision: Q and P are rounded to the pool's 16-bit type before the products (as
 // FlashAttention does); K and V already are. Everything else is f32.
 #include "attn_prefill_tc.cuh"
+#include "mma_common.cuh"
 #include "attn_prefill_tune.h"
 
 #include <math.h>
@@ -26,74 +27,6 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kPad = 8;          // elements of row padding: rows 16 bytes apart mod 128
 
 template <int HD> constexpr int ld() { return HD + kPad; }
-
-__device__ __forceinline__ uint32_t smem_addr(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-
-// 16 bytes global -> shared; src_bytes 0 fills the destination with zeros (src still must be a
-// valid address).
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
-                 "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-// d += a * b for one m16n8k16 tile; T selects the 16-bit operand type.
-template <typename T>
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1);
-template <>
-__device__ __forceinline__ void mma16816<__half>(float (&d)[4], const uint32_t (&a)[4],
-                                                 uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4],
-                                                        uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats as one register of two 16-bit values, the first in the low half.
-template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi)
-{
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *(uint32_t *)&h;
-}
-template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi)
-{
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t *)&h;
-}
 
 struct tc_args {
     float *out;
@@ -148,12 +81,12 @@ __device__ __forceinline__ void load_kv_tile(T *ks, T *vs, const T *kp, const T 
     }
 #pragma unroll
     for (int i = 0; i < S::kRowsPerThread; i++)
-        cp_async16(ks + (t0 + i * S::kRowStep) * ld<HD>() + ch * 8, kp + off[i], ok[i] ? 16 : 0);
-    cp_commit();
+        ty::cp_async16(ks + (t0 + i * S::kRowStep) * ld<HD>() + ch * 8, kp + off[i], ok[i] ? 16 : 0);
+    ty::cp_commit();
 #pragma unroll
     for (int i = 0; i < S::kRowsPerThread; i++)
-        cp_async16(vs + (t0 + i * S::kRowStep) * ld<HD>() + ch * 8, vp + off[i], ok[i] ? 16 : 0);
-    cp_commit();
+        ty::cp_async16(vs + (t0 + i * S::kRowStep) * ld<HD>() + ch * 8, vp + off[i], ok[i] ? 16 : 0);
+    ty::cp_commit();
 }
 
 // ONEBAR: one barrier per tile (wait for the tile's K and V together, then issue the next
@@ -190,7 +123,7 @@ __global__ void __launch_bounds__(kThreads, MINB) prefill_tc_kernel(tc_args a)
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (r < rows)
             v = *(const float4 *)(a.q + ((row0 + r) * a.n_heads + h) * HD + c);
-        uint2 u = make_uint2(pack2<T>(v.x, v.y), pack2<T>(v.z, v.w));
+        uint2 u = make_uint2(ty::pack2<T>(v.x, v.y), ty::pack2<T>(v.z, v.w));
         *(uint2 *)(sq + r * ld<HD>() + c) = u;
     }
     __syncthreads();
@@ -206,7 +139,7 @@ __global__ void __launch_bounds__(kThreads, MINB) prefill_tc_kernel(tc_args a)
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
             for (int kk = 0; kk < HD / 16; kk++)
-                ldsm_x4(qf[QREG ? mt : 0][QREG ? kk : 0], qa + mt * 16 * ld<HD>() + kk * 16);
+                ty::ldsm_x4(qf[QREG ? mt : 0][QREG ? kk : 0], qa + mt * 16 * ld<HD>() + kk * 16);
     }
 
     const int warp_min_pos = first_pos + i0 + wrow; // the causal mask's smallest row position
@@ -226,7 +159,7 @@ __global__ void __launch_bounds__(kThreads, MINB) prefill_tc_kernel(tc_args a)
         const T *k_s = sk + st * BC * ld<HD>(), *v_s = sv + st * BC * ld<HD>();
         const bool more = t + 1 < n_tiles;
         if (ONEBAR) {
-            cp_wait<0>(); // this thread's copies of tile t (K and V) have landed
+            ty::cp_wait<0>(); // this thread's copies of tile t (K and V) have landed
             __syncthreads(); // everyone's have, and every warp is done with tile t - 1
             if (more) // into the stage tile t - 1 used
                 load_kv_tile<T, HD, MT, BC>(sk + (st ^ 1) * BC * ld<HD>(),
@@ -237,9 +170,9 @@ __global__ void __launch_bounds__(kThreads, MINB) prefill_tc_kernel(tc_args a)
                 load_kv_tile<T, HD, MT, BC>(sk + (st ^ 1) * BC * ld<HD>(),
                                             sv + (st ^ 1) * BC * ld<HD>(), kp, vp, table, p0 + BC,
                                             kv_end, kh, a.n_kv, a.page_tokens);
-                cp_wait<3>(); // K of tile t has landed (V of t and tile t + 1 may still fly)
+                ty::cp_wait<3>(); // K of tile t has landed (V of t and tile t + 1 may still fly)
             } else {
-                cp_wait<1>();
+                ty::cp_wait<1>();
             }
             __syncthreads();
         }
@@ -257,18 +190,18 @@ __global__ void __launch_bounds__(kThreads, MINB) prefill_tc_kernel(tc_args a)
             if (!QREG) {
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
-                    ldsm_x4(qk[mt], qa + mt * 16 * ld<HD>() + kk * 16);
+                    ty::ldsm_x4(qk[mt], qa + mt * 16 * ld<HD>() + kk * 16);
             }
 #pragma unroll
             for (int j = 0; j < BC / 16; j++) { // two n-tiles per ldmatrix.x4
                 uint32_t b[4];
-                ldsm_x4(b, k_s + (j * 16 + (lane & 7) + (lane >> 4) * 8) * ld<HD>() + kk * 16 +
+                ty::ldsm_x4(b, k_s + (j * 16 + (lane & 7) + (lane >> 4) * 8) * ld<HD>() + kk * 16 +
                                ((lane >> 3) & 1) * 8);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
                     const uint32_t(&qa_f)[4] = QREG ? qf[QREG ? mt : 0][QREG ? kk : 0] : qk[mt];
-                    mma16816<T>(s[mt][2 * j], qa_f, b[0], b[1]);
-                    mma16816<T>(s[mt][2 * j + 1], qa_f, b[2], b[3]);
+                    ty::mma16816<T>(s[mt][2 * j], qa_f, b[0], b[1]);
+                    ty::mma16816<T>(s[mt][2 * j + 1], qa_f, b[2], b[3]);
                 }
             }
         }
@@ -342,9 +275,9 @@ __global__ void __launch_bounds__(kThreads, MINB) prefill_tc_kernel(tc_args a)
 
         if (!ONEBAR) {
             if (more)
-                cp_wait<2>(); // V of tile t
+                ty::cp_wait<2>(); // V of tile t
             else
-                cp_wait<0>();
+                ty::cp_wait<0>();
             __syncthreads();
         }
 
@@ -354,20 +287,20 @@ __global__ void __launch_bounds__(kThreads, MINB) prefill_tc_kernel(tc_args a)
             uint32_t pa[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                pa[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                pa[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                pa[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                pa[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                pa[mt][0] = ty::pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                pa[mt][1] = ty::pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                pa[mt][2] = ty::pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                pa[mt][3] = ty::pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
             }
 #pragma unroll
             for (int j = 0; j < HD / 16; j++) { // two n-tiles of head_dim per ldmatrix.x4
                 uint32_t b[4];
-                ldsm_x4_t(b, v_s + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld<HD>() +
+                ty::ldsm_x4_t(b, v_s + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld<HD>() +
                                  j * 16 + (lane >> 4) * 8);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    mma16816<T>(o[mt][2 * j], pa[mt], b[0], b[1]);
-                    mma16816<T>(o[mt][2 * j + 1], pa[mt], b[2], b[3]);
+                    ty::mma16816<T>(o[mt][2 * j], pa[mt], b[0], b[1]);
+                    ty::mma16816<T>(o[mt][2 * j + 1], pa[mt], b[2], b[3]);
                 }
             }
         }

@@ -106,39 +106,78 @@ static double time_copy_ms(void *dst, const void *src, size_t bytes, int iters)
     return ms / iters;
 }
 
-static int bench_decode(int n_seqs, int ctx)
+/* One decode-attention setup: n_seqs sequences of ctx tokens over a random bf16 pool with
+ * shuffled pages, random q; the benchmark and the variant sweep time the same thing. */
+struct dcase {
+    int n_seqs, ctx;
+    void *dk, *dv;
+    size_t bytes; /* of the K pool (V the same) */
+    int32_t *tables, *lens;
+    float *q, *out;
+    size_t nq; /* q / out floats */
+    struct ty_cuda_kv_layout l;
+    struct ty_cuda_attn_shape s;
+};
+
+static void dcase_make(struct dcase *c, int n_seqs, int ctx)
 {
     const int pps = ctx / B;
-    void *dk, *dv;
-    size_t bytes;
-    make_pool(n_seqs * pps, &dk, &dv, &bytes);
-    int32_t *tables = make_tables(n_seqs, pps), *lens = dev_i32_const(n_seqs, ctx);
-    float *q = dev_f32((size_t)n_seqs * H * HD, 1.0f), *out;
-    CK(cudaMalloc((void **)&out, (size_t)n_seqs * H * HD * 4));
-    struct ty_cuda_kv_layout l = {TY_CUDA_BF16, KVH, B, HD, n_seqs * pps};
-    struct ty_cuda_attn_shape s = {H, KVH, HD, 1.0f / sqrtf(HD), pps};
-    size_t wsb = ty_cuda_attn_decode_workspace(&s, n_seqs, ctx);
-    void *ws = NULL;
-    if (wsb)
-        CK(cudaMalloc(&ws, wsb));
+    c->n_seqs = n_seqs, c->ctx = ctx;
+    make_pool(n_seqs * pps, &c->dk, &c->dv, &c->bytes);
+    c->tables = make_tables(n_seqs, pps);
+    c->lens = dev_i32_const(n_seqs, ctx);
+    c->nq = (size_t)n_seqs * H * HD;
+    c->q = dev_f32(c->nq, 1.0f);
+    CK(cudaMalloc((void **)&c->out, c->nq * 4));
+    c->l = (struct ty_cuda_kv_layout){TY_CUDA_BF16, KVH, B, HD, n_seqs * pps};
+    c->s = (struct ty_cuda_attn_shape){H, KVH, HD, 1.0f / sqrtf(HD), pps};
+}
+
+static void dcase_free(struct dcase *c)
+{
+    cudaFree(c->dk), cudaFree(c->dv), cudaFree(c->tables), cudaFree(c->lens);
+    cudaFree(c->q), cudaFree(c->out);
+}
+
+static int dcase_run(const struct dcase *c, void *ws)
+{
+    return ty_cuda_attn_decode(c->out, c->q, c->dk, c->dv, &c->l, &c->s, c->tables, c->lens,
+                               c->n_seqs, c->ctx, ws, NULL);
+}
+
+/* Milliseconds per call over iters calls (after the caller's warm-up). */
+static double dcase_time_ms(const struct dcase *c, void *ws, int iters)
+{
     cudaEvent_t a, b;
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
-    const int iters = 20;
-    for (int i = 0; i < 3; i++)
-        if (ty_cuda_attn_decode(out, q, dk, dv, &l, &s, tables, lens, n_seqs, ctx, ws, NULL))
-            return 1;
     CK(cudaEventRecord(a, 0));
     for (int i = 0; i < iters; i++)
-        ty_cuda_attn_decode(out, q, dk, dv, &l, &s, tables, lens, n_seqs, ctx, ws, NULL);
+        dcase_run(c, ws);
     CK(cudaEventRecord(b, 0));
     CK(cudaEventSynchronize(b));
     CK(cudaGetLastError());
     float ms;
     CK(cudaEventElapsedTime(&ms, a, b));
-    ms /= iters;
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    return ms / iters;
+}
+
+static int bench_decode(int n_seqs, int ctx)
+{
+    struct dcase c;
+    dcase_make(&c, n_seqs, ctx);
+    size_t wsb = ty_cuda_attn_decode_workspace(&c.s, n_seqs, ctx), bytes = c.bytes;
+    void *ws = NULL;
+    if (wsb)
+        CK(cudaMalloc(&ws, wsb));
+    for (int i = 0; i < 3; i++)
+        if (dcase_run(&c, ws))
+            return 1;
+    const double ms = dcase_time_ms(&c, ws, 20);
     double attn_gbs = 2.0 * bytes / (ms * 1e-3) / 1e9;
-    double copy_ms = time_copy_ms(dv, dk, bytes, 10);
+    double copy_ms = time_copy_ms(c.dv, c.dk, bytes, 10);
     double copy_gbs = 2.0 * bytes / (copy_ms * 1e-3) / 1e9;
     printf("decode attention: batch %d ctx %d, %.1f MiB KV read, %.3f ms, %.0f GB/s; "
            "D2D copy %.0f GB/s (read+write); ratio %.2f\n",
@@ -146,7 +185,7 @@ static int bench_decode(int n_seqs, int ctx)
     printf("RESULT decode_attn_b%d_ctx%d_gbs %.1f GB/s\n", n_seqs, ctx, attn_gbs);
     printf("RESULT d2d_copy_gbs %.1f GB/s\n", copy_gbs);
     printf("RESULT decode_attn_b%d_ctx%d_vs_copy %.3f ratio\n", n_seqs, ctx, attn_gbs / copy_gbs);
-    cudaFree(dk), cudaFree(dv), cudaFree(tables), cudaFree(lens), cudaFree(q), cudaFree(out);
+    dcase_free(&c);
     if (ws)
         cudaFree(ws);
     return 0;
@@ -279,22 +318,12 @@ static void sweep_name(const struct sweep_combo *c, char *buf, size_t n)
  * copy bandwidth (read + write) of the K pool's bytes, or a negative value on failure. */
 static double sweep_size(int n_seqs, int ctx, struct sweep_result *res)
 {
-    const int pps = ctx / B, iters = 20;
-    void *dk, *dv;
-    size_t bytes;
-    make_pool(n_seqs * pps, &dk, &dv, &bytes);
-    int32_t *tables = make_tables(n_seqs, pps), *lens = dev_i32_const(n_seqs, ctx);
-    const size_t nq = (size_t)n_seqs * H * HD;
-    float *q = dev_f32(nq, 1.0f), *out;
-    CK(cudaMalloc((void **)&out, nq * 4));
+    struct dcase c;
+    dcase_make(&c, n_seqs, ctx);
+    const size_t nq = c.nq, bytes = c.bytes;
     float *ref = malloc(nq * 4), *got = malloc(nq * 4);
-    struct ty_cuda_kv_layout l = {TY_CUDA_BF16, KVH, B, HD, n_seqs * pps};
-    struct ty_cuda_attn_shape s = {H, KVH, HD, 1.0f / sqrtf(HD), pps};
     /* K and V hold the same bytes (make_pool), so the copy leaves the inputs as they were */
-    const double copy_gbs = 2.0 * bytes / (time_copy_ms(dv, dk, bytes, 10) * 1e-3) / 1e9;
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
+    const double copy_gbs = 2.0 * bytes / (time_copy_ms(c.dv, c.dk, bytes, 10) * 1e-3) / 1e9;
     for (int i = 0; i < N_SWEEP; i++) {
         struct sweep_result *r = &res[i];
         memset(r, 0, sizeof(*r));
@@ -302,27 +331,19 @@ static double sweep_size(int n_seqs, int ctx, struct sweep_result *res)
                                     sweep_combos[i].min_split};
         if (ty__attn_decode_set_tune(&t))
             continue;
-        const size_t wsb = ty_cuda_attn_decode_workspace(&s, n_seqs, ctx);
+        const size_t wsb = ty_cuda_attn_decode_workspace(&c.s, n_seqs, ctx);
         r->n_splits = wsb ? (int)(wsb / (4 * nq / HD * (HD + 2))) : 1;
         void *ws = NULL;
         if (wsb)
             CK(cudaMalloc(&ws, wsb));
-        CK(cudaMemset(out, 0xff, nq * 4)); /* NaN: a kernel that writes nothing fails the check */
+        CK(cudaMemset(c.out, 0xff, nq * 4)); /* NaN: a kernel that writes nothing fails */
         int rc = 0;
         for (int k = 0; k < 3 && !rc; k++)
-            rc = ty_cuda_attn_decode(out, q, dk, dv, &l, &s, tables, lens, n_seqs, ctx, ws, NULL);
+            rc = dcase_run(&c, ws);
         CK(cudaDeviceSynchronize());
         if (!rc) {
-            CK(cudaMemcpy(got, out, nq * 4, cudaMemcpyDeviceToHost));
-            CK(cudaEventRecord(a, 0));
-            for (int k = 0; k < iters; k++)
-                ty_cuda_attn_decode(out, q, dk, dv, &l, &s, tables, lens, n_seqs, ctx, ws, NULL);
-            CK(cudaEventRecord(b, 0));
-            CK(cudaEventSynchronize(b));
-            CK(cudaGetLastError());
-            float ms;
-            CK(cudaEventElapsedTime(&ms, a, b));
-            r->ms = ms / iters;
+            CK(cudaMemcpy(got, c.out, nq * 4, cudaMemcpyDeviceToHost));
+            r->ms = dcase_time_ms(&c, ws, 20);
             r->gbs = 2.0 * bytes / (r->ms * 1e-3) / 1e9;
             if (i == 0)
                 memcpy(ref, got, nq * 4);
@@ -339,9 +360,7 @@ static double sweep_size(int n_seqs, int ctx, struct sweep_result *res)
             cudaFree(ws);
     }
     ty__attn_decode_set_tune(NULL);
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
-    cudaFree(dk), cudaFree(dv), cudaFree(tables), cudaFree(lens), cudaFree(q), cudaFree(out);
+    dcase_free(&c);
     free(ref), free(got);
     return copy_gbs;
 }

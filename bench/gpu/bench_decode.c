@@ -24,7 +24,6 @@ struct args {
     const char *model, *tag, *weights, *batches;
     uint32_t prompt, steps;
     bool compare_graphs;
-    bool graphs_now; /* the run in progress uses graphs (for the RESULT names) */
 };
 
 static uint32_t argmax(const float *l, uint32_t n)
@@ -74,7 +73,8 @@ static int prefill(ty_engine_t *e, ty_kvseq_t **seqs, uint32_t b, uint32_t P, fl
 }
 
 /* tokens/s at batch b, or a negative TY_E*. */
-static double run_batch(ty_engine_t *e, uint32_t b, const struct args *a, uint32_t V)
+static double run_batch(ty_engine_t *e, uint32_t b, const struct args *a, uint32_t V,
+                        bool graphs)
 {
     ty_kvseq_t *seqs[MAX_B] = {0};
     uint32_t tok[MAX_B];
@@ -94,7 +94,7 @@ static double run_batch(ty_engine_t *e, uint32_t b, const struct args *a, uint32
                "host argmax over %u x %u logits)\n",
                b, s * 1e3 / a->steps, g_forward_ns / 1e6 / a->steps, b, V);
         printf("RESULT decode_%s_b%u%s_forward_tok_s %.1f tok/s\n", a->tag, b,
-               a->graphs_now ? "" : "_nograph", (double)b * a->steps / (g_forward_ns / 1e9));
+               graphs ? "" : "_nograph", (double)b * a->steps / (g_forward_ns / 1e9));
     }
     for (uint32_t i = 0; i < b; i++)
         ty_kvpool_seq_free(ty_engine_pool(e), seqs[i]);
@@ -102,9 +102,8 @@ static double run_batch(ty_engine_t *e, uint32_t b, const struct args *a, uint32
     return rc ? rc : (double)b * a->steps / s;
 }
 
-static int run_all(const ty_model_t *m, struct args *a, bool graphs)
+static int run_all(const ty_model_t *m, const struct args *a, bool graphs)
 {
-    a->graphs_now = graphs;
     uint32_t bmax = 0, V = ty_model_config(m)->n_vocab;
     char list[256];
     snprintf(list, sizeof(list), "%s", a->batches);
@@ -123,7 +122,7 @@ static int run_all(const ty_model_t *m, struct args *a, bool graphs)
     snprintf(list, sizeof(list), "%s", a->batches);
     for (char *t = strtok(list, ","); t && !rc; t = strtok(NULL, ",")) {
         uint32_t b = (uint32_t)atoi(t);
-        double v = run_batch(e, b, a, V);
+        double v = run_batch(e, b, a, V, graphs);
         if (v < 0) {
             fprintf(stderr, "bench_gpu_decode: batch %u: %s\n", b, ty_strerror((int)v));
             rc = (int)v;

@@ -188,18 +188,19 @@ static uint32_t filter(ty_sampler_t *s, const float *logits)
     uint32_t n = s->n_vocab;
     for (uint32_t i = 0; i < n; i++)
         s->c[i] = (struct cand){i, logits[i], 0};
-    const bool ordered_filters = (p->top_p > 0 && p->top_p < 1) || p->min_p > 0;
+    bool sorted = true;
     if (p->top_k && p->top_k < n) {
         select_top(s->c, n, p->top_k);
         n = p->top_k;
         qsort(s->c, n, sizeof(*s->c), cmp_logit_desc);
-    } else if (ordered_filters) {
+    } else if ((p->top_p > 0 && p->top_p < 1) || p->min_p > 0) {
         qsort(s->c, n, sizeof(*s->c), cmp_logit_desc);
+    } else {
+        sorted = false; /* no filter needs the order: the draw walks index order */
     }
-    float mx = s->c[0].logit; /* the largest when sorted; else found below */
-    if (!(p->top_k && p->top_k < s->n_vocab) && !ordered_filters)
-        for (uint32_t i = 1; i < n; i++)
-            mx = s->c[i].logit > mx ? s->c[i].logit : mx;
+    float mx = s->c[0].logit; /* the largest when sorted */
+    for (uint32_t i = 1; !sorted && i < n; i++)
+        mx = s->c[i].logit > mx ? s->c[i].logit : mx;
     double sum = 0;
     for (uint32_t i = 0; i < n; i++) {
         s->c[i].p = expf((s->c[i].logit - mx) / p->temperature);
