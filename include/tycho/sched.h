@@ -54,11 +54,19 @@ double ty_sched_cost_prefill_us(const struct ty_sched_cost *c, uint64_t tokens, 
 double ty_sched_cost_step_us(const struct ty_sched_cost *c, uint64_t batch, uint64_t ctx_tokens);
 double ty_sched_cost_transfer_us(const struct ty_sched_cost *c, uint64_t tokens);
 
-/* One measured prefill (L tokens, P cached, microseconds) or decode step (B, C, microseconds). */
+/* One measured forward call. Prefill: x0 = tokens computed, sum of L - P over the call's
+ * prompts; x1 = attention work, sum of L^2 - P^2 (one fixed cost per call, so a call of
+ * several prompts is one sample). Decode step: x0 = B, x1 = C. Microseconds. */
 struct ty_sched_sample {
-    double x0, x1; /* prefill: L, P; decode: B, C */
+    double x0, x1;
     double us;
 };
+
+/* The sample of one prompt of L tokens, P of them cached, prefilled alone in `us`. */
+static inline struct ty_sched_sample ty_sched_prefill_sample(double L, double P, double us)
+{
+    return (struct ty_sched_sample){L - P, L * L - P * P, us};
+}
 
 /* Least-squares refit of c->prefill (or c->decode) from n >= 3 samples whose features are not
  * collinear. Returns 0, TY_EINVAL (n < 3, non-finite values) or TY_ERANGE (singular system). */
@@ -193,6 +201,13 @@ struct ty_sched_node_desc {
     enum ty_sched_role role;
     uint32_t max_batch;          /* decode: most sequences in a batch (0: unlimited) */
     uint64_t kv_capacity_tokens; /* decode: KV memory in tokens (0: unlimited) */
+    /* prefill: prompts the node runs together in one forward call when they queue behind
+     * each other (0 or 1: one at a time), and their most prompt tokens per call, cached
+     * ones included (0: no limit).
+     * A request that joins a call still waiting to start pays no fixed cost (prefill[0])
+     * of its own. */
+    uint32_t batch_prompts;
+    uint32_t batch_tokens;
 };
 
 struct ty_sched_request {

@@ -137,24 +137,24 @@ static int solve3(double a[3][3], double b[3], double x[3])
     return 0;
 }
 
-static void features(const struct ty_sched_sample *s, int prefill, double f[3])
+static void features(const struct ty_sched_sample *s, double f[3])
 {
     f[0] = 1;
-    f[1] = prefill ? s->x0 - s->x1 : s->x0;
-    f[2] = prefill ? s->x0 * s->x0 - s->x1 * s->x1 : s->x1;
+    f[1] = s->x0;
+    f[2] = s->x1;
 }
 
 /* Least squares over the features in `mask` (bit k: feature k; the others are held at 0) via
  * normal equations, features scaled to unit magnitude first so L^2 terms (1e10) and constants
  * (1) do not ruin the conditioning. */
-static int fit_mask(const struct ty_sched_sample *s, size_t n, int prefill, unsigned mask,
+static int fit_mask(const struct ty_sched_sample *s, size_t n, unsigned mask,
                     double out[3])
 {
     if (!s || n < 3)
         return TY_EINVAL;
     double scale[3] = {1, 1, 1}, f[3];
     for (size_t i = 0; i < n; i++) {
-        features(&s[i], prefill, f);
+        features(&s[i], f);
         if (!isfinite(f[1]) || !isfinite(f[2]) || !isfinite(s[i].us))
             return TY_EINVAL;
         for (int k = 1; k < 3; k++)
@@ -162,7 +162,7 @@ static int fit_mask(const struct ty_sched_sample *s, size_t n, int prefill, unsi
     }
     double ata[3][3] = {{0}}, atb[3] = {0}, x[3] = {0};
     for (size_t i = 0; i < n; i++) {
-        features(&s[i], prefill, f);
+        features(&s[i], f);
         for (int k = 0; k < 3; k++)
             f[k] = mask & (1u << k) ? f[k] / scale[k] : 0;
         for (int r = 0; r < 3; r++) {
@@ -185,27 +185,27 @@ static int fit_mask(const struct ty_sched_sample *s, size_t n, int prefill, unsi
     return 0;
 }
 
-static int fit3(const struct ty_sched_sample *s, size_t n, int prefill, double out[3])
+static int fit3(const struct ty_sched_sample *s, size_t n, double out[3])
 {
-    return fit_mask(s, n, prefill, 7, out);
+    return fit_mask(s, n, 7, out);
 }
 
 /* Non-negative least squares for three features by enumeration: the constrained optimum is
  * the unconstrained fit of some feature subset, so try all seven and keep the non-negative
  * one with the smallest squared error. */
-static int fit_nonneg(const struct ty_sched_sample *s, size_t n, int prefill, double out[3])
+static int fit_nonneg(const struct ty_sched_sample *s, size_t n, double out[3])
 {
     double best = INFINITY, x[3], f[3];
     int rc = TY_ERANGE;
     for (unsigned mask = 1; mask < 8; mask++) {
-        int r = fit_mask(s, n, prefill, mask, x);
+        int r = fit_mask(s, n, mask, x);
         if (r == TY_EINVAL)
             return r;
         if (r < 0 || x[0] < 0 || x[1] < 0 || x[2] < 0)
             continue;
         double err = 0;
         for (size_t i = 0; i < n; i++) {
-            features(&s[i], prefill, f);
+            features(&s[i], f);
             double d = x[0] * f[0] + x[1] * f[1] + x[2] * f[2] - s[i].us;
             err += d * d;
         }
@@ -227,9 +227,9 @@ static int cmp_double(const void *a, const void *b)
 /* fit_nonneg, then once more without the outliers: samples whose residual is over 8 times
  * the median absolute residual (a stalled machine, a cold start), so that one bad sample
  * cannot set the model for the whole window. */
-static int fit_robust(const struct ty_sched_sample *s, size_t n, int prefill, double out[3])
+static int fit_robust(const struct ty_sched_sample *s, size_t n, double out[3])
 {
-    int rc = fit_nonneg(s, n, prefill, out);
+    int rc = fit_nonneg(s, n, out);
     if (rc < 0 || n < 6)
         return rc;
     double *res = malloc(n * sizeof(*res));
@@ -241,7 +241,7 @@ static int fit_robust(const struct ty_sched_sample *s, size_t n, int prefill, do
     }
     double f[3];
     for (size_t i = 0; i < n; i++) {
-        features(&s[i], prefill, f);
+        features(&s[i], f);
         res[i] = fabs(out[0] * f[0] + out[1] * f[1] + out[2] * f[2] - s[i].us);
     }
     double *sorted = malloc(n * sizeof(*sorted));
@@ -254,7 +254,7 @@ static int fit_robust(const struct ty_sched_sample *s, size_t n, int prefill, do
             if (res[i] <= limit)
                 keep[k++] = s[i];
         double x[3];
-        if (k >= 3 && k < n && fit_nonneg(keep, k, prefill, x) == 0)
+        if (k >= 3 && k < n && fit_nonneg(keep, k, x) == 0)
             memcpy(out, x, sizeof(x));
         free(sorted);
     }
@@ -275,14 +275,14 @@ int ty_sched_cost_refit_prefill(struct ty_sched_cost *c, const struct ty_sched_s
                                 size_t n)
 {
     double x[3];
-    return keep_fit(c, 1, fit_robust(s, n, 1, x), x);
+    return keep_fit(c, 1, fit_robust(s, n, x), x);
 }
 
 int ty_sched_cost_refit_decode(struct ty_sched_cost *c, const struct ty_sched_sample *s,
                                size_t n)
 {
     double x[3];
-    return keep_fit(c, 0, fit_robust(s, n, 0, x), x);
+    return keep_fit(c, 0, fit_robust(s, n, x), x);
 }
 
 void ty_sched_cost_cpu(const struct ty_sched_model_shape *m, uint32_t block_tokens,
@@ -304,11 +304,11 @@ void ty_sched_cost_cpu(const struct ty_sched_model_shape *m, uint32_t block_toke
 int ty_sched_cost_fit_prefill(struct ty_sched_cost *c, const struct ty_sched_sample *s, size_t n)
 {
     double x[3];
-    return keep_fit(c, 1, fit3(s, n, 1, x), x);
+    return keep_fit(c, 1, fit3(s, n, x), x);
 }
 
 int ty_sched_cost_fit_decode(struct ty_sched_cost *c, const struct ty_sched_sample *s, size_t n)
 {
     double x[3];
-    return keep_fit(c, 0, fit3(s, n, 0, x), x);
+    return keep_fit(c, 0, fit3(s, n, x), x);
 }

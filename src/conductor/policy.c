@@ -15,6 +15,7 @@ struct cand {
     uint32_t node;
     uint32_t local, used; /* prefix blocks: cached there, reused by the plan */
     bool remote;
+    bool joins; /* rides in the queue's last forward call, which has not started */
     double queue, transfer, prefill, ttft;
 };
 
@@ -47,6 +48,20 @@ static struct cand plan(const ty_sched_t *s, const struct ty_sched_request *r, u
     }
     c.prefill = ty_sched_cost_prefill_us(&s->o.cost, r->prompt_tokens,
                                          blocks_to_tokens(s, r, c.used));
+    /* A node that batches runs the prompts queued behind each other in one forward call:
+     * one that fits in the queue's last call, not started yet, adds only its own work to it
+     * and gets its first token when that call ends (which is the end of the queue). The
+     * node fills a call up to batch_tokens prompt tokens, cached ones included (it learns
+     * what is cached only once the prompt runs). */
+    const struct node *n = &s->nodes[p];
+    if (n->batch_prompts > 1 && n->tail_n && n->tail_n < n->batch_prompts &&
+        c.queue > n->tail_us &&
+        (!n->batch_tokens || n->tail_tokens + r->prompt_tokens <= n->batch_tokens)) {
+        c.joins = true;
+        c.prefill -= s->o.cost.prefill[0];
+        if (c.prefill < 0)
+            c.prefill = 0;
+    }
     c.ttft = c.queue + c.transfer + c.prefill;
     return c;
 }
@@ -185,8 +200,22 @@ static void commit(ty_sched_t *s, const struct ty_sched_request *r, const struct
                    uint32_t d, uint64_t ctx, uint64_t now)
 {
     struct node *p = &s->nodes[c->node];
-    double start = p->busy_until_us > (double)now ? p->busy_until_us : (double)now;
+    bool queued = p->busy_until_us > (double)now;
+    double start = queued ? p->busy_until_us : (double)now;
     p->busy_until_us = start + c->transfer + c->prefill;
+    if (c->joins) { /* the queue's last call takes it */
+        p->tail_us += c->transfer + c->prefill;
+        p->tail_n++;
+        p->tail_tokens += r->prompt_tokens;
+    } else if (queued) { /* a new last call, behind the work queued */
+        p->tail_us = c->transfer + c->prefill;
+        p->tail_n = 1;
+        p->tail_tokens = r->prompt_tokens;
+    } else { /* an idle node starts it at once: nothing can join */
+        p->tail_us = 0;
+        p->tail_n = 0;
+        p->tail_tokens = 0;
+    }
     s->nodes[d].pending++;
     s->nodes[d].pending_ctx += ctx;
     struct flight f = {.id = r->id, .prefill = c->node, .decode = d, .priority = r->priority,

@@ -36,6 +36,13 @@ struct node {
     uint32_t max_batch;
     uint64_t kv_cap;
     double busy_until_us; /* prefill: predicted end of the queued work */
+    /* prefill nodes that batch: the last forward call of the queue (it ends at
+     * busy_until_us), its predicted work, prompts and prompt tokens; it can still take a prompt
+     * while it has not started (busy_until_us - tail_us > now) and has room */
+    uint32_t batch_prompts, batch_tokens;
+    double tail_us;
+    uint32_t tail_n;
+    uint64_t tail_tokens;
     uint32_t batch;       /* decode: as last reported */
     uint64_t ctx;
     uint32_t pending;     /* decode: accepted requests not yet arrived */

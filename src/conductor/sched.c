@@ -164,6 +164,8 @@ int ty_sched_node_add(ty_sched_t *s, uint32_t id, const struct ty_sched_node_des
     n->role = d->role;
     n->max_batch = d->max_batch;
     n->kv_cap = d->kv_capacity_tokens;
+    n->batch_prompts = d->batch_prompts;
+    n->batch_tokens = d->batch_tokens;
     if (d->role == TY_SCHED_ROLE_PREFILL)
         s->prefill_ids[s->n_prefill++] = id;
     else
@@ -198,6 +200,8 @@ int ty_sched_node_set_prefill_queue(ty_sched_t *s, uint32_t id, uint64_t queued_
     if (!n)
         return TY_ENOTFOUND;
     n->busy_until_us = (double)now_us + (double)queued_us;
+    if ((double)queued_us <= n->tail_us) /* the last call has started (or is gone) */
+        n->tail_n = 0;
     return 0;
 }
 

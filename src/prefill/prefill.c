@@ -320,6 +320,7 @@ static void run_batch(ty_prefill_t *p)
     struct ty_batch_seq bs[MAX_BATCH];
     struct pjob *live[MAX_BATCH];
     uint32_t n = 0, computed = 0, cached = 0;
+    uint64_t attn = 0; /* sum of L^2 - P^2: the cost model's attention term */
     for (uint32_t i = 0; i < p->n_running; i++) {
         struct pjob *j = p->running[i];
         job_begin(p, j);
@@ -330,6 +331,7 @@ static void run_batch(ty_prefill_t *p)
                                         .n = j->n - j->cached};
         computed += j->n - j->cached;
         cached += j->cached;
+        attn += (uint64_t)j->n * j->n - (uint64_t)j->cached * j->cached;
     }
     uint64_t us = 0;
     if (n) {
@@ -337,9 +339,10 @@ static void run_batch(ty_prefill_t *p)
         uint64_t t0 = ty_clock_us();
         int rc = ty_engine_forward(p->o.engine, &b, p->logits);
         us = ty_clock_us() - t0;
-        if (!rc) { /* batch_size > 1: a shared call, not one request's time (placement.c) */
+        if (!rc) { /* one sample per call: the fixed cost is paid once (placement.c) */
             struct ty_timing_sample ts = {.n_tokens = computed, .prefix_tokens = cached,
-                                          .batch_size = n, .duration_us = us};
+                                          .batch_size = n, .duration_us = us,
+                                          .attn_work = attn};
             ty_timing_ring_push(p->o.timings, &ts);
         }
         for (uint32_t k = 0; k < n; k++)

@@ -81,6 +81,7 @@ static void send_register(ty_cluster_agent_t *a)
     cap.kv_pages = a->o.kv_pages;
     cap.block_tokens = a->o.block_tokens;
     cap.max_batch = a->o.max_batch;
+    cap.max_batch_prompts = a->o.max_batch_prompts;
     char *transports[] = {"tcp"};
     Tycho__V1__RegisterNode m = TYCHO__V1__REGISTER_NODE__INIT;
     m.protocol_version = TYCHO__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
@@ -160,6 +161,7 @@ static size_t take_timings(ty_cluster_agent_t *a, Tycho__V1__TimingSample *pb,
         pb[i].prefix_tokens = s[i].prefix_tokens;
         pb[i].batch_size = s[i].batch_size;
         pb[i].duration_us = s[i].duration_us;
+        pb[i].attn_work = s[i].attn_work;
         ptrs[i] = &pb[i];
     }
     return n;

@@ -320,6 +320,9 @@ int ty__place_node_up(ty_cluster_t *c, struct ty__cnode *n, char *why, size_t ca
     if (!is_prefill(n)) {
         d.max_batch = n->max_batch;
         d.kv_capacity_tokens = n->kv_pages * n->block_tokens;
+    } else {
+        d.batch_prompts = n->max_batch_prompts;
+        d.batch_tokens = n->max_batch;
     }
     if (n->in_sched)
         ty__place_node_down(c, n);
@@ -371,12 +374,17 @@ static void take_samples(struct ty__place *p, Tycho__V1__TimingSample **s, size_
         const Tycho__V1__TimingSample *t = s[i];
         if (!t || !t->duration_us || t->duration_us > 3600ull * 1000000)
             continue; /* nothing measured, or nonsense */
-        if (prefill && t->batch_size > 1)
-            continue; /* several prompts in one forward: not one request's prefill time */
-        if (prefill) /* L = computed + cached, P = cached */
-            ring_push(r, (double)t->n_tokens + t->prefix_tokens, t->prefix_tokens,
-                      (double)t->duration_us);
-        else if (t->batch_size)
+        double all = (double)t->n_tokens + t->prefix_tokens;
+        if (prefill && t->attn_work) { /* one call: the sums over its prompts */
+            /* sum (L-P)(L+P) is at least the tokens computed, at most (sum L)^2 */
+            if ((double)t->attn_work < t->n_tokens || (double)t->attn_work > all * all)
+                continue;
+            ring_push(r, t->n_tokens, (double)t->attn_work, (double)t->duration_us);
+        }
+        else if (prefill && t->batch_size <= 1) { /* one prompt: L = computed + cached */
+            double pc = t->prefix_tokens;
+            ring_push(r, t->n_tokens, all * all - pc * pc, (double)t->duration_us);
+        } else if (!prefill && t->batch_size)
             ring_push(r, t->batch_size, t->prefix_tokens, (double)t->duration_us);
     }
     if (n)

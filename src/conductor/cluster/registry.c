@@ -285,6 +285,7 @@ static int node_register(ty_cluster_t *c, const Tycho__V1__RegisterNode *m, char
              m->model && m->model->dtype[0] ? m->model->dtype : "f32");
     n->kv_pages = m->capacity->kv_pages;
     n->max_batch = m->capacity->max_batch;
+    n->max_batch_prompts = m->capacity->max_batch_prompts;
     int rc = ty__place_node_up(c, n, why, cap);
     if (!rc && (rc = node_connect(c, n))) {
         ty__place_node_down(c, n);

@@ -630,6 +630,71 @@ def case_slo_reject():
     return ok
 
 
+BATCH_SLO_CONFIG = """
+scheduler:
+  models:
+    - name: stories260K
+      slo:
+        - {class: default, ttft: 1s, tbt: 0s}
+cost:
+  refit: false
+  prefill: [200000, 1000, 0]   # 200 ms per forward call + 1 ms per uncached token
+"""
+
+
+def case_batch_admission():
+    """The Conductor knows that a prefill node runs the short prompts queued behind each
+    other in one forward call (it registers prefill_batch): 12 short prompts arriving at
+    once behind a held node are predicted to need 3 calls, not 12 prompts' worth of fixed
+    cost, so a 1 s TTFT SLO admits all of them (one prompt at a time, 200 ms each, the 5th
+    would be predicted over it and refused). The node's calls of several prompts are timing
+    samples for the cost model (one per call)."""
+    cl = Cluster(1, 1, config=BATCH_SLO_CONFIG, hb_timeout="10s",
+                 node_args=["--log_level=debug", "--chunk_tokens=128"])
+    ok = True
+    prompts = [p for p in PROMPTS if len(generate(p, 1)["prompt_ids"]) <= 16][:6]
+    refs = {p: generate(p, 3)["output_ids"] for p in prompts}
+    time.sleep(0.5)  # the nodes' first heartbeats: nothing queued anywhere
+    m0 = cl.metrics()
+    cl.procs["p0"].send_signal(signal.SIGSTOP)
+    res, threads = {}, []
+
+    def one(i):
+        st, body = cl.post("/v1/completions", {"prompt": prompts[i % len(prompts)],
+                                               "max_tokens": 3, "temperature": 0,
+                                               "return_token_ids": True})
+        res[i] = (st, json.loads(body)["choices"][0]["token_ids"] if st == 200 else body)
+    for i in range(12):
+        t = threading.Thread(target=one, args=(i,))
+        t.start()
+        threads.append(t)
+    time.sleep(1.0)
+    cl.procs["p0"].send_signal(signal.SIGCONT)
+    for t in threads:
+        t.join(60)
+    got = [res.get(i, (0, None)) for i in range(12)]
+    bad = [(i, st, str(b)[:200]) for i, (st, b) in enumerate(got)
+           if st != 200 or b != refs[prompts[i % len(prompts)]]]
+    ok &= check(not bad, "12 short prompts behind a held node: all admitted and answered as "
+                "generate does (%s)" % bad)
+    time.sleep(0.6)  # three heartbeats: the calls' timing samples
+    m = cl.metrics()
+    acc = m.get('tycho_scheduler_decisions_total{result="accepted"}', 0) - \
+        m0.get('tycho_scheduler_decisions_total{result="accepted"}', 0)
+    ttft = m.get('tycho_scheduler_decisions_total{result="ttft"}', 0)
+    ok &= check(acc == 12 and ttft == 0, "decisions: %d accepted, %d refused for TTFT" %
+                (acc, ttft))
+    with open(cl.logs["p0"]) as f:
+        sizes = [int(x) for x in re.findall(r"in a batch of (\d+)", f.read())]
+    calls = round(sum(1.0 / n for n in sizes))
+    samples = m.get('tycho_scheduler_cost_samples_total{stage="prefill"}', 0) - \
+        m0.get('tycho_scheduler_cost_samples_total{stage="prefill"}', 0)
+    ok &= check(sizes and max(sizes) >= 2 and samples == calls,
+                "one prefill timing sample per forward call, several prompts per call: %d "
+                "samples, %d calls (batch sizes %s)" % (samples, calls, sorted(sizes)))
+    return ok
+
+
 def case_phantom_credit():
     """The Conductor credits a prefill node with a prompt's blocks when it places the prompt
     there; a request that fails before its prefill (its decode node hung and was declared
@@ -1062,6 +1127,7 @@ def main():
             "pool_sched": case_pool_sched, "pool_decode": case_pool_decode,
             "pool_snapshot": case_pool_snapshot, "kv_f16": case_kv_f16,
             "prefill_batch": case_prefill_batch,
+            "batch_admission": case_batch_admission,
             "local_cluster": case_local_cluster}[CASE]
     ok = False
     try:

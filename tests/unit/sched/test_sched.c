@@ -622,6 +622,56 @@ static void test_node_readded_counts(void **st)
     ty_sched_free(s);
 }
 
+/* A prefill node that runs queued prompts together (batch_prompts 4, 300 prompt tokens per call)
+ * and prompts that fit: the fixed cost of a call (1000 us) is paid once per call, not once
+ * per prompt, and a prompt's first token comes when its call ends. A node that runs one
+ * prompt at a time (the same costs) predicts every prompt behind the whole queue. */
+static void test_batching_prefill_queue(void **st)
+{
+    struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_LOAD_BALANCE, TY_SCHED_ADMIT_BASELINE);
+    o.cost.prefill[0] = 1000;
+    ty_sched_t *s, *one;
+    assert_int_equal(ty_sched_new(&s, &o), 0);
+    assert_int_equal(ty_sched_new(&one, &o), 0);
+    struct ty_sched_node_desc pb = {.role = TY_SCHED_ROLE_PREFILL, .batch_prompts = 4,
+                                    .batch_tokens = 300};
+    struct ty_sched_node_desc p1 = {.role = TY_SCHED_ROLE_PREFILL};
+    struct ty_sched_node_desc d = {.role = TY_SCHED_ROLE_DECODE};
+    assert_int_equal(ty_sched_node_add(s, 0, &pb), 0);
+    assert_int_equal(ty_sched_node_add(s, 10, &d), 0);
+    assert_int_equal(ty_sched_node_add(one, 0, &p1), 0);
+    assert_int_equal(ty_sched_node_add(one, 10, &d), 0);
+    /* ten 50-token prompts at t = 0: 1050 us alone; the first starts at once (its call can
+     * take nobody), the next four share one call (1000 + 4 x 50), the four after the next */
+    const double want[10] = {1050, 2100, 2150, 2200, 2250, 3300, 3350, 3400, 3450, 4500};
+    for (uint64_t i = 0; i < 10; i++) {
+        struct ty_sched_request r = {.id = i + 1, .prompt_tokens = 50, .output_tokens = 1};
+        struct ty_sched_decision a, b;
+        assert_int_equal(ty_sched_pick(s, &r, 0, &a), 0);
+        assert_int_equal(ty_sched_pick(one, &r, 0, &b), 0);
+        assert_true(fabs(a.ttft_us - want[i]) < 1e-6);
+        assert_true(fabs(b.ttft_us - 1050.0 * (i + 1)) < 1e-6);
+    }
+    /* a prompt too long for the last call's room (50 + 251 > 300) opens a call of its own */
+    struct ty_sched_request big = {.id = 100, .prompt_tokens = 251, .output_tokens = 1};
+    struct ty_sched_decision a;
+    assert_int_equal(ty_sched_pick(s, &big, 0, &a), 0);
+    assert_true(fabs(a.ttft_us - (4500 + 1251)) < 1e-6);
+    /* the node reports its queue: 1251 us left at t = 10000 is the last call alone, which has
+     * started; a short prompt now waits for it and runs in a call of its own */
+    assert_int_equal(ty_sched_node_set_prefill_queue(s, 0, 1251, 10000), 0);
+    struct ty_sched_request late = {.id = 101, .prompt_tokens = 50, .output_tokens = 1};
+    assert_int_equal(ty_sched_pick(s, &late, 10000, &a), 0);
+    assert_true(fabs(a.ttft_us - (1251 + 1050)) < 1e-6);
+    /* and the next one joins that call, which has not started */
+    late.id = 102;
+    assert_int_equal(ty_sched_pick(s, &late, 10000, &a), 0);
+    assert_true(fabs(a.ttft_us - (1251 + 1100)) < 1e-6);
+    assert_true(fabs(a.prefill_us - 50) < 1e-6); /* what it adds to the node's queue */
+    ty_sched_free(s);
+    ty_sched_free(one);
+}
+
 static void test_names(void **st)
 {
     enum ty_sched_policy p;
@@ -659,6 +709,7 @@ int main(void)
         cmocka_unit_test(test_prediction_kv_at_landing),
         cmocka_unit_test(test_batch_tbt_slo),
         cmocka_unit_test(test_node_readded_counts),
+        cmocka_unit_test(test_batching_prefill_queue),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

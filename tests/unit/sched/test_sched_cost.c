@@ -52,7 +52,7 @@ static void test_fit_recovers_prefill(void **st)
     const double k0 = 5000, k1 = 120, k2 = 0.002; /* chosen by hand */
     for (int i = 0; i < 12; i++) {
         double l = 500.0 + 1500.0 * i, p = (i % 3) * 256.0;
-        s[i] = (struct ty_sched_sample){l, p, k0 + k1 * (l - p) + k2 * (l * l - p * p)};
+        s[i] = ty_sched_prefill_sample(l, p, k0 + k1 * (l - p) + k2 * (l * l - p * p));
     }
     assert_int_equal(ty_sched_cost_fit_prefill(&c, s, 12), 0);
     assert_true(fabs(c.prefill[0] - k0) < 1e-3 * k0);
@@ -79,6 +79,32 @@ static void test_fit_decode_and_errors(void **st)
     assert_int_equal(ty_sched_cost_fit_decode(&c, s, 6), TY_EINVAL);
 }
 
+/* Samples of forward calls that ran several prompts (1 to 5, some with a cached prefix):
+ * one fixed cost per call, the other terms summed over the call's prompts. The fit recovers
+ * the per-prompt model, and a call's time is not the sum of its prompts' times alone. */
+static void test_fit_batched_calls(void **st)
+{
+    const double k0 = 8000, k1 = 60, k2 = 0.004; /* chosen by hand */
+    struct ty_sched_sample s[20];
+    for (int i = 0; i < 20; i++) {
+        double n = 0, attn = 0;
+        for (int k = 0; k <= i % 5; k++) {
+            double l = 40.0 + 97 * ((i * 7 + k * 3) % 11), p = (k % 2) * 32.0;
+            n += l - p;
+            attn += l * l - p * p;
+        }
+        s[i] = (struct ty_sched_sample){n, attn, k0 + k1 * n + k2 * attn};
+    }
+    struct ty_sched_cost c = {0};
+    assert_int_equal(ty_sched_cost_refit_prefill(&c, s, 20), 0);
+    assert_true(fabs(c.prefill[0] - k0) < 1e-3 * k0);
+    assert_true(fabs(c.prefill[1] - k1) < 1e-6 * k1);
+    assert_true(fabs(c.prefill[2] - k2) < 1e-6 * k2);
+    /* the helper for one prompt is the one-prompt call */
+    struct ty_sched_sample one = ty_sched_prefill_sample(300, 100, 1);
+    assert_true(one.x0 == 200 && one.x1 == 300.0 * 300 - 100.0 * 100);
+}
+
 /* Measured prefill times of a machine whose fixed cost is ~0: the unconstrained fit puts the
  * intercept below zero (a short prompt would be "free" or negative); the non-negative refit
  * keeps every coefficient >= 0 and still explains the samples. */
@@ -89,7 +115,7 @@ static void test_refit_nonnegative(void **st)
         double l = 64.0 * (i + 1);
         /* 40 us/token, slightly sub-linear at the long end (cache effects): a negative
          * intercept and quadratic term fit it best */
-        s[i] = (struct ty_sched_sample){l, 0, 40 * l - 0.004 * l * l + (i % 2 ? 30 : -30)};
+        s[i] = ty_sched_prefill_sample(l, 0, 40 * l - 0.004 * l * l + (i % 2 ? 30 : -30));
     }
     struct ty_sched_cost free_fit = {0}, c = {0};
     assert_int_equal(ty_sched_cost_fit_prefill(&free_fit, s, 10), 0);
@@ -115,7 +141,7 @@ static void test_refit_outlier(void **st)
     struct ty_sched_sample s[64];
     for (int i = 0; i < 64; i++) {
         double l = 16.0 + 8 * (i % 32);
-        s[i] = (struct ty_sched_sample){l, 0, 500 + 20 * l + (i % 3) * 10};
+        s[i] = ty_sched_prefill_sample(l, 0, 500 + 20 * l + (i % 3) * 10);
     }
     s[17].us = 30e6;
     struct ty_sched_cost c = {0};
@@ -172,6 +198,7 @@ int main(void)
         cmocka_unit_test(test_profile_h800_faster),
         cmocka_unit_test(test_fit_recovers_prefill),
         cmocka_unit_test(test_fit_decode_and_errors),
+        cmocka_unit_test(test_fit_batched_calls),
         cmocka_unit_test(test_refit_nonnegative),
         cmocka_unit_test(test_refit_one_shape),
         cmocka_unit_test(test_refit_outlier),

@@ -181,6 +181,7 @@ struct ty_cluster_agent_opts {
     const char *model_path;
     uint64_t kv_pages;
     uint32_t block_tokens, max_batch;
+    uint32_t max_batch_prompts;     /* prefill: prompts per forward call (prefill_batch) */
     const char *kv_dtype;           /* the KV pool's element type ("f32", "f16"); NULL: f32 */
     uint32_t heartbeat_interval_ms; /* until the Conductor says otherwise */
     ty_cluster_load_cb load_cb;

@@ -20,6 +20,7 @@ struct ty_timing_sample {
     uint32_t prefix_tokens; /* prefill: cached tokens reused; decode: the batch's context */
     uint32_t batch_size;    /* requests in the forward pass */
     uint64_t duration_us;
+    uint64_t attn_work;     /* prefill: sum over the call's prompts of L^2 - P^2 */
 };
 
 /* cap: samples kept between takes (0: 64). Returns 0 or TY_ENOMEM. */
