@@ -136,12 +136,39 @@ static void select_top(struct cand *c, uint32_t n, uint32_t k)
     }
 }
 
+/* The largest of l[0..n) (-inf when empty or all NaN), over eight independent lanes: no
+ * loop-carried compare-and-branch, so it runs at the speed of reading the row. */
+static float row_max(const float *l, uint32_t n)
+{
+    float lane[8];
+    for (int k = 0; k < 8; k++)
+        lane[k] = -INFINITY;
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            lane[k] = l[i + k] > lane[k] ? l[i + k] : lane[k];
+    float m = -INFINITY;
+    for (; i < n; i++)
+        m = l[i] > m ? l[i] : m;
+    for (int k = 0; k < 8; k++)
+        m = lane[k] > m ? lane[k] : m;
+    return m;
+}
+
+/* The first index of the largest logit (NaNs never win). */
+static uint32_t argmax(const float *l, uint32_t n)
+{
+    float m = row_max(l, n);
+    for (uint32_t i = 0; i < n; i++)
+        if (l[i] == m)
+            return i;
+    return 0; /* every logit NaN */
+}
+
 /* Log-softmax statistics: max and log-sum-exp of the full row. */
 static void row_lse(const float *l, uint32_t n, float *mx, double *lse)
 {
-    float m = -INFINITY;
-    for (uint32_t i = 0; i < n; i++)
-        m = l[i] > m ? l[i] : m;
+    float m = row_max(l, n);
     double sum = 0;
     for (uint32_t i = 0; i < n; i++)
         sum += exp((double)l[i] - m);
@@ -172,13 +199,53 @@ static void fill_logprobs(ty_sampler_t *s, const float *logits, struct ty_sample
     out->n_top = n;
 }
 
-static uint32_t argmax(const float *l, uint32_t n)
+/* Sorts the candidates c[0..n) in cmp_logit_desc order only as far as the top-p and min-p
+ * cuts need (their probabilities are set), and returns the count kept: the shortest sorted
+ * prefix whose mass reaches top_p, cut further to the tokens with p >= min_p x the largest
+ * (at least one). A trained model's nucleus is a few hundred tokens of a vocabulary of 150k,
+ * so instead of sorting the vocabulary for every token:
+ * - only the candidates that can be kept take part (moved to the front): min-p keeps
+ *   p >= p_max x min_p, and the nucleus lies within the tokens with p >= (1 - top_p) / 2n,
+ *   since all the others together hold less than half of the mass top-p drops;
+ * - of those, the best 256 are selected in linear time and sorted, x4 more each time the
+ *   mass is not reached yet. */
+static uint32_t cut_sorted(struct cand *c, uint32_t n, float top_p, float min_p, float p_max)
 {
-    uint32_t best = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (l[i] > l[best])
-            best = i;
-    return best;
+    bool nucleus = top_p > 0 && top_p < 1;
+    float t = min_p > 0 ? p_max * min_p : 0;
+    if (nucleus && (float)((1.0 - top_p) / (2.0 * n)) > t)
+        t = (float)((1.0 - top_p) / (2.0 * n));
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (c[i].p >= t) {
+            struct cand x = c[m];
+            c[m++] = c[i];
+            c[i] = x;
+        }
+    }
+    if (!m) { /* min_p > 1: the best alone */
+        if (n > 1)
+            select_top(c, n, 1);
+        return 1;
+    }
+    uint32_t done = 0, k = nucleus && m > 256 ? 256 : m;
+    double cum = 0;
+    for (;;) { /* c[0..done) sorted and the best; bring in the next k - done */
+        if (k < m)
+            select_top(c + done, m - done, k - done);
+        qsort(c + done, k - done, sizeof(*c), cmp_logit_desc);
+        if (!nucleus)
+            return k;
+        for (uint32_t i = done; i < k; i++) {
+            cum += c[i].p;
+            if (cum >= top_p)
+                return i + 1;
+        }
+        if (k >= m)
+            return k; /* the min-p cut comes first (or rounding kept the mass under top_p) */
+        done = k;
+        k = k > m / 4 ? m : k * 4;
+    }
 }
 
 /* top-k, temperature, softmax, top-p, min-p over the candidates; returns the kept count. */
@@ -188,19 +255,14 @@ static uint32_t filter(ty_sampler_t *s, const float *logits)
     uint32_t n = s->n_vocab;
     for (uint32_t i = 0; i < n; i++)
         s->c[i] = (struct cand){i, logits[i], 0};
-    bool sorted = true;
+    bool sorted = false; /* c[0..n) in order (top-k) */
     if (p->top_k && p->top_k < n) {
         select_top(s->c, n, p->top_k);
         n = p->top_k;
         qsort(s->c, n, sizeof(*s->c), cmp_logit_desc);
-    } else if ((p->top_p > 0 && p->top_p < 1) || p->min_p > 0) {
-        qsort(s->c, n, sizeof(*s->c), cmp_logit_desc);
-    } else {
-        sorted = false; /* no filter needs the order: the draw walks index order */
+        sorted = true;
     }
-    float mx = s->c[0].logit; /* the largest when sorted */
-    for (uint32_t i = 1; !sorted && i < n; i++)
-        mx = s->c[i].logit > mx ? s->c[i].logit : mx;
+    float mx = sorted ? s->c[0].logit : row_max(logits, n);
     double sum = 0;
     for (uint32_t i = 0; i < n; i++) {
         s->c[i].p = expf((s->c[i].logit - mx) / p->temperature);
@@ -208,24 +270,10 @@ static uint32_t filter(ty_sampler_t *s, const float *logits)
     }
     for (uint32_t i = 0; i < n; i++)
         s->c[i].p = (float)(s->c[i].p / sum);
-    if (p->top_p > 0 && p->top_p < 1) {
-        double cum = 0;
-        for (uint32_t i = 0; i < n; i++) {
-            cum += s->c[i].p;
-            if (cum >= p->top_p) {
-                n = i + 1;
-                break;
-            }
-        }
-    }
-    if (p->min_p > 0) {
-        float thr = s->c[0].p * p->min_p;
-        uint32_t k = 1;
-        while (k < n && s->c[k].p >= thr)
-            k++;
-        n = k;
-    }
-    return n;
+    bool nucleus = p->top_p > 0 && p->top_p < 1;
+    if (!nucleus && !(p->min_p > 0))
+        return n; /* no cut needs the order: the draw walks the candidates as they are */
+    return cut_sorted(s->c, n, nucleus ? p->top_p : 0, p->min_p, (float)(1.0 / sum));
 }
 
 int ty_sampler_sample(ty_sampler_t *s, float *logits, const uint32_t *history, size_t n_history,

@@ -9,6 +9,7 @@
 #include "tycho/sampling.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static uint32_t sample1(struct ty_sampling_params p, const float *in, uint32_t n,
@@ -169,6 +170,93 @@ static void test_large_vocab(void **state)
     assert_true(fabs(top - N * p) < 5 * sd);
 }
 
+/* The reference cut, written the plain way: softmax over the whole row, every token sorted
+ * by (logit desc, id asc), the shortest prefix reaching top_p, then the tokens of it with
+ * p >= min_p x the largest (at least one). rank[id] = position in that order; returns the
+ * count kept. */
+static const float *ref_l; /* the row ref_rank_cmp orders by */
+
+static int ref_rank_cmp(const void *a, const void *b)
+{
+    const float *l = ref_l;
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    if (l[x] != l[y])
+        return l[x] < l[y] ? 1 : -1;
+    return (x > y) - (x < y);
+}
+
+static uint32_t ref_cut(const float *l, uint32_t n, float temp, float top_p, float min_p,
+                        uint32_t *order, uint32_t *rank)
+{
+    float mx = l[0];
+    for (uint32_t i = 1; i < n; i++)
+        mx = l[i] > mx ? l[i] : mx;
+    double sum = 0;
+    for (uint32_t i = 0; i < n; i++)
+        sum += expf((l[i] - mx) / temp);
+    for (uint32_t i = 0; i < n; i++)
+        order[i] = i;
+    ref_l = l;
+    qsort(order, n, sizeof(*order), ref_rank_cmp);
+    for (uint32_t i = 0; i < n; i++)
+        rank[order[i]] = i;
+    uint32_t keep = n;
+    double cum = 0;
+    for (uint32_t i = 0; i < n && top_p > 0 && top_p < 1; i++) {
+        cum += (float)(expf((l[order[i]] - mx) / temp) / sum);
+        if (cum >= top_p) {
+            keep = i + 1;
+            break;
+        }
+    }
+    if (min_p > 0) {
+        float thr = (float)(1.0 / sum) * min_p;
+        uint32_t k = 1;
+        while (k < keep && (float)(expf((l[order[k]] - mx) / temp) / sum) >= thr)
+            k++;
+        keep = k;
+    }
+    return keep;
+}
+
+/* Top-p and min-p on a 20,000-token row whose nucleus is hundreds to thousands of tokens
+ * (1,000 tokens share the top logit, the rest are lower, with ties): every draw lies inside
+ * the reference cut, and draws reach deep into it (the sampler sorts only as far as it must,
+ * so a cut past its first sorted block is where it could go wrong). */
+static void test_nucleus_large_vocab(void **state)
+{
+    enum { V = 20000, N = 400 };
+    static float l[V], x[V];
+    static uint32_t order[V], rank[V];
+    uint64_t r = 777;
+    for (int i = 0; i < V; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        l[i] = (r >> 33) % 20 == 0 ? 5.0f : (float)((r >> 40) % 4) / 2.0f; /* 0, .5, 1, 1.5 */
+    }
+    const struct {
+        float top_p, min_p;
+    } cases[] = {{0.8f, 0}, {0.97f, 0}, {0, 0.5f}, {0.97f, 0.1f}, {0.999f, 0.01f}};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        uint32_t keep = ref_cut(l, V, 1.0f, cases[c].top_p, cases[c].min_p, order, rank);
+        struct ty_sampling_params p = {.temperature = 1.0f, .top_p = cases[c].top_p,
+                                       .min_p = cases[c].min_p, .seed = 31 + c};
+        ty_sampler_t *s;
+        assert_int_equal(ty_sampler_new(&s, &p, V), 0);
+        uint32_t deepest = 0;
+        for (int t = 0; t < N; t++) {
+            memcpy(x, l, sizeof(x));
+            struct ty_sample o;
+            assert_int_equal(ty_sampler_sample(s, x, NULL, 0, &o), 0);
+            if (rank[o.id] >= keep)
+                fail_msg("case %zu: drew rank %u of a cut of %u", c, rank[o.id], keep);
+            deepest = rank[o.id] > deepest ? rank[o.id] : deepest;
+        }
+        ty_sampler_free(s);
+        assert_true(keep > 256);
+        assert_true(deepest > keep / 2); /* the draws span the cut, not its head */
+    }
+}
+
 static void test_bad_params(void **state)
 {
     ty_sampler_t *s;
@@ -186,6 +274,7 @@ int main(void)
         cmocka_unit_test(test_seed_and_filters),
         cmocka_unit_test(test_logprobs_on_request),
         cmocka_unit_test(test_large_vocab),
+        cmocka_unit_test(test_nucleus_large_vocab),
         cmocka_unit_test(test_bad_params),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
