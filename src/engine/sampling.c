@@ -23,6 +23,7 @@ struct ty_sampler {
     uint32_t n_vocab;
     uint64_t rng;
     struct cand *c;    /* (n_vocab) */
+    struct cand *tmp;  /* (n_vocab) the radix sort's other buffer */
     uint32_t *counts;  /* (n_vocab) occurrences in the penalty window */
 };
 
@@ -40,8 +41,9 @@ int ty_sampler_new(ty_sampler_t **out, const struct ty_sampling_params *p, uint3
     s->n_vocab = n_vocab;
     s->rng = p->seed ^ 0x9e3779b97f4a7c15ull;
     s->c = malloc(n_vocab * sizeof(*s->c));
+    s->tmp = malloc(n_vocab * sizeof(*s->tmp));
     s->counts = calloc(n_vocab, sizeof(uint32_t));
-    if (!s->c || !s->counts) {
+    if (!s->c || !s->tmp || !s->counts) {
         ty_sampler_free(s);
         return TY_ENOMEM;
     }
@@ -54,6 +56,7 @@ void ty_sampler_free(ty_sampler_t *s)
     if (!s)
         return;
     free(s->c);
+    free(s->tmp);
     free(s->counts);
     free(s);
 }
@@ -102,6 +105,52 @@ static int cmp_logit_desc(const void *a, const void *b)
 static bool before(const struct cand *x, const struct cand *y)
 {
     return x->logit > y->logit || (x->logit == y->logit && x->id < y->id);
+}
+
+/* The candidate's place in cmp_logit_desc order as one unsigned key: the logit's bits made
+ * monotonic (negative floats reversed) and inverted (larger logits first) above the id. */
+static uint64_t order_key(const struct cand *x)
+{
+    uint32_t u;
+    memcpy(&u, &x->logit, sizeof(u));
+    u = u & 0x80000000u ? ~u : u | 0x80000000u; /* ascending with the float */
+    return (uint64_t)~u << 32 | x->id;
+}
+
+/* Sorts c[0..n) in cmp_logit_desc order: qsort for short runs, else a least-significant-digit
+ * radix sort on order_key (11-bit digits, a pass skipped where every key has the same digit,
+ * as the id's high bits do), through tmp (n). */
+static void sort_desc(struct cand *c, uint32_t n, struct cand *tmp)
+{
+    enum { BITS = 11, PASSES = 6, BUCKETS = 1 << BITS };
+    if (n < 2048) {
+        qsort(c, n, sizeof(*c), cmp_logit_desc);
+        return;
+    }
+    static _Thread_local uint32_t hist[PASSES][BUCKETS];
+    memset(hist, 0, sizeof(hist));
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t k = order_key(&c[i]);
+        for (int d = 0; d < PASSES; d++)
+            hist[d][(k >> (d * BITS)) & (BUCKETS - 1)]++;
+    }
+    struct cand *src = c, *dst = tmp;
+    for (int d = 0; d < PASSES; d++) {
+        uint32_t *h = hist[d], sum = 0;
+        if (h[(order_key(&src[0]) >> (d * BITS)) & (BUCKETS - 1)] == n)
+            continue; /* one digit for all: nothing moves */
+        for (uint32_t b = 0; b < BUCKETS; b++) {
+            uint32_t t = h[b];
+            h[b] = sum;
+            sum += t;
+        }
+        for (uint32_t i = 0; i < n; i++)
+            dst[h[(order_key(&src[i]) >> (d * BITS)) & (BUCKETS - 1)]++] = src[i];
+        struct cand *t = src;
+        src = dst, dst = t;
+    }
+    if (src != c)
+        memcpy(c, src, n * sizeof(*c));
 }
 
 /* Moves the k first candidates in cmp_logit_desc order (a strict order: ids are unique) into
@@ -207,9 +256,10 @@ static void fill_logprobs(ty_sampler_t *s, const float *logits, struct ty_sample
  * - only the candidates that can be kept take part (moved to the front): min-p keeps
  *   p >= p_max x min_p, and the nucleus lies within the tokens with p >= (1 - top_p) / 2n,
  *   since all the others together hold less than half of the mass top-p drops;
- * - of those, the best 256 are selected in linear time and sorted, x4 more each time the
- *   mass is not reached yet. */
-static uint32_t cut_sorted(struct cand *c, uint32_t n, float top_p, float min_p, float p_max)
+ * - of those, the best 256 are selected in linear time and sorted; only when they do not
+ *   reach the mass are the others sorted too (a radix sort when there are many). */
+static uint32_t cut_sorted(struct cand *c, struct cand *tmp, uint32_t n, float top_p,
+                           float min_p, float p_max)
 {
     bool nucleus = top_p > 0 && top_p < 1;
     float t = min_p > 0 ? p_max * min_p : 0;
@@ -233,7 +283,7 @@ static uint32_t cut_sorted(struct cand *c, uint32_t n, float top_p, float min_p,
     for (;;) { /* c[0..done) sorted and the best; bring in the next k - done */
         if (k < m)
             select_top(c + done, m - done, k - done);
-        qsort(c + done, k - done, sizeof(*c), cmp_logit_desc);
+        sort_desc(c + done, k - done, tmp);
         if (!nucleus)
             return k;
         for (uint32_t i = done; i < k; i++) {
@@ -244,7 +294,7 @@ static uint32_t cut_sorted(struct cand *c, uint32_t n, float top_p, float min_p,
         if (k >= m)
             return k; /* the min-p cut comes first (or rounding kept the mass under top_p) */
         done = k;
-        k = k > m / 4 ? m : k * 4;
+        k = m;
     }
 }
 
@@ -259,7 +309,7 @@ static uint32_t filter(ty_sampler_t *s, const float *logits)
     if (p->top_k && p->top_k < n) {
         select_top(s->c, n, p->top_k);
         n = p->top_k;
-        qsort(s->c, n, sizeof(*s->c), cmp_logit_desc);
+        sort_desc(s->c, n, s->tmp);
         sorted = true;
     }
     float mx = sorted ? s->c[0].logit : row_max(logits, n);
@@ -273,7 +323,7 @@ static uint32_t filter(ty_sampler_t *s, const float *logits)
     bool nucleus = p->top_p > 0 && p->top_p < 1;
     if (!nucleus && !(p->min_p > 0))
         return n; /* no cut needs the order: the draw walks the candidates as they are */
-    return cut_sorted(s->c, n, nucleus ? p->top_p : 0, p->min_p, (float)(1.0 / sum));
+    return cut_sorted(s->c, s->tmp, n, nucleus ? p->top_p : 0, p->min_p, (float)(1.0 / sum));
 }
 
 int ty_sampler_sample(ty_sampler_t *s, float *logits, const uint32_t *history, size_t n_history,
