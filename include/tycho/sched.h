@@ -76,8 +76,10 @@ int ty_sched_cost_fit_decode(struct ty_sched_cost *c, const struct ty_sched_samp
  * unconstrained fit is non-negative, the best of them), so that a live cluster's noisy
  * samples never yield negative predicted times, then refitted once without the samples whose
  * residual exceeds 8x the median one (a stall or a cold start must not set the model).
- * Returns 0, TY_EINVAL or TY_ERANGE (no subset can be solved: the samples carry no
- * information); c is unchanged on error. */
+ * Samples that all sit at about one size (x0 within 25 %: one prompt length, one batch size)
+ * cannot tell the fixed term from the per-token one: the model in c keeps its shape and is
+ * scaled by the median of measured / predicted instead. Returns 0, TY_EINVAL or TY_ERANGE
+ * (no subset can be solved: the samples carry no information); c is unchanged on error. */
 int ty_sched_cost_refit_prefill(struct ty_sched_cost *c, const struct ty_sched_sample *s,
                                 size_t n);
 int ty_sched_cost_refit_decode(struct ty_sched_cost *c, const struct ty_sched_sample *s,

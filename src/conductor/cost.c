@@ -271,18 +271,67 @@ static int keep_fit(struct ty_sched_cost *c, int prefill, int rc, const double x
     return rc;
 }
 
+/* Samples that all sit at about one size (x0, the tokens of a prefill call or the sequences
+ * of a decode step, within 25 %) tell how long that size takes, not how the time splits
+ * between the fixed and the per-token (per-sequence) terms: a burst of one prompt length
+ * would otherwise teach "every call costs the same, whatever its size" (the fit puts it all
+ * in the constant). The model in use then keeps its shape and is scaled to them, by the
+ * median of measured / predicted (a stall among them cannot set it). Returns 1 when it did,
+ * 0 when the samples are spread enough to fit (or the model predicts nothing there). */
+static int rescale(double k[3], const struct ty_sched_sample *s, size_t n)
+{
+    double lo = INFINITY, hi = -INFINITY, f[3];
+    for (size_t i = 0; i < n; i++) {
+        lo = fmin(lo, s[i].x0);
+        hi = fmax(hi, s[i].x0);
+    }
+    if (!(hi <= 1.25 * lo))
+        return 0;
+    double *r = malloc(n * sizeof(*r));
+    if (!r)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        features(&s[i], f);
+        double pred = k[0] * f[0] + k[1] * f[1] + k[2] * f[2];
+        if (!(pred > 0)) {
+            free(r);
+            return 0;
+        }
+        r[i] = s[i].us / pred;
+    }
+    qsort(r, n, sizeof(*r), cmp_double);
+    double m = n % 2 ? r[n / 2] : (r[n / 2 - 1] + r[n / 2]) / 2;
+    free(r);
+    if (!(m > 0) || !isfinite(m))
+        return 0;
+    for (int j = 0; j < 3; j++)
+        k[j] *= m;
+    return 1;
+}
+
+static int refit(struct ty_sched_cost *c, int prefill, const struct ty_sched_sample *s, size_t n)
+{
+    if (!s || n < 3)
+        return TY_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(s[i].x0) || !isfinite(s[i].x1) || !isfinite(s[i].us))
+            return TY_EINVAL;
+    if (rescale(prefill ? c->prefill : c->decode, s, n))
+        return 0;
+    double x[3];
+    return keep_fit(c, prefill, fit_robust(s, n, x), x);
+}
+
 int ty_sched_cost_refit_prefill(struct ty_sched_cost *c, const struct ty_sched_sample *s,
                                 size_t n)
 {
-    double x[3];
-    return keep_fit(c, 1, fit_robust(s, n, x), x);
+    return refit(c, 1, s, n);
 }
 
 int ty_sched_cost_refit_decode(struct ty_sched_cost *c, const struct ty_sched_sample *s,
                                size_t n)
 {
-    double x[3];
-    return keep_fit(c, 0, fit_robust(s, n, x), x);
+    return refit(c, 0, s, n);
 }
 
 void ty_sched_cost_cpu(const struct ty_sched_model_shape *m, uint32_t block_tokens,

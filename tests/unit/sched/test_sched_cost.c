@@ -150,8 +150,8 @@ static void test_refit_outlier(void **st)
     assert_true(pred > 2400 && pred < 2650);
 }
 
-/* One batch shape repeated: the plain fit cannot tell the terms apart, the refit falls back
- * to a model that predicts that shape's mean time. */
+/* One batch shape repeated: the plain fit cannot tell the terms apart; the refit keeps the
+ * model's shape (here three equal terms) and scales it to that shape's median time. */
 static void test_refit_one_shape(void **st)
 {
     struct ty_sched_sample same[4] = {{8, 100, 1000}, {8, 100, 2000}, {8, 100, 3000},
@@ -160,9 +160,36 @@ static void test_refit_one_shape(void **st)
     assert_int_equal(ty_sched_cost_fit_decode(&c, same, 4), TY_ERANGE);
     assert_int_equal(ty_sched_cost_refit_decode(&c, same, 4), 0);
     assert_true(fabs(ty_sched_cost_step_us(&c, 8, 100) - 2500) < 1e-6);
+    assert_true(c.decode[0] == c.decode[1] && c.decode[1] == c.decode[2]);
     struct ty_sched_cost before = c;
     assert_int_equal(ty_sched_cost_refit_decode(&c, same, 2), TY_EINVAL);
     assert_memory_equal(&before, &c, sizeof(c)); /* unchanged on error */
+}
+
+/* A warm-up of one prompt length (every call 32 tokens, ~120 ms): the refit scales the
+ * starting model (1 ms + 4 ms per token) to it instead of fitting "120 ms per call whatever
+ * its size", which would predict a 224-token call of seven prompts at 120 ms; a stall among
+ * the samples does not move the scale. Spread samples are fitted as before. */
+static void test_refit_one_length(void **st)
+{
+    struct ty_sched_cost c = {.prefill = {1000, 4000, 0}};
+    struct ty_sched_sample s[20];
+    for (int i = 0; i < 20; i++)
+        s[i] = ty_sched_prefill_sample(32, 0, 120000 + (i % 5) * 1000);
+    s[7].us = 30e6;
+    assert_int_equal(ty_sched_cost_refit_prefill(&c, s, 20), 0);
+    double at32 = ty_sched_cost_prefill_us(&c, 32, 0);
+    assert_true(at32 > 120000 && at32 < 125000);
+    assert_true(fabs(c.prefill[1] / c.prefill[0] - 4.0) < 1e-9); /* the shape kept */
+    double call7 = c.prefill[0] + c.prefill[1] * 224; /* one call of seven 32-token prompts */
+    assert_true(call7 > 6 * at32);
+    /* prompts of 16 to 264 tokens: fitted (the shape changes to the data's) */
+    for (int i = 0; i < 20; i++) {
+        double l = 16.0 + 13 * i;
+        s[i] = ty_sched_prefill_sample(l, 0, 50000 + 2000 * l);
+    }
+    assert_int_equal(ty_sched_cost_refit_prefill(&c, s, 20), 0);
+    assert_true(fabs(c.prefill[0] - 50000) < 1 && fabs(c.prefill[1] - 2000) < 1e-3);
 }
 
 /* A config's overrides (the Conductor's cost: and a sim spec's): lists of exactly 3 finite
@@ -201,6 +228,7 @@ int main(void)
         cmocka_unit_test(test_fit_batched_calls),
         cmocka_unit_test(test_refit_nonnegative),
         cmocka_unit_test(test_refit_one_shape),
+        cmocka_unit_test(test_refit_one_length),
         cmocka_unit_test(test_refit_outlier),
         cmocka_unit_test(test_override),
     };
