@@ -66,6 +66,7 @@ struct ty_api_request {
     bool return_token_ids;       /* vLLM extension: token_ids in choices, prompt_token_ids */
     bool echo;                   /* completion: prompt text before each choice's text */
     char service_tier[16];       /* "": absent; else auto, default, flex, scale or priority */
+    char slo_class[65];          /* Tycho extension: the SLO class by name; "": absent */
 };
 
 /* An OpenAI-shaped error: {"error":{"message","type","param","code"}} with an HTTP status. */
@@ -106,6 +107,7 @@ struct ty_api_opts {
     struct ty_serve_backend backend;
     ty_metrics_registry_t *metrics;
     const char *const *api_keys;   /* NULL or empty: no authentication */
+    const char *const *api_key_classes; /* NULL, or per key its SLO class (NULL: none) */
     size_t n_api_keys;
     size_t max_body_bytes;
     uint64_t header_timeout_ms, body_timeout_ms;
@@ -120,8 +122,11 @@ void ty_api_backend_event(void *arg, const struct ty_serve_event *ev);
 /* Stop taking generation requests (503) and call `done(arg)` on the loop once every request
  * in flight has finished. */
 void ty_api_drain(ty_api_t *a, void (*done)(void *arg), void *arg);
-/* Replace the accepted API keys (SIGHUP reload). Copies them. */
-void ty_api_set_keys(ty_api_t *a, const char *const *keys, size_t n);
+/* Replace the accepted API keys (SIGHUP reload). Copies them. `classes` (NULL, or one entry
+ * per key, NULL for none): the SLO class a key's requests are served in, whatever they ask
+ * for (slo_class, service_tier). */
+void ty_api_set_keys(ty_api_t *a, const char *const *keys, const char *const *classes,
+                     size_t n);
 /* Requests being generated right now. */
 uint32_t ty_api_n_inflight(const ty_api_t *a);
 /* Close the server (aborting what is left), then free; `cb(arg)` after. Stop the backend's

@@ -246,6 +246,12 @@ const struct ty_sched_opts *ty_sched_opts_get(const ty_sched_t *s);
 /* Replace the cost model (a refit); decisions from now on use it. TY_EINVAL for non-finite
  * coefficients or block_tokens 0. */
 int ty_sched_set_cost(ty_sched_t *s, const struct ty_sched_cost *c);
+/* Replace what an operator tunes in a running scheduler (a SIGHUP reload): o's policy,
+ * admission, balancing_threshold, n_classes and slo[]; the rest of o is ignored (the cost
+ * model, the seed, the decode duration learned so far and the caller's flags stay).
+ * Requests in flight keep their class index; one beyond the new n_classes has no SLO from
+ * now on. Returns 0, or TY_EINVAL (nothing changed). */
+int ty_sched_set_policy(ty_sched_t *s, const struct ty_sched_opts *o);
 
 /* Nodes. Ids are the caller's (< TY_SCHED_MAX_NODES); TY_EEXIST / TY_ENOTFOUND / TY_EINVAL. */
 int ty_sched_node_add(ty_sched_t *s, uint32_t id, const struct ty_sched_node_desc *d);

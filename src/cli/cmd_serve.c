@@ -61,8 +61,15 @@ static void on_reload(ty_daemon_t *d, unsigned n_changed, void *arg)
 {
     struct serve *s = arg;
     ty_log_set_level((enum ty_log_level)s->cfg.conductor.log_level);
-    ty_api_set_keys(s->api, (const char *const *)s->cfg.conductor.api_keys,
-                    s->cfg.conductor.n_api_keys);
+    const char **keys, **classes;
+    size_t n;
+    if (ty_cluster_api_keys(&s->cfg.conductor, &keys, &classes, &n) == 0) {
+        ty_api_set_keys(s->api, keys, classes, n); /* no SLO classes here: ignored */
+        free(keys);
+        free(classes);
+    } else {
+        TY_LOG_ERROR("serve", "reload: out of memory, the API keys stay as they were");
+    }
 }
 
 /* The vocabulary donor for a random model: stories260K from the shared test data when it is
@@ -213,18 +220,24 @@ static int start_api(struct serve *s, uv_loop_t *loop)
     const struct ty_cluster_config *c = &s->cfg.conductor;
     char name[256];
     model_name(c->model_path, name, sizeof(name));
+    const char **keys = NULL, **classes = NULL;
+    size_t n_keys = 0;
     int rc = ty_metrics_registry_new(&s->reg);
+    if (!rc)
+        rc = ty_cluster_api_keys(c, &keys, &classes, &n_keys);
     struct ty_api_opts ao = {
         .host = c->listen_host, .port = c->listen_port, .model = s->model,
         .model_name = name, .model_path = c->model_path,
         .backend = ty_decode_worker_backend(s->worker), .metrics = s->reg,
-        .api_keys = (const char *const *)c->api_keys, .n_api_keys = c->n_api_keys,
+        .api_keys = keys, .api_key_classes = classes, .n_api_keys = n_keys,
         .max_body_bytes = c->limits.max_body_bytes,
         .header_timeout_ms = c->limits.header_timeout_ns / 1000000,
         .body_timeout_ms = c->limits.body_timeout_ns / 1000000,
         .max_connections = c->limits.max_connections};
     if (!rc)
         rc = ty_api_new(&s->api, loop, &ao);
+    free(keys);
+    free(classes);
     if (rc) {
         fprintf(stderr, "tycho serve: cannot listen on %s:%u: %s\n", c->listen_host,
                 c->listen_port, ty_strerror(rc));

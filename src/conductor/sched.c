@@ -126,6 +126,24 @@ int ty_sched_set_cost(ty_sched_t *s, const struct ty_sched_cost *c)
     return rc;
 }
 
+int ty_sched_set_policy(ty_sched_t *s, const struct ty_sched_opts *o)
+{
+    if (!o)
+        return TY_EINVAL;
+    struct ty_sched_opts n = s->o;
+    n.policy = o->policy;
+    n.admission = o->admission;
+    n.balancing_threshold = o->balancing_threshold;
+    n.n_classes = o->n_classes;
+    int rc = opts_check(&n);
+    if (rc)
+        return rc;
+    memset(n.slo, 0, sizeof(n.slo)); /* a class index past the new count has no SLO */
+    memcpy(n.slo, o->slo, n.n_classes * sizeof(n.slo[0]));
+    s->o = n;
+    return 0;
+}
+
 const ty_sched_index_t *ty_sched_index(const ty_sched_t *s)
 {
     return s->ix;

@@ -38,20 +38,21 @@ static const struct ty_config_struct model =
 #define K struct ty_sched_config
 static const struct ty_config_field sched_fields[] = {
     {.key = "policy", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(K, policy), .def = "kvcache_centric",
-     .enum_names = ty_sched_policy_names, .help = "prefill/decode placement policy"},
+     .enum_names = ty_sched_policy_names, .flags = TY_CONFIG_RELOADABLE,
+     .help = "prefill/decode placement policy"},
     {.key = "admission", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(K, admission),
      .def = "predicted", .enum_names = ty_sched_admission_names,
-     .help = "admission control: per-stage baseline, early or prediction-based rejection"},
+     .flags = TY_CONFIG_RELOADABLE, .help = "admission control: per-stage baseline, early or prediction-based rejection"},
     {.key = "kvcache_balancing_threshold", .type = TY_CONFIG_DOUBLE,
      TY_CONFIG_AT(K, kvcache_balancing_threshold), .def = "1.0", .min = "0", .max = "1000",
-     .help = "fetch a remote prefix R over the local L only when R > L * threshold"},
+     .flags = TY_CONFIG_RELOADABLE, .help = "fetch a remote prefix R over the local L only when R > L * threshold"},
     {.key = "decode_duration", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(K, decode_duration_ns),
      .def = "10s", .min = "1ms", .max = "1h",
      .help = "first estimate of the uniform decode duration (predicted admission)"},
     {.key = "seed", .type = TY_CONFIG_UINT, TY_CONFIG_AT(K, seed), .def = "1",
      .help = "seed of the random policy"},
     {.key = "models", .type = TY_CONFIG_LIST, .sub = &model,
-     TY_CONFIG_LIST_AT(K, models, n_models), .max = "64",
+     TY_CONFIG_LIST_AT(K, models, n_models), .max = "64", .flags = TY_CONFIG_RELOADABLE,
      .help = "SLOs per model and priority class"},
 };
 #undef K

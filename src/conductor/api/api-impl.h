@@ -51,6 +51,7 @@ struct ty__api_gen {
     struct ty__api_prompt prompts[TY_API_MAX_CHOICES];
     uint32_t n_prompts, n_choices; /* n_choices = n_prompts * req.n */
     char rid[40];
+    char key_class[65]; /* the SLO class bound to the request's API key; "": none */
     int64_t created;
     uint64_t t0_ns, t_first_ns, t_last_ns;
     uint32_t n_done;
@@ -68,6 +69,7 @@ struct ty_api {
     ty_http_server_t *http;
     struct ty_api_opts o;
     char **keys;
+    char **key_classes; /* (n_keys) the SLO class bound to each key, NULL: none */
     size_t n_keys;
     char *model_name, *model_path;
     const ty_tokenizer_t *tok;
@@ -95,7 +97,9 @@ struct ty_api {
 void ty__api_send_error(ty_http_req_t *r, const struct ty_api_error *e);
 void ty__api_send_json(ty_http_req_t *r, int status, json_t *o); /* steals o */
 /* api_gen.c */
-void ty__api_handle_generate(ty_api_t *a, ty_http_req_t *r, enum ty_api_kind kind);
+/* key_class: the SLO class bound to the request's API key (NULL: none). */
+void ty__api_handle_generate(ty_api_t *a, ty_http_req_t *r, enum ty_api_kind kind,
+                             const char *key_class);
 void ty__api_on_event(ty_api_t *a, const struct ty_serve_event *ev);
 void ty__api_gen_abort_all(ty_api_t *a);
 /* api_misc.c */

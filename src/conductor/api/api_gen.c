@@ -322,6 +322,9 @@ static void backend_error(struct ty_api_error *e, int rc, const struct ty_serve_
     } else if (rc == TY_EREJECTED)
         ty_api_error_set(e, 429, "rate_limit_exceeded", NULL, "rate_limit_exceeded",
                          "the server is at capacity; retry later");
+    else if (rc == TY_ENOTFOUND && rej && rej->message[0])
+        ty_api_error_set(e, 400, "invalid_request_error", "slo_class", "unknown_slo_class", "%s",
+                         rej->message);
     else if (rc == TY_ESHUTDOWN || rc == TY_EUNAVAIL)
         ty_api_error_set(e, 503, "service_unavailable", NULL, "service_unavailable",
                          "no backend is available to serve the request");
@@ -516,7 +519,13 @@ static void fill_params(const struct ty__api_gen *g, uint32_t i, struct ty_serve
     sr->gen.ignore_eos = q->ignore_eos;
     sr->gen.stop = (const char *const *)q->stop;
     sr->gen.n_stop = q->n_stop;
-    sr->slo_class = q->service_tier[0] ? q->service_tier : NULL;
+    /* the key's class, else the one the request names, else OpenAI's tier (a hint) */
+    if (g->key_class[0] || q->slo_class[0]) {
+        sr->slo_class = g->key_class[0] ? g->key_class : q->slo_class;
+        sr->slo_class_strict = true;
+    } else {
+        sr->slo_class = q->service_tier[0] ? q->service_tier : NULL;
+    }
     sp->temperature = q->temperature;
     sp->top_k = q->top_k > 0 ? (uint32_t)q->top_k : 0;
     sp->top_p = q->top_p;
@@ -597,13 +606,15 @@ static int prepare(ty_api_t *a, ty_http_req_t *r, struct ty__api_gen *g, enum ty
     return resolve_max_tokens(a, g, e);
 }
 
-void ty__api_handle_generate(ty_api_t *a, ty_http_req_t *r, enum ty_api_kind kind)
+void ty__api_handle_generate(ty_api_t *a, ty_http_req_t *r, enum ty_api_kind kind,
+                             const char *key_class)
 {
     struct ty__api_gen *g = calloc(1, sizeof(*g));
     struct ty_api_error e;
     if (!g)
         abort();
     g->a = a;
+    snprintf(g->key_class, sizeof(g->key_class), "%s", key_class ? key_class : "");
     g->t0_ns = ty_clock_ns();
     g->created = (int64_t)time(NULL);
     g->seq = a->next_seq++;

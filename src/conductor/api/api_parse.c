@@ -384,6 +384,15 @@ static int parse_sampling(json_t *o, struct ty_api_request *r, struct ty_api_err
             return BAD("service_tier",
                        "'service_tier' must be one of auto, default, flex, scale, priority");
     }
+    /* Tycho's extension: any SLO class the operator configured, by name */
+    json_t *cls = json_object_get(o, "slo_class");
+    if (cls && !json_is_null(cls)) {
+        const char *c = json_is_string(cls) ? json_string_value(cls) : NULL;
+        if (!c || !c[0] || strlen(c) >= sizeof(r->slo_class))
+            return BAD("slo_class", "'slo_class' must be the name of an SLO class (a string of "
+                                    "1 to %zu bytes)", sizeof(r->slo_class) - 1);
+        snprintf(r->slo_class, sizeof(r->slo_class), "%s", c);
+    }
     return 0;
 }
 

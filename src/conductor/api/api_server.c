@@ -48,16 +48,22 @@ static bool key_equal(const char *given, size_t glen, const char *key)
     return d == 0;
 }
 
-static bool authorized(ty_api_t *a, ty_http_req_t *r)
+/* *key_class: the SLO class bound to the key that matched (NULL: none). */
+static bool authorized(ty_api_t *a, ty_http_req_t *r, const char **key_class)
 {
+    *key_class = NULL;
     if (!a->n_keys)
         return true;
     const char *h = ty_http_req_header(r, "authorization");
     if (!h || strncasecmp(h, "Bearer ", 7))
         return false;
     bool ok = false; /* every key is compared, whichever matches */
-    for (size_t i = 0; i < a->n_keys; i++)
-        ok |= key_equal(h + 7, strlen(h + 7), a->keys[i]);
+    for (size_t i = 0; i < a->n_keys; i++) {
+        bool eq = key_equal(h + 7, strlen(h + 7), a->keys[i]);
+        ok |= eq;
+        if (eq)
+            *key_class = a->key_classes[i];
+    }
     return ok;
 }
 
@@ -73,11 +79,11 @@ static const struct route {
     {"/metrics", "GET", R_METRICS},
 };
 
-static void dispatch(ty_api_t *a, ty_http_req_t *r, enum route_id id)
+static void dispatch(ty_api_t *a, ty_http_req_t *r, enum route_id id, const char *key_class)
 {
     switch (id) {
-    case R_CHAT: ty__api_handle_generate(a, r, TY_API_CHAT); break;
-    case R_COMPL: ty__api_handle_generate(a, r, TY_API_COMPLETION); break;
+    case R_CHAT: ty__api_handle_generate(a, r, TY_API_CHAT, key_class); break;
+    case R_COMPL: ty__api_handle_generate(a, r, TY_API_COMPLETION, key_class); break;
     case R_MODELS: ty__api_handle_models(a, r); break;
     case R_TOKENIZE: ty__api_handle_tokenize(a, r); break;
     case R_DETOKENIZE: ty__api_handle_detokenize(a, r); break;
@@ -104,13 +110,14 @@ static void on_request(void *arg, ty_http_req_t *r)
         bool head = !strcmp(method, "HEAD") && !strcmp(routes[i].method, "GET");
         if (strcmp(method, routes[i].method) && !head)
             continue;
-        if (!strncmp(path, "/v1/", 4) && !authorized(a, r)) {
+        const char *key_class = NULL;
+        if (!strncmp(path, "/v1/", 4) && !authorized(a, r, &key_class)) {
             ty_api_error_set(&e, 401, "invalid_request_error", NULL, "invalid_api_key",
                              "missing or invalid API key (send Authorization: Bearer KEY)");
             ty__api_send_error(r, &e);
             return;
         }
-        dispatch(a, r, routes[i].id);
+        dispatch(a, r, routes[i].id, key_class);
         return;
     }
     if (path_known)
@@ -170,15 +177,27 @@ static void on_async(uv_async_t *h)
 
 /* ---- lifecycle ---------------------------------------------------------------------------------- */
 
-void ty_api_set_keys(ty_api_t *a, const char *const *keys, size_t n)
+void ty_api_set_keys(ty_api_t *a, const char *const *keys, const char *const *classes,
+                     size_t n)
 {
-    for (size_t i = 0; i < a->n_keys; i++)
+    for (size_t i = 0; i < a->n_keys; i++) {
         free(a->keys[i]);
+        free(a->key_classes[i]);
+    }
     free(a->keys);
-    a->keys = n ? calloc(n, sizeof(char *)) : NULL;
-    a->n_keys = a->keys ? n : 0;
-    for (size_t i = 0; i < a->n_keys; i++)
-        a->keys[i] = strdup(keys[i]);
+    free(a->key_classes);
+    a->keys = a->key_classes = NULL;
+    a->n_keys = n;
+    if (!n)
+        return;
+    /* out of memory here must not leave the server open: no key list means no auth */
+    if (!(a->keys = calloc(n, sizeof(char *))) || !(a->key_classes = calloc(n, sizeof(char *))))
+        abort();
+    for (size_t i = 0; i < n; i++) {
+        bool cls = classes && classes[i] && classes[i][0];
+        if (!(a->keys[i] = strdup(keys[i])) || (cls && !(a->key_classes[i] = strdup(classes[i]))))
+            abort();
+    }
 }
 
 int ty_api_new(ty_api_t **out, uv_loop_t *loop, const struct ty_api_opts *o)
@@ -197,7 +216,7 @@ int ty_api_new(ty_api_t **out, uv_loop_t *loop, const struct ty_api_opts *o)
     struct ty_serve_stats st;
     o->backend.iface->stats(o->backend.context, &st);
     a->max_ctx = st.max_ctx;
-    ty_api_set_keys(a, o->api_keys, o->n_api_keys);
+    ty_api_set_keys(a, o->api_keys, o->api_key_classes, o->n_api_keys);
     pthread_mutex_init(&a->mu, NULL);
     int rc = ty__api_metrics_init(a);
     struct ty_http_server_opts ho = {
@@ -208,7 +227,7 @@ int ty_api_new(ty_api_t **out, uv_loop_t *loop, const struct ty_api_opts *o)
     if (!rc)
         rc = ty_http_server_new(&a->http, loop, &ho);
     if (rc) {
-        ty_api_set_keys(a, NULL, 0);
+        ty_api_set_keys(a, NULL, NULL, 0);
         pthread_mutex_destroy(&a->mu);
         free(a->model_name);
         free(a->model_path);
@@ -251,7 +270,7 @@ static void api_free_maybe(ty_api_t *a)
     for (size_t i = 0; i < a->n_mail; i++)
         free(a->mail[i].text);
     free(a->mail);
-    ty_api_set_keys(a, NULL, 0);
+    ty_api_set_keys(a, NULL, NULL, 0);
     pthread_mutex_destroy(&a->mu);
     free(a->model_name);
     free(a->model_path);

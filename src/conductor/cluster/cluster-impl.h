@@ -82,6 +82,7 @@ struct ty__place {
     uint64_t hash_seed;
     uint32_t expected_output;
     char class_names[TY_SCHED_MAX_CLASSES][64]; /* the model's SLO classes, in slo: order */
+    char model_name[256];  /* picks the SLO entry of scheduler.models (init and reload) */
     struct ty__sample_ring prefill, decode;
     uint64_t *hashes; /* scratch of one pick */
     size_t cap_hashes;
@@ -91,6 +92,8 @@ struct ty__place {
     ty_metrics_child_t *over_slo; /* admitted although predicted over the TTFT SLO (idle) */
     ty_metrics_child_t *coef[2][3];
     ty_metrics_child_t *predicted_ttft;
+    ty_metrics_family_t *slo_family;                  /* tycho_scheduler_slo_seconds */
+    ty_metrics_child_t *slo[TY_SCHED_MAX_CLASSES][2]; /* per class: ttft, tbt */
     struct ty__pool *pool; /* the KV pool's blocks (pool_index.c); NULL: no pool */
 };
 
@@ -130,6 +133,10 @@ void ty__place_node_down(ty_cluster_t *c, struct ty__cnode *n);
 void ty__place_heartbeat(ty_cluster_t *c, struct ty__cnode *n, const Tycho__V1__Heartbeat *m);
 /* The SLO class index of a class name (NULL, "auto" or unknown: 0). */
 uint32_t ty__place_class(const ty_cluster_t *c, const char *name);
+/* The class `name` names exactly (no "auto", no fallback): 0 with *k set, or TY_ENOTFOUND with
+ * a message for the client in why (the classes there are). */
+int ty__place_class_find(const ty_cluster_t *c, const char *name, uint32_t *k, char *why,
+                         size_t cap);
 /* Choose the prefill and decode nodes of r (r->pnode, r->dnode). Returns 0, TY_EREJECTED with
  * *rej filled (an SLO would be missed; never when `admitted`: r was accepted already),
  * TY_EUNAVAIL (no node) or TY_ENOMEM. */

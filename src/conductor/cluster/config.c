@@ -1,15 +1,28 @@
 /* Settings tables of tycho-conductor, `tycho serve` and the prefill / decode nodes
  * (tycho/cluster.h). One row per setting, each written once: the Conductor's rows are shared by
  * tycho-conductor and `tycho serve`, the engine rows by the nodes and serve's `engine:` section.
- * Tables are immutable; any thread may read them.
+ * Tables are immutable; any thread may read them. Also the one reading of them both daemons
+ * share (the API keys).
  */
 #include "tycho/cluster.h"
+#include "tycho/errors.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 
 /* A row's member `m` of struct T, where the member sits under `prefix` ("conductor." inside
  * struct ty_cluster_serve_config, nothing in struct ty_cluster_config). */
 #define AT(T, prefix, m) TY_CONFIG_AT(T, prefix m)
+
+static const struct ty_config_field key_class_fields[] = {
+    {.key = "key", .type = TY_CONFIG_STRING, TY_CONFIG_AT(struct ty_cluster_key_class, key),
+     .min = "1", .flags = TY_CONFIG_REQUIRED | TY_CONFIG_SECRET, .help = "the bearer token"},
+    {.key = "class", .type = TY_CONFIG_STRING,
+     TY_CONFIG_AT(struct ty_cluster_key_class, slo_class), .min = "1", .max = "64",
+     .flags = TY_CONFIG_REQUIRED, .help = "the SLO class (scheduler.models[].slo[].class)"},
+};
+static const struct ty_config_struct key_class =
+    TY_CONFIG_STRUCT("api_key_class", struct ty_cluster_key_class, key_class_fields);
 
 #define L struct ty_cluster_limits
 
@@ -43,6 +56,11 @@ static const struct ty_config_struct limits = TY_CONFIG_STRUCT("limits", L, limi
      TY_CONFIG_LIST_AT(T, P api_keys, P n_api_keys), .max = "1024",                               \
      .flags = TY_CONFIG_RELOADABLE | TY_CONFIG_SECRET,                                            \
      .help = "accepted bearer tokens; empty: no authentication"},                                 \
+    {.key = "api_key_classes", .type = TY_CONFIG_LIST, .sub = &key_class,                         \
+     TY_CONFIG_LIST_AT(T, P api_key_classes, P n_api_key_classes), .max = "1024",                 \
+     .flags = TY_CONFIG_RELOADABLE,                                                               \
+     .help = "more accepted bearer tokens, each serving its requests in one SLO class "            \
+             "(tycho-conductor), whatever they ask for"},                                         \
     {.key = "log_level", .type = TY_CONFIG_ENUM, AT(T, P, log_level), .def = "info",              \
      .enum_names = ty_config_log_level_names, .flags = TY_CONFIG_RELOADABLE,                      \
      .help = "log threshold"},                                                                    \
@@ -231,3 +249,29 @@ static const struct ty_config_field node_fields[] = {
 const struct ty_config_struct ty_cluster_node_config_table =
     TY_CONFIG_STRUCT("node", N, node_fields);
 #undef N
+
+int ty_cluster_api_keys(const struct ty_cluster_config *c, const char ***keys,
+                        const char ***classes, size_t *n)
+{
+    size_t total = (size_t)c->n_api_keys + c->n_api_key_classes;
+    *keys = *classes = NULL;
+    *n = 0;
+    if (!total)
+        return 0;
+    const char **k = calloc(total, sizeof(*k)), **cl = calloc(total, sizeof(*cl));
+    if (!k || !cl) {
+        free(k);
+        free(cl);
+        return TY_ENOMEM;
+    }
+    for (uint32_t i = 0; i < c->n_api_keys; i++)
+        k[i] = c->api_keys[i];
+    for (uint32_t i = 0; i < c->n_api_key_classes; i++) {
+        k[c->n_api_keys + i] = c->api_key_classes[i].key;
+        cl[c->n_api_keys + i] = c->api_key_classes[i].slo_class;
+    }
+    *keys = k;
+    *classes = cl;
+    *n = total;
+    return 0;
+}

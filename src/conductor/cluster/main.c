@@ -10,6 +10,7 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct conductor {
@@ -49,7 +50,16 @@ static void on_reload(ty_daemon_t *d, unsigned n_changed, void *arg)
     (void)d;
     (void)n_changed;
     ty_log_set_level((enum ty_log_level)s->cfg.log_level);
-    ty_api_set_keys(s->api, (const char *const *)s->cfg.api_keys, s->cfg.n_api_keys);
+    const char **keys, **classes;
+    size_t n;
+    if (ty_cluster_api_keys(&s->cfg, &keys, &classes, &n) == 0) {
+        ty_api_set_keys(s->api, keys, classes, n);
+        free(keys);
+        free(classes);
+    } else {
+        TY_LOG_ERROR("conductor", "reload: out of memory, the API keys stay as they were");
+    }
+    ty_cluster_reload_sched(s->cluster, &s->cfg.scheduler);
 }
 
 static void model_name(const char *path, char *out, size_t cap)
@@ -98,16 +108,23 @@ static int start(struct conductor *s, uv_loop_t *loop)
                 s->cfg.rpc_host, s->cfg.rpc_port, ty_strerror(rc));
         return rc;
     }
+    const char **keys, **classes;
+    size_t n_keys;
+    if ((rc = ty_cluster_api_keys(&s->cfg, &keys, &classes, &n_keys)))
+        return rc;
     struct ty_api_opts ao = {
         .host = s->cfg.listen_host, .port = s->cfg.listen_port, .model = s->model,
         .model_name = name, .model_path = s->cfg.model_path,
         .backend = ty_cluster_backend(s->cluster), .metrics = s->reg,
-        .api_keys = (const char *const *)s->cfg.api_keys, .n_api_keys = s->cfg.n_api_keys,
+        .api_keys = keys, .api_key_classes = classes, .n_api_keys = n_keys,
         .max_body_bytes = s->cfg.limits.max_body_bytes,
         .header_timeout_ms = s->cfg.limits.header_timeout_ns / 1000000,
         .body_timeout_ms = s->cfg.limits.body_timeout_ns / 1000000,
         .max_connections = s->cfg.limits.max_connections};
-    if ((rc = ty_api_new(&s->api, loop, &ao))) {
+    rc = ty_api_new(&s->api, loop, &ao);
+    free(keys);
+    free(classes);
+    if (rc) {
         fprintf(stderr, "tycho-conductor: cannot listen on %s:%u: %s\n", s->cfg.listen_host,
                 s->cfg.listen_port, ty_strerror(rc));
         return rc;

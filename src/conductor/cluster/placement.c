@@ -104,6 +104,24 @@ uint32_t ty__place_class(const ty_cluster_t *c, const char *name)
     return 0;
 }
 
+int ty__place_class_find(const ty_cluster_t *c, const char *name, uint32_t *k, char *why,
+                         size_t cap)
+{
+    const struct ty__place *p = &c->place;
+    uint32_t n = ty_sched_opts_get(p->s)->n_classes;
+    for (uint32_t i = 0; name && i < n; i++) {
+        if (!strcmp(p->class_names[i], name)) {
+            *k = i;
+            return 0;
+        }
+    }
+    size_t len = (size_t)snprintf(why, cap, "no SLO class '%s' on this server; its classes: ",
+                                  name ? name : "");
+    for (uint32_t i = 0; i < n && len < cap; i++)
+        len += (size_t)snprintf(why + len, cap - len, "%s%s", i ? ", " : "", p->class_names[i]);
+    return TY_ENOTFOUND;
+}
+
 static int ring_init(struct ty__sample_ring *r, uint32_t cap)
 {
     r->v = calloc(cap, sizeof(*r->v));
@@ -175,6 +193,78 @@ static void metrics_init(struct ty__place *p, ty_metrics_registry_t *reg)
                                   "TTFT the scheduler predicted for the requests it placed", NULL,
                                   0, ttft_bounds, sizeof(ttft_bounds) / sizeof(ttft_bounds[0])))
         ty_metrics_child_get(f, NULL, &p->predicted_ttft);
+    static const char *const slo_labels[] = {"class", "slo"};
+    if (ty_metrics_gauge_new(reg, &p->slo_family, "tycho_scheduler_slo_seconds",
+                             "SLO in force per class (0: none); changes on a SIGHUP reload",
+                             slo_labels, 2))
+        p->slo_family = NULL;
+}
+
+/* tycho_scheduler_slo_seconds: one series per class in force and kind (the classes of before
+ * a reload leave the output). */
+static void slo_publish(struct ty__place *p)
+{
+    const struct ty_sched_opts *so = ty_sched_opts_get(p->s);
+    for (uint32_t k = 0; k < TY_SCHED_MAX_CLASSES; k++)
+        for (int j = 0; j < 2; j++) {
+            ty_metrics_child_remove(p->slo[k][j]);
+            p->slo[k][j] = NULL;
+        }
+    for (uint32_t k = 0; p->slo_family && k < so->n_classes; k++) {
+        const char *v[2][2] = {{p->class_names[k], "ttft"}, {p->class_names[k], "tbt"}};
+        uint64_t us[2] = {so->slo[k].ttft_us, so->slo[k].tbt_us};
+        for (int j = 0; j < 2; j++)
+            if (!ty_metrics_child_get(p->slo_family, v[j], &p->slo[k][j]))
+                ty_metrics_gauge_set(p->slo[k][j], (double)us[j] / 1e6);
+    }
+}
+
+/* The settings of `sc` an operator tunes live, into so (policy, admission, threshold, the
+ * classes and SLOs of this Conductor's model, their names into names). */
+static void tuned_init(const struct ty_sched_config *sc, const char *model,
+                       struct ty_sched_opts *so, char names[][64])
+{
+    if (sc) {
+        so->policy = (enum ty_sched_policy)sc->policy;
+        so->admission = (enum ty_sched_admission)sc->admission;
+        so->balancing_threshold = sc->kvcache_balancing_threshold;
+    }
+    so->n_classes = 1;
+    memset(so->slo, 0, sizeof(so->slo));
+    snprintf(names[0], 64, "default");
+    slo_init(sc, model, so, names);
+}
+
+static void log_tuned(const struct ty__place *p)
+{
+    const struct ty_sched_opts *so = ty_sched_opts_get(p->s);
+    char buf[640];
+    size_t len = 0;
+    for (uint32_t k = 0; k < so->n_classes && len < sizeof(buf); k++)
+        len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%s%s: TTFT %.3f s, TBT %.3f s",
+                                k ? "; " : "", p->class_names[k], so->slo[k].ttft_us / 1e6,
+                                so->slo[k].tbt_us / 1e6);
+    TY_LOG_INFO("cluster", "scheduler: policy %s, admission %s, balancing threshold %g; %s",
+                ty_sched_policy_name(so->policy), ty_sched_admission_name(so->admission),
+                so->balancing_threshold, buf);
+}
+
+int ty_cluster_reload_sched(ty_cluster_t *c, const struct ty_sched_config *sc)
+{
+    struct ty__place *p = &c->place;
+    struct ty_sched_opts so = *ty_sched_opts_get(p->s);
+    char names[TY_SCHED_MAX_CLASSES][64] = {{0}};
+    tuned_init(sc, p->model_name[0] ? p->model_name : NULL, &so, names);
+    int rc = ty_sched_set_policy(p->s, &so);
+    if (rc) {
+        TY_LOG_ERROR("cluster", "scheduler settings refused, keeping the running ones: %s",
+                     ty_strerror(rc));
+        return rc;
+    }
+    memcpy(p->class_names, names, sizeof(names));
+    slo_publish(p);
+    log_tuned(p);
+    return 0;
 }
 
 static void index_gauge(struct ty__place *p)
@@ -204,9 +294,6 @@ int ty__place_init(ty_cluster_t *c, const struct ty_cluster_opts *o)
     so.decode_check_advisory = true;
     const struct ty_sched_config *sc = o->sched;
     if (sc) {
-        so.policy = (enum ty_sched_policy)sc->policy;
-        so.admission = (enum ty_sched_admission)sc->admission;
-        so.balancing_threshold = sc->kvcache_balancing_threshold;
         if (sc->decode_duration_ns)
             so.decode_duration_us = sc->decode_duration_ns / 1000;
         so.seed = sc->seed ? sc->seed : 1;
@@ -216,9 +303,8 @@ int ty__place_init(ty_cluster_t *c, const struct ty_cluster_opts *o)
         so.remote_from_node = true;
         so.remote_node = TY__POOL_NODE;
     }
-    so.n_classes = 1;
-    memset(so.slo, 0, sizeof(so.slo));
-    slo_init(sc, o->model_name, &so, p->class_names);
+    snprintf(p->model_name, sizeof(p->model_name), "%s", o->model_name ? o->model_name : "");
+    tuned_init(sc, o->model_name, &so, p->class_names);
     int rc = cost_init(o->cost, o->model, &so.cost);
     if (rc)
         return rc;
@@ -236,6 +322,8 @@ int ty__place_init(ty_cluster_t *c, const struct ty_cluster_opts *o)
     }
     metrics_init(p, o->metrics);
     coef_publish(p);
+    slo_publish(p);
+    log_tuned(p);
     if (o->kv_pool_master && (rc = ty__pool_start(c, o->kv_pool_master, o->metrics))) {
         TY_LOG_ERROR("cluster", "KV pool client (master %s): %s", o->kv_pool_master,
                      ty_strerror(rc));
@@ -505,6 +593,8 @@ int ty__place_pick(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *
                                  .n_blocks = (uint32_t)nb, .prompt_tokens = r->n_prompt,
                                  .output_tokens = out < room ? out : room,
                                  .priority = r->priority, .admitted = admitted};
+    if (q.priority >= ty_sched_opts_get(p->s)->n_classes)
+        q.priority = 0; /* its class was reloaded away while it waited for the first nodes */
     struct ty_sched_decision d;
     uint64_t now = now_us();
     int rc = ty_sched_pick(p->s, &q, now, &d);

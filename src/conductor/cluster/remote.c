@@ -375,6 +375,13 @@ static int cluster_submit(void *ctx, const struct ty_serve_request *sr)
     bool up = nodes_up(c);
     if (!up && now - c->started_ms >= c->o.startup_wait_ms)
         return TY_EUNAVAIL;
+    uint32_t cls;
+    char why[sizeof(sr->reject->message)];
+    if (sr->slo_class_strict && ty__place_class_find(c, sr->slo_class, &cls, why, sizeof(why))) {
+        if (sr->reject)
+            snprintf(sr->reject->message, sizeof(sr->reject->message), "%s", why);
+        return TY_ENOTFOUND;
+    }
     struct ty__creq *r;
     int rc = req_new(c, sr, &r);
     if (rc)

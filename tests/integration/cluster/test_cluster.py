@@ -161,9 +161,12 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 p.kill()
 
-    def post(self, path, body, timeout=30, headers=None):
+    def post(self, path, body, timeout=30, headers=None, key=None):
         c = http.client.HTTPConnection("127.0.0.1", self.http, timeout=timeout)
-        c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        send = {"Content-Type": "application/json"}
+        if key:
+            send["Authorization"] = "Bearer " + key
+        c.request("POST", path, json.dumps(body), send)
         r = c.getresponse()
         data = r.read()
         if headers is not None:
@@ -644,14 +647,15 @@ cost:
 
 def case_batch_admission():
     """The Conductor knows that a prefill node runs the short prompts queued behind each
-    other in one forward call (it registers prefill_batch): 12 short prompts arriving at
-    once behind a held node are predicted to need 3 calls, not 12 prompts' worth of fixed
+    other in one forward call (it registers prefill_batch): 10 short prompts arriving at
+    once behind a held node are predicted to need 3 calls, not 10 prompts' worth of fixed
     cost, so a 1 s TTFT SLO admits all of them (one prompt at a time, 200 ms each, the 5th
     would be predicted over it and refused). The node's calls of several prompts are timing
     samples for the cost model (one per call)."""
     cl = Cluster(1, 1, config=BATCH_SLO_CONFIG, hb_timeout="10s",
                  node_args=["--log_level=debug", "--chunk_tokens=128"])
     ok = True
+    N = 10  # the node's debug line per prompt is rate-limited past 10 a second
     prompts = [p for p in PROMPTS if len(generate(p, 1)["prompt_ids"]) <= 16][:6]
     refs = {p: generate(p, 3)["output_ids"] for p in prompts}
     time.sleep(0.5)  # the nodes' first heartbeats: nothing queued anywhere
@@ -664,7 +668,7 @@ def case_batch_admission():
                                                "max_tokens": 3, "temperature": 0,
                                                "return_token_ids": True})
         res[i] = (st, json.loads(body)["choices"][0]["token_ids"] if st == 200 else body)
-    for i in range(12):
+    for i in range(N):
         t = threading.Thread(target=one, args=(i,))
         t.start()
         threads.append(t)
@@ -672,17 +676,17 @@ def case_batch_admission():
     cl.procs["p0"].send_signal(signal.SIGCONT)
     for t in threads:
         t.join(60)
-    got = [res.get(i, (0, None)) for i in range(12)]
+    got = [res.get(i, (0, None)) for i in range(N)]
     bad = [(i, st, str(b)[:200]) for i, (st, b) in enumerate(got)
            if st != 200 or b != refs[prompts[i % len(prompts)]]]
-    ok &= check(not bad, "12 short prompts behind a held node: all admitted and answered as "
-                "generate does (%s)" % bad)
+    ok &= check(not bad, "%d short prompts behind a held node: all admitted and answered as "
+                "generate does (%s)" % (N, bad))
     time.sleep(0.6)  # three heartbeats: the calls' timing samples
     m = cl.metrics()
     acc = m.get('tycho_scheduler_decisions_total{result="accepted"}', 0) - \
         m0.get('tycho_scheduler_decisions_total{result="accepted"}', 0)
     ttft = m.get('tycho_scheduler_decisions_total{result="ttft"}', 0)
-    ok &= check(acc == 12 and ttft == 0, "decisions: %d accepted, %d refused for TTFT" %
+    ok &= check(acc == N and ttft == 0, "decisions: %d accepted, %d refused for TTFT" %
                 (acc, ttft))
     with open(cl.logs["p0"]) as f:
         sizes = [int(x) for x in re.findall(r"in a batch of (\d+)", f.read())]
@@ -692,6 +696,149 @@ def case_batch_admission():
     ok &= check(sizes and max(sizes) >= 2 and samples == calls,
                 "one prefill timing sample per forward call, several prompts per call: %d "
                 "samples, %d calls (batch sizes %s)" % (samples, calls, sorted(sizes)))
+    return ok
+
+
+def case_slo_reload():
+    """An operator retunes the SLOs of a running Conductor: the new config file and a SIGHUP.
+    A long prompt refused behind a queue under a 300 ms TTFT SLO is admitted once the SLO is
+    60 s, with nothing restarted; the SLOs in force are on /metrics; a class renamed away
+    leaves the output; a broken file is refused with a log line and the running settings
+    stay."""
+    cl = Cluster(1, 1, config=SLO_CONFIG, hb_timeout="10s")
+    ok = True
+    path = os.path.join(cl.dir, "conductor.yaml")
+    key = 'tycho_scheduler_slo_seconds{class="%s",slo="%s"}'
+    m = cl.metrics()
+    ok &= check(m.get(key % ("default", "ttft")) == 0.3 and m.get(key % ("flex", "ttft")) == 10,
+                "SLOs in force on /metrics: default %s s, flex %s s" %
+                (m.get(key % ("default", "ttft")), m.get(key % ("flex", "ttft"))))
+    probe = "Blue. " + LONG_A
+
+    def held_probe():
+        """The probe's status while p0 holds LONG_A's predicted work."""
+        cl.procs["p0"].send_signal(signal.SIGSTOP)
+        res = {}
+        t = threading.Thread(target=lambda: res.update(
+            first=cl.post("/v1/completions", {"prompt": LONG_A, "max_tokens": 2,
+                                              "temperature": 0, "service_tier": "flex"})))
+        t.start()
+        time.sleep(0.2)
+        out = {}
+        t2 = threading.Thread(target=lambda: out.update(
+            probe=cl.post("/v1/completions", {"prompt": probe, "max_tokens": 2,
+                                              "temperature": 0})))
+        t2.start()
+        time.sleep(0.3)
+        cl.procs["p0"].send_signal(signal.SIGCONT)
+        t.join(30)
+        t2.join(30)
+        return out.get("probe", (0,))[0], res.get("first", (0,))[0]
+
+    def reload(text, want):
+        with open(path, "w") as f:
+            f.write(text)
+        cl.procs["conductor"].send_signal(signal.SIGHUP)
+        end = time.time() + 10
+        while time.time() < end:
+            if cl.metrics().get(key % want[0]) == want[1]:
+                return True
+            time.sleep(0.1)
+        return False
+
+    st, first = held_probe()
+    ok &= check(st == 429 and first == 200, "under a 300 ms TTFT SLO the probe behind a queue "
+                "is refused (%d; queued request %d)" % (st, first))
+    ok &= check(reload(SLO_CONFIG.replace("ttft: 300ms", "ttft: 60s"), (("default", "ttft"), 60)),
+                "SIGHUP with a 60 s TTFT SLO: in force within 10 s")
+    st, first = held_probe()
+    ok &= check(st == 200 and first == 200, "the same probe behind the same queue is admitted "
+                "after the reload (%d; queued request %d)" % (st, first))
+    renamed = SLO_CONFIG.replace("ttft: 300ms", "ttft: 60s").replace("class: flex",
+                                                                      "class: batch")
+    ok &= check(reload(renamed, (("batch", "ttft"), 10)), "class flex renamed to batch")
+    m = cl.metrics()
+    ok &= check(key % ("flex", "ttft") not in m, "the class renamed away left /metrics")
+    with open(path, "w") as f:
+        f.write("scheduler:\n  admission: [not, an, enum]\n")
+    cl.procs["conductor"].send_signal(signal.SIGHUP)
+    time.sleep(0.5)
+    m = cl.metrics()
+    with open(cl.logs["conductor"]) as f:
+        log = f.read()
+    ok &= check(m.get(key % ("default", "ttft")) == 60 and "reload failed" in log,
+                "a broken file is refused (logged) and the running SLOs stay")
+    st, _ = cl.post("/v1/completions", {"prompt": "The cat", "max_tokens": 2})
+    ok &= check(st == 200 and cl.procs["conductor"].poll() is None,
+                "the Conductor goes on serving (%d)" % st)
+    return ok
+
+
+CLASS_CONFIG = """
+api_keys: [sk-open]
+api_key_classes:
+  - {key: sk-batch, class: batch}
+  - {key: sk-fast, class: default}
+scheduler:
+  admission: predicted
+  models:
+    - name: stories260K
+      slo:
+        - {class: default, ttft: 300ms, tbt: 0s}
+        - {class: batch, ttft: 60s, tbt: 0s}
+cost:
+  refit: false
+  prefill: [1000, 10000, 0]   # 1 ms + 10 ms per uncached token: a 50-token prompt is 0.5 s
+"""
+
+
+def case_slo_class():
+    """A request picks any SLO class the operator configured by name (`slo_class`, Tycho's
+    extension), an API key bound to a class serves every request of its holder in that class
+    whatever the request asks for, and a class that does not exist is a 400 naming the ones
+    that do (before any work). Behind a held prefill node a long prompt is refused in the
+    300 ms class and admitted in the 60 s one."""
+    cl = Cluster(1, 1, config=CLASS_CONFIG, hb_timeout="10s")
+    ok = True
+    body = {"prompt": "The cat", "max_tokens": 2, "temperature": 0}
+    st, _ = cl.post("/v1/completions", body)
+    ok &= check(st == 401, "no key: 401 (%d)" % st)
+    st, raw = cl.post("/v1/completions", dict(body, slo_class="gold"), key="sk-open")
+    err = json.loads(raw).get("error", {}) if raw else {}
+    ok &= check(st == 400 and err.get("param") == "slo_class" and
+                err.get("code") == "unknown_slo_class" and "default, batch" in
+                err.get("message", ""), "unknown class: 400 naming the classes (%d %s)" %
+                (st, err))
+    st, raw = cl.post("/v1/completions", dict(body, slo_class=7), key="sk-open")
+    ok &= check(st == 400 and json.loads(raw)["error"]["param"] == "slo_class",
+                "a class that is not a string: 400 (%d)" % st)
+    probe = dict(body, prompt="Blue. " + LONG_A)
+    # hold the prefill node with a long prompt's predicted work queued on it
+    cl.procs["p0"].send_signal(signal.SIGSTOP)
+    res = {}
+    t = threading.Thread(target=lambda: res.update(first=cl.post(
+        "/v1/completions", dict(body, prompt=LONG_A), key="sk-batch")))
+    t.start()
+    time.sleep(0.2)
+    runs = {"open, no class": ("sk-open", None), "open, slo_class batch": ("sk-open", "batch"),
+            "sk-batch, no class": ("sk-batch", None),
+            "sk-fast, slo_class batch": ("sk-fast", "batch")}
+    threads = []
+    for name, (k, c) in runs.items():
+        b = dict(probe, slo_class=c) if c else probe
+        th = threading.Thread(target=lambda n=name, k=k, b=b: res.update(
+            {n: cl.post("/v1/completions", b, key=k)}))
+        th.start()
+        threads.append(th)
+        time.sleep(0.1)
+    cl.procs["p0"].send_signal(signal.SIGCONT)
+    for th in threads + [t]:
+        th.join(30)
+    got = {n: res.get(n, (0,))[0] for n in list(runs) + ["first"]}
+    ok &= check(got == {"first": 200, "open, no class": 429, "open, slo_class batch": 200,
+                        "sk-batch, no class": 200, "sk-fast, slo_class batch": 429},
+                "behind the queue: default class refused, batch admitted, a key's class wins "
+                "over the request's (%s)" % got)
     return ok
 
 
@@ -1128,6 +1275,8 @@ def main():
             "pool_snapshot": case_pool_snapshot, "kv_f16": case_kv_f16,
             "prefill_batch": case_prefill_batch,
             "batch_admission": case_batch_admission,
+            "slo_reload": case_slo_reload,
+            "slo_class": case_slo_class,
             "local_cluster": case_local_cluster}[CASE]
     ok = False
     try:

@@ -26,7 +26,8 @@ static void test_chat_full(void **state)
                     "\"temperature\":0.5,\"top_p\":0.9,\"top_k\":40,\"min_p\":0.05,\"seed\":42,"
                     "\"presence_penalty\":0.5,\"frequency_penalty\":-1,\"repetition_penalty\":1.1,"
                     "\"stop\":[\"x\",\"yy\"],\"stream\":true,\"stream_options\":"
-                    "{\"include_usage\":true},\"logprobs\":true,\"top_logprobs\":3}";
+                    "{\"include_usage\":true},\"logprobs\":true,\"top_logprobs\":3,"
+                    "\"service_tier\":\"flex\",\"slo_class\":\"batch\"}";
     assert_int_equal(parse(b, TY_API_CHAT, &r, &e), 0);
     assert_string_equal(r.model, "m");
     assert_int_equal(r.n_msgs, 2);
@@ -43,6 +44,8 @@ static void test_chat_full(void **state)
     assert_string_equal(r.stop[1], "yy");
     assert_true(r.stream && r.include_usage && r.logprobs);
     assert_int_equal(r.top_logprobs, 3);
+    assert_string_equal(r.service_tier, "flex");
+    assert_string_equal(r.slo_class, "batch");
     ty_api_request_clear(&r);
 }
 
@@ -57,6 +60,7 @@ static void test_defaults_and_prompt_forms(void **state)
     assert_float_equal(r.repetition_penalty, 1, 0);
     assert_false(r.stream);
     assert_null(r.model);
+    assert_string_equal(r.slo_class, "");
     ty_api_request_clear(&r);
     assert_int_equal(parse("{\"prompt\":[1,2,3],\"stop\":\"\\n\",\"logprobs\":2}",
                            TY_API_COMPLETION, &r, &e), 0);
@@ -156,6 +160,10 @@ static void test_errors_name_param(void **state)
         {"{\"prompt\":\"x\",\"max_tokens\":1.5}", TY_API_COMPLETION, "max_tokens"},
         {"{\"prompt\":\"x\",\"n\":0}", TY_API_COMPLETION, "n"},
         {"{\"prompt\":\"x\",\"n\":17}", TY_API_COMPLETION, "n"},
+        {"{\"prompt\":\"x\",\"slo_class\":7}", TY_API_COMPLETION, "slo_class"},
+        {"{\"prompt\":\"x\",\"slo_class\":\"\"}", TY_API_COMPLETION, "slo_class"},
+        {"{\"prompt\":\"x\",\"slo_class\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}", TY_API_COMPLETION,
+         "slo_class"},
         {"{\"prompt\":\"x\",\"temperature\":2.5}", TY_API_COMPLETION, "temperature"},
         {"{\"prompt\":\"x\",\"temperature\":\"hot\"}", TY_API_COMPLETION, "temperature"},
         {"{\"prompt\":\"x\",\"top_p\":0}", TY_API_COMPLETION, "top_p"},

@@ -64,6 +64,12 @@ struct ty_cluster_pool_config {
     char *master; /* "host:port" (comma list: standbys); unset: no pool */
 };
 
+/* An API key whose requests are served in one SLO class (api_key_classes). */
+struct ty_cluster_key_class {
+    char *key;
+    char *slo_class;
+};
+
 struct ty_cluster_config {
     char *listen_host;
     uint16_t listen_port;            /* HTTP */
@@ -72,6 +78,8 @@ struct ty_cluster_config {
     char *model_path;                /* for the tokenizer and chat template */
     char **api_keys;
     uint32_t n_api_keys;
+    struct ty_cluster_key_class *api_key_classes; /* more keys, each bound to an SLO class */
+    uint32_t n_api_key_classes;
     int log_level;                   /* enum ty_log_level */
     uint64_t heartbeat_interval_ns;  /* told to nodes at registration */
     uint64_t heartbeat_timeout_ns;   /* a node silent this long is dead */
@@ -256,8 +264,20 @@ struct ty_cluster_node_info {
 
 int ty_cluster_new(ty_cluster_t **out, const struct ty_cluster_opts *opts);
 uint16_t ty_cluster_rpc_port(const ty_cluster_t *c);
+/* Every accepted API key of c (api_keys, then api_key_classes) and its SLO class (NULL for
+ * the first kind), as the API's ty_api_set_keys takes them: two malloc'd arrays of *n
+ * borrowed strings (free the arrays, not the strings; both NULL when there are none).
+ * Returns 0 or TY_ENOMEM. */
+int ty_cluster_api_keys(const struct ty_cluster_config *c, const char ***keys,
+                        const char ***classes, size_t *n);
+
 /* The remote serving backend (valid until close). */
 struct ty_serve_backend ty_cluster_backend(ty_cluster_t *c);
+/* Apply the scheduler settings an operator tunes live (a SIGHUP reload of `scheduler:`):
+ * policy, admission, kvcache_balancing_threshold and this model's SLO classes. Requests in
+ * flight keep their class; new ones are judged by the new SLOs. The loop's thread. Returns 0
+ * or TY_EINVAL (logged; the running settings stay). */
+int ty_cluster_reload_sched(ty_cluster_t *c, const struct ty_sched_config *sc);
 /* Copy up to `cap` nodes; returns how many there are. */
 size_t ty_cluster_nodes(const ty_cluster_t *c, struct ty_cluster_node_info *out, size_t cap);
 /* Fail every request (ERROR events), close the RPC server and node connections, free; cb. */
