@@ -78,6 +78,10 @@ struct ty_serve_backend_i {
      * with TY_ECANCELED follows unless it already finished. Unknown ids are ignored. */
     int (*cancel)(void *ctx, uint64_t id);
     void (*stats)(void *ctx, struct ty_serve_stats *out);
+    /* Optional (NULL): what the backend has to tell an operator beyond stats, as the text of
+     * a JSON object (malloc'd; NULL on failure) whose members GET /status adds to its own:
+     * the Conductor's scheduler settings and nodes. Called on the API's thread. */
+    char *(*status_json)(void *ctx);
 };
 
 struct ty_serve_backend {

@@ -382,6 +382,7 @@ void *ty__decode_node_worker(void *arg)
         return NULL;
     }
     struct dcmd *cmds;
+    publish_load(&w); /* the free pages are known before any request comes */
     while (take_commands(&w, &cmds)) {
         for (struct dcmd *c = cmds, *next; c; c = next) {
             next = c->next;

@@ -82,6 +82,7 @@ struct ty_api {
     uint64_t next_seq;
     uint32_t n_inflight;
     bool draining;
+    uint64_t started_ms; /* ty_clock_ms() at ty_api_new */
     void (*drain_done)(void *arg);
     void *drain_arg;
     int n_open_handles;
@@ -96,6 +97,8 @@ struct ty_api {
 /* api_server.c */
 void ty__api_send_error(ty_http_req_t *r, const struct ty_api_error *e);
 void ty__api_send_json(ty_http_req_t *r, int status, json_t *o); /* steals o */
+/* GET /status: the server's state for operators (`tycho status`). */
+void ty__api_handle_status(ty_api_t *a, ty_http_req_t *r);
 /* api_gen.c */
 /* key_class: the SLO class bound to the request's API key (NULL: none). */
 void ty__api_handle_generate(ty_api_t *a, ty_http_req_t *r, enum ty_api_kind kind,

@@ -2,6 +2,7 @@
  * prompt tokenization shared with the generation endpoints. */
 #include "api-impl.h"
 
+#include "tycho/clock.h"
 #include "tycho/errors.h"
 
 #include <stdio.h>
@@ -291,4 +292,29 @@ void ty__api_handle_metrics(ty_api_t *a, ty_http_req_t *r)
     }
     ty_http_respond(r, 200, TY_METRICS_CONTENT_TYPE, NULL, text, len);
     free(text);
+}
+
+/* GET /status -> {"model", "uptime_s", "draining", "in_flight", "running", "waiting",
+ * "kv_usage", "max_model_len", + the backend's own members (status_json)}. */
+void ty__api_handle_status(ty_api_t *a, ty_http_req_t *r)
+{
+    const struct ty_serve_backend *b = &a->o.backend;
+    struct ty_serve_stats st;
+    b->iface->stats(b->context, &st);
+    json_t *o = json_pack("{s:s,s:f,s:b,s:I,s:I,s:I,s:f,s:I}", "model", a->model_name,
+                          "uptime_s", (double)(ty_clock_ms() - a->started_ms) / 1e3, "draining",
+                          a->draining, "in_flight", (json_int_t)a->n_inflight, "running",
+                          (json_int_t)st.running, "waiting", (json_int_t)st.waiting, "kv_usage",
+                          st.kv_usage, "max_model_len", (json_int_t)st.max_ctx);
+    if (!o) {
+        ty_http_respond(r, 500, "text/plain", NULL, "status unavailable\n", 19);
+        return;
+    }
+    char *more = b->iface->status_json ? b->iface->status_json(b->context) : NULL;
+    json_t *m = more ? json_loads(more, 0, NULL) : NULL;
+    free(more);
+    if (json_is_object(m))
+        json_object_update(o, m);
+    json_decref(m);
+    ty__api_send_json(r, 200, o);
 }

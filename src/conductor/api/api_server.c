@@ -2,6 +2,7 @@
  * drain and close (tycho/api.h). */
 #include "api-impl.h"
 
+#include "tycho/clock.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
 
@@ -67,7 +68,7 @@ static bool authorized(ty_api_t *a, ty_http_req_t *r, const char **key_class)
     return ok;
 }
 
-enum route_id { R_CHAT, R_COMPL, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_HEALTH, R_METRICS };
+enum route_id { R_CHAT, R_COMPL, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_HEALTH, R_METRICS, R_STATUS };
 
 static const struct route {
     const char *path, *method;
@@ -76,7 +77,7 @@ static const struct route {
     {"/v1/chat/completions", "POST", R_CHAT}, {"/v1/completions", "POST", R_COMPL},
     {"/v1/models", "GET", R_MODELS},          {"/tokenize", "POST", R_TOKENIZE},
     {"/detokenize", "POST", R_DETOKENIZE},    {"/health", "GET", R_HEALTH},
-    {"/metrics", "GET", R_METRICS},
+    {"/metrics", "GET", R_METRICS},          {"/status", "GET", R_STATUS},
 };
 
 static void dispatch(ty_api_t *a, ty_http_req_t *r, enum route_id id, const char *key_class)
@@ -88,6 +89,7 @@ static void dispatch(ty_api_t *a, ty_http_req_t *r, enum route_id id, const char
     case R_TOKENIZE: ty__api_handle_tokenize(a, r); break;
     case R_DETOKENIZE: ty__api_handle_detokenize(a, r); break;
     case R_METRICS: ty__api_handle_metrics(a, r); break;
+    case R_STATUS: ty__api_handle_status(a, r); break;
     case R_HEALTH:
         if (a->draining)
             ty_http_respond(r, 503, "text/plain", NULL, "draining\n", 9);
@@ -111,7 +113,8 @@ static void on_request(void *arg, ty_http_req_t *r)
         if (strcmp(method, routes[i].method) && !head)
             continue;
         const char *key_class = NULL;
-        if (!strncmp(path, "/v1/", 4) && !authorized(a, r, &key_class)) {
+        bool guarded = !strncmp(path, "/v1/", 4) || routes[i].id == R_STATUS;
+        if (guarded && !authorized(a, r, &key_class)) {
             ty_api_error_set(&e, 401, "invalid_request_error", NULL, "invalid_api_key",
                              "missing or invalid API key (send Authorization: Bearer KEY)");
             ty__api_send_error(r, &e);
@@ -213,6 +216,7 @@ int ty_api_new(ty_api_t **out, uv_loop_t *loop, const struct ty_api_opts *o)
     a->model_path = o->model_path ? strdup(o->model_path) : NULL;
     a->tok = ty_model_tokenizer(o->model);
     a->next_seq = 1;
+    a->started_ms = ty_clock_ms();
     struct ty_serve_stats st;
     o->backend.iface->stats(o->backend.context, &st);
     a->max_ctx = st.max_ctx;

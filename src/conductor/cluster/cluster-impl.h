@@ -156,6 +156,12 @@ void ty__place_done(ty_cluster_t *c, struct ty__creq *r, bool natural);
 int ty__pool_start(ty_cluster_t *c, const char *master, ty_metrics_registry_t *reg);
 void ty__pool_tick(ty_cluster_t *c);
 void ty__pool_stop(ty_cluster_t *c);
+/* The pool's master address (NULL: no pool) and whether its block events are followed now. */
+const char *ty__pool_master(const ty_cluster_t *c);
+bool ty__pool_following(ty_cluster_t *c);
+
+/* status.c: the Conductor's members of GET /status (ty_serve_backend_i.status_json). */
+char *ty__cluster_status_json(void *ctx);
 
 /* remote.c */
 extern const struct ty_serve_backend_i ty__cluster_backend_iface;

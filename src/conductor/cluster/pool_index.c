@@ -114,6 +114,22 @@ void ty__pool_stop(ty_cluster_t *c)
     c->place.pool = NULL;
 }
 
+const char *ty__pool_master(const ty_cluster_t *c)
+{
+    return c->place.pool ? c->place.pool->master : NULL;
+}
+
+bool ty__pool_following(ty_cluster_t *c)
+{
+    struct ty__pool *pl = c->place.pool;
+    if (!pl)
+        return false;
+    pthread_mutex_lock(&pl->mu);
+    bool on = pl->subscribed && !pl->lost;
+    pthread_mutex_unlock(&pl->mu);
+    return on;
+}
+
 /* The loop's tick: (re)subscribe when needed, apply what the pool reported. */
 void ty__pool_tick(ty_cluster_t *c)
 {

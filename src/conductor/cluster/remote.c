@@ -435,7 +435,8 @@ static void cluster_stats(void *ctx, struct ty_serve_stats *out)
 }
 
 const struct ty_serve_backend_i ty__cluster_backend_iface = {
-    .submit = cluster_submit, .cancel = cluster_cancel, .stats = cluster_stats};
+    .submit = cluster_submit, .cancel = cluster_cancel, .stats = cluster_stats,
+    .status_json = ty__cluster_status_json};
 
 void ty__cluster_fail_node(ty_cluster_t *c, struct ty__cnode *n, int err)
 {

@@ -842,6 +842,64 @@ def case_slo_class():
     return ok
 
 
+def case_status():
+    """`tycho status` shows an operator the running cluster: requests, the SLO classes and
+    cost model in force and every node with its load, as a table and as JSON; it needs the API
+    key when keys are set (a wrong one exits 1 naming the HTTP error), says so when the server
+    is not there, and a node that died shows as down."""
+    cl = Cluster(1, 1, config=CLASS_CONFIG, hb_timeout="1s")
+    ok = True
+    url = "http://127.0.0.1:%d" % cl.http
+    st, _ = cl.post("/v1/completions", {"prompt": "The cat", "max_tokens": 3}, key="sk-open")
+    ok &= check(st == 200, "a request served (%d)" % st)
+
+    def status(*args, env_key=None):
+        env = dict(os.environ)
+        env.pop("TYCHO_API_KEY", None)
+        if env_key:
+            env["TYCHO_API_KEY"] = env_key
+        return subprocess.run([TYCHO, "status", "--url", url, *args], capture_output=True,
+                              text=True, timeout=20, env=env)
+    r = status("--api-key", "sk-open")
+    table = r.stdout
+    ok &= check(r.returncode == 0 and "kvcache_centric" in table and "batch" in table and
+                "p0" in table and "d0" in table and "60.000" in table,
+                "table: policy, classes with their SLOs, both nodes (rc %d)\n%s%s" %
+                (r.returncode, table, r.stderr))
+    r = status("--json", env_key="sk-open")  # the key from the environment
+    try:
+        d = json.loads(r.stdout)
+    except ValueError:
+        d = {}
+    nodes = {n["id"]: n for n in d.get("nodes", [])}
+    classes = [(c["name"], c["ttft_s"]) for c in d.get("scheduler", {}).get("classes", [])]
+    ok &= check(r.returncode == 0 and d.get("model") == "stories260K" and
+                nodes.get("p0", {}).get("role") == "prefill" and
+                nodes.get("d0", {}).get("alive") is True and
+                nodes.get("d0", {}).get("served") == 1 and
+                classes == [("default", 0.3), ("batch", 60.0)],
+                "JSON: model, nodes with role, state and requests served, classes %s" % classes)
+    r = status("--api-key", "sk-wrong")
+    ok &= check(r.returncode == 1 and "HTTP 401" in r.stderr,
+                "a wrong key: exit 1, %s" % r.stderr.strip())
+    cl.procs["d0"].kill()
+    cl.procs["d0"].wait()
+    end, alive = time.time() + 10, True
+    while time.time() < end and alive:
+        time.sleep(0.2)
+        d = json.loads(status("--json", "--api-key", "sk-open").stdout or "{}")
+        alive = any(n["id"] == "d0" and n["alive"] for n in d.get("nodes", []))
+    r = status("--api-key", "sk-open")
+    ok &= check(not alive and re.search(r"d0 +decode +\S+ +down", r.stdout),
+                "the killed decode node shows as down:\n%s" % r.stdout)
+    cl.procs["conductor"].terminate()
+    cl.procs["conductor"].wait()
+    r = status("--api-key", "sk-open", "--timeout-ms", "2000")
+    ok &= check(r.returncode == 1 and "cannot connect" in r.stderr,
+                "no server: exit 1, %s" % r.stderr.strip())
+    return ok
+
+
 def case_phantom_credit():
     """The Conductor credits a prefill node with a prompt's blocks when it places the prompt
     there; a request that fails before its prefill (its decode node hung and was declared
@@ -1277,6 +1335,7 @@ def main():
             "batch_admission": case_batch_admission,
             "slo_reload": case_slo_reload,
             "slo_class": case_slo_class,
+            "status": case_status,
             "local_cluster": case_local_cluster}[CASE]
     ok = False
     try:

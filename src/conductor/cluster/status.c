@@ -1,0 +1,102 @@
+/* The Conductor's part of GET /status (`tycho status`): the scheduler's settings in force, its
+ * cost model, the KV pool it follows and every node the registry holds, as JSON. Loop thread
+ * (the API's), like every other reading of the registry. */
+#include "cluster-impl.h"
+
+#include "tycho/clock.h"
+#include "tycho/sched.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+
+static const char *role_name(int role)
+{
+    switch (role) {
+    case TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL: return "prefill";
+    case TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE: return "decode";
+    default: return "other";
+    }
+}
+
+static json_t *coefs(const double k[3])
+{
+    return json_pack("[f,f,f]", k[0], k[1], k[2]);
+}
+
+static json_t *scheduler_json(const ty_cluster_t *c)
+{
+    const struct ty__place *p = &c->place;
+    const struct ty_sched_opts *so = ty_sched_opts_get(p->s);
+    json_t *classes = json_array();
+    for (uint32_t k = 0; k < so->n_classes; k++)
+        json_array_append_new(classes, json_pack("{s:s,s:f,s:f}", "name", p->class_names[k],
+                                                 "ttft_s", so->slo[k].ttft_us / 1e6, "tbt_s",
+                                                 so->slo[k].tbt_us / 1e6));
+    json_t *cost = json_pack(
+        "{s:o,s:o,s:f,s:f,s:b,s:I,s:I}", "prefill_us", coefs(so->cost.prefill), "decode_us",
+        coefs(so->cost.decode), "kv_bytes_per_token", so->cost.kv_bytes_per_token,
+        "net_gbytes_per_s", so->cost.net_bytes_per_us / 1e3, "refit", p->refit,
+        "prefill_samples", (json_int_t)p->prefill.len, "decode_samples",
+        (json_int_t)p->decode.len);
+    return json_pack("{s:s,s:s,s:f,s:o,s:o,s:f,s:I,s:I}", "policy",
+                     ty_sched_policy_name(so->policy), "admission",
+                     ty_sched_admission_name(so->admission), "balancing_threshold",
+                     so->balancing_threshold, "classes", classes, "cost", cost,
+                     "decode_duration_s", ty_sched_decode_duration_us(p->s) / 1e6, "in_flight",
+                     (json_int_t)ty_sched_in_flight(p->s), "index_blocks",
+                     (json_int_t)ty_sched_index_size(ty_sched_index(p->s)));
+}
+
+static json_t *node_json(const struct ty__cnode *n, uint64_t now_ms)
+{
+    const struct ty_cluster_node_info *i = &n->info;
+    bool prefill = i->role == TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL;
+    json_t *o = json_pack(
+        "{s:s,s:s,s:s,s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:I,s:I,s:s}", "id", i->id, "role",
+        role_name(i->role), "address", i->address, "alive", i->alive, "in_flight",
+        (json_int_t)i->inflight, "served", (json_int_t)i->served, "queued_tokens",
+        (json_int_t)i->load.queued_tokens, "running", (json_int_t)i->load.running, "queued",
+        (json_int_t)i->load.queued, "free_pages", (json_int_t)i->load.free_pages, "kv_usage",
+        (double)i->load.kv_usage, "kv_pages", (json_int_t)n->kv_pages, "block_tokens",
+        (json_int_t)n->block_tokens, "kv_dtype", n->kv_dtype);
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "heartbeat_age_s",
+                        n->last_hb_ms && now_ms >= n->last_hb_ms
+                            ? json_real((double)(now_ms - n->last_hb_ms) / 1e3)
+                            : json_null());
+    if (prefill) {
+        json_object_set_new(o, "batch_prompts", json_integer(n->max_batch_prompts));
+        json_object_set_new(o, "batch_tokens", json_integer(n->max_batch));
+        json_object_set_new(o, "predicted_queue_s", json_real(n->queued_prefill_us / 1e6));
+        json_object_set_new(o, "index_blocks", json_integer((json_int_t)n->index_est));
+        json_object_set_new(o, "pool_read_blocks",
+                            json_integer((json_int_t)i->load.pool_read_blocks));
+        json_object_set_new(o, "pool_written_blocks",
+                            json_integer((json_int_t)i->load.pool_written_blocks));
+    } else {
+        json_object_set_new(o, "max_batch", json_integer(n->max_batch));
+    }
+    return o;
+}
+
+char *ty__cluster_status_json(void *ctx)
+{
+    ty_cluster_t *c = ctx;
+    json_t *nodes = json_array();
+    uint64_t now = ty_clock_ms();
+    for (size_t i = 0; nodes && i < c->n_nodes; i++) {
+        json_t *n = node_json(c->nodes[i], now);
+        if (n)
+            json_array_append_new(nodes, n);
+    }
+    const char *master = ty__pool_master(c);
+    json_t *pool = master ? json_pack("{s:s,s:b}", "master", master, "following",
+                                      ty__pool_following(c))
+                          : json_null();
+    json_t *o = json_pack("{s:s,s:o,s:o,s:o}", "role", "conductor", "scheduler",
+                          scheduler_json(c), "nodes", nodes, "kv_pool", pool);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return text;
+}
