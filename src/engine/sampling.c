@@ -23,7 +23,7 @@ struct ty_sampler {
     uint32_t n_vocab;
     uint64_t rng;
     struct cand *c;    /* (n_vocab) */
-    struct cand *tmp;  /* (n_vocab) the radix sort's other buffer */
+    struct cand *tmp;  /* (n_vocab) the radix sort's other buffer, made on first use */
     uint32_t *counts;  /* (n_vocab) occurrences in the penalty window */
 };
 
@@ -41,9 +41,8 @@ int ty_sampler_new(ty_sampler_t **out, const struct ty_sampling_params *p, uint3
     s->n_vocab = n_vocab;
     s->rng = p->seed ^ 0x9e3779b97f4a7c15ull;
     s->c = malloc(n_vocab * sizeof(*s->c));
-    s->tmp = malloc(n_vocab * sizeof(*s->tmp));
     s->counts = calloc(n_vocab, sizeof(uint32_t));
-    if (!s->c || !s->tmp || !s->counts) {
+    if (!s->c || !s->counts) {
         ty_sampler_free(s);
         return TY_ENOMEM;
     }
@@ -119,14 +118,18 @@ static uint64_t order_key(const struct cand *x)
 
 /* Sorts c[0..n) in cmp_logit_desc order: qsort for short runs, else a least-significant-digit
  * radix sort on order_key (11-bit digits, a pass skipped where every key has the same digit,
- * as the id's high bits do), through tmp (n). */
-static void sort_desc(struct cand *c, uint32_t n, struct cand *tmp)
+ * as the id's high bits do) through the sampler's second buffer (made here, once; without
+ * memory for it, qsort). */
+static void sort_desc(ty_sampler_t *s, struct cand *c, uint32_t n)
 {
     enum { BITS = 11, PASSES = 6, BUCKETS = 1 << BITS };
-    if (n < 2048) {
+    if (n >= 2048 && !s->tmp)
+        s->tmp = malloc(s->n_vocab * sizeof(*s->tmp));
+    if (n < 2048 || !s->tmp) {
         qsort(c, n, sizeof(*c), cmp_logit_desc);
         return;
     }
+    struct cand *tmp = s->tmp;
     static _Thread_local uint32_t hist[PASSES][BUCKETS];
     memset(hist, 0, sizeof(hist));
     for (uint32_t i = 0; i < n; i++) {
@@ -258,9 +261,9 @@ static void fill_logprobs(ty_sampler_t *s, const float *logits, struct ty_sample
  *   since all the others together hold less than half of the mass top-p drops;
  * - of those, the best 256 are selected in linear time and sorted; only when they do not
  *   reach the mass are the others sorted too (a radix sort when there are many). */
-static uint32_t cut_sorted(struct cand *c, struct cand *tmp, uint32_t n, float top_p,
-                           float min_p, float p_max)
+static uint32_t cut_sorted(ty_sampler_t *s, uint32_t n, float top_p, float min_p, float p_max)
 {
+    struct cand *c = s->c;
     bool nucleus = top_p > 0 && top_p < 1;
     float t = min_p > 0 ? p_max * min_p : 0;
     if (nucleus && (float)((1.0 - top_p) / (2.0 * n)) > t)
@@ -283,7 +286,7 @@ static uint32_t cut_sorted(struct cand *c, struct cand *tmp, uint32_t n, float t
     for (;;) { /* c[0..done) sorted and the best; bring in the next k - done */
         if (k < m)
             select_top(c + done, m - done, k - done);
-        sort_desc(c + done, k - done, tmp);
+        sort_desc(s, c + done, k - done);
         if (!nucleus)
             return k;
         for (uint32_t i = done; i < k; i++) {
@@ -309,7 +312,7 @@ static uint32_t filter(ty_sampler_t *s, const float *logits)
     if (p->top_k && p->top_k < n) {
         select_top(s->c, n, p->top_k);
         n = p->top_k;
-        sort_desc(s->c, n, s->tmp);
+        sort_desc(s, s->c, n);
         sorted = true;
     }
     float mx = sorted ? s->c[0].logit : row_max(logits, n);
@@ -323,7 +326,7 @@ static uint32_t filter(ty_sampler_t *s, const float *logits)
     bool nucleus = p->top_p > 0 && p->top_p < 1;
     if (!nucleus && !(p->min_p > 0))
         return n; /* no cut needs the order: the draw walks the candidates as they are */
-    return cut_sorted(s->c, s->tmp, n, nucleus ? p->top_p : 0, p->min_p, (float)(1.0 / sum));
+    return cut_sorted(s, n, nucleus ? p->top_p : 0, p->min_p, (float)(1.0 / sum));
 }
 
 int ty_sampler_sample(ty_sampler_t *s, float *logits, const uint32_t *history, size_t n_history,
