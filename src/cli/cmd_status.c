@@ -65,9 +65,9 @@ static char *http_get(const char *host, const char *port, const char *path, cons
     }
     freeaddrinfo(ai);
     char req[1024];
-    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: %s\r\n%s%s%sConnection: close\r\n\r\n",
-                     path, host, key ? "Authorization: Bearer " : "", key ? key : "",
-                     key ? "\r\n" : "");
+    int n = snprintf(req, sizeof(req),
+                     "GET %s HTTP/1.0\r\nHost: %s\r\n%s%s%sConnection: close\r\n\r\n", path,
+                     host, key ? "Authorization: Bearer " : "", key ? key : "", key ? "\r\n" : "");
     if (n < 0 || (size_t)n >= sizeof(req) || write(fd, req, (size_t)n) != n) {
         snprintf(why, cap, "cannot send the request");
         close(fd);

@@ -68,7 +68,9 @@ static bool authorized(ty_api_t *a, ty_http_req_t *r, const char **key_class)
     return ok;
 }
 
-enum route_id { R_CHAT, R_COMPL, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_HEALTH, R_METRICS, R_STATUS };
+enum route_id {
+    R_CHAT, R_COMPL, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_HEALTH, R_METRICS, R_STATUS
+};
 
 static const struct route {
     const char *path, *method;

@@ -162,8 +162,9 @@ static void test_errors_name_param(void **state)
         {"{\"prompt\":\"x\",\"n\":17}", TY_API_COMPLETION, "n"},
         {"{\"prompt\":\"x\",\"slo_class\":7}", TY_API_COMPLETION, "slo_class"},
         {"{\"prompt\":\"x\",\"slo_class\":\"\"}", TY_API_COMPLETION, "slo_class"},
-        {"{\"prompt\":\"x\",\"slo_class\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}", TY_API_COMPLETION,
-         "slo_class"},
+        {"{\"prompt\":\"x\",\"slo_class\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+         "aaaaaaaaaaaaaaaaaaaa\"}", /* 65 bytes */
+         TY_API_COMPLETION, "slo_class"},
         {"{\"prompt\":\"x\",\"temperature\":2.5}", TY_API_COMPLETION, "temperature"},
         {"{\"prompt\":\"x\",\"temperature\":\"hot\"}", TY_API_COMPLETION, "temperature"},
         {"{\"prompt\":\"x\",\"top_p\":0}", TY_API_COMPLETION, "top_p"},
