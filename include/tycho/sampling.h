@@ -1,5 +1,5 @@
 /* Token sampling from a row of logits: penalties (repetition as in CTRL/llama.cpp, presence
- * and frequency as in OpenAI's API), then greedy, or top-k -> temperature -> top-p -> min-p and
+ * and frequency as in OpenAI's API), logit bias (OpenAI's), then greedy, or top-k -> temperature -> top-p -> min-p and
  * a seeded draw. Same params and seed give the same tokens.
  * Threads: a sampler is per sequence and owned by one thread; it keeps its RNG state.
  */
@@ -11,6 +11,14 @@
 #include <stdint.h>
 
 #define TY_SAMPLE_MAX_LOGPROBS 20
+#define TY_SAMPLE_MAX_LOGIT_BIAS 300 /* entries of ty_sampling_params.logit_bias */
+
+/* OpenAI's logit_bias entry: `bias` is added to token `id`'s logit before any sampling step
+ * (-100 bans a token in practice, +100 all but forces it). */
+struct ty_logit_bias {
+    uint32_t id;
+    float bias;
+};
 
 struct ty_sampling_params {
     float temperature;        /* <= 0: greedy */
@@ -26,6 +34,8 @@ struct ty_sampling_params {
     bool logprobs;            /* report the chosen token's log-probability; implied by
                                * n_logprobs > 0. Off: ty_sample.logprob and n_top stay 0 (saves
                                * a pass of exp over the vocabulary per token) */
+    uint32_t n_logit_bias;    /* entries used in logit_bias, <= TY_SAMPLE_MAX_LOGIT_BIAS */
+    struct ty_logit_bias logit_bias[TY_SAMPLE_MAX_LOGIT_BIAS]; /* after the penalties */
 };
 
 struct ty_token_logprob {

@@ -148,24 +148,6 @@ void ty__decode_node_post(ty_decode_node_t *n, struct devent *ev)
 
 /* ---- RPC handlers --------------------------------------------------------------------------- */
 
-static void take_sampling(const Tycho__V1__SamplingParams *s, struct dcmd *c)
-{
-    if (!s)
-        return;
-    c->sp.temperature = s->temperature;
-    c->sp.top_k = s->top_k;
-    c->sp.top_p = s->top_p;
-    c->sp.min_p = s->min_p;
-    c->sp.seed = s->seed;
-    c->sp.repetition_penalty = s->repetition_penalty;
-    c->sp.presence_penalty = s->presence_penalty;
-    c->sp.frequency_penalty = s->frequency_penalty;
-    c->sp.n_logprobs = s->logprobs ? s->top_logprobs : 0;
-    c->sp.logprobs = s->logprobs;
-    c->max_tokens = s->max_tokens;
-    c->ignore_eos = s->ignore_eos;
-}
-
 static int assign_build(ty_decode_node_t *n, const Tycho__V1__DecodeAssign *m,
                         struct dcmd **out, char *why, size_t cap)
 {
@@ -176,8 +158,6 @@ static int assign_build(ty_decode_node_t *n, const Tycho__V1__DecodeAssign *m,
     if (lreq_find(n, m->request_id))
         return snprintf(why, cap, "request %llu already assigned",
                         (unsigned long long)m->request_id), TY_EEXIST;
-    if (m->sampling && m->sampling->top_logprobs > TY_SAMPLE_MAX_LOGPROBS)
-        return snprintf(why, cap, "top_logprobs above %d", TY_SAMPLE_MAX_LOGPROBS), TY_EINVAL;
     for (size_t i = 0; i < m->n_prompt_token_ids; i++)
         if (m->prompt_token_ids[i] >= V)
             return snprintf(why, cap, "token id %u out of range", m->prompt_token_ids[i]),
@@ -191,7 +171,15 @@ static int assign_build(ty_decode_node_t *n, const Tycho__V1__DecodeAssign *m,
     c->rid = m->request_id;
     c->n_prompt = (uint32_t)m->n_prompt_token_ids;
     memcpy(c->prompt, m->prompt_token_ids, c->n_prompt * sizeof(uint32_t));
-    take_sampling(m->sampling, c);
+    int rc = ty_cluster_sampling_from_pb(m->sampling, V, &c->sp, why, cap);
+    if (rc) {
+        ty__dcmd_free(c);
+        return rc;
+    }
+    if (m->sampling) {
+        c->max_tokens = m->sampling->max_tokens;
+        c->ignore_eos = m->sampling->ignore_eos;
+    }
     *out = c;
     return 0;
 }

@@ -32,8 +32,11 @@ int ty_sampler_new(ty_sampler_t **out, const struct ty_sampling_params *p, uint3
     *out = NULL;
     if (!n_vocab || p->n_logprobs > TY_SAMPLE_MAX_LOGPROBS || p->repetition_penalty < 0 ||
         !isfinite(p->temperature) || !isfinite(p->top_p) || !isfinite(p->min_p) ||
-        p->min_p > 1)
+        p->min_p > 1 || p->n_logit_bias > TY_SAMPLE_MAX_LOGIT_BIAS)
         return TY_EINVAL;
+    for (uint32_t i = 0; i < p->n_logit_bias; i++)
+        if (p->logit_bias[i].id >= n_vocab || !isfinite(p->logit_bias[i].bias))
+            return TY_EINVAL;
     ty_sampler_t *s = calloc(1, sizeof(*s));
     if (!s)
         return TY_ENOMEM;
@@ -334,6 +337,8 @@ int ty_sampler_sample(ty_sampler_t *s, float *logits, const uint32_t *history, s
 {
     memset(out, 0, sizeof(*out));
     apply_penalties(s, logits, history, n_history);
+    for (uint32_t i = 0; i < s->p.n_logit_bias; i++)
+        logits[s->p.logit_bias[i].id] += s->p.logit_bias[i].bias;
     if (s->p.temperature <= 0) {
         out->id = argmax(logits, s->n_vocab);
     } else {

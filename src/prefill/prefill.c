@@ -475,23 +475,6 @@ static int take_destination(ty_prefill_t *p, const Tycho__V1__KvDestination *d, 
     return 0;
 }
 
-static void take_sampling(const Tycho__V1__SamplingParams *s, struct ty_sampling_params *o)
-{
-    memset(o, 0, sizeof(*o));
-    if (!s)
-        return;
-    o->temperature = s->temperature;
-    o->top_k = s->top_k;
-    o->top_p = s->top_p;
-    o->min_p = s->min_p;
-    o->seed = s->seed;
-    o->repetition_penalty = s->repetition_penalty;
-    o->presence_penalty = s->presence_penalty;
-    o->frequency_penalty = s->frequency_penalty;
-    o->n_logprobs = s->logprobs ? s->top_logprobs : 0;
-    o->logprobs = s->logprobs;
-}
-
 static int job_build(ty_prefill_t *p, const Tycho__V1__PrefillAssign *m, struct pjob **out,
                      char *why, size_t cap)
 {
@@ -516,7 +499,10 @@ static int job_build(ty_prefill_t *p, const Tycho__V1__PrefillAssign *m, struct 
         return rc;
     }
     memcpy(j->tokens, m->prompt_tokens, j->n * sizeof(uint32_t));
-    take_sampling(m->sampling, &j->sp);
+    if ((rc = ty_cluster_sampling_from_pb(m->sampling, p->V, &j->sp, why, cap))) {
+        job_free(j);
+        return rc;
+    }
     *out = j;
     return 0;
 }

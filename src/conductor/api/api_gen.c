@@ -538,6 +538,8 @@ static void fill_params(const struct ty__api_gen *g, uint32_t i, struct ty_serve
     sp->frequency_penalty = q->frequency_penalty;
     sp->n_logprobs = q->logprobs ? q->top_logprobs : 0;
     sp->logprobs = q->logprobs;
+    sp->n_logit_bias = q->n_logit_bias;
+    memcpy(sp->logit_bias, q->logit_bias, q->n_logit_bias * sizeof(q->logit_bias[0]));
 }
 
 /* Hand every choice to the backend; on failure cancel those already queued. */
@@ -603,6 +605,12 @@ static int prepare(ty_api_t *a, ty_http_req_t *r, struct ty__api_gen *g, enum ty
     }
     for (uint32_t i = 0; i < g->n_choices; i++)
         g->ch[i].prompt = i / g->req.n;
+    uint32_t V = ty_model_config(a->o.model)->n_vocab;
+    for (uint32_t i = 0; i < g->req.n_logit_bias; i++)
+        if (g->req.logit_bias[i].id >= V)
+            return ty_api_error_set(e, 400, "invalid_request_error", "logit_bias", NULL,
+                                    "'logit_bias' token %u is not in the vocabulary (%u tokens)",
+                                    g->req.logit_bias[i].id, V);
     return resolve_max_tokens(a, g, e);
 }
 

@@ -384,6 +384,30 @@ static int parse_sampling(json_t *o, struct ty_api_request *r, struct ty_api_err
             return BAD("service_tier",
                        "'service_tier' must be one of auto, default, flex, scale, priority");
     }
+    /* OpenAI's logit_bias: {"token id": bias}; the ids are checked against the vocabulary
+     * when the request is prepared (the parser does not know the model) */
+    json_t *lb = json_object_get(o, "logit_bias");
+    if (lb && !json_is_null(lb)) {
+        if (!json_is_object(lb))
+            return BAD("logit_bias", "'logit_bias' must be an object mapping token ids to "
+                                     "biases");
+        if (json_object_size(lb) > TY_SAMPLE_MAX_LOGIT_BIAS)
+            return BAD("logit_bias", "'logit_bias' has %zu entries; at most %d",
+                       json_object_size(lb), TY_SAMPLE_MAX_LOGIT_BIAS);
+        const char *k;
+        json_t *v;
+        json_object_foreach(lb, k, v) {
+            char *end;
+            unsigned long id = strtoul(k, &end, 10);
+            if (k[0] < '0' || k[0] > '9' || *end || id > UINT32_MAX)
+                return BAD("logit_bias", "'logit_bias' key '%.32s' is not a token id", k);
+            double b = json_number_value(v);
+            if (!json_is_number(v) || !(b >= -100 && b <= 100))
+                return BAD("logit_bias", "'logit_bias' value for token %lu must be a number "
+                                         "between -100 and 100", id);
+            r->logit_bias[r->n_logit_bias++] = (struct ty_logit_bias){(uint32_t)id, (float)b};
+        }
+    }
     /* Tycho's extension: any SLO class the operator configured, by name */
     json_t *cls = json_object_get(o, "slo_class");
     if (cls && !json_is_null(cls)) {

@@ -389,30 +389,3 @@ void ty_cluster_default_name(const char *role, char *buf, size_t cap)
     host[sizeof(host) - 1] = 0;
     snprintf(buf, cap, "%s-%s-%ld", role, host, (long)getpid());
 }
-
-void ty_cluster_logprob_to_pb(const struct ty_sample *s, struct ty_cluster_pb_logprob *out)
-{
-    tycho__v1__token_logprob__init(&out->lp);
-    out->lp.token_id = s->id;
-    out->lp.logprob = s->logprob;
-    uint32_t n = s->n_top < TY_SAMPLE_MAX_LOGPROBS ? s->n_top : TY_SAMPLE_MAX_LOGPROBS;
-    for (uint32_t k = 0; k < n; k++) {
-        tycho__v1__top_logprob__init(&out->top[k]);
-        out->top[k].token_id = s->top[k].id;
-        out->top[k].logprob = s->top[k].logprob;
-        out->topp[k] = &out->top[k];
-    }
-    out->lp.n_top = n;
-    out->lp.top = out->topp;
-}
-
-void ty_cluster_logprob_from_pb(const Tycho__V1__TokenLogprob *lp, uint32_t n_vocab,
-                                struct ty_sample *s)
-{
-    s->logprob = lp->logprob;
-    s->n_top = 0;
-    for (size_t k = 0; k < lp->n_top && s->n_top < TY_SAMPLE_MAX_LOGPROBS; k++)
-        if (!n_vocab || lp->top[k]->token_id < n_vocab)
-            s->top[s->n_top++] =
-                (struct ty_token_logprob){lp->top[k]->token_id, lp->top[k]->logprob};
-}

@@ -202,21 +202,17 @@ static void on_prefill_reply(const struct ty_rpc_result *res, void *arg)
     req_maybe_free(c, r);
 }
 
-static void fill_sampling(const struct ty_gen_params *g, Tycho__V1__SamplingParams *sp)
+/* SamplingParams of r, with its logit bias in storage that lives as long as the message. */
+struct pb_sampling {
+    Tycho__V1__SamplingParams sp;
+    Tycho__V1__LogitBias bias[TY_SAMPLE_MAX_LOGIT_BIAS];
+    Tycho__V1__LogitBias *bias_ptrs[TY_SAMPLE_MAX_LOGIT_BIAS];
+};
+
+static void fill_sampling(const struct ty_gen_params *g, struct pb_sampling *ps)
 {
-    sp->temperature = g->sampling.temperature;
-    sp->top_p = g->sampling.top_p;
-    sp->top_k = g->sampling.top_k;
-    sp->min_p = g->sampling.min_p;
-    sp->seed = g->sampling.seed;
-    sp->has_seed = true;
-    sp->repetition_penalty = g->sampling.repetition_penalty;
-    sp->presence_penalty = g->sampling.presence_penalty;
-    sp->frequency_penalty = g->sampling.frequency_penalty;
-    sp->max_tokens = g->max_tokens;
-    sp->logprobs = g->sampling.logprobs || g->sampling.n_logprobs > 0;
-    sp->top_logprobs = g->sampling.n_logprobs;
-    sp->ignore_eos = g->ignore_eos;
+    tycho__v1__sampling_params__init(&ps->sp);
+    ty_cluster_sampling_to_pb(g, &ps->sp, ps->bias, ps->bias_ptrs);
 }
 
 /* The decode node reserved pages: open the token stream and start the prefill. */
@@ -238,18 +234,21 @@ static int start_prefill(ty_cluster_t *c, struct ty__creq *r)
             return TY_EUNAVAIL;
         ty__place_moved(c, r, chosen);
     }
-    Tycho__V1__SamplingParams sp = TYCHO__V1__SAMPLING_PARAMS__INIT;
-    fill_sampling(&r->gen, &sp);
+    struct pb_sampling *ps = malloc(sizeof(*ps));
+    if (!ps)
+        return TY_ENOMEM;
+    fill_sampling(&r->gen, ps);
     Tycho__V1__PrefillAssign pa = TYCHO__V1__PREFILL_ASSIGN__INIT;
     pa.request_id = r->rid;
     pa.n_prompt_tokens = r->n_prompt;
     pa.prompt_tokens = r->prompt;
     pa.kv_destination = r->dreply->kv_destination;
-    pa.sampling = &sp;
+    pa.sampling = &ps->sp;
     pa.decode_node_id = r->dnode->info.id;
     struct ty_rpc_call_opts pco = {.timeout_ms = c->o.request_timeout_ms};
     rc = ty_rpc_client_call_msg(r->pnode->rpc, TYCHO__V1__METHOD__METHOD_PREFILL_ASSIGN,
                                 (const ProtobufCMessage *)&pa, &pco, on_prefill_reply, r, NULL);
+    free(ps); /* packed by the call */
     if (rc)
         return rc;
     r->prefill_pending = r->prefill_counted = true;
@@ -320,11 +319,13 @@ static int dispatch(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject 
     if (rc)
         return rc;
     struct ty__cnode *d = r->dnode;
-    Tycho__V1__SamplingParams sp = TYCHO__V1__SAMPLING_PARAMS__INIT;
-    fill_sampling(&r->gen, &sp);
+    struct pb_sampling *ps = malloc(sizeof(*ps));
+    if (!ps)
+        return TY_ENOMEM;
+    fill_sampling(&r->gen, ps);
     Tycho__V1__DecodeAssign m = TYCHO__V1__DECODE_ASSIGN__INIT;
     m.request_id = r->rid;
-    m.sampling = &sp;
+    m.sampling = &ps->sp;
     m.prompt_tokens = r->n_prompt;
     m.expected_output_tokens = r->gen.max_tokens;
     m.n_prompt_token_ids = r->n_prompt;
@@ -332,6 +333,7 @@ static int dispatch(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject 
     struct ty_rpc_call_opts co = {.timeout_ms = 10000};
     rc = ty_rpc_client_call_msg(d->rpc, TYCHO__V1__METHOD__METHOD_DECODE_ASSIGN,
                                 (const ProtobufCMessage *)&m, &co, on_decode_reply, r, NULL);
+    free(ps); /* packed by the call */
     if (rc) {
         ty__place_done(c, r, false);
         r->dnode = r->pnode = NULL;

@@ -1,6 +1,6 @@
 // The official `openai` npm client against `tycho serve` on stories260K: chat and completions,
-// streaming and not, completions with a list of prompts and echo. Expected text comes from
-// `tycho generate` (temperature 0).
+// streaming and not, completions with a list of prompts and echo, logit_bias. Expected text
+// comes from `tycho generate` (temperature 0).
 // Usage: node openai_client.mjs TYCHO_BINARY. Exit 77 when the package or the model is missing.
 import { spawn, execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -82,6 +82,26 @@ try {
   for await (const chunk of s3) for (const c of chunk.choices) texts[c.index] += c.text;
   check(texts.every((t, i) => t === prompts[i >> 1] + refs[i >> 1].text),
         'completions streaming with a prompt list and echo');
+  // logit_bias: -100 on the greedy first token makes another one first; +100 on one token
+  // makes every sampled token that one (the first comes from prefill, the rest from decode in
+  // a cluster); an id outside the vocabulary is a 400
+  const first = ref.output_ids[0], forced = ref.output_ids[3];
+  const ban = await client.completions.create({ model: 'stories260K', prompt, max_tokens: 1,
+    temperature: 0, logit_bias: { [first]: -100 }, return_token_ids: true });
+  check(ban.choices[0].token_ids.length === 1 && ban.choices[0].token_ids[0] !== first,
+        `logit_bias -100 bans the greedy token ${first} (got ${ban.choices[0].token_ids})`);
+  const force = await client.completions.create({ model: 'stories260K', prompt, max_tokens: 6,
+    temperature: 1, seed: 3, logit_bias: { [forced]: 100 }, return_token_ids: true });
+  check(force.choices[0].token_ids.length === 6 &&
+        force.choices[0].token_ids.every((t) => t === forced),
+        `logit_bias +100 forces token ${forced} (got ${force.choices[0].token_ids})`);
+  try {
+    await client.completions.create({ model: 'stories260K', prompt, max_tokens: 1,
+                                      logit_bias: { 100000: 5 } });
+    check(false, 'logit_bias outside the vocabulary raises');
+  } catch (e) {
+    check(e.status === 400, `logit_bias outside the vocabulary raises BadRequestError (${e.status})`);
+  }
   try {
     await client.chat.completions.create({ model: 'nope', messages: [{ role: 'user', content: 'x' }] });
     check(false, 'unknown model raises');

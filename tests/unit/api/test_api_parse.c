@@ -27,7 +27,8 @@ static void test_chat_full(void **state)
                     "\"presence_penalty\":0.5,\"frequency_penalty\":-1,\"repetition_penalty\":1.1,"
                     "\"stop\":[\"x\",\"yy\"],\"stream\":true,\"stream_options\":"
                     "{\"include_usage\":true},\"logprobs\":true,\"top_logprobs\":3,"
-                    "\"service_tier\":\"flex\",\"slo_class\":\"batch\"}";
+                    "\"service_tier\":\"flex\",\"slo_class\":\"batch\",\"logit_bias\":{\"7\":-100,"
+                    "\"12\":2.5}}";
     assert_int_equal(parse(b, TY_API_CHAT, &r, &e), 0);
     assert_string_equal(r.model, "m");
     assert_int_equal(r.n_msgs, 2);
@@ -46,6 +47,11 @@ static void test_chat_full(void **state)
     assert_int_equal(r.top_logprobs, 3);
     assert_string_equal(r.service_tier, "flex");
     assert_string_equal(r.slo_class, "batch");
+    assert_int_equal(r.n_logit_bias, 2);
+    assert_int_equal(r.logit_bias[0].id, 7);
+    assert_float_equal(r.logit_bias[0].bias, -100, 0);
+    assert_int_equal(r.logit_bias[1].id, 12);
+    assert_float_equal(r.logit_bias[1].bias, 2.5, 0);
     ty_api_request_clear(&r);
 }
 
@@ -161,6 +167,13 @@ static void test_errors_name_param(void **state)
         {"{\"prompt\":\"x\",\"n\":0}", TY_API_COMPLETION, "n"},
         {"{\"prompt\":\"x\",\"n\":17}", TY_API_COMPLETION, "n"},
         {"{\"prompt\":\"x\",\"slo_class\":7}", TY_API_COMPLETION, "slo_class"},
+        {"{\"prompt\":\"x\",\"logit_bias\":[1]}", TY_API_COMPLETION, "logit_bias"},
+        {"{\"prompt\":\"x\",\"logit_bias\":{\"a\":1}}", TY_API_COMPLETION, "logit_bias"},
+        {"{\"prompt\":\"x\",\"logit_bias\":{\"-3\":1}}", TY_API_COMPLETION, "logit_bias"},
+        {"{\"prompt\":\"x\",\"logit_bias\":{\"3\":101}}", TY_API_COMPLETION, "logit_bias"},
+        {"{\"prompt\":\"x\",\"logit_bias\":{\"3\":\"1\"}}", TY_API_COMPLETION, "logit_bias"},
+        {"{\"prompt\":\"x\",\"logit_bias\":{\"99999999999\":1}}", TY_API_COMPLETION,
+         "logit_bias"},
         {"{\"prompt\":\"x\",\"slo_class\":\"\"}", TY_API_COMPLETION, "slo_class"},
         {"{\"prompt\":\"x\",\"slo_class\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
          "aaaaaaaaaaaaaaaaaaaa\"}", /* 65 bytes */

@@ -257,6 +257,45 @@ static void test_nucleus_large_vocab(void **state)
     }
 }
 
+/* OpenAI's logit_bias: -100 bans the greedy pick (the next best wins), +100 on one token makes
+ * every draw at temperature 1 that token, a small bias shifts a draw's odds as exp(bias)
+ * predicts; an id outside the vocabulary or a non-finite bias is refused. */
+static void test_logit_bias(void **state)
+{
+    float l[4] = {0.0f, logf(2), logf(5), logf(2)}; /* p = 0.1, 0.2, 0.5, 0.2 */
+    struct ty_sample s;
+    struct ty_sampling_params ban = {.n_logit_bias = 1, .logit_bias = {{2, -100}}};
+    assert_int_equal(sample1(ban, l, 4, NULL, 0, &s), 1); /* ids 1 and 3 tie: the lower */
+    struct ty_sampling_params force = {.temperature = 1, .n_logit_bias = 1,
+                                       .logit_bias = {{0, 100}}};
+    for (int i = 0; i < 50; i++) {
+        force.seed = (uint64_t)i;
+        assert_int_equal(sample1(force, l, 4, NULL, 0, &s), 0);
+    }
+    /* +ln 4 on id 0: p(0) = 0.4 / 1.3 */
+    struct ty_sampling_params tilt = {.temperature = 1, .seed = 5, .n_logit_bias = 1,
+                                      .logit_bias = {{0, logf(4)}}};
+    ty_sampler_t *smp;
+    assert_int_equal(ty_sampler_new(&smp, &tilt, 4), 0);
+    int hits = 0, N = 20000;
+    for (int i = 0; i < N; i++) {
+        float x[4];
+        memcpy(x, l, sizeof(x));
+        assert_int_equal(ty_sampler_sample(smp, x, NULL, 0, &s), 0);
+        hits += s.id == 0;
+    }
+    ty_sampler_free(smp);
+    double p = 0.4 / 1.3, sd = sqrt(N * p * (1 - p));
+    assert_true(fabs(hits - N * p) < 5 * sd);
+    struct ty_sampling_params bad = {.n_logit_bias = 1, .logit_bias = {{4, 1}}};
+    assert_int_equal(ty_sampler_new(&smp, &bad, 4), TY_EINVAL);
+    bad.logit_bias[0] = (struct ty_logit_bias){1, NAN};
+    assert_int_equal(ty_sampler_new(&smp, &bad, 4), TY_EINVAL);
+    bad.logit_bias[0] = (struct ty_logit_bias){1, 1};
+    bad.n_logit_bias = TY_SAMPLE_MAX_LOGIT_BIAS + 1;
+    assert_int_equal(ty_sampler_new(&smp, &bad, 4), TY_EINVAL);
+}
+
 static void test_bad_params(void **state)
 {
     ty_sampler_t *s;
@@ -275,6 +314,7 @@ int main(void)
         cmocka_unit_test(test_logprobs_on_request),
         cmocka_unit_test(test_large_vocab),
         cmocka_unit_test(test_nucleus_large_vocab),
+        cmocka_unit_test(test_logit_bias),
         cmocka_unit_test(test_bad_params),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,9 +4,11 @@
 #ifndef TYCHO_CLUSTER_PB_H
 #define TYCHO_CLUSTER_PB_H
 
+#include "tycho/engine.h"
 #include "tycho/sampling.h"
 #include "tycho.pb-c.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* A sampled token's logprob and alternatives as a TokenLogprob (KvReady, TokenChunk): `lp`
@@ -21,5 +23,17 @@ void ty_cluster_logprob_to_pb(const struct ty_sample *s, struct ty_cluster_pb_lo
  * below n_vocab are dropped (n_vocab 0: every one kept), at most TY_SAMPLE_MAX_LOGPROBS. */
 void ty_cluster_logprob_from_pb(const Tycho__V1__TokenLogprob *lp, uint32_t n_vocab,
                                 struct ty_sample *s);
+
+/* Sampling parameters as the control messages carry them (SamplingParams), both ways, so that
+ * the Conductor, the prefill and the decode node agree on every field. to_pb points sp's
+ * logit_bias at `bias` / `bias_ptrs` (room for TY_SAMPLE_MAX_LOGIT_BIAS entries each, alive
+ * while sp is packed). from_pb refuses what a sampler would (a logit_bias token id outside a
+ * vocabulary of V tokens, a non-finite bias, more than TY_SAMPLE_MAX_LOGIT_BIAS entries,
+ * top_logprobs over TY_SAMPLE_MAX_LOGPROBS): TY_EINVAL with why. max_tokens and ignore_eos
+ * are not sampling parameters: the caller takes them from sp itself. */
+void ty_cluster_sampling_to_pb(const struct ty_gen_params *g, Tycho__V1__SamplingParams *sp,
+                               Tycho__V1__LogitBias *bias, Tycho__V1__LogitBias **bias_ptrs);
+int ty_cluster_sampling_from_pb(const Tycho__V1__SamplingParams *sp, uint32_t V,
+                                struct ty_sampling_params *out, char *why, size_t cap);
 
 #endif

@@ -1,0 +1,96 @@
+/* Conversions between the cluster's control messages and engine types (tycho/cluster_pb.h). */
+#include "tycho/cluster_pb.h"
+
+#include "tycho/errors.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+void ty_cluster_logprob_to_pb(const struct ty_sample *s, struct ty_cluster_pb_logprob *out)
+{
+    tycho__v1__token_logprob__init(&out->lp);
+    out->lp.token_id = s->id;
+    out->lp.logprob = s->logprob;
+    uint32_t n = s->n_top < TY_SAMPLE_MAX_LOGPROBS ? s->n_top : TY_SAMPLE_MAX_LOGPROBS;
+    for (uint32_t k = 0; k < n; k++) {
+        tycho__v1__top_logprob__init(&out->top[k]);
+        out->top[k].token_id = s->top[k].id;
+        out->top[k].logprob = s->top[k].logprob;
+        out->topp[k] = &out->top[k];
+    }
+    out->lp.n_top = n;
+    out->lp.top = out->topp;
+}
+
+void ty_cluster_logprob_from_pb(const Tycho__V1__TokenLogprob *lp, uint32_t n_vocab,
+                                struct ty_sample *s)
+{
+    s->logprob = lp->logprob;
+    s->n_top = 0;
+    for (size_t k = 0; k < lp->n_top && s->n_top < TY_SAMPLE_MAX_LOGPROBS; k++)
+        if (!n_vocab || lp->top[k]->token_id < n_vocab)
+            s->top[s->n_top++] =
+                (struct ty_token_logprob){lp->top[k]->token_id, lp->top[k]->logprob};
+}
+
+void ty_cluster_sampling_to_pb(const struct ty_gen_params *g, Tycho__V1__SamplingParams *sp,
+                               Tycho__V1__LogitBias *bias, Tycho__V1__LogitBias **bias_ptrs)
+{
+    const struct ty_sampling_params *p = &g->sampling;
+    sp->temperature = p->temperature;
+    sp->top_p = p->top_p;
+    sp->top_k = p->top_k;
+    sp->min_p = p->min_p;
+    sp->seed = p->seed;
+    sp->has_seed = true;
+    sp->repetition_penalty = p->repetition_penalty;
+    sp->presence_penalty = p->presence_penalty;
+    sp->frequency_penalty = p->frequency_penalty;
+    sp->max_tokens = g->max_tokens;
+    sp->logprobs = p->logprobs || p->n_logprobs > 0;
+    sp->top_logprobs = p->n_logprobs;
+    sp->ignore_eos = g->ignore_eos;
+    uint32_t n = p->n_logit_bias < TY_SAMPLE_MAX_LOGIT_BIAS ? p->n_logit_bias
+                                                            : TY_SAMPLE_MAX_LOGIT_BIAS;
+    for (uint32_t i = 0; i < n; i++) {
+        tycho__v1__logit_bias__init(&bias[i]);
+        bias[i].token_id = p->logit_bias[i].id;
+        bias[i].bias = p->logit_bias[i].bias;
+        bias_ptrs[i] = &bias[i];
+    }
+    sp->n_logit_bias = n;
+    sp->logit_bias = n ? bias_ptrs : NULL;
+}
+
+int ty_cluster_sampling_from_pb(const Tycho__V1__SamplingParams *s, uint32_t V,
+                                struct ty_sampling_params *o, char *why, size_t cap)
+{
+    memset(o, 0, sizeof(*o));
+    if (!s)
+        return 0;
+    if (s->top_logprobs > TY_SAMPLE_MAX_LOGPROBS)
+        return snprintf(why, cap, "top_logprobs above %d", TY_SAMPLE_MAX_LOGPROBS), TY_EINVAL;
+    if (s->n_logit_bias > TY_SAMPLE_MAX_LOGIT_BIAS)
+        return snprintf(why, cap, "logit_bias has %zu entries (at most %d)", s->n_logit_bias,
+                        TY_SAMPLE_MAX_LOGIT_BIAS), TY_EINVAL;
+    for (size_t i = 0; i < s->n_logit_bias; i++) {
+        const Tycho__V1__LogitBias *b = s->logit_bias[i];
+        if (!b || b->token_id >= V || !isfinite(b->bias))
+            return snprintf(why, cap, "logit_bias[%zu]: token %u, bias %g (vocabulary of %u)",
+                            i, b ? b->token_id : 0, b ? (double)b->bias : 0.0, V), TY_EINVAL;
+        o->logit_bias[i] = (struct ty_logit_bias){b->token_id, b->bias};
+    }
+    o->n_logit_bias = (uint32_t)s->n_logit_bias;
+    o->temperature = s->temperature;
+    o->top_k = s->top_k;
+    o->top_p = s->top_p;
+    o->min_p = s->min_p;
+    o->seed = s->seed;
+    o->repetition_penalty = s->repetition_penalty;
+    o->presence_penalty = s->presence_penalty;
+    o->frequency_penalty = s->frequency_penalty;
+    o->n_logprobs = s->logprobs ? s->top_logprobs : 0;
+    o->logprobs = s->logprobs;
+    return 0;
+}
