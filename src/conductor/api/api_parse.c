@@ -347,6 +347,43 @@ static int parse_lengths(json_t *o, struct ty_api_request *r, struct ty_api_erro
     return 0;
 }
 
+/* Fields this server does not implement but that would change the answer if it did: refused
+ * by name rather than ignored (a client asking for JSON output or tool calls must not get
+ * free text as if it had been honoured). Unknown fields stay ignored. */
+static int refuse_unsupported(json_t *o, struct ty_api_request *r, struct ty_api_error *err)
+{
+    static const char *const absent[] = {"tools", "functions", "guided_json", "guided_regex",
+                                         "guided_choice", "guided_grammar", "prompt_logprobs"};
+    for (size_t i = 0; i < sizeof(absent) / sizeof(absent[0]); i++) {
+        json_t *v = json_object_get(o, absent[i]);
+        if (v && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
+            return BAD(absent[i], "'%s' is not supported by this server", absent[i]);
+    }
+    json_t *tc = json_object_get(o, "tool_choice");
+    if (tc && !json_is_null(tc) &&
+        !(json_is_string(tc) && (!strcmp(json_string_value(tc), "none") ||
+                                 !strcmp(json_string_value(tc), "auto"))))
+        return BAD("tool_choice", "'tool_choice' other than none or auto needs tools, which "
+                                  "this server does not support");
+    json_t *rf = json_object_get(o, "response_format");
+    if (rf && !json_is_null(rf)) {
+        const char *t = json_string_value(json_object_get(rf, "type"));
+        if (!json_is_object(rf) || !t || strcmp(t, "text"))
+            return BAD("response_format", "'response_format' other than {\"type\": \"text\"} "
+                                          "(JSON or schema output) is not supported by this "
+                                          "server");
+    }
+    json_t *bo = json_object_get(o, "best_of");
+    if (bo && !json_is_null(bo) &&
+        !(json_is_integer(bo) && (json_integer_value(bo) == 1 ||
+                                  json_integer_value(bo) == (json_int_t)r->n)))
+        return BAD("best_of", "'best_of' other than 1 or n is not supported by this server");
+    json_t *sfx = json_object_get(o, "suffix");
+    if (sfx && !json_is_null(sfx) && !(json_is_string(sfx) && !json_string_length(sfx)))
+        return BAD("suffix", "'suffix' (insertion) is not supported by this server");
+    return 0;
+}
+
 static int parse_sampling(json_t *o, struct ty_api_request *r, struct ty_api_error *err)
 {
     int rc;
@@ -457,6 +494,8 @@ int ty_api_parse_request(const char *body, size_t len, enum ty_api_kind kind,
         rc = parse_lengths(o, r, err);
     if (!rc)
         rc = parse_sampling(o, r, err);
+    if (!rc)
+        rc = refuse_unsupported(o, r, err);
     if (!rc)
         rc = parse_stop(o, r, err);
     if (!rc)

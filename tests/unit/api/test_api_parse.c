@@ -59,6 +59,17 @@ static void test_defaults_and_prompt_forms(void **state)
 {
     struct ty_api_request r;
     struct ty_api_error e;
+    /* the harmless forms of fields this server does not implement are accepted */
+    assert_int_equal(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                           "\"tools\":[],\"tool_choice\":\"none\",\"response_format\":"
+                           "{\"type\":\"text\"}}",
+                           TY_API_CHAT, &r, &e),
+                     0);
+    ty_api_request_clear(&r);
+    assert_int_equal(parse("{\"prompt\":\"x\",\"n\":2,\"best_of\":2,\"suffix\":\"\"}",
+                           TY_API_COMPLETION, &r, &e),
+                     0);
+    ty_api_request_clear(&r);
     assert_int_equal(parse("{\"prompt\":\"hi\"}", TY_API_COMPLETION, &r, &e), 0);
     assert_int_equal(r.n, 1);
     assert_int_equal(r.max_tokens, -1);
@@ -167,6 +178,15 @@ static void test_errors_name_param(void **state)
         {"{\"prompt\":\"x\",\"n\":0}", TY_API_COMPLETION, "n"},
         {"{\"prompt\":\"x\",\"n\":17}", TY_API_COMPLETION, "n"},
         {"{\"prompt\":\"x\",\"slo_class\":7}", TY_API_COMPLETION, "slo_class"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
+         "\"function\",\"function\":{\"name\":\"f\"}}]}", TY_API_CHAT, "tools"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":"
+         "\"required\"}", TY_API_CHAT, "tool_choice"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":"
+         "{\"type\":\"json_object\"}}", TY_API_CHAT, "response_format"},
+        {"{\"prompt\":\"x\",\"best_of\":3}", TY_API_COMPLETION, "best_of"},
+        {"{\"prompt\":\"x\",\"suffix\":\"end\"}", TY_API_COMPLETION, "suffix"},
+        {"{\"prompt\":\"x\",\"guided_json\":{}}", TY_API_COMPLETION, "guided_json"},
         {"{\"prompt\":\"x\",\"logit_bias\":[1]}", TY_API_COMPLETION, "logit_bias"},
         {"{\"prompt\":\"x\",\"logit_bias\":{\"a\":1}}", TY_API_COMPLETION, "logit_bias"},
         {"{\"prompt\":\"x\",\"logit_bias\":{\"-3\":1}}", TY_API_COMPLETION, "logit_bias"},
