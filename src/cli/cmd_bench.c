@@ -38,6 +38,7 @@ struct bench {
     const char *dataset, *trace, *json_out;
     uint32_t n, in_len, out_len, vocab, max_conc;
     double rate, goodput_ttft, goodput_tpot;
+    double temperature, top_p; /* sent with every request (top_p 1: not sent) */
     uint64_t seed;
     struct breq *reqs;
     sem_t slots;
@@ -77,7 +78,9 @@ static char *request_body(const struct bench *b, const struct breq *r)
         json_array_append_new(ids, json_integer(r->ids[i]));
     json_t *o = json_pack("{s:o,s:i,s:b,s:b,s:f,s:{s:b}}", "prompt", ids, "max_tokens",
                           (json_int_t)r->n_out_want, "ignore_eos", 1, "stream", 1, "temperature",
-                          0.0, "stream_options", "include_usage", 1);
+                          b->temperature, "stream_options", "include_usage", 1);
+    if (b->top_p < 1)
+        json_object_set_new(o, "top_p", json_real(b->top_p));
     if (b->model[0])
         json_object_set_new(o, "model", json_string(b->model));
     char *s = json_dumps(o, JSON_COMPACT);
@@ -351,9 +354,10 @@ static void usage(FILE *f)
                "[--fixed-rate]\n"
                "         [--max-concurrency C] [--random-input-len N] [--random-output-len N]\n"
                "         [--random-vocab V] [--dataset-path MOONCAKE.jsonl] [--seed S]\n"
-               "         [--goodput ttft:MS tpot:MS] [--json FILE|-]\n"
+               "         [--goodput ttft:MS tpot:MS] [--temperature T] [--top-p P] [--json FILE|-]\n"
                "  Random prompts are token ids in [100, V); a trace's lengths are capped by\n"
-               "  --random-input-len/--random-output-len when given.\n");
+               "  --random-input-len/--random-output-len when given. Requests are greedy\n"
+               "  (temperature 0) unless --temperature says otherwise.\n");
 }
 
 static int parse_url(struct bench *b, const char *url)
@@ -379,7 +383,8 @@ static int parse_args(struct bench *b, int argc, char **argv)
         {"max-concurrency", 1, 0, 'c'}, {"random-input-len", 1, 0, 'i'},
         {"random-output-len", 1, 0, 'o'}, {"random-vocab", 1, 0, 'V'},
         {"dataset-path", 1, 0, 'd'}, {"seed", 1, 0, 's'}, {"goodput", 1, 0, 'g'},
-        {"json", 1, 0, 'j'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"json", 1, 0, 'j'}, {"temperature", 1, 0, 'T'}, {"top-p", 1, 0, 'P'},
+        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -411,10 +416,14 @@ static int parse_args(struct bench *b, int argc, char **argv)
             break;
         }
         case 'j': b->json_out = optarg; break;
+        case 'T': b->temperature = strtod(optarg, NULL); break;
+        case 'P': b->top_p = strtod(optarg, NULL); break;
         case 'h': usage(stdout); return 1;
         default: return TY_EINVAL;
         }
     }
+    if (!(b->temperature >= 0 && b->temperature <= 2) || !(b->top_p > 0 && b->top_p <= 1))
+        return TY_EINVAL;
     return b->n && b->vocab > 100 && (b->trace || (b->in_len && b->out_len)) ? 0 : TY_EINVAL;
 }
 
@@ -425,7 +434,8 @@ static int run_bench(int argc, char **argv)
         return TY_CLI_EXIT_USAGE;
     }
     struct bench b = {.host = "127.0.0.1", .port = "8000", .endpoint = "/v1/completions",
-                      .n = 100, .in_len = 128, .out_len = 128, .vocab = 512, .seed = 0};
+                      .n = 100, .in_len = 128, .out_len = 128, .vocab = 512, .seed = 0,
+                      .top_p = 1};
     int rc = parse_args(&b, argc - 1, argv + 1);
     if (rc)
         return rc > 0 ? TY_CLI_EXIT_OK : (usage(stderr), TY_CLI_EXIT_USAGE);

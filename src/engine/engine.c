@@ -160,19 +160,26 @@ static int forward_chunk(ty_engine_t *e, const struct ty_batch *b, uint32_t *si,
         }
     }
     struct ty_batch sb = {sub, ns, b->layer_cb, b->layer_arg};
-    int rc = ty_backend_forward(e->be, e->m, e->pool, &sb, e->tmp_logits);
+    /* keep the rows the caller asked for: every row of logits_all sequences, and the last
+     * token's row of a sequence whose final chunk this was. When the caller keeps every row
+     * the backend makes (a decode step: one token per sequence), it writes them in place. */
+    bool all_kept = true;
+    for (uint32_t i = 0; i < ns && all_kept; i++)
+        all_kept = sub[i].logits_all ||
+                   sub[i].tokens + sub[i].n == b->seqs[first + i].tokens + b->seqs[first + i].n;
+    float *out = all_kept ? logits + (size_t)*row * V : e->tmp_logits;
+    int rc = ty_backend_forward(e->be, e->m, e->pool, &sb, out);
     if (rc)
         return rc;
-    /* keep the rows the caller asked for: every row of logits_all sequences, and the last
-     * token's row of a sequence whose final chunk this was */
     uint32_t r = 0;
     for (uint32_t i = 0; i < ns; i++) {
         const struct ty_batch_seq *orig = &b->seqs[first + i];
         bool last = sub[i].tokens + sub[i].n == orig->tokens + orig->n;
         uint32_t rows = sub[i].logits_all ? sub[i].n : 1;
         if (sub[i].logits_all || last) {
-            memcpy(logits + (size_t)*row * V, e->tmp_logits + (size_t)r * V,
-                   (size_t)rows * V * sizeof(float));
+            if (!all_kept)
+                memcpy(logits + (size_t)*row * V, e->tmp_logits + (size_t)r * V,
+                       (size_t)rows * V * sizeof(float));
             *row += rows;
         }
         r += rows;

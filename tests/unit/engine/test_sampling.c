@@ -299,6 +299,37 @@ static void test_logit_bias(void **state)
     assert_int_equal(ty_sampler_new(&smp, &bad, 4), TY_EINVAL);
 }
 
+/* Greedy over a long row: the largest logit wins wherever it sits (the row is scanned 16 at a
+ * time, then the tail), the lowest index among equal ones, and a NaN never wins, even at 0. */
+static void test_greedy_long_rows(void **state)
+{
+    enum { V = 1003 };
+    static float l[V];
+    ty_sampler_t *s;
+    struct ty_sampling_params p = {0};
+    for (uint32_t at = 0; at < V; at += 37) {
+        for (uint32_t i = 0; i < V; i++)
+            l[i] = (float)(i % 97) / 10.0f;
+        l[at] = 50;
+        l[(at + 500) % V] = 50; /* a tie further on: the first one wins */
+        uint32_t want = at < (at + 500) % V ? at : (at + 500) % V;
+        assert_int_equal(ty_sampler_new(&s, &p, V), 0);
+        struct ty_sample o;
+        assert_int_equal(ty_sampler_sample(s, l, NULL, 0, &o), 0);
+        assert_int_equal(o.id, want);
+        ty_sampler_free(s);
+    }
+    for (uint32_t i = 0; i < V; i++)
+        l[i] = -1;
+    l[0] = NAN;
+    l[V - 1] = 3; /* in the scalar tail */
+    assert_int_equal(ty_sampler_new(&s, &p, V), 0);
+    struct ty_sample o;
+    assert_int_equal(ty_sampler_sample(s, l, NULL, 0, &o), 0);
+    assert_int_equal(o.id, V - 1);
+    ty_sampler_free(s);
+}
+
 static void test_bad_params(void **state)
 {
     ty_sampler_t *s;
@@ -318,6 +349,7 @@ int main(void)
         cmocka_unit_test(test_large_vocab),
         cmocka_unit_test(test_nucleus_large_vocab),
         cmocka_unit_test(test_logit_bias),
+        cmocka_unit_test(test_greedy_long_rows),
         cmocka_unit_test(test_bad_params),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
