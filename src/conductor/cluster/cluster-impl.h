@@ -87,7 +87,8 @@ struct ty__place {
     uint64_t *hashes; /* scratch of one pick */
     size_t cap_hashes;
     /* metrics (NULL without a registry) */
-    ty_metrics_child_t *decisions[TY_SCHED_REJECT_NO_NODE + 1];
+    ty_metrics_family_t *decisions_family; /* tycho_scheduler_decisions_total{class,result} */
+    ty_metrics_child_t *decisions[TY_SCHED_MAX_CLASSES][TY_SCHED_REJECT_NO_NODE + 1];
     ty_metrics_child_t *prompt_blocks, *cached_blocks, *index_blocks, *decode_over_slo;
     ty_metrics_child_t *over_slo; /* admitted although predicted over the TTFT SLO (idle) */
     ty_metrics_child_t *coef[2][3];

@@ -142,18 +142,15 @@ static void ring_push(struct ty__sample_ring *r, double x0, double x1, double us
 
 static void metrics_init(struct ty__place *p, ty_metrics_registry_t *reg)
 {
-    static const char *const result[] = {"result"}, *const kind[] = {"stage"};
+    static const char *const result[] = {"class", "result"}, *const kind[] = {"stage"};
     static const char *const coef[] = {"stage", "term"};
     ty_metrics_family_t *f;
     if (!reg)
         return;
-    if (!ty_metrics_counter_new(reg, &f, "tycho_scheduler_decisions_total",
-                                "requests the scheduler placed (accepted) or refused, by reason",
-                                result, 1))
-        for (int r = 0; r <= TY_SCHED_REJECT_NO_NODE; r++) {
-            const char *v = r ? ty_sched_reject_name((enum ty_sched_reject)r) : "accepted";
-            ty_metrics_child_get(f, &v, &p->decisions[r]);
-        }
+    if (ty_metrics_counter_new(reg, &p->decisions_family, "tycho_scheduler_decisions_total",
+                               "requests the scheduler placed (accepted) or refused, by SLO "
+                               "class and reason", result, 2))
+        p->decisions_family = NULL;
     if (!ty_metrics_counter_new(reg, &f, "tycho_scheduler_prompt_blocks_total",
                                 "full prompt blocks of placed requests", NULL, 0))
         ty_metrics_child_get(f, NULL, &p->prompt_blocks);
@@ -200,6 +197,36 @@ static void metrics_init(struct ty__place *p, ty_metrics_registry_t *reg)
         p->slo_family = NULL;
 }
 
+/* The decision counters of the classes now in p->class_names: a class that kept its name
+ * across a reload keeps its series (counters do not restart), the series of a class gone
+ * leave the output, a new class starts from zero. `old` / `n_old`: the names before. */
+static void decisions_bind(struct ty__place *p, char old[][64], uint32_t n_old)
+{
+    enum { R = TY_SCHED_REJECT_NO_NODE + 1 };
+    ty_metrics_child_t *prev[TY_SCHED_MAX_CLASSES][R];
+    memcpy(prev, p->decisions, sizeof(prev));
+    memset(p->decisions, 0, sizeof(p->decisions));
+    uint32_t n = ty_sched_opts_get(p->s)->n_classes;
+    for (uint32_t k = 0; p->decisions_family && k < n; k++) {
+        uint32_t j = 0;
+        while (j < n_old && (!prev[j][0] || strcmp(old[j], p->class_names[k])))
+            j++;
+        if (j < n_old) { /* same name: the same series */
+            memcpy(p->decisions[k], prev[j], sizeof(prev[j]));
+            memset(prev[j], 0, sizeof(prev[j]));
+            continue;
+        }
+        for (int r = 0; r < R; r++) {
+            const char *v[2] = {p->class_names[k],
+                                r ? ty_sched_reject_name((enum ty_sched_reject)r) : "accepted"};
+            ty_metrics_child_get(p->decisions_family, v, &p->decisions[k][r]);
+        }
+    }
+    for (uint32_t j = 0; j < TY_SCHED_MAX_CLASSES; j++)
+        for (int r = 0; r < R; r++)
+            ty_metrics_child_remove(prev[j][r]);
+}
+
 /* tycho_scheduler_slo_seconds: one series per class in force and kind (the classes of before
  * a reload leave the output). */
 static void slo_publish(struct ty__place *p)
@@ -235,6 +262,19 @@ static void tuned_init(const struct ty_sched_config *sc, const char *model,
     slo_init(sc, model, so, names);
 }
 
+/* Two classes of one name could never be told apart (by slo_class, a key or the metrics). */
+static int classes_unique(char names[][64], uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < i; j++)
+            if (!strcmp(names[i], names[j])) {
+                TY_LOG_ERROR("cluster", "scheduler.models: SLO class '%s' appears twice",
+                             names[i]);
+                return TY_EINVAL;
+            }
+    return 0;
+}
+
 static void log_tuned(const struct ty__place *p)
 {
     const struct ty_sched_opts *so = ty_sched_opts_get(p->s);
@@ -255,13 +295,18 @@ int ty_cluster_reload_sched(ty_cluster_t *c, const struct ty_sched_config *sc)
     struct ty_sched_opts so = *ty_sched_opts_get(p->s);
     char names[TY_SCHED_MAX_CLASSES][64] = {{0}};
     tuned_init(sc, p->model_name[0] ? p->model_name : NULL, &so, names);
-    int rc = ty_sched_set_policy(p->s, &so);
+    int rc = classes_unique(names, so.n_classes);
+    if (!rc)
+        rc = ty_sched_set_policy(p->s, &so);
     if (rc) {
         TY_LOG_ERROR("cluster", "scheduler settings refused, keeping the running ones: %s",
                      ty_strerror(rc));
         return rc;
     }
+    char old[TY_SCHED_MAX_CLASSES][64];
+    memcpy(old, p->class_names, sizeof(old));
     memcpy(p->class_names, names, sizeof(names));
+    decisions_bind(p, old, TY_SCHED_MAX_CLASSES);
     slo_publish(p);
     log_tuned(p);
     return 0;
@@ -305,7 +350,9 @@ int ty__place_init(ty_cluster_t *c, const struct ty_cluster_opts *o)
     }
     snprintf(p->model_name, sizeof(p->model_name), "%s", o->model_name ? o->model_name : "");
     tuned_init(sc, o->model_name, &so, p->class_names);
-    int rc = cost_init(o->cost, o->model, &so.cost);
+    int rc = classes_unique(p->class_names, so.n_classes);
+    if (!rc)
+        rc = cost_init(o->cost, o->model, &so.cost);
     if (rc)
         return rc;
     p->refit = o->cost ? o->cost->refit : true;
@@ -322,6 +369,7 @@ int ty__place_init(ty_cluster_t *c, const struct ty_cluster_opts *o)
     }
     metrics_init(p, o->metrics);
     coef_publish(p);
+    decisions_bind(p, NULL, 0);
     slo_publish(p);
     log_tuned(p);
     if (o->kv_pool_master && (rc = ty__pool_start(c, o->kv_pool_master, o->metrics))) {
@@ -600,8 +648,8 @@ int ty__place_pick(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *
     int rc = ty_sched_pick(p->s, &q, now, &d);
     if (rc)
         return rc;
-    if (p->decisions[d.reject])
-        ty_metrics_counter_inc(p->decisions[d.reject]);
+    if (p->decisions[q.priority][d.reject])
+        ty_metrics_counter_inc(p->decisions[q.priority][d.reject]);
     if (d.reject == TY_SCHED_REJECT_NO_NODE)
         return TY_EUNAVAIL;
     if (d.reject != TY_SCHED_REJECT_NONE) {

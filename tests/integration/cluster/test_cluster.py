@@ -188,6 +188,16 @@ class Cluster:
         return out
 
 
+def decisions(m, result, cls=None):
+    """tycho_scheduler_decisions_total for one result, summed over the SLO classes (or of one)."""
+    out = 0
+    for k, v in m.items():
+        if k.startswith("tycho_scheduler_decisions_total{") and 'result="%s"' % result in k and \
+                (cls is None or 'class="%s"' % cls in k):
+            out += v
+    return out
+
+
 def generate(prompt, n, model=MODEL, extra=()):
     """tycho generate's greedy answer (prompt None: the prompt is in extra, --prompt-ids)."""
     out = subprocess.run([TYCHO, "generate", "--model", model,
@@ -516,7 +526,7 @@ def case_prefix_routing():
                 "every repeat found all its full blocks on its prefill node: %s "
                 "(want %d / %d)" % (seen, want_a, want_b))
     m = cl.metrics()
-    ok &= check(m.get('tycho_scheduler_decisions_total{result="accepted"}') == 6,
+    ok &= check(decisions(m, "accepted") == 6,
                 "the scheduler placed all 6 requests")
     blocks = m.get("tycho_scheduler_cached_blocks_total", 0)
     want = 2 * (n_a // 16) + 2 * (n_b // 16)  # each repeat: all its full blocks
@@ -621,12 +631,12 @@ def case_slo_reject():
     got = json.loads(body)["choices"][0]["token_ids"] if st == 200 else None
     ok &= check(got == ref["output_ids"], "short prompt served as generate does (%d)" % st)
     m = cl.metrics()
-    ok &= check(m.get('tycho_scheduler_decisions_total{result="ttft"}') == 2 and
-                m.get('tycho_scheduler_decisions_total{result="accepted"}') == 3 and
+    ok &= check(decisions(m, "ttft") == 2 and
+                decisions(m, "accepted") == 3 and
                 m.get("tycho_scheduler_admitted_over_slo_total") == 1,
                 "decisions counted by reason (ttft %s, accepted %s, over SLO on an idle "
-                "node %s)" % (m.get('tycho_scheduler_decisions_total{result="ttft"}'),
-                              m.get('tycho_scheduler_decisions_total{result="accepted"}'),
+                "node %s)" % (decisions(m, "ttft"),
+                              decisions(m, "accepted"),
                               m.get("tycho_scheduler_admitted_over_slo_total")))
     ok &= check(m.get('tycho_scheduler_cost_coefficient{stage="prefill",term="1"}') == 10000,
                 "the configured cost model is the one in use (refit off)")
@@ -683,9 +693,9 @@ def case_batch_admission():
                 "generate does (%s)" % (N, bad))
     time.sleep(0.6)  # three heartbeats: the calls' timing samples
     m = cl.metrics()
-    acc = m.get('tycho_scheduler_decisions_total{result="accepted"}', 0) - \
-        m0.get('tycho_scheduler_decisions_total{result="accepted"}', 0)
-    ttft = m.get('tycho_scheduler_decisions_total{result="ttft"}', 0)
+    acc = decisions(m, "accepted") - \
+        decisions(m0, "accepted")
+    ttft = decisions(m, "ttft")
     ok &= check(acc == N and ttft == 0, "decisions: %d accepted, %d refused for TTFT" %
                 (acc, ttft))
     with open(cl.logs["p0"]) as f:
@@ -758,7 +768,19 @@ def case_slo_reload():
                                                                       "class: batch")
     ok &= check(reload(renamed, (("batch", "ttft"), 10)), "class flex renamed to batch")
     m = cl.metrics()
-    ok &= check(key % ("flex", "ttft") not in m, "the class renamed away left /metrics")
+    ok &= check(key % ("flex", "ttft") not in m and not decisions(m, "accepted", "flex") and
+                decisions(m, "ttft", "default") == 1 and
+                decisions(m, "accepted", "default") == 1,
+                "the class renamed away left /metrics; the default class's decisions went on "
+                "counting across the reloads (refused %s, accepted %s)" %
+                (decisions(m, "ttft", "default"), decisions(m, "accepted", "default")))
+    dup = SLO_CONFIG.replace("ttft: 300ms", "ttft: 60s").replace("class: flex", "class: default")
+    with open(path, "w") as f:
+        f.write(dup)
+    cl.procs["conductor"].send_signal(signal.SIGHUP)
+    time.sleep(0.5)
+    ok &= check(key % ("batch", "ttft") in cl.metrics(),
+                "two classes of one name are refused; the running ones stay")
     with open(path, "w") as f:
         f.write("scheduler:\n  admission: [not, an, enum]\n")
     cl.procs["conductor"].send_signal(signal.SIGHUP)
@@ -839,6 +861,11 @@ def case_slo_class():
                         "sk-batch, no class": 200, "sk-fast, slo_class batch": 429},
                 "behind the queue: default class refused, batch admitted, a key's class wins "
                 "over the request's (%s)" % got)
+    m = cl.metrics()
+    by = {(c, r): decisions(m, r, c) for c in ("default", "batch") for r in ("accepted", "ttft")}
+    ok &= check(by == {("default", "accepted"): 0, ("default", "ttft"): 2,
+                       ("batch", "accepted"): 3, ("batch", "ttft"): 0},
+                "decisions counted by class (%s)" % by)
     return ok
 
 
