@@ -246,6 +246,13 @@ static int run_status(int argc, char **argv)
             printf("KV pool: master %s, %s\n", str(pool, "master"),
                    json_is_true(json_object_get(pool, "following")) ? "following its blocks"
                                                                      : "not following (down?)");
+        const json_t *eng = json_object_get(o, "engine");
+        if (json_is_object(eng))
+            printf("engine: %s backend, KV %s, %.0f pages of %.0f tokens, up to %.0f running / "
+                   "%.0f waiting, %.0f tokens per step, %.0f steps run\n",
+                   str(eng, "backend"), str(eng, "kv_cache_dtype"), num(eng, "kv_pages"),
+                   num(eng, "kv_block_tokens"), num(eng, "max_running"), num(eng, "max_waiting"),
+                   num(eng, "max_batch_tokens"), num(eng, "steps"));
         if (json_object_get(o, "scheduler"))
             print_scheduler(json_object_get(o, "scheduler"));
         if (json_object_get(o, "nodes"))

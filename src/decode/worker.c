@@ -6,8 +6,10 @@
 
 #include "tycho/errors.h"
 #include "tycho/log.h"
+#include "tycho/backend.h"
 #include "tycho/stoptext.h"
 
+#include <jansson.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,10 +171,32 @@ static void worker_stats(void *ctx, struct ty_serve_stats *out)
     pthread_mutex_unlock(&w->mu);
 }
 
+/* GET /status of `tycho serve`: the engine under the API. */
+static char *worker_status_json(void *ctx)
+{
+    ty_decode_worker_t *w = ctx;
+    struct ty_serve_stats st;
+    worker_stats(w, &st);
+    ty_kvpool_t *p = ty_engine_pool(w->e);
+    json_t *o = json_pack("{s:s,s:{s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I}}", "role", "serve",
+                          "engine", "backend", ty_backend_name(ty_engine_backend(w->e)),
+                          "kv_cache_dtype", ty_kv_dtype_name(ty_kvpool_dtype(p)), "kv_pages",
+                          (json_int_t)st.kv_pages_total, "kv_block_tokens",
+                          (json_int_t)ty_kvpool_block_tokens(p), "max_running",
+                          (json_int_t)w->o.max_running, "max_waiting",
+                          (json_int_t)w->o.max_waiting, "max_batch_tokens",
+                          (json_int_t)ty_engine_max_batch_tokens(w->e), "steps",
+                          (json_int_t)st.steps);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return text;
+}
+
 static const struct ty_serve_backend_i worker_iface = {
     .submit = worker_submit,
     .cancel = worker_cancel,
     .stats = worker_stats,
+    .status_json = worker_status_json,
 };
 
 struct ty_serve_backend ty_decode_worker_backend(ty_decode_worker_t *w)

@@ -484,6 +484,15 @@ def case_auth_drain(srv):
     hdr = {"Authorization": "Bearer sekrit"}
     st, data, _ = srv.post("/v1/completions", {"prompt": "x", "max_tokens": 2}, hdr)
     check(st == 200, "right key: 200")
+    st, _ = srv.get("/status")
+    check(st == 401, "GET /status without the key: 401 (%d)" % st)
+    r = subprocess.run([TYCHO, "status", "--url", "http://127.0.0.1:%d" % srv.port, "--json",
+                        "--api-key", "sekrit"], capture_output=True, text=True, timeout=20)
+    d = json.loads(r.stdout) if r.returncode == 0 else {}
+    eng = d.get("engine", {})
+    check(d.get("role") == "serve" and d.get("model") == "stories260K" and
+          eng.get("backend") == "cpu" and eng.get("steps", 0) >= 1 and eng.get("kv_pages", 0) > 0,
+          "tycho status --json: the engine under tycho serve (%s)" % (eng or r.stderr))
     # SIGTERM while a stream is in flight: the stream completes, then exit 0
     c = srv.conn()
     # 8 x 2000 tokens outlast the 30 s drain deadline under a sanitizer (CMake sets
