@@ -67,6 +67,8 @@ struct ty_api_request {
     bool echo;                   /* completion: prompt text before each choice's text */
     char service_tier[16];       /* "": absent; else auto, default, flex, scale or priority */
     char slo_class[65];          /* Tycho extension: the SLO class by name; "": absent */
+    uint32_t stop_ids[TY_GEN_MAX_STOP_IDS], n_stop_ids; /* vLLM's stop_token_ids */
+    uint32_t min_tokens;         /* vLLM's min_tokens (0: none) */
     uint32_t n_logit_bias;       /* OpenAI's logit_bias: token id -> bias in [-100, 100] */
     struct ty_logit_bias logit_bias[TY_SAMPLE_MAX_LOGIT_BIAS];
 };

@@ -70,13 +70,29 @@ enum ty_finish {
 };
 const char *ty_finish_name(enum ty_finish f);
 
+#define TY_GEN_MAX_STOP_IDS 16
+
 struct ty_gen_params {
     struct ty_sampling_params sampling;
     uint32_t max_tokens;
     bool ignore_eos;
     const char *const *stop; /* stop strings (text is cut before the match) */
     size_t n_stop;
+    /* vLLM's extensions: a sampled stop token ends the request like EOS (finish "stop", the
+     * token not in the output); before min_tokens output tokens neither EOS nor a stop token
+     * can be sampled (their logits are masked) */
+    uint32_t stop_ids[TY_GEN_MAX_STOP_IDS], n_stop_ids;
+    uint32_t min_tokens;
 };
+
+/* True when `id` ends generation under g: an end-of-generation token (unless ignore_eos) or
+ * one of g's stop tokens. */
+bool ty_gen_is_end(const struct ty_gen_params *g, const ty_model_t *m, uint32_t id);
+/* Before a request's min_tokens output tokens (n_out made so far), hand its sampler the
+ * tokens it may not draw next: `eog` (the model's end-of-generation ids, from
+ * ty_model_eog_list; not with ignore_eos) and g's stop tokens. No-op otherwise. */
+void ty_gen_ban_ends(const struct ty_gen_params *g, uint32_t n_out, const uint32_t *eog,
+                     size_t n_eog, ty_sampler_t *s);
 
 struct ty_gen_result {
     uint32_t *ids; /* output token ids (malloc'ed) */

@@ -60,6 +60,9 @@ const struct ty_tokenizer *ty_model_tokenizer(const ty_model_t *m);
 /* True when `id` ends generation (the file's eos ids, generation_config.json eos list, and the
  * tokenizer's end-of-generation tokens). */
 bool ty_model_is_eog(const ty_model_t *m, uint32_t id);
+/* Every end-of-generation token id of the model (a scan of the vocabulary: call it once, not
+ * per token), at most cap into out; returns how many there are. */
+size_t ty_model_eog_list(const ty_model_t *m, uint32_t *out, size_t cap);
 /* The Jinja chat template text from the model, or NULL. Borrowed. */
 const char *ty_model_chat_template(const ty_model_t *m);
 /* Bytes of weights the forward pass reads per token (all matrices and norms). */

@@ -56,6 +56,11 @@ typedef struct ty_sampler ty_sampler_t;
 /* Returns 0, TY_EINVAL (parameters out of range) or TY_ENOMEM. */
 int ty_sampler_new(ty_sampler_t **out, const struct ty_sampling_params *p, uint32_t n_vocab);
 void ty_sampler_free(ty_sampler_t *s);
+/* Tokens the next ty_sampler_sample() may not pick (their logits become -inf after the
+ * penalties and the bias; greedy too): the end-of-generation and stop tokens while a request
+ * has not reached its min_tokens. Copies up to TY_SAMPLE_MAX_BAN ids; applies to one draw. */
+#define TY_SAMPLE_MAX_BAN 64
+void ty_sampler_ban_next(ty_sampler_t *s, const uint32_t *ids, size_t n);
 /* Pick the next token. `logits` (n_vocab) is modified in place; `history` is the sequence so
  * far (prompt and output) for the penalties. */
 int ty_sampler_sample(ty_sampler_t *s, float *logits, const uint32_t *history, size_t n_history,

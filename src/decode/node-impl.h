@@ -24,6 +24,7 @@ struct dcmd {
     uint32_t n_prompt, max_tokens;
     bool ignore_eos;
     struct ty_sampling_params sp;
+    uint32_t min_tokens, stop_ids[TY_GEN_MAX_STOP_IDS], n_stop_ids;
 };
 
 /* worker -> loop: the answer to an ASSIGN (packed DecodeAssignReply) or one token / end. */

@@ -171,11 +171,17 @@ static int assign_build(ty_decode_node_t *n, const Tycho__V1__DecodeAssign *m,
     c->rid = m->request_id;
     c->n_prompt = (uint32_t)m->n_prompt_token_ids;
     memcpy(c->prompt, m->prompt_token_ids, c->n_prompt * sizeof(uint32_t));
+    struct ty_gen_params ends = {0};
     int rc = ty_cluster_sampling_from_pb(m->sampling, V, &c->sp, why, cap);
+    if (!rc)
+        rc = ty_cluster_ends_from_pb(m->sampling, V, &ends, why, cap);
     if (rc) {
         ty__dcmd_free(c);
         return rc;
     }
+    c->min_tokens = ends.min_tokens;
+    c->n_stop_ids = ends.n_stop_ids;
+    memcpy(c->stop_ids, ends.stop_ids, ends.n_stop_ids * sizeof(uint32_t));
     if (m->sampling) {
         c->max_tokens = m->sampling->max_tokens;
         c->ignore_eos = m->sampling->ignore_eos;

@@ -23,6 +23,7 @@ struct dseq {
     uint32_t n_hist, cap_hist, n_prompt, n_out, max_tokens;
     uint32_t n_cached; /* prompt tokens the prefill node reused (KvReady) */
     bool ignore_eos, ready;
+    struct ty_gen_params ends; /* ignore_eos, stop tokens, min_tokens (ty_gen_is_end) */
     uint64_t deadline_ms; /* KV must land by then */
 };
 
@@ -33,6 +34,8 @@ struct wstate {
     uint32_t V, n_layers, max_ctx, n_seqs, n_ready;
     struct dseq *seqs;
     float *logits; /* (max_running, V) */
+    uint32_t eog[TY_SAMPLE_MAX_BAN]; /* the model's end-of-generation ids (min_tokens) */
+    size_t n_eog;
 };
 
 static void dseq_free(struct wstate *w, struct dseq *s)
@@ -126,6 +129,10 @@ static int dseq_reserve(struct wstate *w, struct dcmd *c, struct dseq *s)
     s->n_prompt = s->n_hist = c->n_prompt;
     s->max_tokens = c->max_tokens ? c->max_tokens : w->max_ctx;
     s->ignore_eos = c->ignore_eos;
+    s->ends.ignore_eos = c->ignore_eos;
+    s->ends.min_tokens = c->min_tokens;
+    s->ends.n_stop_ids = c->n_stop_ids < TY_GEN_MAX_STOP_IDS ? c->n_stop_ids : TY_GEN_MAX_STOP_IDS;
+    memcpy(s->ends.stop_ids, c->stop_ids, s->ends.n_stop_ids * sizeof(uint32_t));
     uint64_t total = (uint64_t)c->n_prompt + s->max_tokens;
     if (total > w->max_ctx)
         total = w->max_ctx;
@@ -200,7 +207,7 @@ static void pool_write(struct wstate *w, const struct dseq *s)
 /* Record token `smp` of `s` and report it; true when `s` finished (and was ended). */
 static bool accept_token(struct wstate *w, struct dseq *s, const struct ty_sample *smp)
 {
-    if (!s->ignore_eos && ty_model_is_eog(w->m, smp->id)) {
+    if (ty_gen_is_end(&s->ends, w->m, smp->id)) { /* EOS or a stop token */
         pool_write(w, s);
         dseq_end(w, s, TYCHO__V1__FINISH_REASON__FINISH_REASON_STOP, 0);
         return true;
@@ -284,6 +291,8 @@ static void step(struct wstate *w)
     for (uint32_t i = 0; i < nb; i++) {
         struct dseq *s = who[i];
         struct ty_sample smp;
+        if (!rc)
+            ty_gen_ban_ends(&s->ends, s->n_out, w->eog, w->n_eog, s->sampler);
         int src = rc ? rc
                      : ty_sampler_sample(s->sampler, w->logits + (size_t)i * w->V, s->hist,
                                          s->n_hist, &smp);
@@ -375,6 +384,9 @@ void *ty__decode_node_worker(void *arg)
                        .m = ty_engine_model(n->o.engine),
                        .max_ctx = ty_engine_max_ctx(n->o.engine)};
     w.V = ty_model_config(w.m)->n_vocab;
+    w.n_eog = ty_model_eog_list(w.m, w.eog, TY_SAMPLE_MAX_BAN);
+    if (w.n_eog > TY_SAMPLE_MAX_BAN)
+        w.n_eog = TY_SAMPLE_MAX_BAN;
     w.n_layers = ty_model_config(w.m)->n_layers;
     w.logits = malloc((size_t)n->o.max_running * w.V * sizeof(float));
     if (!w.logits) {

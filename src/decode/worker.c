@@ -33,6 +33,8 @@ struct ty_decode_worker {
     const ty_model_t *m;
     const ty_tokenizer_t *tok;
     uint32_t V;
+    uint32_t eog[TY_SAMPLE_MAX_BAN]; /* the model's end-of-generation ids (min_tokens) */
+    size_t n_eog;
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -320,7 +322,7 @@ static void admit(ty_decode_worker_t *w)
 static enum ty_finish accept_token(ty_decode_worker_t *w, struct wseq *s,
                                    const struct ty_sample *smp, int *err)
 {
-    if (!s->gen.ignore_eos && ty_model_is_eog(w->m, smp->id))
+    if (ty_gen_is_end(&s->gen, w->m, smp->id)) /* EOS or a stop token: not in the output */
         return TY_FINISH_EOS;
     if (s->n_hist == s->cap_hist) {
         uint32_t *nh = realloc(s->hist, (s->cap_hist * 2) * sizeof(uint32_t));
@@ -352,6 +354,7 @@ static enum ty_finish accept_token(ty_decode_worker_t *w, struct wseq *s,
 static bool sample_and_report(ty_decode_worker_t *w, struct wseq *s, float *row)
 {
     struct ty_sample smp;
+    ty_gen_ban_ends(&s->gen, s->n_out, w->eog, w->n_eog, s->sampler);
     int err = ty_sampler_sample(s->sampler, row, s->hist, s->n_hist, &smp);
     enum ty_finish fin = err ? TY_FINISH_NONE : accept_token(w, s, &smp, &err);
     if (err) {
@@ -450,6 +453,9 @@ int ty_decode_worker_new(ty_decode_worker_t **out, const struct ty_decode_worker
     w->waiting_tail = &w->waiting;
     w->running = calloc(w->o.max_running, sizeof(*w->running));
     w->logits = malloc((size_t)w->o.max_running * w->V * sizeof(float));
+    w->n_eog = ty_model_eog_list(w->m, w->eog, TY_SAMPLE_MAX_BAN);
+    if (w->n_eog > TY_SAMPLE_MAX_BAN)
+        w->n_eog = TY_SAMPLE_MAX_BAN;
     w->stats.max_ctx = ty_engine_max_ctx(w->e);
     w->stats.kv_block_tokens = ty_kvpool_block_tokens(ty_engine_pool(w->e));
     w->stats.kv_pages_total = ty_kvpool_pages_total(ty_engine_pool(w->e));

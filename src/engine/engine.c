@@ -210,6 +210,31 @@ int ty_engine_forward(ty_engine_t *e, const struct ty_batch *b, float *logits)
     return 0;
 }
 
+bool ty_gen_is_end(const struct ty_gen_params *g, const ty_model_t *m, uint32_t id)
+{
+    if (!g->ignore_eos && ty_model_is_eog(m, id))
+        return true;
+    for (uint32_t i = 0; i < g->n_stop_ids && i < TY_GEN_MAX_STOP_IDS; i++)
+        if (g->stop_ids[i] == id)
+            return true;
+    return false;
+}
+
+void ty_gen_ban_ends(const struct ty_gen_params *g, uint32_t n_out, const uint32_t *eog,
+                     size_t n_eog, ty_sampler_t *s)
+{
+    if (n_out >= g->min_tokens)
+        return;
+    uint32_t ban[TY_SAMPLE_MAX_BAN];
+    size_t n = 0;
+    for (size_t i = 0; !g->ignore_eos && i < n_eog && n < TY_SAMPLE_MAX_BAN; i++)
+        ban[n++] = eog[i];
+    for (uint32_t i = 0; i < g->n_stop_ids && i < TY_GEN_MAX_STOP_IDS && n < TY_SAMPLE_MAX_BAN;
+         i++)
+        ban[n++] = g->stop_ids[i];
+    ty_sampler_ban_next(s, ban, n);
+}
+
 const char *ty_finish_name(enum ty_finish f)
 {
     switch (f) {

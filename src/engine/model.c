@@ -230,6 +230,18 @@ bool ty_model_is_eog(const ty_model_t *m, uint32_t id)
     return false;
 }
 
+size_t ty_model_eog_list(const ty_model_t *m, uint32_t *out, size_t cap)
+{
+    size_t n = 0;
+    for (uint32_t id = 0; id < m->cfg.n_vocab; id++)
+        if (ty_model_is_eog(m, id)) {
+            if (n < cap)
+                out[n] = id;
+            n++;
+        }
+    return n;
+}
+
 const char *ty_model_chat_template(const ty_model_t *m)
 {
     return m->chat_template;

@@ -28,6 +28,7 @@ struct ty_sampler {
     struct cand *c;    /* (n_vocab) */
     struct cand *tmp;  /* (n_vocab) the radix sort's other buffer, made on first use */
     uint32_t *counts;  /* (n_vocab) occurrences in the penalty window */
+    uint32_t ban[TY_SAMPLE_MAX_BAN], n_ban; /* for the next draw only */
 };
 
 int ty_sampler_new(ty_sampler_t **out, const struct ty_sampling_params *p, uint32_t n_vocab)
@@ -353,6 +354,14 @@ static uint32_t filter(ty_sampler_t *s, const float *logits)
     return cut_sorted(s, n, nucleus ? p->top_p : 0, p->min_p, (float)(1.0 / sum));
 }
 
+void ty_sampler_ban_next(ty_sampler_t *s, const uint32_t *ids, size_t n)
+{
+    s->n_ban = 0;
+    for (size_t i = 0; i < n && s->n_ban < TY_SAMPLE_MAX_BAN; i++)
+        if (ids[i] < s->n_vocab)
+            s->ban[s->n_ban++] = ids[i];
+}
+
 int ty_sampler_sample(ty_sampler_t *s, float *logits, const uint32_t *history, size_t n_history,
                       struct ty_sample *out)
 {
@@ -360,6 +369,9 @@ int ty_sampler_sample(ty_sampler_t *s, float *logits, const uint32_t *history, s
     apply_penalties(s, logits, history, n_history);
     for (uint32_t i = 0; i < s->p.n_logit_bias; i++)
         logits[s->p.logit_bias[i].id] += s->p.logit_bias[i].bias;
+    for (uint32_t i = 0; i < s->n_ban; i++)
+        logits[s->ban[i]] = -INFINITY;
+    s->n_ban = 0;
     if (s->p.temperature <= 0) {
         out->id = argmax(logits, s->n_vocab);
     } else {

@@ -37,6 +37,7 @@ struct pjob {
     uint32_t n_dest_pages;
     uint64_t *k_addr, *v_addr; /* (n_layers, n_dest_pages) remote addresses */
     struct ty_sampling_params sp;
+    struct ty_gen_params ends; /* stop tokens, min_tokens: no EOS / stop as the first token */
     atomic_bool cancelled;
     /* worker only */
     ty_xfer_segment_t *seg;
@@ -60,6 +61,8 @@ struct ty_prefill {
     ty_rpc_mailbox_t *mb;
     const ty_model_t *m;
     uint32_t n_layers, B, V;
+    uint32_t eog[TY_SAMPLE_MAX_BAN]; /* the model's end-of-generation ids (min_tokens) */
+    size_t n_eog;
     size_t page_bytes;
     pthread_t thread;
     pthread_mutex_t mu;
@@ -184,6 +187,7 @@ static int job_sample(ty_prefill_t *p, struct pjob *j, float *logits)
     ty_sampler_t *smp;
     struct ty_sample out;
     if (!(rc = ty_sampler_new(&smp, &j->sp, p->V))) {
+        ty_gen_ban_ends(&j->ends, 0, p->eog, p->n_eog, smp);
         rc = ty_sampler_sample(smp, logits, j->tokens, j->n, &out);
         ty_sampler_free(smp);
         j->first_token = out.id;
@@ -499,7 +503,8 @@ static int job_build(ty_prefill_t *p, const Tycho__V1__PrefillAssign *m, struct 
         return rc;
     }
     memcpy(j->tokens, m->prompt_tokens, j->n * sizeof(uint32_t));
-    if ((rc = ty_cluster_sampling_from_pb(m->sampling, p->V, &j->sp, why, cap))) {
+    if ((rc = ty_cluster_sampling_from_pb(m->sampling, p->V, &j->sp, why, cap)) ||
+        (rc = ty_cluster_ends_from_pb(m->sampling, p->V, &j->ends, why, cap))) {
         job_free(j);
         return rc;
     }
@@ -624,6 +629,9 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
     p->m = ty_engine_model(opts->engine);
     p->n_layers = ty_model_config(p->m)->n_layers;
     p->V = ty_model_config(p->m)->n_vocab;
+    p->n_eog = ty_model_eog_list(p->m, p->eog, TY_SAMPLE_MAX_BAN);
+    if (p->n_eog > TY_SAMPLE_MAX_BAN)
+        p->n_eog = TY_SAMPLE_MAX_BAN;
     p->B = ty_kvpool_block_tokens(ty_engine_pool(opts->engine));
     p->page_bytes = ty_kvpool_page_bytes(ty_engine_pool(opts->engine));
     p->pages_used = ty_kvpool_pages_used(ty_engine_pool(opts->engine)); /* before the worker */

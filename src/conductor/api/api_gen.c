@@ -519,6 +519,9 @@ static void fill_params(const struct ty__api_gen *g, uint32_t i, struct ty_serve
     sr->gen.ignore_eos = q->ignore_eos;
     sr->gen.stop = (const char *const *)q->stop;
     sr->gen.n_stop = q->n_stop;
+    sr->gen.n_stop_ids = q->n_stop_ids;
+    memcpy(sr->gen.stop_ids, q->stop_ids, q->n_stop_ids * sizeof(q->stop_ids[0]));
+    sr->gen.min_tokens = q->min_tokens;
     /* the key's class, else the one the request names, else OpenAI's tier (a hint) */
     if (g->key_class[0] || q->slo_class[0]) {
         sr->slo_class = g->key_class[0] ? g->key_class : q->slo_class;
@@ -606,6 +609,11 @@ static int prepare(ty_api_t *a, ty_http_req_t *r, struct ty__api_gen *g, enum ty
     for (uint32_t i = 0; i < g->n_choices; i++)
         g->ch[i].prompt = i / g->req.n;
     uint32_t V = ty_model_config(a->o.model)->n_vocab;
+    for (uint32_t i = 0; i < g->req.n_stop_ids; i++)
+        if (g->req.stop_ids[i] >= V)
+            return ty_api_error_set(e, 400, "invalid_request_error", "stop_token_ids", NULL,
+                                    "'stop_token_ids' token %u is not in the vocabulary (%u "
+                                    "tokens)", g->req.stop_ids[i], V);
     for (uint32_t i = 0; i < g->req.n_logit_bias; i++)
         if (g->req.logit_bias[i].id >= V)
             return ty_api_error_set(e, 400, "invalid_request_error", "logit_bias", NULL,

@@ -445,6 +445,31 @@ static int parse_sampling(json_t *o, struct ty_api_request *r, struct ty_api_err
             r->logit_bias[r->n_logit_bias++] = (struct ty_logit_bias){(uint32_t)id, (float)b};
         }
     }
+    /* vLLM's stop_token_ids and min_tokens */
+    json_t *sti = json_object_get(o, "stop_token_ids");
+    if (sti && !json_is_null(sti)) {
+        if (!json_is_array(sti) || json_array_size(sti) > TY_GEN_MAX_STOP_IDS)
+            return BAD("stop_token_ids", "'stop_token_ids' must be a list of at most %d token "
+                                         "ids", TY_GEN_MAX_STOP_IDS);
+        size_t i;
+        json_t *v;
+        json_array_foreach(sti, i, v) {
+            if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                json_integer_value(v) > UINT32_MAX)
+                return BAD("stop_token_ids", "'stop_token_ids[%zu]' is not a token id", i);
+            r->stop_ids[r->n_stop_ids++] = (uint32_t)json_integer_value(v);
+        }
+    }
+    int64_t mt;
+    int mrc = get_int(o, "min_tokens", 0, INT32_MAX, &mt, err);
+    if (mrc < 0)
+        return mrc;
+    if (mrc == 0) {
+        if (r->max_tokens >= 0 && mt > r->max_tokens)
+            return BAD("min_tokens", "'min_tokens' (%lld) is above 'max_tokens' (%lld)",
+                       (long long)mt, (long long)r->max_tokens);
+        r->min_tokens = (uint32_t)mt;
+    }
     /* Tycho's extension: any SLO class the operator configured, by name */
     json_t *cls = json_object_get(o, "slo_class");
     if (cls && !json_is_null(cls)) {

@@ -61,6 +61,32 @@ void ty_cluster_sampling_to_pb(const struct ty_gen_params *g, Tycho__V1__Samplin
     }
     sp->n_logit_bias = n;
     sp->logit_bias = n ? bias_ptrs : NULL;
+    sp->n_stop_token_ids = g->n_stop_ids < TY_GEN_MAX_STOP_IDS ? g->n_stop_ids
+                                                               : TY_GEN_MAX_STOP_IDS;
+    sp->stop_token_ids = sp->n_stop_token_ids ? (uint32_t *)g->stop_ids : NULL;
+    sp->min_tokens = g->min_tokens;
+}
+
+int ty_cluster_ends_from_pb(const Tycho__V1__SamplingParams *s, uint32_t V,
+                            struct ty_gen_params *g, char *why, size_t cap)
+{
+    g->n_stop_ids = 0;
+    g->min_tokens = 0;
+    if (!s)
+        return 0;
+    if (s->n_stop_token_ids > TY_GEN_MAX_STOP_IDS)
+        return snprintf(why, cap, "stop_token_ids has %zu entries (at most %d)",
+                        s->n_stop_token_ids, TY_GEN_MAX_STOP_IDS), TY_EINVAL;
+    for (size_t i = 0; i < s->n_stop_token_ids; i++) {
+        if (s->stop_token_ids[i] >= V)
+            return snprintf(why, cap, "stop_token_ids[%zu] = %u outside the vocabulary (%u)", i,
+                            s->stop_token_ids[i], V), TY_EINVAL;
+        g->stop_ids[i] = s->stop_token_ids[i];
+    }
+    g->n_stop_ids = (uint32_t)s->n_stop_token_ids;
+    g->min_tokens = s->min_tokens;
+    g->ignore_eos = s->ignore_eos;
+    return 0;
 }
 
 int ty_cluster_sampling_from_pb(const Tycho__V1__SamplingParams *s, uint32_t V,

@@ -1,5 +1,6 @@
 // The official `openai` npm client against `tycho serve` on stories260K: chat and completions,
-// streaming and not, completions with a list of prompts and echo, logit_bias. Expected text
+// streaming and not, completions with a list of prompts and echo, logit_bias, vLLM's
+// stop_token_ids and min_tokens. Expected text
 // comes from `tycho generate` (temperature 0).
 // Usage: node openai_client.mjs TYCHO_BINARY. Exit 77 when the package or the model is missing.
 import { spawn, execFileSync } from 'node:child_process';
@@ -95,6 +96,25 @@ try {
   check(force.choices[0].token_ids.length === 6 &&
         force.choices[0].token_ids.every((t) => t === forced),
         `logit_bias +100 forces token ${forced} (got ${force.choices[0].token_ids})`);
+  // stop_token_ids end the answer before the first one (it is not in the output), also when
+  // it is the very first token (sampled by the prefill node in a cluster); min_tokens holds
+  // the stop tokens back until that many tokens were made
+  const stopAt = 5, stopId = ref.output_ids[stopAt];
+  const st = await client.completions.create({ model: 'stories260K', prompt, max_tokens: 32,
+    temperature: 0, stop_token_ids: [stopId], return_token_ids: true });
+  const want = ref.output_ids.slice(0, ref.output_ids.indexOf(stopId));
+  check(JSON.stringify(st.choices[0].token_ids) === JSON.stringify(want) &&
+        st.choices[0].finish_reason === 'stop',
+        `stop_token_ids [${stopId}] ends the answer before it (${st.choices[0].token_ids})`);
+  const st0 = await client.completions.create({ model: 'stories260K', prompt, max_tokens: 8,
+    temperature: 0, stop_token_ids: [first], return_token_ids: true });
+  check(st0.choices[0].token_ids.length === 0 && st0.choices[0].finish_reason === 'stop',
+        `a stop token as the first token: an empty answer (${st0.choices[0].token_ids})`);
+  const mt = await client.completions.create({ model: 'stories260K', prompt, max_tokens: 12,
+    temperature: 0, stop_token_ids: [first], min_tokens: 4, return_token_ids: true });
+  const got = mt.choices[0].token_ids;
+  check(got.length >= 4 && got[0] !== first && !got.includes(first),
+        `min_tokens 4 holds the stop token ${first} back (${got})`);
   try {
     await client.completions.create({ model: 'stories260K', prompt, max_tokens: 1,
                                       logit_bias: { 100000: 5 } });

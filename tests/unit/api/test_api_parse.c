@@ -28,7 +28,7 @@ static void test_chat_full(void **state)
                     "\"stop\":[\"x\",\"yy\"],\"stream\":true,\"stream_options\":"
                     "{\"include_usage\":true},\"logprobs\":true,\"top_logprobs\":3,"
                     "\"service_tier\":\"flex\",\"slo_class\":\"batch\",\"logit_bias\":{\"7\":-100,"
-                    "\"12\":2.5}}";
+                    "\"12\":2.5},\"stop_token_ids\":[8,9],\"min_tokens\":3}";
     assert_int_equal(parse(b, TY_API_CHAT, &r, &e), 0);
     assert_string_equal(r.model, "m");
     assert_int_equal(r.n_msgs, 2);
@@ -48,6 +48,9 @@ static void test_chat_full(void **state)
     assert_string_equal(r.service_tier, "flex");
     assert_string_equal(r.slo_class, "batch");
     assert_int_equal(r.n_logit_bias, 2);
+    assert_int_equal(r.n_stop_ids, 2);
+    assert_int_equal(r.stop_ids[1], 9);
+    assert_int_equal(r.min_tokens, 3);
     assert_int_equal(r.logit_bias[0].id, 7);
     assert_float_equal(r.logit_bias[0].bias, -100, 0);
     assert_int_equal(r.logit_bias[1].id, 12);
@@ -178,6 +181,13 @@ static void test_errors_name_param(void **state)
         {"{\"prompt\":\"x\",\"n\":0}", TY_API_COMPLETION, "n"},
         {"{\"prompt\":\"x\",\"n\":17}", TY_API_COMPLETION, "n"},
         {"{\"prompt\":\"x\",\"slo_class\":7}", TY_API_COMPLETION, "slo_class"},
+        {"{\"prompt\":\"x\",\"stop_token_ids\":[1,-2]}", TY_API_COMPLETION, "stop_token_ids"},
+        {"{\"prompt\":\"x\",\"stop_token_ids\":3}", TY_API_COMPLETION, "stop_token_ids"},
+        {"{\"prompt\":\"x\",\"stop_token_ids\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}",
+         TY_API_COMPLETION, "stop_token_ids"},
+        {"{\"prompt\":\"x\",\"max_tokens\":4,\"min_tokens\":5}", TY_API_COMPLETION,
+         "min_tokens"},
+        {"{\"prompt\":\"x\",\"min_tokens\":-1}", TY_API_COMPLETION, "min_tokens"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
          "\"function\",\"function\":{\"name\":\"f\"}}]}", TY_API_CHAT, "tools"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":"

@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include "tycho/errors.h"
+#include "tycho/engine.h"
 #include "tycho/sampling.h"
 
 #include <math.h>
@@ -330,6 +331,40 @@ static void test_greedy_long_rows(void **state)
     ty_sampler_free(s);
 }
 
+/* A ban covers one draw: the greedy pick is refused once, then allowed again; min_tokens
+ * bans the end tokens and the stop tokens until that many tokens were made, and only then. */
+static void test_ban_next_and_min_tokens(void **state)
+{
+    float l[4] = {0.0f, logf(2), logf(5), logf(3)}, x[4];
+    struct ty_sampling_params p = {0};
+    ty_sampler_t *s;
+    struct ty_sample o;
+    assert_int_equal(ty_sampler_new(&s, &p, 4), 0);
+    uint32_t two = 2;
+    ty_sampler_ban_next(s, &two, 1);
+    memcpy(x, l, sizeof(x));
+    assert_int_equal(ty_sampler_sample(s, x, NULL, 0, &o), 0);
+    assert_int_equal(o.id, 3);
+    memcpy(x, l, sizeof(x));
+    assert_int_equal(ty_sampler_sample(s, x, NULL, 0, &o), 0);
+    assert_int_equal(o.id, 2);
+    /* ends: "EOS" 2 and stop token 3, min_tokens 2 */
+    struct ty_gen_params g = {.stop_ids = {3}, .n_stop_ids = 1, .min_tokens = 2};
+    const uint32_t eog[1] = {2};
+    for (uint32_t n_out = 0; n_out < 3; n_out++) {
+        ty_gen_ban_ends(&g, n_out, eog, 1, s);
+        memcpy(x, l, sizeof(x));
+        assert_int_equal(ty_sampler_sample(s, x, NULL, 0, &o), 0);
+        assert_int_equal(o.id, n_out < 2 ? 1 : 2);
+    }
+    g.ignore_eos = true; /* EOS is an ordinary token then: only the stop token is held back */
+    ty_gen_ban_ends(&g, 0, eog, 1, s);
+    memcpy(x, l, sizeof(x));
+    assert_int_equal(ty_sampler_sample(s, x, NULL, 0, &o), 0);
+    assert_int_equal(o.id, 2);
+    ty_sampler_free(s);
+}
+
 static void test_bad_params(void **state)
 {
     ty_sampler_t *s;
@@ -350,6 +385,7 @@ int main(void)
         cmocka_unit_test(test_nucleus_large_vocab),
         cmocka_unit_test(test_logit_bias),
         cmocka_unit_test(test_greedy_long_rows),
+        cmocka_unit_test(test_ban_next_and_min_tokens),
         cmocka_unit_test(test_bad_params),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

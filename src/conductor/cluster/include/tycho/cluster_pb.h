@@ -35,5 +35,9 @@ void ty_cluster_sampling_to_pb(const struct ty_gen_params *g, Tycho__V1__Samplin
                                Tycho__V1__LogitBias *bias, Tycho__V1__LogitBias **bias_ptrs);
 int ty_cluster_sampling_from_pb(const Tycho__V1__SamplingParams *sp, uint32_t V,
                                 struct ty_sampling_params *out, char *why, size_t cap);
+/* The request's ends from sp: stop tokens (each < V, at most TY_GEN_MAX_STOP_IDS), min_tokens
+ * and ignore_eos into g (its other fields untouched). TY_EINVAL with why. */
+int ty_cluster_ends_from_pb(const Tycho__V1__SamplingParams *sp, uint32_t V,
+                            struct ty_gen_params *g, char *why, size_t cap);
 
 #endif
