@@ -61,6 +61,12 @@ static void check_accepted(const struct ty_api_request *r, enum ty_api_kind kind
     for (size_t i = 0; i < r->n_stop; i++)
         check(r->stop[i] && r->stop[i][0]);
     check(!r->include_usage || r->stream);
+    check(r->n_logit_bias <= TY_SAMPLE_MAX_LOGIT_BIAS);
+    for (uint32_t i = 0; i < r->n_logit_bias; i++)
+        check(r->logit_bias[i].bias >= -100 && r->logit_bias[i].bias <= 100);
+    check(r->n_stop_ids <= TY_GEN_MAX_STOP_IDS);
+    check(r->max_tokens == -1 || r->min_tokens <= r->max_tokens);
+    check(strlen(r->slo_class) < sizeof(r->slo_class));
 }
 
 static void check_rejected(const struct ty_api_request *r, const struct ty_api_error *e)
