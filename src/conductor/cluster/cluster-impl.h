@@ -61,6 +61,7 @@ struct ty__creq {
                              * withdrawn if the request ends before its prefill */
     uint32_t n_credit;
     double predicted_prefill_us; /* the scheduler's transfer + prefill estimate */
+    uint64_t t_arrive_us, t_first_us, t_last_us; /* at the Conductor: the tokens' arrivals */
     struct ty__cnode *queued_on; /* the prefill node whose queue counts it (until unqueued) */
     struct ty_stoptext tx;  /* text of the relayed tokens, as ty_engine_generate makes it */
 };
@@ -87,8 +88,15 @@ struct ty__place {
     uint64_t *hashes; /* scratch of one pick */
     size_t cap_hashes;
     /* metrics (NULL without a registry) */
-    ty_metrics_family_t *decisions_family; /* tycho_scheduler_decisions_total{class,result} */
-    ty_metrics_child_t *decisions[TY_SCHED_MAX_CLASSES][TY_SCHED_REJECT_NO_NODE + 1];
+    /* per SLO class: tycho_scheduler_decisions_total{class,result}, the TTFT and TBT
+     * requests saw (tycho_request_{ttft,tbt}_seconds{class}) and whether they met their SLOs
+     * (tycho_slo_requests_total{class,slo,result}) */
+    ty_metrics_family_t *class_fam[4];
+    struct ty__class_metrics {
+        ty_metrics_child_t *decisions[TY_SCHED_REJECT_NO_NODE + 1];
+        ty_metrics_child_t *ttft, *tbt;
+        ty_metrics_child_t *slo[2][2]; /* [ttft, tbt][met, missed] */
+    } cm[TY_SCHED_MAX_CLASSES];
     ty_metrics_child_t *prompt_blocks, *cached_blocks, *index_blocks, *decode_over_slo;
     ty_metrics_child_t *over_slo; /* admitted although predicted over the TTFT SLO (idle) */
     ty_metrics_child_t *coef[2][3];
@@ -151,6 +159,9 @@ void ty__place_moved(ty_cluster_t *c, struct ty__creq *r, struct ty__cnode *from
 void ty__place_prefilled(ty_cluster_t *c, struct ty__creq *r);
 /* r finished (natural: EOS, length or a stop string), failed or was cancelled. */
 void ty__place_done(ty_cluster_t *c, struct ty__creq *r, bool natural);
+/* r finished naturally: its TTFT and mean TBT as the Conductor saw them, against its class's
+ * SLOs (metrics). */
+void ty__place_observe(ty_cluster_t *c, const struct ty__creq *r);
 
 /* pool_index.c: loop thread. start: follow the pool of master `master` (the scheduler then
  * plans prefixes fetched from it); tick: apply its events; stop: NULL-safe. */

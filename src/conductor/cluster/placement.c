@@ -147,10 +147,26 @@ static void metrics_init(struct ty__place *p, ty_metrics_registry_t *reg)
     ty_metrics_family_t *f;
     if (!reg)
         return;
-    if (ty_metrics_counter_new(reg, &p->decisions_family, "tycho_scheduler_decisions_total",
+    static const char *const cls[] = {"class"}, *const slo3[] = {"class", "slo", "result"};
+    static const double lat_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                        1,     2.5,  5,     10,   30,  60};
+    size_t nb = sizeof(lat_bounds) / sizeof(lat_bounds[0]);
+    if (ty_metrics_counter_new(reg, &p->class_fam[0], "tycho_scheduler_decisions_total",
                                "requests the scheduler placed (accepted) or refused, by SLO "
                                "class and reason", result, 2))
-        p->decisions_family = NULL;
+        p->class_fam[0] = NULL;
+    if (ty_metrics_histogram_new(reg, &p->class_fam[1], "tycho_request_ttft_seconds",
+                                 "time to first token at the Conductor, by SLO class (requests "
+                                 "that finished)", cls, 1, lat_bounds, nb))
+        p->class_fam[1] = NULL;
+    if (ty_metrics_histogram_new(reg, &p->class_fam[2], "tycho_request_tbt_seconds",
+                                 "mean time between tokens of a request at the Conductor, by "
+                                 "SLO class", cls, 1, lat_bounds, nb))
+        p->class_fam[2] = NULL;
+    if (ty_metrics_counter_new(reg, &p->class_fam[3], "tycho_slo_requests_total",
+                               "finished requests whose class has an SLO: met or missed",
+                               slo3, 3))
+        p->class_fam[3] = NULL;
     if (!ty_metrics_counter_new(reg, &f, "tycho_scheduler_prompt_blocks_total",
                                 "full prompt blocks of placed requests", NULL, 0))
         ty_metrics_child_get(f, NULL, &p->prompt_blocks);
@@ -197,34 +213,75 @@ static void metrics_init(struct ty__place *p, ty_metrics_registry_t *reg)
         p->slo_family = NULL;
 }
 
-/* The decision counters of the classes now in p->class_names: a class that kept its name
+static void class_metrics_get(struct ty__place *p, const char *name, struct ty__class_metrics *m)
+{
+    for (int r = 0; p->class_fam[0] && r <= TY_SCHED_REJECT_NO_NODE; r++) {
+        const char *v[2] = {name, r ? ty_sched_reject_name((enum ty_sched_reject)r) : "accepted"};
+        ty_metrics_child_get(p->class_fam[0], v, &m->decisions[r]);
+    }
+    if (p->class_fam[1])
+        ty_metrics_child_get(p->class_fam[1], &name, &m->ttft);
+    if (p->class_fam[2])
+        ty_metrics_child_get(p->class_fam[2], &name, &m->tbt);
+    static const char *const kind[2] = {"ttft", "tbt"}, *const res[2] = {"met", "missed"};
+    for (int k = 0; p->class_fam[3] && k < 2; k++)
+        for (int j = 0; j < 2; j++) {
+            const char *v[3] = {name, kind[k], res[j]};
+            ty_metrics_child_get(p->class_fam[3], v, &m->slo[k][j]);
+        }
+}
+
+static void class_metrics_remove(struct ty__class_metrics *m)
+{
+    ty_metrics_child_t **all = (ty_metrics_child_t **)m;
+    for (size_t i = 0; i < sizeof(*m) / sizeof(*all); i++)
+        ty_metrics_child_remove(all[i]);
+    memset(m, 0, sizeof(*m));
+}
+
+/* The per-class series of the classes now in p->class_names: a class that kept its name
  * across a reload keeps its series (counters do not restart), the series of a class gone
  * leave the output, a new class starts from zero. `old` / `n_old`: the names before. */
-static void decisions_bind(struct ty__place *p, char old[][64], uint32_t n_old)
+static void class_metrics_bind(struct ty__place *p, char old[][64], uint32_t n_old)
 {
-    enum { R = TY_SCHED_REJECT_NO_NODE + 1 };
-    ty_metrics_child_t *prev[TY_SCHED_MAX_CLASSES][R];
-    memcpy(prev, p->decisions, sizeof(prev));
-    memset(p->decisions, 0, sizeof(p->decisions));
+    struct ty__class_metrics prev[TY_SCHED_MAX_CLASSES];
+    memcpy(prev, p->cm, sizeof(prev));
+    memset(p->cm, 0, sizeof(p->cm));
     uint32_t n = ty_sched_opts_get(p->s)->n_classes;
-    for (uint32_t k = 0; p->decisions_family && k < n; k++) {
+    for (uint32_t k = 0; k < n; k++) {
         uint32_t j = 0;
-        while (j < n_old && (!prev[j][0] || strcmp(old[j], p->class_names[k])))
+        while (j < n_old && (!prev[j].decisions[0] || strcmp(old[j], p->class_names[k])))
             j++;
         if (j < n_old) { /* same name: the same series */
-            memcpy(p->decisions[k], prev[j], sizeof(prev[j]));
-            memset(prev[j], 0, sizeof(prev[j]));
-            continue;
-        }
-        for (int r = 0; r < R; r++) {
-            const char *v[2] = {p->class_names[k],
-                                r ? ty_sched_reject_name((enum ty_sched_reject)r) : "accepted"};
-            ty_metrics_child_get(p->decisions_family, v, &p->decisions[k][r]);
+            p->cm[k] = prev[j];
+            memset(&prev[j], 0, sizeof(prev[j]));
+        } else {
+            class_metrics_get(p, p->class_names[k], &p->cm[k]);
         }
     }
     for (uint32_t j = 0; j < TY_SCHED_MAX_CLASSES; j++)
-        for (int r = 0; r < R; r++)
-            ty_metrics_child_remove(prev[j][r]);
+        class_metrics_remove(&prev[j]);
+}
+
+void ty__place_observe(ty_cluster_t *c, const struct ty__creq *r)
+{
+    struct ty__place *p = &c->place;
+    const struct ty_sched_opts *so = ty_sched_opts_get(p->s);
+    if (r->priority >= so->n_classes || !r->n_out || !r->t_first_us)
+        return; /* its class was reloaded away, or no token came */
+    struct ty__class_metrics *m = &p->cm[r->priority];
+    double ttft = (double)(r->t_first_us - r->t_arrive_us) / 1e6;
+    if (m->ttft)
+        ty_metrics_histogram_observe(m->ttft, ttft);
+    if (so->slo[r->priority].ttft_us && m->slo[0][0])
+        ty_metrics_counter_inc(m->slo[0][ttft * 1e6 > (double)so->slo[r->priority].ttft_us]);
+    if (r->n_out < 2)
+        return;
+    double tbt = (double)(r->t_last_us - r->t_first_us) / 1e6 / (r->n_out - 1);
+    if (m->tbt)
+        ty_metrics_histogram_observe(m->tbt, tbt);
+    if (so->slo[r->priority].tbt_us && m->slo[1][0])
+        ty_metrics_counter_inc(m->slo[1][tbt * 1e6 > (double)so->slo[r->priority].tbt_us]);
 }
 
 /* tycho_scheduler_slo_seconds: one series per class in force and kind (the classes of before
@@ -306,7 +363,7 @@ int ty_cluster_reload_sched(ty_cluster_t *c, const struct ty_sched_config *sc)
     char old[TY_SCHED_MAX_CLASSES][64];
     memcpy(old, p->class_names, sizeof(old));
     memcpy(p->class_names, names, sizeof(names));
-    decisions_bind(p, old, TY_SCHED_MAX_CLASSES);
+    class_metrics_bind(p, old, TY_SCHED_MAX_CLASSES);
     slo_publish(p);
     log_tuned(p);
     return 0;
@@ -369,7 +426,7 @@ int ty__place_init(ty_cluster_t *c, const struct ty_cluster_opts *o)
     }
     metrics_init(p, o->metrics);
     coef_publish(p);
-    decisions_bind(p, NULL, 0);
+    class_metrics_bind(p, NULL, 0);
     slo_publish(p);
     log_tuned(p);
     if (o->kv_pool_master && (rc = ty__pool_start(c, o->kv_pool_master, o->metrics))) {
@@ -648,8 +705,8 @@ int ty__place_pick(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *
     int rc = ty_sched_pick(p->s, &q, now, &d);
     if (rc)
         return rc;
-    if (p->decisions[q.priority][d.reject])
-        ty_metrics_counter_inc(p->decisions[q.priority][d.reject]);
+    if (p->cm[q.priority].decisions[d.reject])
+        ty_metrics_counter_inc(p->cm[q.priority].decisions[d.reject]);
     if (d.reject == TY_SCHED_REJECT_NO_NODE)
         return TY_EUNAVAIL;
     if (d.reject != TY_SCHED_REJECT_NONE) {

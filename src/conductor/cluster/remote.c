@@ -94,6 +94,7 @@ static void req_fail(ty_cluster_t *c, struct ty__creq *r, int err)
 
 static void req_done(ty_cluster_t *c, struct ty__creq *r, enum ty_finish fin)
 {
+    ty__place_observe(c, r);
     ty_stoptext_flush(&r->tx); /* nothing after a stop string; TY_ENOMEM: the tail is lost */
     emit(c, r, TY_SERVE_EV_DONE, NULL, ty_stoptext_safe_end(&r->tx, true), fin, 0);
     req_end(c, r, fin != TY_FINISH_STOP, true, "stop string");
@@ -119,7 +120,9 @@ static void on_chunk(ty_cluster_t *c, struct ty__creq *r, const Tycho__V1__Token
     for (size_t i = 0; i < ch->n_token_ids && !r->finished; i++) {
         struct ty_sample smp;
         sample_of(ch, i, &smp);
-        r->n_out++;
+        r->t_last_us = ty_clock_us();
+        if (!r->n_out++)
+            r->t_first_us = r->t_last_us;
         int rc = ty_stoptext_push(&r->tx, smp.id);
         if (rc < 0) {
             req_fail(c, r, rc);
@@ -302,6 +305,7 @@ static int req_new(ty_cluster_t *c, const struct ty_serve_request *sr, struct ty
     r->n_prompt = (uint32_t)sr->n_prompt;
     r->id = sr->id;
     r->rid = ++c->next_rid;
+    r->t_arrive_us = ty_clock_us();
     r->priority = ty__place_class(c, sr->slo_class);
     r->gen = sr->gen;
     r->gen.stop = NULL;

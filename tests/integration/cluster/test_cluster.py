@@ -866,6 +866,25 @@ def case_slo_class():
     ok &= check(by == {("default", "accepted"): 0, ("default", "ttft"): 2,
                        ("batch", "accepted"): 3, ("batch", "ttft"): 0},
                 "decisions counted by class (%s)" % by)
+    # a default-class request on a node the Conductor thinks idle (admitted) that is held
+    # 0.6 s: its TTFT misses the 300 ms SLO, and the metrics say so
+    cl.procs["p0"].send_signal(signal.SIGSTOP)
+    t = threading.Thread(target=lambda: res.update(late=cl.post(
+        "/v1/completions", dict(body, max_tokens=4), key="sk-open")))
+    t.start()
+    time.sleep(0.6)
+    cl.procs["p0"].send_signal(signal.SIGCONT)
+    t.join(30)
+    m = cl.metrics()
+    slo = 'tycho_slo_requests_total{class="%s",slo="ttft",result="%s"}'
+    seen = {k: m.get(slo % k, 0) for k in (("batch", "met"), ("batch", "missed"),
+                                           ("default", "met"), ("default", "missed"))}
+    n_ttft = m.get('tycho_request_ttft_seconds_count{class="batch"}', 0)
+    ok &= check(res.get("late", (0,))[0] == 200 and
+                seen == {("batch", "met"): 3, ("batch", "missed"): 0, ("default", "met"): 0,
+                         ("default", "missed"): 1} and n_ttft == 3,
+                "SLO attainment per class: the 3 batch requests met 60 s, the held default one "
+                "missed 300 ms (%s; batch TTFT observed %s)" % (seen, n_ttft))
     return ok
 
 
