@@ -139,15 +139,24 @@ static void print_scheduler(const json_t *s)
            "indexed, decode duration %.1f s\n",
            str(s, "policy"), str(s, "admission"), num(s, "balancing_threshold"),
            num(s, "in_flight"), num(s, "index_blocks"), num(s, "decode_duration_s"));
-    printf("\n%-24s %10s %10s\n", "SLO class", "TTFT s", "TBT s");
+    printf("\n%-20s %9s %9s %9s %9s %12s %12s\n", "SLO class", "TTFT s", "TBT s", "accepted",
+           "refused", "TTFT met", "TBT met");
     size_t i;
     json_t *c;
     json_array_foreach(json_object_get(s, "classes"), i, c) {
-        char t[2][16];
+        char t[2][16], met[2][32];
         double v[2] = {num(c, "ttft_s"), num(c, "tbt_s")};
-        for (int k = 0; k < 2; k++)
+        const char *key[2][2] = {{"ttft_met", "ttft_missed"}, {"tbt_met", "tbt_missed"}};
+        for (int k = 0; k < 2; k++) {
             snprintf(t[k], sizeof(t[k]), v[k] > 0 ? "%.3f" : "none", v[k]);
-        printf("%-24s %10s %10s%s\n", str(c, "name"), t[0], t[1], i ? "" : "  (default)");
+            double ok = num(c, key[k][0]), all = ok + num(c, key[k][1]);
+            if (v[k] > 0 && all > 0)
+                snprintf(met[k], sizeof(met[k]), "%.1f%% of %.0f", 100 * ok / all, all);
+            else
+                snprintf(met[k], sizeof(met[k]), "-");
+        }
+        printf("%-20s %9s %9s %9.0f %9.0f %12s %12s%s\n", str(c, "name"), t[0], t[1],
+               num(c, "accepted"), num(c, "refused"), met[0], met[1], i ? "" : "  (default)");
     }
     json_t *cost = json_object_get(s, "cost");
     json_t *p = json_object_get(cost, "prefill_us"), *d = json_object_get(cost, "decode_us");

@@ -18,6 +18,12 @@ static const char *role_name(int role)
     }
 }
 
+/* A counter's value (0 without a metrics registry). */
+static double count(const ty_metrics_child_t *c)
+{
+    return c ? ty_metrics_child_value(c) : 0;
+}
+
 static json_t *coefs(const double k[3])
 {
     return json_pack("[f,f,f]", k[0], k[1], k[2]);
@@ -28,10 +34,19 @@ static json_t *scheduler_json(const ty_cluster_t *c)
     const struct ty__place *p = &c->place;
     const struct ty_sched_opts *so = ty_sched_opts_get(p->s);
     json_t *classes = json_array();
-    for (uint32_t k = 0; k < so->n_classes; k++)
-        json_array_append_new(classes, json_pack("{s:s,s:f,s:f}", "name", p->class_names[k],
-                                                 "ttft_s", so->slo[k].ttft_us / 1e6, "tbt_s",
-                                                 so->slo[k].tbt_us / 1e6));
+    for (uint32_t k = 0; k < so->n_classes; k++) {
+        const struct ty__class_metrics *m = &p->cm[k];
+        double refused = 0;
+        for (int r = 1; r <= TY_SCHED_REJECT_NO_NODE; r++)
+            refused += count(m->decisions[r]);
+        json_array_append_new(
+            classes,
+            json_pack("{s:s,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "name", p->class_names[k],
+                      "ttft_s", so->slo[k].ttft_us / 1e6, "tbt_s", so->slo[k].tbt_us / 1e6,
+                      "accepted", count(m->decisions[0]), "refused", refused, "ttft_met",
+                      count(m->slo[0][0]), "ttft_missed", count(m->slo[0][1]), "tbt_met",
+                      count(m->slo[1][0]), "tbt_missed", count(m->slo[1][1])));
+    }
     json_t *cost = json_pack(
         "{s:o,s:o,s:f,s:f,s:b,s:I,s:I}", "prefill_us", coefs(so->cost.prefill), "decode_us",
         coefs(so->cost.decode), "kv_bytes_per_token", so->cost.kv_bytes_per_token,

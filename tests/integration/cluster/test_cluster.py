@@ -909,7 +909,8 @@ def case_status():
     r = status("--api-key", "sk-open")
     table = r.stdout
     ok &= check(r.returncode == 0 and "kvcache_centric" in table and "batch" in table and
-                "p0" in table and "d0" in table and "60.000" in table,
+                "p0" in table and "d0" in table and "60.000" in table and
+                "100.0% of 1" in table,
                 "table: policy, classes with their SLOs, both nodes (rc %d)\n%s%s" %
                 (r.returncode, table, r.stderr))
     r = status("--json", env_key="sk-open")  # the key from the environment
@@ -919,6 +920,10 @@ def case_status():
         d = {}
     nodes = {n["id"]: n for n in d.get("nodes", [])}
     classes = [(c["name"], c["ttft_s"]) for c in d.get("scheduler", {}).get("classes", [])]
+    c0 = (d.get("scheduler", {}).get("classes") or [{}])[0]
+    ok &= check(c0.get("accepted") == 1 and c0.get("refused") == 0 and
+                c0.get("ttft_met") == 1 and c0.get("ttft_missed") == 0,
+                "JSON: the default class's decisions and SLO attainment (%s)" % c0)
     ok &= check(r.returncode == 0 and d.get("model") == "stories260K" and
                 nodes.get("p0", {}).get("role") == "prefill" and
                 nodes.get("d0", {}).get("alive") is True and
