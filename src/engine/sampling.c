@@ -195,10 +195,10 @@ static void select_top(struct cand *c, uint32_t n, uint32_t k)
     }
 }
 
-/* The largest of l[0..n) (-inf when empty or all NaN), and the first index holding a value:
- * the two passes of greedy decoding over a row of logits, at the speed of reading the row
- * (16 floats an iteration in SSE2 registers, no loop-carried compare-and-branch). MAXPS
- * returns its second operand when the first is NaN, so NaNs never win. */
+/* row_max and first_equal are the two passes of greedy decoding over a row of logits, at the
+ * speed of reading the row (SSE2 registers, no loop-carried compare-and-branch).
+ * row_max: the largest of l[0..n), -inf when empty or all NaN (MAXPS returns its second
+ * operand when the first is NaN, so NaNs never win). */
 static float row_max(const float *l, uint32_t n)
 {
     uint32_t i = 0;
@@ -221,6 +221,7 @@ static float row_max(const float *l, uint32_t n)
     return m;
 }
 
+/* The first index holding v (0 when none does). */
 static uint32_t first_equal(const float *l, uint32_t n, float v)
 {
     uint32_t i = 0;
@@ -301,7 +302,7 @@ static uint32_t cut_sorted(ty_sampler_t *s, uint32_t n, float top_p, float min_p
             c[i] = x;
         }
     }
-    if (!m) { /* min_p > 1: the best alone */
+    if (!m) { /* only NaN probabilities are below every threshold: the best alone */
         if (n > 1)
             select_top(c, n, 1);
         return 1;

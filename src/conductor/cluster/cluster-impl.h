@@ -89,20 +89,20 @@ struct ty__place {
     size_t cap_hashes;
     /* metrics (NULL without a registry) */
     /* per SLO class: tycho_scheduler_decisions_total{class,result}, the TTFT and TBT
-     * requests saw (tycho_request_{ttft,tbt}_seconds{class}) and whether they met their SLOs
-     * (tycho_slo_requests_total{class,slo,result}) */
-    ty_metrics_family_t *class_fam[4];
+     * requests saw (tycho_request_{ttft,tbt}_seconds{class}), whether they met their SLOs
+     * (tycho_slo_requests_total{class,slo,result}) and the SLOs in force
+     * (tycho_scheduler_slo_seconds{class,slo}); only child pointers (removed as an array) */
+    ty_metrics_family_t *class_fam[5];
     struct ty__class_metrics {
         ty_metrics_child_t *decisions[TY_SCHED_REJECT_NO_NODE + 1];
         ty_metrics_child_t *ttft, *tbt;
         ty_metrics_child_t *slo[2][2]; /* [ttft, tbt][met, missed] */
+        ty_metrics_child_t *slo_s[2];  /* the SLO in force: ttft, tbt */
     } cm[TY_SCHED_MAX_CLASSES];
     ty_metrics_child_t *prompt_blocks, *cached_blocks, *index_blocks, *decode_over_slo;
     ty_metrics_child_t *over_slo; /* admitted although predicted over the TTFT SLO (idle) */
     ty_metrics_child_t *coef[2][3];
     ty_metrics_child_t *predicted_ttft;
-    ty_metrics_family_t *slo_family;                  /* tycho_scheduler_slo_seconds */
-    ty_metrics_child_t *slo[TY_SCHED_MAX_CLASSES][2]; /* per class: ttft, tbt */
     struct ty__pool *pool; /* the KV pool's blocks (pool_index.c); NULL: no pool */
 };
 

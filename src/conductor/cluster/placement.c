@@ -207,10 +207,10 @@ static void metrics_init(struct ty__place *p, ty_metrics_registry_t *reg)
                                   0, ttft_bounds, sizeof(ttft_bounds) / sizeof(ttft_bounds[0])))
         ty_metrics_child_get(f, NULL, &p->predicted_ttft);
     static const char *const slo_labels[] = {"class", "slo"};
-    if (ty_metrics_gauge_new(reg, &p->slo_family, "tycho_scheduler_slo_seconds",
+    if (ty_metrics_gauge_new(reg, &p->class_fam[4], "tycho_scheduler_slo_seconds",
                              "SLO in force per class (0: none); changes on a SIGHUP reload",
                              slo_labels, 2))
-        p->slo_family = NULL;
+        p->class_fam[4] = NULL;
 }
 
 static void class_metrics_get(struct ty__place *p, const char *name, struct ty__class_metrics *m)
@@ -229,6 +229,10 @@ static void class_metrics_get(struct ty__place *p, const char *name, struct ty__
             const char *v[3] = {name, kind[k], res[j]};
             ty_metrics_child_get(p->class_fam[3], v, &m->slo[k][j]);
         }
+    for (int k = 0; p->class_fam[4] && k < 2; k++) {
+        const char *v[2] = {name, kind[k]};
+        ty_metrics_child_get(p->class_fam[4], v, &m->slo_s[k]);
+    }
 }
 
 static void class_metrics_remove(struct ty__class_metrics *m)
@@ -250,7 +254,7 @@ static void class_metrics_bind(struct ty__place *p, char old[][64], uint32_t n_o
     uint32_t n = ty_sched_opts_get(p->s)->n_classes;
     for (uint32_t k = 0; k < n; k++) {
         uint32_t j = 0;
-        while (j < n_old && (!prev[j].decisions[0] || strcmp(old[j], p->class_names[k])))
+        while (j < n_old && strcmp(old[j], p->class_names[k]))
             j++;
         if (j < n_old) { /* same name: the same series */
             p->cm[k] = prev[j];
@@ -261,6 +265,13 @@ static void class_metrics_bind(struct ty__place *p, char old[][64], uint32_t n_o
     }
     for (uint32_t j = 0; j < TY_SCHED_MAX_CLASSES; j++)
         class_metrics_remove(&prev[j]);
+    const struct ty_sched_opts *so = ty_sched_opts_get(p->s);
+    for (uint32_t k = 0; k < n; k++) {
+        if (p->cm[k].slo_s[0])
+            ty_metrics_gauge_set(p->cm[k].slo_s[0], so->slo[k].ttft_us / 1e6);
+        if (p->cm[k].slo_s[1])
+            ty_metrics_gauge_set(p->cm[k].slo_s[1], so->slo[k].tbt_us / 1e6);
+    }
 }
 
 void ty__place_observe(ty_cluster_t *c, const struct ty__creq *r)
@@ -282,25 +293,6 @@ void ty__place_observe(ty_cluster_t *c, const struct ty__creq *r)
         ty_metrics_histogram_observe(m->tbt, tbt);
     if (so->slo[r->priority].tbt_us && m->slo[1][0])
         ty_metrics_counter_inc(m->slo[1][tbt * 1e6 > (double)so->slo[r->priority].tbt_us]);
-}
-
-/* tycho_scheduler_slo_seconds: one series per class in force and kind (the classes of before
- * a reload leave the output). */
-static void slo_publish(struct ty__place *p)
-{
-    const struct ty_sched_opts *so = ty_sched_opts_get(p->s);
-    for (uint32_t k = 0; k < TY_SCHED_MAX_CLASSES; k++)
-        for (int j = 0; j < 2; j++) {
-            ty_metrics_child_remove(p->slo[k][j]);
-            p->slo[k][j] = NULL;
-        }
-    for (uint32_t k = 0; p->slo_family && k < so->n_classes; k++) {
-        const char *v[2][2] = {{p->class_names[k], "ttft"}, {p->class_names[k], "tbt"}};
-        uint64_t us[2] = {so->slo[k].ttft_us, so->slo[k].tbt_us};
-        for (int j = 0; j < 2; j++)
-            if (!ty_metrics_child_get(p->slo_family, v[j], &p->slo[k][j]))
-                ty_metrics_gauge_set(p->slo[k][j], (double)us[j] / 1e6);
-    }
 }
 
 /* The settings of `sc` an operator tunes live, into so (policy, admission, threshold, the
@@ -350,6 +342,7 @@ int ty_cluster_reload_sched(ty_cluster_t *c, const struct ty_sched_config *sc)
 {
     struct ty__place *p = &c->place;
     struct ty_sched_opts so = *ty_sched_opts_get(p->s);
+    uint32_t n_old = so.n_classes;
     char names[TY_SCHED_MAX_CLASSES][64] = {{0}};
     tuned_init(sc, p->model_name[0] ? p->model_name : NULL, &so, names);
     int rc = classes_unique(names, so.n_classes);
@@ -363,8 +356,7 @@ int ty_cluster_reload_sched(ty_cluster_t *c, const struct ty_sched_config *sc)
     char old[TY_SCHED_MAX_CLASSES][64];
     memcpy(old, p->class_names, sizeof(old));
     memcpy(p->class_names, names, sizeof(names));
-    class_metrics_bind(p, old, TY_SCHED_MAX_CLASSES);
-    slo_publish(p);
+    class_metrics_bind(p, old, n_old);
     log_tuned(p);
     return 0;
 }
@@ -427,7 +419,6 @@ int ty__place_init(ty_cluster_t *c, const struct ty_cluster_opts *o)
     metrics_init(p, o->metrics);
     coef_publish(p);
     class_metrics_bind(p, NULL, 0);
-    slo_publish(p);
     log_tuned(p);
     if (o->kv_pool_master && (rc = ty__pool_start(c, o->kv_pool_master, o->metrics))) {
         TY_LOG_ERROR("cluster", "KV pool client (master %s): %s", o->kv_pool_master,
