@@ -193,6 +193,11 @@ struct ty_sched_opts {
      * in flight (the live cluster, where the decode node reserved its pages at assignment
      * and runs it whatever the scheduler thinks). */
     bool decode_check_advisory;
+    /* Added to every predicted TTFT: what a request's first token takes beyond queue, KV fetch
+     * and prefill (RPCs, the KV handoff to the decode node, the token's way back). 0 in the
+     * simulator; the live Conductor learns it from measured TTFTs
+     * (ty_sched_set_ttft_overhead). */
+    double ttft_overhead_us;
 };
 
 /* Fill opts with defaults: kvcache_centric, predicted admission, the A800 profile, threshold
@@ -252,6 +257,8 @@ int ty_sched_set_cost(ty_sched_t *s, const struct ty_sched_cost *c);
  * Requests in flight keep their class index; one beyond the new n_classes has no SLO from
  * now on. Returns 0, or TY_EINVAL (nothing changed). */
 int ty_sched_set_policy(ty_sched_t *s, const struct ty_sched_opts *o);
+/* Replace opts.ttft_overhead_us (finite, >= 0; else TY_EINVAL). */
+int ty_sched_set_ttft_overhead(ty_sched_t *s, double us);
 
 /* Nodes. Ids are the caller's (< TY_SCHED_MAX_NODES); TY_EEXIST / TY_ENOTFOUND / TY_EINVAL. */
 int ty_sched_node_add(ty_sched_t *s, uint32_t id, const struct ty_sched_node_desc *d);

@@ -172,6 +172,8 @@ static void print_scheduler(const json_t *s)
            json_number_value(json_array_get(d, 2)));
     printf("  KV transfer   %.3g GB/s, %.0f bytes per token\n", num(cost, "net_gbytes_per_s"),
            num(cost, "kv_bytes_per_token"));
+    printf("  first token   + %.1f ms (RPCs, KV handoff, the way back: learned from measured "
+           "TTFTs)\n", num(cost, "ttft_overhead_us") / 1e3);
 }
 
 static void print_nodes(const json_t *nodes)

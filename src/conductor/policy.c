@@ -62,7 +62,7 @@ static struct cand plan(const ty_sched_t *s, const struct ty_sched_request *r, u
         if (c.prefill < 0)
             c.prefill = 0;
     }
-    c.ttft = c.queue + c.transfer + c.prefill;
+    c.ttft = c.queue + c.transfer + c.prefill + s->o.ttft_overhead_us;
     return c;
 }
 

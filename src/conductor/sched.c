@@ -69,7 +69,8 @@ static int opts_check(const struct ty_sched_opts *o)
         return TY_EINVAL;
     if (o->n_classes < 1 || o->n_classes > TY_SCHED_MAX_CLASSES)
         return TY_EINVAL;
-    if (o->cost.block_tokens == 0 || !(o->balancing_threshold >= 0))
+    if (o->cost.block_tokens == 0 || !(o->balancing_threshold >= 0) ||
+        !(o->ttft_overhead_us >= 0) || !isfinite(o->ttft_overhead_us))
         return TY_EINVAL;
     if (o->remote_from_node && o->remote_node >= TY_SCHED_MAX_NODES)
         return TY_EINVAL;
@@ -141,6 +142,14 @@ int ty_sched_set_policy(ty_sched_t *s, const struct ty_sched_opts *o)
     memset(n.slo, 0, sizeof(n.slo)); /* a class index past the new count has no SLO */
     memcpy(n.slo, o->slo, n.n_classes * sizeof(n.slo[0]));
     s->o = n;
+    return 0;
+}
+
+int ty_sched_set_ttft_overhead(ty_sched_t *s, double us)
+{
+    if (!(us >= 0) || !isfinite(us))
+        return TY_EINVAL;
+    s->o.ttft_overhead_us = us;
     return 0;
 }
 

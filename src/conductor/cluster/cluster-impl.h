@@ -62,6 +62,11 @@ struct ty__creq {
     uint32_t n_credit;
     double predicted_prefill_us; /* the scheduler's transfer + prefill estimate */
     uint64_t t_arrive_us, t_first_us, t_last_us; /* at the Conductor: the tokens' arrivals */
+    /* the scheduler's picture at placement: predicted queue + KV fetch, the prompt tokens it
+     * counted as cached, when (0: not placed yet) */
+    double predicted_wait_us;
+    uint32_t predicted_cached;
+    uint64_t placed_at_us;
     struct ty__cnode *queued_on; /* the prefill node whose queue counts it (until unqueued) */
     struct ty_stoptext tx;  /* text of the relayed tokens, as ty_engine_generate makes it */
 };
@@ -92,6 +97,15 @@ struct ty__place {
      * requests saw (tycho_request_{ttft,tbt}_seconds{class}), whether they met their SLOs
      * (tycho_slo_requests_total{class,slo,result}) and the SLOs in force
      * (tycho_scheduler_slo_seconds{class,slo}); only child pointers (removed as an array) */
+    /* the most recent finished requests' measured TTFT (from placement) with what the model
+     * needs to predict it again: the median of measured - predicted, under the cost
+     * model in use, is the TTFT overhead the scheduler adds (ty_sched_set_ttft_overhead) */
+    struct ty__ttft_obs {
+        double measured_us, wait_us; /* wait: queue + KV fetch as predicted at placement */
+        uint32_t prompt, cached;
+    } ttft_obs[64];
+    uint32_t n_obs, head_obs, fresh_obs;
+    ty_metrics_child_t *ttft_overhead; /* tycho_scheduler_ttft_overhead_seconds */
     ty_metrics_family_t *class_fam[5];
     struct ty__class_metrics {
         ty_metrics_child_t *decisions[TY_SCHED_REJECT_NO_NODE + 1];

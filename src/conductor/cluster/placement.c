@@ -206,6 +206,10 @@ static void metrics_init(struct ty__place *p, ty_metrics_registry_t *reg)
                                   "TTFT the scheduler predicted for the requests it placed", NULL,
                                   0, ttft_bounds, sizeof(ttft_bounds) / sizeof(ttft_bounds[0])))
         ty_metrics_child_get(f, NULL, &p->predicted_ttft);
+    if (!ty_metrics_gauge_new(reg, &f, "tycho_scheduler_ttft_overhead_seconds",
+                              "time to first token beyond queue, KV fetch and prefill, learned "
+                              "from measured TTFTs and added to every prediction", NULL, 0))
+        ty_metrics_child_get(f, NULL, &p->ttft_overhead);
     static const char *const slo_labels[] = {"class", "slo"};
     if (ty_metrics_gauge_new(reg, &p->class_fam[4], "tycho_scheduler_slo_seconds",
                              "SLO in force per class (0: none); changes on a SIGHUP reload",
@@ -274,12 +278,60 @@ static void class_metrics_bind(struct ty__place *p, char old[][64], uint32_t n_o
     }
 }
 
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The TTFT overhead from the observations kept: what neither the queue, the KV fetch nor the
+ * prefill (under the cost model in use now, which refits change) explains. Their median: an
+ * unbiased prediction is what admission compares with the SLO, and the part varies (a first
+ * token waits for the decode node's step in progress). Within [0, 10 s]; called after every
+ * 8 observations and after each refit. */
+static void overhead_update(struct ty__place *p)
+{
+    enum { CAP = sizeof(p->ttft_obs) / sizeof(p->ttft_obs[0]) };
+    if (p->n_obs < 8)
+        return;
+    const struct ty_sched_cost *cost = &ty_sched_opts_get(p->s)->cost;
+    double v[CAP];
+    for (uint32_t i = 0; i < p->n_obs; i++) {
+        const struct ty__ttft_obs *o = &p->ttft_obs[i];
+        v[i] = o->measured_us - o->wait_us - ty_sched_cost_prefill_us(cost, o->prompt, o->cached);
+    }
+    qsort(v, p->n_obs, sizeof(v[0]), cmp_dbl);
+    double o = v[p->n_obs / 2];
+    o = o < 0 ? 0 : o > 10e6 ? 10e6 : o;
+    if (!ty_sched_set_ttft_overhead(p->s, o) && p->ttft_overhead)
+        ty_metrics_gauge_set(p->ttft_overhead, o / 1e6);
+}
+
+static void overhead_observe(struct ty__place *p, const struct ty__creq *r)
+{
+    enum { CAP = sizeof(p->ttft_obs) / sizeof(p->ttft_obs[0]) };
+    p->ttft_obs[p->head_obs] = (struct ty__ttft_obs){
+        (double)(r->t_first_us - r->placed_at_us), r->predicted_wait_us, r->n_prompt,
+        r->predicted_cached};
+    p->head_obs = (p->head_obs + 1) % CAP;
+    if (p->n_obs < CAP)
+        p->n_obs++;
+    if (++p->fresh_obs >= 8) {
+        p->fresh_obs = 0;
+        overhead_update(p);
+    }
+}
+
 void ty__place_observe(ty_cluster_t *c, const struct ty__creq *r)
 {
     struct ty__place *p = &c->place;
     const struct ty_sched_opts *so = ty_sched_opts_get(p->s);
-    if (r->priority >= so->n_classes || !r->n_out || !r->t_first_us)
-        return; /* its class was reloaded away, or no token came */
+    if (!r->n_out || !r->t_first_us)
+        return; /* no token came */
+    if (r->placed_at_us && p->refit) /* a fixed cost model (refit: false) stays as given */
+        overhead_observe(p, r);
+    if (r->priority >= so->n_classes)
+        return; /* its class was reloaded away */
     struct ty__class_metrics *m = &p->cm[r->priority];
     double ttft = (double)(r->t_first_us - r->t_arrive_us) / 1e6;
     if (m->ttft)
@@ -545,6 +597,8 @@ static void refit(struct ty__place *p, struct ty__sample_ring *r, bool prefill)
                                 "%.4g us/token^2",
                      prefill ? "prefill" : "decode", r->len, k[0], k[1], k[2]);
         coef_publish(p);
+        if (prefill)
+            overhead_update(p); /* the prefill part of the observed TTFTs changed */
     }
 }
 
@@ -712,6 +766,10 @@ int ty__place_pick(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *
     r->dnode = node_of(c, d.decode_node);
     r->placed = true;
     r->predicted_prefill_us = d.prefill_us + d.transfer_us;
+    r->predicted_wait_us = d.queue_us + d.transfer_us;
+    uint64_t cached = (uint64_t)d.used_prefix_blocks * B;
+    r->predicted_cached = (uint32_t)(cached < r->n_prompt ? cached : r->n_prompt);
+    r->placed_at_us = ty_clock_us();
     if (r->pnode) {
         r->queued_on = r->pnode;
         r->pnode->queued_prefill_us += r->predicted_prefill_us;

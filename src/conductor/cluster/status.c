@@ -53,6 +53,7 @@ static json_t *scheduler_json(const ty_cluster_t *c)
         "net_gbytes_per_s", so->cost.net_bytes_per_us / 1e3, "refit", p->refit,
         "prefill_samples", (json_int_t)p->prefill.len, "decode_samples",
         (json_int_t)p->decode.len);
+    json_object_set_new(cost, "ttft_overhead_us", json_real(so->ttft_overhead_us));
     return json_pack("{s:s,s:s,s:f,s:o,s:o,s:f,s:I,s:I}", "policy",
                      ty_sched_policy_name(so->policy), "admission",
                      ty_sched_admission_name(so->admission), "balancing_threshold",

@@ -1002,6 +1002,11 @@ def case_cost_refit():
     worst = max(t_prefill)
     ok &= check(pred < 20 * worst, "predicted prefill of 8 tokens %.4f s vs measured "
                 "whole requests <= %.4f s" % (pred, worst))
+    # what a first token takes beyond the model (RPCs, the handoff) was learned from the
+    # measured TTFTs: more than nothing, less than a whole request
+    over = m.get("tycho_scheduler_ttft_overhead_seconds", -1)
+    ok &= check(0 < over < worst, "TTFT overhead learned: %.4f s (whole requests <= %.4f s)" %
+                (over, worst))
     return ok
 
 

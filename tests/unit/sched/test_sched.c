@@ -672,6 +672,36 @@ static void test_batching_prefill_queue(void **st)
     ty_sched_free(one);
 }
 
+/* The TTFT overhead is added to every prediction (and so to what admission compares with
+ * the SLO), and a negative or non-finite one is refused. */
+static void test_ttft_overhead(void **st)
+{
+    struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_LOAD_BALANCE, TY_SCHED_ADMIT_BASELINE);
+    o.slo[0].ttft_us = 1500;
+    ty_sched_t *s;
+    assert_int_equal(ty_sched_new(&s, &o), 0);
+    struct ty_sched_node_desc p = {.role = TY_SCHED_ROLE_PREFILL};
+    struct ty_sched_node_desc d = {.role = TY_SCHED_ROLE_DECODE};
+    assert_int_equal(ty_sched_node_add(s, 0, &p), 0);
+    assert_int_equal(ty_sched_node_add(s, 10, &d), 0);
+    assert_int_equal(ty_sched_node_set_prefill_queue(s, 0, 500, 0), 0);
+    struct ty_sched_request r = {.id = 1, .prompt_tokens = 800, .output_tokens = 1};
+    struct ty_sched_decision dec;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &dec), 0); /* 500 queued + 800 = 1300 */
+    assert_int_equal(dec.reject, TY_SCHED_REJECT_NONE);
+    assert_true(fabs(dec.ttft_us - 1300) < 1e-9);
+    assert_int_equal(ty_sched_set_ttft_overhead(s, 400), 0);
+    r.id = 2;
+    r.prompt_tokens = 100; /* 1300 queued + 100 + 400 = 1800 > 1500 */
+    assert_int_equal(ty_sched_pick(s, &r, 0, &dec), 0);
+    assert_int_equal(dec.reject, TY_SCHED_REJECT_TTFT);
+    assert_true(fabs(dec.ttft_us - 1800) < 1e-9);
+    assert_int_equal(ty_sched_set_ttft_overhead(s, -1), TY_EINVAL);
+    assert_int_equal(ty_sched_set_ttft_overhead(s, NAN), TY_EINVAL);
+    assert_true(ty_sched_opts_get(s)->ttft_overhead_us == 400);
+    ty_sched_free(s);
+}
+
 static void test_names(void **st)
 {
     enum ty_sched_policy p;
@@ -710,6 +740,7 @@ int main(void)
         cmocka_unit_test(test_batch_tbt_slo),
         cmocka_unit_test(test_node_readded_counts),
         cmocka_unit_test(test_batching_prefill_queue),
+        cmocka_unit_test(test_ttft_overhead),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
