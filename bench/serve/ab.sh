@@ -6,8 +6,11 @@
 # logits rows) next to the forward.
 # usage: bench/serve/ab.sh BUILD_DIR OLD_BUILD_DIR MODEL [ROUNDS] [PROMPTS] [CONCURRENCY]
 #        [INPUT_LEN] [OUTPUT_LEN] [TEMPERATURE] [TOP_P]
+# env: SERVE_ARGS (more `tycho serve` flags for both, e.g. "--engine.kv_pages=64"),
+#      BENCH_ARGS (more `tycho bench serve` flags, e.g. "--max-tokens 400"), VOCAB (prompt ids
+#      are drawn below it; 30000)
 set -eu
-[ $# -ge 3 ] || { sed -n 2,8p "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,10p "$0" >&2; exit 2; }
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 NEW="$(cd "$1" && pwd)/src/cli/tycho"
 OLD="$(cd "$2" && pwd)/src/cli/tycho"
@@ -28,7 +31,8 @@ cleanup() {
 }
 trap cleanup EXIT
 one() { # name binary
-    "$2" serve --model "$MODEL" --port "$PORT" >"$RES/$1.log" 2>&1 &
+    # shellcheck disable=SC2086 # SERVE_ARGS / BENCH_ARGS are word lists
+    "$2" serve --model "$MODEL" --port "$PORT" ${SERVE_ARGS:-} >"$RES/$1.log" 2>&1 &
     PID=$!
     i=0
     until curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; do
@@ -37,12 +41,12 @@ one() { # name binary
     done
     "$NEW" bench serve --base-url "http://127.0.0.1:$PORT" --num-prompts "$N" \
         --request-rate inf --max-concurrency "$C" --random-input-len "$IN" \
-        --random-output-len "$OUT" --random-vocab 30000 --seed 1 --temperature "$TEMP" --top-p "$TOPP" \
-        --json "$RES/$1.json" >/dev/null
+        --random-output-len "$OUT" --random-vocab "${VOCAB:-30000}" --seed 1 --temperature "$TEMP" \
+        --top-p "$TOPP" ${BENCH_ARGS:-} --json "$RES/$1.json" >/dev/null
     kill "$PID"; wait "$PID" 2>/dev/null || true; PID=
 }
 echo "# $MODEL: $N requests, concurrency $C, $IN-token prompts, $OUT output tokens," \
-    "temperature $TEMP, top_p $TOPP"
+    "temperature $TEMP, top_p $TOPP; serve: ${SERVE_ARGS:-}; bench: ${BENCH_ARGS:-}"
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
     one "r$r-new" "$NEW"
@@ -52,8 +56,8 @@ done
 python3 - "$RES" "$ROUNDS" <<'EOF'
 import json, os, sys
 res, rounds = sys.argv[1], int(sys.argv[2])
-print("\n| round | build | ok / failed | output tok/s | mean TPOT ms | mean TTFT ms |")
-print("|---|---|---|---|---|---|")
+print("\n| round | build | ok / failed | output tokens | output tok/s | mean TPOT ms | mean TTFT ms |")
+print("|---|---|---|---|---|---|---|")
 rows = []
 for r in range(1, rounds + 1):
     d = {}
@@ -61,9 +65,10 @@ for r in range(1, rounds + 1):
         with open(os.path.join(res, "r%d-%s.json" % (r, b))) as f:
             d[b] = json.load(f)
         x = d[b]
-        print("| %d | %s | %d / %d | %.1f | %.2f | %.1f |" % (
+        print("| %d | %s | %d / %d | %d | %.1f | %.2f | %.1f |" % (
             r, "this" if b == "new" else "old", x["completed"], x["failed"],
-            x["output_throughput"], x["mean_tpot_ms"], x["mean_ttft_ms"]))
+            x["total_output_tokens"], x["output_throughput"], x["mean_tpot_ms"],
+            x["mean_ttft_ms"]))
     rows.append({"round": r, "tok_s_ratio": d["new"]["output_throughput"] / d["old"]["output_throughput"],
                  "tpot_ratio": d["new"]["mean_tpot_ms"] / d["old"]["mean_tpot_ms"]})
 for row in rows:

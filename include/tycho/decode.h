@@ -1,8 +1,10 @@
 /* The decode worker: one thread that owns an engine and runs continuous batching over it.
  * Requests join between steps (their prompt prefilled in chunks that share each step's token
  * budget with the running decodes, so a long prompt does not stall them) and leave when they
- * finish or are cancelled. Each request's KV pages (prompt + max_tokens, capped at the
- * context) are reserved when it is admitted; when the pool is full it waits in a FIFO queue.
+ * finish or are cancelled. A request's KV pages are taken as it grows: its prompt's when it is
+ * admitted (it waits in a FIFO queue while they, plus a 1 % watermark, are not free), one more
+ * each time its answer fills one; when the pool is full the newest running sequence is
+ * preempted (pages freed, recomputed from its tokens when readmitted at the queue's head).
  * It implements the serving backend of tycho/serve.h; the decode daemon reuses it later.
  *
  * Threading: ty_decode_worker_backend()'s submit/cancel/stats and ty_decode_worker_free may

@@ -1,5 +1,7 @@
-/* The decode node (DESIGN.md §5 steps 3 and 6): DecodeAssign reserves the request's KV pages
- * (prompt + max_tokens, capped at the context) and answers with the KV destination: this
+/* The decode node (DESIGN.md §5 steps 3 and 6): DecodeAssign reserves the pages of the
+ * request's prompt (the answer's are taken as it grows; when the pool is full the newest
+ * running request is preempted and later recomputed on this node, node_worker.c) and
+ * answers with the KV destination: this
  * node's transfer segment and, per layer, the addresses of the pages' K and V chunks (the
  * pool's layer arrays are registered with the transfer engine once at start). The prefill
  * node writes the KV there and sends a KvReady notification with the first token; the

@@ -68,6 +68,8 @@ struct ty_serve_stats {
     uint32_t max_ctx;          /* context length per sequence */
     uint32_t kv_pages_total, kv_block_tokens;
     uint64_t steps;            /* forward steps run so far */
+    uint64_t preemptions;      /* sequences whose KV pages were taken back to let older ones
+                                * grow (recomputed when readmitted); 0 where none happen */
 };
 
 struct ty_serve_backend_i {

@@ -25,6 +25,7 @@
 struct breq {
     uint32_t *ids;
     uint32_t n_in, n_out_want;
+    bool need_tokens; /* ignore_eos: an answer without tokens failed (with EOS it may be empty) */
     double arrival_s;
     /* results */
     bool ok;
@@ -37,6 +38,8 @@ struct bench {
     char host[256], port[16], endpoint[256], model[128];
     const char *dataset, *trace, *json_out;
     uint32_t n, in_len, out_len, vocab, max_conc;
+    uint32_t max_tokens; /* != 0: every request asks for up to this many, ending at EOS */
+    json_t *extra;       /* --extra-body: members merged into every request (NULL: none) */
     double rate, goodput_ttft, goodput_tpot;
     double temperature, top_p; /* sent with every request (top_p 1: not sent) */
     uint64_t seed;
@@ -77,12 +80,16 @@ static char *request_body(const struct bench *b, const struct breq *r)
     for (uint32_t i = 0; i < r->n_in; i++)
         json_array_append_new(ids, json_integer(r->ids[i]));
     json_t *o = json_pack("{s:o,s:i,s:b,s:b,s:f,s:{s:b}}", "prompt", ids, "max_tokens",
-                          (json_int_t)r->n_out_want, "ignore_eos", 1, "stream", 1, "temperature",
-                          b->temperature, "stream_options", "include_usage", 1);
+                          (json_int_t)r->n_out_want, "ignore_eos", !b->max_tokens, "stream", 1,
+                          "temperature", b->temperature, "stream_options", "include_usage", 1);
     if (b->top_p < 1)
         json_object_set_new(o, "top_p", json_real(b->top_p));
     if (b->model[0])
         json_object_set_new(o, "model", json_string(b->model));
+    json_t *x = b->extra ? json_deep_copy(b->extra) : NULL; /* threads share b->extra */
+    if (x)
+        json_object_update(o, x);
+    json_decref(x);
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return s;
@@ -92,7 +99,7 @@ static char *request_body(const struct bench *b, const struct breq *r)
 static void on_sse(struct breq *r, const char *ev, double t, double *last)
 {
     if (!strcmp(ev, "[DONE]")) {
-        r->ok = r->n_out > 0 || r->n_out_want == 0;
+        r->ok = r->n_out > 0 || r->n_out_want == 0 || !r->need_tokens;
         return;
     }
     json_t *o = json_loads(ev, 0, NULL);
@@ -210,6 +217,9 @@ static int make_requests(struct bench *b)
                                                                : -log(rng_unit(&s)) / b->rate;
             r->arrival_s = b->rate > 0 ? t : 0;
         }
+        if (b->max_tokens)
+            r->n_out_want = b->max_tokens;
+        r->need_tokens = !b->max_tokens;
         r->ids = malloc((r->n_in + 1) * sizeof(uint32_t));
         json_t *h = json_object_get(o, "hash_ids");
         for (uint32_t k = 0; k < r->n_in; k++) {
@@ -355,9 +365,13 @@ static void usage(FILE *f)
                "         [--max-concurrency C] [--random-input-len N] [--random-output-len N]\n"
                "         [--random-vocab V] [--dataset-path MOONCAKE.jsonl] [--seed S]\n"
                "         [--goodput ttft:MS tpot:MS] [--temperature T] [--top-p P] [--json FILE|-]\n"
+               "         [--max-tokens N] [--extra-body JSON]\n"
                "  Random prompts are token ids in [100, V); a trace's lengths are capped by\n"
                "  --random-input-len/--random-output-len when given. Requests are greedy\n"
-               "  (temperature 0) unless --temperature says otherwise.\n");
+               "  (temperature 0) unless --temperature says otherwise. Answers have the wanted\n"
+               "  length (ignore_eos); with --max-tokens N every request asks for up to N\n"
+               "  tokens instead and ends at the model's EOS, as a chat client's would.\n"
+               "  --extra-body: a JSON object merged into every request (e.g. logit_bias).\n");
 }
 
 static int parse_url(struct bench *b, const char *url)
@@ -384,7 +398,8 @@ static int parse_args(struct bench *b, int argc, char **argv)
         {"random-output-len", 1, 0, 'o'}, {"random-vocab", 1, 0, 'V'},
         {"dataset-path", 1, 0, 'd'}, {"seed", 1, 0, 's'}, {"goodput", 1, 0, 'g'},
         {"json", 1, 0, 'j'}, {"temperature", 1, 0, 'T'}, {"top-p", 1, 0, 'P'},
-        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"max-tokens", 1, 0, 'M'}, {"extra-body", 1, 0, 'X'}, {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -418,6 +433,15 @@ static int parse_args(struct bench *b, int argc, char **argv)
         case 'j': b->json_out = optarg; break;
         case 'T': b->temperature = strtod(optarg, NULL); break;
         case 'P': b->top_p = strtod(optarg, NULL); break;
+        case 'M': b->max_tokens = (uint32_t)strtoul(optarg, NULL, 10); break;
+        case 'X':
+            json_decref(b->extra);
+            b->extra = json_loads(optarg, 0, NULL);
+            if (!json_is_object(b->extra)) {
+                fprintf(stderr, "tycho bench serve: --extra-body is not a JSON object\n");
+                return TY_EINVAL;
+            }
+            break;
         case 'h': usage(stdout); return 1;
         default: return TY_EINVAL;
         }
@@ -437,10 +461,14 @@ static int run_bench(int argc, char **argv)
                       .n = 100, .in_len = 128, .out_len = 128, .vocab = 512, .seed = 0,
                       .top_p = 1};
     int rc = parse_args(&b, argc - 1, argv + 1);
-    if (rc)
+    if (rc) {
+        json_decref(b.extra);
         return rc > 0 ? TY_CLI_EXIT_OK : (usage(stderr), TY_CLI_EXIT_USAGE);
-    if (make_requests(&b))
+    }
+    if (make_requests(&b)) {
+        json_decref(b.extra);
         return TY_CLI_EXIT_FAIL;
+    }
     sem_init(&b.slots, 0, b.max_conc ? b.max_conc : b.n);
     double t0 = (double)ty_clock_ns() / 1e9;
     pthread_t *th = calloc(b.n, sizeof(pthread_t));
@@ -463,6 +491,7 @@ static int run_bench(int argc, char **argv)
     }
     free(b.reqs);
     free(th);
+    json_decref(b.extra);
     sem_destroy(&b.slots);
     return TY_CLI_EXIT_OK;
 }

@@ -178,22 +178,25 @@ static void print_scheduler(const json_t *s)
 
 static void print_nodes(const json_t *nodes)
 {
-    printf("\n%-20s %-8s %-22s %-5s %8s %8s %8s %8s %10s %7s %9s\n", "node", "role", "address",
-           "state", "inflight", "served", "running", "queued", "queue s", "kv use", "heartbeat");
+    printf("\n%-20s %-8s %-22s %-5s %8s %8s %8s %8s %10s %7s %8s %9s\n", "node", "role",
+           "address", "state", "inflight", "served", "running", "queued", "queue s", "kv use",
+           "preempt", "heartbeat");
     size_t i;
     json_t *n;
     json_array_foreach(nodes, i, n) {
         bool prefill = !strcmp(str(n, "role"), "prefill");
-        char q[16] = "-", hb[16] = "-";
+        char q[16] = "-", hb[16] = "-", pre[24] = "-";
         if (prefill)
             snprintf(q, sizeof(q), "%.3f", num(n, "predicted_queue_s"));
+        else
+            snprintf(pre, sizeof(pre), "%.0f", num(n, "preemptions"));
         if (json_is_number(json_object_get(n, "heartbeat_age_s")))
             snprintf(hb, sizeof(hb), "%.1f s", num(n, "heartbeat_age_s"));
-        printf("%-20s %-8s %-22s %-5s %8.0f %8.0f %8.0f %8.0f %10s %6.1f%% %9s\n", str(n, "id"),
-               str(n, "role"), str(n, "address"),
+        printf("%-20s %-8s %-22s %-5s %8.0f %8.0f %8.0f %8.0f %10s %6.1f%% %8s %9s\n",
+               str(n, "id"), str(n, "role"), str(n, "address"),
                json_is_true(json_object_get(n, "alive")) ? "up" : "down", num(n, "in_flight"),
                num(n, "served"), num(n, "running"), num(n, "queued"), q,
-               100 * num(n, "kv_usage"), hb);
+               100 * num(n, "kv_usage"), pre, hb);
     }
     if (!json_array_size(nodes))
         printf("(no node registered)\n");
@@ -246,12 +249,12 @@ static int run_status(int argc, char **argv)
         puts(body);
     } else {
         printf("%s %s: model %s, up %.0f s%s, %.0f request(s) in flight, %.0f running, %.0f "
-               "waiting, KV %.1f %% used\n",
+               "waiting, KV %.1f %% used, %.0f preemption(s)\n",
                json_object_get(o, "scheduler") ? "tycho-conductor" : "tycho serve", url,
                str(o, "model"), num(o, "uptime_s"),
                json_is_true(json_object_get(o, "draining")) ? " (draining)" : "",
                num(o, "in_flight"), num(o, "running"), num(o, "waiting"),
-               100 * num(o, "kv_usage"));
+               100 * num(o, "kv_usage"), num(o, "preemptions"));
         const json_t *pool = json_object_get(o, "kv_pool");
         if (json_is_object(pool))
             printf("KV pool: master %s, %s\n", str(pool, "master"),

@@ -22,7 +22,10 @@ struct dseq {
     uint32_t *hist; /* prompt then output */
     uint32_t n_hist, cap_hist, n_prompt, n_out, max_tokens;
     uint32_t n_cached; /* prompt tokens the prefill node reused (KvReady) */
+    uint64_t order;    /* assignment order: the newest is preempted first */
     bool ignore_eos, ready;
+    bool preempted; /* ready, its pages taken back: recomputed from hist when readmitted */
+    bool stalled;   /* no page to grow into this step (grow) */
     struct ty_gen_params ends; /* ignore_eos, stop tokens, min_tokens (ty_gen_is_end) */
     uint64_t deadline_ms; /* KV must land by then */
 };
@@ -31,8 +34,11 @@ struct wstate {
     ty_decode_node_t *n;
     ty_kvpool_t *pool;
     const ty_model_t *m;
-    uint32_t V, n_layers, max_ctx, n_seqs, n_ready;
-    struct dseq *seqs;
+    uint32_t V, n_layers, max_ctx, n_seqs, n_ready, n_preempted;
+    uint32_t watermark;   /* free pages kept when taking a new request beside others */
+    uint64_t n_assigned;  /* dseq.order */
+    uint64_t preemptions; /* since start (heartbeats) */
+    struct dseq *seqs;    /* newest first */
     float *logits; /* (max_running, V) */
     uint32_t eog[TY_SAMPLE_MAX_BAN]; /* the model's end-of-generation ids (min_tokens) */
     size_t n_eog;
@@ -76,6 +82,8 @@ static void dseq_end(struct wstate *w, struct dseq *s, int finish, int rc)
     w->n_seqs--;
     if (s->ready)
         w->n_ready--;
+    if (s->preempted)
+        w->n_preempted--;
     if (finish != TYCHO__V1__FINISH_REASON__FINISH_REASON_NONE)
         post(w, s, NULL, finish, rc);
     dseq_free(w, s);
@@ -123,6 +131,22 @@ static int pack_destination(struct wstate *w, struct dseq *s, uint8_t **out, siz
     return rc;
 }
 
+static uint32_t pages_free(const struct wstate *w)
+{
+    return ty_kvpool_pages_total(w->pool) - ty_kvpool_pages_used(w->pool); /* cached: free */
+}
+
+/* Pages the preempted sequences need to be readmitted. */
+static uint64_t preempted_need(const struct wstate *w)
+{
+    uint32_t B = ty_kvpool_block_tokens(w->pool);
+    uint64_t need = 0;
+    for (const struct dseq *s = w->seqs; s && w->n_preempted; s = s->next)
+        if (s->preempted)
+            need += (s->n_hist + B - 1) / B;
+    return need;
+}
+
 static int dseq_reserve(struct wstate *w, struct dcmd *c, struct dseq *s)
 {
     s->rid = c->rid;
@@ -144,8 +168,11 @@ static int dseq_reserve(struct wstate *w, struct dcmd *c, struct dseq *s)
     int rc = ty_sampler_new(&s->sampler, &c->sp, w->V);
     if (!rc)
         rc = ty_kvpool_seq_new(w->pool, &s->seq);
-    if (!rc)
-        rc = ty_kvpool_seq_reserve(w->pool, s->seq, (uint32_t)total);
+    if (!rc) /* the prompt's pages (the prefill node writes them); the rest as it grows */
+        rc = ty_kvpool_seq_reserve(w->pool, s->seq, c->n_prompt);
+    if (!rc && w->n_seqs && pages_free(w) < w->watermark + preempted_need(w))
+        rc = TY_ENOCAPACITY; /* what is preempted here gets its pages back first */
+    s->order = ++w->n_assigned;
     s->deadline_ms = ty_clock_ms() + w->n->o.kv_wait_timeout_ms;
     return rc;
 }
@@ -269,16 +296,109 @@ static void poll_notifications(struct wstate *w)
     }
 }
 
-/* One decode step: the next token of every ready sequence (up to max_running), sampled. */
+/* ---- pages on demand ----------------------------------------------------------------------
+ * A request gets the pages of its prompt when it is assigned (the prefill node writes them)
+ * and one page more each time its answer fills one. When the pool is full the newest running
+ * sequence is preempted (as vLLM does): its pages go back (its full blocks stay cached), and
+ * it is recomputed from its tokens, by this node, once pages are free again; preempted
+ * sequences get pages before new requests do. Its sampler is kept, so its answer is the one
+ * it would have given. */
+
+static void preempt(struct wstate *w, struct dseq *s)
+{
+    ty_kvpool_seq_free(w->pool, s->seq);
+    s->seq = NULL;
+    s->preempted = true;
+    s->stalled = false;
+    w->n_preempted++;
+    w->preemptions++;
+}
+
+/* Give preempted sequences their pages back, oldest first, while they fit (keeping the
+ * watermark free when others run). */
+static void readmit(struct wstate *w)
+{
+    while (w->n_preempted) {
+        struct dseq *o = NULL;
+        for (struct dseq *s = w->seqs; s; s = s->next)
+            if (s->preempted && (!o || s->order < o->order))
+                o = s;
+        bool alone = w->n_seqs == w->n_preempted; /* nothing else holds pages */
+        int rc = ty_kvpool_seq_new(w->pool, &o->seq);
+        int cached = rc ? rc : ty_kvpool_seq_match_prefix(w->pool, o->seq, o->hist, o->n_hist);
+        rc = cached < 0 ? cached
+                        : ty_kvpool_seq_reserve(w->pool, o->seq, o->n_hist - (uint32_t)cached);
+        if (!rc && !alone && pages_free(w) < w->watermark)
+            rc = TY_ENOCAPACITY;
+        if (rc == TY_ENOCAPACITY && !alone) {
+            ty_kvpool_seq_free(w->pool, o->seq);
+            o->seq = NULL;
+            return;
+        }
+        if (rc) {
+            TY_LOG_WARN("decode", "request %llu: cannot be readmitted: %s",
+                        (unsigned long long)o->rid, ty_strerror(rc));
+            dseq_end(w, o, TYCHO__V1__FINISH_REASON__FINISH_REASON_ERROR, rc);
+            continue;
+        }
+        o->preempted = false;
+        w->n_preempted--;
+    }
+}
+
+/* Room for what every running sequence computes next, oldest first, preempting the newest
+ * while the pool is full. One that finds no newer sequence to preempt waits a step (a request
+ * still awaiting its KV holds pages that will be preemptable once it runs), or fails when
+ * nothing else holds pages (the pool is smaller than its context). */
+static void grow(struct wstate *w)
+{
+    struct dseq *v[w->n_seqs ? w->n_seqs : 1]; /* running, newest first (the list's order) */
+    uint32_t n = 0;
+    for (struct dseq *s = w->seqs; s; s = s->next) {
+        s->stalled = false;
+        if (s->ready && !s->preempted)
+            v[n++] = s;
+    }
+    for (uint32_t i = n; i-- > 0;) {
+        struct dseq *s = v[i];
+        if (s->preempted)
+            continue;
+        uint32_t left = s->n_hist - ty_kvseq_n_tokens(s->seq);
+        int rc;
+        uint32_t j = 0;
+        while ((rc = ty_kvpool_seq_reserve(w->pool, s->seq, left)) == TY_ENOCAPACITY) {
+            while (j < i && v[j]->preempted)
+                j++;
+            if (j == i)
+                break;
+            preempt(w, v[j]);
+        }
+        if (rc == TY_ENOCAPACITY && w->n_seqs > w->n_preempted + 1) {
+            s->stalled = true;
+        } else if (rc) {
+            TY_LOG_WARN("decode", "request %llu: no KV pages to grow into: %s",
+                        (unsigned long long)s->rid, ty_strerror(rc));
+            dseq_end(w, s, TYCHO__V1__FINISH_REASON__FINISH_REASON_ERROR, rc);
+            v[i] = NULL;
+        }
+    }
+}
+
+/* One decode step: the next token of every running sequence (up to max_running; a readmitted
+ * one first recomputes its tokens in the same forward call), sampled. */
 static void step(struct wstate *w)
 {
     uint32_t cap = w->n->o.max_running, nb = 0;
     struct ty_batch_seq bs[cap];
     struct dseq *who[cap];
+    bool pure = true; /* one token each: a decode-step timing sample */
     for (struct dseq *s = w->seqs; s && nb < cap; s = s->next) {
-        if (!s->ready)
+        if (!s->ready || s->preempted || s->stalled)
             continue;
-        bs[nb] = (struct ty_batch_seq){.seq = s->seq, .tokens = &s->hist[s->n_hist - 1], .n = 1};
+        uint32_t have = ty_kvseq_n_tokens(s->seq);
+        bs[nb] = (struct ty_batch_seq){.seq = s->seq, .tokens = &s->hist[have],
+                                       .n = s->n_hist - have};
+        pure = pure && bs[nb].n == 1;
         who[nb++] = s;
     }
     if (!nb)
@@ -304,7 +424,7 @@ static void step(struct wstate *w)
         }
         accept_token(w, s, &smp);
     }
-    if (rc)
+    if (rc || !pure)
         return;
     struct ty_timing_sample ts = {.n_tokens = nb, .batch_size = nb,
                                   .prefix_tokens = ctx > UINT32_MAX ? UINT32_MAX : (uint32_t)ctx,
@@ -331,8 +451,9 @@ static void publish_load(struct wstate *w)
     ty_decode_node_t *n = w->n;
     uint32_t total = ty_kvpool_pages_total(w->pool), used = ty_kvpool_pages_used(w->pool);
     pthread_mutex_lock(&n->mu);
-    n->load.running = w->n_ready;
-    n->load.queued = w->n_seqs - w->n_ready;
+    n->load.running = w->n_ready - w->n_preempted;
+    n->load.queued = w->n_seqs - w->n_ready + w->n_preempted;
+    n->load.preemptions = w->preemptions;
     n->load.free_pages = total - used;
     n->load.kv_usage = total ? (float)used / (float)total : 0;
     pthread_mutex_unlock(&n->mu);
@@ -344,7 +465,7 @@ static bool take_commands(struct wstate *w, struct dcmd **out)
 {
     ty_decode_node_t *n = w->n;
     pthread_mutex_lock(&n->mu);
-    if (!n->stop && !n->cmds && !w->n_ready) {
+    if (!n->stop && !n->cmds && w->n_ready == w->n_preempted) {
         if (!w->n_seqs) {
             pthread_cond_wait(&n->cv, &n->mu);
         } else {
@@ -389,6 +510,7 @@ void *ty__decode_node_worker(void *arg)
         w.n_eog = TY_SAMPLE_MAX_BAN;
     w.n_layers = ty_model_config(w.m)->n_layers;
     w.logits = malloc((size_t)n->o.max_running * w.V * sizeof(float));
+    w.watermark = ty_kvpool_pages_total(w.pool) / 100 ? ty_kvpool_pages_total(w.pool) / 100 : 1;
     if (!w.logits) {
         TY_LOG_ERROR("decode", "no memory for logits");
         return NULL;
@@ -402,6 +524,8 @@ void *ty__decode_node_worker(void *arg)
             ty__dcmd_free(c);
         }
         poll_notifications(&w);
+        readmit(&w);
+        grow(&w);
         step(&w);
         expire(&w);
         publish_load(&w);

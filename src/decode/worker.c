@@ -24,6 +24,7 @@ struct wseq {
     ty_sampler_t *sampler;
     struct ty_stoptext st; /* text, stop strings, what was sent */
     uint32_t n_cached, n_out;
+    uint32_t n_preempted; /* times its pages were taken back (recomputed on readmission) */
     bool cancelled;
 };
 
@@ -47,8 +48,9 @@ struct ty_decode_worker {
     /* worker thread only */
     struct wseq *waiting, **waiting_tail;
     uint32_t n_waiting;
-    struct wseq **running;
+    struct wseq **running;            /* in admission order: the last is preempted first */
     uint32_t n_running;
+    uint32_t watermark;               /* free pages kept when admitting beside others */
     float *logits;                    /* (max_running, V) */
 };
 
@@ -221,13 +223,20 @@ static void publish_stats(ty_decode_worker_t *w)
     pthread_mutex_unlock(&w->mu);
 }
 
+/* Remove running[i], keeping the others in admission order. */
+static void running_remove(ty_decode_worker_t *w, uint32_t i)
+{
+    memmove(&w->running[i], &w->running[i + 1], (w->n_running - i - 1) * sizeof(*w->running));
+    w->n_running--;
+}
+
 /* Drop the running or waiting sequence `id` (an ERROR ECANCELED event). */
 static void apply_cancel(ty_decode_worker_t *w, uint64_t id)
 {
     for (uint32_t i = 0; i < w->n_running; i++) {
         if (w->running[i]->id == id) {
             struct wseq *s = w->running[i];
-            w->running[i] = w->running[--w->n_running];
+            running_remove(w, i);
             emit(w, s, TY_SERVE_EV_ERROR, NULL, 0, TY_FINISH_NONE, TY_ECANCELED);
             wseq_free(w, s);
             return;
@@ -282,22 +291,28 @@ static bool take_inbox(ty_decode_worker_t *w)
     return !stop;
 }
 
-/* Admit waiting requests in FIFO order while their pages can be reserved. */
+static uint32_t pages_free(ty_kvpool_t *p)
+{
+    return ty_kvpool_pages_total(p) - ty_kvpool_pages_used(p); /* cached blocks count as free */
+}
+
+/* Admit waiting requests in FIFO order while the pages of what they still have to compute (the
+ * prompt; after a preemption, prompt and output so far) can be reserved, keeping `watermark`
+ * pages free for the running sequences to grow into. A request alone always gets its chance;
+ * if even then its pages do not fit, it fails with TY_ENOCAPACITY. */
 static void admit(ty_decode_worker_t *w)
 {
     ty_kvpool_t *p = ty_engine_pool(w->e);
-    uint32_t max_ctx = ty_engine_max_ctx(w->e);
     while (w->waiting && w->n_running < w->o.max_running) {
         struct wseq *s = w->waiting;
         int rc = ty_kvpool_seq_new(p, &s->seq);
-        int cached = rc ? rc : ty_kvpool_seq_match_prefix(p, s->seq, s->hist, s->n_prompt);
-        uint64_t total = s->n_prompt + (uint64_t)s->gen.max_tokens;
-        if (total > max_ctx)
-            total = max_ctx;
+        int cached = rc ? rc : ty_kvpool_seq_match_prefix(p, s->seq, s->hist, s->n_hist);
         if (cached >= 0)
-            rc = ty_kvpool_seq_reserve(p, s->seq, (uint32_t)(total - (uint64_t)cached));
+            rc = ty_kvpool_seq_reserve(p, s->seq, (uint32_t)(s->n_hist - (size_t)cached));
         else
             rc = cached;
+        if (!rc && w->n_running && pages_free(p) < w->watermark)
+            rc = TY_ENOCAPACITY;
         if (rc == TY_ENOCAPACITY && w->n_running) {
             ty_kvpool_seq_free(p, s->seq); /* wait for pages to free up */
             s->seq = NULL;
@@ -313,8 +328,54 @@ static void admit(ty_decode_worker_t *w)
             wseq_free(w, s);
             continue;
         }
-        s->n_cached = (uint32_t)cached;
+        if (!s->n_preempted)
+            s->n_cached = (uint32_t)cached; /* usage reports what the prompt found */
         w->running[w->n_running++] = s;
+    }
+}
+
+/* Take running[i]'s pages back: its full blocks stay cached (a readmission finds them unless
+ * they were evicted meanwhile), the rest is recomputed from its tokens when it is admitted
+ * again, at the head of the queue. Its sampler and text state are kept, so its output is the
+ * one it would have given without the preemption. */
+static void preempt(ty_decode_worker_t *w, uint32_t i)
+{
+    struct wseq *s = w->running[i];
+    running_remove(w, i);
+    ty_kvpool_seq_free(ty_engine_pool(w->e), s->seq);
+    s->seq = NULL;
+    s->n_preempted++;
+    s->next = w->waiting;
+    if (!w->waiting)
+        w->waiting_tail = &s->next;
+    w->waiting = s;
+    w->n_waiting++;
+    pthread_mutex_lock(&w->mu);
+    w->stats.preemptions++;
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Pages are reserved as sequences grow, not up front: before a step, every running sequence
+ * gets room for the tokens it has left to compute, oldest first; when the pool is full the
+ * newest running sequence is preempted (as vLLM does), until the older ones fit. A sequence
+ * that cannot grow even alone fails (the pool is smaller than its context). */
+static void grow(ty_decode_worker_t *w)
+{
+    ty_kvpool_t *p = ty_engine_pool(w->e);
+    for (uint32_t i = 0; i < w->n_running; i++) {
+        struct wseq *s = w->running[i];
+        uint32_t left = (uint32_t)(s->n_hist - ty_kvseq_n_tokens(s->seq));
+        int rc;
+        while ((rc = ty_kvpool_seq_reserve(p, s->seq, left)) == TY_ENOCAPACITY &&
+               w->n_running > i + 1)
+            preempt(w, w->n_running - 1);
+        if (rc == TY_ENOCAPACITY && i > 0) {
+            preempt(w, i); /* the newest itself; older ones still run */
+        } else if (rc) {
+            running_remove(w, i--);
+            emit(w, s, TY_SERVE_EV_ERROR, NULL, 0, TY_FINISH_NONE, rc);
+            wseq_free(w, s);
+        }
     }
 }
 
@@ -371,8 +432,9 @@ static bool sample_and_report(ty_decode_worker_t *w, struct wseq *s, float *row)
     return true;
 }
 
-/* One step: every decoding sequence's next token plus prefill chunks of the others, within
- * the step's token budget; then sample the sequences whose pending tokens are all in. */
+/* One step: every decoding sequence's next token plus prefill chunks of the others (prompts,
+ * and what a preempted sequence recomputes), within the step's token budget; then sample the
+ * sequences whose pending tokens are all in. */
 static int step(ty_decode_worker_t *w)
 {
     struct ty_batch_seq bs[w->n_running ? w->n_running : 1];
@@ -381,7 +443,7 @@ static int step(ty_decode_worker_t *w)
         for (uint32_t i = 0; i < w->n_running && budget; i++) {
             struct wseq *s = w->running[i];
             uint32_t have = ty_kvseq_n_tokens(s->seq), left = (uint32_t)(s->n_hist - have);
-            bool decoding = have >= s->n_prompt;
+            bool decoding = left == 1;
             if (!left || decoding != (pass == 0))
                 continue;
             uint32_t n = left < budget ? left : budget;
@@ -408,7 +470,7 @@ static int step(ty_decode_worker_t *w)
     for (uint32_t i = w->n_running; i-- > 0;) {
         if (done[i]) {
             wseq_free(w, w->running[i]);
-            w->running[i] = w->running[--w->n_running];
+            running_remove(w, i);
         }
     }
     pthread_mutex_lock(&w->mu);
@@ -422,6 +484,7 @@ static void *worker_main(void *arg)
     ty_decode_worker_t *w = arg;
     while (take_inbox(w)) {
         admit(w);
+        grow(w);
         publish_stats(w);
         int rc = step(w);
         if (rc)
@@ -459,6 +522,7 @@ int ty_decode_worker_new(ty_decode_worker_t **out, const struct ty_decode_worker
     w->stats.max_ctx = ty_engine_max_ctx(w->e);
     w->stats.kv_block_tokens = ty_kvpool_block_tokens(ty_engine_pool(w->e));
     w->stats.kv_pages_total = ty_kvpool_pages_total(ty_engine_pool(w->e));
+    w->watermark = w->stats.kv_pages_total / 100 ? w->stats.kv_pages_total / 100 : 1;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     if (!w->running || !w->logits || pthread_create(&w->thread, NULL, worker_main, w)) {

@@ -65,6 +65,15 @@ static int make_backend_and_pool(ty_engine_t *e, const struct ty_engine_opts *o)
         .block_cb = o->kv_block_cb, .block_arg = o->kv_block_arg};
     if ((rc = ty_kvpool_new(&e->pool, &po)))
         return rc;
+    /* a sequence must fit the pool alone: pages are reserved as it grows, and one that cannot
+     * grow with nothing else to preempt would fail mid-answer */
+    uint64_t hold = (uint64_t)n_pages * o->kv_block_tokens;
+    if (hold < e->max_ctx) {
+        TY_LOG_WARN("engine", "the KV cache holds %llu tokens: context lowered from %u to %llu "
+                    "(raise kv_pages or kv_cache_memory to keep it)", (unsigned long long)hold,
+                    e->max_ctx, (unsigned long long)hold);
+        e->max_ctx = (uint32_t)hold;
+    }
     TY_LOG_INFO("engine", "%s backend, KV cache %s: %u pages of %u tokens (%u tokens, %.1f MiB)",
                 ty_backend_name(e->be), ty_kv_dtype_name(dt), n_pages, o->kv_block_tokens,
                 n_pages * o->kv_block_tokens,

@@ -90,7 +90,8 @@ struct ty_api {
     void *close_arg;
     struct {
         ty_metrics_child_t *running, *waiting, *kv_usage, *ttft, *tpot, *itl, *e2e, *prompt,
-            *gen, *cache_q, *cache_hit, *ok_stop, *ok_length, *ok_abort;
+            *gen, *cache_q, *cache_hit, *ok_stop, *ok_length, *ok_abort, *preempt;
+        uint64_t preempt_seen; /* the backend's preemptions already added to *preempt */
     } m;
 };
 

@@ -245,6 +245,9 @@ int ty__api_metrics_init(ty_api_t *a)
                           NULL, NULL, &a->m.waiting);
     rc = rc ? rc : family(a, 1, "vllm:kv_cache_usage_perc", "Fraction of KV pages in use (0-1).",
                           NULL, NULL, &a->m.kv_usage);
+    rc = rc ? rc : family(a, 0, "vllm:num_preemptions_total",
+                          "Sequences preempted (KV pages taken back, recomputed later).", NULL,
+                          NULL, &a->m.preempt);
     rc = rc ? rc : family(a, 2, "vllm:time_to_first_token_seconds", "Time to first token.",
                           NULL, NULL, &a->m.ttft);
     rc = rc ? rc : family(a, 2, "vllm:time_per_output_token_seconds",
@@ -284,6 +287,9 @@ void ty__api_handle_metrics(ty_api_t *a, ty_http_req_t *r)
     ty_metrics_gauge_set(a->m.running, st.running);
     ty_metrics_gauge_set(a->m.waiting, st.waiting);
     ty_metrics_gauge_set(a->m.kv_usage, st.kv_usage);
+    if (st.preemptions > a->m.preempt_seen) /* the backend counts; the counter follows */
+        ty_metrics_counter_add(a->m.preempt, (double)(st.preemptions - a->m.preempt_seen));
+    a->m.preempt_seen = st.preemptions; /* a cluster's sum drops when a node restarts */
     char *text = NULL;
     size_t len = 0;
     if (ty_metrics_render(a->o.metrics, &text, &len)) {
@@ -295,17 +301,18 @@ void ty__api_handle_metrics(ty_api_t *a, ty_http_req_t *r)
 }
 
 /* GET /status -> {"model", "uptime_s", "draining", "in_flight", "running", "waiting",
- * "kv_usage", "max_model_len", + the backend's own members (status_json)}. */
+ * "kv_usage", "max_model_len", "preemptions", + the backend's own members (status_json)}. */
 void ty__api_handle_status(ty_api_t *a, ty_http_req_t *r)
 {
     const struct ty_serve_backend *b = &a->o.backend;
     struct ty_serve_stats st;
     b->iface->stats(b->context, &st);
-    json_t *o = json_pack("{s:s,s:f,s:b,s:I,s:I,s:I,s:f,s:I}", "model", a->model_name,
+    json_t *o = json_pack("{s:s,s:f,s:b,s:I,s:I,s:I,s:f,s:I,s:I}", "model", a->model_name,
                           "uptime_s", (double)(ty_clock_ms() - a->started_ms) / 1e3, "draining",
                           a->draining, "in_flight", (json_int_t)a->n_inflight, "running",
                           (json_int_t)st.running, "waiting", (json_int_t)st.waiting, "kv_usage",
-                          st.kv_usage, "max_model_len", (json_int_t)st.max_ctx);
+                          st.kv_usage, "max_model_len", (json_int_t)st.max_ctx, "preemptions",
+                          (json_int_t)st.preemptions);
     if (!o) {
         ty_http_respond(r, 500, "text/plain", NULL, "status unavailable\n", 19);
         return;

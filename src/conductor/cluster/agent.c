@@ -181,6 +181,7 @@ static void send_heartbeat(ty_cluster_agent_t *a)
     load.kv_pool_read_blocks = l.pool_read_blocks;
     load.kv_pool_written_blocks = l.pool_written_blocks;
     load.kv_pool_errors = l.pool_errors;
+    load.preemptions = l.preemptions;
     Tycho__V1__Heartbeat m = TYCHO__V1__HEARTBEAT__INIT;
     m.node_id = a->node_id;
     m.session_id = a->session;

@@ -38,8 +38,9 @@ struct ty__cnode {
     bool lost;            /* connection dropped: reaped on the next tick */
     ty_cluster_t *c;
     /* its tycho_node_* metrics (NULL without a registry); pool counters as last reported */
-    ty_metrics_child_t *m_up, *m_kv_usage, *m_queued, *m_running, *m_pool[3];
-    uint64_t pool_seen[3];
+    /* m_pool: KV pool blocks read, written, pool errors, then the node's preemptions */
+    ty_metrics_child_t *m_up, *m_kv_usage, *m_queued, *m_running, *m_pool[4];
+    uint64_t pool_seen[4];
 };
 
 struct ty__creq {
@@ -136,7 +137,7 @@ struct ty_cluster {
     void (*close_cb)(void *);
     void *close_arg;
     /* tycho_node_*: up, kv_usage, queued, running, KV pool blocks {read, written}, errors */
-    ty_metrics_family_t *node_fam[6];
+    ty_metrics_family_t *node_fam[7];
 };
 
 /* registry.c */

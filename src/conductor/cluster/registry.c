@@ -68,6 +68,9 @@ static void node_metrics_init(ty_cluster_t *c)
     ty_metrics_counter_new(reg, &c->node_fam[5], "tycho_node_kv_pool_errors_total",
                            "KV pool operations of a node that failed (each a miss)", n1,
                            1);
+    ty_metrics_counter_new(reg, &c->node_fam[6], "tycho_node_preemptions_total",
+                           "sequences a decode node preempted (KV pages taken back to let "
+                           "older ones grow; recomputed on the node)", n1, 1);
 }
 
 /* A node (re)registered: its children, and counters that start again from its new life. */
@@ -87,6 +90,8 @@ static void node_metrics_bind(ty_cluster_t *c, struct ty__cnode *n)
         ty_metrics_child_get(c->node_fam[4], wr, &n->m_pool[1]);
         ty_metrics_child_get(c->node_fam[5], n1, &n->m_pool[2]);
     }
+    if (c->node_fam[6] && n->info.role == TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE)
+        ty_metrics_child_get(c->node_fam[6], n1, &n->m_pool[3]);
     memset(n->pool_seen, 0, sizeof(n->pool_seen));
     if (n->m_up)
         ty_metrics_gauge_set(n->m_up, 1);
@@ -97,7 +102,7 @@ static void node_metrics_bind(ty_cluster_t *c, struct ty__cnode *n)
 static void node_metrics_unbind(struct ty__cnode *n)
 {
     ty_metrics_child_t **all[] = {&n->m_up, &n->m_kv_usage, &n->m_queued, &n->m_running,
-                                  &n->m_pool[0], &n->m_pool[1], &n->m_pool[2]};
+                                  &n->m_pool[0], &n->m_pool[1], &n->m_pool[2], &n->m_pool[3]};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         ty_metrics_child_remove(*all[i]);
         *all[i] = NULL;
@@ -111,8 +116,9 @@ static void node_metrics_heartbeat(struct ty__cnode *n, const Tycho__V1__Load *l
     ty_metrics_gauge_set(n->m_kv_usage, l->kv_cache_usage);
     ty_metrics_gauge_set(n->m_queued, l->queued_requests);
     ty_metrics_gauge_set(n->m_running, l->running_requests);
-    uint64_t now[3] = {l->kv_pool_read_blocks, l->kv_pool_written_blocks, l->kv_pool_errors};
-    for (int k = 0; k < 3; k++) {
+    uint64_t now[4] = {l->kv_pool_read_blocks, l->kv_pool_written_blocks, l->kv_pool_errors,
+                       l->preemptions};
+    for (int k = 0; k < 4; k++) {
         if (n->m_pool[k] && now[k] > n->pool_seen[k])
             ty_metrics_counter_add(n->m_pool[k], (double)(now[k] - n->pool_seen[k]));
         n->pool_seen[k] = now[k] > n->pool_seen[k] ? now[k] : n->pool_seen[k];
@@ -359,6 +365,10 @@ static void on_heartbeat(ty_rpc_call_t *call, const uint8_t *payload, size_t len
             n->info.load.queued = m->load->queued_requests;
             n->info.load.free_pages = m->load->free_pages;
             n->info.load.kv_usage = m->load->kv_cache_usage;
+            n->info.load.pool_read_blocks = m->load->kv_pool_read_blocks;
+            n->info.load.pool_written_blocks = m->load->kv_pool_written_blocks;
+            n->info.load.pool_errors = m->load->kv_pool_errors;
+            n->info.load.preemptions = m->load->preemptions;
             node_metrics_heartbeat(n, m->load);
         }
         ty__place_heartbeat(c, n, m);

@@ -433,6 +433,7 @@ static void cluster_stats(void *ctx, struct ty_serve_stats *out)
         if (n->info.role == TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE) {
             out->kv_usage += n->info.load.kv_usage;
             out->kv_block_tokens = n->block_tokens;
+            out->preemptions += n->info.load.preemptions;
             n_decode++;
         }
     }

@@ -92,6 +92,8 @@ static json_t *node_json(const struct ty__cnode *n, uint64_t now_ms)
                             json_integer((json_int_t)i->load.pool_written_blocks));
     } else {
         json_object_set_new(o, "max_batch", json_integer(n->max_batch));
+        json_object_set_new(o, "preemptions",
+                            json_integer((json_int_t)i->load.preemptions));
     }
     return o;
 }

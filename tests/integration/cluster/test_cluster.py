@@ -3,7 +3,7 @@
 and tycho-decode as separate processes on loopback ephemeral ports, KV over the tcp transport.
 
 Usage: test_cluster.py BUILD_DIR CASE   (CASE: equal, concurrent, kill_decode, hung_decode,
-prefix_routing, cache_events, slo_reject, cost_refit, phantom_credit, kv_pool, pool_sched, pool_decode, pool_snapshot, local_cluster). Exits 77 when
+prefix_routing, cache_events, slo_reject, cost_refit, phantom_credit, kv_pool, pool_sched, pool_decode, pool_snapshot, local_cluster, preempt, ...). Exits 77 when
 the shared test data is missing. Expected token ids come from running `tycho generate` (the
 monolithic engine loop), never from the cluster.
 """
@@ -67,11 +67,12 @@ class Cluster:
     started = []
 
     def __init__(self, n_prefill, n_decode, hb_timeout="1500ms", model=MODEL, config=None,
-                 node_args=(), kv_pool=False, conductor_pool=False):
+                 node_args=(), kv_pool=False, conductor_pool=False, decode_args=()):
         Cluster.started.append(self)
         self.dir = tempfile.mkdtemp(prefix="tycho-cluster-")
         self.model = model
         self.node_args = list(node_args)
+        self.decode_args = list(decode_args)
         self.procs = {}
         self.logs = {}
         extra = []
@@ -123,7 +124,8 @@ class Cluster:
         self.start(name, [PREFILL if role == "prefill" else DECODE, "--model_path=" + self.model,
                           "--name=" + name, "--conductor_address=127.0.0.1:%d" % self.rpc,
                           "--kv_block_tokens=16", "--heartbeat_interval=200ms",
-                          "--chunk_tokens=32", *self.node_args])
+                          "--chunk_tokens=32", *self.node_args,
+                          *(self.decode_args if role == "decode" else [])])
 
     def registered(self):
         out = []
@@ -325,6 +327,47 @@ def case_concurrent():
             break
     logs = {n: open(cl.logs[n]).read() for n in ("conductor",)}
     ok &= check(logs["conductor"].count("registered:") >= 4, "4 nodes registered")
+    return ok
+
+
+def case_preempt():
+    """A decode node reserves KV pages as answers grow, not prompt + max_tokens up front:
+    12 answers of 120 tokens need ~96 pages of 16 tokens and the node has 24, so it runs more
+    of them at once than a reservation would allow (one of 9 pages each: 2) and preempts the
+    newest when the pool fills, recomputing it later. Every answer must still be generate's."""
+    cl = Cluster(1, 1, decode_args=["--kv_pages=24"])
+    ok = True
+    n_tok = 120
+    prompts = PROMPTS[:12]
+    refs = {p: generate(p, n_tok, extra=("--ignore-eos",)) for p in prompts}
+    res, threads = {}, []
+    for i, p in enumerate(prompts):
+        t = threading.Thread(target=stream, args=(cl, p, n_tok, res, i, 60,
+                                                  {"ignore_eos": True}))
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join(90)
+    good = [i for i, p in enumerate(prompts) if i in res and res[i][3] is None and
+            res[i][0] == refs[p]["output_ids"] and res[i][2] == "length"]
+    ok &= check(len(good) == len(prompts), "%d of %d answers equal generate's under preemption"
+                % (len(good), len(prompts)))
+    for i in range(len(prompts)):
+        if i not in good:
+            print("  stream %d: %s" % (i, res.get(i)))
+            break
+    end, node, total = time.time() + 5, 0, 0
+    while time.time() < end and not (node > 0 and total > 0):
+        m = cl.metrics()  # the decode node's count arrives with its next heartbeat
+        node = m.get('tycho_node_preemptions_total{node="d0"}', 0)
+        total = sum(v for k, v in m.items() if k.startswith("vllm:num_preemptions_total"))
+        time.sleep(0.2)
+    ok &= check(node > 0 and total == node,
+                "preemptions counted: node d0 %d, cluster %d" % (node, total))
+    st, body = cl.post("/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 16,
+                                           "temperature": 0, "return_token_ids": True})
+    ok &= check(st == 200 and json.loads(body)["choices"][0]["token_ids"] ==
+                generate(PROMPTS[0], 16)["output_ids"], "the node serves on afterwards")
     return ok
 
 
@@ -1382,7 +1425,7 @@ def main():
             "batch_admission": case_batch_admission,
             "slo_reload": case_slo_reload,
             "slo_class": case_slo_class,
-            "status": case_status,
+            "status": case_status, "preempt": case_preempt,
             "local_cluster": case_local_cluster}[CASE]
     ok = False
     try:

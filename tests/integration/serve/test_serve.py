@@ -2,7 +2,7 @@
 """Integration tests of `tycho serve` on stories260K: real processes on loopback ports.
 
 Usage: test_serve.py TYCHO_BINARY CASE   (CASE: malformed, greedy, prompt_list, concurrent,
-disconnect, auth_drain). Exits 77 when the shared test data is missing. Expected token ids come from
+disconnect, auth_drain, preempt). Exits 77 when the shared test data is missing. Expected token ids come from
 running `tycho generate` (a separate code path: ty_engine_generate), not from the server.
 """
 import http.client
@@ -124,9 +124,10 @@ def content_len(head):
     return 0
 
 
-def generate(prompt, n):
+def generate(prompt, n, extra=()):
     out = subprocess.run([TYCHO, "generate", "--model", MODEL, "--prompt", prompt, "-n", str(n),
-                          "--temp", "0", "--json"], capture_output=True, text=True, check=True)
+                          "--temp", "0", "--json", *extra], capture_output=True, text=True,
+                         check=True)
     return json.loads(out.stdout)
 
 
@@ -475,6 +476,35 @@ def case_disconnect(srv):
     check(b'finished_reason="abort"} 1' in m, "the abort is counted")
 
 
+def case_preempt(srv):
+    """Pages are reserved as answers grow (40 pages of 16 tokens here): 16 answers of 200
+    tokens need ~208 pages, so the newest are preempted and recomputed; each answer must
+    still be generate's, and every page must come back."""
+    st, body = srv.get("/status")
+    check(st == 200 and json.loads(body)["max_model_len"] == 640,
+          "the context is lowered to what the KV cache holds (640 tokens)")
+    refs = {p: generate(p, 200, ("--ignore-eos",))["output_ids"] for p in PROMPTS}
+    res = [None] * 16
+
+    def one(i):
+        st, data, _ = srv.post("/v1/completions", {
+            "prompt": PROMPTS[i % 4], "max_tokens": 200, "temperature": 0, "ignore_eos": True,
+            "return_token_ids": True})
+        res[i] = json.loads(data)["choices"][0].get("token_ids") if st == 200 else st
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(16)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    good = sum(res[i] == refs[PROMPTS[i % 4]] for i in range(16))
+    check(good == 16, "16 answers equal generate's under preemption (%d)" % good)
+    n = srv.metric("vllm:num_preemptions_total")
+    _, body = srv.get("/status")
+    check(n > 0 and json.loads(body).get("preemptions") == n,
+          "preemptions counted in /metrics and /status: %d" % n)
+    check(srv.metric("vllm:kv_cache_usage_perc") == 0, "every page is back")
+
+
 def case_auth_drain(srv):
     st, data, _ = srv.post("/v1/completions", {"prompt": "x", "max_tokens": 2})
     check(st == 401 and err_of(data)["code"] == "invalid_api_key", "no key: 401")
@@ -519,7 +549,8 @@ def main():
     if not os.path.exists(MODEL):
         print("skip: no", MODEL)
         sys.exit(77)
-    extra = ["--api-key", "sekrit"] if CASE == "auth_drain" else []
+    extra = {"auth_drain": ["--api-key", "sekrit"],
+             "preempt": ["--engine.kv_pages=40", "--engine.kv_block_tokens=16"]}.get(CASE, [])
     srv = Server(*extra)
     try:
         globals()["case_" + CASE](srv)

@@ -173,6 +173,7 @@ struct ty_cluster_load {
     float kv_usage;
     /* prefill with a KV pool: since the node started */
     uint64_t pool_read_blocks, pool_written_blocks, pool_errors;
+    uint64_t preemptions; /* decode: sequences preempted since the node started */
 };
 
 /* Fill the node's current load (loop thread). */
