@@ -46,8 +46,7 @@ static int start_engine(struct node *s)
                                 .kv_dtype = ty_cluster_kv_dtype_names[s->cfg.kv_cache_dtype],
                                 .max_seqs = s->cfg.max_batch_size,
                                 .max_ctx = s->cfg.max_ctx,
-                                .max_batch_tokens = s->cfg.max_batch_size,
-                                .no_prefix_sharing = true};
+                                .max_batch_tokens = s->cfg.max_batch_size};
     if ((rc = ty_engine_new(&s->engine, s->model, &eo))) {
         fprintf(stderr, "tycho-decode: engine: %s\n", ty_strerror(rc));
         return rc;

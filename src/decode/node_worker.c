@@ -312,6 +312,9 @@ static void preempt(struct wstate *w, struct dseq *s)
     s->stalled = false;
     w->n_preempted++;
     w->preemptions++;
+    TY_LOG_WARN("decode", "KV cache full: request %llu preempted (%llu so far), recomputed when "
+                "pages are free; more KV memory or a lower max_batch_size avoids this",
+                (unsigned long long)s->rid, (unsigned long long)w->preemptions);
 }
 
 /* Give preempted sequences their pages back, oldest first, while they fit (keeping the
@@ -343,6 +346,8 @@ static void readmit(struct wstate *w)
         }
         o->preempted = false;
         w->n_preempted--;
+        TY_LOG_DEBUG("decode", "request %llu readmitted: %d of its %u tokens from the page cache",
+                     (unsigned long long)o->rid, cached, o->n_hist);
     }
 }
 

@@ -351,8 +351,11 @@ static void preempt(ty_decode_worker_t *w, uint32_t i)
     w->waiting = s;
     w->n_waiting++;
     pthread_mutex_lock(&w->mu);
-    w->stats.preemptions++;
+    uint64_t n = ++w->stats.preemptions;
     pthread_mutex_unlock(&w->mu);
+    TY_LOG_WARN("serve", "KV cache full: request %llu preempted (%llu so far), recomputed when "
+                "pages are free; more KV memory or a lower max_batch_size avoids this",
+                (unsigned long long)s->id, (unsigned long long)n);
 }
 
 /* Pages are reserved as sequences grow, not up front: before a step, every running sequence
