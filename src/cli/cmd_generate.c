@@ -31,11 +31,15 @@ static void usage(FILE *f)
             "         [--stop STR]... [--logprobs N] [--ignore-eos] [--chat] [--json] [--raw]\n"
             "         [--threads N] [--kv-block B] [--kv-dtype auto|f32|f16] [--batch-tokens N]\n"
             "         [--backend cpu|cuda] [--device N] [--weights auto|f32|f16|bf16]\n"
-            "         [--no-graphs]\n"
+            "         [--no-graphs] [--logit-bias ID:BIAS]... [--stop-token-id ID]...\n"
+            "         [--min-tokens N]\n"
             "  PATH is a .gguf file or a Hugging Face model directory.\n"
             "  --backend cuda runs on GPU N (--device) with weights of the given type.\n"
             "  --kv-dtype: KV cache elements (auto: f16 for a 16-bit or quantized model).\n"
-            "  --raw: do not add BOS; --ignore-eos: always generate N tokens.\n");
+            "  --raw: do not add BOS; --ignore-eos: always generate N tokens.\n"
+            "  --logit-bias: add BIAS (-100..100) to token ID's logit (OpenAI's logit_bias);\n"
+            "  --stop-token-id: end at token ID like at EOS (vLLM's stop_token_ids);\n"
+            "  --min-tokens: neither EOS nor a stop token before N output tokens.\n");
 }
 
 static bool parse_float(const char *s, float *out)
@@ -123,6 +127,24 @@ static int parse_opt(struct gen_args *a, int c, const char *arg)
         a->eo.kv_dtype = arg;
         break;
     }
+    case 'l': {
+        struct ty_sampling_params *q = &a->gp.sampling;
+        char *end;
+        unsigned long id = strtoul(arg, &end, 10);
+        float bias = 0;
+        ok = end != arg && *end == ':' && arg[0] != '-' && id <= UINT32_MAX &&
+             parse_float(end + 1, &bias) && bias >= -100 && bias <= 100 &&
+             q->n_logit_bias < TY_SAMPLE_MAX_LOGIT_BIAS;
+        if (ok)
+            q->logit_bias[q->n_logit_bias++] = (struct ty_logit_bias){(uint32_t)id, bias};
+        break;
+    }
+    case 'i':
+        ok = a->gp.n_stop_ids < TY_GEN_MAX_STOP_IDS &&
+             parse_u32(arg, &a->gp.stop_ids[a->gp.n_stop_ids]);
+        a->gp.n_stop_ids += ok;
+        break;
+    case 'N': ok = parse_u32(arg, &a->gp.min_tokens); break;
     case 'E': a->gp.ignore_eos = true; break;
     case 'c': a->chat = true; break;
     case 'j': a->json = true; break;
@@ -143,7 +165,8 @@ static int parse_args(struct gen_args *a, int argc, char **argv)
         {"kv-dtype", 1, 0, 'X'}, {"backend", 1, 0, 'K'}, {"device", 1, 0, 'D'},
         {"weights", 1, 0, 'W'},
         {"no-graphs", 0, 0, 'G'}, {"ignore-eos", 0, 0, 'E'}, {"chat", 0, 0, 'c'},
-        {"json", 0, 0, 'j'}, {"raw", 0, 0, 'R'},
+        {"json", 0, 0, 'j'}, {"raw", 0, 0, 'R'}, {"logit-bias", 1, 0, 'l'},
+        {"stop-token-id", 1, 0, 'i'}, {"min-tokens", 1, 0, 'N'},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     a->gp.max_tokens = 128;
@@ -157,9 +180,13 @@ static int parse_args(struct gen_args *a, int argc, char **argv)
             return 1;
         }
         if (parse_opt(a, c, optarg)) {
+            char name[40];
+            snprintf(name, sizeof(name), "-%c", c); /* a short option */
+            for (size_t k = 0; opts[k].name; k++)
+                if (opts[k].val == c)
+                    snprintf(name, sizeof(name), "--%s", opts[k].name);
             if (optarg)
-                fprintf(stderr, "tycho generate: bad value '%s' for option %s\n", optarg,
-                        argv[optind - 1]);
+                fprintf(stderr, "tycho generate: bad value '%s' for %s\n", optarg, name);
             return TY_EINVAL;
         }
     }
@@ -297,6 +324,17 @@ static int run_generate(int argc, char **argv)
     if ((rc = ty_model_load(&m, a.model, err, sizeof(err)))) {
         fprintf(stderr, "tycho generate: cannot load model: %s (%s)\n", err, ty_err_name(rc));
         return TY_CLI_EXIT_FAIL;
+    }
+    uint32_t V = ty_model_config(m)->n_vocab;
+    for (uint32_t i = 0; i < a.gp.sampling.n_logit_bias + a.gp.n_stop_ids; i++) {
+        bool bias = i < a.gp.sampling.n_logit_bias;
+        uint32_t id = bias ? a.gp.sampling.logit_bias[i].id
+                           : a.gp.stop_ids[i - a.gp.sampling.n_logit_bias];
+        if (id >= V) {
+            fprintf(stderr, "tycho generate: %s %u is not a token of this model (vocabulary %u)\n",
+                    bias ? "--logit-bias" : "--stop-token-id", id, V);
+            goto out;
+        }
     }
     rc = a.prompt_ids ? parse_ids(a.prompt_ids, &ids, &n) : tokenize_prompt(&a, m, &ids, &n);
     if (rc || n == 0) {

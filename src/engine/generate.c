@@ -42,7 +42,7 @@ static int accept(ty_engine_t *e, struct gen_seq *g, struct ty_gen_result *r, si
 {
     const ty_model_t *m = ty_engine_model(e);
     const char *piece = "";
-    if (!p->ignore_eos && ty_model_is_eog(m, s->id)) {
+    if (ty_gen_is_end(p, m, s->id)) { /* EOS or a stop token: not in the output */
         r->finish = TY_FINISH_EOS;
         g->done = true;
         return 0;
@@ -113,6 +113,9 @@ static int step(ty_engine_t *e, struct gen_seq *gs, size_t n, const struct ty_ge
 {
     struct ty_batch_seq *bs = calloc(n, sizeof(*bs));
     uint32_t *map = calloc(n, sizeof(uint32_t)), nb = 0, V = ty_model_config(ty_engine_model(e))->n_vocab;
+    uint32_t eog[TY_SAMPLE_MAX_BAN];
+    size_t n_eog = ty_model_eog_list(ty_engine_model(e), eog, TY_SAMPLE_MAX_BAN);
+    n_eog = n_eog < TY_SAMPLE_MAX_BAN ? n_eog : TY_SAMPLE_MAX_BAN;
     int rc = TY_ENOMEM;
     if (!bs || !map)
         goto out;
@@ -131,6 +134,7 @@ static int step(ty_engine_t *e, struct gen_seq *gs, size_t n, const struct ty_ge
     for (uint32_t k = 0; k < nb && !rc; k++) {
         struct gen_seq *g = &gs[map[k]];
         struct ty_sample s;
+        ty_gen_ban_ends(p, res[map[k]].n_ids, eog, n_eog, g->sampler); /* min_tokens */
         rc = ty_sampler_sample(g->sampler, logits + (size_t)k * V, g->hist, g->n_hist, &s);
         if (!rc)
             rc = accept(e, g, &res[map[k]], map[k], &s, p, cb, arg);

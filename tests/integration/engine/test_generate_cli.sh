@@ -53,6 +53,31 @@ out=$("$T" generate --model "$G" --prompt "Once upon a time" -n 100 --stop "Lily
 case "$out" in *'"text":", there was a little girl named ","finish_reason":"stop"'*) ;;
     *) bad "stop string: $out" ;; esac
 
+# stop token ids, min_tokens, logit_bias, against the plain greedy ids (g): a stop id ends
+# the answer before its first occurrence; min_tokens bans it (and EOS) until then; a -100
+# bias keeps it out of the answer, which then follows the same path as the banned one
+g=$("$T" generate --model "$G" --prompt "Once upon a time" -n 20 --ignore-eos --json | ids)
+x=$(printf '%s' "$g" | cut -d, -f4)
+head3=$(printf '%s' "$g" | cut -d, -f1-3)
+out=$("$T" generate --model "$G" --prompt "Once upon a time" -n 20 --stop-token-id "$x" --json)
+case "$out" in *"\"output_ids\":[$head3],"*'"finish_reason":"stop"'*) ;;
+    *) bad "--stop-token-id $x (4th of $g): $out" ;; esac
+m=$("$T" generate --model "$G" --prompt "Once upon a time" -n 20 --stop-token-id "$x" \
+    --min-tokens 5 --json | ids)
+case "$m" in "$head3",*) ;; *) bad "--min-tokens 5: first 3 ids $m" ;; esac
+[ "$(printf '%s' "$m" | cut -d, -f4)" != "$x" ] || bad "--min-tokens 5: $x still 4th: $m"
+[ "$(printf '%s' "$m" | tr -cd , | wc -c)" -ge 4 ] || bad "--min-tokens 5: fewer than 5: $m"
+b=$("$T" generate --model "$G" --prompt "Once upon a time" -n 20 --logit-bias "$x:-100" \
+    --json | ids)
+case ",$b," in *",$x,"*) bad "--logit-bias $x:-100 still gives $x: $b" ;; esac
+case "$b" in "$head3",*) ;; *) bad "--logit-bias: first 3 ids $b" ;; esac
+[ "$(printf '%s' "$b" | cut -d, -f1-5)" = "$(printf '%s' "$m" | cut -d, -f1-5)" ] ||
+    bad "banning $x by bias or by min_tokens: different first 5 ($b / $m)"
+err=$("$T" generate --model "$G" --prompt x --logit-bias 999:1 2>&1 >/dev/null)
+case "$err" in *"not a token of this model"*) ;; *) bad "--logit-bias 999: $err" ;; esac
+"$T" generate --model "$G" --prompt x --logit-bias 1:101 >/dev/null 2>&1; [ $? -eq 2 ] ||
+    bad "--logit-bias 1:101 is not a usage error"
+
 "$T" generate --model "$G" >/dev/null 2>&1; [ $? -eq 2 ] || bad "missing prompt is not a usage error"
 "$T" generate --model "$G" --prompt x --temp abc >/dev/null 2>&1; [ $? -eq 2 ] || bad "bad --temp"
 "$T" generate --model /nonexistent --prompt x >/dev/null 2>&1; [ $? -eq 1 ] || bad "missing model"
