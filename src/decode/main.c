@@ -99,7 +99,7 @@ static int start_node(struct node *s, uv_loop_t *loop)
         .segment = ty_xfer_engine_name(s->xfer), .model = s->model,
         .model_path = s->cfg.model_path, .kv_pages = ty_kvpool_pages_total(pool),
         .block_tokens = ty_kvpool_block_tokens(pool), .max_batch = s->cfg.max_batch_size,
-        .kv_dtype = ty_kv_dtype_name(ty_kvpool_dtype(pool)),
+        .max_ctx = ty_engine_max_ctx(s->engine), .kv_dtype = ty_kv_dtype_name(ty_kvpool_dtype(pool)),
         .heartbeat_interval_ms = (uint32_t)(s->cfg.heartbeat_interval_ns / 1000000),
         .load_cb = ty_decode_node_load, .load_arg = s->node, .timings = s->timings};
     if ((rc = ty_cluster_agent_new(&s->agent, &ao)))

@@ -82,6 +82,7 @@ static void send_register(ty_cluster_agent_t *a)
     cap.block_tokens = a->o.block_tokens;
     cap.max_batch = a->o.max_batch;
     cap.max_batch_prompts = a->o.max_batch_prompts;
+    cap.max_ctx = a->o.max_ctx;
     char *transports[] = {"tcp"};
     Tycho__V1__RegisterNode m = TYCHO__V1__REGISTER_NODE__INIT;
     m.protocol_version = TYCHO__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;

@@ -26,6 +26,7 @@ struct ty__cnode {
     uint32_t max_batch;   /* as registered (decode: sequences per batch; prefill: tokens
                            * per forward call) */
     uint32_t max_batch_prompts; /* prefill: prompts per forward call, as registered */
+    uint32_t max_ctx;           /* the node's context, as registered (0: not said) */
     uint64_t decode_ctx;  /* decode: context tokens of its batch, from its heartbeats */
     uint64_t index_est;   /* prefill: blocks its events added to the index, less removals */
     double queued_prefill_us; /* prefill: predicted work of its placed, unprefilled requests */

@@ -292,6 +292,7 @@ static int node_register(ty_cluster_t *c, const Tycho__V1__RegisterNode *m, char
     n->kv_pages = m->capacity->kv_pages;
     n->max_batch = m->capacity->max_batch;
     n->max_batch_prompts = m->capacity->max_batch_prompts;
+    n->max_ctx = m->capacity->max_ctx;
     int rc = ty__place_node_up(c, n, why, cap);
     if (!rc && (rc = node_connect(c, n))) {
         ty__place_node_down(c, n);
@@ -337,6 +338,11 @@ static void on_register(ty_rpc_call_t *call, const uint8_t *payload, size_t len,
                     n->info.role == TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL ? "prefill"
                                                                              : "decode",
                     n->info.address, n->segment);
+        if (n->max_ctx && n->max_ctx < c->o.max_ctx)
+            TY_LOG_WARN("cluster", "node %s holds sequences of at most %u tokens, less than the "
+                        "Conductor's max_ctx %u: requests longer than that fail or end early "
+                        "there (give it more KV memory, or lower max_ctx)", n->info.id,
+                        n->max_ctx, c->o.max_ctx);
     } else {
         r.reason = why;
         TY_LOG_WARN("cluster", "refused a registration of '%s': %s", m->node_id, why);

@@ -75,6 +75,8 @@ static json_t *node_json(const struct ty__cnode *n, uint64_t now_ms)
         (json_int_t)i->load.queued, "free_pages", (json_int_t)i->load.free_pages, "kv_usage",
         (double)i->load.kv_usage, "kv_pages", (json_int_t)n->kv_pages, "block_tokens",
         (json_int_t)n->block_tokens, "kv_dtype", n->kv_dtype);
+    if (o && n->max_ctx)
+        json_object_set_new(o, "max_ctx", json_integer(n->max_ctx));
     if (!o)
         return NULL;
     json_object_set_new(o, "heartbeat_age_s",

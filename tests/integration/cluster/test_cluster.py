@@ -368,6 +368,16 @@ def case_preempt():
                                            "temperature": 0, "return_token_ids": True})
     ok &= check(st == 200 and json.loads(body)["choices"][0]["token_ids"] ==
                 generate(PROMPTS[0], 16)["output_ids"], "the node serves on afterwards")
+    # 24 pages of 16 tokens hold less than one context: the node lowers its context to 384
+    # tokens, registers it, and the Conductor (whose max_ctx is the model's) says so
+    log = open(cl.logs["conductor"]).read()
+    c = http.client.HTTPConnection("127.0.0.1", cl.http, timeout=10)
+    c.request("GET", "/status")
+    nodes = {n["id"]: n for n in json.loads(c.getresponse().read()).get("nodes", [])}
+    ok &= check("node d0 holds sequences of at most 384 tokens" in log and
+                nodes.get("d0", {}).get("max_ctx") == 384,
+                "the decode node's smaller context is reported (status: %s)" %
+                nodes.get("d0", {}).get("max_ctx"))
     return ok
 
 
