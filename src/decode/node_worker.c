@@ -389,17 +389,19 @@ static void grow(struct wstate *w)
     }
 }
 
-/* One decode step: the next token of every running sequence (up to max_running; a readmitted
- * one first recomputes its tokens in the same forward call), sampled. */
+/* One decode step: the next token of every running sequence (up to max_running, oldest
+ * first; a readmitted one first recomputes its tokens in the same forward call), sampled. */
 static void step(struct wstate *w)
 {
-    uint32_t cap = w->n->o.max_running, nb = 0;
+    uint32_t cap = w->n->o.max_running, nb = 0, nr = 0;
     struct ty_batch_seq bs[cap];
-    struct dseq *who[cap];
+    struct dseq *who[cap], *run[w->n_seqs ? w->n_seqs : 1];
     bool pure = true; /* one token each: a decode-step timing sample */
-    for (struct dseq *s = w->seqs; s && nb < cap; s = s->next) {
-        if (!s->ready || s->preempted || s->stalled)
-            continue;
+    for (struct dseq *s = w->seqs; s; s = s->next) /* newest first */
+        if (s->ready && !s->preempted && !s->stalled)
+            run[nr++] = s;
+    while (nr && nb < cap) {
+        struct dseq *s = run[--nr];
         uint32_t have = ty_kvseq_n_tokens(s->seq);
         bs[nb] = (struct ty_batch_seq){.seq = s->seq, .tokens = &s->hist[have],
                                        .n = s->n_hist - have};
