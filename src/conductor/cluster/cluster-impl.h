@@ -57,6 +57,7 @@ struct ty__creq {
     bool decode_pending, prefill_pending, stream_pending, finished, prefill_counted;
     uint64_t wait_until_ms; /* no node yet (Conductor just started): dispatch when one comes */
     bool placed;            /* in the scheduler's flight table (until ty__place_done) */
+    uint8_t prefill_tries;  /* PrefillAssigns sent (a dead prefill node's are sent again) */
     bool prefilled;         /* its prefill finished (ty__place_prefilled) */
     uint32_t priority;      /* SLO class index (ty__place_class) */
     uint64_t *credit;       /* blocks credited to pnode at placement that it did not hold:
@@ -139,6 +140,7 @@ struct ty_cluster {
     void *close_arg;
     /* tycho_node_*: up, kv_usage, queued, running, KV pool blocks {read, written}, errors */
     ty_metrics_family_t *node_fam[7];
+    ty_metrics_child_t *prefill_retries; /* tycho_prefill_retries_total (NULL: no registry) */
 };
 
 /* registry.c */

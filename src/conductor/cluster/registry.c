@@ -71,6 +71,11 @@ static void node_metrics_init(ty_cluster_t *c)
     ty_metrics_counter_new(reg, &c->node_fam[6], "tycho_node_preemptions_total",
                            "sequences a decode node preempted (KV pages taken back to let "
                            "older ones grow; recomputed on the node)", n1, 1);
+    ty_metrics_family_t *f;
+    if (!ty_metrics_counter_new(reg, &f, "tycho_prefill_retries_total",
+                                "prefills sent again to another prefill node because theirs was "
+                                "lost before the KV landed", NULL, 0))
+        ty_metrics_child_get(f, NULL, &c->prefill_retries);
 }
 
 /* A node (re)registered: its children, and counters that start again from its new life. */

@@ -183,6 +183,42 @@ static void on_stream(const struct ty_rpc_result *res, void *arg)
     req_maybe_free(c, r);
 }
 
+static int send_prefill(ty_cluster_t *c, struct ty__creq *r);
+
+/* The prefill node is gone (its connection dropped or it was declared down), not merely slow
+ * or refusing: the request may run again elsewhere. */
+static bool prefill_node_lost(int err)
+{
+    return err == TY_ECONNRESET || err == TY_ECANCELED || err == TY_EUNAVAIL;
+}
+
+/* Send r's prefill to another live prefill node: the decode node still holds its pages and
+ * its token stream is open, and the new node writes every page again. Up to 3 tries. */
+static int prefill_elsewhere(ty_cluster_t *c, struct ty__creq *r)
+{
+    struct ty__cnode *from = r->pnode, *to = NULL;
+    for (size_t i = 0; i < c->n_nodes && r->prefill_tries < 3; i++) {
+        struct ty__cnode *n = c->nodes[i];
+        if (n == from || !n->info.alive || n->lost || !n->rpc ||
+            n->info.role != TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL)
+            continue;
+        if (!to || n->info.inflight < to->info.inflight)
+            to = n;
+    }
+    if (!to)
+        return TY_EUNAVAIL;
+    r->pnode = to;
+    ty__place_moved(c, r, from);
+    int rc = send_prefill(c, r);
+    if (!rc) {
+        TY_LOG_WARN("cluster", "request %llu: prefill node %s lost, prefill sent again to %s",
+                    (unsigned long long)r->rid, from ? from->info.id : "?", to->info.id);
+        if (c->prefill_retries)
+            ty_metrics_counter_inc(c->prefill_retries);
+    }
+    return rc;
+}
+
 static void on_prefill_reply(const struct ty_rpc_result *res, void *arg)
 {
     ty_cluster_t *c;
@@ -192,11 +228,18 @@ static void on_prefill_reply(const struct ty_rpc_result *res, void *arg)
         r->pnode->info.inflight--;
     r->prefill_counted = false;
     if (!r->finished && res->event != TY_RPC_EVENT_REPLY) {
+        int err = res->status == TY_EREMOTE && res->remote_code < 0 ? res->remote_code
+                                                                    : res->status;
+        if (r->t_first_us && prefill_node_lost(err)) {
+            /* its KV landed (the decode node streams tokens): the node's end is not its */
+            ty__place_prefilled(c, r);
+            return;
+        }
+        if (prefill_node_lost(err) && !r->t_first_us && !prefill_elsewhere(c, r))
+            return;
         TY_LOG_WARN("cluster", "request %llu: prefill on %s failed: %s%s%s",
                     (unsigned long long)r->rid, r->pnode->info.id, ty_strerror(res->status),
                     res->message[0] ? ": " : "", res->message);
-        int err = res->status == TY_EREMOTE && res->remote_code < 0 ? res->remote_code
-                                                                    : res->status;
         req_fail(c, r, err == TY_ECONNRESET || err == TY_ECANCELED ? TY_EUNAVAIL : err);
         return;
     }
@@ -237,6 +280,12 @@ static int start_prefill(ty_cluster_t *c, struct ty__creq *r)
             return TY_EUNAVAIL;
         ty__place_moved(c, r, chosen);
     }
+    return send_prefill(c, r);
+}
+
+/* PrefillAssign to r->pnode: the prompt, the decode node's KV destination, sampling. */
+static int send_prefill(ty_cluster_t *c, struct ty__creq *r)
+{
     struct pb_sampling *ps = malloc(sizeof(*ps));
     if (!ps)
         return TY_ENOMEM;
@@ -249,12 +298,14 @@ static int start_prefill(ty_cluster_t *c, struct ty__creq *r)
     pa.sampling = &ps->sp;
     pa.decode_node_id = r->dnode->info.id;
     struct ty_rpc_call_opts pco = {.timeout_ms = c->o.request_timeout_ms};
-    rc = ty_rpc_client_call_msg(r->pnode->rpc, TYCHO__V1__METHOD__METHOD_PREFILL_ASSIGN,
-                                (const ProtobufCMessage *)&pa, &pco, on_prefill_reply, r, NULL);
+    int rc = ty_rpc_client_call_msg(r->pnode->rpc, TYCHO__V1__METHOD__METHOD_PREFILL_ASSIGN,
+                                    (const ProtobufCMessage *)&pa, &pco, on_prefill_reply, r,
+                                    NULL);
     free(ps); /* packed by the call */
     if (rc)
         return rc;
     r->prefill_pending = r->prefill_counted = true;
+    r->prefill_tries++;
     r->pnode->info.inflight++;
     r->pnode->info.served++;
     return 0;
@@ -449,7 +500,9 @@ void ty__cluster_fail_node(ty_cluster_t *c, struct ty__cnode *n, int err)
 {
     for (struct ty__creq *r = c->reqs, *next; r; r = next) {
         next = r->next;
-        if (!r->finished && (r->dnode == n || (r->pnode == n && r->prefill_pending)))
+        /* a request whose prefill node went is sent elsewhere (or, its KV landed, left to
+         * decode) when that call completes with the node's loss: on_prefill_reply */
+        if (!r->finished && r->dnode == n)
             req_fail(c, r, err);
     }
 }

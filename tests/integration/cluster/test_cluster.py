@@ -3,7 +3,7 @@
 and tycho-decode as separate processes on loopback ephemeral ports, KV over the tcp transport.
 
 Usage: test_cluster.py BUILD_DIR CASE   (CASE: equal, concurrent, kill_decode, hung_decode,
-prefix_routing, cache_events, slo_reject, cost_refit, phantom_credit, kv_pool, pool_sched, pool_decode, pool_snapshot, local_cluster, preempt, ...). Exits 77 when
+prefix_routing, cache_events, slo_reject, cost_refit, phantom_credit, kv_pool, pool_sched, pool_decode, pool_snapshot, local_cluster, preempt, kill_prefill, ...). Exits 77 when
 the shared test data is missing. Expected token ids come from running `tycho generate` (the
 monolithic engine loop), never from the cluster.
 """
@@ -454,6 +454,43 @@ def case_prefill_batch():
     ok &= check(sizes and max(sizes) >= 2,
                 "the prefill node ran several prompts per forward call (batch sizes %s)" %
                 sorted(set(sizes)))
+    return ok
+
+
+def case_kill_prefill():
+    """A prefill node that dies with prompts queued on it (stopped, then killed): they are
+    sent again to the other prefill node (the decode node still holds their pages and their
+    streams are open), and every answer is still generate's."""
+    cl = Cluster(2, 1, hb_timeout="10s")
+    ok = True
+    prompts = PROMPTS[:8]
+    refs = {p: generate(p, 16)["output_ids"] for p in prompts}
+    cl.procs["p0"].send_signal(signal.SIGSTOP)
+    res, threads = {}, []
+    for i, p in enumerate(prompts):
+        t = threading.Thread(target=stream, args=(cl, p, 16, res, i, 30))
+        t.start()
+        threads.append(t)
+    time.sleep(1.0)
+    c = http.client.HTTPConnection("127.0.0.1", cl.http, timeout=10)
+    c.request("GET", "/status")
+    nodes = {n["id"]: n for n in json.loads(c.getresponse().read()).get("nodes", [])}
+    on_p0 = nodes.get("p0", {}).get("in_flight", 0)
+    cl.procs["p0"].send_signal(signal.SIGKILL)
+    cl.procs["p0"].wait()
+    for t in threads:
+        t.join(40)
+    good = sum(1 for i, p in enumerate(prompts) if res.get(i) and res[i][3] is None and
+               res[i][0] == refs[p])
+    ok &= check(on_p0 >= 1, "prompts were queued on the stopped p0 (%d)" % on_p0)
+    ok &= check(good == len(prompts), "%d of %d answers equal generate's after p0 died" %
+                (good, len(prompts)))
+    for i in range(len(prompts)):
+        if not (res.get(i) and res[i][3] is None):
+            print("  stream %d: %s" % (i, res.get(i)))
+    retried = cl.metrics().get("tycho_prefill_retries_total", 0)
+    ok &= check(retried == on_p0, "prefills sent again: %d (queued on p0: %d)" %
+                (retried, on_p0))
     return ok
 
 
@@ -1436,6 +1473,7 @@ def main():
             "slo_reload": case_slo_reload,
             "slo_class": case_slo_class,
             "status": case_status, "preempt": case_preempt,
+            "kill_prefill": case_kill_prefill,
             "local_cluster": case_local_cluster}[CASE]
     ok = False
     try:
