@@ -94,6 +94,12 @@ struct ty_sim_opts {
     enum ty_sim_evict evict;
     uint32_t decode_max_batch;    /* 0: unlimited */
     uint64_t decode_kv_tokens;    /* 0: unlimited */
+    /* Prefill nodes run the prompts queued behind each other in one forward call, as
+     * tycho-prefill does: at most prefill_batch of them (0, 1: one at a time) and
+     * prefill_batch_tokens prompt tokens (0: no limit); the first pays the call's fixed cost
+     * (prefill[0]), the others only their tokens, and all end with the call. The scheduler
+     * is told (ty_sched_node_desc.batch_prompts / batch_tokens). */
+    uint32_t prefill_batch, prefill_batch_tokens;
     double speed;                 /* replay speed: arrival times divided by this */
     uint64_t sample_us;           /* load sample interval (0: 10 s) */
     size_t limit;                 /* first N requests only (0: all) */

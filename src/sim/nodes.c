@@ -35,9 +35,9 @@ static void report_queue(struct sim *s, struct pnode *p, double now)
                                     (uint64_t)now);
 }
 
-/* Start the next waiting prompt: reuse what is really cached now (the local cache, or the
- * planned remote prefix if its source still holds it) and take the true cost. */
-static void prefill_start(struct sim *s, struct pnode *p, double now)
+/* Take the queue's head for a forward call: reuse what is really cached now (the local cache,
+ * or the planned remote prefix if its source still holds it); returns its true cost alone. */
+static double prefill_take(struct sim *s, struct pnode *p)
 {
     uint32_t i = p->fifo[p->head];
     p->head = (p->head + 1) % p->cap;
@@ -65,9 +65,45 @@ static void prefill_start(struct sim *s, struct pnode *p, double now)
     uint64_t cached = (uint64_t)reuse * s->o.truth.block_tokens;
     q->reuse = reuse;
     q->prefill_us = xfer + ty_sched_cost_prefill_us(&s->o.truth, r->input_tokens, cached);
+    p->cur[p->n_cur++] = i;
+    return q->prefill_us;
+}
+
+/* Whether the queue's head may join the call being formed: within the prompt and token
+ * limits, and not starting with an uncached first block another prompt of the call computes
+ * (tycho-prefill keeps that one for the next call, where it finds the block cached). */
+static bool prefill_joins(const struct sim *s, const struct pnode *p, uint64_t tokens)
+{
+    if (!p->len || p->n_cur >= s->o.prefill_batch)
+        return false;
+    const struct ty_sim_request *r = req(s, p->fifo[p->head]);
+    if (s->o.prefill_batch_tokens && tokens + r->input_tokens > s->o.prefill_batch_tokens)
+        return false;
+    if (!r->n_blocks || ty_sim_pool_prefix(p->cache, r->blocks, 1))
+        return true;
+    for (uint32_t k = 0; k < p->n_cur; k++) {
+        const struct ty_sim_request *o = req(s, p->cur[k]);
+        if (o->n_blocks && o->blocks[0] == r->blocks[0])
+            return false;
+    }
+    return true;
+}
+
+/* Start a forward call: the queue's head, and (prefill_batch) the prompts queued behind it
+ * that fit; a joiner pays its tokens but not the call's fixed cost. */
+static void prefill_start(struct sim *s, struct pnode *p, double now)
+{
+    p->n_cur = 0;
+    uint64_t tokens = req(s, p->fifo[p->head])->input_tokens;
+    double dur = prefill_take(s, p);
+    while (prefill_joins(s, p, tokens)) {
+        tokens += req(s, p->fifo[p->head])->input_tokens;
+        double c = prefill_take(s, p) - s->o.truth.prefill[0];
+        s->rq[p->cur[p->n_cur - 1]].prefill_us = c > 0 ? c : 0;
+        dur += c > 0 ? c : 0;
+    }
     p->busy = true;
-    p->cur = i;
-    p->cur_end = now + q->prefill_us;
+    p->cur_end = now + dur;
     ty__sim_push(s, p->cur_end, EV_PREFILL_DONE, p->id, 0);
 }
 
@@ -112,15 +148,18 @@ void ty__sim_arrival(struct sim *s, size_t i, double now)
 
 void ty__sim_prefill_done(struct sim *s, struct pnode *p, double now)
 {
-    uint32_t i = p->cur;
-    const struct ty_sim_request *r = req(s, i);
-    struct rq *q = &s->rq[i];
-    q->ttft = now - q->arrival;
+    for (uint32_t k = 0; k < p->n_cur; k++) {
+        uint32_t i = p->cur[k];
+        const struct ty_sim_request *r = req(s, i);
+        s->rq[i].ttft = now - s->rq[i].arrival;
+        /* the node keeps every block of the prompt, fetched ones included: hot blocks
+         * replicate */
+        ty_sim_pool_access(p->cache, r->blocks, r->n_blocks);
+        double kv = ty_sched_cost_transfer_us(&s->o.truth, r->input_tokens);
+        ty__sim_push(s, now + kv, EV_DECODE_ARRIVE, i, 0);
+    }
+    p->n_cur = 0;
     p->busy = false;
-    /* the node keeps every block of the prompt, fetched ones included: hot blocks replicate */
-    ty_sim_pool_access(p->cache, r->blocks, r->n_blocks);
-    double kv = ty_sched_cost_transfer_us(&s->o.truth, r->input_tokens);
-    ty__sim_push(s, now + kv, EV_DECODE_ARRIVE, i, 0);
     if (p->len)
         prefill_start(s, p, now);
     report_queue(s, p, now);

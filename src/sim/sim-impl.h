@@ -25,7 +25,7 @@ struct pnode {
     uint32_t *fifo; /* request indices waiting */
     size_t head, len, cap;
     bool busy;
-    uint32_t cur;
+    uint32_t *cur, n_cur; /* the prompts of the running forward call (opts.prefill_batch) */
     double cur_end, queued_us; /* predicted work of the waiting requests */
 };
 

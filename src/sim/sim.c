@@ -66,10 +66,14 @@ static int sim_setup(struct sim *s, const struct ty_sim_trace *t, const struct t
     TY_ASSERT(s->p && s->d && s->rq);
     assign_classes(s);
     for (uint32_t i = 0; i < o->n_prefill; i++) {
-        struct ty_sched_node_desc nd = {.role = TY_SCHED_ROLE_PREFILL};
+        struct ty_sched_node_desc nd = {.role = TY_SCHED_ROLE_PREFILL,
+                                        .batch_prompts = o->prefill_batch,
+                                        .batch_tokens = o->prefill_batch_tokens};
         ty_sched_node_add(s->sched, i, &nd);
         s->p[i].id = i;
         s->p[i].sim = s;
+        s->p[i].cur = calloc(o->prefill_batch > 1 ? o->prefill_batch : 1, sizeof(uint32_t));
+        TY_ASSERT(s->p[i].cur);
         struct ty_sim_pool_opts po = {.capacity_blocks = o->cache_blocks, .policy = o->evict,
                                       .on_event = cache_event, .arg = &s->p[i]};
         rc = ty_sim_pool_new(&s->p[i].cache, &po);
@@ -92,6 +96,7 @@ static void sim_teardown(struct sim *s)
     for (uint32_t i = 0; s->p && i < s->o.n_prefill; i++) {
         ty_sim_pool_free(s->p[i].cache);
         free(s->p[i].fifo);
+        free(s->p[i].cur);
     }
     for (uint32_t i = 0; s->d && i < s->o.n_decode; i++)
         free(s->d[i].reqs);
@@ -215,7 +220,7 @@ int ty_sim_run(const struct ty_sim_trace *t, const struct ty_sim_opts *o,
 {
     if (!t || !o || !res || o->n_prefill == 0 || o->n_decode == 0 || !(o->speed > 0) ||
         o->n_prefill + o->n_decode > TY_SCHED_MAX_NODES || o->n_class_mix > o->sched.n_classes ||
-        o->n_class_mix > TY_SCHED_MAX_CLASSES)
+        o->n_class_mix > TY_SCHED_MAX_CLASSES || o->prefill_batch > 4096)
         return TY_EINVAL;
     for (uint32_t k = 0; k < o->n_class_mix; k++)
         if (!(o->class_mix[k] >= 0) || !isfinite(o->class_mix[k]))

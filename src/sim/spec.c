@@ -14,6 +14,7 @@ struct spec_cluster {
     char *profile;
     uint64_t cache_blocks_per_node, decode_kv_tokens;
     uint32_t decode_max_batch;
+    uint32_t prefill_batch, prefill_batch_tokens;
     int eviction;
 };
 
@@ -59,6 +60,13 @@ static const struct ty_config_field cluster_fields[] = {
      .def = "0", .help = "most sequences per decode batch (0: unlimited)"},
     {.key = "decode_kv_tokens", .type = TY_CONFIG_UINT, TY_CONFIG_AT(K, decode_kv_tokens),
      .def = "0", .help = "KV memory per decode node in tokens (0: unlimited)"},
+    {.key = "prefill_batch", .type = TY_CONFIG_UINT, TY_CONFIG_AT(K, prefill_batch), .def = "1",
+     .max = "256",
+     .help = "prompts a prefill node runs together in one forward call when they queue behind "
+             "each other (tycho-prefill's prefill_batch; 1: one at a time)"},
+    {.key = "prefill_batch_tokens", .type = TY_CONFIG_UINT,
+     TY_CONFIG_AT(K, prefill_batch_tokens), .def = "0",
+     .help = "most prompt tokens in one such call (tycho-prefill's chunk_tokens; 0: no limit)"},
 };
 #undef K
 static const struct ty_config_struct cluster_struct =
@@ -159,6 +167,8 @@ static int to_opts(ty_sim_spec_t *sp, struct ty_sim_opts *o, const char *origin,
     o->evict = (enum ty_sim_evict)v->cluster.eviction;
     o->decode_max_batch = v->cluster.decode_max_batch;
     o->decode_kv_tokens = v->cluster.decode_kv_tokens;
+    o->prefill_batch = v->cluster.prefill_batch;
+    o->prefill_batch_tokens = v->cluster.prefill_batch_tokens;
     o->speed = v->speed;
     o->sched.policy = (enum ty_sched_policy)v->scheduler.policy;
     o->sched.admission = (enum ty_sched_admission)v->scheduler.admission;

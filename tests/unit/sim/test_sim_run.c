@@ -180,6 +180,55 @@ static void test_ttft_rejection(void **st)
     ty_sim_trace_free(t);
 }
 
+/* Four 100-token prompts at t = 0 on one prefill node whose calls cost 1000 us + 1 us per
+ * token. One at a time: TTFTs 1100, 2200, 3300, 4400 us. Batched (4 per call): the first
+ * starts alone at once, the three that queue behind it share the next call (1000 + 300 us):
+ * 1100, 2400, 2400, 2400. With 250 tokens per call only two join: 1100, 2300, 2300, 3400.
+ * Prompts starting with the same uncached block do not share a call (the second finds the
+ * block cached in the next one). */
+static void test_prefill_batch(void **st)
+{
+    const char *four =
+        "{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 1, \"hash_ids\": [1]}\n"
+        "{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 1, \"hash_ids\": [2]}\n"
+        "{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 1, \"hash_ids\": [3]}\n"
+        "{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 1, \"hash_ids\": [4]}\n";
+    static const double want[3][4] = {{1100, 2200, 3300, 4400},
+                                      {1100, 2400, 2400, 2400},
+                                      {1100, 2300, 2300, 3400}};
+    struct ty_sim_trace *t = trace(four);
+    for (int k = 0; k < 3; k++) {
+        struct ty_sim_opts o = toy(1, 1, TY_SCHED_POLICY_KVCACHE_CENTRIC);
+        o.sched.cost.prefill[0] = o.truth.prefill[0] = 1000;
+        o.prefill_batch = k ? 4 : 1;
+        o.prefill_batch_tokens = k == 2 ? 250 : 0;
+        struct ty_sim_result r;
+        assert_int_equal(ty_sim_run(t, &o, &r), 0);
+        assert_int_equal(r.served, 4);
+        for (int i = 0; i < 4; i++)
+            assert_true(fabs(r.out[i].ttft_us - want[k][i]) < 1e-6);
+        assert_true(fabs(r.prefill_busy_s * 1e6 - (k == 0 ? 4400 : k == 1 ? 2400 : 3400)) < 1e-3);
+        ty_sim_result_fini(&r);
+    }
+    ty_sim_trace_free(t);
+    /* the same first block: the second prompt waits for the next call and reuses the block */
+    t = trace("{\"timestamp\": 0, \"input_length\": 200, \"output_length\": 1, \"hash_ids\": [1, 2]}\n"
+              "{\"timestamp\": 0, \"input_length\": 200, \"output_length\": 1, \"hash_ids\": [9]}\n"
+              "{\"timestamp\": 0, \"input_length\": 200, \"output_length\": 1, \"hash_ids\": [9, 5]}\n");
+    struct ty_sim_opts o = toy(1, 1, TY_SCHED_POLICY_KVCACHE_CENTRIC);
+    o.sched.cost.prefill[0] = o.truth.prefill[0] = 1000;
+    o.prefill_batch = 4;
+    struct ty_sim_result r;
+    assert_int_equal(ty_sim_run(t, &o, &r), 0);
+    /* 0: 1200 alone; 1 joins nothing else (2 starts with its uncached block 9): 2400;
+     * 2: next call, block 9 cached: 1000 + 100 -> 3500 */
+    assert_true(fabs(r.out[0].ttft_us - 1200) < 1e-6);
+    assert_true(fabs(r.out[1].ttft_us - 2400) < 1e-6);
+    assert_true(fabs(r.out[2].ttft_us - 3500) < 1e-6);
+    ty_sim_result_fini(&r);
+    ty_sim_trace_free(t);
+}
+
 static void test_bad_opts(void **st)
 {
     struct ty_sim_trace *t = trace(two_turns);
@@ -197,6 +246,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prefix_reuse),
         cmocka_unit_test(test_continuous_batching),
+        cmocka_unit_test(test_prefill_batch),
         cmocka_unit_test(test_decode_picture_error),
         cmocka_unit_test(test_class_mix),
         cmocka_unit_test(test_ttft_rejection),
