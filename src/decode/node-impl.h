@@ -12,19 +12,21 @@
 
 #include <pthread.h>
 
-enum dcmd_kind { DCMD_ASSIGN, DCMD_CANCEL };
+/* REARM: a known request's prefill is sent again (DecodeAssign.attempt > 1) */
+enum dcmd_kind { DCMD_ASSIGN, DCMD_CANCEL, DCMD_REARM };
 
 /* loop -> worker */
 struct dcmd {
     struct dcmd *next;
     enum dcmd_kind kind;
     uint64_t rid;
-    ty_rpc_call_t *call; /* ASSIGN: answered by the loop once the worker reserved */
+    ty_rpc_call_t *call; /* ASSIGN, REARM: answered by the loop once the worker reserved */
     uint32_t *prompt;
     uint32_t n_prompt, max_tokens;
     bool ignore_eos;
     struct ty_sampling_params sp;
     uint32_t min_tokens, stop_ids[TY_GEN_MAX_STOP_IDS], n_stop_ids;
+    uint32_t attempt; /* REARM: the new prefill attempt (DecodeAssign.attempt) */
 };
 
 /* worker -> loop: the answer to an ASSIGN (packed DecodeAssignReply) or one token / end. */
@@ -39,6 +41,7 @@ struct devent {
     struct ty_sample smp;
     int finish;        /* Tycho__V1__FinishReason */
     uint32_t n_cached; /* usage: prompt tokens the prefill node reused */
+    bool rearm;        /* the answer to a REARM (the request is already known to the loop) */
 };
 
 /* Loop-side state of a request: its token stream and what came before the stream opened. */

@@ -87,6 +87,10 @@ static void on_assign_event(ty_decode_node_t *n, struct devent *ev)
                          (unsigned long long)ev->rid, ty_strerror(ev->rc));
         return;
     }
+    if (ev->rearm) { /* the loop knows the request already */
+        ty_rpc_call_reply(ev->call, ev->reply, ev->reply_len);
+        return;
+    }
     struct lreq *r = calloc(1, sizeof(*r));
     if (r) {
         r->rid = ev->rid;
@@ -152,6 +156,19 @@ static int assign_build(ty_decode_node_t *n, const Tycho__V1__DecodeAssign *m,
                         struct dcmd **out, char *why, size_t cap)
 {
     uint32_t V = ty_model_config(ty_engine_model(n->o.engine))->n_vocab;
+    if (m->attempt > 1) { /* its prefill node was lost: the worker says if it still waits */
+        if (!lreq_find(n, m->request_id))
+            return snprintf(why, cap, "request %llu is not assigned here",
+                            (unsigned long long)m->request_id), TY_ENOTFOUND;
+        struct dcmd *c = calloc(1, sizeof(*c));
+        if (!c)
+            return TY_ENOMEM;
+        c->kind = DCMD_REARM;
+        c->rid = m->request_id;
+        c->attempt = m->attempt;
+        *out = c;
+        return 0;
+    }
     if (!m->n_prompt_token_ids || m->n_prompt_token_ids != m->prompt_tokens)
         return snprintf(why, cap, "prompt_token_ids (%zu) must hold prompt_tokens (%u) ids",
                         m->n_prompt_token_ids, m->prompt_tokens), TY_EINVAL;

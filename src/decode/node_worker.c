@@ -23,6 +23,7 @@ struct dseq {
     uint32_t n_hist, cap_hist, n_prompt, n_out, max_tokens;
     uint32_t n_cached; /* prompt tokens the prefill node reused (KvReady) */
     uint64_t order;    /* assignment order: the newest is preempted first */
+    uint32_t attempt;  /* the prefill attempt whose KvReady it takes (1, then re-arms) */
     bool ignore_eos, ready;
     bool preempted; /* ready, its pages taken back: recomputed from hist when readmitted */
     bool stalled;   /* no page to grow into this step (grow) */
@@ -38,6 +39,7 @@ struct wstate {
     uint32_t watermark;   /* free pages kept when taking a new request beside others */
     uint64_t n_assigned;  /* dseq.order */
     uint64_t preemptions; /* since start (heartbeats) */
+    bool idle;            /* the last step ran nothing (all stalled or waiting for KV) */
     struct dseq *seqs;    /* newest first */
     float *logits; /* (max_running, V) */
     uint32_t eog[TY_SAMPLE_MAX_BAN]; /* the model's end-of-generation ids (min_tokens) */
@@ -173,6 +175,7 @@ static int dseq_reserve(struct wstate *w, struct dcmd *c, struct dseq *s)
     if (!rc && w->n_seqs && pages_free(w) < w->watermark + preempted_need(w))
         rc = TY_ENOCAPACITY; /* what is preempted here gets its pages back first */
     s->order = ++w->n_assigned;
+    s->attempt = 1;
     s->deadline_ms = ty_clock_ms() + w->n->o.kv_wait_timeout_ms;
     return rc;
 }
@@ -219,6 +222,28 @@ static struct dseq *find(struct wstate *w, uint64_t rid)
     return NULL;
 }
 
+/* The request's prefill node was lost and the Conductor sends its prefill to another one: if
+ * its KV has not landed, it now takes only that attempt's KvReady (a late one of the lost node
+ * is ignored) and waits for it afresh; the reply is the same destination. Once the KV landed
+ * (the lost node's KvReady came first) the new prefill must not write the pages: EALREADY. */
+static void do_rearm(struct wstate *w, struct dcmd *c)
+{
+    struct devent *ev = calloc(1, sizeof(*ev));
+    if (!ev)
+        return; /* the Conductor's call times out */
+    struct dseq *s = find(w, c->rid);
+    int rc = !s ? TY_ENOTFOUND : s->ready ? TY_EALREADY : c->attempt <= s->attempt ? TY_ESTALE : 0;
+    if (!rc)
+        rc = pack_destination(w, s, &ev->reply, &ev->reply_len);
+    if (!rc) {
+        s->attempt = c->attempt;
+        s->deadline_ms = ty_clock_ms() + w->n->o.kv_wait_timeout_ms;
+    }
+    *ev = (struct devent){.n = w->n, .rid = c->rid, .call = c->call, .rc = rc, .rearm = true,
+                          .reply = ev->reply, .reply_len = ev->reply_len};
+    ty__decode_node_post(w->n, ev);
+}
+
 /* `s` ended naturally: the blocks its generated tokens filled go to the KV pool (the prompt's
  * full blocks are the prefill node's to write). Its KV covers every token but the last one
  * sampled. */
@@ -258,6 +283,12 @@ static void on_kv_ready(struct wstate *w, const Tycho__V1__KvReady *k)
     struct dseq *s = find(w, k->request_id);
     if (!s || s->ready)
         return; /* cancelled meanwhile, or a duplicate */
+    if ((k->attempt ? k->attempt : 1) != s->attempt) {
+        TY_LOG_INFO("decode", "request %llu: KvReady of prefill attempt %u ignored (waiting for "
+                    "attempt %u)", (unsigned long long)s->rid, k->attempt ? k->attempt : 1,
+                    s->attempt);
+        return;
+    }
     int rc = k->all_layers && k->n_tokens == s->n_prompt && k->has_first_token &&
                      k->first_token < w->V
                  ? ty_kvpool_seq_commit(w->pool, s->seq, s->hist, s->n_prompt)
@@ -391,7 +422,7 @@ static void grow(struct wstate *w)
 
 /* One decode step: the next token of every running sequence (up to max_running, oldest
  * first; a readmitted one first recomputes its tokens in the same forward call), sampled. */
-static void step(struct wstate *w)
+static bool step(struct wstate *w)
 {
     uint32_t cap = w->n->o.max_running, nb = 0, nr = 0;
     struct ty_batch_seq bs[cap];
@@ -409,7 +440,7 @@ static void step(struct wstate *w)
         who[nb++] = s;
     }
     if (!nb)
-        return;
+        return false;
     uint64_t ctx = 0, t0 = ty_clock_us();
     for (uint32_t i = 0; i < nb; i++)
         ctx += ty_kvseq_n_tokens(bs[i].seq) + 1;
@@ -432,11 +463,12 @@ static void step(struct wstate *w)
         accept_token(w, s, &smp);
     }
     if (rc || !pure)
-        return;
+        return true;
     struct ty_timing_sample ts = {.n_tokens = nb, .batch_size = nb,
                                   .prefix_tokens = ctx > UINT32_MAX ? UINT32_MAX : (uint32_t)ctx,
                                   .duration_us = ty_clock_us() - t0};
     ty_timing_ring_push(w->n->o.timings, &ts);
+    return true;
 }
 
 /* Release reservations whose KV never came. */
@@ -472,7 +504,7 @@ static bool take_commands(struct wstate *w, struct dcmd **out)
 {
     ty_decode_node_t *n = w->n;
     pthread_mutex_lock(&n->mu);
-    if (!n->stop && !n->cmds && w->n_ready == w->n_preempted) {
+    if (!n->stop && !n->cmds && (w->n_ready == w->n_preempted || w->idle)) {
         if (!w->n_seqs) {
             pthread_cond_wait(&n->cv, &n->mu);
         } else {
@@ -498,6 +530,10 @@ static void apply(struct wstate *w, struct dcmd *c)
 {
     if (c->kind == DCMD_ASSIGN) {
         do_assign(w, c);
+        return;
+    }
+    if (c->kind == DCMD_REARM) {
+        do_rearm(w, c);
         return;
     }
     struct dseq *s = find(w, c->rid);
@@ -531,15 +567,15 @@ void *ty__decode_node_worker(void *arg)
             ty__dcmd_free(c);
         }
         poll_notifications(&w);
+        grow(&w); /* the running first, then what is left for the preempted */
         readmit(&w);
-        grow(&w);
-        step(&w);
+        w.idle = !step(&w);
         expire(&w);
         publish_load(&w);
     }
     for (struct dcmd *c = cmds, *next; c; c = next) {
         next = c->next;
-        struct devent *ev = c->kind == DCMD_ASSIGN ? calloc(1, sizeof(*ev)) : NULL;
+        struct devent *ev = c->kind != DCMD_CANCEL ? calloc(1, sizeof(*ev)) : NULL;
         if (ev) { /* the loop answers the call with the error */
             *ev = (struct devent){.n = n, .rid = c->rid, .call = c->call, .rc = TY_ESHUTDOWN};
             ty__decode_node_post(n, ev);

@@ -486,8 +486,8 @@ static void *worker_main(void *arg)
 {
     ty_decode_worker_t *w = arg;
     while (take_inbox(w)) {
+        grow(w); /* the running first, then what is left for the waiting (vLLM's order) */
         admit(w);
-        grow(w);
         publish_stats(w);
         int rc = step(w);
         if (rc)

@@ -31,6 +31,7 @@ struct pjob {
     ty_prefill_t *p;
     ty_rpc_call_t *call;
     uint64_t rid;
+    uint32_t attempt; /* PrefillAssign.attempt, echoed in KvReady */
     uint32_t *tokens;
     uint32_t n;
     char segment[TY_XFER_NAME_MAX + 1];
@@ -148,6 +149,7 @@ static int notify_ready(ty_prefill_t *p, struct pjob *j)
     m.first_token = j->first_token;
     m.has_first_token = true;
     m.cached_tokens = j->cached;
+    m.attempt = j->attempt;
     struct ty_cluster_pb_logprob lp;
     if (j->sp.logprobs || j->sp.n_logprobs > 0) { /* the decode node streams token 1 */
         ty_cluster_logprob_to_pb(&j->first, &lp);
@@ -495,6 +497,7 @@ static int job_build(ty_prefill_t *p, const Tycho__V1__PrefillAssign *m, struct 
         return TY_ENOMEM;
     j->p = p;
     j->rid = m->request_id;
+    j->attempt = m->attempt;
     j->n = (uint32_t)m->n_prompt_tokens;
     j->tokens = malloc(j->n * sizeof(uint32_t));
     int rc = j->tokens ? take_destination(p, m->kv_destination, j, why, cap) : TY_ENOMEM;

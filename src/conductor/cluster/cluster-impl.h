@@ -27,6 +27,8 @@ struct ty__cnode {
                            * per forward call) */
     uint32_t max_batch_prompts; /* prefill: prompts per forward call, as registered */
     uint32_t max_ctx;           /* the node's context, as registered (0: not said) */
+    uint64_t preempt_seen;      /* its preemption count as last reported (kept across a
+                                 * re-registration; a smaller one means it restarted) */
     uint64_t decode_ctx;  /* decode: context tokens of its batch, from its heartbeats */
     uint64_t index_est;   /* prefill: blocks its events added to the index, less removals */
     double queued_prefill_us; /* prefill: predicted work of its placed, unprefilled requests */
@@ -141,6 +143,7 @@ struct ty_cluster {
     /* tycho_node_*: up, kv_usage, queued, running, KV pool blocks {read, written}, errors */
     ty_metrics_family_t *node_fam[7];
     ty_metrics_child_t *prefill_retries; /* tycho_prefill_retries_total (NULL: no registry) */
+    uint64_t preemptions; /* decode nodes' preemptions since this Conductor started */
 };
 
 /* registry.c */

@@ -380,6 +380,10 @@ static void on_heartbeat(ty_rpc_call_t *call, const uint8_t *payload, size_t len
             n->info.load.pool_written_blocks = m->load->kv_pool_written_blocks;
             n->info.load.pool_errors = m->load->kv_pool_errors;
             n->info.load.preemptions = m->load->preemptions;
+            if (m->load->preemptions < n->preempt_seen)
+                n->preempt_seen = 0; /* the node restarted: its count began again */
+            c->preemptions += m->load->preemptions - n->preempt_seen;
+            n->preempt_seen = m->load->preemptions;
             node_metrics_heartbeat(n, m->load);
         }
         ty__place_heartbeat(c, n, m);

@@ -185,15 +185,50 @@ static void on_stream(const struct ty_rpc_result *res, void *arg)
 
 static int send_prefill(ty_cluster_t *c, struct ty__creq *r);
 
-/* The prefill node is gone (its connection dropped or it was declared down), not merely slow
- * or refusing: the request may run again elsewhere. */
-static bool prefill_node_lost(int err)
+/* The prefill node itself is gone (the connection dropped, or the Conductor closed it when
+ * the node was declared down): not a refusal or an error it reported, and not a failure of the
+ * decode node, which must still be there to take the prefill again. */
+static bool prefill_node_lost(const struct ty_rpc_result *res, const struct ty__creq *r)
 {
-    return err == TY_ECONNRESET || err == TY_ECANCELED || err == TY_EUNAVAIL;
+    int st = res->status;
+    return (st == TY_ECONNRESET || st == TY_ECANCELED || st == TY_EUNAVAIL) && r->dnode &&
+           r->dnode->info.alive && !r->dnode->lost && r->dnode->rpc;
 }
 
-/* Send r's prefill to another live prefill node: the decode node still holds its pages and
- * its token stream is open, and the new node writes every page again. Up to 3 tries. */
+static void on_rearm_reply(const struct ty_rpc_result *res, void *arg)
+{
+    ty_cluster_t *c;
+    struct ty__creq *r = req_of(arg, &c);
+    r->decode_pending = false;
+    if (r->finished) {
+        req_maybe_free(c, r);
+        return;
+    }
+    int err = res->event == TY_RPC_EVENT_REPLY ? 0
+              : res->status == TY_EREMOTE && res->remote_code < 0 ? res->remote_code
+                                                                   : res->status;
+    if (err == TY_EALREADY) { /* the lost node's KV landed first: the decode node goes on */
+        ty__place_prefilled(c, r);
+        return;
+    }
+    if (!err)
+        err = send_prefill(c, r);
+    if (err) {
+        TY_LOG_WARN("cluster", "request %llu: its prefill could not be sent again: %s",
+                    (unsigned long long)r->rid, ty_strerror(err));
+        req_fail(c, r, err == TY_ECONNRESET || err == TY_ECANCELED ? TY_EUNAVAIL : err);
+        return;
+    }
+    TY_LOG_WARN("cluster", "request %llu: prefill node lost, prefill sent again to %s",
+                (unsigned long long)r->rid, r->pnode->info.id);
+    if (c->prefill_retries)
+        ty_metrics_counter_inc(c->prefill_retries);
+}
+
+/* Its prefill node was lost before r's KV landed: pick the least-loaded other live prefill
+ * node and ask the decode node (DecodeAssign.attempt) whether the request still waits for its
+ * KV; if so it takes only the new attempt's KvReady, and the prefill goes to the new node
+ * (on_rearm_reply). Up to 3 sends per request. */
 static int prefill_elsewhere(ty_cluster_t *c, struct ty__creq *r)
 {
     struct ty__cnode *from = r->pnode, *to = NULL;
@@ -207,16 +242,18 @@ static int prefill_elsewhere(ty_cluster_t *c, struct ty__creq *r)
     }
     if (!to)
         return TY_EUNAVAIL;
+    Tycho__V1__DecodeAssign m = TYCHO__V1__DECODE_ASSIGN__INIT;
+    m.request_id = r->rid;
+    m.attempt = r->prefill_tries + 1u;
+    struct ty_rpc_call_opts o = {.timeout_ms = c->o.request_timeout_ms};
+    int rc = ty_rpc_client_call_msg(r->dnode->rpc, TYCHO__V1__METHOD__METHOD_DECODE_ASSIGN,
+                                    (const ProtobufCMessage *)&m, &o, on_rearm_reply, r, NULL);
+    if (rc)
+        return rc;
+    r->decode_pending = true;
     r->pnode = to;
     ty__place_moved(c, r, from);
-    int rc = send_prefill(c, r);
-    if (!rc) {
-        TY_LOG_WARN("cluster", "request %llu: prefill node %s lost, prefill sent again to %s",
-                    (unsigned long long)r->rid, from ? from->info.id : "?", to->info.id);
-        if (c->prefill_retries)
-            ty_metrics_counter_inc(c->prefill_retries);
-    }
-    return rc;
+    return 0;
 }
 
 static void on_prefill_reply(const struct ty_rpc_result *res, void *arg)
@@ -230,12 +267,12 @@ static void on_prefill_reply(const struct ty_rpc_result *res, void *arg)
     if (!r->finished && res->event != TY_RPC_EVENT_REPLY) {
         int err = res->status == TY_EREMOTE && res->remote_code < 0 ? res->remote_code
                                                                     : res->status;
-        if (r->t_first_us && prefill_node_lost(err)) {
+        if (r->t_first_us && prefill_node_lost(res, r)) {
             /* its KV landed (the decode node streams tokens): the node's end is not its */
             ty__place_prefilled(c, r);
             return;
         }
-        if (prefill_node_lost(err) && !r->t_first_us && !prefill_elsewhere(c, r))
+        if (prefill_node_lost(res, r) && !prefill_elsewhere(c, r))
             return;
         TY_LOG_WARN("cluster", "request %llu: prefill on %s failed: %s%s%s",
                     (unsigned long long)r->rid, r->pnode->info.id, ty_strerror(res->status),
@@ -297,6 +334,7 @@ static int send_prefill(ty_cluster_t *c, struct ty__creq *r)
     pa.kv_destination = r->dreply->kv_destination;
     pa.sampling = &ps->sp;
     pa.decode_node_id = r->dnode->info.id;
+    pa.attempt = r->prefill_tries + 1u;
     struct ty_rpc_call_opts pco = {.timeout_ms = c->o.request_timeout_ms};
     int rc = ty_rpc_client_call_msg(r->pnode->rpc, TYCHO__V1__METHOD__METHOD_PREFILL_ASSIGN,
                                     (const ProtobufCMessage *)&pa, &pco, on_prefill_reply, r,
@@ -484,12 +522,13 @@ static void cluster_stats(void *ctx, struct ty_serve_stats *out)
         if (n->info.role == TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE) {
             out->kv_usage += n->info.load.kv_usage;
             out->kv_block_tokens = n->block_tokens;
-            out->preemptions += n->info.load.preemptions;
+
             n_decode++;
         }
     }
     if (n_decode)
         out->kv_usage /= n_decode;
+    out->preemptions = c->preemptions; /* a down node's count stays in it */
 }
 
 const struct ty_serve_backend_i ty__cluster_backend_iface = {
