@@ -45,9 +45,11 @@ struct ty_decode_worker {
     uint32_t n_inbox;
     bool stop;
     struct ty_serve_stats stats;      /* under mu */
+    uint32_t requeued_pub;            /* under mu: n_requeued as of the last publish_stats */
     /* worker thread only */
     struct wseq *waiting, **waiting_tail;
     uint32_t n_waiting;
+    uint32_t n_requeued;              /* of the waiting: preempted ones (not new requests) */
     struct wseq **running;            /* in admission order: the last is preempted first */
     uint32_t n_running;
     uint32_t watermark;               /* free pages kept when admitting beside others */
@@ -129,7 +131,8 @@ static int worker_submit(void *ctx, const struct ty_serve_request *r)
     pthread_mutex_lock(&w->mu);
     if (w->stop)
         rc = TY_ESHUTDOWN;
-    else if (w->stats.waiting >= w->o.max_waiting)
+    else if (w->stats.waiting > w->requeued_pub && /* preempted ones take no new one's room */
+             w->stats.waiting - w->requeued_pub >= w->o.max_waiting)
         rc = TY_EREJECTED;
     if (!rc) {
         *w->inbox_tail = s;
@@ -216,6 +219,7 @@ static void publish_stats(ty_decode_worker_t *w)
     pthread_mutex_lock(&w->mu);
     w->stats.running = w->n_running;
     w->stats.waiting = w->n_waiting + w->n_inbox;
+    w->requeued_pub = w->n_requeued;
     w->stats.kv_pages_total = ty_kvpool_pages_total(p);
     w->stats.kv_usage = w->stats.kv_pages_total
                             ? (double)ty_kvpool_pages_used(p) / w->stats.kv_pages_total
@@ -249,6 +253,7 @@ static void apply_cancel(ty_decode_worker_t *w, uint64_t id)
             if (w->waiting_tail == &s->next)
                 w->waiting_tail = pp;
             w->n_waiting--;
+            w->n_requeued -= s->n_preempted ? 1 : 0;
             emit(w, s, TY_SERVE_EV_ERROR, NULL, 0, TY_FINISH_NONE, TY_ECANCELED);
             wseq_free(w, s);
             return;
@@ -322,6 +327,7 @@ static void admit(ty_decode_worker_t *w)
         if (!w->waiting)
             w->waiting_tail = &w->waiting;
         w->n_waiting--;
+        w->n_requeued -= s->n_preempted ? 1 : 0;
         s->next = NULL;
         if (rc) {
             emit(w, s, TY_SERVE_EV_ERROR, NULL, 0, TY_FINISH_NONE, rc);
@@ -350,6 +356,7 @@ static void preempt(ty_decode_worker_t *w, uint32_t i)
         w->waiting_tail = &s->next;
     w->waiting = s;
     w->n_waiting++;
+    w->n_requeued++;
     pthread_mutex_lock(&w->mu);
     uint64_t n = ++w->stats.preemptions;
     pthread_mutex_unlock(&w->mu);
