@@ -195,6 +195,12 @@ static bool prefill_node_lost(const struct ty_rpc_result *res, const struct ty__
            r->dnode->info.alive && !r->dnode->lost && r->dnode->rpc;
 }
 
+/* A failed call's error: the peer's own code when it sent one, else the transport's. */
+static int call_error(const struct ty_rpc_result *res)
+{
+    return res->status == TY_EREMOTE && res->remote_code < 0 ? res->remote_code : res->status;
+}
+
 static void on_rearm_reply(const struct ty_rpc_result *res, void *arg)
 {
     ty_cluster_t *c;
@@ -204,9 +210,7 @@ static void on_rearm_reply(const struct ty_rpc_result *res, void *arg)
         req_maybe_free(c, r);
         return;
     }
-    int err = res->event == TY_RPC_EVENT_REPLY ? 0
-              : res->status == TY_EREMOTE && res->remote_code < 0 ? res->remote_code
-                                                                   : res->status;
+    int err = res->event == TY_RPC_EVENT_REPLY ? 0 : call_error(res);
     if (err == TY_EALREADY) { /* the lost node's KV landed first: the decode node goes on */
         ty__place_prefilled(c, r);
         return;
@@ -265,8 +269,7 @@ static void on_prefill_reply(const struct ty_rpc_result *res, void *arg)
         r->pnode->info.inflight--;
     r->prefill_counted = false;
     if (!r->finished && res->event != TY_RPC_EVENT_REPLY) {
-        int err = res->status == TY_EREMOTE && res->remote_code < 0 ? res->remote_code
-                                                                    : res->status;
+        int err = call_error(res);
         if (r->t_first_us && prefill_node_lost(res, r)) {
             /* its KV landed (the decode node streams tokens): the node's end is not its */
             ty__place_prefilled(c, r);
