@@ -54,6 +54,8 @@ struct pjob {
     ty_kvseq_t *seq;        /* worker: the prompt's KV until the pool has its blocks */
     size_t seg_slot;        /* worker: its segment's slot in ty_prefill.segs (pinned) */
     bool seg_bad;           /* worker: the segment failed: dropped once the batch is done */
+    uint32_t done;          /* worker: prompt tokens computed so far (beyond `cached`) */
+    bool begun, finished;   /* worker: job_begin ran / its result is in (rc, first token) */
 };
 
 struct ty_prefill {
@@ -70,8 +72,10 @@ struct ty_prefill {
     pthread_cond_t cv;
     struct pjob *queue, **tail;          /* under mu */
     struct pjob *running[MAX_BATCH];     /* the prompts of the worker's forward call: written
-                                          * by the worker under mu, read by the loop under mu */
-    uint32_t n_running;
+                                          * by the worker under mu, read by the loop under mu;
+                                          * a long prompt's next chunk stays at the front
+                                          * between calls (n_cont of them) */
+    uint32_t n_running, n_cont;
     uint32_t n_queued;
     uint64_t queued_tokens;
     bool stop, started;
@@ -319,25 +323,44 @@ static void job_finish(ty_prefill_t *p, struct pjob *j, uint64_t forward_us, uin
     j->rc = rc;
 }
 
-/* One forward call over every prompt taken (p->running) that could start; each gets its own
- * result. A failed forward fails every prompt in it. */
+/* One forward call over the prompts taken (p->running): those that could start, each whole,
+ * and a long prompt's next chunk in what the call's tokens leave (the engine's
+ * max_batch_tokens, chunk_tokens): a long prompt is computed over several calls, and short
+ * prompts that arrive meanwhile join them (take_batch) instead of waiting for its end. Each
+ * prompt whose last token was computed gets its first token and result; a failed forward
+ * fails every prompt in it. */
 static void run_batch(ty_prefill_t *p)
 {
     struct ty_batch_seq bs[MAX_BATCH];
     struct pjob *live[MAX_BATCH];
-    uint32_t n = 0, computed = 0, cached = 0;
-    uint64_t attn = 0; /* sum of L^2 - P^2: the cost model's attention term */
+    uint32_t n = 0, computed = 0, prefix = 0, left = ty_engine_max_batch_tokens(p->o.engine);
+    uint64_t attn = 0; /* sum of L^2 - P^2 over the call's pieces: the cost model's term */
     for (uint32_t i = 0; i < p->n_running; i++) {
         struct pjob *j = p->running[i];
-        job_begin(p, j);
-        if (j->rc)
-            continue;
-        live[n] = j;
-        bs[n++] = (struct ty_batch_seq){.seq = j->seq, .tokens = j->tokens + j->cached,
-                                        .n = j->n - j->cached};
-        computed += j->n - j->cached;
-        cached += j->cached;
-        attn += (uint64_t)j->n * j->n - (uint64_t)j->cached * j->cached;
+        if (!j->begun) {
+            j->begun = true;
+            job_begin(p, j);
+        } else if (atomic_load(&j->cancelled) && !j->rc) {
+            j->rc = TY_ECANCELED;
+        }
+        j->finished = j->rc != 0;
+    }
+    /* the newcomers first (whole, they fit), the continuing chunk in what remains */
+    for (uint32_t pass = 0; pass < 2; pass++) {
+        for (uint32_t i = 0; i < p->n_running && left; i++) {
+            struct pjob *j = p->running[i];
+            if (j->rc || (i < p->n_cont) != (pass == 1))
+                continue;
+            uint32_t start = j->cached + j->done, take = j->n - start;
+            take = take < left ? take : left;
+            left -= take;
+            live[n] = j;
+            bs[n++] = (struct ty_batch_seq){.seq = j->seq, .tokens = j->tokens + start,
+                                            .n = take};
+            computed += take;
+            prefix += start;
+            attn += (uint64_t)(start + take) * (start + take) - (uint64_t)start * start;
+        }
     }
     uint64_t us = 0;
     if (n) {
@@ -346,18 +369,29 @@ static void run_batch(ty_prefill_t *p)
         int rc = ty_engine_forward(p->o.engine, &b, p->logits);
         us = ty_clock_us() - t0;
         if (!rc) { /* one sample per call: the fixed cost is paid once (placement.c) */
-            struct ty_timing_sample ts = {.n_tokens = computed, .prefix_tokens = cached,
+            struct ty_timing_sample ts = {.n_tokens = computed, .prefix_tokens = prefix,
                                           .batch_size = n, .duration_us = us,
                                           .attn_work = attn};
             ty_timing_ring_push(p->o.timings, &ts);
         }
-        for (uint32_t k = 0; k < n; k++)
-            live[k]->rc = rc ? rc : job_sample(p, live[k], p->logits + (size_t)k * p->V);
+        for (uint32_t k = 0; k < n; k++) {
+            struct pjob *j = live[k];
+            j->done += bs[k].n;
+            if (rc)
+                j->rc = rc;
+            else if (j->cached + j->done == j->n)
+                j->rc = job_sample(p, j, p->logits + (size_t)k * p->V);
+            else
+                continue; /* more chunks to come */
+            j->finished = true;
+        }
     }
     for (uint32_t i = 0; i < p->n_running; i++)
-        job_finish(p, p->running[i], us, n);
+        if (p->running[i]->finished)
+            job_finish(p, p->running[i], us, n);
     for (uint32_t i = 0; i < p->n_running; i++) /* after every job: some may share a segment */
-        segment_unpin(p, p->running[i]);
+        if (p->running[i]->finished)
+            segment_unpin(p, p->running[i]);
 }
 
 static void on_job_done(void *arg)
@@ -398,8 +432,16 @@ static void take_batch(ty_prefill_t *p)
     uint32_t budget = ty_engine_max_batch_tokens(p->o.engine), tokens = 0, pages = 0;
     uint32_t room = ty_kvpool_pages_total(pool) - ty_kvpool_pages_used(pool);
     uint64_t heads[MAX_BATCH];
-    p->n_running = 0;
-    while (p->queue && p->n_running < p->o.max_batch) {
+    p->n_running = p->n_cont; /* a long prompt still being computed stays, and newcomers get */
+    for (uint32_t i = 0; i < p->n_cont; i++) { /* half of each call beside it */
+        struct pjob *c = p->running[i];
+        uint32_t held = c->seq ? ty_kvseq_n_pages(c->seq) : 0, need = pages_of(p, c);
+        room -= need - held < room ? need - held : room; /* its next chunks' pages */
+        heads[i] = unshared_head(p, c);
+    }
+    if (p->n_cont)
+        budget /= 2;
+    while (p->queue && p->n_running < p->o.max_batch && !p->stop) {
         struct pjob *j = p->queue;
         uint64_t head = unshared_head(p, j);
         bool repeats = false;
@@ -407,7 +449,7 @@ static void take_batch(ty_prefill_t *p)
             repeats = heads[i] == head;
         if (p->n_running &&
             (tokens + j->n > budget || pages + pages_of(p, j) > room || repeats))
-            break; /* the head always goes, alone if it must */
+            break; /* the head always goes, alone if it must (then in chunks, run_batch) */
         heads[p->n_running] = head;
         tokens += j->n;
         pages += pages_of(p, j);
@@ -426,23 +468,28 @@ static void *worker_main(void *arg)
     ty_prefill_t *p = arg;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->stop && !p->queue)
+        while (!p->stop && !p->queue && !p->n_cont)
             pthread_cond_wait(&p->cv, &p->mu);
-        if (p->stop)
-            break;
+        if (p->stop && !p->n_cont)
+            break; /* (a long prompt in progress ends first: cancelled, it fails at once) */
         take_batch(p);
         pthread_mutex_unlock(&p->mu);
         run_batch(p);
         pthread_mutex_lock(&p->mu);
         /* under mu: a Cancel never sees a job the loop may already have freed */
+        uint32_t keep = 0;
         for (uint32_t i = 0; i < p->n_running; i++) {
             struct pjob *j = p->running[i];
+            if (!j->finished) {
+                p->running[keep++] = j; /* its next chunk runs in the next call */
+                continue;
+            }
             if (j->rc && j->rc != TY_ECANCELED)
                 TY_LOG_WARN("prefill", "request %llu: %s", (unsigned long long)j->rid,
                             ty_strerror(j->rc));
             ty_rpc_mailbox_post(p->mb, on_job_done, j); /* the worker is joined before close */
         }
-        p->n_running = 0;
+        p->n_running = p->n_cont = keep;
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;

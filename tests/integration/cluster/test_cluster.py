@@ -457,6 +457,47 @@ def case_prefill_batch():
     return ok
 
 
+def case_prefill_interleave():
+    """A long prompt is computed in chunks of chunk_tokens (32 here), one forward call each, and
+    a short prompt that arrives meanwhile joins the next call (in up to half of its tokens)
+    instead of waiting for the long one's end: its answer comes first. Both answers equal
+    generate's."""
+    tmp = tempfile.mkdtemp(prefix="tycho-model-")
+    TMPDIRS.append(tmp)
+    mid = os.path.join(tmp, "mid.gguf")
+    subprocess.run([TYCHO, "mkmodel", "--dims", "512,8,8,4,1536", "--vocab-from", MODEL,
+                    "--out", mid], check=True, capture_output=True)
+    cl = Cluster(1, 1, model=mid)
+    ok = True
+    n_long = 300 if SLOW else 1500
+    long_ids = [100 + (i * 37) % 400 for i in range(n_long)]
+    short_ids = [300 + i for i in range(8)]
+    want = {k: generate(None, 4, mid, ("--prompt-ids", ",".join(map(str, ids))))["output_ids"]
+            for k, ids in (("long", long_ids), ("short", short_ids))}
+    done = {}
+
+    def ask(key, ids):
+        st, body = cl.post("/v1/completions", {"prompt": ids, "max_tokens": 4, "temperature": 0,
+                                               "return_token_ids": True}, timeout=120)
+        got = json.loads(body)["choices"][0]["token_ids"] if st == 200 else st
+        done[key] = (time.time(), got)
+    t0 = time.time()
+    tl = threading.Thread(target=ask, args=("long", long_ids))
+    tl.start()
+    time.sleep(0.3 if not SLOW else 2.0)  # the long prompt is being computed
+    ts = threading.Thread(target=ask, args=("short", short_ids))
+    ts.start()
+    tl.join(120)
+    ts.join(120)
+    ok &= check(done.get("long", (0, None))[1] == want["long"] and
+                done.get("short", (0, None))[1] == want["short"],
+                "both answers equal generate's (%s)" % {k: v[1] for k, v in done.items()})
+    tlong, tshort = done.get("long", (0,))[0] - t0, done.get("short", (0,))[0] - t0
+    ok &= check(0 < tshort < tlong, "the short prompt's answer came first: %.2f s vs the long "
+                "one's %.2f s" % (tshort, tlong))
+    return ok
+
+
 def case_kill_prefill():
     """A prefill node lost with prompts queued on it: they are sent again to another prefill
     node (the decode node still holds their pages and their streams are open), and every
@@ -1498,7 +1539,7 @@ def main():
             "slo_reload": case_slo_reload,
             "slo_class": case_slo_class,
             "status": case_status, "preempt": case_preempt,
-            "kill_prefill": case_kill_prefill,
+            "kill_prefill": case_kill_prefill, "prefill_interleave": case_prefill_interleave,
             "local_cluster": case_local_cluster}[CASE]
     ok = False
     try:
