@@ -421,11 +421,12 @@ static uint64_t unshared_head(ty_prefill_t *p, const struct pjob *j)
     return ty_kvpool_holds(pool, h) ? 0 : (h ? h : 1);
 }
 
-/* Take the queue's head and the prompts behind it that fit in the same forward call into
- * p->running: their
- * tokens within the engine's call, their pages free, and none starting with a block another
- * prompt of the call computes (it runs in the next call and finds that block in the page
- * cache, as it would have one prompt at a time). Under mu (the worker's own thread). */
+/* Fill p->running for the next forward call: a long prompt still being computed (its next
+ * chunk), else the queue's head; then queued prompts that fit beside them: their tokens within
+ * the engine's call (half of it beside a long prompt's chunk), their pages free, and none
+ * starting with a block another prompt of the call computes (it runs in a later call and finds
+ * that block in the page cache, as it would have one prompt at a time). Under mu (the
+ * worker's own thread). */
 static void take_batch(ty_prefill_t *p)
 {
     ty_kvpool_t *pool = ty_engine_pool(p->o.engine);
@@ -441,21 +442,28 @@ static void take_batch(ty_prefill_t *p)
     }
     if (p->n_cont)
         budget /= 2;
-    while (p->queue && p->n_running < p->o.max_batch && !p->stop) {
-        struct pjob *j = p->queue;
+    /* the head always goes (alone if it must; then in chunks, run_batch); behind it, any of
+     * the next 64 queued prompts that fits, so a short prompt passes a long one queued before
+     * it (which starts as soon as it is the head) */
+    struct pjob **pp = &p->queue;
+    for (uint32_t seen = 0; *pp && p->n_running < p->o.max_batch && !p->stop && seen < 64;
+         seen++) {
+        struct pjob *j = *pp;
         uint64_t head = unshared_head(p, j);
         bool repeats = false;
         for (uint32_t i = 0; i < p->n_running && head && !repeats; i++)
             repeats = heads[i] == head;
         if (p->n_running &&
-            (tokens + j->n > budget || pages + pages_of(p, j) > room || repeats))
-            break; /* the head always goes, alone if it must (then in chunks, run_batch) */
+            (tokens + j->n > budget || pages + pages_of(p, j) > room || repeats)) {
+            pp = &j->next; /* stays queued, in its place */
+            continue;
+        }
         heads[p->n_running] = head;
         tokens += j->n;
         pages += pages_of(p, j);
-        p->queue = j->next;
-        if (!p->queue)
-            p->tail = &p->queue;
+        *pp = j->next;
+        if (!*pp)
+            p->tail = pp;
         p->n_queued--;
         p->queued_tokens -= j->n;
         j->next = NULL;
