@@ -10,7 +10,8 @@
 #
 # Binaries: $TYCHO_BIN_DIR (default: ./build) or PATH. State (pids, logs, ports) in
 # $TYCHO_CLUSTER_DIR (default: /tmp/tycho-local-cluster). Extra settings for every prefill or
-# decode node: $TYCHO_PREFILL_ARGS, $TYCHO_DECODE_ARGS (e.g. "--prefill_batch=1").
+# decode node: $TYCHO_PREFILL_ARGS, $TYCHO_DECODE_ARGS (e.g. "--prefill_batch=1"), and for the
+# Conductor: $TYCHO_CONDUCTOR_ARGS (e.g. "--log_level=debug").
 set -eu
 DIR=${TYCHO_CLUSTER_DIR:-/tmp/tycho-local-cluster}
 BIN=${TYCHO_BIN_DIR:-$(dirname "$0")/../build}
@@ -60,7 +61,8 @@ start() {
     fi
     # shellcheck disable=SC2086 # POOL_ARG is one word or none
     "$(find_bin tycho-conductor)" --model_path="$MODEL" --listen_port="$PORT" --rpc_port=0 \
-        --port_file="$DIR/conductor.ports" $POOL_ARG >"$DIR/conductor.log" 2>&1 &
+        --port_file="$DIR/conductor.ports" $POOL_ARG ${TYCHO_CONDUCTOR_ARGS:-} \
+        >"$DIR/conductor.log" 2>&1 &
     echo $! >"$DIR/conductor.pid"
     wait_file "$DIR/conductor.ports" 30
     RPC=$(cut -d' ' -f2 "$DIR/conductor.ports")

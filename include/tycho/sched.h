@@ -215,6 +215,12 @@ struct ty_sched_node_desc {
      * of its own. */
     uint32_t batch_prompts;
     uint32_t batch_tokens;
+    /* prefill: the node computes a long prompt in calls of batch_tokens and lets a queued
+     * prompt of at most batch_tokens / 2 uncached tokens join them (tycho-prefill does): such a
+     * prompt behind more than a call of queued work is predicted to ride in a side lane of
+     * half calls (its first token when the call that computes it ends), not behind the whole
+     * queue. Needs batch_tokens. */
+    bool interleaves;
 };
 
 struct ty_sched_request {

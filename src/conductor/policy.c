@@ -16,6 +16,7 @@ struct cand {
     uint32_t local, used; /* prefix blocks: cached there, reused by the plan */
     bool remote;
     bool joins; /* rides in the queue's last forward call, which has not started */
+    bool lane;  /* rides beside the long work queued (an interleaving node's side lane) */
     double queue, transfer, prefill, ttft;
 };
 
@@ -30,6 +31,38 @@ static double queue_us(const ty_sched_t *s, uint32_t id, uint64_t now)
 {
     double q = s->nodes[id].busy_until_us - (double)now;
     return q > 0 ? q : 0;
+}
+
+/* One full forward call of an interleaving node (batch_tokens prompt tokens). */
+static double call_us(const ty_sched_t *s, const struct node *n)
+{
+    return ty_sched_cost_prefill_us(&s->o.cost, n->batch_tokens, 0);
+}
+
+/* A short prompt on an interleaving node with more than a call of work queued: it rides in
+ * the side lane (the half of each call the node gives to prompts that join a long one): it
+ * starts after the call running now, or after the lane's last call when that one is full,
+ * and gets its first token at the end of the call that computes it. */
+static void lane_plan(const ty_sched_t *s, const struct ty_sched_request *r,
+                      const struct node *n, struct cand *c, uint64_t now)
+{
+    uint64_t own = r->prompt_tokens - blocks_to_tokens(s, r, c->used);
+    double call = call_us(s, n);
+    if (2 * own > n->batch_tokens || c->queue <= 2 * call)
+        return; /* it waits its turn as before */
+    double start = (double)now + call; /* after the call running now */
+    if (n->lane_until_us > (double)now) { /* the lane's last call: in it while it has not */
+        double last = n->lane_until_us - call; /* started and has room, else the next one */
+        start = last >= (double)now && n->lane_tokens + own <= n->batch_tokens / 2
+                    ? last
+                    : n->lane_until_us;
+    }
+    /* prefill: what it adds to the node's work (its tokens, no call of its own); its first
+     * token comes when the lane call ends */
+    double work = c->prefill - s->o.cost.prefill[0];
+    c->lane = true;
+    c->prefill = work > 0 ? work : 0;
+    c->queue = start + call - c->prefill - (double)now;
 }
 
 /* Plan for node p: local prefix only, or (remote_ok) the best remote prefix when it beats
@@ -54,7 +87,9 @@ static struct cand plan(const ty_sched_t *s, const struct ty_sched_request *r, u
      * node fills a call up to batch_tokens prompt tokens, cached ones included (it learns
      * what is cached only once the prompt runs). */
     const struct node *n = &s->nodes[p];
-    if (n->batch_prompts > 1 && n->tail_n && n->tail_n < n->batch_prompts &&
+    if (n->interleaves)
+        lane_plan(s, r, n, &c, now);
+    if (!c.lane && n->batch_prompts > 1 && n->tail_n && n->tail_n < n->batch_prompts &&
         c.queue > n->tail_us &&
         (!n->batch_tokens || n->tail_tokens + r->prompt_tokens <= n->batch_tokens)) {
         c.joins = true;
@@ -200,6 +235,14 @@ static void commit(ty_sched_t *s, const struct ty_sched_request *r, const struct
                    uint32_t d, uint64_t ctx, uint64_t now)
 {
     struct node *p = &s->nodes[c->node];
+    if (c->lane) { /* the long work ends later by its tokens; the lane has it */
+        double end = (double)now + c->queue + c->prefill;
+        uint64_t own = r->prompt_tokens - blocks_to_tokens(s, r, c->used);
+        p->lane_tokens = end > p->lane_until_us ? own : p->lane_tokens + own;
+        p->lane_until_us = end > p->lane_until_us ? end : p->lane_until_us;
+        p->busy_until_us += c->transfer + c->prefill;
+        goto placed;
+    }
     bool queued = p->busy_until_us > (double)now;
     double start = queued ? p->busy_until_us : (double)now;
     p->busy_until_us = start + c->transfer + c->prefill;
@@ -216,6 +259,7 @@ static void commit(ty_sched_t *s, const struct ty_sched_request *r, const struct
         p->tail_n = 0;
         p->tail_tokens = 0;
     }
+placed:
     s->nodes[d].pending++;
     s->nodes[d].pending_ctx += ctx;
     struct flight f = {.id = r->id, .prefill = c->node, .decode = d, .priority = r->priority,

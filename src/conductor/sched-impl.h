@@ -43,6 +43,11 @@ struct node {
     double tail_us;
     uint32_t tail_n;
     uint64_t tail_tokens;
+    /* prefill nodes that interleave: the side lane of short prompts beside the queued long
+     * work: when its last call ends, and the tokens it holds (of batch_tokens / 2) */
+    bool interleaves;
+    double lane_until_us;
+    uint64_t lane_tokens;
     uint32_t batch;       /* decode: as last reported */
     uint64_t ctx;
     uint32_t pending;     /* decode: accepted requests not yet arrived */

@@ -83,6 +83,7 @@ static void send_register(ty_cluster_agent_t *a)
     cap.max_batch = a->o.max_batch;
     cap.max_batch_prompts = a->o.max_batch_prompts;
     cap.max_ctx = a->o.max_ctx;
+    cap.interleaves = a->o.interleaves;
     char *transports[] = {"tcp"};
     Tycho__V1__RegisterNode m = TYCHO__V1__REGISTER_NODE__INIT;
     m.protocol_version = TYCHO__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;

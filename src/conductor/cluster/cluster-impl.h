@@ -27,6 +27,7 @@ struct ty__cnode {
                            * per forward call) */
     uint32_t max_batch_prompts; /* prefill: prompts per forward call, as registered */
     uint32_t max_ctx;           /* the node's context, as registered (0: not said) */
+    bool interleaves;           /* prefill: short prompts join a long one's chunks */
     uint64_t preempt_seen;      /* its preemption count as last reported (kept across a
                                  * re-registration; a smaller one means it restarted) */
     uint64_t decode_ctx;  /* decode: context tokens of its batch, from its heartbeats */

@@ -559,6 +559,7 @@ int ty__place_node_up(ty_cluster_t *c, struct ty__cnode *n, char *why, size_t ca
     } else {
         d.batch_prompts = n->max_batch_prompts;
         d.batch_tokens = n->max_batch;
+        d.interleaves = n->interleaves;
     }
     if (n->in_sched)
         ty__place_node_down(c, n);

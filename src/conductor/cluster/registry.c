@@ -298,6 +298,7 @@ static int node_register(ty_cluster_t *c, const Tycho__V1__RegisterNode *m, char
     n->max_batch = m->capacity->max_batch;
     n->max_batch_prompts = m->capacity->max_batch_prompts;
     n->max_ctx = m->capacity->max_ctx;
+    n->interleaves = m->capacity->interleaves;
     int rc = ty__place_node_up(c, n, why, cap);
     if (!rc && (rc = node_connect(c, n))) {
         ty__place_node_down(c, n);

@@ -672,6 +672,60 @@ static void test_batching_prefill_queue(void **st)
     ty_sched_free(one);
 }
 
+/* A node that interleaves (tycho-prefill: a long prompt in calls of batch_tokens = 64, short
+ * prompts joining them in half of each): calls cost 1000 us + 1 us per token, a full one
+ * 1064 us. A 2000-token prompt at t = 0: 3000 us. Short (16-token) prompts behind it ride the
+ * side lane: the first two in the call after the one running now (TTFT 2 x 1064), the third
+ * in the next (32 tokens per lane call), while a node that does not interleave queues them
+ * behind the whole prompt (in one call: 4016, 4032, 4048); a prompt over half a call (40 tokens) waits its turn there too, and
+ * the long work ends later by the short prompts' tokens (3 x 16 us). */
+static void test_interleave_lane(void **st)
+{
+    struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_LOAD_BALANCE, TY_SCHED_ADMIT_BASELINE);
+    o.cost.prefill[0] = 1000;
+    ty_sched_t *s, *fifo;
+    assert_int_equal(ty_sched_new(&s, &o), 0);
+    assert_int_equal(ty_sched_new(&fifo, &o), 0);
+    struct ty_sched_node_desc pi = {.role = TY_SCHED_ROLE_PREFILL, .batch_prompts = 8,
+                                    .batch_tokens = 64, .interleaves = true};
+    struct ty_sched_node_desc pf = pi;
+    pf.interleaves = false;
+    struct ty_sched_node_desc d = {.role = TY_SCHED_ROLE_DECODE};
+    assert_int_equal(ty_sched_node_add(s, 0, &pi), 0);
+    assert_int_equal(ty_sched_node_add(s, 10, &d), 0);
+    assert_int_equal(ty_sched_node_add(fifo, 0, &pf), 0);
+    assert_int_equal(ty_sched_node_add(fifo, 10, &d), 0);
+    struct ty_sched_request r = {.id = 1, .prompt_tokens = 2000, .output_tokens = 1};
+    struct ty_sched_decision a, b;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &a), 0);
+    assert_int_equal(ty_sched_pick(fifo, &r, 0, &b), 0);
+    assert_true(fabs(a.ttft_us - 3000) < 1e-6 && fabs(b.ttft_us - 3000) < 1e-6);
+    const double lane[3] = {2128, 2128, 3192}, queued[3] = {4016, 4032, 4048};
+    for (uint64_t i = 0; i < 3; i++) {
+        r = (struct ty_sched_request){.id = 2 + i, .prompt_tokens = 16, .output_tokens = 1};
+        assert_int_equal(ty_sched_pick(s, &r, 0, &a), 0);
+        assert_int_equal(ty_sched_pick(fifo, &r, 0, &b), 0);
+        assert_true(fabs(a.ttft_us - lane[i]) < 1e-6);
+        assert_true(fabs(a.prefill_us - 16) < 1e-6); /* what it adds to the node's work */
+        assert_true(fabs(b.ttft_us - queued[i]) < 1e-6);
+    }
+    r = (struct ty_sched_request){.id = 9, .prompt_tokens = 40, .output_tokens = 1};
+    assert_int_equal(ty_sched_pick(s, &r, 0, &a), 0);
+    assert_true(fabs(a.ttft_us - (3000 + 48 + 1040)) < 1e-6);
+    /* at t = 1500 the lane's first call runs: a short prompt joins its last one (which holds
+     * 16 tokens and starts at 2128): TTFT 2128 + 1064 - 1500 */
+    r = (struct ty_sched_request){.id = 10, .prompt_tokens = 16, .output_tokens = 1};
+    assert_int_equal(ty_sched_pick(s, &r, 1500, &a), 0);
+    assert_true(fabs(a.ttft_us - 1692) < 1e-6);
+    /* the node reports a short queue (one call left): no lane, the usual queue */
+    assert_int_equal(ty_sched_node_set_prefill_queue(s, 0, 1000, 5000), 0);
+    r.id = 11;
+    assert_int_equal(ty_sched_pick(s, &r, 5000, &a), 0);
+    assert_true(fabs(a.ttft_us - (1000 + 1016)) < 1e-6);
+    ty_sched_free(s);
+    ty_sched_free(fifo);
+}
+
 /* The TTFT overhead is added to every prediction (and so to what admission compares with
  * the SLO), and a negative or non-finite one is refused. */
 static void test_ttft_overhead(void **st)
@@ -740,6 +794,7 @@ int main(void)
         cmocka_unit_test(test_batch_tbt_slo),
         cmocka_unit_test(test_node_readded_counts),
         cmocka_unit_test(test_batching_prefill_queue),
+        cmocka_unit_test(test_interleave_lane),
         cmocka_unit_test(test_ttft_overhead),
         cmocka_unit_test(test_names),
     };

@@ -192,6 +192,7 @@ struct ty_cluster_agent_opts {
     uint32_t block_tokens, max_batch;
     uint32_t max_batch_prompts;     /* prefill: prompts per forward call (prefill_batch) */
     uint32_t max_ctx;               /* the engine's context (ty_engine_max_ctx) */
+    bool interleaves;               /* prefill: short prompts join a long one's chunks */
     const char *kv_dtype;           /* the KV pool's element type ("f32", "f16"); NULL: f32 */
     uint32_t heartbeat_interval_ms; /* until the Conductor says otherwise */
     ty_cluster_load_cb load_cb;
