@@ -100,6 +100,11 @@ struct ty_sim_opts {
      * (prefill[0]), the others only their tokens, and all end with the call. The scheduler
      * is told (ty_sched_node_desc.batch_prompts / batch_tokens). */
     uint32_t prefill_batch, prefill_batch_tokens;
+    /* ... and (prefill_interleave, needs prefill_batch_tokens) compute a longer prompt in calls
+     * of prefill_batch_tokens, which queued prompts of at most half of that join (any of the
+     * next 64 queued that fit, as tycho-prefill does); the scheduler is told
+     * (ty_sched_node_desc.interleaves). */
+    bool prefill_interleave;
     double speed;                 /* replay speed: arrival times divided by this */
     uint64_t sample_us;           /* load sample interval (0: 10 s) */
     size_t limit;                 /* first N requests only (0: all) */

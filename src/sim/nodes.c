@@ -23,7 +23,7 @@ static const struct ty_sim_request *req(const struct sim *s, size_t i)
 
 double ty__sim_prefill_queued_us(const struct sim *s, const struct pnode *p, double now)
 {
-    double q = p->queued_us;
+    double q = p->queued_us + (p->busy ? p->cont_left_us : 0);
     if (p->busy && p->cur_end > now)
         q += p->cur_end - now;
     return q;
@@ -35,13 +35,11 @@ static void report_queue(struct sim *s, struct pnode *p, double now)
                                     (uint64_t)now);
 }
 
-/* Take the queue's head for a forward call: reuse what is really cached now (the local cache,
- * or the planned remote prefix if its source still holds it); returns its true cost alone. */
-static double prefill_take(struct sim *s, struct pnode *p)
+/* Request i leaves the queue for a forward call: what it reuses of what is really cached now
+ * (the local cache, or the planned remote prefix if its source still holds it); sets
+ * q->reuse and q->cached_tok, returns the time to fetch the remote part. */
+static double prefill_admit(struct sim *s, struct pnode *p, uint32_t i)
 {
-    uint32_t i = p->fifo[p->head];
-    p->head = (p->head + 1) % p->cap;
-    p->len--;
     struct rq *q = &s->rq[i];
     const struct ty_sim_request *r = req(s, i);
     p->queued_us -= q->d.prefill_us + q->d.transfer_us;
@@ -64,7 +62,20 @@ static double prefill_take(struct sim *s, struct pnode *p)
     }
     uint64_t cached = (uint64_t)reuse * s->o.truth.block_tokens;
     q->reuse = reuse;
-    q->prefill_us = xfer + ty_sched_cost_prefill_us(&s->o.truth, r->input_tokens, cached);
+    q->cached_tok = (uint32_t)(cached < r->input_tokens ? cached : r->input_tokens - 1);
+    return xfer;
+}
+
+/* Take the queue's head for a forward call; returns its true cost alone. */
+static double prefill_take(struct sim *s, struct pnode *p)
+{
+    uint32_t i = p->fifo[p->head];
+    p->head = (p->head + 1) % p->cap;
+    p->len--;
+    struct rq *q = &s->rq[i];
+    double xfer = prefill_admit(s, p, i);
+    q->prefill_us = xfer + ty_sched_cost_prefill_us(&s->o.truth, req(s, i)->input_tokens,
+                                                    q->cached_tok);
     p->cur[p->n_cur++] = i;
     return q->prefill_us;
 }
@@ -107,6 +118,93 @@ static void prefill_start(struct sim *s, struct pnode *p, double now)
     ty__sim_push(s, p->cur_end, EV_PREFILL_DONE, p->id, 0);
 }
 
+/* ---- interleaved prefill (opts.prefill_interleave) ---- */
+
+/* Remove and return the k-th waiting request (0: the head). */
+static uint32_t fifo_take_at(struct pnode *p, size_t k)
+{
+    uint32_t i = p->fifo[(p->head + k) % p->cap];
+    for (size_t m = k; m + 1 < p->len; m++)
+        p->fifo[(p->head + m) % p->cap] = p->fifo[(p->head + m + 1) % p->cap];
+    p->len--;
+    return i;
+}
+
+/* Work of computing prompt tokens [start, start + n) in a call (the call's fixed cost apart). */
+static double piece_us(const struct sim *s, uint64_t start, uint64_t n)
+{
+    return ty_sched_cost_prefill_us(&s->o.truth, start + n, start) - s->o.truth.prefill[0];
+}
+
+/* Whether waiting request k may join the call being formed (its tokens within `cap`, its first
+ * block not an uncached one another member computes). */
+static bool joins_at(const struct sim *s, const struct pnode *p, size_t k, uint64_t tokens,
+                     uint64_t cap)
+{
+    const struct ty_sim_request *r = req(s, p->fifo[(p->head + k) % p->cap]);
+    if (tokens + r->input_tokens > cap)
+        return false;
+    if (!r->n_blocks || ty_sim_pool_prefix(p->cache, r->blocks, 1))
+        return true;
+    for (uint32_t m = 0; m <= p->n_cur; m++) {
+        uint32_t i = m < p->n_cur ? p->cur[m] : p->cont;
+        if (m == p->n_cur && !p->has_cont)
+            break;
+        const struct ty_sim_request *o = req(s, i);
+        if (o->n_blocks && o->blocks[0] == r->blocks[0])
+            return false;
+    }
+    return true;
+}
+
+/* One forward call of an interleaving node: a long prompt's next chunk (or the queue's head)
+ * and the waiting prompts that fit beside it (half the call beside a chunk), each computing
+ * what the call's tokens leave it, the newcomers first. */
+static void prefill_start_interleaved(struct sim *s, struct pnode *p, double now)
+{
+    uint32_t budget = s->o.prefill_batch_tokens, most = s->o.prefill_batch ? s->o.prefill_batch : 1;
+    uint64_t tokens = 0, cap = p->has_cont ? budget / 2 : budget;
+    double dur = s->o.truth.prefill[0];
+    p->n_cur = 0;
+    for (size_t k = 0; k < p->len && k < 64 && p->n_cur + p->has_cont < most;) {
+        if ((p->n_cur || p->has_cont) && !joins_at(s, p, k, tokens, cap)) {
+            k++;
+            continue; /* the head always goes; the others that fit, in their order */
+        }
+        uint32_t i = fifo_take_at(p, k);
+        struct rq *q = &s->rq[i];
+        p->queued_us -= q->d.prefill_us + q->d.transfer_us;
+        if (p->queued_us < 0 || p->len == 0)
+            p->queued_us = 0;
+        double xfer = prefill_admit(s, p, i);
+        q->prefill_us = xfer;
+        q->done = 0;
+        dur += xfer;
+        tokens += req(s, i)->input_tokens;
+        p->cur[p->n_cur++] = i;
+    }
+    uint64_t left = budget;
+    p->cont_left_us = 0;
+    for (uint32_t m = 0; m <= p->n_cur; m++) {
+        if (m == p->n_cur && !p->has_cont)
+            break;
+        uint32_t i = m < p->n_cur ? p->cur[m] : p->cont;
+        struct rq *q = &s->rq[i];
+        uint64_t start = (uint64_t)q->cached_tok + q->done;
+        uint64_t rest = req(s, i)->input_tokens - start;
+        q->piece = (uint32_t)(rest < left ? rest : left);
+        left -= q->piece;
+        double w = q->piece ? piece_us(s, start, q->piece) : 0;
+        q->prefill_us += w + (m == 0 ? s->o.truth.prefill[0] : 0);
+        dur += w;
+        if (q->piece < rest) /* what is left of it after this call */
+            p->cont_left_us += piece_us(s, start + q->piece, rest - q->piece);
+    }
+    p->busy = true;
+    p->cur_end = now + dur;
+    ty__sim_push(s, p->cur_end, EV_PREFILL_DONE, p->id, 0);
+}
+
 static void fifo_push(struct pnode *p, uint32_t i)
 {
     if (p->len == p->cap) {
@@ -142,12 +240,38 @@ void ty__sim_arrival(struct sim *s, size_t i, double now)
     fifo_push(p, (uint32_t)i);
     p->queued_us += q->d.prefill_us + q->d.transfer_us;
     if (!p->busy)
-        prefill_start(s, p, now);
+        (s->o.prefill_interleave ? prefill_start_interleaved : prefill_start)(s, p, now);
     report_queue(s, p, now);
+}
+
+/* The prompts of an interleaved call whose last token it computed are done; a long one
+ * that is not stays (the node's next call takes its next chunk). */
+static void prefill_done_interleaved(struct sim *s, struct pnode *p)
+{
+    uint32_t n = 0;
+    bool had = p->has_cont;
+    p->has_cont = false;
+    for (uint32_t m = 0; m <= p->n_cur; m++) {
+        if (m == p->n_cur && !had)
+            break;
+        uint32_t i = m < p->n_cur ? p->cur[m] : p->cont;
+        struct rq *q = &s->rq[i];
+        q->done += q->piece;
+        uint64_t at = (uint64_t)q->cached_tok + q->done, len = req(s, i)->input_tokens;
+        if (at < len) {
+            p->has_cont = true;
+            p->cont = i;
+        } else {
+            p->cur[n++] = i; /* finished: reported below */
+        }
+    }
+    p->n_cur = n;
 }
 
 void ty__sim_prefill_done(struct sim *s, struct pnode *p, double now)
 {
+    if (s->o.prefill_interleave)
+        prefill_done_interleaved(s, p);
     for (uint32_t k = 0; k < p->n_cur; k++) {
         uint32_t i = p->cur[k];
         const struct ty_sim_request *r = req(s, i);
@@ -160,8 +284,8 @@ void ty__sim_prefill_done(struct sim *s, struct pnode *p, double now)
     }
     p->n_cur = 0;
     p->busy = false;
-    if (p->len)
-        prefill_start(s, p, now);
+    if (p->len || p->has_cont)
+        (s->o.prefill_interleave ? prefill_start_interleaved : prefill_start)(s, p, now);
     report_queue(s, p, now);
 }
 

@@ -26,6 +26,9 @@ struct pnode {
     size_t head, len, cap;
     bool busy;
     uint32_t *cur, n_cur; /* the prompts of the running forward call (opts.prefill_batch) */
+    bool has_cont;        /* prefill_interleave: a long prompt between two of its calls */
+    uint32_t cont;
+    double cont_left_us;  /* work left of the running call's prompts after it (interleave) */
     double cur_end, queued_us; /* predicted work of the waiting requests */
 };
 
@@ -42,6 +45,8 @@ struct rq { /* per request */
     struct ty_sched_decision d;
     double arrival, ttft, join, vjoin, prefill_us;
     uint32_t reuse; /* prefix blocks actually reused */
+    uint32_t cached_tok, done, piece; /* prefill_interleave: prompt tokens reused, computed
+                                       * so far, computed by the running call */
     uint8_t state;  /* 0 pending, 1 served, 2 rejected */
     uint8_t reject, at_decode;
     uint8_t cls; /* SLO class */

@@ -68,7 +68,8 @@ static int sim_setup(struct sim *s, const struct ty_sim_trace *t, const struct t
     for (uint32_t i = 0; i < o->n_prefill; i++) {
         struct ty_sched_node_desc nd = {.role = TY_SCHED_ROLE_PREFILL,
                                         .batch_prompts = o->prefill_batch,
-                                        .batch_tokens = o->prefill_batch_tokens};
+                                        .batch_tokens = o->prefill_batch_tokens,
+                                        .interleaves = o->prefill_interleave};
         ty_sched_node_add(s->sched, i, &nd);
         s->p[i].id = i;
         s->p[i].sim = s;
@@ -220,7 +221,8 @@ int ty_sim_run(const struct ty_sim_trace *t, const struct ty_sim_opts *o,
 {
     if (!t || !o || !res || o->n_prefill == 0 || o->n_decode == 0 || !(o->speed > 0) ||
         o->n_prefill + o->n_decode > TY_SCHED_MAX_NODES || o->n_class_mix > o->sched.n_classes ||
-        o->n_class_mix > TY_SCHED_MAX_CLASSES || o->prefill_batch > 4096)
+        o->n_class_mix > TY_SCHED_MAX_CLASSES || o->prefill_batch > 4096 ||
+        (o->prefill_interleave && o->prefill_batch_tokens < 2))
         return TY_EINVAL;
     for (uint32_t k = 0; k < o->n_class_mix; k++)
         if (!(o->class_mix[k] >= 0) || !isfinite(o->class_mix[k]))

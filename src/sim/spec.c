@@ -15,6 +15,7 @@ struct spec_cluster {
     uint64_t cache_blocks_per_node, decode_kv_tokens;
     uint32_t decode_max_batch;
     uint32_t prefill_batch, prefill_batch_tokens;
+    bool prefill_interleave;
     int eviction;
 };
 
@@ -67,6 +68,10 @@ static const struct ty_config_field cluster_fields[] = {
     {.key = "prefill_batch_tokens", .type = TY_CONFIG_UINT,
      TY_CONFIG_AT(K, prefill_batch_tokens), .def = "0",
      .help = "most prompt tokens in one such call (tycho-prefill's chunk_tokens; 0: no limit)"},
+    {.key = "prefill_interleave", .type = TY_CONFIG_BOOL, TY_CONFIG_AT(K, prefill_interleave),
+     .def = "false",
+     .help = "a longer prompt runs in calls of prefill_batch_tokens that queued prompts of at "
+             "most half of that join, as tycho-prefill does (needs prefill_batch_tokens)"},
 };
 #undef K
 static const struct ty_config_struct cluster_struct =
@@ -169,6 +174,10 @@ static int to_opts(ty_sim_spec_t *sp, struct ty_sim_opts *o, const char *origin,
     o->decode_kv_tokens = v->cluster.decode_kv_tokens;
     o->prefill_batch = v->cluster.prefill_batch;
     o->prefill_batch_tokens = v->cluster.prefill_batch_tokens;
+    o->prefill_interleave = v->cluster.prefill_interleave;
+    if (o->prefill_interleave && o->prefill_batch_tokens < 2)
+        return spec_fail(err, len, origin,
+                         "cluster.prefill_interleave needs prefill_batch_tokens (>= 2)");
     o->speed = v->speed;
     o->sched.policy = (enum ty_sched_policy)v->scheduler.policy;
     o->sched.admission = (enum ty_sched_admission)v->scheduler.admission;

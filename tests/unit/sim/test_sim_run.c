@@ -229,6 +229,44 @@ static void test_prefill_batch(void **st)
     ty_sim_trace_free(t);
 }
 
+/* An interleaving node, calls of 64 tokens at 1000 us + 1 us per token. A 200-token prompt
+ * and a 16-token one at t = 0: the long one starts alone (64 tokens, call 1 ends at 1064); the
+ * short one joins call 2 beside the next 48 (1064 + 1064: TTFT 2128), then 64 (3192) and the
+ * last 24 (4216). Without interleaving: 1200 and 1200 + 1016. A 40-token prompt (over half a
+ * call) does not join a chunk: it waits for the long prompt's end. */
+static void test_prefill_interleave(void **st)
+{
+    const char *two =
+        "{\"timestamp\": 0, \"input_length\": 200, \"output_length\": 1, \"hash_ids\": [1, 2]}\n"
+        "{\"timestamp\": 0, \"input_length\": 16, \"output_length\": 1, \"hash_ids\": [3]}\n";
+    struct ty_sim_trace *t = trace(two);
+    struct ty_sim_opts o = toy(1, 1, TY_SCHED_POLICY_KVCACHE_CENTRIC);
+    o.sched.cost.prefill[0] = o.truth.prefill[0] = 1000;
+    o.prefill_batch = 8;
+    o.prefill_batch_tokens = 64;
+    struct ty_sim_result r;
+    assert_int_equal(ty_sim_run(t, &o, &r), 0);
+    assert_true(fabs(r.out[0].ttft_us - 1200) < 1e-6 && fabs(r.out[1].ttft_us - 2216) < 1e-6);
+    ty_sim_result_fini(&r);
+    o.prefill_interleave = true;
+    assert_int_equal(ty_sim_run(t, &o, &r), 0);
+    assert_true(fabs(r.out[0].ttft_us - 4216) < 1e-6);
+    assert_true(fabs(r.out[1].ttft_us - 2128) < 1e-6);
+    assert_true(fabs(r.prefill_busy_s * 1e6 - 4216) < 1e-3); /* the four calls */
+    ty_sim_result_fini(&r);
+    ty_sim_trace_free(t);
+    t = trace("{\"timestamp\": 0, \"input_length\": 200, \"output_length\": 1, \"hash_ids\": [1, 2]}\n"
+              "{\"timestamp\": 0, \"input_length\": 40, \"output_length\": 1, \"hash_ids\": [3]}\n");
+    assert_int_equal(ty_sim_run(t, &o, &r), 0);
+    /* 4 calls of the long prompt alone: 1064 x 3 + 1008 = 4200; then the 40: 1040 */
+    assert_true(fabs(r.out[0].ttft_us - 4200) < 1e-6);
+    assert_true(fabs(r.out[1].ttft_us - 5240) < 1e-6);
+    ty_sim_result_fini(&r);
+    o.prefill_batch_tokens = 0; /* interleaving needs a call size */
+    assert_int_equal(ty_sim_run(t, &o, &r), TY_EINVAL);
+    ty_sim_trace_free(t);
+}
+
 static void test_bad_opts(void **st)
 {
     struct ty_sim_trace *t = trace(two_turns);
@@ -247,6 +285,7 @@ int main(void)
         cmocka_unit_test(test_prefix_reuse),
         cmocka_unit_test(test_continuous_batching),
         cmocka_unit_test(test_prefill_batch),
+        cmocka_unit_test(test_prefill_interleave),
         cmocka_unit_test(test_decode_picture_error),
         cmocka_unit_test(test_class_mix),
         cmocka_unit_test(test_ttft_rejection),
