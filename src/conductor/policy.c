@@ -48,12 +48,14 @@ static void lane_plan(const ty_sched_t *s, const struct ty_sched_request *r,
 {
     uint64_t own = r->prompt_tokens - blocks_to_tokens(s, r, c->used);
     double call = call_us(s, n);
-    if (2 * own > n->batch_tokens || c->queue <= 2 * call)
-        return; /* it waits its turn as before */
     double start = (double)now + call; /* after the call running now */
+    if (2 * own > n->batch_tokens || c->queue <= 2 * call || n->long_from_us > start ||
+        n->long_until_us <= start)
+        return; /* no long prompt to ride beside then: it waits its turn as before */
     if (n->lane_until_us > (double)now) { /* the lane's last call: in it while it has not */
         double last = n->lane_until_us - call; /* started and has room, else the next one */
-        start = last >= (double)now && n->lane_tokens + own <= n->batch_tokens / 2
+        start = last >= (double)now && n->lane_tokens + own <= n->batch_tokens / 2 &&
+                        n->lane_n + 1 < n->batch_prompts
                     ? last
                     : n->lane_until_us;
     }
@@ -238,14 +240,23 @@ static void commit(ty_sched_t *s, const struct ty_sched_request *r, const struct
     if (c->lane) { /* the long work ends later by its tokens; the lane has it */
         double end = (double)now + c->queue + c->prefill;
         uint64_t own = r->prompt_tokens - blocks_to_tokens(s, r, c->used);
-        p->lane_tokens = end > p->lane_until_us ? own : p->lane_tokens + own;
-        p->lane_until_us = end > p->lane_until_us ? end : p->lane_until_us;
+        bool next = end > p->lane_until_us;
+        p->lane_tokens = next ? own : p->lane_tokens + own;
+        p->lane_n = next ? 1 : p->lane_n + 1;
+        p->lane_until_us = next ? end : p->lane_until_us;
         p->busy_until_us += c->transfer + c->prefill;
+        p->long_until_us += c->transfer + c->prefill; /* the long prompt ends later by it */
         goto placed;
     }
     bool queued = p->busy_until_us > (double)now;
     double start = queued ? p->busy_until_us : (double)now;
     p->busy_until_us = start + c->transfer + c->prefill;
+    if (p->interleaves &&
+        r->prompt_tokens - blocks_to_tokens(s, r, c->used) > p->batch_tokens) { /* chunked */
+        if (start > p->long_until_us)
+            p->long_from_us = start;
+        p->long_until_us = p->busy_until_us;
+    }
     if (c->joins) { /* the queue's last call takes it */
         p->tail_us += c->transfer + c->prefill;
         p->tail_n++;

@@ -48,6 +48,8 @@ struct node {
     bool interleaves;
     double lane_until_us;
     uint64_t lane_tokens;
+    uint32_t lane_n;                    /* prompts in the lane's last call */
+    double long_from_us, long_until_us; /* when a prompt longer than a call is computing */
     uint32_t batch;       /* decode: as last reported */
     uint64_t ctx;
     uint32_t pending;     /* decode: accepted requests not yet arrived */

@@ -193,7 +193,7 @@ int ty_sched_node_add(ty_sched_t *s, uint32_t id, const struct ty_sched_node_des
     n->kv_cap = d->kv_capacity_tokens;
     n->batch_prompts = d->batch_prompts;
     n->batch_tokens = d->batch_tokens;
-    n->interleaves = d->interleaves && d->batch_tokens > 1;
+    n->interleaves = d->interleaves && d->batch_tokens > 1 && d->batch_prompts > 1;
     if (d->role == TY_SCHED_ROLE_PREFILL)
         s->prefill_ids[s->n_prefill++] = id;
     else

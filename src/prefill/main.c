@@ -111,7 +111,7 @@ static int start_node(struct node *s, uv_loop_t *loop)
         .model_path = s->cfg.model_path, .kv_pages = ty_kvpool_pages_total(pool),
         .block_tokens = ty_kvpool_block_tokens(pool), .max_batch = s->cfg.chunk_tokens,
         .max_batch_prompts = s->cfg.prefill_batch, .max_ctx = ty_engine_max_ctx(s->engine),
-        .interleaves = true,
+        .interleaves = s->cfg.prefill_batch > 1, /* short prompts join a long one's chunks */
         .kv_dtype = ty_kv_dtype_name(ty_kvpool_dtype(pool)),
         .heartbeat_interval_ms = (uint32_t)(s->cfg.heartbeat_interval_ns / 1000000),
         .load_cb = ty_prefill_load, .load_arg = s->prefill, .kv_events = s->kv_events,

@@ -340,8 +340,8 @@ static void run_batch(ty_prefill_t *p)
         if (!j->begun) {
             j->begun = true;
             job_begin(p, j);
-        } else if (atomic_load(&j->cancelled) && !j->rc) {
-            j->rc = TY_ECANCELED;
+        } else if (!j->rc && (j->xfer_err || atomic_load(&j->cancelled))) {
+            j->rc = j->xfer_err ? j->xfer_err : TY_ECANCELED; /* no more chunks for it */
         }
         j->finished = j->rc != 0;
     }

@@ -166,17 +166,15 @@ static void prefill_start_interleaved(struct sim *s, struct pnode *p, double now
     uint64_t tokens = 0, cap = p->has_cont ? budget / 2 : budget;
     double dur = s->o.truth.prefill[0];
     p->n_cur = 0;
-    for (size_t k = 0; k < p->len && k < 64 && p->n_cur + p->has_cont < most;) {
+    for (size_t k = 0, seen = 0; k < p->len && seen < 64 && p->n_cur + p->has_cont < most;
+         seen++) {
         if ((p->n_cur || p->has_cont) && !joins_at(s, p, k, tokens, cap)) {
             k++;
             continue; /* the head always goes; the others that fit, in their order */
         }
         uint32_t i = fifo_take_at(p, k);
         struct rq *q = &s->rq[i];
-        p->queued_us -= q->d.prefill_us + q->d.transfer_us;
-        if (p->queued_us < 0 || p->len == 0)
-            p->queued_us = 0;
-        double xfer = prefill_admit(s, p, i);
+        double xfer = prefill_admit(s, p, i); /* (takes its predicted work off the queue) */
         q->prefill_us = xfer;
         q->done = 0;
         dur += xfer;
@@ -258,7 +256,10 @@ static void prefill_done_interleaved(struct sim *s, struct pnode *p)
         struct rq *q = &s->rq[i];
         q->done += q->piece;
         uint64_t at = (uint64_t)q->cached_tok + q->done, len = req(s, i)->input_tokens;
-        if (at < len) {
+        if (at < len) { /* its full blocks computed so far are in the cache, as on the node */
+            const struct ty_sim_request *r = req(s, i);
+            uint64_t full = at / s->o.truth.block_tokens;
+            ty_sim_pool_access(p->cache, r->blocks, full < r->n_blocks ? full : r->n_blocks);
             p->has_cont = true;
             p->cont = i;
         } else {

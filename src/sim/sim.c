@@ -69,7 +69,8 @@ static int sim_setup(struct sim *s, const struct ty_sim_trace *t, const struct t
         struct ty_sched_node_desc nd = {.role = TY_SCHED_ROLE_PREFILL,
                                         .batch_prompts = o->prefill_batch,
                                         .batch_tokens = o->prefill_batch_tokens,
-                                        .interleaves = o->prefill_interleave};
+                                        .interleaves = o->prefill_interleave &&
+                                                       o->prefill_batch > 1};
         ty_sched_node_add(s->sched, i, &nd);
         s->p[i].id = i;
         s->p[i].sim = s;

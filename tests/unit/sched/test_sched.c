@@ -724,6 +724,30 @@ static void test_interleave_lane(void **st)
     assert_true(fabs(a.ttft_us - (1000 + 1016)) < 1e-6);
     ty_sched_free(s);
     ty_sched_free(fifo);
+    /* no lane without a long prompt computing: five 64-token prompts (a call each, 5320 us
+     * queued) and then a short one, which waits its turn in a call of its own */
+    assert_int_equal(ty_sched_new(&s, &o), 0);
+    assert_int_equal(ty_sched_node_add(s, 0, &pi), 0);
+    assert_int_equal(ty_sched_node_add(s, 10, &d), 0);
+    for (uint64_t i = 0; i < 5; i++) {
+        r = (struct ty_sched_request){.id = 20 + i, .prompt_tokens = 64, .output_tokens = 1};
+        assert_int_equal(ty_sched_pick(s, &r, 0, &a), 0);
+    }
+    r = (struct ty_sched_request){.id = 30, .prompt_tokens = 16, .output_tokens = 1};
+    assert_int_equal(ty_sched_pick(s, &r, 0, &a), 0);
+    assert_true(fabs(a.ttft_us - (5320 + 1016)) < 1e-6);
+    ty_sched_free(s);
+    /* nor on a node that runs one prompt per call (prefill_batch 1: nothing joins a chunk) */
+    pi.batch_prompts = 1;
+    assert_int_equal(ty_sched_new(&s, &o), 0);
+    assert_int_equal(ty_sched_node_add(s, 0, &pi), 0);
+    assert_int_equal(ty_sched_node_add(s, 10, &d), 0);
+    r = (struct ty_sched_request){.id = 1, .prompt_tokens = 2000, .output_tokens = 1};
+    assert_int_equal(ty_sched_pick(s, &r, 0, &a), 0);
+    r = (struct ty_sched_request){.id = 2, .prompt_tokens = 16, .output_tokens = 1};
+    assert_int_equal(ty_sched_pick(s, &r, 0, &a), 0);
+    assert_true(fabs(a.ttft_us - 4016) < 1e-6);
+    ty_sched_free(s);
 }
 
 /* The TTFT overhead is added to every prediction (and so to what admission compares with
