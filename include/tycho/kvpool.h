@@ -83,6 +83,8 @@ uint32_t ty_kvpool_pages_total(const ty_kvpool_t *p);
  * ty_kvpool_pages_cached() of them, counted as free capacity, not as used. */
 uint32_t ty_kvpool_pages_used(const ty_kvpool_t *p);
 uint32_t ty_kvpool_pages_cached(const ty_kvpool_t *p);
+/* Pages a reservation can still take: the free ones and the cached ones (total - used). */
+uint32_t ty_kvpool_pages_free(const ty_kvpool_t *p);
 /* Bytes of one page's K (or V) chunk for one layer: n_kv_heads * B * head_dim * element size. */
 size_t ty_kvpool_page_bytes(const ty_kvpool_t *p);
 enum ty_kv_dtype ty_kvpool_dtype(const ty_kvpool_t *p);

@@ -133,11 +133,6 @@ static int pack_destination(struct wstate *w, struct dseq *s, uint8_t **out, siz
     return rc;
 }
 
-static uint32_t pages_free(const struct wstate *w)
-{
-    return ty_kvpool_pages_total(w->pool) - ty_kvpool_pages_used(w->pool); /* cached: free */
-}
-
 /* Pages the preempted sequences need to be readmitted. */
 static uint64_t preempted_need(const struct wstate *w)
 {
@@ -172,7 +167,7 @@ static int dseq_reserve(struct wstate *w, struct dcmd *c, struct dseq *s)
         rc = ty_kvpool_seq_new(w->pool, &s->seq);
     if (!rc) /* the prompt's pages (the prefill node writes them); the rest as it grows */
         rc = ty_kvpool_seq_reserve(w->pool, s->seq, c->n_prompt);
-    if (!rc && w->n_seqs && pages_free(w) < w->watermark + preempted_need(w))
+    if (!rc && w->n_seqs && ty_kvpool_pages_free(w->pool) < w->watermark + preempted_need(w))
         rc = TY_ENOCAPACITY; /* what is preempted here gets its pages back first */
     s->order = ++w->n_assigned;
     s->attempt = 1;
@@ -239,8 +234,11 @@ static void do_rearm(struct wstate *w, struct dcmd *c)
         s->attempt = c->attempt;
         s->deadline_ms = ty_clock_ms() + w->n->o.kv_wait_timeout_ms;
     }
-    *ev = (struct devent){.n = w->n, .rid = c->rid, .call = c->call, .rc = rc, .rearm = true,
-                          .reply = ev->reply, .reply_len = ev->reply_len};
+    ev->n = w->n;
+    ev->rid = c->rid;
+    ev->call = c->call;
+    ev->rc = rc;
+    ev->rearm = true;
     ty__decode_node_post(w->n, ev);
 }
 
@@ -362,7 +360,7 @@ static void readmit(struct wstate *w)
         int cached = rc ? rc : ty_kvpool_seq_match_prefix(w->pool, o->seq, o->hist, o->n_hist);
         rc = cached < 0 ? cached
                         : ty_kvpool_seq_reserve(w->pool, o->seq, o->n_hist - (uint32_t)cached);
-        if (!rc && !alone && pages_free(w) < w->watermark)
+        if (!rc && !alone && ty_kvpool_pages_free(w->pool) < w->watermark)
             rc = TY_ENOCAPACITY;
         if (rc == TY_ENOCAPACITY && !alone) {
             ty_kvpool_seq_free(w->pool, o->seq);
@@ -415,7 +413,6 @@ static void grow(struct wstate *w)
             TY_LOG_WARN("decode", "request %llu: no KV pages to grow into: %s",
                         (unsigned long long)s->rid, ty_strerror(rc));
             dseq_end(w, s, TYCHO__V1__FINISH_REASON__FINISH_REASON_ERROR, rc);
-            v[i] = NULL;
         }
     }
 }

@@ -296,11 +296,6 @@ static bool take_inbox(ty_decode_worker_t *w)
     return !stop;
 }
 
-static uint32_t pages_free(ty_kvpool_t *p)
-{
-    return ty_kvpool_pages_total(p) - ty_kvpool_pages_used(p); /* cached blocks count as free */
-}
-
 /* Admit waiting requests in FIFO order while the pages of what they still have to compute (the
  * prompt; after a preemption, prompt and output so far) can be reserved, keeping `watermark`
  * pages free for the running sequences to grow into. A request alone always gets its chance;
@@ -316,7 +311,7 @@ static void admit(ty_decode_worker_t *w)
             rc = ty_kvpool_seq_reserve(p, s->seq, (uint32_t)(s->n_hist - (size_t)cached));
         else
             rc = cached;
-        if (!rc && w->n_running && pages_free(p) < w->watermark)
+        if (!rc && w->n_running && ty_kvpool_pages_free(p) < w->watermark)
             rc = TY_ENOCAPACITY;
         if (rc == TY_ENOCAPACITY && w->n_running) {
             ty_kvpool_seq_free(p, s->seq); /* wait for pages to free up */

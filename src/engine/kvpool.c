@@ -183,6 +183,11 @@ uint32_t ty_kvpool_pages_cached(const ty_kvpool_t *p)
     return p->n_cached;
 }
 
+uint32_t ty_kvpool_pages_free(const ty_kvpool_t *p)
+{
+    return ty_kvpool_pages_total(p) - ty_kvpool_pages_used(p);
+}
+
 size_t ty_kvpool_page_bytes(const ty_kvpool_t *p)
 {
     return p->page_bytes;

@@ -431,7 +431,7 @@ static void take_batch(ty_prefill_t *p)
 {
     ty_kvpool_t *pool = ty_engine_pool(p->o.engine);
     uint32_t budget = ty_engine_max_batch_tokens(p->o.engine), tokens = 0, pages = 0;
-    uint32_t room = ty_kvpool_pages_total(pool) - ty_kvpool_pages_used(pool);
+    uint32_t room = ty_kvpool_pages_free(pool);
     uint64_t heads[MAX_BATCH];
     p->n_running = p->n_cont; /* a long prompt still being computed stays, and newcomers get */
     for (uint32_t i = 0; i < p->n_cont; i++) { /* half of each call beside it */

@@ -80,24 +80,43 @@ static double prefill_take(struct sim *s, struct pnode *p)
     return q->prefill_us;
 }
 
-/* Whether the queue's head may join the call being formed: within the prompt and token
- * limits, and not starting with an uncached first block another prompt of the call computes
- * (tycho-prefill keeps that one for the next call, where it finds the block cached). */
-static bool prefill_joins(const struct sim *s, const struct pnode *p, uint64_t tokens)
+/* The prompts of the call being formed, or of the running one: p->cur, then (interleaving)
+ * the long prompt continuing in it. */
+static uint32_t members(const struct pnode *p)
 {
-    if (!p->len || p->n_cur >= s->o.prefill_batch)
-        return false;
-    const struct ty_sim_request *r = req(s, p->fifo[p->head]);
-    if (s->o.prefill_batch_tokens && tokens + r->input_tokens > s->o.prefill_batch_tokens)
+    return p->n_cur + (p->has_cont ? 1 : 0);
+}
+
+static uint32_t member(const struct pnode *p, uint32_t m)
+{
+    return m < p->n_cur ? p->cur[m] : p->cont;
+}
+
+/* Whether waiting request k may join the call being formed: its tokens within `cap`, and not
+ * starting with an uncached first block another member computes (tycho-prefill keeps that one
+ * for a later call, where it finds the block cached). */
+static bool joins_at(const struct sim *s, const struct pnode *p, size_t k, uint64_t tokens,
+                     uint64_t cap)
+{
+    const struct ty_sim_request *r = req(s, p->fifo[(p->head + k) % p->cap]);
+    if (tokens + r->input_tokens > cap)
         return false;
     if (!r->n_blocks || ty_sim_pool_prefix(p->cache, r->blocks, 1))
         return true;
-    for (uint32_t k = 0; k < p->n_cur; k++) {
-        const struct ty_sim_request *o = req(s, p->cur[k]);
+    for (uint32_t m = 0; m < members(p); m++) {
+        const struct ty_sim_request *o = req(s, member(p, m));
         if (o->n_blocks && o->blocks[0] == r->blocks[0])
             return false;
     }
     return true;
+}
+
+/* Whether the queue's head may join the call being formed (prefill_batch, within
+ * prefill_batch_tokens). */
+static bool prefill_joins(const struct sim *s, const struct pnode *p, uint64_t tokens)
+{
+    uint64_t cap = s->o.prefill_batch_tokens ? s->o.prefill_batch_tokens : UINT64_MAX;
+    return p->len && p->n_cur < s->o.prefill_batch && joins_at(s, p, 0, tokens, cap);
 }
 
 /* Start a forward call: the queue's head, and (prefill_batch) the prompts queued behind it
@@ -136,27 +155,6 @@ static double piece_us(const struct sim *s, uint64_t start, uint64_t n)
     return ty_sched_cost_prefill_us(&s->o.truth, start + n, start) - s->o.truth.prefill[0];
 }
 
-/* Whether waiting request k may join the call being formed (its tokens within `cap`, its first
- * block not an uncached one another member computes). */
-static bool joins_at(const struct sim *s, const struct pnode *p, size_t k, uint64_t tokens,
-                     uint64_t cap)
-{
-    const struct ty_sim_request *r = req(s, p->fifo[(p->head + k) % p->cap]);
-    if (tokens + r->input_tokens > cap)
-        return false;
-    if (!r->n_blocks || ty_sim_pool_prefix(p->cache, r->blocks, 1))
-        return true;
-    for (uint32_t m = 0; m <= p->n_cur; m++) {
-        uint32_t i = m < p->n_cur ? p->cur[m] : p->cont;
-        if (m == p->n_cur && !p->has_cont)
-            break;
-        const struct ty_sim_request *o = req(s, i);
-        if (o->n_blocks && o->blocks[0] == r->blocks[0])
-            return false;
-    }
-    return true;
-}
-
 /* One forward call of an interleaving node: a long prompt's next chunk (or the queue's head)
  * and the waiting prompts that fit beside it (half the call beside a chunk), each computing
  * what the call's tokens leave it, the newcomers first. */
@@ -166,7 +164,7 @@ static void prefill_start_interleaved(struct sim *s, struct pnode *p, double now
     uint64_t tokens = 0, cap = p->has_cont ? budget / 2 : budget;
     double dur = s->o.truth.prefill[0];
     p->n_cur = 0;
-    for (size_t k = 0, seen = 0; k < p->len && seen < 64 && p->n_cur + p->has_cont < most;
+    for (size_t k = 0, seen = 0; k < p->len && seen < 64 && members(p) < most;
          seen++) {
         if ((p->n_cur || p->has_cont) && !joins_at(s, p, k, tokens, cap)) {
             k++;
@@ -183,10 +181,8 @@ static void prefill_start_interleaved(struct sim *s, struct pnode *p, double now
     }
     uint64_t left = budget;
     p->cont_left_us = 0;
-    for (uint32_t m = 0; m <= p->n_cur; m++) {
-        if (m == p->n_cur && !p->has_cont)
-            break;
-        uint32_t i = m < p->n_cur ? p->cur[m] : p->cont;
+    for (uint32_t m = 0; m < members(p); m++) {
+        uint32_t i = member(p, m);
         struct rq *q = &s->rq[i];
         uint64_t start = (uint64_t)q->cached_tok + q->done;
         uint64_t rest = req(s, i)->input_tokens - start;
@@ -246,13 +242,10 @@ void ty__sim_arrival(struct sim *s, size_t i, double now)
  * that is not stays (the node's next call takes its next chunk). */
 static void prefill_done_interleaved(struct sim *s, struct pnode *p)
 {
-    uint32_t n = 0;
-    bool had = p->has_cont;
+    uint32_t n = 0, nm = members(p), cont = p->cont;
     p->has_cont = false;
-    for (uint32_t m = 0; m <= p->n_cur; m++) {
-        if (m == p->n_cur && !had)
-            break;
-        uint32_t i = m < p->n_cur ? p->cur[m] : p->cont;
+    for (uint32_t m = 0; m < nm; m++) {
+        uint32_t i = m < p->n_cur ? p->cur[m] : cont;
         struct rq *q = &s->rq[i];
         q->done += q->piece;
         uint64_t at = (uint64_t)q->cached_tok + q->done, len = req(s, i)->input_tokens;

@@ -149,8 +149,11 @@ struct ty_cluster {
 
 /* registry.c */
 int ty__cluster_registry_start(ty_cluster_t *c);
-/* The alive node of `role` with the fewest requests in flight, or NULL. */
+/* The alive node of `role` with the fewest requests in flight, or NULL; _except: other than
+ * `except` (NULL: any). */
 struct ty__cnode *ty__cluster_pick(ty_cluster_t *c, int role);
+struct ty__cnode *ty__cluster_pick_except(ty_cluster_t *c, int role,
+                                          const struct ty__cnode *except);
 /* Mark `n` dead: fail its requests, close its connection. */
 void ty__cluster_node_down(ty_cluster_t *c, struct ty__cnode *n, const char *why);
 

@@ -22,10 +22,16 @@ static struct ty__cnode *find_node(ty_cluster_t *c, const char *id)
 
 struct ty__cnode *ty__cluster_pick(ty_cluster_t *c, int role)
 {
+    return ty__cluster_pick_except(c, role, NULL);
+}
+
+struct ty__cnode *ty__cluster_pick_except(ty_cluster_t *c, int role,
+                                          const struct ty__cnode *except)
+{
     struct ty__cnode *best = NULL;
     for (size_t i = 0; i < c->n_nodes; i++) {
         struct ty__cnode *n = c->nodes[i];
-        if (!n->info.alive || n->lost || n->info.role != role || !n->rpc)
+        if (n == except || !n->info.alive || n->lost || n->info.role != role || !n->rpc)
             continue;
         if (!best || n->info.inflight < best->info.inflight ||
             (n->info.inflight == best->info.inflight && n->info.served < best->info.served))

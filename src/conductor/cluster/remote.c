@@ -236,14 +236,8 @@ static void on_rearm_reply(const struct ty_rpc_result *res, void *arg)
 static int prefill_elsewhere(ty_cluster_t *c, struct ty__creq *r)
 {
     struct ty__cnode *from = r->pnode, *to = NULL;
-    for (size_t i = 0; i < c->n_nodes && r->prefill_tries < 3; i++) {
-        struct ty__cnode *n = c->nodes[i];
-        if (n == from || !n->info.alive || n->lost || !n->rpc ||
-            n->info.role != TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL)
-            continue;
-        if (!to || n->info.inflight < to->info.inflight)
-            to = n;
-    }
+    if (r->prefill_tries < 3)
+        to = ty__cluster_pick_except(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL, from);
     if (!to)
         return TY_EUNAVAIL;
     Tycho__V1__DecodeAssign m = TYCHO__V1__DECODE_ASSIGN__INIT;
