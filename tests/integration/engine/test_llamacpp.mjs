@@ -1,8 +1,7 @@
 // Greedy ids of `tycho generate` equal llama.cpp's (node-llama-cpp) for 256 tokens on every
 // prompt of prompts.jsonl, for stories260K.gguf and for stories260K-hf/ (same weights, HF
 // layout). Prompt tokenization is compared too. Exit 77 when node-llama-cpp is not installed
-// (npm install --prefix $LLAMACPP_PREFIX -E node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1
-//  --omit=optional --ignore-scripts).
+// (scripts/install-peers.sh installs it, pinned so that it also loads on Debian 12's Node 18).
 import {spawnSync} from "node:child_process";
 import {existsSync, readFileSync} from "node:fs";
 import path from "node:path";
