@@ -4,6 +4,8 @@
  * gives for the same prompt and parameters. */
 #include "tycho/decode.h"
 
+#include "tycho/batcher.h"
+
 #include "tycho/errors.h"
 #include "tycho/log.h"
 #include "tycho/backend.h"
@@ -14,28 +16,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* What the worker keeps of a request beside the batcher's: its text state for stop strings
+ * and the events it reports. */
 struct wseq {
-    struct wseq *next;
+    struct wseq *next; /* inbox */
     uint64_t id;
-    uint32_t *hist; /* prompt then output */
-    size_t n_hist, cap_hist, n_prompt;
+    uint32_t *prompt;  /* until it is handed to the batcher */
+    size_t n_prompt;
     struct ty_gen_params gen;
-    ty_kvseq_t *seq;
-    ty_sampler_t *sampler;
     struct ty_stoptext st; /* text, stop strings, what was sent */
-    uint32_t n_cached, n_out;
-    uint32_t n_preempted; /* times its pages were taken back (recomputed on readmission) */
-    bool cancelled;
 };
 
 struct ty_decode_worker {
     struct ty_decode_worker_opts o;
     ty_engine_t *e;
-    const ty_model_t *m;
     const ty_tokenizer_t *tok;
     uint32_t V;
-    uint32_t eog[TY_SAMPLE_MAX_BAN]; /* the model's end-of-generation ids (min_tokens) */
-    size_t n_eog;
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -45,39 +41,32 @@ struct ty_decode_worker {
     uint32_t n_inbox;
     bool stop;
     struct ty_serve_stats stats;      /* under mu */
-    uint32_t requeued_pub;            /* under mu: n_requeued as of the last publish_stats */
-    /* worker thread only */
-    struct wseq *waiting, **waiting_tail;
-    uint32_t n_waiting;
-    uint32_t n_requeued;              /* of the waiting: preempted ones (not new requests) */
-    struct wseq **running;            /* in admission order: the last is preempted first */
-    uint32_t n_running;
-    uint32_t watermark;               /* free pages kept when admitting beside others */
-    float *logits;                    /* (max_running, V) */
+    uint32_t requeued_pub;            /* under mu: preempted waiting ones as of publish_stats */
+    ty_batcher_t *b;                  /* worker thread only */
+    bool dropping;                    /* ty_decode_worker_free: requests end without events */
 };
 
-static void wseq_free(ty_decode_worker_t *w, struct wseq *s)
+static void wseq_free(struct wseq *s)
 {
     if (!s)
         return;
-    ty_kvpool_seq_free(ty_engine_pool(w->e), s->seq);
-    ty_sampler_free(s->sampler);
     ty_stoptext_clear(&s->st);
-    free(s->hist);
+    free(s->prompt);
     free(s);
 }
 
 /* Report an event carrying the text up to `text_end` not sent yet (0: none). */
-static void emit(ty_decode_worker_t *w, struct wseq *s, enum ty_serve_event_kind kind,
-                 const struct ty_sample *smp, size_t text_end, enum ty_finish fin, int error)
+static void emit(ty_decode_worker_t *w, struct wseq *s, const ty_breq_t *r,
+                 enum ty_serve_event_kind kind, const struct ty_sample *smp, size_t text_end,
+                 enum ty_finish fin, int error)
 {
     struct ty_serve_event ev = {.id = s->id, .kind = kind, .finish = fin, .error = error};
     if (smp)
         ev.sample = *smp;
     ev.text = ty_stoptext_take(&s->st, text_end, &ev.text_len);
     ev.n_prompt = (uint32_t)s->n_prompt;
-    ev.n_cached = s->n_cached;
-    ev.n_output = s->n_out;
+    ev.n_cached = r ? ty_breq_n_cached(r) : 0;
+    ev.n_output = r ? ty_breq_n_output(r) : 0;
     w->o.event_cb(w->o.event_arg, &ev);
 }
 
@@ -92,23 +81,17 @@ static int wseq_build(ty_decode_worker_t *w, const struct ty_serve_request *r, s
     s->gen = r->gen;
     s->gen.stop = NULL;
     s->gen.n_stop = 0;
-    s->cap_hist = r->n_prompt + (r->gen.max_tokens < 4096 ? r->gen.max_tokens : 4096) + 1;
-    s->hist = malloc(s->cap_hist * sizeof(uint32_t));
-    int rc = s->hist ? 0 : TY_ENOMEM;
+    s->prompt = malloc(r->n_prompt * sizeof(uint32_t));
+    int rc = s->prompt ? 0 : TY_ENOMEM;
     size_t n_stop = r->gen.n_stop < TY_SERVE_MAX_STOP ? r->gen.n_stop : TY_SERVE_MAX_STOP;
     if (!rc)
         rc = ty_stoptext_init(&s->st, w->tok, r->gen.stop, n_stop);
-    if (!rc)
-        rc = ty_sampler_new(&s->sampler, &r->gen.sampling, w->V);
     if (rc) {
-        free(s->hist);
-        ty_stoptext_clear(&s->st);
-        ty_sampler_free(s->sampler);
-        free(s);
+        wseq_free(s);
         return rc;
     }
-    memcpy(s->hist, r->prompt, r->n_prompt * sizeof(uint32_t));
-    s->n_hist = s->n_prompt = r->n_prompt;
+    memcpy(s->prompt, r->prompt, r->n_prompt * sizeof(uint32_t));
+    s->n_prompt = r->n_prompt;
     *out = s;
     return 0;
 }
@@ -143,7 +126,7 @@ static int worker_submit(void *ctx, const struct ty_serve_request *r)
     }
     pthread_mutex_unlock(&w->mu);
     if (rc)
-        wseq_free(w, s);
+        wseq_free(s);
     return rc;
 }
 
@@ -211,15 +194,56 @@ struct ty_serve_backend ty_decode_worker_backend(ty_decode_worker_t *w)
     return (struct ty_serve_backend){&worker_iface, w};
 }
 
-/* ---- the worker thread ------------------------------------------------------------------------- */
+/* ---- the worker thread: the batcher's hooks ------------------------------------------------ */
+
+/* A token: stop strings are checked here (the batcher has no text); EOS is not reported. */
+static int on_token(void *arg, ty_breq_t *r, const struct ty_sample *smp, enum ty_finish fin)
+{
+    ty_decode_worker_t *w = arg;
+    struct wseq *s = ty_breq_user(r);
+    if (fin == TY_FINISH_EOS)
+        return fin;
+    int rc = ty_stoptext_push(&s->st, smp->id);
+    if (rc < 0)
+        return rc;
+    if (ty_stoptext_hit(&s->st))
+        fin = TY_FINISH_STOP;
+    emit(w, s, r, TY_SERVE_EV_TOKEN, smp, ty_stoptext_safe_end(&s->st, fin != TY_FINISH_NONE),
+         fin, 0);
+    return fin;
+}
+
+static void on_end(void *arg, ty_breq_t *r, enum ty_finish fin, int rc)
+{
+    ty_decode_worker_t *w = arg;
+    struct wseq *s = ty_breq_user(r);
+    if (rc && !w->dropping) {
+        emit(w, s, r, TY_SERVE_EV_ERROR, NULL, 0, TY_FINISH_NONE, rc);
+    } else if (!w->dropping) {
+        ty_stoptext_flush(&s->st); /* nothing after a stop string; TY_ENOMEM: the tail is lost */
+        emit(w, s, r, TY_SERVE_EV_DONE, NULL, ty_stoptext_safe_end(&s->st, true), fin, 0);
+    }
+    wseq_free(s);
+}
+
+static void on_preempt(void *arg, ty_breq_t *r, uint64_t n)
+{
+    TY_LOG_WARN("serve", "KV cache full: request %llu preempted (%llu so far), recomputed when "
+                "pages are free; more KV memory or a lower max_batch_size avoids this",
+                (unsigned long long)ty_breq_id(r), (unsigned long long)n);
+}
 
 static void publish_stats(ty_decode_worker_t *w)
 {
     ty_kvpool_t *p = ty_engine_pool(w->e);
+    struct ty_batcher_stats bs;
+    ty_batcher_stats(w->b, &bs);
     pthread_mutex_lock(&w->mu);
-    w->stats.running = w->n_running;
-    w->stats.waiting = w->n_waiting + w->n_inbox;
-    w->requeued_pub = w->n_requeued;
+    w->stats.running = bs.running;
+    w->stats.waiting = bs.waiting + w->n_inbox;
+    w->stats.steps = bs.steps;
+    w->stats.preemptions = bs.preemptions;
+    w->requeued_pub = bs.requeued;
     w->stats.kv_pages_total = ty_kvpool_pages_total(p);
     w->stats.kv_usage = w->stats.kv_pages_total
                             ? (double)ty_kvpool_pages_used(p) / w->stats.kv_pages_total
@@ -227,49 +251,28 @@ static void publish_stats(ty_decode_worker_t *w)
     pthread_mutex_unlock(&w->mu);
 }
 
-/* Remove running[i], keeping the others in admission order. */
-static void running_remove(ty_decode_worker_t *w, uint32_t i)
+/* Hand a submitted request to the batcher (an ERROR event when it refuses it). */
+static void hand_over(ty_decode_worker_t *w, struct wseq *s)
 {
-    memmove(&w->running[i], &w->running[i + 1], (w->n_running - i - 1) * sizeof(*w->running));
-    w->n_running--;
-}
-
-/* Drop the running or waiting sequence `id` (an ERROR ECANCELED event). */
-static void apply_cancel(ty_decode_worker_t *w, uint64_t id)
-{
-    for (uint32_t i = 0; i < w->n_running; i++) {
-        if (w->running[i]->id == id) {
-            struct wseq *s = w->running[i];
-            running_remove(w, i);
-            emit(w, s, TY_SERVE_EV_ERROR, NULL, 0, TY_FINISH_NONE, TY_ECANCELED);
-            wseq_free(w, s);
-            return;
-        }
-    }
-    for (struct wseq **pp = &w->waiting; *pp; pp = &(*pp)->next) {
-        if ((*pp)->id == id) {
-            struct wseq *s = *pp;
-            *pp = s->next;
-            if (w->waiting_tail == &s->next)
-                w->waiting_tail = pp;
-            w->n_waiting--;
-            w->n_requeued -= s->n_preempted ? 1 : 0;
-            emit(w, s, TY_SERVE_EV_ERROR, NULL, 0, TY_FINISH_NONE, TY_ECANCELED);
-            wseq_free(w, s);
-            return;
-        }
+    struct ty_breq_opts o = {.id = s->id, .prompt = s->prompt, .n_prompt = (uint32_t)s->n_prompt,
+                             .gen = &s->gen, .user = s};
+    int rc = ty_batcher_add(w->b, &o, NULL);
+    free(s->prompt);
+    s->prompt = NULL;
+    if (rc) {
+        emit(w, s, NULL, TY_SERVE_EV_ERROR, NULL, 0, TY_FINISH_NONE, rc);
+        wseq_free(s);
     }
 }
 
-/* Move the inbox to the waiting queue and apply cancels; block while there is nothing to do.
+/* Move the inbox to the batcher and apply cancels; block while there is nothing to do.
  * Returns false when the worker must stop. */
 static bool take_inbox(ty_decode_worker_t *w)
 {
     pthread_mutex_lock(&w->mu);
-    while (!w->stop && !w->inbox && !w->n_cancels && !w->n_running && !w->n_waiting)
+    while (!w->stop && !w->inbox && !w->n_cancels && ty_batcher_idle(w->b))
         pthread_cond_wait(&w->cv, &w->mu);
     struct wseq *in = w->inbox;
-    uint32_t n_in = w->n_inbox;
     w->inbox = NULL;
     w->inbox_tail = &w->inbox;
     w->n_inbox = 0;
@@ -284,215 +287,25 @@ static bool take_inbox(ty_decode_worker_t *w)
     }
     bool stop = w->stop;
     pthread_mutex_unlock(&w->mu);
-    if (in) {
-        *w->waiting_tail = in;
-        while (in->next)
-            in = in->next;
-        w->waiting_tail = &in->next;
-        w->n_waiting += n_in;
+    for (struct wseq *s = in, *next; s; s = next) {
+        next = s->next;
+        hand_over(w, s);
     }
-    for (size_t i = 0; i < nc; i++)
-        apply_cancel(w, ids[i]);
+    for (size_t i = 0; i < nc; i++) {
+        ty_breq_t *r = ty_batcher_find(w->b, ids[i]);
+        if (r)
+            ty_batcher_end(w->b, r, TY_ECANCELED);
+    }
     return !stop;
-}
-
-/* Admit waiting requests in FIFO order while the pages of what they still have to compute (the
- * prompt; after a preemption, prompt and output so far) can be reserved, keeping `watermark`
- * pages free for the running sequences to grow into. A request alone always gets its chance;
- * if even then its pages do not fit, it fails with TY_ENOCAPACITY. */
-static void admit(ty_decode_worker_t *w)
-{
-    ty_kvpool_t *p = ty_engine_pool(w->e);
-    while (w->waiting && w->n_running < w->o.max_running) {
-        struct wseq *s = w->waiting;
-        int rc = ty_kvpool_seq_new(p, &s->seq);
-        int cached = rc ? rc : ty_kvpool_seq_match_prefix(p, s->seq, s->hist, s->n_hist);
-        if (cached >= 0)
-            rc = ty_kvpool_seq_reserve(p, s->seq, (uint32_t)(s->n_hist - (size_t)cached));
-        else
-            rc = cached;
-        if (!rc && w->n_running && ty_kvpool_pages_free(p) < w->watermark)
-            rc = TY_ENOCAPACITY;
-        if (rc == TY_ENOCAPACITY && w->n_running) {
-            ty_kvpool_seq_free(p, s->seq); /* wait for pages to free up */
-            s->seq = NULL;
-            return;
-        }
-        w->waiting = s->next;
-        if (!w->waiting)
-            w->waiting_tail = &w->waiting;
-        w->n_waiting--;
-        w->n_requeued -= s->n_preempted ? 1 : 0;
-        s->next = NULL;
-        if (rc) {
-            emit(w, s, TY_SERVE_EV_ERROR, NULL, 0, TY_FINISH_NONE, rc);
-            wseq_free(w, s);
-            continue;
-        }
-        if (!s->n_preempted)
-            s->n_cached = (uint32_t)cached; /* usage reports what the prompt found */
-        w->running[w->n_running++] = s;
-    }
-}
-
-/* Take running[i]'s pages back: its full blocks stay cached (a readmission finds them unless
- * they were evicted meanwhile), the rest is recomputed from its tokens when it is admitted
- * again, at the head of the queue. Its sampler and text state are kept, so its output is the
- * one it would have given without the preemption. */
-static void preempt(ty_decode_worker_t *w, uint32_t i)
-{
-    struct wseq *s = w->running[i];
-    running_remove(w, i);
-    ty_kvpool_seq_free(ty_engine_pool(w->e), s->seq);
-    s->seq = NULL;
-    s->n_preempted++;
-    s->next = w->waiting;
-    if (!w->waiting)
-        w->waiting_tail = &s->next;
-    w->waiting = s;
-    w->n_waiting++;
-    w->n_requeued++;
-    pthread_mutex_lock(&w->mu);
-    uint64_t n = ++w->stats.preemptions;
-    pthread_mutex_unlock(&w->mu);
-    TY_LOG_WARN("serve", "KV cache full: request %llu preempted (%llu so far), recomputed when "
-                "pages are free; more KV memory or a lower max_batch_size avoids this",
-                (unsigned long long)s->id, (unsigned long long)n);
-}
-
-/* Pages are reserved as sequences grow, not up front: before a step, every running sequence
- * gets room for the tokens it has left to compute, oldest first; when the pool is full the
- * newest running sequence is preempted (as vLLM does), until the older ones fit. A sequence
- * that cannot grow even alone fails (the pool is smaller than its context). */
-static void grow(ty_decode_worker_t *w)
-{
-    ty_kvpool_t *p = ty_engine_pool(w->e);
-    for (uint32_t i = 0; i < w->n_running; i++) {
-        struct wseq *s = w->running[i];
-        uint32_t left = (uint32_t)(s->n_hist - ty_kvseq_n_tokens(s->seq));
-        int rc;
-        while ((rc = ty_kvpool_seq_reserve(p, s->seq, left)) == TY_ENOCAPACITY &&
-               w->n_running > i + 1)
-            preempt(w, w->n_running - 1);
-        if (rc == TY_ENOCAPACITY && i > 0) {
-            preempt(w, i); /* the newest itself; older ones still run */
-        } else if (rc) {
-            running_remove(w, i--);
-            emit(w, s, TY_SERVE_EV_ERROR, NULL, 0, TY_FINISH_NONE, rc);
-            wseq_free(w, s);
-        }
-    }
-}
-
-/* Record sampled token `smp` for `s`. Returns the finish reason (NONE: keeps going). */
-static enum ty_finish accept_token(ty_decode_worker_t *w, struct wseq *s,
-                                   const struct ty_sample *smp, int *err)
-{
-    if (ty_gen_is_end(&s->gen, w->m, smp->id)) /* EOS or a stop token: not in the output */
-        return TY_FINISH_EOS;
-    if (s->n_hist == s->cap_hist) {
-        uint32_t *nh = realloc(s->hist, (s->cap_hist * 2) * sizeof(uint32_t));
-        if (!nh) {
-            *err = TY_ENOMEM;
-            return TY_FINISH_NONE;
-        }
-        s->hist = nh;
-        s->cap_hist *= 2;
-    }
-    s->hist[s->n_hist++] = smp->id;
-    s->n_out++;
-    enum ty_finish fin = TY_FINISH_NONE;
-    int rc = ty_stoptext_push(&s->st, smp->id);
-    if (rc < 0) {
-        *err = rc;
-        return TY_FINISH_NONE;
-    }
-    if (ty_stoptext_hit(&s->st))
-        fin = TY_FINISH_STOP;
-    if (!fin && s->n_out >= s->gen.max_tokens)
-        fin = TY_FINISH_LENGTH;
-    if (!fin && ty_kvseq_n_tokens(s->seq) + 1 >= ty_engine_max_ctx(w->e))
-        fin = TY_FINISH_CTX;
-    return fin;
-}
-
-/* Sample the next token of `s` from its logits row and report it; true when s finished. */
-static bool sample_and_report(ty_decode_worker_t *w, struct wseq *s, float *row)
-{
-    struct ty_sample smp;
-    ty_gen_ban_ends(&s->gen, s->n_out, w->eog, w->n_eog, s->sampler);
-    int err = ty_sampler_sample(s->sampler, row, s->hist, s->n_hist, &smp);
-    enum ty_finish fin = err ? TY_FINISH_NONE : accept_token(w, s, &smp, &err);
-    if (err) {
-        emit(w, s, TY_SERVE_EV_ERROR, NULL, 0, TY_FINISH_NONE, err);
-        return true;
-    }
-    if (fin != TY_FINISH_EOS)
-        emit(w, s, TY_SERVE_EV_TOKEN, &smp, ty_stoptext_safe_end(&s->st, fin != TY_FINISH_NONE),
-             fin, 0);
-    if (!fin)
-        return false;
-    ty_stoptext_flush(&s->st); /* nothing after a stop string; TY_ENOMEM: the tail is lost */
-    emit(w, s, TY_SERVE_EV_DONE, NULL, ty_stoptext_safe_end(&s->st, true), fin, 0);
-    return true;
-}
-
-/* One step: every decoding sequence's next token plus prefill chunks of the others (prompts,
- * and what a preempted sequence recomputes), within the step's token budget; then sample the
- * sequences whose pending tokens are all in. */
-static int step(ty_decode_worker_t *w)
-{
-    struct ty_batch_seq bs[w->n_running ? w->n_running : 1];
-    uint32_t map[w->n_running ? w->n_running : 1], nb = 0, budget = w->o.step_tokens;
-    for (int pass = 0; pass < 2; pass++) { /* decodes first, then prefill chunks */
-        for (uint32_t i = 0; i < w->n_running && budget; i++) {
-            struct wseq *s = w->running[i];
-            uint32_t have = ty_kvseq_n_tokens(s->seq), left = (uint32_t)(s->n_hist - have);
-            bool decoding = left == 1;
-            if (!left || decoding != (pass == 0))
-                continue;
-            uint32_t n = left < budget ? left : budget;
-            bs[nb] = (struct ty_batch_seq){.seq = s->seq, .tokens = s->hist + have, .n = n};
-            map[nb++] = i;
-            budget -= n;
-        }
-    }
-    if (!nb)
-        return 0;
-    struct ty_batch b = {.seqs = bs, .n_seqs = nb};
-    int rc = ty_engine_forward(w->e, &b, w->logits);
-    bool done[w->n_running];
-    memset(done, 0, sizeof(done));
-    for (uint32_t k = 0; k < nb; k++) {
-        struct wseq *s = w->running[map[k]];
-        if (rc) {
-            emit(w, s, TY_SERVE_EV_ERROR, NULL, 0, TY_FINISH_NONE, rc);
-            done[map[k]] = true;
-        } else if (ty_kvseq_n_tokens(s->seq) == s->n_hist) {
-            done[map[k]] = sample_and_report(w, s, w->logits + (size_t)k * w->V);
-        }
-    }
-    for (uint32_t i = w->n_running; i-- > 0;) {
-        if (done[i]) {
-            wseq_free(w, w->running[i]);
-            running_remove(w, i);
-        }
-    }
-    pthread_mutex_lock(&w->mu);
-    w->stats.steps++;
-    pthread_mutex_unlock(&w->mu);
-    return rc;
 }
 
 static void *worker_main(void *arg)
 {
     ty_decode_worker_t *w = arg;
     while (take_inbox(w)) {
-        grow(w); /* the running first, then what is left for the waiting (vLLM's order) */
-        admit(w);
         publish_stats(w);
-        int rc = step(w);
-        if (rc)
+        int rc = ty_batcher_step(w->b);
+        if (rc < 0)
             TY_LOG_WARN("decode", "forward step failed: %s", ty_strerror(rc));
         publish_stats(w);
     }
@@ -514,27 +327,26 @@ int ty_decode_worker_new(ty_decode_worker_t **out, const struct ty_decode_worker
     if (!w->o.step_tokens)
         w->o.step_tokens = 256;
     w->e = opts->engine;
-    w->m = ty_engine_model(w->e);
-    w->tok = ty_model_tokenizer(w->m);
-    w->V = ty_model_config(w->m)->n_vocab;
+    w->tok = ty_model_tokenizer(ty_engine_model(w->e));
+    w->V = ty_model_config(ty_engine_model(w->e))->n_vocab;
     w->inbox_tail = &w->inbox;
-    w->waiting_tail = &w->waiting;
-    w->running = calloc(w->o.max_running, sizeof(*w->running));
-    w->logits = malloc((size_t)w->o.max_running * w->V * sizeof(float));
-    w->n_eog = ty_model_eog_list(w->m, w->eog, TY_SAMPLE_MAX_BAN);
-    if (w->n_eog > TY_SAMPLE_MAX_BAN)
-        w->n_eog = TY_SAMPLE_MAX_BAN;
     w->stats.max_ctx = ty_engine_max_ctx(w->e);
     w->stats.kv_block_tokens = ty_kvpool_block_tokens(ty_engine_pool(w->e));
     w->stats.kv_pages_total = ty_kvpool_pages_total(ty_engine_pool(w->e));
-    w->watermark = w->stats.kv_pages_total / 100 ? w->stats.kv_pages_total / 100 : 1;
+    struct ty_batcher_opts bo = {
+        .engine = w->e, .max_running = w->o.max_running, .step_tokens = w->o.step_tokens,
+        .hooks = {.arg = w, .on_token = on_token, .on_end = on_end, .on_preempt = on_preempt}};
+    int rc = ty_batcher_new(&w->b, &bo);
+    if (rc) {
+        free(w);
+        return rc;
+    }
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
-    if (!w->running || !w->logits || pthread_create(&w->thread, NULL, worker_main, w)) {
+    if (pthread_create(&w->thread, NULL, worker_main, w)) {
         pthread_mutex_destroy(&w->mu);
         pthread_cond_destroy(&w->cv);
-        free(w->running);
-        free(w->logits);
+        ty_batcher_free(w->b);
         free(w);
         return TY_ENOMEM;
     }
@@ -551,20 +363,15 @@ void ty_decode_worker_free(ty_decode_worker_t *w)
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->thread, NULL);
-    for (uint32_t i = 0; i < w->n_running; i++)
-        wseq_free(w, w->running[i]);
-    for (struct wseq *s = w->waiting, *n; s; s = n) {
-        n = s->next;
-        wseq_free(w, s);
-    }
+    w->dropping = true; /* what is in flight goes without events */
+    ty_batcher_end_all(w->b, TY_ESHUTDOWN);
+    ty_batcher_free(w->b);
     for (struct wseq *s = w->inbox, *n; s; s = n) {
         n = s->next;
-        wseq_free(w, s);
+        wseq_free(s);
     }
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     free(w->cancels);
-    free(w->running);
-    free(w->logits);
     free(w);
 }
