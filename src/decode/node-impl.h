@@ -67,8 +67,6 @@ struct ty_decode_node {
     bool stop;
     struct ty_cluster_load load;    /* under mu, published by the worker */
     struct lreq *reqs;              /* loop */
-    struct dseq *running;           /* worker */
-    void *wstate;                   /* worker: node_worker.c's state */
     struct ty_node_kvstore *kvstore; /* the KV pool (worker; stats any thread); NULL: none */
     void (*close_cb)(void *);
     void *close_arg;
