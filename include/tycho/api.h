@@ -3,13 +3,16 @@
  * and /metrics over tycho/http.h, handing generation to a tycho/serve.h backend.
  *
  * Threading: ty_api_parse_* are pure and thread-safe. A ty_api_t belongs to the loop it was
- * created on; only its backend's event callback (ty_api_backend_event) may be called from
- * another thread. Ownership: a parsed request owns its strings (ty_api_request_clear frees
- * them); the API borrows the model, backend and metrics registry, which must outlive it.
+ * created on, and so do its backend's calls and events (tycho/serve.h's rule: the API installs
+ * its sink with set_sink). Ownership: a parsed request's strings live in an arena (the
+ * caller's, or its own that ty_api_request_clear frees); each generation request's memory
+ * comes from one arena freed when it ends; the API borrows the model, backend and metrics
+ * registry, which must outlive it.
  */
 #ifndef TYCHO_API_H
 #define TYCHO_API_H
 
+#include "tycho/arena.h"
 #include "tycho/metrics.h"
 #include "tycho/model.h"
 #include "tycho/serve.h"
@@ -71,6 +74,8 @@ struct ty_api_request {
     uint32_t min_tokens;         /* vLLM's min_tokens (0: none) */
     uint32_t n_logit_bias;       /* OpenAI's logit_bias: token id -> bias in [-100, 100] */
     struct ty_logit_bias logit_bias[TY_SAMPLE_MAX_LOGIT_BIAS];
+    ty_arena_t *arena;           /* where its strings and arrays live */
+    bool own_arena;              /* ty_api_parse_request's own: ty_api_request_clear frees it */
 };
 
 /* An OpenAI-shaped error: {"error":{"message","type","param","code"}} with an HTTP status. */
@@ -83,8 +88,14 @@ struct ty_api_error {
     uint32_t retry_after_s; /* 429/503: the Retry-After header (0: 1 s for 429, 5 s for 503) */
 };
 
-/* Parse and validate a request body. Returns 0, or TY_EINVAL with `err` filled (status 400,
- * `param` naming the offending field). Never keeps pointers into `body`. */
+/* Parse and validate a request body, its strings and arrays allocated from `arena` (borrowed;
+ * they live as long as it does). Returns 0, or TY_EINVAL with `err` filled (status 400,
+ * `param` naming the offending field), or TY_ENOMEM (500). Never keeps pointers into `body`. */
+int ty_api_parse_request_in(ty_arena_t *arena, const char *body, size_t len,
+                            enum ty_api_kind kind, struct ty_api_request *out,
+                            struct ty_api_error *err);
+/* The same with an arena of its own, freed by ty_api_request_clear (nothing to clear after a
+ * failure). */
 int ty_api_parse_request(const char *body, size_t len, enum ty_api_kind kind,
                          struct ty_api_request *out, struct ty_api_error *err);
 void ty_api_request_clear(struct ty_api_request *r);
@@ -116,13 +127,15 @@ struct ty_api_opts {
     size_t max_body_bytes;
     uint64_t header_timeout_ms, body_timeout_ms;
     uint32_t max_connections;
+    size_t max_output_bytes;       /* a stream's bytes its client has not taken; over: the
+                                    * request is cancelled (0: 4 MiB; tycho/http.h) */
 };
 
-/* Start the HTTP server on `loop`. Returns 0 or a negative TY_E* (bind failure, ...). */
+/* Start the HTTP server on `loop` and install the API's sink in the backend (set_sink: its
+ * events must arrive on this loop's thread). Returns 0 or a negative TY_E* (TY_EINVAL: a
+ * backend without set_sink; bind failure, ...). */
 int ty_api_new(ty_api_t **out, uv_loop_t *loop, const struct ty_api_opts *opts);
 uint16_t ty_api_port(const ty_api_t *a);
-/* The backend's event callback: any thread (posts to the API's loop). `arg` is the ty_api_t. */
-void ty_api_backend_event(void *arg, const struct ty_serve_event *ev);
 /* Stop taking generation requests (503) and call `done(arg)` on the loop once every request
  * in flight has finished. */
 void ty_api_drain(ty_api_t *a, void (*done)(void *arg), void *arg);
@@ -133,8 +146,7 @@ void ty_api_set_keys(ty_api_t *a, const char *const *keys, const char *const *cl
                      size_t n);
 /* Requests being generated right now. */
 uint32_t ty_api_n_inflight(const ty_api_t *a);
-/* Close the server (aborting what is left), then free; `cb(arg)` after. Stop the backend's
- * thread from emitting events before calling this. */
+/* Close the server (aborting what is left), uninstall the sink, then free; `cb(arg)` after. */
 void ty_api_close(ty_api_t *a, void (*cb)(void *arg), void *arg);
 
 #endif

@@ -2,6 +2,13 @@
  * per connection, later ones wait buffered), limits on header and body size, header and body
  * read timeouts, chunked request bodies, chunked streaming responses.
  *
+ * Output: every response byte is appended to its connection's output buffer (blocks of
+ * 16 KiB, more for a larger piece) and the buffers of all connections written to are handed
+ * to their sockets once per loop turn (a uv_check and a uv_prepare hook: one uv_try_write,
+ * the rest one uv_write), so a streamed token costs a copy, not a write. A streaming response
+ * whose client reads too slowly for its unsent bytes to stay under `max_output_bytes` is cut:
+ * logged, its abort callback run, the connection closed.
+ *
  * Threading: a server, its connections and its requests belong to the loop given at creation;
  * every function here is loop-thread only. Ownership: the server owns each request; a handler
  * borrows it until it ends the response (ty_http_respond / ty_http_stream_end) or until the
@@ -15,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <uv.h>
 
 typedef struct ty_http_server ty_http_server_t;
@@ -36,6 +44,8 @@ struct ty_http_server_opts {
     uint64_t body_timeout_ms;   /* from the end of headers to the end of the body; 0 = 30 s */
     uint64_t idle_timeout_ms;   /* keep-alive connection with no request; 0 = 60 s */
     uint32_t max_connections;   /* 0 = 4096; beyond it new connections are closed at once */
+    size_t max_output_bytes;    /* a stream's bytes not yet taken by its client; 0 = 4 MiB;
+                                   over (checked once per loop turn): the request is aborted */
     ty_http_handler_cb handler;
     void *arg;
 };
@@ -69,10 +79,51 @@ int ty_http_respond(ty_http_req_t *r, int status, const char *content_type,
 /* Streaming: status line and headers now (chunked transfer encoding), then pieces, then end. */
 int ty_http_stream_begin(ty_http_req_t *r, int status, const char *content_type,
                          const char *extra_headers);
+/* One piece of the body (one HTTP chunk with chunked encoding), copied into the buffer. */
 int ty_http_stream_write(ty_http_req_t *r, const void *data, size_t len);
 int ty_http_stream_end(ty_http_req_t *r);
-/* Bytes queued on the socket, not yet written (for back-pressure decisions). */
+/* Output bytes of the request's connection not yet written to its socket. */
 size_t ty_http_req_write_queue(const ty_http_req_t *r);
+
+/* Called once the bytes buffered on a connection up to the ty_http_req_on_flush call have been
+ * handed to its socket (t_ns: ty_clock_ns() then), whether or not the request has ended by then;
+ * not called if the connection closes first. `tag` is the caller's. */
+typedef void (*ty_http_flush_cb)(void *arg, uint64_t tag, uint64_t t_ns);
+/* One per connection: a later call replaces a pending one. */
+void ty_http_req_on_flush(ty_http_req_t *r, ty_http_flush_cb cb, void *arg, uint64_t tag);
+
+/* ---- a piece of a streamed body formatted in place ---------------------------------------
+ * ty_http_frame_begin opens a piece at the end of the connection's output buffer; the caller
+ * writes its bytes at f->p (ty_http_frame_room / ty_http_frame_put keep room ahead of it) and
+ * ty_http_frame_end closes it as one piece of the body, exactly as ty_http_stream_write of
+ * the same bytes would. Nothing else may be written to the connection while a frame is open.
+ */
+struct ty_http_frame {
+    char *p, *end; /* the next byte goes at p; there is room up to end */
+    ty_http_req_t *req;
+};
+
+/* Returns 0, or TY_EINVAL (not streaming, or ended) / TY_ENOTCONN (connection closing): then
+ * write nothing and do not call ty_http_frame_end. */
+int ty_http_frame_begin(ty_http_req_t *r, struct ty_http_frame *f);
+/* Make room for `n` more bytes at f->p; what the frame holds moves along. Aborts on OOM. */
+void ty__http_frame_grow(struct ty_http_frame *f, size_t n);
+/* Close the frame (an empty one writes nothing). Returns 0. */
+int ty_http_frame_end(struct ty_http_frame *f);
+
+/* Room for n more bytes at f->p (returned). */
+static inline char *ty_http_frame_room(struct ty_http_frame *f, size_t n)
+{
+    if ((size_t)(f->end - f->p) < n)
+        ty__http_frame_grow(f, n);
+    return f->p;
+}
+
+static inline void ty_http_frame_put(struct ty_http_frame *f, const void *s, size_t n)
+{
+    memcpy(ty_http_frame_room(f, n), s, n);
+    f->p += n;
+}
 
 /* Reason phrase for a status code ("Not Found"). */
 const char *ty_http_status_text(int status);

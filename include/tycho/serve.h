@@ -1,13 +1,16 @@
 /* The serving backend: what the API layer hands a validated, tokenized request to, and the
- * token events it gets back. An object is {iface, context} (STYLE.md vtables). This session's
- * implementation is the local engine worker (src/decode, ty_decode_worker); the Conductor's
- * remote backend (RPC to prefill and decode nodes) implements the same interface later.
+ * token events it gets back through the sink it installs (set_sink). An object is {iface,
+ * context} (STYLE.md vtables). Implementations: the Conductor's remote backend (RPC to prefill
+ * and decode nodes, src/conductor/cluster/remote.c) and, behind `tycho serve`'s mailbox
+ * (src/cli/cmd_serve.c), the local engine worker (src/decode, ty_decode_worker).
  *
- * Threading: submit, cancel and stats may be called from any one thread (the API's loop);
- * the event callback given at the backend's creation runs on a backend thread, one event at a
- * time per backend, and must only copy the event somewhere (the API posts it to its loop).
+ * Threading, one rule: everything happens on the thread of the loop that runs the API.
+ * submit, cancel, stats, status_json and set_sink are called there, and the sink is called
+ * there, one event at a time: never from inside submit, but possibly from inside cancel (the
+ * cancelled request's ERROR event). A backend whose work runs on other threads posts its
+ * events to that loop before calling the sink (one mailbox: uv_async + queue).
  * Ownership: submit copies everything it needs from the request; an event and the text it
- * points to are borrowed for the duration of the callback.
+ * points to are borrowed for the duration of the sink's call.
  */
 #ifndef TYCHO_SERVE_H
 #define TYCHO_SERVE_H
@@ -58,6 +61,10 @@ struct ty_serve_event {
     enum ty_finish finish;   /* DONE */
     uint32_t n_prompt, n_cached, n_output; /* usage, set on every event */
     int error;               /* ERROR: TY_ECANCELED, TY_ENOCAPACITY, TY_ERANGE, ... */
+    uint32_t relay_us;       /* TOKEN: the backend's own time on the request between submit
+                              * and this token (the Conductor: the decode node's reply turned
+                              * into the PrefillAssign), not counting the nodes' compute; 0:
+                              * not measured */
 };
 
 typedef void (*ty_serve_event_cb)(void *arg, const struct ty_serve_event *ev);
@@ -84,6 +91,10 @@ struct ty_serve_backend_i {
      * a JSON object (malloc'd; NULL on failure) whose members GET /status adds to its own:
      * the Conductor's scheduler settings and nodes. Called on the API's thread. */
     char *(*status_json)(void *ctx);
+    /* Where the request's events go from now on: sink(arg, ev) on the loop's thread (the rule
+     * above). The API sets it once, before its first submit; NULL drops events. Required of a
+     * backend the API serves. */
+    void (*set_sink)(void *ctx, ty_serve_event_cb sink, void *arg);
 };
 
 struct ty_serve_backend {

@@ -1,6 +1,8 @@
 /* `tycho serve`: every role in one process. The OpenAI API (ty_api) on a libuv loop in the
- * main thread, the continuous-batching engine worker (ty_decode) on its own thread, the
- * daemon scaffolding for --config / --check-config / signals / sd_notify. Its settings are
+ * main thread, the continuous-batching engine worker (ty_decode) on its own thread, its events
+ * brought to the loop by the mailbox below (tycho/serve.h: a backend's events arrive on the
+ * API's loop), the daemon scaffolding for --config / --check-config / signals / sd_notify.
+ * Its settings are
  * tycho-conductor's table plus an `engine:` section (ty_cluster_serve_config_table), so a
  * conductor.yaml serves here too. Given no model, it writes a small random-weight GGUF with
  * `tycho mkmodel` into a cache folder and says so. */
@@ -15,6 +17,7 @@
 #include "tycho/log.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,22 +29,163 @@ extern const struct ty_cli_command ty_cli_cmd_mkmodel;
 
 #define MAX_ARGS 256
 
+/* ---- the mailbox: the worker's events, from its thread to the loop -------------------------
+ * It is the backend the API sees: submit, cancel and stats go to the worker; the worker's
+ * event callback (its thread) copies each event and its text into `in` under `mu` and wakes
+ * the loop (uv_async) when `in` was empty; on the loop, `in` is swapped with `out` (both keep
+ * their memory: no allocation per event once warm) and each event goes to the API's sink. */
+
+struct mail {
+    struct ty_serve_event ev; /* ev.text unset: the text is at text_off in the batch's texts */
+    size_t text_off;
+};
+
+struct mail_batch {
+    struct mail *m;
+    size_t n, cap;
+    char *text;
+    size_t n_text, cap_text;
+};
+
+struct mailbox {
+    struct ty_serve_backend inner; /* the worker; iface NULL once it is freed */
+    uv_async_t async;
+    pthread_mutex_t mu;
+    struct mail_batch in;  /* under mu: filled by the worker's thread */
+    struct mail_batch out; /* the loop's: the batch being delivered */
+    ty_serve_event_cb sink; /* the loop's */
+    void *sink_arg;
+};
+
+static void *grow(void *p, size_t *cap, size_t need, size_t el)
+{
+    if (need <= *cap)
+        return p;
+    size_t nc = *cap ? *cap : 64;
+    while (nc < need)
+        nc *= 2;
+    if (!(p = realloc(p, nc * el)))
+        abort(); /* small metadata allocation (STYLE.md) */
+    *cap = nc;
+    return p;
+}
+
+/* The worker's event callback: its thread. */
+static void mailbox_post(void *arg, const struct ty_serve_event *ev)
+{
+    struct mailbox *mb = arg;
+    pthread_mutex_lock(&mb->mu);
+    struct mail_batch *b = &mb->in;
+    bool wake = b->n == 0;
+    b->m = grow(b->m, &b->cap, b->n + 1, sizeof(*b->m));
+    b->text = grow(b->text, &b->cap_text, b->n_text + ev->text_len + 1, 1);
+    struct mail *m = &b->m[b->n++];
+    m->ev = *ev;
+    m->ev.text = NULL;
+    m->text_off = b->n_text;
+    if (ev->text_len)
+        memcpy(b->text + b->n_text, ev->text, ev->text_len);
+    b->n_text += ev->text_len;
+    b->text[b->n_text++] = 0;
+    pthread_mutex_unlock(&mb->mu);
+    if (wake)
+        uv_async_send(&mb->async);
+}
+
+static void mailbox_deliver(uv_async_t *h)
+{
+    struct mailbox *mb = h->data;
+    pthread_mutex_lock(&mb->mu);
+    struct mail_batch b = mb->in;
+    mb->in = mb->out;
+    pthread_mutex_unlock(&mb->mu);
+    for (size_t i = 0; i < b.n; i++) {
+        b.m[i].ev.text = b.text + b.m[i].text_off;
+        if (mb->sink)
+            mb->sink(mb->sink_arg, &b.m[i].ev);
+    }
+    b.n = b.n_text = 0;
+    mb->out = b;
+}
+
+static int mailbox_submit(void *ctx, const struct ty_serve_request *req)
+{
+    struct mailbox *mb = ctx;
+    return mb->inner.iface ? mb->inner.iface->submit(mb->inner.context, req) : TY_ESHUTDOWN;
+}
+
+static int mailbox_cancel(void *ctx, uint64_t id)
+{
+    struct mailbox *mb = ctx;
+    return mb->inner.iface ? mb->inner.iface->cancel(mb->inner.context, id) : 0;
+}
+
+static void mailbox_stats(void *ctx, struct ty_serve_stats *out)
+{
+    struct mailbox *mb = ctx;
+    memset(out, 0, sizeof(*out));
+    if (mb->inner.iface)
+        mb->inner.iface->stats(mb->inner.context, out);
+}
+
+static char *mailbox_status_json(void *ctx)
+{
+    struct mailbox *mb = ctx;
+    const struct ty_serve_backend_i *i = mb->inner.iface;
+    return i && i->status_json ? i->status_json(mb->inner.context) : NULL;
+}
+
+static void mailbox_set_sink(void *ctx, ty_serve_event_cb sink, void *arg)
+{
+    struct mailbox *mb = ctx;
+    mb->sink = sink;
+    mb->sink_arg = arg;
+}
+
+static const struct ty_serve_backend_i mailbox_iface = {
+    .submit = mailbox_submit, .cancel = mailbox_cancel, .stats = mailbox_stats,
+    .status_json = mailbox_status_json, .set_sink = mailbox_set_sink};
+
+static void mailbox_init(struct mailbox *mb, uv_loop_t *loop)
+{
+    memset(mb, 0, sizeof(*mb));
+    pthread_mutex_init(&mb->mu, NULL);
+    uv_async_init(loop, &mb->async, mailbox_deliver);
+    mb->async.data = mb;
+}
+
+static void mailbox_closed(uv_handle_t *h)
+{
+    struct mailbox *mb = h->data;
+    struct mail_batch *b[2] = {&mb->in, &mb->out};
+    for (int i = 0; i < 2; i++) {
+        free(b[i]->m);
+        free(b[i]->text);
+    }
+    pthread_mutex_destroy(&mb->mu);
+}
+
+/* After the worker is freed (no more events): what is still queued is dropped. */
+static void mailbox_close(struct mailbox *mb)
+{
+    mb->inner.iface = NULL;
+    uv_close((uv_handle_t *)&mb->async, mailbox_closed);
+}
+
+/* ---- tycho serve ------------------------------------------------------------------------ */
+
 struct serve {
     struct ty_cluster_serve_config cfg;
     ty_daemon_t *d;
     ty_model_t *model;
     ty_engine_t *engine;
     ty_decode_worker_t *worker;
+    struct mailbox mb; /* the worker as the API's backend */
+    bool mb_open;
     ty_metrics_registry_t *reg;
     ty_api_t *api;
     char random_model[PATH_MAX];
 };
-
-static void serve_event(void *arg, const struct ty_serve_event *ev)
-{
-    struct serve *s = arg;
-    ty_api_backend_event(s->api, ev);
-}
 
 static void on_drained(void *arg)
 {
@@ -168,7 +312,7 @@ static int translate_args(struct serve *s, int argc, char **argv, char **out, in
     return 0;
 }
 
-static int load_engine(struct serve *s)
+static int load_engine(struct serve *s, uv_loop_t *loop)
 {
     const struct ty_cluster_config *c = &s->cfg.conductor;
     const struct ty_cluster_serve_engine *e = &s->cfg.engine;
@@ -192,12 +336,17 @@ static int load_engine(struct serve *s)
                 ty_cluster_backend_names[e->backend], ty_strerror(rc));
         return rc;
     }
+    mailbox_init(&s->mb, loop);
+    s->mb_open = true;
     struct ty_decode_worker_opts wo = {.engine = s->engine, .max_running = e->max_batch_size,
-                                       .step_tokens = e->step_tokens, .event_cb = serve_event,
-                                       .event_arg = s};
-    if ((rc = ty_decode_worker_new(&s->worker, &wo)))
+                                       .step_tokens = e->step_tokens, .event_cb = mailbox_post,
+                                       .event_arg = &s->mb};
+    if ((rc = ty_decode_worker_new(&s->worker, &wo))) {
         fprintf(stderr, "tycho serve: worker: %s\n", ty_strerror(rc));
-    return rc;
+        return rc;
+    }
+    s->mb.inner = ty_decode_worker_backend(s->worker);
+    return 0;
 }
 
 /* "stories260K" from ".../stories260K.gguf" or ".../stories260K-hf/". */
@@ -228,7 +377,7 @@ static int start_api(struct serve *s, uv_loop_t *loop)
     struct ty_api_opts ao = {
         .host = c->listen_host, .port = c->listen_port, .model = s->model,
         .model_name = name, .model_path = c->model_path,
-        .backend = ty_decode_worker_backend(s->worker), .metrics = s->reg,
+        .backend = {&mailbox_iface, &s->mb}, .metrics = s->reg,
         .api_keys = keys, .api_key_classes = classes, .n_api_keys = n_keys,
         .max_body_bytes = c->limits.max_body_bytes,
         .header_timeout_ms = c->limits.header_timeout_ns / 1000000,
@@ -270,12 +419,14 @@ static int run_serve(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN); /* a client that vanished mid-write is an error code, not death */
     uv_loop_t *loop = uv_default_loop();
     int ret = TY_CLI_EXIT_FAIL;
-    if (load_engine(&s) || start_api(&s, loop) || ty_daemon_start(s.d, loop))
+    if (load_engine(&s, loop) || start_api(&s, loop) || ty_daemon_start(s.d, loop))
         goto out;
     uv_run(loop, UV_RUN_DEFAULT);
     ret = TY_CLI_EXIT_OK;
 out:
     ty_decode_worker_free(s.worker); /* no more events after this */
+    if (s.mb_open)
+        mailbox_close(&s.mb);
     if (s.api)
         ty_api_close(s.api, NULL, NULL);
     ty_daemon_free(s.d);

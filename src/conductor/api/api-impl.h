@@ -1,6 +1,8 @@
-/* Internals of the API front door shared by api_server.c (routing, mailbox, lifecycle),
- * api_gen.c (generation requests and their responses) and api_misc.c (models, tokenize,
- * metrics). Loop thread only, except the mailbox's queue (under `mu`). */
+/* Internals of the API front door shared by api_server.c (routing, lifecycle), api_gen.c
+ * (generation requests and their responses), api_sse.c (streamed chunks written in place) and
+ * api_misc.c (models, tokenize, metrics). Loop thread only: the backend's events come through
+ * the sink on the same thread (tycho/serve.h). A generation request and everything it holds
+ * live in its own arena, freed when it ends. */
 #ifndef TYCHO_API_IMPL_H
 #define TYCHO_API_IMPL_H
 
@@ -9,7 +11,6 @@
 #include "tycho/tokenizer.h"
 
 #include <jansson.h>
-#include <pthread.h>
 
 #define TY__API_BUCKETS 1024
 #define TY__API_CHOICE_BITS 5 /* backend id = (request seq << 5) | choice */
@@ -25,9 +26,9 @@ struct ty__api_choice {
     bool done;
     bool started;    /* streaming: its first chunk (echo, prompt_token_ids) went out */
     enum ty_finish finish;
-    char *text;
+    char *text;       /* whole responses: the text so far (in the request's arena) */
     size_t n_text, cap_text;
-    uint32_t *ids;
+    uint32_t *ids;    /* whole responses: the token ids so far (in the request's arena) */
     size_t n_ids, cap_ids;
     json_t *logprobs; /* accumulated (non-streaming) */
     uint32_t n_out;
@@ -35,7 +36,7 @@ struct ty__api_choice {
 
 /* One tokenized prompt of a request (chat: the rendered conversation). */
 struct ty__api_prompt {
-    uint32_t *ids;
+    uint32_t *ids; /* in the request's arena, as is echo */
     size_t n;
     char *echo; /* completions with echo: the prompt's text, else NULL */
     size_t n_echo;
@@ -44,6 +45,7 @@ struct ty__api_prompt {
 
 struct ty__api_gen {
     struct ty__api_gen *hnext;
+    ty_arena_t *arena; /* holds this struct, the parsed request, prompts and texts */
     ty_api_t *a;
     ty_http_req_t *http; /* NULL once the client left */
     uint64_t seq;
@@ -56,12 +58,9 @@ struct ty__api_gen {
     uint64_t t0_ns, t_first_ns, t_last_ns;
     uint32_t n_done;
     bool streaming_started, failed;
+    char *sse_head; /* streaming: {"id":..,"object":..,"created":..,"model":.., */
+    size_t n_sse_head;
     struct ty__api_choice ch[TY_API_MAX_CHOICES];
-};
-
-struct ty__api_mail {
-    struct ty_serve_event ev;
-    char *text;
 };
 
 struct ty_api {
@@ -74,10 +73,6 @@ struct ty_api {
     char *model_name, *model_path;
     const ty_tokenizer_t *tok;
     uint32_t max_ctx;
-    uv_async_t async;
-    pthread_mutex_t mu;
-    struct ty__api_mail *mail; /* under mu */
-    size_t n_mail, cap_mail;
     struct ty__api_gen *buckets[TY__API_BUCKETS];
     uint64_t next_seq;
     uint32_t n_inflight;
@@ -85,13 +80,16 @@ struct ty_api {
     uint64_t started_ms; /* ty_clock_ms() at ty_api_new */
     void (*drain_done)(void *arg);
     void *drain_arg;
-    int n_open_handles;
     void (*close_cb)(void *arg);
     void *close_arg;
     struct {
         ty_metrics_child_t *running, *waiting, *kv_usage, *ttft, *tpot, *itl, *e2e, *prompt,
             *gen, *cache_q, *cache_hit, *ok_stop, *ok_length, *ok_abort, *preempt;
         uint64_t preempt_seen; /* the backend's preemptions already added to *preempt */
+        /* tycho_conductor_own_seconds{stage}: the front's own time per request up to its
+         * first token (admit: arrival to submitted; relay: the backend's own share, from the
+         * event; first_token: first token's event to its bytes handed to the socket) */
+        ty_metrics_child_t *own_admit, *own_relay, *own_first;
     } m;
 };
 
@@ -104,18 +102,27 @@ void ty__api_handle_status(ty_api_t *a, ty_http_req_t *r);
 /* key_class: the SLO class bound to the request's API key (NULL: none). */
 void ty__api_handle_generate(ty_api_t *a, ty_http_req_t *r, enum ty_api_kind kind,
                              const char *key_class);
-void ty__api_on_event(ty_api_t *a, const struct ty_serve_event *ev);
+/* The backend's sink (tycho/serve.h): `arg` is the ty_api_t. */
+void ty__api_on_event(void *arg, const struct ty_serve_event *ev);
 void ty__api_gen_abort_all(ty_api_t *a);
+/* api_sse.c: streamed chunks, written into the response's output buffer */
+int ty__api_sse_head(struct ty__api_gen *g); /* g->sse_head from rid, created, model */
+/* A chunk for choice i: delta text (or role), optional logprobs, finish reason. A completion
+ * choice's first chunk also carries its echoed prompt and, with return_token_ids, its
+ * prompt_token_ids. */
+void ty__api_sse_chunk(struct ty__api_gen *g, uint32_t i, const char *text, size_t len,
+                       const struct ty_sample *smp, const char *role, enum ty_finish fin);
+void ty__api_sse_usage(struct ty__api_gen *g, uint64_t in, uint64_t cached, uint64_t out);
 /* api_misc.c */
 void ty__api_handle_models(ty_api_t *a, ty_http_req_t *r);
 void ty__api_handle_tokenize(ty_api_t *a, ty_http_req_t *r);
 void ty__api_handle_detokenize(ty_api_t *a, ty_http_req_t *r);
 void ty__api_handle_metrics(ty_api_t *a, ty_http_req_t *r);
 int ty__api_metrics_init(ty_api_t *a);
-/* Tokenize a chat conversation or completion prompt k (k is ignored for chat) into a malloc'ed
- * array. Returns 0 or TY_EINVAL with err set. */
-int ty__api_tokenize(ty_api_t *a, const struct ty_api_request *q, size_t k, uint32_t **ids,
-                     size_t *n, struct ty_api_error *err);
+/* Tokenize a chat conversation or completion prompt k (k is ignored for chat) into an array
+ * in `arena`. Returns 0 or TY_EINVAL with err set. */
+int ty__api_tokenize(ty_api_t *a, ty_arena_t *arena, const struct ty_api_request *q, size_t k,
+                     uint32_t **ids, size_t *n, struct ty_api_error *err);
 json_t *ty__api_piece_json(ty_api_t *a, uint32_t id);
 
 #endif

@@ -2,9 +2,11 @@
  * A request with P prompts (completions) and n choices per prompt becomes P x n backend
  * sequences with ids (seq << 5) | choice, choice = prompt_index * n + j (OpenAI's order); each
  * sequence carries its own prompt, so the backend's prefix cache shares a prompt among its
- * choices as it would among separate requests. Events come back through the mailbox
- * (api_server.c) and are matched by seq in a hash table; a request whose client left is
- * removed at once and its late events are dropped. */
+ * choices as it would among separate requests. Events come back through the sink, on the loop
+ * (tycho/serve.h), and are matched by seq in a hash table; a request whose client left is
+ * removed at once and its late events are dropped. A choice is marked done before it is
+ * cancelled, so the ERROR event a backend may deliver from inside cancel is dropped too.
+ * Everything a request holds is allocated from its arena, freed with it (gen_release). */
 #include "api-impl.h"
 
 #include "tycho/clock.h"
@@ -29,18 +31,13 @@ static struct ty__api_gen *gen_find(ty_api_t *a, uint64_t seq)
     return NULL;
 }
 
-/* Free what a request owns besides itself (also for one that never reached the table). */
+/* Free a request: its logprob trees, then its arena with everything else, itself included
+ * (also for one that never reached the table). */
 static void gen_release(struct ty__api_gen *g)
 {
-    for (uint32_t i = 0; i < TY_API_MAX_CHOICES; i++) {
-        free(g->ch[i].text);
-        free(g->ch[i].ids);
+    for (uint32_t i = 0; i < TY_API_MAX_CHOICES; i++)
         json_decref(g->ch[i].logprobs);
-        free(g->prompts[i].ids);
-        free(g->prompts[i].echo);
-    }
-    ty_api_request_clear(&g->req);
-    free(g);
+    ty_arena_free(g->arena);
 }
 
 static void gen_free(struct ty__api_gen *g)
@@ -61,12 +58,17 @@ static void gen_free(struct ty__api_gen *g)
     }
 }
 
+/* Cancel the choices still running; each is marked done first, as its ERROR event may come
+ * from inside cancel. */
 static void cancel_choices(struct ty__api_gen *g)
 {
     const struct ty_serve_backend *b = &g->a->o.backend;
-    for (uint32_t i = 0; i < g->n_choices; i++)
-        if (!g->ch[i].done)
-            b->iface->cancel(b->context, g->ch[i].id);
+    for (uint32_t i = 0; i < g->n_choices; i++) {
+        if (g->ch[i].done)
+            continue;
+        g->ch[i].done = true;
+        b->iface->cancel(b->context, g->ch[i].id);
+    }
 }
 
 /* The client went away: cancel every choice in the backend (pages freed there). */
@@ -179,95 +181,20 @@ static json_t *logprobs_new(const struct ty__api_gen *g)
                      "text_offset");
 }
 
-static json_t *envelope(const struct ty__api_gen *g, bool chunk)
+static json_t *envelope(const struct ty__api_gen *g)
 {
-    const char *obj = g->req.kind == TY_API_CHAT
-                          ? (chunk ? "chat.completion.chunk" : "chat.completion")
-                          : "text_completion";
+    const char *obj = g->req.kind == TY_API_CHAT ? "chat.completion" : "text_completion";
     return json_pack("{s:s,s:s,s:I,s:s,s:[]}", "id", g->rid, "object", obj, "created",
                      (json_int_t)g->created, "model", g->a->model_name, "choices");
 }
 
-/* ---- streaming ---------------------------------------------------------------------------- */
-
-static void sse_send(struct ty__api_gen *g, json_t *o)
-{
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    if (!s || !g->http) {
-        free(s);
-        return;
-    }
-    size_t n = strlen(s);
-    char *frame = malloc(n + 9);
-    if (frame) {
-        memcpy(frame, "data: ", 6);
-        memcpy(frame + 6, s, n);
-        memcpy(frame + 6 + n, "\n\n", 2);
-        ty_http_stream_write(g->http, frame, n + 8);
-    }
-    free(frame);
-    free(s);
-}
-
-/* Completion text with the echoed prompt in front (malloc'ed, *n set). */
-static char *echo_join(const struct ty__api_prompt *p, const char *text, size_t len, size_t *n)
-{
-    char *s = malloc(p->n_echo + len + 1);
-    if (!s)
-        abort();
-    memcpy(s, p->echo, p->n_echo);
-    memcpy(s + p->n_echo, text, len);
-    s[p->n_echo + len] = 0;
-    *n = p->n_echo + len;
-    return s;
-}
-
-/* A chunk for choice i: delta text (or role), optional logprobs, finish reason. A completion
- * choice's first chunk also carries its echoed prompt and, with return_token_ids, its
- * prompt_token_ids. */
-static void stream_chunk(struct ty__api_gen *g, uint32_t i, const char *text, size_t len,
-                         const struct ty_sample *smp, const char *role, enum ty_finish fin)
-{
-    json_t *o = envelope(g, true), *c = json_pack("{s:i}", "index", (json_int_t)i);
-    struct ty__api_choice *ch = &g->ch[i];
-    if (g->req.kind == TY_API_CHAT) {
-        json_t *d = json_object();
-        if (role)
-            json_object_set_new(d, "role", json_string(role));
-        json_object_set_new(d, "content", text_json(text, len));
-        json_object_set_new(c, "delta", d);
-    } else if (!ch->started && g->prompts[ch->prompt].echo) {
-        size_t n;
-        char *s = echo_join(&g->prompts[ch->prompt], text, len, &n);
-        json_object_set_new(c, "text", text_json(s, n));
-        free(s);
-    } else {
-        json_object_set_new(c, "text", text_json(text, len));
-    }
-    if (g->req.kind == TY_API_COMPLETION && !ch->started && g->req.return_token_ids)
-        json_object_set_new(c, "prompt_token_ids", ids_json(g->prompts[ch->prompt].ids,
-                                                            g->prompts[ch->prompt].n));
-    ch->started = true;
-    json_t *lp = json_null();
-    if (g->req.logprobs && smp) {
-        lp = logprobs_new(g);
-        logprob_add(g, lp, smp);
-    }
-    json_object_set_new(c, "logprobs", lp);
-    json_object_set_new(c, "finish_reason", fin ? json_string(ty_finish_name(fin)) : json_null());
-    if (g->req.return_token_ids && smp)
-        json_object_set_new(c, "token_ids", json_pack("[i]", (json_int_t)smp->id));
-    json_array_append_new(json_object_get(o, "choices"), c);
-    sse_send(g, o);
-}
+/* ---- streaming (the chunks themselves: api_sse.c) ------------------------------------------ */
 
 static void stream_finish(struct ty__api_gen *g)
 {
     if (g->req.include_usage) {
-        json_t *o = envelope(g, true);
-        json_object_set_new(o, "usage", usage_json(g));
-        sse_send(g, o);
+        size_t cached, in = n_prompt_tokens(g, &cached);
+        ty__api_sse_usage(g, in, cached, n_output(g));
     }
     if (g->http) {
         ty_http_stream_write(g->http, "data: [DONE]\n\n", 14);
@@ -276,20 +203,31 @@ static void stream_finish(struct ty__api_gen *g)
     }
 }
 
+/* Completion text with the echoed prompt in front (in the request's arena, *n set). */
+static char *echo_join(struct ty__api_gen *g, const struct ty__api_prompt *p, const char *text,
+                       size_t len, size_t *n)
+{
+    char *s = ty_arena_alloc(g->arena, p->n_echo + len + 1);
+    memcpy(s, p->echo, p->n_echo);
+    memcpy(s + p->n_echo, text, len);
+    s[p->n_echo + len] = 0;
+    *n = p->n_echo + len;
+    return s;
+}
+
 /* ---- whole responses ------------------------------------------------------------------------ */
 
 static void respond_whole(struct ty__api_gen *g)
 {
-    json_t *o = envelope(g, false);
+    json_t *o = envelope(g);
     for (uint32_t i = 0; i < g->n_choices; i++) {
         struct ty__api_choice *ch = &g->ch[i];
         const struct ty__api_prompt *p = &g->prompts[ch->prompt];
         json_t *c = json_pack("{s:i}", "index", (json_int_t)i), *t;
         if (p->echo) {
             size_t n;
-            char *s = echo_join(p, ch->text ? ch->text : "", ch->n_text, &n);
+            char *s = echo_join(g, p, ch->text ? ch->text : "", ch->n_text, &n);
             t = text_json(s, n);
-            free(s);
         } else {
             t = text_json(ch->text ? ch->text : "", ch->n_text);
         }
@@ -339,15 +277,18 @@ static void backend_error(struct ty_api_error *e, int rc, const struct ty_serve_
 
 /* ---- events --------------------------------------------------------------------------------- */
 
-static int push_bytes(char **buf, size_t *len, size_t *cap, const void *p, size_t n, size_t el)
+/* Append n elements of el bytes to an array in the request's arena, doubling it when full
+ * (the old copy stays in the arena: at most as much again as the final size). */
+static void push_bytes(struct ty__api_gen *g, char **buf, size_t *len, size_t *cap, const void *p,
+                       size_t n, size_t el)
 {
     if (*len + n + 1 > *cap) {
         size_t nc = *cap ? *cap * 2 : 64;
         while (nc < *len + n + 1)
             nc *= 2;
-        char *nb = realloc(*buf, nc * el);
-        if (!nb)
-            abort();
+        char *nb = ty_arena_alloc(g->arena, nc * el);
+        if (*len)
+            memcpy(nb, *buf, *len * el);
         *buf = nb;
         *cap = nc;
     }
@@ -355,7 +296,6 @@ static int push_bytes(char **buf, size_t *len, size_t *cap, const void *p, size_
     *len += n;
     if (el == 1)
         (*buf)[*len] = 0;
-    return 0;
 }
 
 static void record_done(struct ty__api_gen *g)
@@ -377,13 +317,22 @@ static void record_done(struct ty__api_gen *g)
                                                                        : a->m.ok_stop);
 }
 
+/* The first token's bytes reached the socket: the last of the front's own time. */
+static void on_first_flushed(void *arg, uint64_t t_event_ns, uint64_t t_ns)
+{
+    ty_api_t *a = arg;
+    ty_metrics_histogram_observe(a->m.own_first, (double)(t_ns - t_event_ns) / 1e9);
+}
+
 static void on_token(struct ty__api_gen *g, uint32_t i, const struct ty_serve_event *ev)
 {
     struct ty__api_choice *ch = &g->ch[i];
     uint64_t now = ty_clock_ns();
-    if (!g->t_first_ns) {
+    bool first = !g->t_first_ns;
+    if (first) {
         g->t_first_ns = now;
         ty_metrics_histogram_observe(g->a->m.ttft, (double)(now - g->t0_ns) / 1e9);
+        ty_metrics_histogram_observe(g->a->m.own_relay, ev->relay_us / 1e6);
     } else if (i == 0) {
         ty_metrics_histogram_observe(g->a->m.itl, (double)(now - g->t_last_ns) / 1e9);
     }
@@ -391,11 +340,13 @@ static void on_token(struct ty__api_gen *g, uint32_t i, const struct ty_serve_ev
         g->t_last_ns = now;
     ch->n_out = ev->n_output;
     if (g->req.stream) {
-        stream_chunk(g, i, ev->text, ev->text_len, &ev->sample, NULL, TY_FINISH_NONE);
+        ty__api_sse_chunk(g, i, ev->text, ev->text_len, &ev->sample, NULL, TY_FINISH_NONE);
+        if (first && g->http)
+            ty_http_req_on_flush(g->http, on_first_flushed, g->a, now);
         return;
     }
-    push_bytes(&ch->text, &ch->n_text, &ch->cap_text, ev->text, ev->text_len, 1);
-    push_bytes((char **)&ch->ids, &ch->n_ids, &ch->cap_ids, &ev->sample.id, 1,
+    push_bytes(g, &ch->text, &ch->n_text, &ch->cap_text, ev->text, ev->text_len, 1);
+    push_bytes(g, (char **)&ch->ids, &ch->n_ids, &ch->cap_ids, &ev->sample.id, 1,
                sizeof(uint32_t));
     if (g->req.logprobs) {
         if (!ch->logprobs)
@@ -415,10 +366,12 @@ static void on_error(struct ty__api_gen *g, const struct ty_serve_event *ev)
     cancel_choices(g);
     if (g->req.stream) {
         char *s = ty_api_error_json(&e);
-        if (s && g->http) {
-            ty_http_stream_write(g->http, "data: ", 6);
-            ty_http_stream_write(g->http, s, strlen(s));
-            ty_http_stream_write(g->http, "\n\n", 2);
+        struct ty_http_frame f;
+        if (s && g->http && !ty_http_frame_begin(g->http, &f)) {
+            ty_http_frame_put(&f, "data: ", 6);
+            ty_http_frame_put(&f, s, strlen(s));
+            ty_http_frame_put(&f, "\n\n", 2);
+            ty_http_frame_end(&f);
         }
         free(s);
         stream_finish(g);
@@ -429,8 +382,9 @@ static void on_error(struct ty__api_gen *g, const struct ty_serve_event *ev)
     gen_free(g);
 }
 
-void ty__api_on_event(ty_api_t *a, const struct ty_serve_event *ev)
+void ty__api_on_event(void *arg, const struct ty_serve_event *ev)
 {
+    ty_api_t *a = arg;
     struct ty__api_gen *g = gen_find(a, ev->id >> TY__API_CHOICE_BITS);
     uint32_t i = (uint32_t)(ev->id & ((1u << TY__API_CHOICE_BITS) - 1));
     if (!g || i >= g->n_choices || g->ch[i].done)
@@ -451,9 +405,9 @@ void ty__api_on_event(ty_api_t *a, const struct ty_serve_event *ev)
     ch->n_out = ev->n_output;
     g->n_done++;
     if (g->req.stream)
-        stream_chunk(g, i, ev->text, ev->text_len, NULL, NULL, ev->finish);
+        ty__api_sse_chunk(g, i, ev->text, ev->text_len, NULL, NULL, ev->finish);
     else
-        push_bytes(&ch->text, &ch->n_text, &ch->cap_text, ev->text, ev->text_len, 1);
+        push_bytes(g, &ch->text, &ch->n_text, &ch->cap_text, ev->text, ev->text_len, 1);
     if (g->n_done < g->n_choices)
         return;
     record_done(g);
@@ -566,22 +520,20 @@ static int submit_all(ty_api_t *a, struct ty__api_gen *g, struct ty_serve_reject
 
 /* echo: a text prompt as it was sent; a token-id prompt detokenized (special tokens left out,
  * as /detokenize does). */
-static void echo_text(ty_api_t *a, const struct ty_api_prompt *q, struct ty__api_prompt *p)
+static void echo_text(ty_api_t *a, ty_arena_t *arena, const struct ty_api_prompt *q,
+                      struct ty__api_prompt *p)
 {
     if (q->text) {
         p->n_echo = strlen(q->text);
-        p->echo = strdup(q->text);
-    } else {
-        int k = a->tok ? ty_tokenizer_decode(a->tok, q->ids, q->n_ids, true, NULL, 0) : 0;
-        p->n_echo = k > 0 ? (size_t)k : 0;
-        p->echo = malloc(p->n_echo + 1);
-        if (p->echo && k > 0)
-            ty_tokenizer_decode(a->tok, q->ids, q->n_ids, true, p->echo, p->n_echo + 1);
-        if (p->echo)
-            p->echo[p->n_echo] = 0;
+        p->echo = q->text; /* the parsed request's, in the same arena */
+        return;
     }
-    if (!p->echo)
-        abort();
+    int k = a->tok ? ty_tokenizer_decode(a->tok, q->ids, q->n_ids, true, NULL, 0) : 0;
+    p->n_echo = k > 0 ? (size_t)k : 0;
+    p->echo = ty_arena_alloc(arena, p->n_echo + 1);
+    if (k > 0)
+        ty_tokenizer_decode(a->tok, q->ids, q->n_ids, true, p->echo, p->n_echo + 1);
+    p->echo[p->n_echo] = 0;
 }
 
 static int prepare(ty_api_t *a, ty_http_req_t *r, struct ty__api_gen *g, enum ty_api_kind kind,
@@ -589,7 +541,7 @@ static int prepare(ty_api_t *a, ty_http_req_t *r, struct ty__api_gen *g, enum ty
 {
     size_t len;
     const char *body = ty_http_req_body(r, &len);
-    int rc = ty_api_parse_request(body, len, kind, &g->req, e);
+    int rc = ty_api_parse_request_in(g->arena, body, len, kind, &g->req, e);
     if (rc)
         return rc;
     if (!model_ok(a, g->req.model))
@@ -601,10 +553,11 @@ static int prepare(ty_api_t *a, ty_http_req_t *r, struct ty__api_gen *g, enum ty
     g->n_prompts = kind == TY_API_CHAT ? 1 : (uint32_t)g->req.n_prompts;
     g->n_choices = g->n_prompts * g->req.n;
     for (uint32_t p = 0; p < g->n_prompts; p++) {
-        if ((rc = ty__api_tokenize(a, &g->req, p, &g->prompts[p].ids, &g->prompts[p].n, e)))
+        if ((rc = ty__api_tokenize(a, g->arena, &g->req, p, &g->prompts[p].ids,
+                                   &g->prompts[p].n, e)))
             return rc;
         if (g->req.echo)
-            echo_text(a, &g->req.prompts[p], &g->prompts[p]);
+            echo_text(a, g->arena, &g->req.prompts[p], &g->prompts[p]);
     }
     for (uint32_t i = 0; i < g->n_choices; i++)
         g->ch[i].prompt = i / g->req.n;
@@ -625,10 +578,10 @@ static int prepare(ty_api_t *a, ty_http_req_t *r, struct ty__api_gen *g, enum ty
 void ty__api_handle_generate(ty_api_t *a, ty_http_req_t *r, enum ty_api_kind kind,
                              const char *key_class)
 {
-    struct ty__api_gen *g = calloc(1, sizeof(*g));
+    ty_arena_t *arena = ty_arena_new(0);
+    struct ty__api_gen *g = ty_arena_calloc(arena, 1, sizeof(*g));
     struct ty_api_error e;
-    if (!g)
-        abort();
+    g->arena = arena;
     g->a = a;
     snprintf(g->key_class, sizeof(g->key_class), "%s", key_class ? key_class : "");
     g->t0_ns = ty_clock_ns();
@@ -643,6 +596,7 @@ void ty__api_handle_generate(ty_api_t *a, ty_http_req_t *r, enum ty_api_kind kin
         gen_release(g);
         return;
     }
+    ty_metrics_histogram_observe(a->m.own_admit, (double)(ty_clock_ns() - g->t0_ns) / 1e9);
     snprintf(g->rid, sizeof(g->rid), "%s-%016llx%08llx", kind == TY_API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)g->t0_ns, (unsigned long long)g->seq);
     g->http = r;
@@ -652,8 +606,10 @@ void ty__api_handle_generate(ty_api_t *a, ty_http_req_t *r, enum ty_api_kind kin
     ty_http_req_set_abort(r, on_abort, g);
     if (!g->req.stream)
         return;
+    if (ty__api_sse_head(g))
+        abort(); /* small metadata allocation (STYLE.md) */
     ty_http_stream_begin(r, 200, "text/event-stream", NULL);
     if (kind == TY_API_CHAT)
         for (uint32_t i = 0; i < g->n_choices; i++)
-            stream_chunk(g, i, "", 0, NULL, "assistant", TY_FINISH_NONE);
+            ty__api_sse_chunk(g, i, "", 0, NULL, "assistant", TY_FINISH_NONE);
 }

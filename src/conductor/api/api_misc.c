@@ -23,13 +23,13 @@ json_t *ty__api_piece_json(ty_api_t *a, uint32_t id)
     return json_pack("{s:o,s:o}", "token", t, "bytes", bytes);
 }
 
-static int encode(ty_api_t *a, const char *text, bool special, bool parse_special,
-                  uint32_t **ids, size_t *n)
+static int encode(ty_api_t *a, ty_arena_t *arena, const char *text, bool special,
+                  bool parse_special, uint32_t **ids, size_t *n)
 {
     int k = ty_tokenizer_encode(a->tok, text, strlen(text), special, parse_special, NULL, 0);
     if (k < 0)
         return k;
-    if (!(*ids = malloc(((size_t)k + 1) * sizeof(uint32_t))))
+    if (!(*ids = ty_arena_try_alloc(arena, ((size_t)k + 1) * sizeof(uint32_t))))
         return TY_ENOMEM;
     k = ty_tokenizer_encode(a->tok, text, strlen(text), special, parse_special, *ids,
                             (size_t)k + 1);
@@ -70,8 +70,8 @@ static char *render_chat(ty_api_t *a, const struct ty_api_request *q, bool *spec
     return s;
 }
 
-int ty__api_tokenize(ty_api_t *a, const struct ty_api_request *q, size_t k, uint32_t **ids,
-                     size_t *n, struct ty_api_error *err)
+int ty__api_tokenize(ty_api_t *a, ty_arena_t *arena, const struct ty_api_request *q, size_t k,
+                     uint32_t **ids, size_t *n, struct ty_api_error *err)
 {
     uint32_t V = ty_model_config(a->o.model)->n_vocab;
     const char *param = q->kind == TY_API_CHAT ? "messages" : "prompt";
@@ -85,8 +85,8 @@ int ty__api_tokenize(ty_api_t *a, const struct ty_api_request *q, size_t k, uint
                 return ty_api_error_set(err, 400, "invalid_request_error", "prompt", NULL,
                                         "token id %u at %zu%s is outside the vocabulary (%u)",
                                         p->ids[i], i, where, V);
-        if (!(*ids = malloc(p->n_ids * sizeof(uint32_t))))
-            abort();
+        if (!(*ids = ty_arena_try_alloc(arena, p->n_ids * sizeof(uint32_t))))
+            return ty_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
         memcpy(*ids, p->ids, p->n_ids * sizeof(uint32_t));
         *n = p->n_ids;
         return 0;
@@ -95,11 +95,11 @@ int ty__api_tokenize(ty_api_t *a, const struct ty_api_request *q, size_t k, uint
         return ty_api_error_set(err, 400, "invalid_request_error", param, NULL,
                                 "the model has no tokenizer; send token ids as 'prompt'");
     bool special = false;
-    char *text = p ? strdup(p->text) : render_chat(a, q, &special);
-    if (!text)
+    char *text = p ? NULL : render_chat(a, q, &special);
+    if (!p && !text)
         return ty_api_error_set(err, 400, "invalid_request_error", param, NULL,
                                 "the conversation does not fit the model's chat template");
-    int rc = encode(a, text, true, special, ids, n);
+    int rc = encode(a, arena, p ? p->text : text, true, special, ids, n);
     free(text);
     if (rc || !*n)
         return ty_api_error_set(err, 400, "invalid_request_error", param, NULL,
@@ -141,37 +141,39 @@ void ty__api_handle_tokenize(ty_api_t *a, ty_http_req_t *r)
     json_t *o = NULL;
     uint32_t *ids = NULL;
     size_t n = 0;
+    ty_arena_t *arena = ty_arena_new(0);
     if (parse_body(r, &o, &e))
         goto fail;
     bool chat = json_object_get(o, "messages") != NULL;
     size_t len;
     const char *body = ty_http_req_body(r, &len);
     struct ty_api_request q;
-    if (ty_api_parse_request(body, len, chat ? TY_API_CHAT : TY_API_COMPLETION, &q, &e))
+    if (ty_api_parse_request_in(arena, body, len, chat ? TY_API_CHAT : TY_API_COMPLETION, &q,
+                                &e))
         goto fail;
     json_t *add = json_object_get(o, "add_special_tokens");
     if (!chat && q.n_prompts > 1) {
         ty_api_error_set(&e, 400, "invalid_request_error", "prompt", NULL,
                          "/tokenize takes one prompt; got %zu", q.n_prompts);
     } else if (!chat && q.prompts[0].text && json_is_false(add) && a->tok) {
-        if (encode(a, q.prompts[0].text, false, false, &ids, &n))
+        if (encode(a, arena, q.prompts[0].text, false, false, &ids, &n))
             ty_api_error_set(&e, 400, "invalid_request_error", "prompt", NULL, "cannot tokenize");
-    } else if (ty__api_tokenize(a, &q, 0, &ids, &n, &e)) {
+    } else if (ty__api_tokenize(a, arena, &q, 0, &ids, &n, &e)) {
         ids = NULL;
     }
-    ty_api_request_clear(&q);
     if (!ids)
         goto fail;
     json_t *t = json_array();
     for (size_t i = 0; i < n; i++)
         json_array_append_new(t, json_integer(ids[i]));
-    free(ids);
     json_decref(o);
+    ty_arena_free(arena);
     ty__api_send_json(r, 200, json_pack("{s:i,s:i,s:o}", "count", (json_int_t)n,
                                         "max_model_len", (json_int_t)a->max_ctx, "tokens", t));
     return;
 fail:
     json_decref(o);
+    ty_arena_free(arena);
     ty__api_send_error(r, &e);
 }
 
@@ -277,6 +279,23 @@ int ty__api_metrics_init(ty_api_t *a)
     rc = rc ? rc : ty_metrics_child_get(f, v_stop, &a->m.ok_stop);
     rc = rc ? rc : ty_metrics_child_get(f, v_len, &a->m.ok_length);
     rc = rc ? rc : ty_metrics_child_get(f, v_ab, &a->m.ok_abort);
+    static const double own_buckets[] = {1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
+                                         2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0};
+    const char *own_names[] = {"model_name", "stage"};
+    if (!rc)
+        rc = ty_metrics_histogram_new(a->o.metrics, &f, "tycho_conductor_own_seconds",
+                                      "The front's own time per request before its first token "
+                                      "reaches the client's socket, by stage (admit: arrival to "
+                                      "submitted; relay: the backend's share between the "
+                                      "nodes; first_token: the first token's event to its "
+                                      "write), the nodes' compute left out.",
+                                      own_names, 2, own_buckets,
+                                      sizeof(own_buckets) / sizeof(own_buckets[0]));
+    const char *v_adm[] = {a->model_name, "admit"}, *v_rel[] = {a->model_name, "relay"},
+               *v_first[] = {a->model_name, "first_token"};
+    rc = rc ? rc : ty_metrics_child_get(f, v_adm, &a->m.own_admit);
+    rc = rc ? rc : ty_metrics_child_get(f, v_rel, &a->m.own_relay);
+    rc = rc ? rc : ty_metrics_child_get(f, v_first, &a->m.own_first);
     return rc;
 }
 

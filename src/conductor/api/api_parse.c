@@ -1,9 +1,13 @@
 /* OpenAI request validation: JSON body -> struct ty_api_request, with a 400 naming `param`
  * for the first field that is wrong. Ranges follow the OpenAI API reference (temperature
  * 0..2, top_p 0..1, penalties -2..2, top_logprobs 0..20, n >= 1, max_tokens >= 1) and vLLM's
- * extensions (top_k, min_p, repetition_penalty, ignore_eos). Unknown fields are ignored. */
+ * extensions (top_k, min_p, repetition_penalty, ignore_eos). Unknown fields are ignored.
+ * Everything the request holds (strings, prompts, messages) is allocated from one arena: the
+ * caller's (ty_api_parse_request_in) or its own (ty_api_parse_request, freed by
+ * ty_api_request_clear). */
 #include "tycho/api.h"
 
+#include "tycho/arena.h"
 #include "tycho/errors.h"
 
 #include <jansson.h>
@@ -121,14 +125,26 @@ static int set_float(json_t *o, const char *key, double lo, double hi, float *ou
 
 /* ---- composite fields ----------------------------------------------------------------------- */
 
+/* A copy of a JSON string's text (up to its first NUL, as strdup made it) in the request's
+ * arena; NULL when out of memory (request bodies are attacker-sized: try_ allocations). */
+static char *adup(struct ty_api_request *r, json_t *v)
+{
+    const char *s = json_string_value(v);
+    size_t n = strlen(s);
+    char *d = ty_arena_try_alloc(r->arena, n + 1);
+    if (d)
+        memcpy(d, s, n + 1);
+    return d;
+}
+
 static int parse_stop(json_t *o, struct ty_api_request *r, struct ty_api_error *err)
 {
     json_t *v = json_object_get(o, "stop");
     if (!v || json_is_null(v))
         return 0;
     if (json_is_string(v)) {
-        if (json_string_length(v))
-            r->stop[r->n_stop++] = strdup(json_string_value(v));
+        if (json_string_length(v) && !(r->stop[r->n_stop++] = adup(r, v)))
+            return TY_ENOMEM;
         return 0;
     }
     if (!json_is_array(v))
@@ -140,45 +156,43 @@ static int parse_stop(json_t *o, struct ty_api_request *r, struct ty_api_error *
     json_array_foreach(v, i, s) {
         if (!json_is_string(s))
             return BAD("stop", "'stop[%zu]' must be a string", i);
-        if (json_string_length(s))
-            r->stop[r->n_stop++] = strdup(json_string_value(s));
+        if (json_string_length(s) && !(r->stop[r->n_stop++] = adup(r, s)))
+            return TY_ENOMEM;
     }
     return 0;
 }
 
-/* Message content: a string, or an array of {"type":"text","text":...} parts (joined). */
-static int content_text(json_t *c, size_t i, char **out, struct ty_api_error *err)
+/* Message content: a string, or an array of {"type":"text","text":...} parts (joined; each
+ * part up to its first NUL, as C strings). */
+static int content_text(struct ty_api_request *r, json_t *c, size_t i, char **out,
+                        struct ty_api_error *err)
 {
-    if (json_is_string(c)) {
-        *out = strdup(json_string_value(c));
-        return 0;
-    }
-    if (json_is_null(c)) {
-        *out = strdup("");
-        return 0;
-    }
+    if (json_is_string(c))
+        return (*out = adup(r, c)) ? 0 : TY_ENOMEM;
+    if (json_is_null(c))
+        return (*out = ty_arena_strdup(r->arena, "")) ? 0 : TY_ENOMEM;
     if (!json_is_array(c))
         return BAD("messages", "'messages[%zu].content' must be a string or an array", i);
     size_t k, len = 0;
     json_t *part;
-    char *s = calloc(1, 1);
     json_array_foreach(c, k, part) {
         json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
         if (!json_is_string(type) || strcmp(json_string_value(type), "text") ||
-            !json_is_string(text)) {
-            free(s);
+            !json_is_string(text))
             return BAD("messages", "'messages[%zu].content[%zu]' must be a text part", i, k);
-        }
-        size_t tl = json_string_length(text);
-        char *ns = realloc(s, len + tl + 1);
-        if (!ns) {
-            free(s);
-            return TY_ENOMEM;
-        }
-        s = ns;
-        memcpy(s + len, json_string_value(text), tl + 1);
+        len += strlen(json_string_value(text));
+    }
+    char *s = ty_arena_try_alloc(r->arena, len + 1);
+    if (!s)
+        return TY_ENOMEM;
+    len = 0;
+    json_array_foreach(c, k, part) {
+        const char *t = json_string_value(json_object_get(part, "text"));
+        size_t tl = strlen(t);
+        memcpy(s + len, t, tl);
         len += tl;
     }
+    s[len] = 0;
     *out = s;
     return 0;
 }
@@ -193,9 +207,7 @@ static int parse_messages(json_t *o, struct ty_api_request *r, struct ty_api_err
     size_t n = json_array_size(v);
     if (n == 0 || n > TY_API_MAX_MESSAGES)
         return BAD("messages", "'messages' must hold 1 to %d messages", TY_API_MAX_MESSAGES);
-    r->msgs = calloc(n, sizeof(*r->msgs));
-    if (!r->msgs)
-        return TY_ENOMEM;
+    r->msgs = ty_arena_calloc(r->arena, n, sizeof(*r->msgs));
     size_t i;
     json_t *m;
     json_array_foreach(v, i, m) {
@@ -210,29 +222,29 @@ static int parse_messages(json_t *o, struct ty_api_request *r, struct ty_api_err
         json_t *c = json_object_get(m, "content");
         if (!c)
             return BAD("messages", "'messages[%zu].content' is required", i);
-        int rc = content_text(c, i, &r->msgs[i].content, err);
+        int rc = content_text(r, c, i, &r->msgs[i].content, err);
         if (rc)
             return rc;
-        r->msgs[i].role = strdup(strcmp(rs, "developer") ? rs : "system");
+        r->msgs[i].role = ty_arena_strdup(r->arena, strcmp(rs, "developer") ? rs : "system");
         r->n_msgs++;
     }
     return 0;
 }
 
 /* One prompt: a non-empty string or a non-empty array of token ids; `where` names it. */
-static int parse_one_prompt(json_t *v, const char *where, struct ty_api_prompt *p,
-                            struct ty_api_error *err)
+static int parse_one_prompt(struct ty_api_request *r, json_t *v, const char *where,
+                            struct ty_api_prompt *p, struct ty_api_error *err)
 {
     if (json_is_string(v)) {
         if (!json_string_length(v))
             return BAD("prompt", "'%s' must not be empty", where);
-        p->text = strdup(json_string_value(v));
+        p->text = adup(r, v);
         return p->text ? 0 : TY_ENOMEM;
     }
     size_t n = json_array_size(v), i;
     if (n == 0)
         return BAD("prompt", "'%s' must not be empty", where);
-    if (!(p->ids = malloc(n * sizeof(uint32_t))))
+    if (!(p->ids = ty_arena_try_alloc(r->arena, n * sizeof(uint32_t))))
         return TY_ENOMEM;
     json_t *t;
     json_array_foreach(v, i, t) {
@@ -261,11 +273,10 @@ static int parse_prompt(json_t *o, struct ty_api_request *r, struct ty_api_error
     if (n > TY_API_MAX_CHOICES)
         return BAD("prompt", "'prompt' may hold at most %d prompts, got %zu",
                    TY_API_MAX_CHOICES, n);
-    if (!(r->prompts = calloc(n, sizeof(*r->prompts))))
-        return TY_ENOMEM;
+    r->prompts = ty_arena_calloc(r->arena, n, sizeof(*r->prompts));
     r->n_prompts = n; /* every slot starts empty, so a failure part-way is cleared whole */
     if (!list)
-        return parse_one_prompt(v, "prompt", &r->prompts[0], err);
+        return parse_one_prompt(r, v, "prompt", &r->prompts[0], err);
     bool strings = json_is_string(json_array_get(v, 0));
     json_t *e;
     json_array_foreach(v, i, e) {
@@ -276,7 +287,7 @@ static int parse_prompt(json_t *o, struct ty_api_request *r, struct ty_api_error
             return BAD("prompt", "'prompt' must not mix strings and token-id arrays "
                                  "(element %zu)", i);
         snprintf(where, sizeof(where), "prompt[%zu]", i);
-        int rc = parse_one_prompt(e, where, &r->prompts[i], err);
+        int rc = parse_one_prompt(r, e, where, &r->prompts[i], err);
         if (rc)
             return rc;
     }
@@ -407,8 +418,8 @@ static int parse_sampling(json_t *o, struct ty_api_request *r, struct ty_api_err
     json_t *model = json_object_get(o, "model");
     if (model && !json_is_null(model) && !json_is_string(model))
         return BAD("model", "'model' must be a string");
-    if (json_is_string(model))
-        r->model = strdup(json_string_value(model));
+    if (json_is_string(model) && !(r->model = adup(r, model)))
+        return TY_ENOMEM;
     /* OpenAI's latency tier; the Conductor serves it under the SLO class of that name */
     static const char *const tiers[] = {"auto", "default", "flex", "scale", "priority"};
     json_t *tier = json_object_get(o, "service_tier");
@@ -495,10 +506,12 @@ static int check_choices(const struct ty_api_request *r, struct ty_api_error *er
     return 0;
 }
 
-int ty_api_parse_request(const char *body, size_t len, enum ty_api_kind kind,
-                         struct ty_api_request *r, struct ty_api_error *err)
+int ty_api_parse_request_in(ty_arena_t *arena, const char *body, size_t len,
+                            enum ty_api_kind kind, struct ty_api_request *r,
+                            struct ty_api_error *err)
 {
     memset(r, 0, sizeof(*r));
+    r->arena = arena;
     r->kind = kind;
     r->max_tokens = -1;
     r->temperature = 1;
@@ -532,25 +545,30 @@ int ty_api_parse_request(const char *body, size_t len, enum ty_api_kind kind,
     json_decref(o);
     if (rc == TY_ENOMEM)
         ty_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
-    if (rc)
-        ty_api_request_clear(r);
+    if (rc) { /* what it allocated stays in the arena, freed with it */
+        memset(r, 0, sizeof(*r));
+        r->arena = arena;
+    }
     return rc;
+}
+
+int ty_api_parse_request(const char *body, size_t len, enum ty_api_kind kind,
+                         struct ty_api_request *r, struct ty_api_error *err)
+{
+    ty_arena_t *a = ty_arena_new(0);
+    int rc = ty_api_parse_request_in(a, body, len, kind, r, err);
+    if (rc) {
+        ty_arena_free(a);
+        memset(r, 0, sizeof(*r));
+        return rc;
+    }
+    r->own_arena = true;
+    return 0;
 }
 
 void ty_api_request_clear(struct ty_api_request *r)
 {
-    for (size_t i = 0; i < r->n_msgs; i++) {
-        free(r->msgs[i].role);
-        free(r->msgs[i].content);
-    }
-    free(r->msgs);
-    free(r->model);
-    for (size_t i = 0; i < r->n_prompts; i++) {
-        free(r->prompts[i].text);
-        free(r->prompts[i].ids);
-    }
-    free(r->prompts);
-    for (size_t i = 0; i < r->n_stop; i++)
-        free(r->stop[i]);
+    if (r->own_arena)
+        ty_arena_free(r->arena);
     memset(r, 0, sizeof(*r));
 }

@@ -1,5 +1,5 @@
-/* The API front door: routing, authentication, the event mailbox from the backend's thread,
- * drain and close (tycho/api.h). */
+/* The API front door: routing, authentication, the backend's sink, drain and close
+ * (tycho/api.h). */
 #include "api-impl.h"
 
 #include "tycho/clock.h"
@@ -134,52 +134,6 @@ static void on_request(void *arg, ty_http_req_t *r)
     ty__api_send_error(r, &e);
 }
 
-/* ---- mailbox: backend thread -> loop -------------------------------------------------------- */
-
-void ty_api_backend_event(void *arg, const struct ty_serve_event *ev)
-{
-    ty_api_t *a = arg;
-    char *text = NULL;
-    if (ev->text_len) {
-        text = malloc(ev->text_len + 1);
-        if (!text)
-            abort(); /* small metadata allocation (STYLE.md) */
-        memcpy(text, ev->text, ev->text_len);
-        text[ev->text_len] = 0;
-    }
-    pthread_mutex_lock(&a->mu);
-    if (a->n_mail == a->cap_mail) {
-        size_t cap = a->cap_mail ? a->cap_mail * 2 : 256;
-        struct ty__api_mail *nm = realloc(a->mail, cap * sizeof(*nm));
-        if (!nm)
-            abort();
-        a->mail = nm;
-        a->cap_mail = cap;
-    }
-    a->mail[a->n_mail].ev = *ev;
-    a->mail[a->n_mail].ev.text = NULL;
-    a->mail[a->n_mail++].text = text;
-    pthread_mutex_unlock(&a->mu);
-    uv_async_send(&a->async);
-}
-
-static void on_async(uv_async_t *h)
-{
-    ty_api_t *a = h->data;
-    pthread_mutex_lock(&a->mu);
-    struct ty__api_mail *mail = a->mail;
-    size_t n = a->n_mail;
-    a->mail = NULL;
-    a->n_mail = a->cap_mail = 0;
-    pthread_mutex_unlock(&a->mu);
-    for (size_t i = 0; i < n; i++) {
-        mail[i].ev.text = mail[i].text ? mail[i].text : "";
-        ty__api_on_event(a, &mail[i].ev);
-        free(mail[i].text);
-    }
-    free(mail);
-}
-
 /* ---- lifecycle ---------------------------------------------------------------------------------- */
 
 void ty_api_set_keys(ty_api_t *a, const char *const *keys, const char *const *classes,
@@ -207,7 +161,8 @@ void ty_api_set_keys(ty_api_t *a, const char *const *keys, const char *const *cl
 
 int ty_api_new(ty_api_t **out, uv_loop_t *loop, const struct ty_api_opts *o)
 {
-    if (!out || !loop || !o || !o->model || !o->backend.iface || !o->metrics || !o->model_name)
+    if (!out || !loop || !o || !o->model || !o->backend.iface || !o->backend.iface->set_sink ||
+        !o->metrics || !o->model_name)
         return TY_EINVAL;
     ty_api_t *a = calloc(1, sizeof(*a));
     if (!a)
@@ -223,25 +178,22 @@ int ty_api_new(ty_api_t **out, uv_loop_t *loop, const struct ty_api_opts *o)
     o->backend.iface->stats(o->backend.context, &st);
     a->max_ctx = st.max_ctx;
     ty_api_set_keys(a, o->api_keys, o->api_key_classes, o->n_api_keys);
-    pthread_mutex_init(&a->mu, NULL);
     int rc = ty__api_metrics_init(a);
     struct ty_http_server_opts ho = {
         .host = o->host ? o->host : "127.0.0.1", .port = o->port,
         .max_body_bytes = o->max_body_bytes, .header_timeout_ms = o->header_timeout_ms,
         .body_timeout_ms = o->body_timeout_ms, .max_connections = o->max_connections,
-        .handler = on_request, .arg = a};
+        .max_output_bytes = o->max_output_bytes, .handler = on_request, .arg = a};
     if (!rc)
         rc = ty_http_server_new(&a->http, loop, &ho);
     if (rc) {
         ty_api_set_keys(a, NULL, NULL, 0);
-        pthread_mutex_destroy(&a->mu);
         free(a->model_name);
         free(a->model_path);
         free(a);
         return rc;
     }
-    uv_async_init(loop, &a->async, on_async);
-    a->async.data = a;
+    o->backend.iface->set_sink(o->backend.context, ty__api_on_event, a);
     *out = a;
     return 0;
 }
@@ -267,40 +219,24 @@ void ty_api_drain(ty_api_t *a, void (*done)(void *arg), void *arg)
     }
 }
 
-static void api_free_maybe(ty_api_t *a)
+static void on_http_closed(void *arg)
 {
-    if (--a->n_open_handles > 0)
-        return;
+    ty_api_t *a = arg;
     void (*cb)(void *) = a->close_cb;
-    void *arg = a->close_arg;
-    for (size_t i = 0; i < a->n_mail; i++)
-        free(a->mail[i].text);
-    free(a->mail);
+    void *cb_arg = a->close_arg;
     ty_api_set_keys(a, NULL, NULL, 0);
-    pthread_mutex_destroy(&a->mu);
     free(a->model_name);
     free(a->model_path);
     free(a);
     if (cb)
-        cb(arg);
-}
-
-static void on_http_closed(void *arg)
-{
-    api_free_maybe(arg);
-}
-
-static void on_async_closed(uv_handle_t *h)
-{
-    api_free_maybe(h->data);
+        cb(cb_arg);
 }
 
 void ty_api_close(ty_api_t *a, void (*cb)(void *arg), void *arg)
 {
     a->close_cb = cb;
     a->close_arg = arg;
-    a->n_open_handles = 2;
     ty__api_gen_abort_all(a);
+    a->o.backend.iface->set_sink(a->o.backend.context, NULL, NULL);
     ty_http_server_close(a->http, on_http_closed, a);
-    uv_close((uv_handle_t *)&a->async, on_async_closed);
 }

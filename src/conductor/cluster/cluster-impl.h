@@ -74,6 +74,8 @@ struct ty__creq {
     uint32_t predicted_cached;
     uint64_t placed_at_us;
     struct ty__cnode *queued_on; /* the prefill node whose queue counts it (until unqueued) */
+    uint32_t relay_us;      /* the Conductor's own time turning the decode node's reply into
+                             * the PrefillAssign (its first token's event carries it) */
     struct ty_stoptext tx;  /* text of the relayed tokens, as ty_engine_generate makes it */
 };
 

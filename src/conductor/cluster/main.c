@@ -1,6 +1,7 @@
 /* tycho-conductor: the OpenAI HTTP front door (ty_api) over the cluster's remote backend
  * (ty_cluster): nodes register on the RPC port, requests go to a prefill and a decode node.
- * One libuv loop in the main thread runs everything. */
+ * One libuv loop in the main thread runs everything: the cluster's events go straight to the
+ * API's sink (ty_api_new installs it). */
 #include "tycho/api.h"
 #include "tycho/cluster.h"
 #include "tycho/daemon.h"
@@ -21,13 +22,6 @@ struct conductor {
     ty_cluster_t *cluster;
     ty_api_t *api;
 };
-
-static void on_event(void *arg, const struct ty_serve_event *ev)
-{
-    struct conductor *s = arg;
-    if (s->api)
-        ty_api_backend_event(s->api, ev);
-}
 
 static void on_drained(void *arg)
 {
@@ -93,7 +87,7 @@ static int start(struct conductor *s, uv_loop_t *loop)
         .heartbeat_timeout_ms = (uint32_t)(s->cfg.heartbeat_timeout_ns / 1000000),
         .request_timeout_ms = (uint32_t)(s->cfg.request_timeout_ns / 1000000),
         .startup_wait_ms = (uint32_t)(s->cfg.startup_wait_ns / 1000000),
-        .event_cb = on_event, .event_arg = s, .sched = &s->cfg.scheduler, .cost = &s->cfg.cost,
+        .sched = &s->cfg.scheduler, .cost = &s->cfg.cost, /* events: the API's sink */
         .kv_pool_master = s->cfg.kv_pool.master,
         .model_name = name, .expected_output_tokens = s->cfg.expected_output_tokens};
     model_name(s->cfg.model_path, name, sizeof(name));

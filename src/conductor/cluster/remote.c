@@ -6,7 +6,9 @@
  *      tells the decode node when it has landed;
  *   3. TokenChunks become TOKEN events (text and stop strings handled here), the last one DONE.
  * Cancel (client gone), a stop string, an error or a dead node send Cancel to whichever node
- * still holds the request; every RPC has a deadline, so nothing waits forever. */
+ * still holds the request; every RPC has a deadline, so nothing waits forever.
+ * Everything runs on the loop's thread, so events go straight to the sink (tycho/serve.h's
+ * rule), a cancelled request's ERROR event from inside cancel. */
 #include "cluster-impl.h"
 
 #include "tycho/clock.h"
@@ -28,7 +30,9 @@ static void emit(ty_cluster_t *c, struct ty__creq *r, enum ty_serve_event_kind k
     ev.n_prompt = r->n_prompt;
     ev.n_cached = r->n_cached;
     ev.n_output = r->n_out;
-    c->o.event_cb(c->o.event_arg, &ev);
+    ev.relay_us = kind == TY_SERVE_EV_TOKEN && r->n_out == 1 ? r->relay_us : 0;
+    if (c->o.event_cb)
+        c->o.event_cb(c->o.event_arg, &ev);
 }
 
 static void req_maybe_free(ty_cluster_t *c, struct ty__creq *r)
@@ -350,6 +354,7 @@ static void on_decode_reply(const struct ty_rpc_result *res, void *arg)
 {
     ty_cluster_t *c;
     struct ty__creq *r = req_of(arg, &c);
+    uint64_t t0 = ty_clock_ns();
     r->decode_pending = false;
     if (r->finished) {
         req_maybe_free(c, r);
@@ -365,6 +370,7 @@ static void on_decode_reply(const struct ty_rpc_result *res, void *arg)
     }
     if (!err)
         err = start_prefill(c, r);
+    r->relay_us = (uint32_t)((ty_clock_ns() - t0) / 1000);
     if (err) {
         TY_LOG_WARN("cluster", "request %llu on %s: %s%s%s", (unsigned long long)r->rid,
                     r->dnode->info.id, ty_strerror(err),
@@ -528,9 +534,16 @@ static void cluster_stats(void *ctx, struct ty_serve_stats *out)
     out->preemptions = c->preemptions; /* a down node's count stays in it */
 }
 
+static void cluster_set_sink(void *ctx, ty_serve_event_cb sink, void *arg)
+{
+    ty_cluster_t *c = ctx;
+    c->o.event_cb = sink;
+    c->o.event_arg = arg;
+}
+
 const struct ty_serve_backend_i ty__cluster_backend_iface = {
     .submit = cluster_submit, .cancel = cluster_cancel, .stats = cluster_stats,
-    .status_json = ty__cluster_status_json};
+    .status_json = ty__cluster_status_json, .set_sink = cluster_set_sink};
 
 void ty__cluster_fail_node(ty_cluster_t *c, struct ty__cnode *n, int err)
 {
@@ -555,7 +568,7 @@ void ty__cluster_fail_all(ty_cluster_t *c, int err)
 
 int ty_cluster_new(ty_cluster_t **out, const struct ty_cluster_opts *opts)
 {
-    if (!out || !opts || !opts->loop || !opts->model || !opts->event_cb || !opts->max_ctx)
+    if (!out || !opts || !opts->loop || !opts->model || !opts->max_ctx)
         return TY_EINVAL;
     ty_cluster_t *c = calloc(1, sizeof(*c));
     if (!c)
