@@ -129,6 +129,23 @@ int ty_rpc_server_new(ty_rpc_server_t **out, const struct ty_rpc_server_opts *op
 /* Register (or replace) the handler of `method`. Returns 0 or TY_EINVAL for method 0. */
 int ty_rpc_server_handle(ty_rpc_server_t *s, uint16_t method, ty_rpc_handler_cb cb, void *arg);
 
+/* Handler of one decoded request. `msg` is the request unpacked with the descriptor given to
+ * ty_rpc_server_handle_msg (assign it to a pointer of that message type). It is the server's:
+ * it stays valid until the call ends and is freed then, so a handler that answers later may
+ * keep it until it does. The handler owns `call` as a ty_rpc_handler_cb does. */
+typedef void (*ty_rpc_msg_cb)(ty_rpc_call_t *call, const void *msg, void *arg);
+
+/* Register (or replace) the handler of `method` for requests of message type `desc`: the server
+ * unpacks each request and hands it to `cb`; a payload that does not decode is answered with an
+ * error frame (TY_EBADMSG, "undecodable <short name of desc>") and never reaches cb. A handler
+ * is then one registration line plus its logic:
+ *     ty_rpc_server_handle_msg(srv, METHOD_X, &tycho__v1__x__descriptor, on_x, ctx);
+ *     static void on_x(ty_rpc_call_t *call, const void *msg, void *arg)
+ *     { const Tycho__V1__X *m = msg; ...; ty_rpc_call_reply_msg(call, &reply.base); }
+ * Returns 0 or TY_EINVAL (method 0, no desc or cb). */
+int ty_rpc_server_handle_msg(ty_rpc_server_t *s, uint16_t method,
+                             const ProtobufCMessageDescriptor *desc, ty_rpc_msg_cb cb, void *arg);
+
 /* The bound port (the ephemeral one when opts.port was 0). */
 uint16_t ty_rpc_server_port(const ty_rpc_server_t *s);
 
@@ -145,7 +162,9 @@ bool ty_rpc_call_is_canceled(const ty_rpc_call_t *call);
 void ty_rpc_call_set_cancel_cb(ty_rpc_call_t *call, ty_rpc_cancel_cb cb, void *arg);
 
 /* Terminal: send the one response and end the call. 0, or TY_ENOTCONN when the connection is
- * gone or the call was canceled (the call still ends), TY_EINVAL after a stream item. */
+ * gone or the call was canceled (the call still ends), TY_EINVAL after a stream item. The _msg
+ * form packs a protobuf-c message (`&reply.base`); one too large for a frame fails the call
+ * (TY_EMSGSIZE) instead, so the client is still answered. */
 int ty_rpc_call_reply(ty_rpc_call_t *call, const uint8_t *payload, size_t len);
 int ty_rpc_call_reply_msg(ty_rpc_call_t *call, const ProtobufCMessage *msg);
 

@@ -11,9 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A method's handler: raw payloads (cb), or messages unpacked with desc (msg_cb). */
 struct handler {
     uint16_t method;
     ty_rpc_handler_cb cb;
+    const ProtobufCMessageDescriptor *desc;
+    ty_rpc_msg_cb msg_cb;
     void *arg;
 };
 
@@ -33,6 +36,7 @@ struct ty_rpc_call {
     bool streamed;
     ty_rpc_cancel_cb cancel_cb;
     void *cancel_arg;
+    ProtobufCMessage *msg; /* the unpacked request of a msg_cb handler, freed when the call ends */
     ty_rpc_call_t *prev, *next;
 };
 
@@ -71,6 +75,8 @@ static void call_unlink(ty_rpc_call_t *call)
 static void call_finish(ty_rpc_call_t *call)
 {
     call_unlink(call);
+    if (call->msg)
+        protobuf_c_message_free_unpacked(call->msg, NULL);
     free(call);
 }
 
@@ -202,16 +208,30 @@ static void on_request(struct srv_conn *sc, const struct ty_rpc_frame *f)
         send_error(&sc->conn, f->method, f->request_id, TY_ENOSYS, "no handler for method");
         return;
     }
+    ProtobufCMessage *msg = NULL;
+    if (h->desc) {
+        msg = protobuf_c_message_unpack(h->desc, NULL, f->len, f->payload);
+        if (!msg) {
+            char why[160];
+            snprintf(why, sizeof(why), "undecodable %s", h->desc->short_name);
+            send_error(&sc->conn, f->method, f->request_id, TY_EBADMSG, why);
+            return;
+        }
+    }
     ty_rpc_call_t *call = calloc(1, sizeof(*call));
     TY_ASSERT(call); /* small metadata: abort on OOM (STYLE.md) */
     call->sc = sc;
     call->id = f->request_id;
     call->method = f->method;
+    call->msg = msg;
     call->next = sc->calls;
     if (sc->calls)
         sc->calls->prev = call;
     sc->calls = call;
-    h->cb(call, f->payload, f->len, h->arg);
+    if (msg)
+        h->msg_cb(call, msg, h->arg);
+    else
+        h->cb(call, f->payload, f->len, h->arg);
 }
 
 static void on_cancel_frame(struct srv_conn *sc, uint64_t id)
@@ -378,21 +398,34 @@ int ty_rpc_server_new(ty_rpc_server_t **out, const struct ty_rpc_server_opts *op
     return 0;
 }
 
-int ty_rpc_server_handle(ty_rpc_server_t *s, uint16_t method, ty_rpc_handler_cb cb, void *arg)
+static void handler_set(ty_rpc_server_t *s, const struct handler *h)
 {
-    if (method == 0 || !cb)
-        return TY_EINVAL;
     for (size_t i = 0; i < s->n_handlers; i++) {
-        if (s->handlers[i].method == method) {
-            s->handlers[i].cb = cb;
-            s->handlers[i].arg = arg;
-            return 0;
+        if (s->handlers[i].method == h->method) {
+            s->handlers[i] = *h;
+            return;
         }
     }
     struct handler *nh = realloc(s->handlers, (s->n_handlers + 1) * sizeof(*nh));
     TY_ASSERT(nh);
     s->handlers = nh;
-    s->handlers[s->n_handlers++] = (struct handler){method, cb, arg};
+    s->handlers[s->n_handlers++] = *h;
+}
+
+int ty_rpc_server_handle(ty_rpc_server_t *s, uint16_t method, ty_rpc_handler_cb cb, void *arg)
+{
+    if (method == 0 || !cb)
+        return TY_EINVAL;
+    handler_set(s, &(struct handler){.method = method, .cb = cb, .arg = arg});
+    return 0;
+}
+
+int ty_rpc_server_handle_msg(ty_rpc_server_t *s, uint16_t method,
+                             const ProtobufCMessageDescriptor *desc, ty_rpc_msg_cb cb, void *arg)
+{
+    if (method == 0 || !desc || !cb)
+        return TY_EINVAL;
+    handler_set(s, &(struct handler){.method = method, .desc = desc, .msg_cb = cb, .arg = arg});
     return 0;
 }
 

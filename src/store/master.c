@@ -96,14 +96,10 @@ static void reply_statuses(ty_rpc_call_t *call, int32_t *st, size_t n, uint64_t 
 
 /* ---- client methods ----------------------------------------------------------------------- */
 
-static void h_put_start(ty_rpc_call_t *call, const uint8_t *p, size_t len, void *arg)
+static void h_put_start(ty_rpc_call_t *call, const void *msg, void *arg)
 {
     ty_store_master_t *m = arg;
-    PB(PutStart) *req = PB_FN(put_start__unpack)(NULL, len, p);
-    if (!req) {
-        ty_rpc_call_fail(call, TY_EBADMSG, "bad PutStart");
-        return;
-    }
+    const PB(PutStart) *req = msg;
     uint64_t now = ty_clock_ms();
     size_t n = req->n_items;
     PB(PutSlot) *slots = calloc(n ? n : 1, sizeof(*slots));
@@ -137,17 +133,12 @@ static void h_put_start(ty_rpc_call_t *call, const uint8_t *p, size_t len, void 
     free(sp);
     free(reps);
     free(rp);
-    PB_FN(put_start__free_unpacked)(req, NULL);
 }
 
-static void h_put_commit(ty_rpc_call_t *call, const uint8_t *p, size_t len, void *arg)
+static void h_put_commit(ty_rpc_call_t *call, const void *msg, void *arg)
 {
     ty_store_master_t *m = arg;
-    PB(PutCommit) *req = PB_FN(put_commit__unpack)(NULL, len, p);
-    if (!req) {
-        ty_rpc_call_fail(call, TY_EBADMSG, "bad PutCommit");
-        return;
-    }
+    const PB(PutCommit) *req = msg;
     uint64_t now = ty_clock_ms();
     int32_t *st = calloc(req->n_items + 1, sizeof(*st));
     TY_ASSERT(st != NULL);
@@ -158,7 +149,6 @@ static void h_put_commit(ty_rpc_call_t *call, const uint8_t *p, size_t len, void
     }
     reply_statuses(call, st, req->n_items, m->epoch);
     free(st);
-    PB_FN(put_commit__free_unpacked)(req, NULL);
 }
 
 static void get_one(ty_store_master_t *m, const char *key, uint64_t now, PB(GetSlot) * s,
@@ -183,14 +173,10 @@ static void get_one(ty_store_master_t *m, const char *key, uint64_t now, PB(GetS
     }
 }
 
-static void h_get(ty_rpc_call_t *call, const uint8_t *p, size_t len, void *arg)
+static void h_get(ty_rpc_call_t *call, const void *msg, void *arg)
 {
     ty_store_master_t *m = arg;
-    PB(Get) *req = PB_FN(get__unpack)(NULL, len, p);
-    if (!req) {
-        ty_rpc_call_fail(call, TY_EBADMSG, "bad Get");
-        return;
-    }
+    const PB(Get) *req = msg;
     uint64_t now = ty_clock_ms();
     size_t n = req->n_keys ? req->n_keys : 1;
     PB(GetSlot) *slots = calloc(n, sizeof(*slots));
@@ -211,7 +197,6 @@ static void h_get(ty_rpc_call_t *call, const uint8_t *p, size_t len, void *arg)
     free(sp);
     free(reps);
     free(rp);
-    PB_FN(get__free_unpacked)(req, NULL);
 }
 
 static int keys_one(ty_store_master_t *m, const PB(KeysOp) * req, const char *key, uint64_t now)
@@ -232,14 +217,10 @@ static int keys_one(ty_store_master_t *m, const PB(KeysOp) * req, const char *ke
     }
 }
 
-static void h_keys(ty_rpc_call_t *call, const uint8_t *p, size_t len, void *arg)
+static void h_keys(ty_rpc_call_t *call, const void *msg, void *arg)
 {
     ty_store_master_t *m = arg;
-    PB(KeysOp) *req = PB_FN(keys_op__unpack)(NULL, len, p);
-    if (!req) {
-        ty_rpc_call_fail(call, TY_EBADMSG, "bad KeysOp");
-        return;
-    }
+    const PB(KeysOp) *req = msg;
     uint64_t now = ty_clock_ms();
     int32_t *st = calloc(req->n_keys + 1, sizeof(*st));
     TY_ASSERT(st != NULL);
@@ -247,7 +228,6 @@ static void h_keys(ty_rpc_call_t *call, const uint8_t *p, size_t len, void *arg)
         st[i] = keys_one(m, req, req->keys[i], now);
     reply_statuses(call, st, req->n_keys, m->epoch);
     free(st);
-    PB_FN(keys_op__free_unpacked)(req, NULL);
 }
 
 static void sub_cancel(ty_rpc_call_t *call, int reason, void *arg)
@@ -286,14 +266,10 @@ static void snap_one(void *arg, const struct ty_store_event *ev)
 
 /* Events from now on; with `snapshot`, first the replicas held now (the events still queued
  * may repeat some of them: a subscriber applies them to a set). */
-static void h_subscribe(ty_rpc_call_t *call, const uint8_t *p, size_t len, void *arg)
+static void h_subscribe(ty_rpc_call_t *call, const void *msg, void *arg)
 {
     ty_store_master_t *m = arg;
-    PB(Subscribe) *req = PB_FN(subscribe__unpack)(NULL, len, p);
-    if (!req) {
-        ty_rpc_call_fail(call, TY_EBADMSG, "undecodable Subscribe");
-        return;
-    }
+    const PB(Subscribe) *req = msg;
     if (req->snapshot) {
         struct snap *sn = malloc(sizeof(*sn));
         TY_ASSERT(sn != NULL);
@@ -305,7 +281,6 @@ static void h_subscribe(ty_rpc_call_t *call, const uint8_t *p, size_t len, void 
             send_events(m, sn->ev, sn->n, NULL, call);
         free(sn);
     }
-    PB_FN(subscribe__free_unpacked)(req, NULL);
     struct sub *s = calloc(1, sizeof(*s));
     TY_ASSERT(s != NULL);
     s->call = call;
@@ -314,7 +289,8 @@ static void h_subscribe(ty_rpc_call_t *call, const uint8_t *p, size_t len, void 
     ty_rpc_call_set_cancel_cb(call, sub_cancel, m);
 }
 
-static void h_stats(ty_rpc_call_t *call, const uint8_t *p, size_t len, void *arg)
+/* The request is an empty Subscribe. */
+static void h_stats(ty_rpc_call_t *call, const void *msg, void *arg)
 {
     ty_store_master_t *m = arg;
     struct ty_store_meta_stats st;
@@ -404,14 +380,10 @@ static int node_register(ty_store_master_t *m, const PB(NodeRegister) * req, uin
     return 0;
 }
 
-static void h_node_register(ty_rpc_call_t *call, const uint8_t *p, size_t len, void *arg)
+static void h_node_register(ty_rpc_call_t *call, const void *msg, void *arg)
 {
     ty_store_master_t *m = arg;
-    PB(NodeRegister) *req = PB_FN(node_register__unpack)(NULL, len, p);
-    if (!req) {
-        ty_rpc_call_fail(call, TY_EBADMSG, "bad NodeRegister");
-        return;
-    }
+    const PB(NodeRegister) *req = msg;
     PB(NodeRegisterReply) rep = PB_INIT(NODE_REGISTER_REPLY);
     uint32_t id = 0, announced = 0;
     rep.status = node_register(m, req, &id, &announced);
@@ -419,24 +391,18 @@ static void h_node_register(ty_rpc_call_t *call, const uint8_t *p, size_t len, v
     rep.epoch = m->epoch;
     rep.announced = announced;
     ty_rpc_call_reply_msg(call, &rep.base);
-    PB_FN(node_register__free_unpacked)(req, NULL);
 }
 
-static void h_node_heartbeat(ty_rpc_call_t *call, const uint8_t *p, size_t len, void *arg)
+static void h_node_heartbeat(ty_rpc_call_t *call, const void *msg, void *arg)
 {
     ty_store_master_t *m = arg;
-    PB(NodeHeartbeat) *req = PB_FN(node_heartbeat__unpack)(NULL, len, p);
-    if (!req) {
-        ty_rpc_call_fail(call, TY_EBADMSG, "bad NodeHeartbeat");
-        return;
-    }
+    const PB(NodeHeartbeat) *req = msg;
     int32_t st = req->epoch == m->epoch
                      ? ty_store_meta_node_heartbeat(m->meta, req->node_id, ty_clock_ms())
                      : TY_ESTALE;
     for (size_t i = 0; st == 0 && i < req->n_ssd_dropped; i++)
         ty_store_meta_replica_lost(m->meta, req->node_id, req->ssd_dropped[i], TY_STORE_TIER_SSD);
     reply_statuses(call, &st, 1, m->epoch);
-    PB_FN(node_heartbeat__free_unpacked)(req, NULL);
 }
 
 /* ---- tick: jobs, events, index updates ----------------------------------------------------- */
@@ -576,6 +542,21 @@ static void on_tick(uv_timer_t *t)
 
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 
+static const struct {
+    uint16_t method;
+    const ProtobufCMessageDescriptor *req;
+    ty_rpc_msg_cb cb;
+} routes[] = {
+    {SM_PUT_START, &PB_FN(put_start__descriptor), h_put_start},
+    {SM_PUT_COMMIT, &PB_FN(put_commit__descriptor), h_put_commit},
+    {SM_GET, &PB_FN(get__descriptor), h_get},
+    {SM_KEYS, &PB_FN(keys_op__descriptor), h_keys},
+    {SM_SUBSCRIBE, &PB_FN(subscribe__descriptor), h_subscribe},
+    {SM_STATS, &PB_FN(subscribe__descriptor), h_stats},
+    {SM_NODE_REGISTER, &PB_FN(node_register__descriptor), h_node_register},
+    {SM_NODE_HEARTBEAT, &PB_FN(node_heartbeat__descriptor), h_node_heartbeat},
+};
+
 int ty_store_master_new(ty_store_master_t **out, const struct ty_store_master_opts *opts)
 {
     if (!opts || !opts->loop)
@@ -592,14 +573,8 @@ int ty_store_master_new(ty_store_master_t **out, const struct ty_store_master_op
     rc = ty_rpc_server_new(&m->srv, &so);
     if (rc != 0)
         goto err_meta;
-    ty_rpc_server_handle(m->srv, SM_PUT_START, h_put_start, m);
-    ty_rpc_server_handle(m->srv, SM_PUT_COMMIT, h_put_commit, m);
-    ty_rpc_server_handle(m->srv, SM_GET, h_get, m);
-    ty_rpc_server_handle(m->srv, SM_KEYS, h_keys, m);
-    ty_rpc_server_handle(m->srv, SM_SUBSCRIBE, h_subscribe, m);
-    ty_rpc_server_handle(m->srv, SM_STATS, h_stats, m);
-    ty_rpc_server_handle(m->srv, SM_NODE_REGISTER, h_node_register, m);
-    ty_rpc_server_handle(m->srv, SM_NODE_HEARTBEAT, h_node_heartbeat, m);
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
+        ty_rpc_server_handle_msg(m->srv, routes[i].method, routes[i].req, routes[i].cb, m);
     uv_timer_init(m->loop, &m->tick);
     m->tick.data = m;
     uv_timer_start(&m->tick, on_tick, m->tick_ms, m->tick_ms);

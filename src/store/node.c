@@ -52,7 +52,7 @@ struct job_work {
     uv_work_t w;
     ty_store_node_t *n;
     ty_rpc_call_t *call;
-    PB(Job) * job;
+    const PB(Job) * job; /* the call's request: valid until the reply ends the call */
     int status;
     uint64_t result;
 };
@@ -117,14 +117,10 @@ static void blk_del(ty_store_node_t *n, const char *key)
     n->n_blk--;
 }
 
-static void h_index(ty_rpc_call_t *call, const uint8_t *p, size_t len, void *arg)
+static void h_index(ty_rpc_call_t *call, const void *msg, void *arg)
 {
     ty_store_node_t *n = arg;
-    PB(Events) *req = PB_FN(events__unpack)(NULL, len, p);
-    if (!req) {
-        ty_rpc_call_fail(call, TY_EBADMSG, "bad Events");
-        return;
-    }
+    const PB(Events) *req = msg;
     for (size_t i = 0; i < req->n_events; i++) {
         const PB(Event) *e = req->events[i];
         bool stored = e->kind == TYCHO__STORE__V1__EVENT_KIND__EVENT_KIND_STORED;
@@ -139,7 +135,6 @@ static void h_index(ty_rpc_call_t *call, const uint8_t *p, size_t len, void *arg
     }
     PB(Statuses) rep = PB_INIT(STATUSES);
     ty_rpc_call_reply_msg(call, &rep.base);
-    PB_FN(events__free_unpacked)(req, NULL);
 }
 
 /* ---- jobs --------------------------------------------------------------------------------- */
@@ -214,21 +209,18 @@ static void job_after(uv_work_t *w, int status)
     PB(JobReply) rep = PB_INIT(JOB_REPLY);
     rep.status = status == 0 ? jw->status : TY_ECANCELED;
     rep.result = jw->result;
-    ty_rpc_call_reply_msg(jw->call, &rep.base);
-    PB_FN(job__free_unpacked)(jw->job, NULL);
+    ty_rpc_call_reply_msg(jw->call, &rep.base); /* frees jw->job */
     free(jw);
     if (--n->jobs == 0 && n->closing)
         node_finish_close(n);
 }
 
-static void h_job(ty_rpc_call_t *call, const uint8_t *p, size_t len, void *arg)
+static void h_job(ty_rpc_call_t *call, const void *msg, void *arg)
 {
     ty_store_node_t *n = arg;
-    PB(Job) *j = PB_FN(job__unpack)(NULL, len, p);
-    if (!j || !j->key || n->closing) {
-        if (j)
-            PB_FN(job__free_unpacked)(j, NULL);
-        ty_rpc_call_fail(call, j ? TY_ESHUTDOWN : TY_EBADMSG, "job refused");
+    const PB(Job) *j = msg;
+    if (n->closing) {
+        ty_rpc_call_fail(call, TY_ESHUTDOWN, "job refused: the node is closing");
         return;
     }
     struct job_work *jw = calloc(1, sizeof(*jw));
@@ -456,8 +448,8 @@ static int node_setup(ty_store_node_t *n, const struct ty_store_node_opts *o)
     struct ty_rpc_server_opts ro = {.loop = n->loop, .host = n->host, .port = o->rpc_port};
     if ((rc = ty_rpc_server_new(&n->srv, &ro)) != 0)
         return rc;
-    ty_rpc_server_handle(n->srv, SM_NODE_JOB, h_job, n);
-    ty_rpc_server_handle(n->srv, SM_NODE_INDEX, h_index, n);
+    ty_rpc_server_handle_msg(n->srv, SM_NODE_JOB, &PB_FN(job__descriptor), h_job, n);
+    ty_rpc_server_handle_msg(n->srv, SM_NODE_INDEX, &PB_FN(events__descriptor), h_index, n);
     return master_connect(n);
 }
 

@@ -328,14 +328,10 @@ static int node_register(ty_cluster_t *c, const Tycho__V1__RegisterNode *m, char
 
 static void cluster_tick(uv_timer_t *t);
 
-static void on_register(ty_rpc_call_t *call, const uint8_t *payload, size_t len, void *arg)
+static void on_register(ty_rpc_call_t *call, const void *msg, void *arg)
 {
     ty_cluster_t *c = arg;
-    Tycho__V1__RegisterNode *m = tycho__v1__register_node__unpack(NULL, len, payload);
-    if (!m) {
-        ty_rpc_call_fail(call, TY_EBADMSG, "RegisterNode: undecodable payload");
-        return;
-    }
+    const Tycho__V1__RegisterNode *m = msg;
     char why[256] = "";
     struct ty__cnode *n = NULL;
     Tycho__V1__RegisterNodeReply r = TYCHO__V1__REGISTER_NODE_REPLY__INIT;
@@ -359,18 +355,13 @@ static void on_register(ty_rpc_call_t *call, const uint8_t *payload, size_t len,
         r.reason = why;
         TY_LOG_WARN("cluster", "refused a registration of '%s': %s", m->node_id, why);
     }
-    ty_rpc_call_reply_msg(call, (const ProtobufCMessage *)&r);
-    tycho__v1__register_node__free_unpacked(m, NULL);
+    ty_rpc_call_reply_msg(call, &r.base);
 }
 
-static void on_heartbeat(ty_rpc_call_t *call, const uint8_t *payload, size_t len, void *arg)
+static void on_heartbeat(ty_rpc_call_t *call, const void *msg, void *arg)
 {
     ty_cluster_t *c = arg;
-    Tycho__V1__Heartbeat *m = tycho__v1__heartbeat__unpack(NULL, len, payload);
-    if (!m) {
-        ty_rpc_call_fail(call, TY_EBADMSG, "Heartbeat: undecodable payload");
-        return;
-    }
+    const Tycho__V1__Heartbeat *m = msg;
     struct ty__cnode *n = find_node(c, m->node_id);
     Tycho__V1__HeartbeatReply r = TYCHO__V1__HEARTBEAT_REPLY__INIT;
     r.wall_ms = ty_wall_ms();
@@ -395,8 +386,7 @@ static void on_heartbeat(ty_rpc_call_t *call, const uint8_t *payload, size_t len
         }
         ty__place_heartbeat(c, n, m);
     }
-    ty_rpc_call_reply_msg(call, (const ProtobufCMessage *)&r);
-    tycho__v1__heartbeat__free_unpacked(m, NULL);
+    ty_rpc_call_reply_msg(call, &r.base);
 }
 
 /* Every 100 ms: reap nodes whose connection dropped or whose heartbeats stopped. */
@@ -425,8 +415,10 @@ int ty__cluster_registry_start(ty_cluster_t *c)
     if (rc)
         return rc;
     node_metrics_init(c);
-    ty_rpc_server_handle(c->srv, TYCHO__V1__METHOD__METHOD_REGISTER_NODE, on_register, c);
-    ty_rpc_server_handle(c->srv, TYCHO__V1__METHOD__METHOD_HEARTBEAT, on_heartbeat, c);
+    ty_rpc_server_handle_msg(c->srv, TYCHO__V1__METHOD__METHOD_REGISTER_NODE,
+                             &tycho__v1__register_node__descriptor, on_register, c);
+    ty_rpc_server_handle_msg(c->srv, TYCHO__V1__METHOD__METHOD_HEARTBEAT,
+                             &tycho__v1__heartbeat__descriptor, on_heartbeat, c);
     uv_timer_init(c->o.loop, &c->tick);
     c->tick.data = c;
     uv_timer_start(&c->tick, cluster_tick, 100, 100);

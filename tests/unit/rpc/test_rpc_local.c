@@ -11,6 +11,7 @@
 #include "tycho/errors.h"
 #include "tycho/log.h"
 #include "tycho/rpc.h"
+#include "tycho.pb-c.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -21,7 +22,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-enum { M_ECHO = 1000, M_STREAM = 1001, M_HOLD = 1002, M_FAIL = 1003 };
+enum { M_ECHO = 1000, M_STREAM = 1001, M_HOLD = 1002, M_FAIL = 1003, M_PING = 1004 };
 
 struct fixture {
     uv_loop_t loop;
@@ -31,6 +32,8 @@ struct fixture {
     int n_held;
     int held_cancel_reason;
     int held_cancels;
+    ty_rpc_call_t *ping_call; /* M_PING with nonce 0: answered later by the test */
+    const Tycho__V1__Ping *ping_msg;
 };
 
 /* One call's outcome as the client saw it. */
@@ -108,6 +111,23 @@ static void h_fail(ty_rpc_call_t *call, const uint8_t *p, size_t len, void *arg)
     ty_rpc_call_fail(call, TY_ENOCAPACITY, "full: %d pages", 7);
 }
 
+/* Typed handler: answers nonce + 1 with the same data, or keeps the call (and its message)
+ * when the nonce is 0. */
+static void h_ping(ty_rpc_call_t *call, const void *msg, void *arg)
+{
+    struct fixture *fx = arg;
+    const Tycho__V1__Ping *p = msg;
+    if (p->nonce == 0) {
+        fx->ping_call = call;
+        fx->ping_msg = p;
+        return;
+    }
+    Tycho__V1__Ping r = TYCHO__V1__PING__INIT;
+    r.nonce = p->nonce + 1;
+    r.data = p->data;
+    ty_rpc_call_reply_msg(call, &r.base);
+}
+
 static void tick(uv_timer_t *t)
 {
 }
@@ -145,6 +165,7 @@ static int setup(void **state)
     ty_rpc_server_handle(fx->srv, M_STREAM, h_stream, fx);
     ty_rpc_server_handle(fx->srv, M_HOLD, h_hold, fx);
     ty_rpc_server_handle(fx->srv, M_FAIL, h_fail, fx);
+    ty_rpc_server_handle_msg(fx->srv, M_PING, &tycho__v1__ping__descriptor, h_ping, fx);
     struct ty_rpc_client_opts co = {.loop = &fx->loop,
                                     .host = "127.0.0.1",
                                     .port = ty_rpc_server_port(fx->srv),
@@ -244,6 +265,77 @@ static void test_remote_errors(void **state)
     assert_int_equal(
         ty_rpc_client_call(fx->cli, M_ECHO, big, sizeof(big), NULL, on_result, &a, NULL),
         TY_EMSGSIZE);
+}
+
+/* One Ping's reply as the client saw it. */
+struct ping_outcome {
+    int finals;
+    int status, remote_code;
+    char message[128];
+    uint64_t nonce;
+    char data[16];
+};
+
+static void on_ping_result(const struct ty_rpc_result *r, void *arg)
+{
+    struct ping_outcome *o = arg;
+    o->finals++;
+    o->status = r->status;
+    o->remote_code = r->remote_code;
+    snprintf(o->message, sizeof(o->message), "%s", r->message);
+    Tycho__V1__Ping *p = r->event == TY_RPC_EVENT_REPLY
+                             ? tycho__v1__ping__unpack(NULL, r->len, r->payload)
+                             : NULL;
+    if (p) {
+        o->nonce = p->nonce;
+        snprintf(o->data, sizeof(o->data), "%.*s", (int)p->data.len, (const char *)p->data.data);
+        tycho__v1__ping__free_unpacked(p, NULL);
+    }
+}
+
+static int ping(struct fixture *fx, uint64_t nonce, const char *data, struct ping_outcome *o)
+{
+    Tycho__V1__Ping p = TYCHO__V1__PING__INIT;
+    p.nonce = nonce;
+    p.data.data = (uint8_t *)data;
+    p.data.len = strlen(data);
+    return ty_rpc_client_call_msg(fx->cli, M_PING, &p.base, NULL, on_ping_result, o, NULL);
+}
+
+/* ty_rpc_server_handle_msg: the handler gets the decoded message; an undecodable request is
+ * answered TY_EBADMSG without reaching it; a kept message lives until the call ends. */
+static void test_typed_handler(void **state)
+{
+    struct fixture *fx = *state;
+    struct ping_outcome a = {0}, bad = {0}, later = {0};
+    assert_int_equal(ping(fx, 41, "abc", &a), 0);
+    const uint8_t garbage[] = {0x0a, 0xff}; /* field 1, length-delimited, truncated */
+    assert_int_equal(ty_rpc_client_call(fx->cli, M_PING, garbage, sizeof(garbage), NULL,
+                                        on_ping_result, &bad, NULL),
+                     0);
+    assert_int_equal(ping(fx, 0, "kept", &later), 0);
+    assert_true(run_until(&fx->loop, &a.finals, 1, 2000));
+    assert_true(run_until(&fx->loop, &bad.finals, 1, 2000));
+    assert_int_equal(a.status, 0);
+    assert_int_equal(a.nonce, 42);
+    assert_string_equal(a.data, "abc");
+    assert_int_equal(bad.status, TY_EREMOTE);
+    assert_int_equal(bad.remote_code, TY_EBADMSG);
+    assert_string_equal(bad.message, "undecodable Ping");
+    while (!fx->ping_call)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    run_for(&fx->loop, 20); /* the handler returned long ago: its message is still the call's */
+    assert_int_equal(later.finals, 0);
+    assert_int_equal(fx->ping_msg->data.len, 4);
+    assert_memory_equal(fx->ping_msg->data.data, "kept", 4);
+    Tycho__V1__Ping r = TYCHO__V1__PING__INIT;
+    r.nonce = 7;
+    r.data = fx->ping_msg->data;
+    assert_int_equal(ty_rpc_call_reply_msg(fx->ping_call, &r.base), 0); /* frees the message */
+    fx->ping_call = NULL;
+    assert_true(run_until(&fx->loop, &later.finals, 1, 2000));
+    assert_int_equal(later.nonce, 7);
+    assert_string_equal(later.data, "kept");
 }
 
 static void test_cancel_reaches_server(void **state)
@@ -506,6 +598,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unary_and_queued_before_connect, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stream_in_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remote_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_typed_handler, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_reaches_server, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timeout_exactly_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_client_close_cancels_pending, setup, teardown),
