@@ -18,7 +18,7 @@ struct nodeset {
 };
 
 struct ty_sched_index {
-    struct ty__sched_map map; /* hash -> slot in sets[] */
+    struct ty_u64map map; /* hash -> slot in sets[] */
     struct nodeset *sets;
     uint32_t *free_slots;
     size_t n_sets, cap_sets, n_free;
@@ -29,7 +29,7 @@ int ty_sched_index_new(ty_sched_index_t **out)
     ty_sched_index_t *ix = calloc(1, sizeof(*ix));
     if (!ix)
         return TY_ENOMEM;
-    ty__sched_map_init(&ix->map);
+    ty_u64map_init(&ix->map);
     *out = ix;
     return 0;
 }
@@ -38,7 +38,7 @@ void ty_sched_index_free(ty_sched_index_t *ix)
 {
     if (!ix)
         return;
-    ty__sched_map_fini(&ix->map);
+    ty_u64map_fini(&ix->map);
     free(ix->sets);
     free(ix->free_slots);
     free(ix);
@@ -71,14 +71,14 @@ int ty_sched_index_add(ty_sched_index_t *ix, uint32_t node, const uint64_t *hash
     if (node >= TY_SCHED_MAX_NODES || (n && !hashes))
         return TY_EINVAL;
     for (size_t i = 0; i < n; i++) {
-        uint32_t *v = ty__sched_map_get(&ix->map, hashes[i]);
+        uint32_t *v = ty_u64map_get(&ix->map, hashes[i]);
         uint32_t slot;
         if (v) {
             slot = *v;
         } else {
             slot = slot_alloc(ix);
             memset(&ix->sets[slot], 0, sizeof(ix->sets[slot]));
-            ty__sched_map_put(&ix->map, hashes[i], slot);
+            ty_u64map_put(&ix->map, hashes[i], slot);
         }
         ix->sets[slot].w[node / 64] |= 1ull << (node % 64);
     }
@@ -89,7 +89,7 @@ static void slot_clear(ty_sched_index_t *ix, uint64_t hash, uint32_t slot, uint3
 {
     ix->sets[slot].w[node / 64] &= ~(1ull << (node % 64));
     if (set_empty(&ix->sets[slot])) {
-        ty__sched_map_del(&ix->map, hash);
+        ty_u64map_del(&ix->map, hash);
         ix->free_slots[ix->n_free++] = slot;
     }
 }
@@ -99,7 +99,7 @@ int ty_sched_index_del(ty_sched_index_t *ix, uint32_t node, const uint64_t *hash
     if (node >= TY_SCHED_MAX_NODES || (n && !hashes))
         return TY_EINVAL;
     for (size_t i = 0; i < n; i++) {
-        uint32_t *v = ty__sched_map_get(&ix->map, hashes[i]);
+        uint32_t *v = ty_u64map_get(&ix->map, hashes[i]);
         if (v)
             slot_clear(ix, hashes[i], *v, node);
     }
@@ -137,7 +137,7 @@ void ty_sched_index_match(const ty_sched_index_t *ix, const uint64_t *hashes, si
     memset(&alive, 0xff, sizeof(alive));
     size_t i = 0;
     for (; i < n; i++) {
-        const uint32_t *v = ty__sched_map_get(&ix->map, hashes[i]);
+        const uint32_t *v = ty_u64map_get(&ix->map, hashes[i]);
         bool any = false;
         for (int w = 0; w < SET_WORDS; w++) {
             uint64_t keep = v ? (alive.w[w] & ix->sets[*v].w[w]) : 0;
@@ -168,7 +168,7 @@ void ty_sched_index_match(const ty_sched_index_t *ix, const uint64_t *hashes, si
 size_t ty_sched_index_pool_prefix(const ty_sched_index_t *ix, const uint64_t *hashes, size_t n)
 {
     size_t i = 0;
-    while (i < n && ty__sched_map_get(&ix->map, hashes[i]))
+    while (i < n && ty_u64map_get(&ix->map, hashes[i]))
         i++;
     return i;
 }

@@ -286,7 +286,7 @@ static int request_check(const ty_sched_t *s, const struct ty_sched_request *r)
     if (!r || r->prompt_tokens == 0 || r->priority >= s->o.n_classes ||
         (r->n_blocks && !r->block_hashes))
         return TY_EINVAL;
-    if (ty__sched_map_get(&s->fl_map, r->id))
+    if (ty_u64map_get(&s->fl_map, r->id))
         return TY_EEXIST;
     return 0;
 }

@@ -1,33 +1,26 @@
-/* Private pieces of the scheduler library: an open-addressing uint64 -> uint32 map used by the
- * prefix index and the in-flight table. Not thread-safe; the owner of the map is its only
- * user. Keys may be any value (0 included); deletion shifts entries back (no tombstones). */
+/* Private pieces of the scheduler library: its state (sched.c: nodes and events; policy.c: pick
+ * and admission) and a small random generator. Not thread-safe (tycho/sched.h). */
 #ifndef TYCHO_SCHED_IMPL_H
 #define TYCHO_SCHED_IMPL_H
+
+#include "tycho/u64map.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-struct ty__sched_map {
-    uint64_t *keys;
-    uint32_t *vals;
-    uint8_t *used;
-    size_t cap; /* power of two */
-    size_t len;
-};
-
-void ty__sched_map_init(struct ty__sched_map *m);
-void ty__sched_map_fini(struct ty__sched_map *m);
-/* Returns a pointer to the value of `key`, or NULL. The pointer is valid until the next put. */
-uint32_t *ty__sched_map_get(const struct ty__sched_map *m, uint64_t key);
-/* Inserts or overwrites; aborts on out-of-memory (small metadata). */
-void ty__sched_map_put(struct ty__sched_map *m, uint64_t key, uint32_t val);
-bool ty__sched_map_del(struct ty__sched_map *m, uint64_t key);
-
 /* Small xorshift64* generator: deterministic per seed. */
-uint64_t ty__sched_rand_next(uint64_t *state);
+static inline uint64_t ty__sched_rand_next(uint64_t *state)
+{
+    uint64_t x = *state ? *state : 0x9e3779b97f4a7c15ull;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
 
-/* ---- scheduler state (sched.c: nodes and events; policy.c: pick and admission) ---- */
+/* ---- scheduler state ---- */
 #include "tycho/sched.h"
 
 struct node {
@@ -79,7 +72,7 @@ struct ty_sched {
     uint32_t prefix[TY_SCHED_MAX_NODES]; /* scratch of one pick */
     struct flight *fl;
     size_t n_fl, cap_fl;
-    struct ty__sched_map fl_map; /* id -> index in fl[] */
+    struct ty_u64map fl_map; /* id -> index in fl[] */
     uint64_t rng;
     uint32_t rr_prefill, rr_decode;
     double decode_dur_us;

@@ -94,7 +94,7 @@ int ty_sched_new(ty_sched_t **out, const struct ty_sched_opts *opts)
     s->o = *opts;
     s->rng = opts->seed ? opts->seed : 1;
     s->decode_dur_us = (double)opts->decode_duration_us;
-    ty__sched_map_init(&s->fl_map);
+    ty_u64map_init(&s->fl_map);
     *out = s;
     return 0;
 err_free:
@@ -107,7 +107,7 @@ void ty_sched_free(ty_sched_t *s)
     if (!s)
         return;
     ty_sched_index_free(s->ix);
-    ty__sched_map_fini(&s->fl_map);
+    ty_u64map_fini(&s->fl_map);
     free(s->fl);
     free(s);
 }
@@ -272,7 +272,7 @@ double ty_sched_decode_duration_us(const ty_sched_t *s)
 
 int ty__sched_flight_add(ty_sched_t *s, const struct flight *f)
 {
-    if (ty__sched_map_get(&s->fl_map, f->id))
+    if (ty_u64map_get(&s->fl_map, f->id))
         return TY_EEXIST;
     if (s->n_fl == s->cap_fl) {
         size_t cap = s->cap_fl ? s->cap_fl * 2 : 256;
@@ -282,7 +282,7 @@ int ty__sched_flight_add(ty_sched_t *s, const struct flight *f)
         s->cap_fl = cap;
     }
     s->fl[s->n_fl] = *f;
-    ty__sched_map_put(&s->fl_map, f->id, (uint32_t)s->n_fl);
+    ty_u64map_put(&s->fl_map, f->id, (uint32_t)s->n_fl);
     s->n_fl++;
     struct node *d = &s->nodes[f->decode];
     if (d->epoch == f->decode_epoch)
@@ -292,7 +292,7 @@ int ty__sched_flight_add(ty_sched_t *s, const struct flight *f)
 
 struct flight *ty__sched_flight_get(ty_sched_t *s, uint64_t id)
 {
-    uint32_t *v = ty__sched_map_get(&s->fl_map, id);
+    uint32_t *v = ty_u64map_get(&s->fl_map, id);
     return v ? &s->fl[*v] : NULL;
 }
 
@@ -302,10 +302,10 @@ static void flight_del(ty_sched_t *s, struct flight *f)
     struct node *d = &s->nodes[f->decode];
     if (d->epoch == f->decode_epoch && d->classes[f->priority])
         d->classes[f->priority]--;
-    ty__sched_map_del(&s->fl_map, f->id);
+    ty_u64map_del(&s->fl_map, f->id);
     if (i != s->n_fl - 1) {
         s->fl[i] = s->fl[s->n_fl - 1];
-        ty__sched_map_put(&s->fl_map, s->fl[i].id, (uint32_t)i);
+        ty_u64map_put(&s->fl_map, s->fl[i].id, (uint32_t)i);
     }
     s->n_fl--;
 }

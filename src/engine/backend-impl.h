@@ -1,6 +1,6 @@
-/* Backend interface table (ggml-backend-impl.h style). name, free and forward are required;
- * kv_storage (NULL: the pool uses host memory) and healthy (NULL: always healthy) are
- * optional. */
+/* Backend interface table (ggml-backend-impl.h style) and the pieces the backends share. name,
+ * free and forward are required; kv_storage (NULL: the pool uses host memory) and healthy
+ * (NULL: always healthy) are optional. */
 #ifndef TYCHO_ENGINE_BACKEND_IMPL_H
 #define TYCHO_ENGINE_BACKEND_IMPL_H
 
@@ -19,5 +19,13 @@ struct ty_backend {
     const struct ty_backend_i *iface;
     void *context;
 };
+
+struct ty_weight;
+
+/* Row `row` of weight `w` as w->cols f32 values in `out`, from any file type the engine loads
+ * (F32, F16, BF16, Q8_0; zeros for others). The CPU backend's reading (cpu/ops.c); the CUDA
+ * backend converts weights of another type than its device type with it, so they read exactly
+ * as on the CPU. Thread-safe. */
+void ty__cpu_row_to_f32(const struct ty_weight *w, uint64_t row, float *out);
 
 #endif

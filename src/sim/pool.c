@@ -1,9 +1,9 @@
 /* KV pool model: a set of block hashes with a capacity and an eviction order kept in an
  * indexed binary min-heap (the heap top is the next victim). Every access is O(log n). */
-#include "../conductor/sched-impl.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
 #include "tycho/sim.h"
+#include "tycho/u64map.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +18,7 @@ struct entry {
 
 struct ty_sim_pool {
     struct ty_sim_pool_opts o;
-    struct ty__sched_map map; /* hash -> entry index */
+    struct ty_u64map map; /* hash -> entry index */
     struct entry *e;
     uint32_t *heap;
     uint32_t *free_e;
@@ -52,7 +52,7 @@ int ty_sim_pool_new(ty_sim_pool_t **out, const struct ty_sim_pool_opts *o)
     if (!p)
         return TY_ENOMEM;
     p->o = *o;
-    ty__sched_map_init(&p->map);
+    ty_u64map_init(&p->map);
     *out = p;
     return 0;
 }
@@ -61,7 +61,7 @@ void ty_sim_pool_free(ty_sim_pool_t *p)
 {
     if (!p)
         return;
-    ty__sched_map_fini(&p->map);
+    ty_u64map_fini(&p->map);
     free(p->e);
     free(p->heap);
     free(p->free_e);
@@ -136,7 +136,7 @@ static void evict_top(ty_sim_pool_t *p)
     if (p->n_heap)
         heap_down(p, 0);
     uint64_t hash = p->e[victim].hash;
-    ty__sched_map_del(&p->map, hash);
+    ty_u64map_del(&p->map, hash);
     p->free_e[p->n_free++] = victim;
     if (p->o.on_event)
         p->o.on_event(p->o.arg, hash, false);
@@ -144,7 +144,7 @@ static void evict_top(ty_sim_pool_t *p)
 
 static void touch(ty_sim_pool_t *p, uint64_t hash, uint32_t pos)
 {
-    uint32_t *v = ty__sched_map_get(&p->map, hash);
+    uint32_t *v = ty_u64map_get(&p->map, hash);
     struct entry *e;
     if (v) {
         e = &p->e[*v];
@@ -161,7 +161,7 @@ static void touch(ty_sim_pool_t *p, uint64_t hash, uint32_t pos)
     e->heap = (uint32_t)p->n_heap;
     p->heap[p->n_heap++] = idx;
     heap_up(p, e->heap);
-    ty__sched_map_put(&p->map, hash, idx);
+    ty_u64map_put(&p->map, hash, idx);
     if (p->o.on_event)
         p->o.on_event(p->o.arg, hash, true);
 }
@@ -177,7 +177,7 @@ void ty_sim_pool_access(ty_sim_pool_t *p, const uint64_t *blocks, size_t n)
 size_t ty_sim_pool_prefix(const ty_sim_pool_t *p, const uint64_t *blocks, size_t n)
 {
     size_t i = 0;
-    while (i < n && ty__sched_map_get(&p->map, blocks[i]))
+    while (i < n && ty_u64map_get(&p->map, blocks[i]))
         i++;
     return i;
 }
@@ -189,7 +189,7 @@ size_t ty_sim_pool_size(const ty_sim_pool_t *p)
 
 bool ty_sim_pool_contains(const ty_sim_pool_t *p, uint64_t hash)
 {
-    return ty__sched_map_get(&p->map, hash) != NULL;
+    return ty_u64map_get(&p->map, hash) != NULL;
 }
 
 int ty_sim_cache_run(const struct ty_sim_trace *t, uint64_t capacity, enum ty_sim_evict policy,

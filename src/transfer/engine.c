@@ -1,7 +1,7 @@
 /* The transfer engine object: options, region table, listeners, inbound connections, the
  * notification queue and the watchdog that enforces peer timeouts. Segments and batches are in
  * segment.c and batch.c. */
-#include "rdma-impl.h"
+#include "xfer-impl.h"
 
 #include "tycho/clock.h"
 #include "tycho/errors.h"

@@ -51,13 +51,6 @@ void ty__xfer_rdma_lane_fill(struct ty__xfer_rdma_lane_info *l, const struct ty_
 /* A random 24-bit packet sequence number. */
 uint32_t ty__xfer_rdma_psn(void);
 
-/* Target side of RDMA_CONNECT on an inbound tcp connection: create and connect one QP per lane
- * the initiator asked for, answer with ours. The QPs live until the connection ends
- * (ty__xfer_rdma_serve_free). Returns a connection error; refusals go in the reply status. */
-int ty__xfer_rdma_serve_connect(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
-                                const struct ty__xfer_hdr *h);
-void ty__xfer_rdma_serve_free(struct ty__xfer_inbound *in);
-
 /* rdma_xport.c: one work completion (wr_id, status) from a NIC's completion thread. */
 void ty__xfer_rdma_on_completion(uint64_t wr_id, enum ibv_wc_status status, uint32_t vendor_err);
 

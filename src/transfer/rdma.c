@@ -233,9 +233,14 @@ void ty__xfer_rdma_free(struct ty__xfer_rdma *r)
 
 void ty__xfer_rdma_describe(const struct ty__xfer_rdma *r, struct ty__xfer_hello *h)
 {
-    h->n_nics = r ? r->n : 0;
+    h->n_nics = ty__xfer_rdma_nic_count(r);
     for (size_t i = 0; i < h->n_nics; i++)
         h->nics[i] = r->nic[i].info;
+}
+
+size_t ty__xfer_rdma_nic_count(const struct ty__xfer_rdma *r)
+{
+    return r ? r->n : 0;
 }
 
 /* ---- memory registration -------------------------------------------------------------------- */

@@ -1,6 +1,6 @@
 /* Registered memory and remote segments: the region table of this engine, segment open/close,
  * and the choice of transport for a peer (logged once per open, never changed afterwards). */
-#include "rdma-impl.h"
+#include "xfer-impl.h"
 
 #include "tycho/errors.h"
 #include "tycho/log.h"
@@ -257,7 +257,7 @@ static int seg_choose(ty_xfer_engine_t *e, const char *name, const char *host, u
             TY_LOG_ERROR(TY_XFER_SUBSYS,
                          "segment '%s': rdma needs active NICs on both sides "
                          "(here %zu, peer %zu) with a common link layer",
-                         name, e->rdma ? e->rdma->n : (size_t)0, h->n_nics);
+                         name, ty__xfer_rdma_nic_count(e->rdma), h->n_nics);
             return TY_ENOTSUP;
         }
         return seg_use_rdma(e, name, host, port, h, ctx, iface);

@@ -15,7 +15,7 @@
  * side (tcp_serve) runs one thread per inbound connection and validates every access against
  * the region table.
  */
-#include "rdma-impl.h"
+#include "xfer-impl.h"
 
 #include "tycho/clock.h"
 #include "tycho/errors.h"

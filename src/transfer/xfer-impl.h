@@ -379,7 +379,8 @@ void ty__xfer_tcp_serve(ty_xfer_engine_t *e, struct ty__xfer_inbound *in);
 int ty__xfer_tcp_dial(ty_xfer_engine_t *e, const char *host, uint16_t port,
                       struct ty__xfer_hello *hello);
 
-/* rdma.c, rdma_xport.c */
+/* rdma.c, rdma_xport.c: what the engine core, the segments and the inbound channel ask of the
+ * RDMA transport. struct ty__xfer_rdma stays opaque outside it (rdma-impl.h). */
 /* Open the devices named in `filter` (comma list; NULL: all) that have an ACTIVE port, one NIC
  * per device (its first active port), each with a PD, a CQ and a completion thread. *out is NULL
  * (and 0 returned) when there is none. */
@@ -392,6 +393,14 @@ int ty__xfer_rdma_reg(struct ty__xfer_rdma *r, struct ty__xfer_region *reg);
 void ty__xfer_rdma_dereg(struct ty__xfer_region *reg);
 /* Our NICs for a hello. */
 void ty__xfer_rdma_describe(const struct ty__xfer_rdma *r, struct ty__xfer_hello *h);
+/* Number of NICs opened (0 for NULL: no RDMA). */
+size_t ty__xfer_rdma_nic_count(const struct ty__xfer_rdma *r);
+/* Target side of RDMA_CONNECT on an inbound tcp connection: create and connect one QP per lane
+ * the initiator asked for, answer with ours. The QPs live until the connection ends
+ * (ty__xfer_rdma_serve_free). Returns a connection error; refusals go in the reply status. */
+int ty__xfer_rdma_serve_connect(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
+                                const struct ty__xfer_hdr *h);
+void ty__xfer_rdma_serve_free(struct ty__xfer_inbound *in);
 
 extern const struct ty__xfer_transport_i ty__xfer_rdma_iface;
 /* Whether RDMA can serve this peer: we and it have NICs that pair. */

@@ -4,14 +4,12 @@
 #ifndef TYCHO_ENGINE_CPU_IMPL_H
 #define TYCHO_ENGINE_CPU_IMPL_H
 
+#include "backend-impl.h" /* ty__cpu_row_to_f32, shared with the CUDA backend */
 #include "model-impl.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/* Convert `n` elements of a row of type `type` starting at element `first` to f32. */
-void ty__cpu_row_to_f32(const struct ty_weight *w, uint64_t row, float *out);
 
 /* The IEEE half -> f32 table (all 65536 values, built once). */
 const float *ty__cpu_f16_table(void);

@@ -3,7 +3,6 @@
  * file type equals the device type is copied as is; any other is converted on the host to f32
  * rows (the CPU backend's ty__cpu_row_to_f32, so Q8_0 and F16 read exactly as on the CPU),
  * staged through pinned memory and rounded to the device type on the device. */
-#include "cpu/cpu-impl.h"
 #include "cuda-impl.h"
 
 #include "tycho/errors.h"

@@ -1,5 +1,5 @@
-/* Open-addressing hash map uint64 -> uint32 with linear probing (see sched-impl.h). */
-#include "sched-impl.h"
+/* Open-addressing hash map uint64 -> uint32 with linear probing (tycho/u64map.h). */
+#include "tycho/u64map.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -7,22 +7,12 @@
 #include "tycho/hash.h" /* ty_hash_mix64: trace hash ids are small consecutive integers */
 #include "tycho/log.h"
 
-uint64_t ty__sched_rand_next(uint64_t *state)
-{
-    uint64_t x = *state ? *state : 0x9e3779b97f4a7c15ull;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *state = x;
-    return x * 0x2545f4914f6cdd1dull;
-}
-
-void ty__sched_map_init(struct ty__sched_map *m)
+void ty_u64map_init(struct ty_u64map *m)
 {
     memset(m, 0, sizeof(*m));
 }
 
-void ty__sched_map_fini(struct ty__sched_map *m)
+void ty_u64map_fini(struct ty_u64map *m)
 {
     free(m->keys);
     free(m->vals);
@@ -30,7 +20,7 @@ void ty__sched_map_fini(struct ty__sched_map *m)
     memset(m, 0, sizeof(*m));
 }
 
-static void map_alloc(struct ty__sched_map *m, size_t cap)
+static void map_alloc(struct ty_u64map *m, size_t cap)
 {
     m->keys = malloc(cap * sizeof(*m->keys));
     m->vals = malloc(cap * sizeof(*m->vals));
@@ -40,17 +30,17 @@ static void map_alloc(struct ty__sched_map *m, size_t cap)
     m->len = 0;
 }
 
-static void map_grow(struct ty__sched_map *m)
+static void map_grow(struct ty_u64map *m)
 {
-    struct ty__sched_map old = *m;
+    struct ty_u64map old = *m;
     map_alloc(m, old.cap ? old.cap * 2 : 64);
     for (size_t i = 0; i < old.cap; i++)
         if (old.used[i])
-            ty__sched_map_put(m, old.keys[i], old.vals[i]);
-    ty__sched_map_fini(&old);
+            ty_u64map_put(m, old.keys[i], old.vals[i]);
+    ty_u64map_fini(&old);
 }
 
-uint32_t *ty__sched_map_get(const struct ty__sched_map *m, uint64_t key)
+uint32_t *ty_u64map_get(const struct ty_u64map *m, uint64_t key)
 {
     if (!m->cap)
         return NULL;
@@ -63,7 +53,7 @@ uint32_t *ty__sched_map_get(const struct ty__sched_map *m, uint64_t key)
     }
 }
 
-void ty__sched_map_put(struct ty__sched_map *m, uint64_t key, uint32_t val)
+void ty_u64map_put(struct ty_u64map *m, uint64_t key, uint32_t val)
 {
     if ((m->len + 1) * 4 > m->cap * 3)
         map_grow(m);
@@ -79,7 +69,7 @@ void ty__sched_map_put(struct ty__sched_map *m, uint64_t key, uint32_t val)
     m->vals[i] = val;
 }
 
-bool ty__sched_map_del(struct ty__sched_map *m, uint64_t key)
+bool ty_u64map_del(struct ty_u64map *m, uint64_t key)
 {
     if (!m->cap)
         return false;
