@@ -1,15 +1,12 @@
-/* The transfer engine object: options, region table, listeners, inbound connections, the
- * notification queue and the watchdog that enforces peer timeouts. Segments and batches are in
- * segment.c and batch.c. */
+/* The transfer engine object: options, start and stop, the notification queue and the watchdog
+ * that enforces peer timeouts. The listener and inbound connections are in inbound.c, segments
+ * and the region table in segment.c, batches in batch.c. */
 #include "xfer-impl.h"
 
 #include "tycho/clock.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,121 +71,6 @@ static int engine_set_opts(ty_xfer_engine_t *e, const struct ty_xfer_engine_opts
     if (o->name && (!*o->name || strlen(o->name) > TY_XFER_NAME_MAX))
         return TY_EINVAL;
     return 0;
-}
-
-static int engine_listen(ty_xfer_engine_t *e, uint16_t port)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-    if (inet_pton(AF_INET, e->listen_host, &sa.sin_addr) != 1) {
-        TY_LOG_ERROR(TY_XFER_SUBSYS, "listen_host '%s' is not an IPv4 address", e->listen_host);
-        return TY_EINVAL;
-    }
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return ty_errno();
-    int one = 1, rc;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 128) < 0) {
-        rc = ty_errno();
-        TY_LOG_ERROR(TY_XFER_SUBSYS, "cannot listen on %s:%u: %s", e->listen_host, port,
-                     ty_strerror(rc));
-        close(fd);
-        return rc;
-    }
-    socklen_t sl = sizeof(sa);
-    getsockname(fd, (struct sockaddr *)&sa, &sl);
-    e->port = ntohs(sa.sin_port);
-    e->listen_fd = fd;
-    return 0;
-}
-
-static void reap_inbound(ty_xfer_engine_t *e, bool all)
-{
-    pthread_mutex_lock(&e->inbound_mu);
-    struct ty__xfer_inbound **pp = &e->inbound, *done = NULL;
-    while (*pp) {
-        struct ty__xfer_inbound *in = *pp;
-        if (all)
-            shutdown(in->fd, SHUT_RDWR);
-        if (all || atomic_load(&in->finished)) {
-            *pp = in->next;
-            in->next = done;
-            done = in;
-        } else {
-            pp = &in->next;
-        }
-    }
-    pthread_mutex_unlock(&e->inbound_mu);
-    while (done) {
-        struct ty__xfer_inbound *next = done->next;
-        pthread_join(done->thr, NULL);
-        close(done->fd);
-#ifdef TY_XFER_HAVE_CUDA
-        ty__xfer_cuda_stage_free(&done->stage);
-#endif
-        free(done);
-        done = next;
-    }
-}
-
-static void *inbound_main(void *arg)
-{
-    struct ty__xfer_inbound *in = arg;
-    if (in->is_unix)
-        ty__xfer_local_serve(in->engine, in);
-    else
-        ty__xfer_tcp_serve(in->engine, in);
-    shutdown(in->fd, SHUT_RDWR);
-    atomic_store(&in->finished, true);
-    return NULL;
-}
-
-void ty__xfer_inbound_start(ty_xfer_engine_t *e, int fd, bool is_unix)
-{
-    struct ty__xfer_inbound *in = calloc(1, sizeof(*in));
-    if (!in)
-        abort();
-    in->fd = fd;
-    in->is_unix = is_unix;
-    in->engine = e;
-    reap_inbound(e, false);
-    pthread_mutex_lock(&e->inbound_mu);
-    if (atomic_load(&e->stopping) || pthread_create(&in->thr, NULL, inbound_main, in) != 0) {
-        pthread_mutex_unlock(&e->inbound_mu);
-        close(fd);
-        free(in);
-        return;
-    }
-    in->next = e->inbound;
-    e->inbound = in;
-    pthread_mutex_unlock(&e->inbound_mu);
-}
-
-static void *listen_main(void *arg)
-{
-    ty_xfer_engine_t *e = arg;
-    for (;;) {
-        int fd = accept4(e->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-        if (atomic_load(&e->stopping)) {
-            if (fd >= 0)
-                close(fd);
-            return NULL;
-        }
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED)
-                continue;
-            if (errno == EMFILE || errno == ENFILE) {
-                TY_LOG_WARN(TY_XFER_SUBSYS, "accept: out of file descriptors");
-                ty_sleep_ns(10 * TY_NS_PER_MS);
-                continue;
-            }
-            return NULL;
-        }
-        /* Acks and small replies must not wait for Nagle + delayed ACK (~40 ms a round). */
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        ty__xfer_inbound_start(e, fd, false);
-    }
 }
 
 static void *watchdog_main(void *arg)
@@ -289,7 +171,7 @@ static void engine_init_locks(ty_xfer_engine_t *e)
 
 static int engine_start(ty_xfer_engine_t *e, const struct ty_xfer_engine_opts *opts)
 {
-    int rc = engine_listen(e, opts->listen_port);
+    int rc = ty__xfer_inbound_listen(e, opts->listen_port);
     if (rc)
         return rc;
     if (opts->name)
@@ -300,7 +182,7 @@ static int engine_start(ty_xfer_engine_t *e, const struct ty_xfer_engine_opts *o
         return rc;
     if (opts->etcd_endpoint && (rc = engine_etcd_start(e, opts->etcd_endpoint)) != 0)
         return rc;
-    if (pthread_create(&e->listen_thr, NULL, listen_main, e) != 0)
+    if (pthread_create(&e->listen_thr, NULL, ty__xfer_inbound_accept_main, e) != 0)
         return TY_ENOMEM;
     if (pthread_create(&e->wd_thr, NULL, watchdog_main, e) != 0) {
         atomic_store(&e->stopping, true);
@@ -413,7 +295,7 @@ void ty_xfer_engine_free(ty_xfer_engine_t *e)
     pthread_join(e->unix_thr, NULL);
     close(e->listen_fd);
     close(e->unix_fd);
-    reap_inbound(e, true);
+    ty__xfer_inbound_reap(e, true);
     engine_etcd_stop(e, true);
     engine_free_regions(e);
     ty__xfer_rdma_free(e->rdma); /* after every QP (segments, inbound) and MR is gone */

@@ -383,7 +383,7 @@ static int connect_exchange(struct rdma_peer *p, const struct ty__xfer_rdma_conn
 static int peer_connect(struct rdma_peer *p)
 {
     struct ty__xfer_hello fresh;
-    int fd = ty__xfer_tcp_dial(p->e, p->host, p->port, &fresh);
+    int fd = ty__xfer_inbound_dial(p->e, p->host, p->port, &fresh);
     if (fd < 0)
         return fd;
     ty__xfer_hello_clear(&p->hello);
@@ -537,7 +537,7 @@ static int job_new(struct rdma_peer *p, const struct ty__xfer_slice_req *req, st
 static void hello_refresh(struct rdma_peer *p)
 {
     struct ty__xfer_hello fresh;
-    int fd = ty__xfer_tcp_dial(p->e, p->host, p->port, &fresh);
+    int fd = ty__xfer_inbound_dial(p->e, p->host, p->port, &fresh);
     if (fd < 0)
         return;
     close(fd);

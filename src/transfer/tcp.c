@@ -11,9 +11,9 @@
  * thundering herd on the peer mutex); a run of READ requests leaves in one sendmsg. A reply
  * thread that frees a place in its window sends the next READ requests itself when nothing but
  * READs is in flight on its connection (no handoff to the sender); `tx_busy` lets one thread
- * at a time take and send for a connection, so the wire order is the FIFO order. The server
- * side (tcp_serve) runs one thread per inbound connection and validates every access against
- * the region table.
+ * at a time take and send for a connection, so the wire order is the FIFO order. The target
+ * side of WRITE and READ runs on the inbound connection's thread (inbound.c) and validates every
+ * access against the region table.
  */
 #include "xfer-impl.h"
 
@@ -509,53 +509,7 @@ static void *recv_main(void *arg)
 /* Connect one socket and run the hello exchange; returns fd, fills *hello when non-NULL. */
 static int conn_dial(struct tcp_peer *p, struct ty__xfer_hello *hello)
 {
-    return ty__xfer_tcp_dial(p->e, p->host, p->port, hello);
-}
-
-int ty__xfer_tcp_dial(ty_xfer_engine_t *e, const char *host, uint16_t port,
-                      struct ty__xfer_hello *hello)
-{
-    int fd = ty__xfer_tcp_connect(host, port, e->timeout_ms);
-    if (fd < 0)
-        return fd;
-    ty__xfer_sock_timeouts(fd, e->timeout_ms);
-    struct ty__xfer_hdr h = {
-        .type = TY__XFER_MSG_HELLO, .addr = TY__XFER_VERSION, .len = strlen(e->name)};
-    uint8_t hb[TY__XFER_HDR_SIZE], *body = NULL;
-    ty__xfer_hdr_encode(&h, hb);
-    struct iovec iov[2] = {{hb, sizeof(hb)}, {e->name, (size_t)h.len}};
-    int rc = ty__xfer_sendv_all(fd, iov, 2);
-    if (rc || (rc = ty__xfer_recv_all(fd, hb, sizeof(hb))) != 0)
-        goto err_close;
-    if ((rc = ty__xfer_hdr_decode(hb, &h)) != 0 || h.type != TY__XFER_MSG_HELLO_REPLY) {
-        rc = TY_EPROTO;
-        goto err_close;
-    }
-    if (h.status) {
-        rc = h.status;
-        goto err_close;
-    }
-    body = malloc(h.len ? h.len : 1);
-    if (!body)
-        abort();
-    if ((rc = ty__xfer_recv_all(fd, body, (size_t)h.len)) != 0)
-        goto err_free;
-    struct ty__xfer_hello tmp;
-    if ((rc = ty__xfer_hello_decode(body, (size_t)h.len, &tmp)) != 0)
-        goto err_free;
-    if (hello)
-        *hello = tmp;
-    else
-        ty__xfer_hello_clear(&tmp);
-    free(body);
-    /* Replies may legitimately take long when a slice is large; the watchdog bounds stalls. */
-    ty__xfer_sock_timeouts(fd, 0);
-    return fd;
-err_free:
-    free(body);
-err_close:
-    close(fd);
-    return rc;
+    return ty__xfer_inbound_dial(p->e, p->host, p->port, hello);
 }
 
 static void conns_close(struct tcp_peer *p)
@@ -789,16 +743,7 @@ const struct ty__xfer_transport_i ty__xfer_tcp_iface = {
     .close = tcp_close,
 };
 
-/* ---- server side --------------------------------------------------------------------------- */
-
-static int reply(int fd, uint8_t type, uint64_t seq, int status)
-{
-    struct ty__xfer_hdr h = {.type = type, .seq = seq, .status = status};
-    uint8_t hb[TY__XFER_HDR_SIZE];
-    ty__xfer_hdr_encode(&h, hb);
-    struct iovec iov = {hb, sizeof(hb)};
-    return ty__xfer_sendv_all(fd, &iov, 1);
-}
+/* ---- target side: WRITE and READ on an inbound connection (inbound.c) --------------------- */
 
 static void refuse_log(ty_xfer_engine_t *e, struct ty__xfer_inbound *in, const char *what,
                        const struct ty__xfer_hdr *h)
@@ -811,14 +756,14 @@ static void refuse_log(ty_xfer_engine_t *e, struct ty__xfer_inbound *in, const c
                 (unsigned long long)h->task_addr, (unsigned long long)h->task_len, in->peer_name);
 }
 
-static int serve_write(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
-                       const struct ty__xfer_hdr *h)
+int ty__xfer_tcp_serve_write(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
+                             const struct ty__xfer_hdr *h)
 {
     const struct ty__xfer_region *r = ty__xfer_regions_rdlock(e, h->task_addr, h->task_len);
     if (!r) {
         refuse_log(e, in, "write", h);
         int rc = ty__xfer_drain(in->fd, h->len);
-        return rc ? rc : reply(in->fd, TY__XFER_MSG_ACK, h->seq, TY_EOUTOFRANGE);
+        return rc ? rc : ty__xfer_send_status(in->fd, TY__XFER_MSG_ACK, h->seq, TY_EOUTOFRANGE);
     }
     uint8_t *target = (uint8_t *)(uintptr_t)h->addr, *dst = target;
     int rc = 0, status = 0;
@@ -847,16 +792,16 @@ static int serve_write(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
     /* after the bytes landed, before the ACK: the release that serve_notify and stats readers
      * acquire (struct ty__xfer_stats_atomic) */
     atomic_fetch_add_explicit(&e->st.served_in, h->len, memory_order_acq_rel);
-    return reply(in->fd, TY__XFER_MSG_ACK, h->seq, status);
+    return ty__xfer_send_status(in->fd, TY__XFER_MSG_ACK, h->seq, status);
 }
 
-static int serve_read(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
-                      const struct ty__xfer_hdr *h)
+int ty__xfer_tcp_serve_read(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
+                            const struct ty__xfer_hdr *h)
 {
     const struct ty__xfer_region *r = ty__xfer_regions_rdlock(e, h->task_addr, h->task_len);
     if (!r) {
         refuse_log(e, in, "read", h);
-        return reply(in->fd, TY__XFER_MSG_READ_RESP, h->seq, TY_EOUTOFRANGE);
+        return ty__xfer_send_status(in->fd, TY__XFER_MSG_READ_RESP, h->seq, TY_EOUTOFRANGE);
     }
     /* a peer reads back what it wrote through another connection only after that write's ACK:
      * acquire what the serving thread of the write released (struct ty__xfer_stats_atomic) */
@@ -869,7 +814,7 @@ static int serve_read(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
             crc = ty__xfer_cuda_copy(in->stage.ptr, src, (size_t)h->len);
         if (crc) {
             ty__xfer_regions_unlock(e);
-            return reply(in->fd, TY__XFER_MSG_READ_RESP, h->seq, crc);
+            return ty__xfer_send_status(in->fd, TY__XFER_MSG_READ_RESP, h->seq, crc);
         }
         src = in->stage.ptr;
     }
@@ -887,103 +832,4 @@ static int serve_read(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
     if (rc == 0)
         atomic_fetch_add(&e->st.served_out, h->len);
     return rc;
-}
-
-static int serve_hello(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
-                       const struct ty__xfer_hdr *h)
-{
-    int rc = ty__xfer_recv_all(in->fd, in->peer_name, (size_t)h->len);
-    if (rc)
-        return rc;
-    in->peer_name[h->len] = '\0';
-    if (h->addr != TY__XFER_VERSION)
-        return reply(in->fd, TY__XFER_MSG_HELLO_REPLY, h->seq, TY_EPROTO);
-    struct ty__xfer_hello hello;
-    uint8_t *body, hb[TY__XFER_HDR_SIZE];
-    size_t len;
-    ty__xfer_engine_hello(e, &hello);
-    ty__xfer_hello_encode(&hello, &body, &len);
-    ty__xfer_hello_clear(&hello);
-    struct ty__xfer_hdr rh = {.type = TY__XFER_MSG_HELLO_REPLY, .len = len};
-    ty__xfer_hdr_encode(&rh, hb);
-    struct iovec iov[2] = {{hb, sizeof(hb)}, {body, len}};
-    rc = ty__xfer_sendv_all(in->fd, iov, 2);
-    free(body);
-    return rc;
-}
-
-static int serve_notify(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
-                        const struct ty__xfer_hdr *h)
-{
-    uint8_t msg[TY_XFER_NOTIFY_MAX];
-    int rc = ty__xfer_recv_all(in->fd, msg, (size_t)h->len);
-    if (rc)
-        return rc;
-    /* The sender's fence put every earlier write's ACK before this message, but those writes
-     * may have landed through other connections' threads: acquire what they published, so the
-     * poller of this notification is ordered after them in this process too. */
-    (void)atomic_load_explicit(&e->st.served_in, memory_order_acquire);
-    return reply(in->fd, TY__XFER_MSG_ACK, h->seq,
-                 ty__xfer_notify_push(e, in->peer_name, msg, (size_t)h->len));
-}
-
-/* Wait for the next header. An idle connection is fine; a header cut short is not. */
-static int recv_hdr_idle(ty_xfer_engine_t *e, int fd, uint8_t *hb)
-{
-    size_t got = 0;
-    while (got < TY__XFER_HDR_SIZE) {
-        ssize_t n = recv(fd, hb + got, TY__XFER_HDR_SIZE - got, 0);
-        if (n == 0)
-            return TY_ECONNRESET;
-        if (n < 0) {
-            if (errno == EINTR || ((errno == EAGAIN) && got == 0 && !atomic_load(&e->stopping)))
-                continue;
-            return errno == EAGAIN ? TY_ETIMEDOUT : ty_errno();
-        }
-        got += (size_t)n;
-    }
-    return 0;
-}
-
-void ty__xfer_tcp_serve(ty_xfer_engine_t *e, struct ty__xfer_inbound *in)
-{
-    uint8_t hb[TY__XFER_HDR_SIZE];
-    struct ty__xfer_hdr h;
-    ty__xfer_sock_timeouts(in->fd, e->timeout_ms);
-    int rc = 0;
-    bool hello = false;
-    while (rc == 0 && !atomic_load(&e->stopping)) {
-        if ((rc = recv_hdr_idle(e, in->fd, hb)) != 0)
-            break;
-        if ((rc = ty__xfer_hdr_decode(hb, &h)) != 0)
-            break;
-        if (!hello && h.type != TY__XFER_MSG_HELLO) {
-            rc = TY_EPROTO;
-            break;
-        }
-        switch (h.type) {
-        case TY__XFER_MSG_HELLO:
-            rc = hello ? TY_EPROTO : serve_hello(e, in, &h);
-            hello = true;
-            break;
-        case TY__XFER_MSG_WRITE:
-            rc = serve_write(e, in, &h);
-            break;
-        case TY__XFER_MSG_READ:
-            rc = serve_read(e, in, &h);
-            break;
-        case TY__XFER_MSG_NOTIFY:
-            rc = serve_notify(e, in, &h);
-            break;
-        case TY__XFER_MSG_RDMA_CONNECT:
-            rc = ty__xfer_rdma_serve_connect(e, in, &h);
-            break;
-        default:
-            rc = TY_EPROTO;
-        }
-    }
-    ty__xfer_rdma_serve_free(in); /* the QPs of an rdma peer live as long as its control conn */
-    if (rc && rc != TY_ECONNRESET && !atomic_load(&e->stopping))
-        TY_LOG_WARN(TY_XFER_SUBSYS, "closing inbound connection from '%s': %s",
-                    in->peer_name[0] ? in->peer_name : "?", ty_strerror(rc));
 }

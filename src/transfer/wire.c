@@ -482,6 +482,15 @@ void ty__xfer_lowat_reset(int fd, int *lowat)
         lowat_set(fd, lowat, 1);
 }
 
+int ty__xfer_send_status(int fd, uint8_t type, uint64_t seq, int status)
+{
+    struct ty__xfer_hdr h = {.type = type, .seq = seq, .status = status};
+    uint8_t hb[TY__XFER_HDR_SIZE];
+    ty__xfer_hdr_encode(&h, hb);
+    struct iovec iov = {hb, sizeof(hb)};
+    return ty__xfer_sendv_all(fd, &iov, 1);
+}
+
 int ty__xfer_drain(int fd, uint64_t len)
 {
     uint8_t scratch[16384];

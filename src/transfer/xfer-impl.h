@@ -191,6 +191,8 @@ int ty__xfer_recv_all(int fd, void *buf, size_t len);
 int ty__xfer_recv_lowat(int fd, void *buf, size_t len, int *lowat, int timeout_ms);
 /* Put SO_RCVLOWAT back to 1 (a no-op when *lowat is 1). */
 void ty__xfer_lowat_reset(int fd, int *lowat);
+/* Send a header-only reply (ACK, READ_RESP or HELLO_REPLY refusal) carrying `status`. */
+int ty__xfer_send_status(int fd, uint8_t type, uint64_t seq, int status);
 /* Receive and discard len bytes. */
 int ty__xfer_drain(int fd, uint64_t len);
 /* Connect to host:port within timeout_ms; returns fd or -errno / TY_ETIMEDOUT. */
@@ -363,21 +365,34 @@ void ty__xfer_regions_unlock(ty_xfer_engine_t *e);
 void ty__xfer_engine_hello(ty_xfer_engine_t *e, struct ty__xfer_hello *h);
 /* Queue a received notification; TY_ENOSPC when the queue is full. */
 int ty__xfer_notify_push(ty_xfer_engine_t *e, const char *from, const void *msg, size_t len);
+
+/* inbound.c: the inbound control channel */
+/* Bind and listen on listen_host:port (0: ephemeral; e->port gets the bound one). */
+int ty__xfer_inbound_listen(ty_xfer_engine_t *e, uint16_t port);
+/* Accept loop of the tcp listener (thread body); returns once the engine is stopping. */
+void *ty__xfer_inbound_accept_main(void *arg);
 /* Register an accepted connection and start its serving thread. */
 void ty__xfer_inbound_start(ty_xfer_engine_t *e, int fd, bool is_unix);
+/* Join and free the finished connections, or (all) shut down and free every one. */
+void ty__xfer_inbound_reap(ty_xfer_engine_t *e, bool all);
+/* Dial a peer's inbound channel at host:port and run the hello exchange (fills *hello when
+ * non-NULL). Returns the connected fd (blocking, no socket timeouts) or a negative error. */
+int ty__xfer_inbound_dial(ty_xfer_engine_t *e, const char *host, uint16_t port,
+                          struct ty__xfer_hello *hello);
 
 /* tcp.c */
 extern const struct ty__xfer_transport_i ty__xfer_tcp_iface;
 /* Connect to host:port, handshake, fill *hello. On success *ctx is the peer state. */
 int ty__xfer_tcp_open(ty_xfer_engine_t *e, const char *host, uint16_t port,
                       struct ty__xfer_hello *hello, void **ctx);
-/* Serve one inbound tcp connection until it closes (runs on its own thread). */
-void ty__xfer_tcp_serve(ty_xfer_engine_t *e, struct ty__xfer_inbound *in);
-
-/* Dial host:port and run the hello exchange (fills *hello when non-NULL). Returns the connected
- * fd (blocking, no socket timeouts) or a negative error. */
-int ty__xfer_tcp_dial(ty_xfer_engine_t *e, const char *host, uint16_t port,
-                      struct ty__xfer_hello *hello);
+/* Target side of a WRITE (receive the payload into registered memory, ACK) and of a READ
+ * (READ_RESP + payload) whose header h arrived on inbound connection `in`. An access outside
+ * registered memory is refused (TY_EOUTOFRANGE in the reply) and the connection kept. Returns
+ * a connection error (the connection ends), else 0. */
+int ty__xfer_tcp_serve_write(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
+                             const struct ty__xfer_hdr *h);
+int ty__xfer_tcp_serve_read(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
+                            const struct ty__xfer_hdr *h);
 
 /* rdma.c, rdma_xport.c: what the engine core, the segments and the inbound channel ask of the
  * RDMA transport. struct ty__xfer_rdma stays opaque outside it (rdma-impl.h). */
