@@ -212,7 +212,7 @@ int ty_xfer_engine_new(ty_xfer_engine_t **out, const struct ty_xfer_engine_opts 
         goto err_free;
     if ((rc = engine_start(e, opts)) != 0)
         goto err_free;
-    if (pthread_create(&e->unix_thr, NULL, ty__xfer_local_accept_main, e) != 0) {
+    if (pthread_create(&e->unix_thr, NULL, ty__xfer_inbound_accept_unix_main, e) != 0) {
         rc = TY_ENOMEM;
         goto err_stop;
     }

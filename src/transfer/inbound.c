@@ -216,15 +216,15 @@ void ty__xfer_inbound_start(ty_xfer_engine_t *e, int fd, bool is_unix)
     pthread_mutex_unlock(&e->inbound_mu);
 }
 
-void *ty__xfer_inbound_accept_main(void *arg)
+/* Accept loop of one listening socket, until the engine stops. */
+static void accept_loop(ty_xfer_engine_t *e, int listen_fd, bool is_unix)
 {
-    ty_xfer_engine_t *e = arg;
     for (;;) {
-        int fd = accept4(e->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
         if (atomic_load(&e->stopping)) {
             if (fd >= 0)
                 close(fd);
-            return NULL;
+            return;
         }
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
@@ -234,13 +234,29 @@ void *ty__xfer_inbound_accept_main(void *arg)
                 ty_sleep_ns(10 * TY_NS_PER_MS);
                 continue;
             }
-            return NULL;
+            return;
         }
-        /* Acks and small replies must not wait for Nagle + delayed ACK (~40 ms a round). */
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        ty__xfer_inbound_start(e, fd, false);
+        if (!is_unix) {
+            /* Acks and small replies must not wait for Nagle + delayed ACK (~40 ms a round). */
+            int one = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        }
+        ty__xfer_inbound_start(e, fd, is_unix);
     }
+}
+
+void *ty__xfer_inbound_accept_main(void *arg)
+{
+    ty_xfer_engine_t *e = arg;
+    accept_loop(e, e->listen_fd, false);
+    return NULL;
+}
+
+void *ty__xfer_inbound_accept_unix_main(void *arg)
+{
+    ty_xfer_engine_t *e = arg;
+    accept_loop(e, e->unix_fd, true);
+    return NULL;
 }
 
 /* ---- the hello, dialing side ------------------------------------------------------------- */

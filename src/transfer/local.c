@@ -103,25 +103,6 @@ int ty__xfer_local_listen(ty_xfer_engine_t *e)
     return 0;
 }
 
-void *ty__xfer_local_accept_main(void *arg)
-{
-    ty_xfer_engine_t *e = arg;
-    for (;;) {
-        int fd = accept4(e->unix_fd, NULL, NULL, SOCK_CLOEXEC);
-        if (atomic_load(&e->stopping)) {
-            if (fd >= 0)
-                close(fd);
-            return NULL;
-        }
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE)
-                continue;
-            return NULL;
-        }
-        ty__xfer_inbound_start(e, fd, true);
-    }
-}
-
 /* ---- messages on the seqpacket socket ------------------------------------------------------- */
 
 static int msg_send(int fd, const struct ty__xfer_hdr *h, const void *body, size_t len, int pass)

@@ -369,8 +369,10 @@ int ty__xfer_notify_push(ty_xfer_engine_t *e, const char *from, const void *msg,
 /* inbound.c: the inbound control channel */
 /* Bind and listen on listen_host:port (0: ephemeral; e->port gets the bound one). */
 int ty__xfer_inbound_listen(ty_xfer_engine_t *e, uint16_t port);
-/* Accept loop of the tcp listener (thread body); returns once the engine is stopping. */
+/* Accept loops (thread bodies) of the tcp listener and of the local transport's unix socket
+ * (ty__xfer_local_listen); they return once the engine is stopping. */
 void *ty__xfer_inbound_accept_main(void *arg);
+void *ty__xfer_inbound_accept_unix_main(void *arg);
 /* Register an accepted connection and start its serving thread. */
 void ty__xfer_inbound_start(ty_xfer_engine_t *e, int fd, bool is_unix);
 /* Join and free the finished connections, or (all) shut down and free every one. */
@@ -433,8 +435,6 @@ int ty__xfer_local_open(ty_xfer_engine_t *e, const struct ty__xfer_hello *hello,
 int ty__xfer_local_open_self(ty_xfer_engine_t *e, void **ctx);
 void ty__xfer_local_serve(ty_xfer_engine_t *e, struct ty__xfer_inbound *in);
 int ty__xfer_local_listen(ty_xfer_engine_t *e);
-/* Accept loop of the unix socket (thread body). */
-void *ty__xfer_local_accept_main(void *arg);
 /* Republish this engine's metadata to etcd (no-op without etcd). */
 int ty__xfer_engine_publish(ty_xfer_engine_t *e);
 /* Shared memory that other processes on this host can map (the local transport passes the fd),
