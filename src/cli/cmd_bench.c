@@ -3,6 +3,8 @@
  * ignore_eos, max_tokens = the wanted output length) sent at a Poisson or fixed rate, or at
  * the Mooncake trace's timestamps, with at most --max-concurrency in flight. One thread per
  * request in flight, blocking sockets, HTTP/1.0 so the stream ends at the connection's close.
+ * --count-only makes the client cheap enough for many streams to measure the server: token
+ * events are counted and timed without parsing their JSON (only the usage event is parsed).
  */
 #include "cli.h"
 
@@ -42,6 +44,7 @@ struct bench {
     json_t *extra;       /* --extra-body: members merged into every request (NULL: none) */
     double rate, goodput_ttft, goodput_tpot;
     double temperature, top_p; /* sent with every request (top_p 1: not sent) */
+    bool count_only;           /* token events timed without parsing their JSON */
     uint64_t seed;
     struct breq *reqs;
     sem_t slots;
@@ -95,11 +98,20 @@ static char *request_body(const struct bench *b, const struct breq *r)
     return s;
 }
 
-/* Account one SSE event: a token chunk (times) or the usage chunk. */
-static void on_sse(struct breq *r, const char *ev, double t, double *last)
+/* Account one SSE event: a token chunk (times) or the usage chunk. count_only: every event
+ * but the usage one is a token (with ignore_eos and no stop strings each chunk carries one). */
+static void on_sse(struct breq *r, const char *ev, double t, double *last, bool count_only)
 {
     if (!strcmp(ev, "[DONE]")) {
         r->ok = r->n_out > 0 || r->n_out_want == 0 || !r->need_tokens;
+        return;
+    }
+    if (count_only && !strstr(ev, "\"usage\":{")) {
+        if (*last == 0)
+            r->ttft = t;
+        else
+            r->itl[r->n_itl < r->n_out_want ? r->n_itl++ : r->n_itl - 1] = t - *last;
+        *last = t;
         return;
     }
     json_t *o = json_loads(ev, 0, NULL);
@@ -152,7 +164,7 @@ static void run_one(const struct bench *b, struct breq *r)
         while ((e = strstr(p, "\n\n"))) {
             *e = 0;
             if (!strncmp(p, "data: ", 6))
-                on_sse(r, p + 6, t, &last);
+                on_sse(r, p + 6, t, &last, b->count_only);
             p = e + 2;
         }
         n_acc -= (size_t)(p - acc);
@@ -365,13 +377,15 @@ static void usage(FILE *f)
                "         [--max-concurrency C] [--random-input-len N] [--random-output-len N]\n"
                "         [--random-vocab V] [--dataset-path MOONCAKE.jsonl] [--seed S]\n"
                "         [--goodput ttft:MS tpot:MS] [--temperature T] [--top-p P] [--json FILE|-]\n"
-               "         [--max-tokens N] [--extra-body JSON]\n"
+               "         [--max-tokens N] [--extra-body JSON] [--count-only]\n"
                "  Random prompts are token ids in [100, V); a trace's lengths are capped by\n"
                "  --random-input-len/--random-output-len when given. Requests are greedy\n"
                "  (temperature 0) unless --temperature says otherwise. Answers have the wanted\n"
                "  length (ignore_eos); with --max-tokens N every request asks for up to N\n"
                "  tokens instead and ends at the model's EOS, as a chat client's would.\n"
-               "  --extra-body: a JSON object merged into every request (e.g. logit_bias).\n");
+               "  --extra-body: a JSON object merged into every request (e.g. logit_bias).\n"
+               "  --count-only: time token events without parsing their JSON (a client cheap\n"
+               "  enough for many streams to measure the server; needs answers without EOS).\n");
 }
 
 static int parse_url(struct bench *b, const char *url)
@@ -398,7 +412,8 @@ static int parse_args(struct bench *b, int argc, char **argv)
         {"random-output-len", 1, 0, 'o'}, {"random-vocab", 1, 0, 'V'},
         {"dataset-path", 1, 0, 'd'}, {"seed", 1, 0, 's'}, {"goodput", 1, 0, 'g'},
         {"json", 1, 0, 'j'}, {"temperature", 1, 0, 'T'}, {"top-p", 1, 0, 'P'},
-        {"max-tokens", 1, 0, 'M'}, {"extra-body", 1, 0, 'X'}, {"help", 0, 0, 'h'},
+        {"max-tokens", 1, 0, 'M'}, {"extra-body", 1, 0, 'X'}, {"count-only", 0, 0, 'C'},
+        {"help", 0, 0, 'h'},
         {0, 0, 0, 0}};
     int c;
     optind = 1;
@@ -442,6 +457,7 @@ static int parse_args(struct bench *b, int argc, char **argv)
                 return TY_EINVAL;
             }
             break;
+        case 'C': b->count_only = true; break;
         case 'h': usage(stdout); return 1;
         default: return TY_EINVAL;
         }
