@@ -64,16 +64,6 @@ int ty_daemon_start(ty_daemon_t *d, uv_loop_t *loop);
  * uv_stop() the loop. Idempotent. */
 void ty_daemon_stop(ty_daemon_t *d);
 
-/* Re-read the configuration now, as SIGHUP does. Returns 0 or the load error (the running
- * settings are kept). */
-int ty_daemon_reload(ty_daemon_t *d);
-
-/* The config object (for ty_config_lookup, ty_config_dump). */
-ty_config_t *ty_daemon_config(ty_daemon_t *d);
-
-/* True once SIGTERM/SIGINT arrived. */
-bool ty_daemon_draining(const ty_daemon_t *d);
-
 /* Free the daemon and the strings and lists of its settings. Call after the loop stopped and
  * ran its close callbacks. NULL is a no-op. */
 void ty_daemon_free(ty_daemon_t *d);

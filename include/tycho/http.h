@@ -55,8 +55,6 @@ int ty_http_server_new(ty_http_server_t **out, uv_loop_t *loop,
                        const struct ty_http_server_opts *opts);
 /* The bound port (useful with port 0). */
 uint16_t ty_http_server_port(const ty_http_server_t *s);
-/* Stop accepting new connections (drain); existing ones keep going. */
-void ty_http_server_stop_accepting(ty_http_server_t *s);
 /* Open connections, and of them the ones with a request being handled. */
 uint32_t ty_http_server_n_connections(const ty_http_server_t *s);
 /* Close everything (aborting unfinished requests), free the server, then cb(arg). */

@@ -50,9 +50,6 @@ struct ty_rpc_frame {
 /* Human-readable kind name ("request", ...); "?" for values outside the enum. */
 const char *ty_rpc_kind_name(int kind);
 
-/* Write the 20-byte header of `f` (f->len is the payload length) into `out`. */
-void ty_rpc_header_encode(uint8_t out[TY_RPC_HEADER_SIZE], const struct ty_rpc_frame *f);
-
 /* Encode header + payload into `out` (capacity `cap`); *written gets the frame size.
  * Returns 0, TY_EINVAL for a kind outside the enum, or TY_EMSGSIZE when cap is too small. */
 int ty_rpc_frame_encode(const struct ty_rpc_frame *f, uint8_t *out, size_t cap, size_t *written);
@@ -149,16 +146,10 @@ int ty_rpc_server_handle_msg(ty_rpc_server_t *s, uint16_t method,
 /* The bound port (the ephemeral one when opts.port was 0). */
 uint16_t ty_rpc_server_port(const ty_rpc_server_t *s);
 
-/* Number of open client connections. */
-size_t ty_rpc_server_conn_count(const ty_rpc_server_t *s);
-
 /* Stop listening, close every connection (their calls get their cancel callbacks) and free the
  * server once all handles are closed; then `cb(arg)` runs (cb may be NULL). */
 void ty_rpc_server_close(ty_rpc_server_t *s, ty_rpc_closed_cb cb, void *arg);
 
-uint64_t ty_rpc_call_id(const ty_rpc_call_t *call);
-uint16_t ty_rpc_call_method(const ty_rpc_call_t *call);
-bool ty_rpc_call_is_canceled(const ty_rpc_call_t *call);
 void ty_rpc_call_set_cancel_cb(ty_rpc_call_t *call, ty_rpc_cancel_cb cb, void *arg);
 
 /* Terminal: send the one response and end the call. 0, or TY_ENOTCONN when the connection is
@@ -192,7 +183,7 @@ enum ty_rpc_event {
 
 /* What a call's callback receives; everything is borrowed for the callback's duration.
  * status on ERROR: TY_ETIMEDOUT (deadline passed), TY_ECONNRESET (connection dropped after the
- * call was sent), TY_ECANCELED (ty_rpc_client_cancel or client close), TY_EREMOTE (the server
+ * call was sent), TY_ECANCELED (the client closed), TY_EREMOTE (the server
  * failed it: remote_code / message), TY_EPROTO (the server answered with the wrong kind). */
 struct ty_rpc_result {
     uint64_t request_id;
@@ -253,10 +244,6 @@ int ty_rpc_client_call(ty_rpc_client_t *c, uint16_t method, const uint8_t *paylo
 int ty_rpc_client_call_msg(ty_rpc_client_t *c, uint16_t method, const ProtobufCMessage *msg,
                            const struct ty_rpc_call_opts *opts, ty_rpc_result_cb cb, void *arg,
                            uint64_t *out_id);
-
-/* Cancel a pending call: tells the server, and completes the call with TY_ECANCELED before
- * returning. Returns 0, or TY_ENOTFOUND when the call already completed. */
-int ty_rpc_client_cancel(ty_rpc_client_t *c, uint64_t request_id);
 
 bool ty_rpc_client_is_connected(const ty_rpc_client_t *c);
 size_t ty_rpc_client_pending(const ty_rpc_client_t *c);

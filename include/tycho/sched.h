@@ -62,18 +62,9 @@ struct ty_sched_sample {
     double us;
 };
 
-/* The sample of one prompt of L tokens, P of them cached, prefilled alone in `us`. */
-static inline struct ty_sched_sample ty_sched_prefill_sample(double L, double P, double us)
-{
-    return (struct ty_sched_sample){L - P, L * L - P * P, us};
-}
-
-/* Least-squares refit of c->prefill (or c->decode) from n >= 3 samples whose features are not
- * collinear. Returns 0, TY_EINVAL (n < 3, non-finite values) or TY_ERANGE (singular system). */
-int ty_sched_cost_fit_prefill(struct ty_sched_cost *c, const struct ty_sched_sample *s, size_t n);
-int ty_sched_cost_fit_decode(struct ty_sched_cost *c, const struct ty_sched_sample *s, size_t n);
-/* The same fits with every coefficient >= 0 (least squares over the feature subsets whose
- * unconstrained fit is non-negative, the best of them), so that a live cluster's noisy
+/* Least-squares refit of c->prefill (or c->decode) from n >= 3 samples with every coefficient
+ * >= 0 (least squares over the feature subsets whose unconstrained fit is non-negative, the
+ * best of them), so that a live cluster's noisy
  * samples never yield negative predicted times, then refitted once without the samples whose
  * residual exceeds 8x the median one (a stall or a cold start must not set the model).
  * Samples that all sit at about one size (x0 within 25 %: one prompt length, one batch size)
@@ -113,8 +104,6 @@ void ty_sched_index_drop_node(ty_sched_index_t *ix, uint32_t node);
 /* prefix[node] = number of leading blocks of `hashes` that node holds, for node < n_nodes. */
 void ty_sched_index_match(const ty_sched_index_t *ix, const uint64_t *hashes, size_t n,
                           uint32_t *prefix, uint32_t n_nodes);
-/* Leading blocks present anywhere in the pool (each block on some node). */
-size_t ty_sched_index_pool_prefix(const ty_sched_index_t *ix, const uint64_t *hashes, size_t n);
 /* Distinct blocks indexed (for metrics and tests). */
 size_t ty_sched_index_size(const ty_sched_index_t *ix);
 

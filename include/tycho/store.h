@@ -43,8 +43,6 @@ struct ty_store_master_opts {
 /* Start a master listening on host:port. Returns 0, TY_EINVAL, or the bind error. */
 int ty_store_master_new(ty_store_master_t **out, const struct ty_store_master_opts *opts);
 uint16_t ty_store_master_port(const ty_store_master_t *m);
-/* Borrowed view of the metadata, for stats and tests (loop thread only). */
-ty_store_meta_t *ty_store_master_meta(ty_store_master_t *m);
 /* Stop serving and free the master once its handles closed; then cb(arg) (may be NULL). */
 void ty_store_master_close(ty_store_master_t *m, ty_store_closed_cb cb, void *arg);
 
@@ -73,8 +71,6 @@ struct ty_store_node_opts {
 int ty_store_node_new(ty_store_node_t **out, const struct ty_store_node_opts *opts);
 uint16_t ty_store_node_rpc_port(const ty_store_node_t *n);
 const char *ty_store_node_segment(const ty_store_node_t *n);
-/* True once the current master accepted the node's registration. */
-bool ty_store_node_registered(const ty_store_node_t *n);
 void ty_store_node_close(ty_store_node_t *n, ty_store_closed_cb cb, void *arg);
 
 /* ---- client -------------------------------------------------------------------------------- */
@@ -131,11 +127,7 @@ int ty_store_client_put(ty_store_client_t *c, const char *key, const void *buf, 
 int ty_store_client_get(ty_store_client_t *c, const char *key, void *buf, uint64_t cap,
                         uint64_t *len);
 
-/* 0 when present, TY_ENOTFOUND when not. */
-int ty_store_client_exists(ty_store_client_t *c, const char *key);
 int ty_store_client_remove(ty_store_client_t *c, const char *key);
-int ty_store_client_pin(ty_store_client_t *c, const char *key, bool pin);
-int ty_store_client_set_replicas(ty_store_client_t *c, const char *key, uint32_t n);
 
 /* Batch forms: one RPC per phase and one transfer batch for all n keys, so every key's transfer
  * is in flight at once, spread over the engine's connections to each node. status[i] gets each
@@ -145,9 +137,8 @@ int ty_store_client_put_batch(ty_store_client_t *c, size_t n, const char *const 
                               const void *const *bufs, const uint64_t *lens, int *status);
 int ty_store_client_get_batch(ty_store_client_t *c, size_t n, const char *const *keys,
                               void *const *bufs, const uint64_t *caps, uint64_t *lens, int *status);
+/* status[i]: 0 when keys[i] is present, TY_ENOTFOUND when not. */
 int ty_store_client_exists_batch(ty_store_client_t *c, size_t n, const char *const *keys,
-                                 int *status);
-int ty_store_client_remove_batch(ty_store_client_t *c, size_t n, const char *const *keys,
                                  int *status);
 
 struct ty_store_client_stats {
@@ -163,15 +154,14 @@ struct ty_store_client_stats {
 };
 void ty_store_client_stats(ty_store_client_t *c, struct ty_store_client_stats *out);
 
-/* Stored/removed events of the whole pool (the Conductor's prefix index feed). `cb` runs on
- * the client's RPC thread for every event from now on, until the client is freed or the
- * master connection drops (then once with ev == NULL). Returns 0 or TY_ESHUTDOWN. */
+/* Stored/removed events of the pool (the Conductor's prefix index feed). `cb` runs on the
+ * client's RPC thread for every event from now on, until the client is freed or the master
+ * connection drops (then once with ev == NULL). With `snapshot`, first a STORED event for every
+ * readable replica the pool holds now whose key starts with `prefix` (NULL: any), so a
+ * subscriber's view starts complete; live events that follow may repeat some. Returns 0,
+ * TY_EINVAL or TY_ESHUTDOWN. */
 typedef void (*ty_store_event_cb)(const struct ty_store_event *ev, const char *node_name,
                                   void *arg);
-int ty_store_client_subscribe(ty_store_client_t *c, ty_store_event_cb cb, void *arg);
-/* The same, first with (snapshot) a STORED event for every readable replica the pool holds
- * now whose key starts with `prefix` (NULL: any), so a subscriber's view starts complete;
- * live events that follow may repeat some. Returns 0, TY_EINVAL or TY_ESHUTDOWN. */
 int ty_store_client_subscribe_snapshot(ty_store_client_t *c, const char *prefix, bool snapshot,
                                        ty_store_event_cb cb, void *arg);
 

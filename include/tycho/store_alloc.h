@@ -35,9 +35,5 @@ int ty_store_alloc_give(ty_store_alloc_t *a, uint64_t offset, uint64_t len);
 /* Bytes in use (after rounding), the arena size, and the number of free ranges. */
 uint64_t ty_store_alloc_used(const ty_store_alloc_t *a);
 uint64_t ty_store_alloc_size(const ty_store_alloc_t *a);
-uint64_t ty_store_alloc_fragments(const ty_store_alloc_t *a);
-
-/* Length of the largest free range. */
-uint64_t ty_store_alloc_largest(const ty_store_alloc_t *a);
 
 #endif

@@ -67,8 +67,6 @@ struct ty_store_meta_opts {
     uint64_t align;            /* DRAM allocation unit, a power of two; 0: 64 */
 };
 
-/* Parse "lru", "lfu", "length_aware". Returns 0 or TY_EINVAL. */
-int ty_store_policy_parse(const char *s, enum ty_store_policy *out);
 const char *ty_store_policy_name(enum ty_store_policy p);
 
 int ty_store_meta_new(ty_store_meta_t **out, const struct ty_store_meta_opts *opts);
@@ -107,8 +105,6 @@ struct ty_store_node_info {
     uint64_t last_heartbeat;
 };
 int ty_store_meta_node_info(const ty_store_meta_t *m, uint32_t id, struct ty_store_node_info *out);
-/* Node id of a name, or TY_ENOTFOUND. */
-int ty_store_meta_node_find(const ty_store_meta_t *m, const char *name, uint32_t *id);
 
 /* ---- objects -------------------------------------------------------------------------------- */
 

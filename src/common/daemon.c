@@ -179,7 +179,9 @@ int ty_daemon_new(ty_daemon_t **out, const struct ty_daemon_opts *opts, int argc
 
 /* ---- running ------------------------------------------------------------------------------ */
 
-int ty_daemon_reload(ty_daemon_t *d)
+/* Re-read the configuration (SIGHUP). Returns 0 or the load error (the running settings are
+ * kept). */
+static int daemon_reload(ty_daemon_t *d)
 {
     void *fresh_data = calloc(1, d->opts.table->size);
     TY_ASSERT(fresh_data);
@@ -218,7 +220,7 @@ static void on_signal(uv_signal_t *h, int signum)
 {
     ty_daemon_t *d = h->data;
     if (signum == SIGHUP) {
-        ty_daemon_reload(d);
+        daemon_reload(d);
         return;
     }
     if (d->draining) {
@@ -286,16 +288,6 @@ void ty_daemon_stop(ty_daemon_t *d)
         if (!uv_is_closing(hs[i]))
             uv_close(hs[i], NULL);
     uv_stop(d->loop);
-}
-
-ty_config_t *ty_daemon_config(ty_daemon_t *d)
-{
-    return d->cfg;
-}
-
-bool ty_daemon_draining(const ty_daemon_t *d)
-{
-    return d->draining;
 }
 
 void ty_daemon_free(ty_daemon_t *d)

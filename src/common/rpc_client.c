@@ -637,17 +637,6 @@ int ty_rpc_client_call_msg(ty_rpc_client_t *c, uint16_t method, const ProtobufCM
     return rc;
 }
 
-int ty_rpc_client_cancel(ty_rpc_client_t *c, uint64_t request_id)
-{
-    struct cli_call *call = map_find(c, request_id);
-    if (!call)
-        return TY_ENOTFOUND;
-    if (call->on == &c->sent && c->conn && c->state == CLI_CONNECTED)
-        ty__rpc_conn_send(&c->conn->conn, TY_RPC_KIND_CANCEL, call->method, call->id, NULL, 0);
-    call_fail(c, call, TY_ECANCELED, "call canceled");
-    return 0;
-}
-
 bool ty_rpc_client_is_connected(const ty_rpc_client_t *c)
 {
     return c->state == CLI_CONNECTED;

@@ -40,7 +40,8 @@ static uint64_t get_le(const uint8_t *p, int n)
     return v;
 }
 
-void ty_rpc_header_encode(uint8_t out[TY_RPC_HEADER_SIZE], const struct ty_rpc_frame *f)
+/* Write the 20-byte header of `f` (f->len is the payload length) into `out`. */
+static void header_encode(uint8_t out[TY_RPC_HEADER_SIZE], const struct ty_rpc_frame *f)
 {
     put_le(out + OFF_MAGIC, TY_RPC_MAGIC, 4);
     out[OFF_VERSION] = TY_RPC_VERSION;
@@ -59,7 +60,7 @@ int ty_rpc_frame_encode(const struct ty_rpc_frame *f, uint8_t *out, size_t cap, 
     size_t need = TY_RPC_HEADER_SIZE + (size_t)f->len;
     if (cap < need)
         return TY_EMSGSIZE;
-    ty_rpc_header_encode(out, f);
+    header_encode(out, f);
     if (f->len)
         memcpy(out + TY_RPC_HEADER_SIZE, f->payload, f->len);
     *written = need;

@@ -48,7 +48,6 @@ struct ty_rpc_server {
     struct handler *handlers;
     size_t n_handlers;
     struct srv_conn *conns;
-    size_t n_conns;
     bool closing;
     int open_handles; /* listener + connections not yet closed */
     ty_rpc_closed_cb close_cb;
@@ -88,21 +87,6 @@ static void call_notify_cancel(ty_rpc_call_t *call, int reason)
     call->cancel_notified = true;
     if (call->cancel_cb)
         call->cancel_cb(call, reason, call->cancel_arg);
-}
-
-uint64_t ty_rpc_call_id(const ty_rpc_call_t *call)
-{
-    return call->id;
-}
-
-uint16_t ty_rpc_call_method(const ty_rpc_call_t *call)
-{
-    return call->method;
-}
-
-bool ty_rpc_call_is_canceled(const ty_rpc_call_t *call)
-{
-    return call->canceled;
 }
 
 void ty_rpc_call_set_cancel_cb(ty_rpc_call_t *call, ty_rpc_cancel_cb cb, void *arg)
@@ -293,7 +277,6 @@ static void srv_on_closed(struct ty__rpc_conn *c, int reason)
         s->conns = sc->next;
     if (sc->next)
         sc->next->prev = sc->prev;
-    s->n_conns--;
     s->open_handles--;
     free(sc);
     maybe_finish_close(s);
@@ -320,7 +303,6 @@ static void on_connection(uv_stream_t *listener, int status)
     if (s->conns)
         s->conns->prev = sc;
     s->conns = sc;
-    s->n_conns++;
     s->open_handles++;
     int rc = uv_accept(listener, (uv_stream_t *)&sc->conn.tcp);
     if (rc == 0)
@@ -432,11 +414,6 @@ int ty_rpc_server_handle_msg(ty_rpc_server_t *s, uint16_t method,
 uint16_t ty_rpc_server_port(const ty_rpc_server_t *s)
 {
     return s->port;
-}
-
-size_t ty_rpc_server_conn_count(const ty_rpc_server_t *s)
-{
-    return s->n_conns;
 }
 
 void ty_rpc_server_close(ty_rpc_server_t *s, ty_rpc_closed_cb cb, void *arg)

@@ -185,11 +185,6 @@ static int fit_mask(const struct ty_sched_sample *s, size_t n, unsigned mask,
     return 0;
 }
 
-static int fit3(const struct ty_sched_sample *s, size_t n, double out[3])
-{
-    return fit_mask(s, n, 7, out);
-}
-
 /* Non-negative least squares for three features by enumeration: the constrained optimum is
  * the unconstrained fit of some feature subset, so try all seven and keep the non-negative
  * one with the smallest squared error. */
@@ -350,14 +345,3 @@ void ty_sched_cost_cpu(const struct ty_sched_model_shape *m, uint32_t block_toke
     out->block_tokens = block_tokens;
 }
 
-int ty_sched_cost_fit_prefill(struct ty_sched_cost *c, const struct ty_sched_sample *s, size_t n)
-{
-    double x[3];
-    return keep_fit(c, 1, fit3(s, n, x), x);
-}
-
-int ty_sched_cost_fit_decode(struct ty_sched_cost *c, const struct ty_sched_sample *s, size_t n)
-{
-    double x[3];
-    return keep_fit(c, 0, fit3(s, n, x), x);
-}

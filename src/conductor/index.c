@@ -165,14 +165,6 @@ void ty_sched_index_match(const ty_sched_index_t *ix, const uint64_t *hashes, si
     }
 }
 
-size_t ty_sched_index_pool_prefix(const ty_sched_index_t *ix, const uint64_t *hashes, size_t n)
-{
-    size_t i = 0;
-    while (i < n && ty_u64map_get(&ix->map, hashes[i]))
-        i++;
-    return i;
-}
-
 size_t ty_sched_index_size(const ty_sched_index_t *ix)
 {
     return ix->map.len;

@@ -13,7 +13,7 @@ struct extent {
 };
 
 struct ty_store_alloc {
-    uint64_t size, align, used, n_free;
+    uint64_t size, align, used;
     struct extent *head; /* free extents, ascending offset, never adjacent */
 };
 
@@ -34,7 +34,6 @@ static void extent_unlink(ty_store_alloc_t *a, struct extent *e)
         a->head = e->next;
     if (e->next)
         e->next->prev = e->prev;
-    a->n_free--;
     free(e);
 }
 
@@ -49,7 +48,6 @@ int ty_store_alloc_new(ty_store_alloc_t **out, uint64_t size, uint64_t align)
     a->size = size - size % align;
     a->align = align;
     a->head = extent_new(0, a->size);
-    a->n_free = 1;
     *out = a;
     return 0;
 }
@@ -119,7 +117,6 @@ int ty_store_alloc_take_at(ty_store_alloc_t *a, uint64_t offset, uint64_t len)
                 if (e->next)
                     e->next->prev = r;
                 e->next = r;
-                a->n_free++;
             }
         }
         a->used += len;
@@ -162,7 +159,6 @@ int ty_store_alloc_give(ty_store_alloc_t *a, uint64_t offset, uint64_t len)
             a->head = e;
         if (next)
             next->prev = e;
-        a->n_free++;
     }
     a->used -= len;
     return 0;
@@ -175,17 +171,4 @@ uint64_t ty_store_alloc_used(const ty_store_alloc_t *a)
 uint64_t ty_store_alloc_size(const ty_store_alloc_t *a)
 {
     return a->size;
-}
-uint64_t ty_store_alloc_fragments(const ty_store_alloc_t *a)
-{
-    return a->n_free;
-}
-
-uint64_t ty_store_alloc_largest(const ty_store_alloc_t *a)
-{
-    uint64_t best = 0;
-    for (const struct extent *e = a->head; e; e = e->next)
-        if (e->len > best)
-            best = e->len;
-    return best;
 }

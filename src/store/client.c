@@ -821,34 +821,10 @@ int ty_store_client_exists_batch(ty_store_client_t *c, size_t n, const char *con
     return keys_op(c, KOP(EXISTS), 0, n, keys, status);
 }
 
-int ty_store_client_remove_batch(ty_store_client_t *c, size_t n, const char *const *keys,
-                                 int *status)
-{
-    return keys_op(c, KOP(REMOVE), 0, n, keys, status);
-}
-
-int ty_store_client_exists(ty_store_client_t *c, const char *key)
-{
-    int st;
-    return keys_op(c, KOP(EXISTS), 0, 1, &key, &st);
-}
-
 int ty_store_client_remove(ty_store_client_t *c, const char *key)
 {
     int st;
     return keys_op(c, KOP(REMOVE), 0, 1, &key, &st);
-}
-
-int ty_store_client_pin(ty_store_client_t *c, const char *key, bool pin)
-{
-    int st;
-    return keys_op(c, pin ? KOP(PIN) : KOP(UNPIN), 0, 1, &key, &st);
-}
-
-int ty_store_client_set_replicas(ty_store_client_t *c, const char *key, uint32_t n)
-{
-    int st;
-    return keys_op(c, KOP(SET_REPLICAS), n, 1, &key, &st);
 }
 
 void ty_store_client_stats(ty_store_client_t *c, struct ty_store_client_stats *out)
@@ -908,11 +884,6 @@ static void sub_start(void *arg)
         s->cb(NULL, NULL, s->arg);
         free(s);
     }
-}
-
-int ty_store_client_subscribe(ty_store_client_t *c, ty_store_event_cb cb, void *arg)
-{
-    return ty_store_client_subscribe_snapshot(c, NULL, false, cb, arg);
 }
 
 int ty_store_client_subscribe_snapshot(ty_store_client_t *c, const char *prefix, bool snapshot,

@@ -594,10 +594,6 @@ uint16_t ty_store_master_port(const ty_store_master_t *m)
 {
     return ty_rpc_server_port(m->srv);
 }
-ty_store_meta_t *ty_store_master_meta(ty_store_master_t *m)
-{
-    return m->meta;
-}
 
 static void master_closed_one(ty_store_master_t *m)
 {

@@ -17,17 +17,6 @@ static void *xrealloc(void *p, size_t n)
     return q;
 }
 
-int ty_store_policy_parse(const char *s, enum ty_store_policy *out)
-{
-    static const char *const names[] = {"lru", "lfu", "length_aware"};
-    for (int i = 0; s && i < 3; i++)
-        if (strcmp(s, names[i]) == 0) {
-            *out = (enum ty_store_policy)i;
-            return 0;
-        }
-    return TY_EINVAL;
-}
-
 const char *ty_store_policy_name(enum ty_store_policy p)
 {
     switch (p) {
@@ -371,7 +360,8 @@ int ty_store_meta_node_remove(ty_store_meta_t *m, uint32_t id)
     return 0;
 }
 
-int ty_store_meta_node_find(const ty_store_meta_t *m, const char *name, uint32_t *id)
+/* Node id of a name, or TY_ENOTFOUND. */
+static int node_find(const ty_store_meta_t *m, const char *name, uint32_t *id)
 {
     for (uint32_t i = 0; name && i < m->n_nodes; i++)
         if (m->nodes[i].used && strcmp(m->nodes[i].name, name) == 0) {
@@ -387,7 +377,7 @@ int ty_store_meta_node_add(ty_store_meta_t *m, const char *name, uint64_t dram_b
     if (!name || !*name || strlen(name) > TY_STORE_NODE_NAME_MAX || dram_bytes < m->o.align)
         return TY_EINVAL;
     uint32_t old;
-    if (ty_store_meta_node_find(m, name, &old) == 0)
+    if (node_find(m, name, &old) == 0)
         ty_store_meta_node_remove(m, old);
     uint32_t slot = m->n_nodes;
     for (uint32_t i = 0; i < m->n_nodes; i++)

@@ -514,10 +514,6 @@ const char *ty_store_node_segment(const ty_store_node_t *n)
 {
     return ty_xfer_engine_name(n->xfer);
 }
-bool ty_store_node_registered(const ty_store_node_t *n)
-{
-    return n->registered;
-}
 
 static void node_closed_one(ty_store_node_t *n)
 {

@@ -866,11 +866,6 @@ uint16_t ty_http_server_port(const ty_http_server_t *s)
     return s->port;
 }
 
-void ty_http_server_stop_accepting(ty_http_server_t *s)
-{
-    s->accepting = false;
-}
-
 uint32_t ty_http_server_n_connections(const ty_http_server_t *s)
 {
     return s->n_conns;

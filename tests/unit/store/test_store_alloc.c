@@ -44,19 +44,24 @@ static void test_coalesce(void **state)
     uint64_t o[10];
     for (int i = 0; i < 10; i++)
         assert_int_equal(ty_store_alloc_take(a, 64, &o[i]), 0);
-    /* Free 1, 3, 2 in that order: 1..3 must merge into one 192-byte range. */
+    /* Free 1, 3, 2 in that order: 1..3 must merge into one 192-byte range, the only free one
+     * (two separate ranges could not take 128 or 192 bytes). */
+    uint64_t got;
     assert_int_equal(ty_store_alloc_give(a, o[1], 64), 0);
     assert_int_equal(ty_store_alloc_give(a, o[3], 64), 0);
-    assert_int_equal(ty_store_alloc_fragments(a), 2);
+    assert_int_equal(ty_store_alloc_take(a, 128, &got), TY_ENOCAPACITY);
     assert_int_equal(ty_store_alloc_give(a, o[2], 64), 0);
-    assert_int_equal(ty_store_alloc_fragments(a), 1);
-    assert_int_equal(ty_store_alloc_largest(a), 192);
+    assert_int_equal(ty_store_alloc_take(a, 256, &got), TY_ENOCAPACITY);
+    assert_int_equal(ty_store_alloc_take(a, 192, &got), 0);
+    assert_int_equal(got, o[1]);
+    assert_int_equal(ty_store_alloc_give(a, got, 192), 0);
     for (int i = 0; i < 10; i++)
         if (i < 1 || i > 3)
             assert_int_equal(ty_store_alloc_give(a, o[i], 64), 0);
     assert_int_equal(ty_store_alloc_used(a), 0);
-    assert_int_equal(ty_store_alloc_fragments(a), 1);
-    assert_int_equal(ty_store_alloc_largest(a), 640);
+    /* everything merged back: the whole arena in one piece */
+    assert_int_equal(ty_store_alloc_take(a, 640, &got), 0);
+    assert_int_equal(got, 0);
     ty_store_alloc_free(a);
 }
 
