@@ -1,10 +1,12 @@
 /* libFuzzer target for the OpenAI request validator (src/conductor/api/api_parse.c).
  *
- * The first input byte picks the request kind (bit 0: chat or completion); the rest is the
- * request body. Checked on every input: an accepted request obeys every range the validator
+ * The first input byte picks the request kind (bit 0: chat or completion) and the parse (bit 1:
+ * into one arena shared by every input and reset after each, as the API's per-request arena
+ * is used, or into the request's own); the rest is the request body. Checked on every input: an accepted request obeys every range the validator
  * promises (tycho/api.h, OpenAI API reference), a rejected one carries a 400/500 error with a
  * message whose JSON rendering parses back, and a rejected request holds no allocations. */
 #include "tycho/api.h"
+#include "tycho/arena.h"
 #include "tycho/errors.h"
 #include "tycho/sampling.h"
 
@@ -97,7 +99,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct ty_api_request r;
     struct ty_api_error e;
     memset(&e, 0, sizeof(e));
-    int rc = ty_api_parse_request(body, size - 1, kind, &r, &e);
+    static ty_arena_t *arena;
+    if (!arena)
+        arena = ty_arena_new(0);
+    bool shared = data[0] & 2;
+    int rc = shared ? ty_api_parse_request_in(arena, body, size - 1, kind, &r, &e)
+                    : ty_api_parse_request(body, size - 1, kind, &r, &e);
     check(rc == 0 || rc == TY_EINVAL || rc == TY_ENOMEM);
     if (rc == 0) {
         check_accepted(&r, kind);
@@ -105,6 +112,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         check_rejected(&r, &e);
     }
+    check(!shared || ty_arena_used(arena) || rc);
+    ty_arena_reset(arena);
     free(body);
     return 0;
 }

@@ -5,7 +5,9 @@
  * TCP connection (libuv on one loop for both ends, the client from a fresh 127.x.y.z source
  * address each time), then half-closes and reads until the server closes. The first input byte picks how the handler answers (bit 0: whole response or chunked
  * stream; bit 1: at once or on a later loop turn, so pipelined requests wait buffered and a
- * client that leaves aborts the request); the rest are the bytes on the wire.
+ * client that leaves aborts the request; bit 2: a stream's in-place frame also grows past an
+ * output block); the rest are the bytes on the wire. A stream sends the body twice: as one
+ * piece, and formatted in place (ty_http_frame_*) in 7-byte puts.
  *
  * Checked: every request handed to the handler has a method, a body within the limit and
  * NUL-terminated, and header lookups that return NUL-terminated strings; everything the server
@@ -51,6 +53,16 @@ static void answer(ty_http_req_t *r)
         ty_http_stream_begin(r, 200, "text/event-stream", NULL);
         ty_http_stream_write(r, "data: x\n\n", 9);
         ty_http_stream_write(r, body, blen);
+        struct ty_http_frame f;
+        if (ty_http_frame_begin(r, &f) == 0) {
+            for (size_t i = 0; i < blen; i += 7)
+                ty_http_frame_put(&f, body + i, blen - i < 7 ? blen - i : 7);
+            if (g.mode & 4) {
+                memset(ty_http_frame_room(&f, 20000), 'y', 20000);
+                f.p += 20000;
+            }
+            ty_http_frame_end(&f);
+        }
         ty_http_stream_end(r);
     } else {
         ty_http_respond(r, 200, "application/octet-stream", "X-Fuzz: 1\r\n", body, blen);
