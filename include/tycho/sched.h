@@ -1,5 +1,5 @@
 /* The Conductor's scheduler: prefix index, placement policies, cost model and admission
- * (DESIGN.md §6; Mooncake arXiv 2407.00079 §6-§7, FAST'25 §4-§5, Algorithm 1).
+ * (docs/arch/sched.md; Mooncake arXiv 2407.00079 §6-§7, FAST'25 §4-§5, Algorithm 1).
  *
  * A ty_sched_t is pure logic: node state and block events come in through calls, time comes in
  * as an argument (microseconds on any monotonic origin), and no call touches a socket or a

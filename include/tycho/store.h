@@ -1,4 +1,4 @@
-/* The KV pool (DESIGN.md §8, Mooncake Store): pool nodes lend DRAM (and SSD) to the cluster,
+/* The KV pool (docs/arch/store.md, after Mooncake Store): pool nodes lend DRAM (and SSD) to the cluster,
  * one master keeps metadata only, clients move bytes straight between their registered
  * buffers and the nodes' segments through the transfer engine.
  *

@@ -1,5 +1,5 @@
 /* The KV pool master's metadata (src/store/meta.c, evict.c): pure logic, no sockets, time passed
- * in as milliseconds. Modeled on Mooncake Store's master (DESIGN.md §8).
+ * in as milliseconds. Modeled on Mooncake Store's master (docs/arch/store.md).
  *
  * It maps a key to its replicas (node, tier, offset, length, checksum, state) and decides:
  * placement over distinct live nodes preferring the writer's own node; two-phase put (start

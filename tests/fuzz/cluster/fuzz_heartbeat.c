@@ -15,7 +15,8 @@
  * make predicted times negative or NaN), the prefix index stays within twice the prefill
  * nodes' pages plus what this input's placements credited (whatever the nodes report), and
  * the scheduler has exactly the requests this harness placed and did not end, and each
- * prefill node's queue counts exactly the requests queued on it. Needs stories260K (TYCHO_TEST_DATA or ../shared); without
+ * prefill node's queue counts exactly the requests queued on it. Needs stories260K from the
+ * test data (TYCHO_TEST_DATA; by default the shared data folder beside the checkout); without
  * it every input is skipped. */
 #include "cluster-impl.h"
 

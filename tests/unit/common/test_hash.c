@@ -9,7 +9,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-/* The spec of DESIGN.md §4 written out byte by byte, independent of src/common/hash.c. */
+/* The chain of include/tycho/hash.h written out byte by byte, independent of src/common/hash.c. */
 static uint64_t spec_chain(const uint32_t *tok, size_t nblocks, uint32_t B, uint64_t seed,
                            uint64_t *out)
 {

@@ -1,6 +1,6 @@
-/* The real Mooncake traces (../shared/data/traces; exit 77 without them): the reuse ratio at
- * unlimited capacity that the issue gives (0.366 conversation, 0.640 synthetic) and the
- * FAST'25 Fig. 5 ordering of average TTFT on 16 nodes. */
+/* The real Mooncake traces (data/traces of the test data, TYCHO_TEST_DATA; exit 77 without
+ * them): the reuse ratio at unlimited capacity that the issue gives (0.366 conversation, 0.640
+ * synthetic) and the FAST'25 Fig. 5 ordering of average TTFT on 16 nodes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,7 +1,7 @@
 /* Chat templates. Expected strings were written by hand from the template texts (the Jinja in
- * ../shared/tokenizers/{qwen3,gptoss}/ tokenizer_config.json, chat_template.jinja, stories260K-hf's
- * tokenizer_config.json, and the published Llama-3 / ChatML / Mistral v0.1 templates), not
- * from this code's output. */
+ * the test data's tokenizers/{qwen3,gptoss}/ tokenizer_config.json, chat_template.jinja,
+ * stories260K-hf's tokenizer_config.json, and the published Llama-3 / ChatML / Mistral v0.1
+ * templates), not from this code's output. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

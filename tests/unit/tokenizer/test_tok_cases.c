@@ -1,4 +1,4 @@
-/* Every case of ../shared/data/tokenizer_cases_{qwen3,gptoss}.jsonl (ids produced by Hugging
+/* Every case of the test data's data/tokenizer_cases_{qwen3,gptoss}.jsonl (ids produced by Hugging
  * Face tokenizers, special tokens not added) must come out of ty_tokenizer_encode exactly, and
  * decoding gives the text back (byte-level BPE is lossless; qwen3 normalizes to NFC first). */
 #include <jansson.h>

@@ -1,7 +1,7 @@
 /* stories260K prompts and their ids with BOS, as Hugging Face tokenizers 0.23.2 (npm
  * `tokenizers`, run by tests/integration/tokenizer/hf_tokenize.js) encodes them with
- * ../shared/models/stories260K-hf/tokenizer.json. The GGUF vocabulary is the same tok512, so
- * llama.cpp's SPM algorithm must give the same ids. Covers byte fallback (emoji, CJK, "ï"),
+ * models/stories260K-hf/tokenizer.json of the test data (TYCHO_TEST_DATA). The GGUF
+ * vocabulary is the same tok512, so llama.cpp's SPM algorithm must give the same ids. Covers byte fallback (emoji, CJK, "ï"),
  * tabs and newlines, runs of spaces and digits. */
 #ifndef TYCHO_TOK_SPM_CASES_H
 #define TYCHO_TOK_SPM_CASES_H
