@@ -14,8 +14,11 @@
 #include "tycho/errors.h"
 #include "tycho/transfer.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -555,7 +558,11 @@ static void test_notify(void **state)
 }
 
 /* ---- etcd metadata ------------------------------------------------------------------------------
- */
+ * What is checked does not depend on how loaded the machine is: etcd keeps its data in /dev/shm
+ * where there is one (on a busy disk an fsync takes seconds, and every lease grant, put and revoke
+ * waits for one); an etcdctl that fails (etcd slow to answer) is asked again, never read as "no
+ * such key"; and the lease's expiry is timed by a watch connected before the kill, not by
+ * starting etcdctl over and over (each start is itself slow on a loaded machine). */
 
 static uint16_t free_port(void)
 {
@@ -568,68 +575,235 @@ static uint16_t free_port(void)
     return ntohs(sa.sin_port);
 }
 
-static pid_t etcd_start(char *endpoint, size_t cap, char *dir)
+static pid_t etcd_spawn(const char *dir, uint16_t cport, uint16_t pport, char *endpoint, size_t cap)
 {
-    uint16_t cport = free_port(), pport = free_port();
-    char curls[64], purls[64], cluster[96];
+    char curls[64], purls[64], cluster[96], log[256];
     snprintf(curls, sizeof(curls), "http://127.0.0.1:%u", cport);
     snprintf(purls, sizeof(purls), "http://127.0.0.1:%u", pport);
     snprintf(cluster, sizeof(cluster), "tyxf=%s", purls);
+    snprintf(log, sizeof(log), "%s.log", dir);
     snprintf(endpoint, cap, "%s", curls);
     pid_t pid = fork();
     if (pid == 0) {
-        int devnull = open("/dev/null", O_WRONLY);
-        dup2(devnull, 1);
-        dup2(devnull, 2);
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
         execlp("etcd", "etcd", "--name", "tyxf", "--data-dir", dir, "--listen-client-urls", curls,
                "--advertise-client-urls", curls, "--listen-peer-urls", purls,
                "--initial-advertise-peer-urls", purls, "--initial-cluster", cluster, (char *)NULL);
         _exit(127);
     }
-    char cmd[256];
-    snprintf(cmd, sizeof(cmd), "curl -sf -m 1 %s/health >/dev/null 2>&1", curls);
-    for (int i = 0; i < 100; i++) {
-        if (system(cmd) == 0)
-            return pid;
-        usleep(100000);
+    return pid;
+}
+
+/* Start etcd on two free loopback ports with its data in dir (its log in dir.log) and write its
+ * client URL to endpoint. A port taken between free_port() and etcd's bind makes etcd exit: new
+ * ports are tried then. Returns etcd's pid once it answers /health, or -1. */
+static pid_t etcd_start(char *endpoint, size_t cap, const char *dir)
+{
+    for (int attempt = 0; attempt < 5; attempt++) {
+        uint16_t cport = free_port(), pport = free_port();
+        if (cport == pport)
+            continue;
+        pid_t pid = etcd_spawn(dir, cport, pport, endpoint, cap);
+        if (pid < 0)
+            return -1;
+        char cmd[256];
+        snprintf(cmd, sizeof(cmd), "curl -sf -m 1 %s/health >/dev/null 2>&1", endpoint);
+        uint64_t t0 = ty_clock_ms();
+        bool exited = false;
+        while (!exited && ty_clock_ms() - t0 < 30000) {
+            if (system(cmd) == 0)
+                return pid;
+            exited = waitpid(pid, NULL, WNOHANG) == pid;
+            usleep(100000);
+        }
+        if (!exited) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            fprintf(stderr, "etcd did not answer %s/health in 30 s; its log (%s.log):\n", endpoint,
+                    dir);
+            break;
+        }
+        fprintf(stderr, "etcd exited at start (ports %u, %u taken?): trying others\n", cport,
+                pport);
     }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "tail -n 20 %s.log >&2", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "(no etcd log)\n");
     return -1;
 }
 
-static bool etcd_has_key(const char *endpoint, const char *key)
+/* Whether etcd holds key (1) or not (0), or with prefix any key that starts with it, asked
+ * through etcdctl; val (when not NULL) gets the first such key's value, one line. An etcdctl that
+ * fails is asked again for up to 20 s: a failure is never taken for an answer. */
+static int etcd_get(const char *endpoint, const char *key, bool prefix, char *val, size_t cap)
 {
     char cmd[512];
-    snprintf(cmd, sizeof(cmd),
-             "test -n \"$(ETCDCTL_API=3 etcdctl --endpoints=%s get --keys-only %s)\"", endpoint,
-             key);
-    return system(cmd) == 0;
+    snprintf(cmd, sizeof(cmd), "ETCDCTL_API=3 etcdctl --endpoints=%s get %s%s", endpoint,
+             prefix ? "--prefix " : "", key);
+    uint64_t t0 = ty_clock_ms();
+    for (;;) {
+        static char line[2][16384];
+        FILE *f = popen(cmd, "r");
+        assert_non_null(f);
+        int n = 0;
+        while (n < 2 && fgets(line[n], sizeof(line[n]), f)) {
+            line[n][strcspn(line[n], "\n")] = '\0';
+            n++;
+        }
+        char rest[4096];
+        while (fgets(rest, sizeof(rest), f))
+            ;
+        int st = pclose(f);
+        if (st == 0) {
+            if (n == 0)
+                return 0;
+            if (prefix ? strncmp(line[0], key, strlen(key)) : strcmp(line[0], key))
+                fail_msg("etcdctl get %s answered key '%s'", key, line[0]);
+            if (val)
+                snprintf(val, cap, "%s", n > 1 ? line[1] : "");
+            return 1;
+        }
+        if (ty_clock_ms() - t0 > 20000)
+            fail_msg("etcdctl get %s failed for 20 s (exit status %d)", key, st);
+        fprintf(stderr, "etcdctl get %s failed (exit status %d): asking again\n", key, st);
+        ty_sleep_ns(200 * TY_NS_PER_MS);
+    }
 }
 
-/* The key lives under a 2 s lease: kept alive well past the TTL while the engine runs, gone
- * within TTL + margin once the engine is SIGKILLed (no engine_free to delete it). */
+/* A running `etcdctl watch --prefix PREFIX`; it writes each event as three lines: PUT or
+ * DELETE, the key, the value (empty for DELETE). */
+struct etcd_watch {
+    pid_t pid;
+    int fd;
+    size_t len;
+    char buf[16384];
+    char line[16384];
+};
+
+static void etcd_watch_start(struct etcd_watch *w, const char *endpoint, const char *prefix)
+{
+    int p[2];
+    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+    memset(w, 0, sizeof(*w));
+    w->pid = fork();
+    assert_true(w->pid >= 0);
+    if (w->pid == 0) {
+        char ep[160];
+        snprintf(ep, sizeof(ep), "--endpoints=%s", endpoint);
+        dup2(p[1], 1);
+        setenv("ETCDCTL_API", "3", 1);
+        execlp("etcdctl", "etcdctl", ep, "watch", "--prefix", prefix, (char *)NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    w->fd = p[0];
+}
+
+/* The watch's next line, or NULL when none came by deadline_ms (ty_clock_ms(); a deadline
+ * already past still takes what etcdctl has written) or etcdctl ended. */
+static const char *etcd_watch_line(struct etcd_watch *w, uint64_t deadline_ms)
+{
+    for (;;) {
+        char *nl = memchr(w->buf, '\n', w->len);
+        if (nl) {
+            size_t n = (size_t)(nl - w->buf);
+            memcpy(w->line, w->buf, n);
+            w->line[n] = '\0';
+            w->len -= n + 1;
+            memmove(w->buf, nl + 1, w->len);
+            return w->line;
+        }
+        if (w->len == sizeof(w->buf))
+            return NULL;
+        uint64_t now = ty_clock_ms();
+        struct pollfd pf = {.fd = w->fd, .events = POLLIN};
+        int pr = poll(&pf, 1, deadline_ms > now ? (int)(deadline_ms - now) : 0);
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr <= 0)
+            return NULL;
+        ssize_t r = read(w->fd, w->buf + w->len, sizeof(w->buf) - w->len);
+        if (r <= 0)
+            return NULL;
+        w->len += (size_t)r;
+    }
+}
+
+/* Reads the watch's events until one of type ("PUT" or "DELETE") on key; false when none came
+ * by deadline_ms. */
+static bool etcd_watch_until(struct etcd_watch *w, const char *type, const char *key,
+                             uint64_t deadline_ms)
+{
+    const char *l;
+    while ((l = etcd_watch_line(w, deadline_ms)) != NULL) {
+        if (strcmp(l, "PUT") && strcmp(l, "DELETE"))
+            continue; /* a value line */
+        bool want = !strcmp(l, type);
+        if (!(l = etcd_watch_line(w, deadline_ms)))
+            return false;
+        if (want && !strcmp(l, key))
+            return true;
+    }
+    return false;
+}
+
+/* Puts sync_key (under the watch's prefix) until the watch reports it: from then on the watch
+ * is connected and sees every change as it happens. */
+static void etcd_watch_sync(struct etcd_watch *w, const char *endpoint, const char *sync_key)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "ETCDCTL_API=3 etcdctl --endpoints=%s put %s sync >/dev/null",
+             endpoint, sync_key);
+    uint64_t t0 = ty_clock_ms();
+    while (ty_clock_ms() - t0 < 20000) {
+        if (system(cmd) == 0 && etcd_watch_until(w, "PUT", sync_key, ty_clock_ms() + 1000))
+            return;
+    }
+    fail_msg("etcdctl watch did not report a put of %s in 20 s", sync_key);
+}
+
+static void etcd_watch_stop(struct etcd_watch *w)
+{
+    kill(w->pid, SIGTERM);
+    waitpid(w->pid, NULL, 0);
+    close(w->fd);
+}
+
+/* The key lives under a 2 s lease: kept alive well past the TTL while the engine runs (never
+ * removed meanwhile), gone within TTL + margin once the engine is SIGKILLed (no engine_free to
+ * delete it). */
 static void etcd_lease_check(const char *endpoint)
 {
     struct peer_proc peer;
     assert_int_equal(peer_start(&peer, g_exe, "127.0.0.1", 1, NULL, endpoint, "doomed-1", false),
                      0);
     const char *key = "/tycho/xfer/segments/doomed-1";
-    assert_true(etcd_has_key(endpoint, key));
+    assert_int_equal(etcd_get(endpoint, key, false, NULL, 0), 1);
+    static struct etcd_watch w;
+    etcd_watch_start(&w, endpoint, key);
+    etcd_watch_sync(&w, endpoint, "/tycho/xfer/segments/doomed-1.sync");
     ty_sleep_ns(5 * TY_NS_PER_S); /* 2.5 TTLs: only keepalive keeps it */
-    assert_true(etcd_has_key(endpoint, key));
+    bool lapsed = etcd_watch_until(&w, "DELETE", key, ty_clock_ms());
+    if (lapsed)
+        fprintf(stderr, "the lease of a running engine's key expired within 5 s\n");
+    assert_false(lapsed);
+    assert_int_equal(etcd_get(endpoint, key, false, NULL, 0), 1);
     peer_kill(&peer, SIGKILL);
-    uint64_t t0 = ty_clock_ms(), gone_ms = 0;
-    while (ty_clock_ms() - t0 < 10000) {
-        if (!etcd_has_key(endpoint, key)) {
-            gone_ms = ty_clock_ms() - t0;
-            break;
-        }
-        ty_sleep_ns(100 * TY_NS_PER_MS);
-    }
-    fprintf(stderr, "etcd key of a SIGKILLed engine gone after %" PRIu64 " ms (TTL 2000)\n",
-            gone_ms);
-    assert_true(gone_ms > 0 && gone_ms <= 2000 + 1500);
+    uint64_t t0 = ty_clock_ms();
+    bool gone = etcd_watch_until(&w, "DELETE", key, t0 + 10000);
+    uint64_t gone_ms = ty_clock_ms() - t0;
+    etcd_watch_stop(&w);
+    if (gone)
+        fprintf(stderr, "etcd key of a SIGKILLed engine gone after %" PRIu64 " ms (TTL 2000)\n",
+                gone_ms);
+    else
+        fprintf(stderr, "etcd key of a SIGKILLed engine still there after 10 s (TTL 2000)\n");
+    assert_true(gone);
+    assert_int_equal(etcd_get(endpoint, key, false, NULL, 0), 0);
+    assert_true(gone_ms <= 2000 + 1500);
 }
 
 static void test_etcd(void **state)
@@ -638,7 +812,9 @@ static void test_etcd(void **state)
         fprintf(stderr, "etcd not installed: skipping\n");
         exit(77);
     }
-    char dir[] = "/tmp/tyxf-etcd-XXXXXX", endpoint[128], cmd[512];
+    char dir[64], endpoint[128], cmd[512];
+    snprintf(dir, sizeof(dir), "%s/tyxf-etcd-XXXXXX",
+             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
     assert_non_null(mkdtemp(dir));
     pid_t etcd = etcd_start(endpoint, sizeof(endpoint), dir);
     assert_true(etcd > 0);
@@ -646,11 +822,13 @@ static void test_etcd(void **state)
     assert_int_equal(peer_start(&peer, g_exe, "127.0.0.1", 32, NULL, endpoint, "decode-7", false),
                      0);
     /* etcd itself (through etcdctl) holds the segment's metadata */
-    snprintf(cmd, sizeof(cmd),
-             "ETCDCTL_API=3 etcdctl --endpoints=%s get --print-value-only "
-             "/tycho/xfer/segments/decode-7 | grep -q '\"port\":%u'",
-             endpoint, peer.port);
-    assert_int_equal(system(cmd), 0);
+    static char val[16384];
+    char port[32];
+    snprintf(port, sizeof(port), "\"port\":%u", peer.port);
+    assert_int_equal(etcd_get(endpoint, "/tycho/xfer/segments/decode-7", false, val, sizeof(val)),
+                     1);
+    if (!strstr(val, port))
+        fail_msg("etcd's value of decode-7 lacks %s: %s", port, val);
     struct ty_xfer_engine_opts o = {
         .transport = "tcp", .etcd_endpoint = endpoint, .name = "prefill-3"};
     struct round_ctx c;
@@ -673,15 +851,11 @@ static void test_etcd(void **state)
     assert_int_equal(ty_xfer_segment_open(c.e, "no-such-node", &missing), TY_ENOTFOUND);
     round_teardown(&c);
     peer_stop(&peer); /* its engine_free removes the key */
-    snprintf(cmd, sizeof(cmd),
-             "test -z \"$(ETCDCTL_API=3 etcdctl --endpoints=%s get --prefix "
-             "--keys-only /tycho/xfer/segments/decode-7)\"",
-             endpoint);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(etcd_get(endpoint, "/tycho/xfer/segments/decode-7", true, NULL, 0), 0);
     etcd_lease_check(endpoint);
     kill(etcd, SIGTERM);
     waitpid(etcd, NULL, 0);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s %s.log", dir, dir);
     assert_int_equal(system(cmd), 0);
 }
 
