@@ -24,7 +24,7 @@
 #
 # usage: bench/serve/front.sh NEW_BUILD OLD_BUILD [MODEL] [ROUNDS]
 # env: STREAMS (256), OUT (128 tokens), PROMPTS (1024 front, 512 cluster), STEP_MS (2),
-#      OWN_REQUESTS (300), FRAME (190 bytes: one completion chunk of " tok")
+#      OWN_REQUESTS (1000), FRAME (190 bytes: one completion chunk of " tok")
 set -eu
 [ $# -ge 2 ] || { sed -n 2,25p "$0" >&2; exit 2; }
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -35,7 +35,7 @@ ROUNDS="${4:-3}"
 STREAMS="${STREAMS:-256}"
 OUT="${OUT:-128}"
 STEP_MS="${STEP_MS:-2}"
-OWN_REQUESTS="${OWN_REQUESTS:-300}"
+OWN_REQUESTS="${OWN_REQUESTS:-1000}"
 FRAME="${FRAME:-190}"
 PORT=18420
 BENCH="$NEW/src/cli/tycho"

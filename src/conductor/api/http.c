@@ -379,6 +379,10 @@ static void conn_flush_turn(struct conn *c, uint64_t now_ns)
         }
         return;
     }
+    if (!c->out_bytes && c->out_head && c->state != CONN_HANDLING) {
+        oblk_free_list(c->out_head); /* an idle connection keeps no output block */
+        c->out_head = c->out_tail = NULL;
+    }
     size_t unsent = c->out_bytes + (c->writing ? c->writing->bytes : 0);
     if (unsent > c->srv->o.max_output_bytes && c->state == CONN_HANDLING && c->req.streaming &&
         !c->req.ended) {
