@@ -1,5 +1,6 @@
 /* A pool node: DRAM segment + optional SSD tier, registration and heartbeats to the master,
  * and the master's jobs (offload, load, replicate) on libuv's thread pool (store.h). */
+#include "keymap-impl.h"
 #include "store-impl.h"
 
 #include "tycho/clock.h"
@@ -16,9 +17,8 @@
 #define MASTERS_MAX 8
 
 struct blk { /* a DRAM block the master told us about: announced again after a master change */
-    char *key;
-    uint64_t hash, offset, length, checksum;
-    struct blk *next;
+    struct ty__store_kent k; /* first: kent pointers convert to blk */
+    uint64_t offset, length, checksum;
 };
 
 struct ty_store_node {
@@ -39,8 +39,7 @@ struct ty_store_node {
     uint64_t epoch;
     uv_timer_t hb;
     uint32_t heartbeat_ms;
-    struct blk **map;
-    size_t n_map, n_blk;
+    struct ty__store_kmap blocks; /* key -> struct blk */
     int jobs; /* on the thread pool */
     bool closing;
     int close_pending;
@@ -61,60 +60,36 @@ static void node_finish_close(ty_store_node_t *n);
 
 /* ---- DRAM block index ------------------------------------------------------------------------ */
 
-static struct blk **blk_slot(ty_store_node_t *n, const char *key, uint64_t *h)
-{
-    *h = XXH3_64bits(key, strlen(key));
-    struct blk **pp = &n->map[*h & (n->n_map - 1)];
-    while (*pp && !((*pp)->hash == *h && strcmp((*pp)->key, key) == 0))
-        pp = &(*pp)->next;
-    return pp;
-}
-
-static void blk_grow(ty_store_node_t *n)
-{
-    size_t nn = n->n_map * 2;
-    struct blk **nm = calloc(nn, sizeof(*nm));
-    TY_ASSERT(nm != NULL);
-    for (size_t i = 0; i < n->n_map; i++)
-        for (struct blk *b = n->map[i], *next; b; b = next) {
-            next = b->next;
-            b->next = nm[b->hash & (nn - 1)];
-            nm[b->hash & (nn - 1)] = b;
-        }
-    free(n->map);
-    n->map = nm;
-    n->n_map = nn;
-}
-
 static void blk_set(ty_store_node_t *n, const PB(Event) * e)
 {
-    if (n->n_blk + 1 > n->n_map)
-        blk_grow(n);
+    ty__store_kmap_reserve(&n->blocks);
     uint64_t h;
-    struct blk **pp = blk_slot(n, e->key, &h);
+    struct ty__store_kent **pp = ty__store_kmap_slot(&n->blocks, e->key, &h);
     if (!*pp) {
-        *pp = calloc(1, sizeof(**pp));
-        TY_ASSERT(*pp != NULL);
-        (*pp)->key = strdup(e->key);
-        TY_ASSERT((*pp)->key != NULL);
-        (*pp)->hash = h;
-        n->n_blk++;
+        struct blk *b = calloc(1, sizeof(*b));
+        TY_ASSERT(b != NULL);
+        b->k.key = strdup(e->key);
+        TY_ASSERT(b->k.key != NULL);
+        b->k.hash = h;
+        *pp = &b->k;
+        n->blocks.n++;
     }
-    (*pp)->offset = e->offset;
-    (*pp)->length = e->length;
-    (*pp)->checksum = e->checksum;
+    struct blk *b = (struct blk *)*pp;
+    b->offset = e->offset;
+    b->length = e->length;
+    b->checksum = e->checksum;
 }
 
 static void blk_del(ty_store_node_t *n, const char *key)
 {
     uint64_t h;
-    struct blk **pp = blk_slot(n, key, &h), *b = *pp;
-    if (!b)
+    struct ty__store_kent **pp = ty__store_kmap_slot(&n->blocks, key, &h), *k = *pp;
+    if (!k)
         return;
-    *pp = b->next;
-    free(b->key);
-    free(b);
-    n->n_blk--;
+    *pp = k->next;
+    free(k->key);
+    free(k);
+    n->blocks.n--;
 }
 
 static void h_index(ty_rpc_call_t *call, const void *msg, void *arg)
@@ -287,10 +262,12 @@ static void on_register_reply(const struct ty_rpc_result *res, void *arg)
 static void send_register(ty_store_node_t *n)
 {
     struct reg_ctx rc = {0};
-    for (size_t i = 0; i < n->n_map; i++)
-        for (struct blk *b = n->map[i]; b; b = b->next)
-            reg_push(&rc, b->key, TYCHO__STORE__V1__TIER__TIER_DRAM, b->offset, b->length,
+    for (size_t i = 0; i < n->blocks.cap; i++)
+        for (struct ty__store_kent *k = n->blocks.v[i]; k; k = k->next) {
+            const struct blk *b = (const struct blk *)k;
+            reg_push(&rc, k->key, TYCHO__STORE__V1__TIER__TIER_DRAM, b->offset, b->length,
                      b->checksum);
+        }
     if (n->ssd)
         ty_store_ssd_foreach(n->ssd, reg_ssd_cb, &rc);
     rc.ptrs = calloc(rc.n + 1, sizeof(*rc.ptrs));
@@ -459,13 +436,13 @@ static void node_free_parts(ty_store_node_t *n)
     if (n->dram)
         ty_xfer_mem_release(n->xfer, n->dram);
     ty_xfer_engine_free(n->xfer);
-    for (size_t i = 0; n->map && i < n->n_map; i++)
-        for (struct blk *b = n->map[i], *next; b; b = next) {
-            next = b->next;
-            free(b->key);
-            free(b);
+    for (size_t i = 0; i < n->blocks.cap; i++)
+        for (struct ty__store_kent *k = n->blocks.v[i], *next; k; k = next) {
+            next = k->next;
+            free(k->key);
+            free(k);
         }
-    free(n->map);
+    ty__store_kmap_fini(&n->blocks);
     free(n);
 }
 
@@ -481,9 +458,7 @@ int ty_store_node_new(ty_store_node_t **out, const struct ty_store_node_opts *o)
     snprintf(n->host, sizeof(n->host), "%s", o->host ? o->host : "127.0.0.1");
     n->dram_bytes = o->dram_bytes;
     n->heartbeat_ms = o->heartbeat_ms ? o->heartbeat_ms : 500;
-    n->n_map = 1024;
-    n->map = calloc(n->n_map, sizeof(*n->map));
-    TY_ASSERT(n->map != NULL);
+    ty__store_kmap_init(&n->blocks);
     int rc = parse_masters(n, o->master);
     if (rc == 0)
         rc = node_setup(n, o);

@@ -10,6 +10,8 @@
  * tombstones read the same: their records and indexes are a subset of this format. */
 #include "tycho/store_ssd.h"
 
+#include "keymap-impl.h"
+
 #include "tycho/errors.h"
 #include "tycho/log.h"
 #include "tycho/store_meta.h"
@@ -45,11 +47,9 @@ struct rec_hdr {
 };
 
 struct ent {
-    char *key;
-    uint64_t hash;
+    struct ty__store_kent k; /* first: kent pointers convert to ent */
     uint32_t bucket;
     uint64_t off, data_len, checksum;
-    struct ent *next;
 };
 
 /* A tombstone of a bucket whose index is not written yet (the open bucket; a bucket being
@@ -80,8 +80,7 @@ struct ty_store_ssd {
     struct bucket *b; /* oldest first; the last one is open for appends unless sealed */
     size_t nb, capb;
     uint32_t next_id;
-    struct ent **map;
-    size_t n_map, n_ents;
+    struct ty__store_kmap map; /* key -> struct ent */
     char (*dropped)[256];
     size_t n_dropped, cap_dropped;
     const struct ent *removing; /* remove_locked's entry: its bucket deleted, not reported */
@@ -104,43 +103,27 @@ static uint64_t hdr_check(const struct rec_hdr *h, const char *key)
 
 /* ---- key map ------------------------------------------------------------------------------- */
 
-static struct ent **map_slot(const ty_store_ssd_t *s, const char *key, uint64_t *hash)
+static struct ent *ent_of(struct ty__store_kent *k)
 {
-    *hash = XXH3_64bits(key, strlen(key));
-    struct ent **pp = &s->map[*hash & (s->n_map - 1)];
-    while (*pp && !((*pp)->hash == *hash && strcmp((*pp)->key, key) == 0))
-        pp = &(*pp)->next;
-    return pp;
+    return (struct ent *)k;
 }
 
-static void map_grow(ty_store_ssd_t *s)
+static struct ty__store_kent **map_slot(const ty_store_ssd_t *s, const char *key, uint64_t *hash)
 {
-    size_t nn = s->n_map * 2;
-    struct ent **nm = calloc(nn, sizeof(*nm));
-    TY_ASSERT(nm != NULL);
-    for (size_t i = 0; i < s->n_map; i++)
-        for (struct ent *e = s->map[i], *next; e; e = next) {
-            next = e->next;
-            e->next = nm[e->hash & (nn - 1)];
-            nm[e->hash & (nn - 1)] = e;
-        }
-    free(s->map);
-    s->map = nm;
-    s->n_map = nn;
+    return ty__store_kmap_slot(&s->map, key, hash);
 }
 
 static void ent_add(ty_store_ssd_t *s, const char *key, uint32_t bucket, uint64_t off, uint64_t len,
                     uint64_t checksum)
 {
-    if (s->n_ents + 1 > s->n_map)
-        map_grow(s);
+    ty__store_kmap_reserve(&s->map);
     uint64_t h;
-    struct ent **pp = map_slot(s, key, &h);
+    struct ty__store_kent **pp = map_slot(s, key, &h);
     if (*pp) {
         /* The newest copy wins: buckets are read oldest first and a put refuses a key held, so a
          * later copy was put after the earlier one was removed or dropped (a bad checksum). The
          * first copy winning made a restart bring back the dropped block over the good one. */
-        struct ent *e = *pp;
+        struct ent *e = ent_of(*pp);
         s->st.bytes_used = s->st.bytes_used - e->data_len + len;
         e->bucket = bucket;
         e->off = off;
@@ -150,16 +133,14 @@ static void ent_add(ty_store_ssd_t *s, const char *key, uint32_t bucket, uint64_
     }
     struct ent *e = calloc(1, sizeof(*e));
     TY_ASSERT(e != NULL);
-    e->key = strdup(key);
-    TY_ASSERT(e->key != NULL);
-    *e = (struct ent){.key = e->key,
-                      .hash = h,
+    *e = (struct ent){.k = {.key = strdup(key), .hash = h},
                       .bucket = bucket,
                       .off = off,
                       .data_len = len,
                       .checksum = checksum};
-    *pp = e;
-    s->n_ents++;
+    TY_ASSERT(e->k.key != NULL);
+    *pp = &e->k;
+    s->map.n++;
     s->st.bytes_used += len;
 }
 
@@ -175,17 +156,17 @@ static void note_dropped(ty_store_ssd_t *s, const char *key)
 
 /* Unlink *pp and free it. The entry a remove is writing the tombstone of is never reported:
  * the caller removed it (a report would make the master drop the copy an OFFLOAD puts next). */
-static void ent_del(ty_store_ssd_t *s, struct ent **pp, bool report)
+static void ent_del(ty_store_ssd_t *s, struct ty__store_kent **pp, bool report)
 {
-    struct ent *e = *pp;
-    *pp = e->next;
+    struct ent *e = ent_of(*pp);
+    *pp = e->k.next;
     if (e == s->removing)
         s->removing = NULL; /* tells remove_locked that its block is gone already */
     else if (report)
-        note_dropped(s, e->key);
-    s->n_ents--;
+        note_dropped(s, e->k.key);
+    s->map.n--;
     s->st.bytes_used -= e->data_len;
-    free(e->key);
+    free(e->k.key);
     free(e);
 }
 
@@ -193,7 +174,7 @@ static void ent_del(ty_store_ssd_t *s, struct ent **pp, bool report)
 static void tomb_apply(ty_store_ssd_t *s, const char *key)
 {
     uint64_t h;
-    struct ent **pp = map_slot(s, key, &h);
+    struct ty__store_kent **pp = map_slot(s, key, &h);
     if (*pp)
         ent_del(s, pp, false);
 }
@@ -392,8 +373,9 @@ static struct idx_ent *index_entries(const ty_store_ssd_t *s, const struct bucke
     size_t cap = bk->n_tombs + 16, k = 0;
     struct idx_ent *v = malloc(cap * sizeof(*v));
     TY_ASSERT(v != NULL);
-    for (size_t i = 0; i < s->n_map; i++)
-        for (struct ent *e = s->map[i]; e; e = e->next) {
+    for (size_t i = 0; i < s->map.cap; i++)
+        for (struct ty__store_kent *kn = s->map.v[i]; kn; kn = kn->next) {
+            const struct ent *e = ent_of(kn);
             if (e->bucket != bk->id)
                 continue;
             if (k == cap) {
@@ -401,7 +383,7 @@ static struct idx_ent *index_entries(const ty_store_ssd_t *s, const struct bucke
                 v = realloc(v, cap * sizeof(*v));
                 TY_ASSERT(v != NULL);
             }
-            v[k++] = (struct idx_ent){e->key, e->off, e->data_len, e->checksum};
+            v[k++] = (struct idx_ent){kn->key, e->off, e->data_len, e->checksum};
         }
     if (k + bk->n_tombs > cap) {
         v = realloc(v, (k + bk->n_tombs) * sizeof(*v));
@@ -583,9 +565,9 @@ static void seal_last(ty_store_ssd_t *s)
 static void evict_oldest(ty_store_ssd_t *s)
 {
     struct bucket bk = s->b[0];
-    for (size_t i = 0; i < s->n_map; i++)
-        for (struct ent **pp = &s->map[i]; *pp;)
-            if ((*pp)->bucket == bk.id)
+    for (size_t i = 0; i < s->map.cap; i++)
+        for (struct ty__store_kent **pp = &s->map.v[i]; *pp;)
+            if (ent_of(*pp)->bucket == bk.id)
                 ent_del(s, pp, true);
             else
                 pp = &(*pp)->next;
@@ -726,14 +708,12 @@ int ty_store_ssd_new(ty_store_ssd_t **out, const struct ty_store_ssd_opts *opts)
     TY_ASSERT(s->dir != NULL);
     s->capacity = opts->capacity;
     s->bucket_bytes = opts->bucket_bytes ? opts->bucket_bytes : 64u << 20;
-    s->n_map = 1024;
-    s->map = calloc(s->n_map, sizeof(*s->map));
-    TY_ASSERT(s->map != NULL);
+    ty__store_kmap_init(&s->map);
     int rc = probe_direct(s, opts->direct);
     if (rc == 0)
         rc = io_uring_queue_init(8, &s->ring, 0);
     if (rc != 0) {
-        free(s->map);
+        ty__store_kmap_fini(&s->map);
         free(s->dir);
         free(s);
         return rc;
@@ -743,7 +723,7 @@ int ty_store_ssd_new(ty_store_ssd_t **out, const struct ty_store_ssd_opts *opts)
         ty_store_ssd_free(s);
         return rc;
     }
-    TY_LOG_INFO("store", "ssd tier %s: %zu blocks in %zu buckets, %s I/O", s->dir, s->n_ents, s->nb,
+    TY_LOG_INFO("store", "ssd tier %s: %zu blocks in %zu buckets, %s I/O", s->dir, s->map.n, s->nb,
                 s->direct ? "O_DIRECT" : "buffered");
     *out = s;
     return 0;
@@ -758,15 +738,15 @@ void ty_store_ssd_free(ty_store_ssd_t *s)
         close(s->b[i].fd);
         tombs_free(&s->b[i]);
     }
-    for (size_t i = 0; i < s->n_map; i++)
-        for (struct ent *e = s->map[i], *next; e; e = next) {
-            next = e->next;
-            free(e->key);
-            free(e);
+    for (size_t i = 0; i < s->map.cap; i++)
+        for (struct ty__store_kent *kn = s->map.v[i], *next; kn; kn = next) {
+            next = kn->next;
+            free(kn->key);
+            free(kn);
         }
     io_uring_queue_exit(&s->ring);
     pthread_mutex_destroy(&s->mu);
-    free(s->map);
+    ty__store_kmap_fini(&s->map);
     free(s->b);
     free(s->dropped);
     free(s->dir);
@@ -892,9 +872,10 @@ static struct bucket *bucket_find(ty_store_ssd_t *s, uint32_t id)
 static int get_locked(ty_store_ssd_t *s, const char *key, void *out, uint64_t cap, uint64_t *len)
 {
     uint64_t h;
-    struct ent **pp = map_slot(s, key, &h), *e = *pp;
-    if (!e)
+    struct ty__store_kent **pp = map_slot(s, key, &h);
+    if (!*pp)
         return TY_ENOTFOUND;
+    const struct ent *e = ent_of(*pp);
     if (e->data_len > cap)
         return TY_ENOSPC;
     struct bucket *bk = bucket_find(s, e->bucket);
@@ -943,13 +924,13 @@ int ty_store_ssd_get(ty_store_ssd_t *s, const char *key, void *buf, uint64_t cap
 static int remove_locked(ty_store_ssd_t *s, const char *key)
 {
     uint64_t h, rs, off;
-    struct ent **pp = map_slot(s, key, &h);
+    struct ty__store_kent **pp = map_slot(s, key, &h);
     if (!*pp)
         return TY_ENOTFOUND; /* nothing written */
     uint8_t *buf = record_build(key, NULL, REC_TOMBSTONE, 0, &rs);
     if (!buf)
         return TY_ENOMEM;
-    s->removing = *pp; /* evict_oldest may delete it (then NULL), and must not report it */
+    s->removing = ent_of(*pp); /* evict_oldest may delete it (then NULL), and must not report it */
     struct bucket *bk;
     int rc = append_record(s, buf, rs, &bk, &off);
     bool gone = s->removing == NULL;
@@ -979,10 +960,12 @@ int ty_store_ssd_foreach(ty_store_ssd_t *s, ty_store_ssd_block_cb cb, void *arg)
 {
     pthread_mutex_lock(&s->mu);
     int rc = 0;
-    for (size_t i = 0; rc == 0 && i < s->n_map; i++)
-        for (struct ent *e = s->map[i]; rc == 0 && e; e = e->next)
-            rc = cb(e->key, ((uint64_t)e->bucket << LOC_SHIFT) | e->off, e->data_len, e->checksum,
-                    arg);
+    for (size_t i = 0; rc == 0 && i < s->map.cap; i++)
+        for (struct ty__store_kent *kn = s->map.v[i]; rc == 0 && kn; kn = kn->next) {
+            const struct ent *e = ent_of(kn);
+            rc = cb(kn->key, ((uint64_t)e->bucket << LOC_SHIFT) | e->off, e->data_len,
+                    e->checksum, arg);
+        }
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
@@ -1004,7 +987,7 @@ void ty_store_ssd_stats(ty_store_ssd_t *s, struct ty_store_ssd_stats *out)
 {
     pthread_mutex_lock(&s->mu);
     *out = s->st;
-    out->blocks = s->n_ents;
+    out->blocks = s->map.n;
     out->buckets = s->nb;
     out->direct = s->direct;
     pthread_mutex_unlock(&s->mu);
