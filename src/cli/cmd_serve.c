@@ -33,7 +33,9 @@ extern const struct ty_cli_command ty_cli_cmd_mkmodel;
  * It is the backend the API sees: submit, cancel and stats go to the worker; the worker's
  * event callback (its thread) copies each event and its text into `in` under `mu` and wakes
  * the loop (uv_async) when `in` was empty; on the loop, `in` is swapped with `out` (both keep
- * their memory: no allocation per event once warm) and each event goes to the API's sink. */
+ * their memory: no allocation per event once warm) and each event goes to the API's sink.
+ * Not ty_rpc_mailbox: that one posts work items, a heap copy of every event and its text per
+ * token; this one batches them in two buffers that are reused. */
 
 struct mail {
     struct ty_serve_event ev; /* ev.text unset: the text is at text_off in the batch's texts */
