@@ -501,13 +501,23 @@ def case_prefill_interleave():
     return ok
 
 
+RR_CONFIG = """
+scheduler:
+  policy: round_robin
+"""
+
+
 def case_kill_prefill():
     """A prefill node lost with prompts queued on it: they are sent again to another prefill
     node (the decode node still holds their pages and their streams are open), and every
     answer is still generate's. Lost by a kill (the connection drops), then by hanging (SIGSTOP:
     declared down after the heartbeat timeout); the hung node, resumed, must not disturb what
-    runs on (it drops the jobs of the connection the Conductor closed)."""
-    cl = Cluster(3, 1)
+    runs on (it drops the jobs of the connection the Conductor closed).
+    The state is arranged, not raced for: the Conductor places round robin (every node gets
+    some of the 8 prompts, whatever the timing), the victim is stopped before the prompts come,
+    and it is lost only once all 8 have been sent to prefill nodes (the nodes' `served` in
+    /status), so that what is queued on it then is all it will ever get."""
+    cl = Cluster(3, 1, config=RR_CONFIG, hb_timeout="3s")
     ok = True
     refs = {p: generate(p, 16)["output_ids"] for p in PROMPTS[:8]}
 
@@ -516,15 +526,30 @@ def case_kill_prefill():
         c.request("GET", "/status")
         return {n["id"]: n for n in json.loads(c.getresponse().read()).get("nodes", [])}
 
+    def sent_to_prefill(nodes):
+        return sum(n.get("served", 0) for n in nodes.values() if n.get("role") == "prefill")
+
     def burst(victim, kill):
+        sent0 = sent_to_prefill(status_nodes())
         cl.procs[victim].send_signal(signal.SIGSTOP)
         res, threads = {}, []
         for i, p in enumerate(PROMPTS[:8]):
             t = threading.Thread(target=stream, args=(cl, p, 16, res, i, 30))
             t.start()
             threads.append(t)
-        time.sleep(0.7)
-        queued = status_nodes().get(victim, {}).get("in_flight", 0)
+        # the stopped victim answers nothing: its in_flight only grows until all 8 are sent
+        queued, sent, end = 0, 0, time.time() + 20
+        while time.time() < end:
+            nodes = status_nodes()
+            v = nodes.get(victim, {})
+            if v.get("alive"):
+                queued = max(queued, v.get("in_flight", 0))
+            sent = sent_to_prefill(nodes) - sent0
+            if sent >= 8:
+                break
+            time.sleep(0.02)
+        ok_sent = check(sent >= 8, "%s: all 8 prompts sent to prefill nodes before it was "
+                        "lost (%d)" % (victim, sent))
         if kill:
             cl.procs[victim].send_signal(signal.SIGKILL)
             cl.procs[victim].wait()
@@ -535,17 +560,18 @@ def case_kill_prefill():
         for i in range(8):
             if not (res.get(i) and res[i][3] is None and res[i][0] == refs[PROMPTS[i]]):
                 print("  stream %d: %s" % (i, res.get(i)))
-        return queued, good
+        return ok_sent, queued, good
 
     before = 0
     for victim, kill in (("p0", True), ("p1", False)):
-        queued, good = burst(victim, kill)
+        ok_sent, queued, good = burst(victim, kill)
+        ok &= ok_sent
         how = "killed" if kill else "hung"
         ok &= check(queued >= 1, "%s: prompts were queued on it (%d)" % (victim, queued))
         ok &= check(good == 8, "%s %s: %d of 8 answers equal generate's" % (victim, how, good))
         retried = cl.metrics().get("tycho_prefill_retries_total", 0)
         ok &= check(8 >= retried - before >= queued,
-                    "%s: prefills sent again: %d (queued there when looked at: %d)"
+                    "%s: prefills sent again: %d (queued there when it was lost: %d)"
                     % (victim, retried - before, queued))
         before = retried
     cl.procs["p1"].send_signal(signal.SIGCONT)  # the hung node comes back
