@@ -266,6 +266,34 @@ static void test_utf8_and_error_json(void **state)
     free(s);
 }
 
+/* ty_api_parse_request_in: everything in the caller's arena, nothing else to free; a failed
+ * parse leaves an empty request whose allocations went to the arena too. */
+static void test_parse_in_arena(void **state)
+{
+    (void)state;
+    struct ty_api_request r;
+    struct ty_api_error e;
+    ty_arena_t *a = ty_arena_new(0);
+    const char *b = "{\"model\":\"m\",\"prompt\":[\"one\",\"two\"],\"stop\":[\"x\",\"yy\"]}";
+    assert_int_equal(ty_api_parse_request_in(a, b, strlen(b), TY_API_COMPLETION, &r, &e), 0);
+    assert_ptr_equal(r.arena, a);
+    assert_false(r.own_arena);
+    assert_string_equal(r.prompts[1].text, "two");
+    assert_string_equal(r.stop[1], "yy");
+    assert_string_equal(r.model, "m");
+    size_t used = ty_arena_used(a);
+    assert_true(used > 0);
+    ty_api_request_clear(&r); /* not the arena's owner: only forgets */
+    assert_int_equal(ty_arena_used(a), used);
+    b = "{\"prompt\":[\"one\",\"\"]}";
+    assert_int_equal(ty_api_parse_request_in(a, b, strlen(b), TY_API_COMPLETION, &r, &e),
+                     TY_EINVAL);
+    assert_string_equal(e.param, "prompt");
+    assert_null(r.prompts);
+    assert_int_equal(r.n_prompts, 0);
+    ty_arena_free(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -274,6 +302,7 @@ int main(void)
         cmocka_unit_test(test_prompt_lists),
         cmocka_unit_test(test_errors_name_param),
         cmocka_unit_test(test_utf8_and_error_json),
+        cmocka_unit_test(test_parse_in_arena),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
