@@ -4,9 +4,14 @@
 # and answers through (separate processes; KV moves between them over the transfer engine's tcp
 # and local transports on loopback).
 #
-#   deploy/local-cluster.sh start [--model PATH] [--port HTTP_PORT] [--prefill N] [--decode N]
-#                                 [--pool SIZE]   (pool DRAM, default 256M; 0: no pool)
+#   deploy/local-cluster.sh start [--model PATH] [--port HTTP_PORT] [--host ADDR] [--prefill N]
+#                                 [--decode N] [--pool SIZE]
 #   deploy/local-cluster.sh status | stop
+#
+# --port 0 takes a free port (start prints the one taken; the Conductor's 'http rpc' ports are in
+# $TYCHO_CLUSTER_DIR/conductor.ports); --host is the API's listen address (default 127.0.0.1);
+# --pool is the pool's DRAM (default 256M; 0: no pool). stop sends SIGTERM (the daemons drain)
+# and SIGKILLs what is still running 10 s later.
 #
 # Binaries: $TYCHO_BIN_DIR (default: ./build) or PATH. State (pids, logs, ports) in
 # $TYCHO_CLUSTER_DIR (default: /tmp/tycho-local-cluster). Extra settings for every prefill or
@@ -34,15 +39,20 @@ wait_file() { # path, seconds
 }
 
 start() {
-    MODEL=${TYCHO_MODEL:-} PORT=8000 NP=2 ND=2 POOL=256M
+    MODEL=${TYCHO_MODEL:-} PORT=8000 HOST=127.0.0.1 NP=2 ND=2 POOL=256M
     while [ $# -gt 0 ]; do
+        case "$1" in
+            --model|--port|--host|--prefill|--decode|--pool)
+                [ $# -ge 2 ] || { echo "local-cluster: $1 needs a value" >&2; exit 2; } ;;
+        esac
         case "$1" in
             --model) MODEL=$2; shift 2 ;;
             --port) PORT=$2; shift 2 ;;
+            --host) HOST=$2; shift 2 ;;
             --prefill) NP=$2; shift 2 ;;
             --decode) ND=$2; shift 2 ;;
             --pool) POOL=$2; shift 2 ;;
-            *) echo "local-cluster: unknown option $1" >&2; exit 2 ;;
+            *) echo "local-cluster: unknown option $1" >&2; usage >&2; exit 2 ;;
         esac
     done
     [ -n "$MODEL" ] || { echo "local-cluster: --model PATH (or TYCHO_MODEL) is required" >&2; exit 2; }
@@ -60,7 +70,8 @@ start() {
         POOL_ARG=--kv_pool.master=127.0.0.1:$(sed 's/.*master=\([0-9]*\).*/\1/' "$DIR/store.ports")
     fi
     # shellcheck disable=SC2086 # POOL_ARG is one word or none
-    "$(find_bin tycho-conductor)" --model_path="$MODEL" --listen_port="$PORT" --rpc_port=0 \
+    "$(find_bin tycho-conductor)" --model_path="$MODEL" --listen_host="$HOST" \
+        --listen_port="$PORT" --rpc_port=0 \
         --port_file="$DIR/conductor.ports" $POOL_ARG ${TYCHO_CONDUCTOR_ARGS:-} \
         >"$DIR/conductor.log" 2>&1 &
     echo $! >"$DIR/conductor.pid"
@@ -87,7 +98,9 @@ start() {
     for f in "$DIR"/prefill-*.pid "$DIR"/decode-*.pid; do
         wait_file "${f%.pid}.ports" 60
     done
-    echo "Tycho cluster: $NP prefill + $ND decode, KV pool $POOL_DESC; OpenAI API at http://127.0.0.1:$PORT/v1"
+    PORT=$(cut -d' ' -f1 "$DIR/conductor.ports")
+    case "$HOST" in 0.0.0.0|::) URL_HOST=127.0.0.1 ;; *:*) URL_HOST="[$HOST]" ;; *) URL_HOST=$HOST ;; esac
+    echo "Tycho cluster: $NP prefill + $ND decode, KV pool $POOL_DESC; OpenAI API at http://$URL_HOST:$PORT/v1"
     echo "logs and pids in $DIR; stop with: $0 stop"
 }
 
@@ -95,10 +108,21 @@ status() {
     for f in "$DIR"/*.pid; do
         [ -e "$f" ] || { echo "not running"; return; }
         n=$(basename "$f" .pid)
-        if kill -0 "$(cat "$f")" 2>/dev/null; then s=running; else s=dead; fi
+        if alive "$(cat "$f")"; then s=running; else s=dead; fi
         printf '%-12s %-8s pid %s ports %s\n' "$n" "$s" "$(cat "$f")" \
             "$(cat "$DIR/$n.ports" 2>/dev/null || echo -)"
     done
+}
+
+alive() { # pid: running (a zombie, exited but not yet reaped by whoever adopted it, is not)
+    kill -0 "$1" 2>/dev/null && [ "$(sed 's/.*) \(.\).*/\1/' "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+
+running() { # whether any pid file of $DIR names a live process
+    for f in "$DIR"/*.pid; do
+        [ -e "$f" ] && alive "$(cat "$f")" && return 0
+    done
+    return 1
 }
 
 stop() {
@@ -106,13 +130,24 @@ stop() {
         [ -e "$f" ] || continue
         kill "$(cat "$f")" 2>/dev/null || true
     done
-    sleep 0.5
+    i=0
+    while running && [ $i -lt 100 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
     for f in "$DIR"/*.pid; do
         [ -e "$f" ] || continue
-        kill -9 "$(cat "$f")" 2>/dev/null || true
+        if alive "$(cat "$f")"; then
+            echo "local-cluster: $(basename "$f" .pid) still running 10 s after SIGTERM: SIGKILL" >&2
+            kill -9 "$(cat "$f")" 2>/dev/null || true
+        fi
         rm -f "$f"
     done
     echo "stopped"
+}
+
+usage() {
+    echo "usage: $0 start [--model PATH] [--port N] [--host ADDR] [--prefill N] [--decode N] [--pool SIZE] | status | stop"
 }
 
 cmd=${1:-}
@@ -121,6 +156,6 @@ case "$cmd" in
     start) start "$@" ;;
     status) status ;;
     stop) stop ;;
-    *) echo "usage: $0 start [--model PATH] [--port N] [--prefill N] [--decode N] [--pool SIZE] | status | stop" >&2
-       exit 2 ;;
+    -h|--help|help) sed -n '2,/^set -eu/{/^set -eu/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    *) usage >&2; exit 2 ;;
 esac
