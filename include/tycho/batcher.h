@@ -139,6 +139,10 @@ struct ty_batcher_stats {
 };
 void ty_batcher_stats(const ty_batcher_t *b, struct ty_batcher_stats *out);
 bool ty_batcher_idle(const ty_batcher_t *b); /* nothing held at all */
+/* The forward call of the step whose token hooks (on_token, on_end) are running: n_seqs,
+ * n_tokens, prefix, attn_work, context, forward_us and rc are set (step_us is not yet); NULL
+ * outside them (an on_end from a cancel or an expiry). Worker thread. */
+const struct ty_batcher_call *ty_batcher_call(const ty_batcher_t *b);
 
 uint64_t ty_breq_id(const ty_breq_t *r);
 void *ty_breq_user(const ty_breq_t *r);

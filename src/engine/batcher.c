@@ -49,6 +49,7 @@ struct ty_batcher {
     struct ty_breq **call_reqs;
     struct ty_batch_seq *call_pieces;
     uint32_t call_n;
+    const struct ty_batcher_call *call; /* the step's call while its token hooks run */
 };
 
 static void breq_free(ty_batcher_t *b, struct ty_breq *r)
@@ -496,6 +497,7 @@ int ty_batcher_step(ty_batcher_t *b)
     call.rc = rc;
     b->call_n = 0;
     b->steps++;
+    b->call = &call;
     for (uint32_t i = 0; i < n; i++) {
         struct ty_breq *r = who[i];
         if (rc)
@@ -504,9 +506,15 @@ int ty_batcher_step(ty_batcher_t *b)
             sample(b, r, b->logits + (size_t)i * b->V);
     }
     call.step_us = ty_clock_us() - t0;
+    b->call = NULL;
     if (b->h.on_forward)
         b->h.on_forward(b->h.arg, &call);
     return rc ? rc : (int)n;
+}
+
+const struct ty_batcher_call *ty_batcher_call(const ty_batcher_t *b)
+{
+    return b->call;
 }
 
 /* ---- life -------------------------------------------------------------------------------- */

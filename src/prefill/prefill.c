@@ -1,14 +1,16 @@
 /* The prefill node (tycho/prefill.h). The loop thread validates PrefillAssign and Cancel and
- * queues jobs; the worker thread takes the queue's head and, behind it, as many queued prompts
- * as fit with it in one forward call (at most opts.max_batch, their tokens within the engine's
- * max_batch_tokens, their pages free in the page pool), and runs them together: one forward
- * over all their prompts (a longer one alone is split into chunks of max_batch_tokens by the
- * engine), a per-layer hook that posts each prompt's finished pages to its decode node,
- * first-token sampling per prompt, wait for each one's writes, KvReady; each result goes back
- * to the loop through a mailbox. */
+ * queues jobs; the worker thread hands them to the engine's batcher (tycho/batcher.h), which
+ * runs the queued prompts together in forward calls of the engine's max_batch_tokens (a long
+ * prompt over several calls that shorter prompts join; up to opts.max_batch prompts a call;
+ * a short prompt passes a long one queued before it), with its per-layer hook posting each
+ * prompt's finished pages to its decode node; the first token is sampled by the batcher
+ * (max_tokens 1); when a prompt ends the worker waits for its writes, sends KvReady, hands its
+ * new blocks to the KV pool, and posts the result back to the loop through a mailbox. */
 #include "tycho/prefill.h"
 
 #include "tycho/node_kvstore.h"
+
+#include "tycho/batcher.h"
 
 #include "tycho/clock.h"
 #include "tycho/cluster_pb.h"
@@ -23,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_BATCH 64 /* prompts in one forward call, at most (opts.max_batch) */
 
@@ -40,22 +43,22 @@ struct pjob {
     struct ty_sampling_params sp;
     struct ty_gen_params ends; /* stop tokens, min_tokens: no EOS / stop as the first token */
     atomic_bool cancelled;
+    struct pjob *jnext; /* ty_prefill.jobs, under mu */
     /* worker only */
+    ty_breq_t *r;       /* in the batcher; NULL before and after */
     ty_xfer_segment_t *seg;
     ty_xfer_batch_t *batch;
     uint32_t pages_sent;
     int xfer_err;
+    bool admitted;      /* on_admit ran (it is no longer queued) */
     /* result */
     int rc;
     uint32_t first_token;
     struct ty_sample first; /* the first token with its logprobs (sampler output) */
     uint32_t cached;        /* prompt tokens found in the KV cache (not computed) */
     uint32_t pool_tokens;   /* of which read from the KV pool */
-    ty_kvseq_t *seq;        /* worker: the prompt's KV until the pool has its blocks */
     size_t seg_slot;        /* worker: its segment's slot in ty_prefill.segs (pinned) */
-    bool seg_bad;           /* worker: the segment failed: dropped once the batch is done */
-    uint32_t done;          /* worker: prompt tokens computed so far (beyond `cached`) */
-    bool begun, finished;   /* worker: job_begin ran / its result is in (rc, first token) */
+    bool seg_bad;           /* worker: the segment failed: dropped once the job is done */
 };
 
 struct ty_prefill {
@@ -70,19 +73,16 @@ struct ty_prefill {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct pjob *queue, **tail;          /* under mu */
-    struct pjob *running[MAX_BATCH];     /* the prompts of the worker's forward call: written
-                                          * by the worker under mu, read by the loop under mu;
-                                          * a long prompt's next chunk stays at the front
-                                          * between calls (n_cont of them) */
-    uint32_t n_running, n_cont;
-    uint32_t n_queued;
+    struct pjob *queue, **tail;          /* under mu: not yet handed to the worker */
+    struct pjob *jobs;                   /* under mu: handed to the worker, not yet done (the
+                                          * loop marks them cancelled) */
+    uint32_t n_queued, n_running;        /* under mu: waiting to start / started */
     uint64_t queued_tokens;
     bool stop, started;
+    ty_batcher_t *b; /* worker */
     /* The pool belongs to the worker (tycho/kvpool.h): it publishes its use here for the
      * loop thread's heartbeat (ty_prefill_load) instead of the loop reading the pool. */
     _Atomic uint32_t pages_used;
-    float *logits; /* (max_batch, V), worker: each prompt's last-token logits */
     struct ty_node_kvstore *kvstore; /* NULL: no KV pool */
     struct {
         char name[TY_XFER_NAME_MAX + 1];
@@ -111,37 +111,30 @@ static void publish_pages(ty_prefill_t *p)
                           memory_order_relaxed);
 }
 
-/* After layer `layer` of a chunk, for each prompt in it: write the pages this chunk completed
- * (all pages after the prompt's last chunk) to its decode node. Pages complete in order, so
+/* After layer `layer` of a forward call: write the pages of r's prompt this call completed
+ * (all pages after the prompt's last piece) to its decode node. Pages complete in order, so
  * each is sent once per layer. */
-static void on_layer(void *arg, const struct ty_batch *b, uint32_t layer)
+static void on_layer(void *arg, ty_breq_t *r, const struct ty_batch_seq *piece, uint32_t layer)
 {
     ty_prefill_t *p = arg;
+    struct pjob *j = ty_breq_user(r);
     ty_kvpool_t *pool = ty_engine_pool(p->o.engine);
-    if (layer == 0)
-        publish_pages(p); /* the chunk's pages are reserved by now */
-    for (uint32_t k = 0; k < b->n_seqs; k++) {
-        const struct ty_batch_seq *s = &b->seqs[k];
-        struct pjob *j = NULL;
-        for (uint32_t i = 0; i < p->n_running && !j; i++)
-            j = p->running[i]->seq == s->seq ? p->running[i] : NULL;
-        if (!j || j->xfer_err || atomic_load(&j->cancelled))
-            continue;
-        uint32_t end = ty_kvseq_n_tokens(s->seq) + s->n;
-        uint32_t p1 = end == j->n ? (end + p->B - 1) / p->B : end / p->B;
-        const uint32_t *pages = ty_kvseq_pages(s->seq);
-        for (uint32_t i = j->pages_sent; i < p1 && !j->xfer_err; i++) {
-            size_t at = (size_t)layer * j->n_dest_pages + i;
-            struct ty_xfer_request rq[2] = {
-                {TY_XFER_OP_WRITE, ty_kvpool_k(pool, layer, pages[i]), j->seg, j->k_addr[at],
-                 p->page_bytes},
-                {TY_XFER_OP_WRITE, ty_kvpool_v(pool, layer, pages[i]), j->seg, j->v_addr[at],
-                 p->page_bytes}};
-            j->xfer_err = ty_xfer_batch_submit(j->batch, rq, 2);
-        }
-        if (layer + 1 == p->n_layers && !j->xfer_err)
-            j->pages_sent = p1;
+    if (j->xfer_err || atomic_load(&j->cancelled))
+        return;
+    uint32_t end = ty_kvseq_n_tokens(piece->seq) + piece->n;
+    uint32_t p1 = end == j->n ? (end + p->B - 1) / p->B : end / p->B;
+    const uint32_t *pages = ty_kvseq_pages(piece->seq);
+    for (uint32_t i = j->pages_sent; i < p1 && !j->xfer_err; i++) {
+        size_t at = (size_t)layer * j->n_dest_pages + i;
+        struct ty_xfer_request rq[2] = {
+            {TY_XFER_OP_WRITE, ty_kvpool_k(pool, layer, pages[i]), j->seg, j->k_addr[at],
+             p->page_bytes},
+            {TY_XFER_OP_WRITE, ty_kvpool_v(pool, layer, pages[i]), j->seg, j->v_addr[at],
+             p->page_bytes}};
+        j->xfer_err = ty_xfer_batch_submit(j->batch, rq, 2);
     }
+    if (layer + 1 == p->n_layers && !j->xfer_err)
+        j->pages_sent = p1;
 }
 
 static int notify_ready(ty_prefill_t *p, struct pjob *j)
@@ -163,57 +156,6 @@ static int notify_ready(ty_prefill_t *p, struct pjob *j)
     TY_ASSERT(tycho__v1__kv_ready__get_packed_size(&m) <= sizeof(buf));
     size_t len = tycho__v1__kv_ready__pack(&m, buf);
     return ty_xfer_notify_send(p->o.xfer, j->seg, buf, len);
-}
-
-/* Before the forward: the prompt's sequence with what the page cache and the KV pool already
- * hold of it. */
-static int job_seq(ty_prefill_t *p, struct pjob *j)
-{
-    ty_kvpool_t *pool = ty_engine_pool(p->o.engine);
-    int rc = ty_kvpool_seq_new(pool, &j->seq);
-    if (rc)
-        return rc;
-    int cached = ty_kvpool_seq_match_prefix(pool, j->seq, j->tokens, j->n);
-    if (cached < 0)
-        return cached;
-    if (p->kvstore) {
-        j->pool_tokens = ty_node_kvstore_fetch(p->kvstore, j->seq, j->tokens, j->n);
-        cached += (int)j->pool_tokens;
-    }
-    j->cached = (uint32_t)cached;
-    return 0;
-}
-
-/* After the forward: the first token from the prompt's last-token logits. */
-static int job_sample(ty_prefill_t *p, struct pjob *j, float *logits)
-{
-    int rc;
-    if ((rc = j->xfer_err) || (atomic_load(&j->cancelled) && (rc = TY_ECANCELED)))
-        return rc;
-    ty_sampler_t *smp;
-    struct ty_sample out;
-    if (!(rc = ty_sampler_new(&smp, &j->sp, p->V))) {
-        ty_gen_ban_ends(&j->ends, 0, p->eog, p->n_eog, smp);
-        rc = ty_sampler_sample(smp, logits, j->tokens, j->n, &out);
-        ty_sampler_free(smp);
-        j->first_token = out.id;
-        j->first = out;
-    }
-    return rc;
-}
-
-/* The prompt's sequence is done with: its new full blocks are handed to the KV pool's writer
- * (after KvReady, off the request's time to first token), then its pages are released (full
- * blocks stay in the page cache). */
-static void release_seq(ty_prefill_t *p, struct pjob *j, int rc)
-{
-    if (!j->seq)
-        return;
-    if (!rc && p->kvstore)
-        ty_node_kvstore_store(p->kvstore, j->seq, j->tokens, j->n, j->cached);
-    ty_kvpool_seq_free(ty_engine_pool(p->o.engine), j->seq);
-    j->seq = NULL;
-    publish_pages(p);
 }
 
 /* The open segment `name` (opened once, kept for later requests; when all slots are taken
@@ -277,30 +219,57 @@ static uint32_t pages_of(const ty_prefill_t *p, const struct pjob *j)
     return (j->n + p->B - 1) / p->B;
 }
 
-/* The job's segment, write batch and sequence; j->rc on failure. */
-static void job_begin(ty_prefill_t *p, struct pjob *j)
+/* r is admitted (batcher hook): its decode node's segment, a write batch, and what the KV
+ * pool has of its prompt after the page cache's match, read into its reserved pages. */
+static int on_admit(void *arg, ty_breq_t *r)
 {
-    if (atomic_load(&j->cancelled)) {
-        j->rc = TY_ECANCELED;
-        return;
-    }
+    ty_prefill_t *p = arg;
+    struct pjob *j = ty_breq_user(r);
+    pthread_mutex_lock(&p->mu);
+    j->admitted = true;
+    p->n_queued--;
+    p->n_running++;
+    p->queued_tokens -= j->n;
+    pthread_mutex_unlock(&p->mu);
+    if (atomic_load(&j->cancelled))
+        return TY_ECANCELED;
     int rc = segment_get(p, j->segment, &j->seg, &j->seg_slot);
     if (rc) {
         TY_LOG_WARN("prefill", "request %llu: cannot open segment %s: %s",
                     (unsigned long long)j->rid, j->segment, ty_strerror(rc));
         j->seg = NULL;
-        j->rc = rc;
-        return;
+        return rc;
     }
-    if (!(rc = ty_xfer_batch_new(p->o.xfer, (size_t)p->n_layers * pages_of(p, j) * 2, &j->batch)))
-        rc = job_seq(p, j);
-    j->rc = rc;
+    if ((rc = ty_xfer_batch_new(p->o.xfer, (size_t)p->n_layers * pages_of(p, j) * 2, &j->batch)))
+        return rc;
+    if (p->kvstore)
+        j->pool_tokens = ty_node_kvstore_fetch(p->kvstore, ty_breq_seq(r), j->tokens, j->n);
+    j->cached = ty_kvseq_n_tokens(ty_breq_seq(r));
+    return 0;
 }
 
-/* After the forward: the writes landed (or failed), KvReady, the sequence released. */
-static void job_finish(ty_prefill_t *p, struct pjob *j, uint64_t forward_us, uint32_t batch)
+/* The first token (max_tokens 1): a prompt whose writes failed or that was cancelled fails. */
+static int on_token(void *arg, ty_breq_t *r, const struct ty_sample *s, enum ty_finish fin)
 {
-    int rc = j->rc;
+    struct pjob *j = ty_breq_user(r);
+    if (j->xfer_err)
+        return j->xfer_err;
+    if (atomic_load(&j->cancelled))
+        return TY_ECANCELED;
+    j->first_token = s->id;
+    j->first = *s;
+    return fin ? fin : TY_FINISH_LENGTH;
+}
+
+static void on_job_done(void *arg);
+
+/* r is done (batcher hook): its writes landed (or failed), KvReady, its new full blocks to the
+ * KV pool's writer (after KvReady, off the request's time to first token); the batcher then
+ * releases its pages (full blocks stay in the page cache). The result goes to the loop. */
+static void on_end(void *arg, ty_breq_t *r, enum ty_finish fin, int rc)
+{
+    ty_prefill_t *p = arg;
+    struct pjob *j = ty_breq_user(r);
     uint64_t t1 = ty_clock_us(), t2 = t1;
     if (j->batch) {
         int wrc = ty_xfer_batch_wait(j->batch, p->o.xfer_timeout_ms);
@@ -312,86 +281,50 @@ static void job_finish(ty_prefill_t *p, struct pjob *j, uint64_t forward_us, uin
         t2 = ty_clock_us();
         if (!rc)
             rc = notify_ready(p, j);
+        const struct ty_batcher_call *c = ty_batcher_call(p->b);
         TY_LOG_DEBUG("prefill", "request %llu: %u tokens (%u cached, %u of them from the KV "
                      "pool), forward %llu us in a batch of %u, writes landed +%llu us, KvReady "
                      "+%llu us", (unsigned long long)j->rid, j->n, j->cached, j->pool_tokens,
-                     (unsigned long long)forward_us, batch, (unsigned long long)(t2 - t1),
-                     (unsigned long long)(ty_clock_us() - t2));
+                     (unsigned long long)(c ? c->forward_us : 0), c ? c->n_seqs : 0,
+                     (unsigned long long)(t2 - t1), (unsigned long long)(ty_clock_us() - t2));
     }
-    release_seq(p, j, rc);
+    if (!rc && p->kvstore && ty_breq_seq(r))
+        ty_node_kvstore_store(p->kvstore, ty_breq_seq(r), j->tokens, j->n, j->cached);
     j->seg_bad = j->seg && rc && rc != TY_ECANCELED && rc != TY_ERANGE && rc != TY_ENOCAPACITY;
+    segment_unpin(p, j);
     j->rc = rc;
+    j->r = NULL;
+    if (rc && rc != TY_ECANCELED)
+        TY_LOG_WARN("prefill", "request %llu: %s", (unsigned long long)j->rid, ty_strerror(rc));
+    pthread_mutex_lock(&p->mu); /* a Cancel never sees a job the loop may already have freed */
+    for (struct pjob **pp = &p->jobs; *pp; pp = &(*pp)->jnext) {
+        if (*pp == j) {
+            *pp = j->jnext;
+            break;
+        }
+    }
+    if (j->admitted)
+        p->n_running--;
+    else {
+        p->n_queued--;
+        p->queued_tokens -= j->n;
+    }
+    pthread_mutex_unlock(&p->mu);
+    ty_rpc_mailbox_post(p->mb, on_job_done, j); /* the worker is joined before close */
 }
 
-/* One forward call over the prompts taken (p->running): those that could start, each whole,
- * and a long prompt's next chunk in what the call's tokens leave (the engine's
- * max_batch_tokens, chunk_tokens): a long prompt is computed over several calls, and short
- * prompts that arrive meanwhile join them (take_batch) instead of waiting for its end. Each
- * prompt whose last token was computed gets its first token and result; a failed forward
- * fails every prompt in it. */
-static void run_batch(ty_prefill_t *p)
+/* Each successful forward call is one timing sample (the fixed cost is paid once per call,
+ * placement.c): the prompts' tokens computed, the cached prefixes, the attention term. */
+static void on_forward(void *arg, const struct ty_batcher_call *c)
 {
-    struct ty_batch_seq bs[MAX_BATCH];
-    struct pjob *live[MAX_BATCH];
-    uint32_t n = 0, computed = 0, prefix = 0, left = ty_engine_max_batch_tokens(p->o.engine);
-    uint64_t attn = 0; /* sum of L^2 - P^2 over the call's pieces: the cost model's term */
-    for (uint32_t i = 0; i < p->n_running; i++) {
-        struct pjob *j = p->running[i];
-        if (!j->begun) {
-            j->begun = true;
-            job_begin(p, j);
-        } else if (!j->rc && (j->xfer_err || atomic_load(&j->cancelled))) {
-            j->rc = j->xfer_err ? j->xfer_err : TY_ECANCELED; /* no more chunks for it */
-        }
-        j->finished = j->rc != 0;
-    }
-    /* the newcomers first (whole, they fit), the continuing chunk in what remains */
-    for (uint32_t pass = 0; pass < 2; pass++) {
-        for (uint32_t i = 0; i < p->n_running && left; i++) {
-            struct pjob *j = p->running[i];
-            if (j->rc || (i < p->n_cont) != (pass == 1))
-                continue;
-            uint32_t start = j->cached + j->done, take = j->n - start;
-            take = take < left ? take : left;
-            left -= take;
-            live[n] = j;
-            bs[n++] = (struct ty_batch_seq){.seq = j->seq, .tokens = j->tokens + start,
-                                            .n = take};
-            computed += take;
-            prefix += start;
-            attn += (uint64_t)(start + take) * (start + take) - (uint64_t)start * start;
-        }
-    }
-    uint64_t us = 0;
-    if (n) {
-        struct ty_batch b = {.seqs = bs, .n_seqs = n, .layer_cb = on_layer, .layer_arg = p};
-        uint64_t t0 = ty_clock_us();
-        int rc = ty_engine_forward(p->o.engine, &b, p->logits);
-        us = ty_clock_us() - t0;
-        if (!rc) { /* one sample per call: the fixed cost is paid once (placement.c) */
-            struct ty_timing_sample ts = {.n_tokens = computed, .prefix_tokens = prefix,
-                                          .batch_size = n, .duration_us = us,
-                                          .attn_work = attn};
-            ty_timing_ring_push(p->o.timings, &ts);
-        }
-        for (uint32_t k = 0; k < n; k++) {
-            struct pjob *j = live[k];
-            j->done += bs[k].n;
-            if (rc)
-                j->rc = rc;
-            else if (j->cached + j->done == j->n)
-                j->rc = job_sample(p, j, p->logits + (size_t)k * p->V);
-            else
-                continue; /* more chunks to come */
-            j->finished = true;
-        }
-    }
-    for (uint32_t i = 0; i < p->n_running; i++)
-        if (p->running[i]->finished)
-            job_finish(p, p->running[i], us, n);
-    for (uint32_t i = 0; i < p->n_running; i++) /* after every job: some may share a segment */
-        if (p->running[i]->finished)
-            segment_unpin(p, p->running[i]);
+    ty_prefill_t *p = arg;
+    publish_pages(p);
+    if (c->rc)
+        return;
+    struct ty_timing_sample ts = {.n_tokens = c->n_tokens, .prefix_tokens = c->prefix,
+                                  .batch_size = c->n_seqs, .duration_us = c->forward_us,
+                                  .attn_work = c->attn_work};
+    ty_timing_ring_push(p->o.timings, &ts);
 }
 
 static void on_job_done(void *arg)
@@ -409,66 +342,51 @@ static void on_job_done(void *arg)
     job_free(j);
 }
 
-/* The hash of the prompt's first block when the page cache could share it but does not hold
- * it (0: nothing to share, or already there for every prompt to find). */
-static uint64_t unshared_head(ty_prefill_t *p, const struct pjob *j)
+/* Hand the queued jobs to the batcher, end the cancelled ones, run a forward call; returns
+ * the prompts it computed. */
+static int work(ty_prefill_t *p, struct pjob *in)
 {
-    ty_kvpool_t *pool = ty_engine_pool(p->o.engine);
-    uint64_t h = 0;
-    if (j->n <= p->B || !ty_hash_prefix_blocks(j->tokens, p->B, p->B, ty_kvpool_hash_seed(pool),
-                                               &h, 1))
-        return 0;
-    return ty_kvpool_holds(pool, h) ? 0 : (h ? h : 1);
-}
-
-/* Fill p->running for the next forward call: a long prompt still being computed (its next
- * chunk), else the queue's head; then queued prompts that fit beside them: their tokens within
- * the engine's call (half of it beside a long prompt's chunk), their pages free, and none
- * starting with a block another prompt of the call computes (it runs in a later call and finds
- * that block in the page cache, as it would have one prompt at a time). Under mu (the
- * worker's own thread). */
-static void take_batch(ty_prefill_t *p)
-{
-    ty_kvpool_t *pool = ty_engine_pool(p->o.engine);
-    uint32_t budget = ty_engine_max_batch_tokens(p->o.engine), tokens = 0, pages = 0;
-    uint32_t room = ty_kvpool_pages_free(pool);
-    uint64_t heads[MAX_BATCH];
-    p->n_running = p->n_cont; /* a long prompt still being computed stays, and newcomers get */
-    for (uint32_t i = 0; i < p->n_cont; i++) { /* half of each call beside it */
-        struct pjob *c = p->running[i];
-        uint32_t held = c->seq ? ty_kvseq_n_pages(c->seq) : 0, need = pages_of(p, c);
-        room -= need - held < room ? need - held : room; /* its next chunks' pages */
-        heads[i] = unshared_head(p, c);
-    }
-    if (p->n_cont)
-        budget /= 2;
-    /* the head always goes (alone if it must; then in chunks, run_batch); behind it, any of
-     * the next 64 queued prompts that fits, so a short prompt passes a long one queued before
-     * it (which starts as soon as it is the head) */
-    struct pjob **pp = &p->queue;
-    for (uint32_t seen = 0; *pp && p->n_running < p->o.max_batch && !p->stop && seen < 64;
-         seen++) {
-        struct pjob *j = *pp;
-        uint64_t head = unshared_head(p, j);
-        bool repeats = false;
-        for (uint32_t i = 0; i < p->n_running && head && !repeats; i++)
-            repeats = heads[i] == head;
-        if (p->n_running &&
-            (tokens + j->n > budget || pages + pages_of(p, j) > room || repeats)) {
-            pp = &j->next; /* stays queued, in its place */
+    for (struct pjob *j = in, *next; j; j = next) {
+        next = j->next;
+        j->next = NULL;
+        struct ty_gen_params gen = j->ends;
+        gen.sampling = j->sp;
+        gen.max_tokens = 1;
+        struct ty_breq_opts o = {.id = j->rid, .prompt = j->tokens, .n_prompt = j->n,
+                                 .gen = &gen, .user = j};
+        int rc = ty_batcher_add(p->b, &o, &j->r);
+        if (rc) { /* job_build checked what the batcher checks: only TY_ENOMEM */
+            pthread_mutex_lock(&p->mu);
+            p->n_queued--;
+            p->queued_tokens -= j->n;
+            pthread_mutex_unlock(&p->mu);
+            j->rc = rc;
+            ty_rpc_mailbox_post(p->mb, on_job_done, j);
             continue;
         }
-        heads[p->n_running] = head;
-        tokens += j->n;
-        pages += pages_of(p, j);
-        *pp = j->next;
-        if (!*pp)
-            p->tail = pp;
-        p->n_queued--;
-        p->queued_tokens -= j->n;
-        j->next = NULL;
-        p->running[p->n_running++] = j;
+        pthread_mutex_lock(&p->mu);
+        j->jnext = p->jobs;
+        p->jobs = j;
+        pthread_mutex_unlock(&p->mu);
     }
+    /* no more pieces for a prompt whose writes failed or that was cancelled */
+    for (bool again = true; again;) {
+        again = false;
+        pthread_mutex_lock(&p->mu);
+        struct pjob *j = p->jobs;
+        while (j && !j->xfer_err && !atomic_load(&j->cancelled))
+            j = j->jnext;
+        pthread_mutex_unlock(&p->mu);
+        if (j) { /* on_end unlinks it */
+            ty_batcher_end(p->b, j->r, j->xfer_err ? j->xfer_err : TY_ECANCELED);
+            again = true;
+        }
+    }
+    int rc = ty_batcher_step(p->b);
+    if (rc < 0)
+        TY_LOG_WARN("prefill", "forward call failed: %s", ty_strerror(rc));
+    publish_pages(p);
+    return rc;
 }
 
 static void *worker_main(void *arg)
@@ -476,30 +394,27 @@ static void *worker_main(void *arg)
     ty_prefill_t *p = arg;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->stop && !p->queue && !p->n_cont)
+        while (!p->stop && !p->queue && !p->jobs)
             pthread_cond_wait(&p->cv, &p->mu);
-        if (p->stop && !p->n_cont)
-            break; /* (a long prompt in progress ends first: cancelled, it fails at once) */
-        take_batch(p);
+        if (p->stop)
+            break;
+        struct pjob *in = p->queue;
+        p->queue = NULL;
+        p->tail = &p->queue;
         pthread_mutex_unlock(&p->mu);
-        run_batch(p);
+        int n = work(p, in);
         pthread_mutex_lock(&p->mu);
-        /* under mu: a Cancel never sees a job the loop may already have freed */
-        uint32_t keep = 0;
-        for (uint32_t i = 0; i < p->n_running; i++) {
-            struct pjob *j = p->running[i];
-            if (!j->finished) {
-                p->running[keep++] = j; /* its next chunk runs in the next call */
-                continue;
-            }
-            if (j->rc && j->rc != TY_ECANCELED)
-                TY_LOG_WARN("prefill", "request %llu: %s", (unsigned long long)j->rid,
-                            ty_strerror(j->rc));
-            ty_rpc_mailbox_post(p->mb, on_job_done, j); /* the worker is joined before close */
+        if (!n && !p->queue && !p->stop) { /* nothing could start: wait a little for pages */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 1000000;
+            ts.tv_sec += ts.tv_nsec / 1000000000;
+            ts.tv_nsec %= 1000000000;
+            pthread_cond_timedwait(&p->cv, &p->mu, &ts);
         }
-        p->n_running = p->n_cont = keep;
     }
     pthread_mutex_unlock(&p->mu);
+    ty_batcher_end_all(p->b, TY_ESHUTDOWN); /* (what is queued is failed by the loop) */
     return NULL;
 }
 
@@ -620,9 +535,9 @@ static void on_cancel(ty_rpc_call_t *call, const uint8_t *payload, size_t len, v
     for (struct pjob *j = p->queue; j; j = j->next)
         if (j->rid == m->request_id)
             atomic_store(&j->cancelled, true);
-    for (uint32_t i = 0; i < p->n_running; i++)
-        if (p->running[i]->rid == m->request_id)
-            atomic_store(&p->running[i]->cancelled, true);
+    for (struct pjob *j = p->jobs; j; j = j->jnext)
+        if (j->rid == m->request_id)
+            atomic_store(&j->cancelled, true);
     pthread_mutex_unlock(&p->mu);
     Tycho__V1__Ack a = TYCHO__V1__ACK__INIT;
     a.request_id = m->request_id;
@@ -698,7 +613,11 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
     pthread_cond_init(&p->cv, NULL);
     struct ty_rpc_server_opts so = {.loop = opts->loop, .host = opts->rpc_host,
                                     .port = opts->rpc_port, .max_frame_size = 64u << 20};
-    int rc = (p->logits = malloc((size_t)p->o.max_batch * p->V * sizeof(float))) ? 0 : TY_ENOMEM;
+    struct ty_batcher_opts bo = {
+        .engine = opts->engine, .max_running = p->o.max_batch, .lookahead = 64, .no_grow = true,
+        .hooks = {.arg = p, .on_token = on_token, .on_end = on_end, .on_admit = on_admit,
+                  .on_layer = on_layer, .on_forward = on_forward}};
+    int rc = ty_batcher_new(&p->b, &bo);
     if (!rc && opts->store) {
         ty_kvpool_t *pool = ty_engine_pool(opts->engine);
         struct ty_node_kvstore_opts ko = {.client = opts->store, .pool = pool,
@@ -719,7 +638,7 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
         if (p->mb)
             ty_rpc_mailbox_close(p->mb, NULL, NULL);
         ty_node_kvstore_free(p->kvstore);
-        free(p->logits);
+        ty_batcher_free(p->b);
         free(p);
         return rc;
     }
@@ -738,7 +657,7 @@ static void on_server_closed(void *arg)
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     ty_node_kvstore_free(p->kvstore);
-    free(p->logits);
+    ty_batcher_free(p->b);
     free(p);
     if (cb)
         cb(cb_arg);
@@ -763,8 +682,8 @@ void ty_prefill_close(ty_prefill_t *p, void (*cb)(void *arg), void *arg)
     pthread_mutex_lock(&p->mu);
     p->stop = true;
     pthread_cond_signal(&p->cv);
-    for (uint32_t i = 0; i < p->n_running; i++)
-        atomic_store(&p->running[i]->cancelled, true);
+    for (struct pjob *j = p->jobs; j; j = j->jnext)
+        atomic_store(&j->cancelled, true);
     pthread_mutex_unlock(&p->mu);
     pthread_join(p->thread, NULL);
     for (size_t i = 0; i < sizeof(p->segs) / sizeof(p->segs[0]); i++)
