@@ -22,7 +22,7 @@ DIR=${TYCHO_CLUSTER_DIR:-/tmp/tycho-local-cluster}
 BIN=${TYCHO_BIN_DIR:-$(dirname "$0")/../build}
 
 find_bin() {
-    for p in "$BIN/src/conductor/cluster/$1" "$BIN/src/prefill/$1" "$BIN/src/decode/$1" \
+    for p in "$BIN/src/conductor/$1" "$BIN/src/prefill/$1" "$BIN/src/decode/$1" \
              "$BIN/src/store/$1"; do
         [ -x "$p" ] && { echo "$p"; return; }
     done

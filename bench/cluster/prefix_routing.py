@@ -74,7 +74,7 @@ class Cluster:
         cfg = os.path.join(self.dir, "conductor.yaml")
         with open(cfg, "w") as f:
             f.write("scheduler:\n  policy: %s\n  admission: baseline\n" % policy)
-        self.spawn("conductor", [os.path.join(build, "src/conductor/cluster/tycho-conductor"),
+        self.spawn("conductor", [os.path.join(build, "src/conductor/tycho-conductor"),
                                  "--config=" + cfg, "--model_path=" + model, "--listen_port=0",
                                  "--rpc_port=0", "--heartbeat_interval=100ms", *pool_arg])
         self.http, rpc = read_ports(self.port_file("conductor"), time.time() + 60)

@@ -31,9 +31,11 @@ trap cleanup EXIT
 # a binary tree with the old Conductor and this build's nodes
 if [ -n "$OLD" ]; then
     OLD="$(cd "$OLD" && pwd)"
-    mkdir -p "$RES/mixed/src/conductor/cluster" "$RES/mixed/src/prefill" "$RES/mixed/src/decode" \
+    mkdir -p "$RES/mixed/src/conductor" "$RES/mixed/src/prefill" "$RES/mixed/src/decode" \
         "$RES/mixed/src/store"
-    ln -s "$OLD/src/conductor/cluster/tycho-conductor" "$RES/mixed/src/conductor/cluster/"
+    old_c="$OLD/src/conductor/tycho-conductor" # (before the re-cut: src/conductor/cluster/)
+    [ -x "$old_c" ] || old_c="$OLD/src/conductor/cluster/tycho-conductor"
+    ln -s "$old_c" "$RES/mixed/src/conductor/"
     for b in prefill/tycho-prefill decode/tycho-decode store/tycho-store; do
         ln -s "$BUILD/src/$b" "$RES/mixed/src/$b"
     done

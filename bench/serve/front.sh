@@ -63,14 +63,21 @@ stop_all() {
 
 # front_backend linked against a build's libraries (the objects tycho-conductor links, its
 # main.c swapped for ours); OLD_API: that build takes events through ty_api_backend_event.
+# the Conductor's build folder (src/conductor/cluster before the re-cut of the tree)
+conductor_dir() { # build_dir
+    if [ -d "$1/src/conductor/CMakeFiles/tycho-conductor.dir" ]; then echo "$1/src/conductor"
+    else echo "$1/src/conductor/cluster"; fi
+}
+
 build_front() { # build_dir out
     src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$1/CMakeCache.txt")
     def=
     grep -q ty_api_backend_event "$src/include/tycho/api.h" && def=-DTY_FRONT_OLD
     cc -O2 -g -I"$src/include" $def -c "$ROOT/bench/serve/front_backend.c" -o "$2.o"
+    cdir=$(conductor_dir "$1")
     link=$(sed "s|\"CMakeFiles/tycho-conductor.dir/main.c.o\"|$2.o|; s|-o tycho-conductor|-o $2|" \
-        "$1/src/conductor/cluster/CMakeFiles/tycho-conductor.dir/link.txt")
-    (cd "$1/src/conductor/cluster" && eval "$link")
+        "$cdir/CMakeFiles/tycho-conductor.dir/link.txt")
+    (cd "$cdir" && eval "$link")
 }
 
 run_front() { # name new|old
@@ -88,7 +95,7 @@ run_front() { # name new|old
 
 start_cluster() { # conductor_build
     d="$RES/cluster"; rm -rf "$d"; mkdir -p "$d"
-    "$1/src/conductor/cluster/tycho-conductor" --model_path="$MODEL" --listen_port="$PORT" \
+    "$(conductor_dir "$1")/tycho-conductor" --model_path="$MODEL" --listen_port="$PORT" \
         --rpc_port=0 --port_file="$d/c.ports" >"$d/c.log" 2>&1 &
     CPID=$!; PIDS="$CPID"
     i=0; until [ -s "$d/c.ports" ]; do i=$((i + 1)); [ $i -lt 400 ] || exit 1; sleep 0.05; done

@@ -187,6 +187,10 @@ const char *ty_config_path(const ty_config_t *cfg);
 /* Free strings and lists inside a struct filled by a config of table `root`; zeroes them. */
 void ty_config_values_free(const struct ty_config_struct *root, void *data);
 
+/* Split a "host:port" setting (the last ':' separates them; port 1..65535) into host (NUL-
+ * terminated, at most cap - 1 bytes) and *port. Returns 0 or TY_EINVAL. Any thread. */
+int ty_config_split_hostport(const char *s, char *host, size_t cap, uint16_t *port);
+
 /* Names for a TY_CONFIG_ENUM `log_level` setting, in enum ty_log_level order (NULL-terminated).
  * ty_daemon_new() sets the log threshold from such a setting. */
 extern const char *const ty_config_log_level_names[];

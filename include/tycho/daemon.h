@@ -11,10 +11,10 @@
  * owns the settings struct; the daemon owns the strings and lists in it until ty_daemon_free().
  *
  *     int main(int argc, char **argv) {
- *         struct ty_cluster_config cfg;
+ *         struct ty_conductor_config cfg;
  *         ty_daemon_t *d;
  *         int code;
- *         struct ty_daemon_opts o = {.name = "tycho-conductor", .table = &ty_cluster_config_table,
+ *         struct ty_daemon_opts o = {.name = "tycho-conductor", .table = &ty_conductor_config_table,
  *                                    .config = &cfg, .drain = on_drain, .reload = on_reload};
  *         if (ty_daemon_new(&d, &o, argc, argv, &code) != 0)
  *             return code;              // --help, --check-config, a bad config...

@@ -16,7 +16,7 @@
 #ifndef TYCHO_DECODE_NODE_H
 #define TYCHO_DECODE_NODE_H
 
-#include "tycho/cluster.h"
+#include "tycho/node.h"
 #include "tycho/engine.h"
 #include "tycho/store.h"
 #include "tycho/transfer.h"
@@ -51,8 +51,8 @@ struct ty_decode_node_opts {
  * and handing the tokens to the loop). */
 int ty_decode_node_new(ty_decode_node_t **out, const struct ty_decode_node_opts *opts);
 uint16_t ty_decode_node_rpc_port(const ty_decode_node_t *n);
-/* The node's load for its heartbeats (a ty_cluster_load_cb; arg is the ty_decode_node_t). */
-void ty_decode_node_load(void *arg, struct ty_cluster_load *out);
+/* The node's load for its heartbeats (a ty_node_load_cb; arg is the ty_decode_node_t). */
+void ty_decode_node_load(void *arg, struct ty_node_load *out);
 /* Stop the worker (requests in flight end with an error chunk), close the server, free. */
 void ty_decode_node_close(ty_decode_node_t *n, void (*cb)(void *arg), void *arg);
 

@@ -41,6 +41,15 @@ struct ty_engine_opts {
     bool cuda_no_graphs;       /* cuda: no CUDA graphs for decode steps */
 };
 
+/* The names ty_engine_opts takes, as settings tables list them (NULL-terminated). */
+/* kv_dtype: "auto", "f32", "f16" (ty_engine_opts.kv_dtype), NULL-terminated. */
+extern const char *const ty_engine_kv_dtype_names[];
+/* backend: "cpu", "cuda" (ty_engine_opts.backend), NULL-terminated. */
+extern const char *const ty_engine_backend_names[];
+/* cuda_weights: "auto", "f32", "f16", "bf16" (ty_engine_opts.cuda_weights). */
+extern const char *const ty_engine_cuda_weights_names[];
+
+
 /* Returns 0, TY_EINVAL (bad options, unknown backend or kv_dtype), TY_ENOTSUP (backend not in
  * this build), TY_ENODEV (no CUDA device), TY_ENOMEM or
  * TY_ECUDA. */

@@ -301,7 +301,7 @@ size_t ty_sched_in_flight(const ty_sched_t *s);
 
 /* ---- settings ------------------------------------------------------------------------------ */
 
-/* The scheduler's settings table (src/conductor/sched_config.c): the `scheduler:` section of
+/* The scheduler's settings table (src/sched/sched_config.c): the `scheduler:` section of
  * `tycho sim`'s cluster spec (src/sim/spec.c), and of the Conductor's once it runs the
  * scheduler. Filled by a ty_config_t (tycho/config.h) on one thread; strings and lists are
  * owned by that config. policy and admission hold enum ty_sched_policy / ty_sched_admission

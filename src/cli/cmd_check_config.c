@@ -5,10 +5,12 @@
 #include "check_config.h"
 #include "cli.h"
 
-#include "tycho/cluster.h"
+#include "tycho/conductor.h"
 #include "tycho/config.h"
 #include "tycho/daemon.h"
 #include "tycho/errors.h"
+#include "tycho/node.h"
+#include "tycho/serve_local.h"
 #include "tycho/store_config.h"
 
 #include <stdio.h>
@@ -17,11 +19,11 @@
 
 const struct ty_cli_config_role ty_cli_config_roles[] = {
     {"conductor", "tycho-conductor", "the Conductor: OpenAI API and node registry",
-     &ty_cluster_config_table},
+     &ty_conductor_config_table},
     {"serve", "tycho serve", "all roles in one process: the Conductor's settings plus engine:",
-     &ty_cluster_serve_config_table},
-    {"prefill", "tycho-prefill", "a prefill node", &ty_cluster_node_config_table},
-    {"decode", "tycho-decode", "a decode node", &ty_cluster_node_config_table},
+     &ty_serve_config_table},
+    {"prefill", "tycho-prefill", "a prefill node", &ty_node_config_table},
+    {"decode", "tycho-decode", "a decode node", &ty_node_config_table},
     {"store", "tycho-store", "a KV pool node and/or its master", &ty_store_config_table},
 };
 const size_t ty_cli_config_n_roles = sizeof(ty_cli_config_roles) / sizeof(ty_cli_config_roles[0]);

@@ -3,18 +3,17 @@
  * brought to the loop by the mailbox below (tycho/serve.h: a backend's events arrive on the
  * API's loop), the daemon scaffolding for --config / --check-config / signals / sd_notify.
  * Its settings are
- * tycho-conductor's table plus an `engine:` section (ty_cluster_serve_config_table), so a
+ * tycho-conductor's table plus an `engine:` section (ty_serve_config_table), so a
  * conductor.yaml serves here too. Given no model, it writes a small random-weight GGUF with
  * `tycho mkmodel` into a cache folder and says so. */
 #include "cli.h"
 
 #include "tycho/api.h"
-#include "tycho/cluster.h"
 #include "tycho/daemon.h"
-#include "tycho/decode.h"
 #include "tycho/engine.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
+#include "tycho/serve_local.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -177,11 +176,11 @@ static void mailbox_close(struct mailbox *mb)
 /* ---- tycho serve ------------------------------------------------------------------------ */
 
 struct serve {
-    struct ty_cluster_serve_config cfg;
+    struct ty_serve_config cfg;
     ty_daemon_t *d;
     ty_model_t *model;
     ty_engine_t *engine;
-    ty_decode_worker_t *worker;
+    ty_serve_worker_t *worker;
     struct mailbox mb; /* the worker as the API's backend */
     bool mb_open;
     ty_metrics_registry_t *reg;
@@ -209,7 +208,7 @@ static void on_reload(ty_daemon_t *d, unsigned n_changed, void *arg)
     ty_log_set_level((enum ty_log_level)s->cfg.conductor.log_level);
     const char **keys, **classes;
     size_t n;
-    if (ty_cluster_api_keys(&s->cfg.conductor, &keys, &classes, &n) == 0) {
+    if (ty_conductor_api_keys(&s->cfg.conductor, &keys, &classes, &n) == 0) {
         ty_api_set_keys(s->api, keys, classes, n); /* no SLO classes here: ignored */
         free(keys);
         free(classes);
@@ -316,8 +315,8 @@ static int translate_args(struct serve *s, int argc, char **argv, char **out, in
 
 static int load_engine(struct serve *s, uv_loop_t *loop)
 {
-    const struct ty_cluster_config *c = &s->cfg.conductor;
-    const struct ty_cluster_serve_engine *e = &s->cfg.engine;
+    const struct ty_conductor_config *c = &s->cfg.conductor;
+    const struct ty_serve_engine_config *e = &s->cfg.engine;
     char err[512] = "";
     int rc = ty_model_load(&s->model, c->model_path, err, sizeof(err));
     if (rc) {
@@ -328,26 +327,26 @@ static int load_engine(struct serve *s, uv_loop_t *loop)
     struct ty_engine_opts eo = {.n_threads = e->threads, .kv_block_tokens = e->kv_block_tokens,
                                 .kv_pages = e->kv_pages, .kv_bytes = e->kv_cache_memory,
                                 .max_seqs = e->max_batch_size,
-                                .kv_dtype = ty_cluster_kv_dtype_names[e->kv_cache_dtype],
+                                .kv_dtype = ty_engine_kv_dtype_names[e->kv_cache_dtype],
                                 .max_ctx = c->max_ctx,
-                                .backend = ty_cluster_backend_names[e->backend],
+                                .backend = ty_engine_backend_names[e->backend],
                                 .cuda_device = (int)e->cuda_device,
-                                .cuda_weights = ty_cluster_cuda_weights_names[e->cuda_weights]};
+                                .cuda_weights = ty_engine_cuda_weights_names[e->cuda_weights]};
     if ((rc = ty_engine_new(&s->engine, s->model, &eo))) {
         fprintf(stderr, "tycho serve: engine (backend %s): %s\n",
-                ty_cluster_backend_names[e->backend], ty_strerror(rc));
+                ty_engine_backend_names[e->backend], ty_strerror(rc));
         return rc;
     }
     mailbox_init(&s->mb, loop);
     s->mb_open = true;
-    struct ty_decode_worker_opts wo = {.engine = s->engine, .max_running = e->max_batch_size,
+    struct ty_serve_worker_opts wo = {.engine = s->engine, .max_running = e->max_batch_size,
                                        .step_tokens = e->step_tokens, .event_cb = mailbox_post,
                                        .event_arg = &s->mb};
-    if ((rc = ty_decode_worker_new(&s->worker, &wo))) {
+    if ((rc = ty_serve_worker_new(&s->worker, &wo))) {
         fprintf(stderr, "tycho serve: worker: %s\n", ty_strerror(rc));
         return rc;
     }
-    s->mb.inner = ty_decode_worker_backend(s->worker);
+    s->mb.inner = ty_serve_worker_backend(s->worker);
     return 0;
 }
 
@@ -368,14 +367,14 @@ static void model_name(const char *path, char *out, size_t cap)
 
 static int start_api(struct serve *s, uv_loop_t *loop)
 {
-    const struct ty_cluster_config *c = &s->cfg.conductor;
+    const struct ty_conductor_config *c = &s->cfg.conductor;
     char name[256];
     model_name(c->model_path, name, sizeof(name));
     const char **keys = NULL, **classes = NULL;
     size_t n_keys = 0;
     int rc = ty_metrics_registry_new(&s->reg);
     if (!rc)
-        rc = ty_cluster_api_keys(c, &keys, &classes, &n_keys);
+        rc = ty_conductor_api_keys(c, &keys, &classes, &n_keys);
     struct ty_api_opts ao = {
         .host = c->listen_host, .port = c->listen_port, .model = s->model,
         .model_name = name, .model_path = c->model_path,
@@ -397,7 +396,7 @@ static int start_api(struct serve *s, uv_loop_t *loop)
     fprintf(stderr, "tycho serve: serving %s (%s) on http://%s:%u/v1\n", name,
             ty_model_desc(s->model), c->listen_host, ty_api_port(s->api));
     /* No RPC port here: "http_port 0", the format tycho-conductor writes. */
-    return ty_cluster_write_ports(c->port_file, ty_api_port(s->api), 0);
+    return ty_node_write_ports(c->port_file, ty_api_port(s->api), 0);
 }
 
 static int run_serve(int argc, char **argv)
@@ -413,7 +412,7 @@ static int run_serve(int argc, char **argv)
                                           "local engine (also --model PATH, --port N, "
                                           "--host H, --threads N, --max-running N, "
                                           "--backend cpu|cuda, --device N)",
-                               .table = &ty_cluster_serve_config_table, .config = &s.cfg,
+                               .table = &ty_serve_config_table, .config = &s.cfg,
                                .drain = on_drain, .reload = on_reload, .arg = &s};
     if (ty_daemon_new(&s.d, &o, n_args, args, &code) != 0)
         return code;
@@ -426,7 +425,7 @@ static int run_serve(int argc, char **argv)
     uv_run(loop, UV_RUN_DEFAULT);
     ret = TY_CLI_EXIT_OK;
 out:
-    ty_decode_worker_free(s.worker); /* no more events after this */
+    ty_serve_worker_free(s.worker); /* no more events after this */
     if (s.mb_open)
         mailbox_close(&s.mb);
     if (s.api)

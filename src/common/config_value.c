@@ -495,3 +495,18 @@ void ty__cfg_suggest(const char *word, const char *const *cands, size_t n, char 
     if (pick && best <= limit)
         snprintf(buf, len, "; did you mean '%s'?", pick);
 }
+
+int ty_config_split_hostport(const char *s, char *host, size_t cap, uint16_t *port)
+{
+    const char *colon = s ? strrchr(s, ':') : NULL;
+    if (!colon || colon == s || (size_t)(colon - s) >= cap || !isdigit((unsigned char)colon[1]))
+        return TY_EINVAL;
+    char *end;
+    unsigned long p = strtoul(colon + 1, &end, 10);
+    if (*end || !p || p > 65535)
+        return TY_EINVAL;
+    memcpy(host, s, (size_t)(colon - s));
+    host[colon - s] = 0;
+    *port = (uint16_t)p;
+    return 0;
+}

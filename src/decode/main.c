@@ -2,7 +2,7 @@
  * (tcp), registers the KV pool's layer arrays (prefill nodes write into them), serves
  * DecodeAssign / TokenStreamOpen / Cancel on its RPC port and registers itself with the
  * Conductor (heartbeats with its load and its decode step timings). */
-#include "tycho/cluster.h"
+#include "tycho/node.h"
 #include "tycho/daemon.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
@@ -14,14 +14,14 @@
 #include <stdio.h>
 
 struct node {
-    struct ty_cluster_node_config cfg;
+    struct ty_node_config cfg;
     ty_daemon_t *d;
     ty_model_t *model;
     ty_engine_t *engine;
     ty_xfer_engine_t *xfer;
     ty_store_client_t *store; /* the cluster KV pool, when configured */
     ty_decode_node_t *node;
-    ty_cluster_agent_t *agent;
+    ty_node_agent_t *agent;
     ty_timing_ring_t *timings;
     char name[128];
 };
@@ -43,7 +43,7 @@ static int start_engine(struct node *s)
     struct ty_engine_opts eo = {.n_threads = s->cfg.threads,
                                 .kv_block_tokens = s->cfg.kv_block_tokens,
                                 .kv_pages = s->cfg.kv_pages, .kv_bytes = s->cfg.kv_cache_memory,
-                                .kv_dtype = ty_cluster_kv_dtype_names[s->cfg.kv_cache_dtype],
+                                .kv_dtype = ty_engine_kv_dtype_names[s->cfg.kv_cache_dtype],
                                 .max_seqs = s->cfg.max_batch_size,
                                 .max_ctx = s->cfg.max_ctx,
                                 .max_batch_tokens = s->cfg.max_batch_size};
@@ -58,7 +58,7 @@ static int start_engine(struct node *s)
         fprintf(stderr, "tycho-decode: transfer engine: %s\n", ty_strerror(rc));
         return rc;
     }
-    return ty_cluster_kv_register(s->xfer, ty_engine_pool(s->engine),
+    return ty_node_kv_register(s->xfer, ty_engine_pool(s->engine),
                                   ty_model_config(s->model)->n_layers);
 }
 
@@ -76,7 +76,7 @@ static int start_node(struct node *s, uv_loop_t *loop)
     if (s->cfg.name)
         snprintf(s->name, sizeof(s->name), "%s", s->cfg.name);
     else
-        ty_cluster_default_name("decode", s->name, sizeof(s->name));
+        ty_node_default_name("decode", s->name, sizeof(s->name));
     struct ty_decode_node_opts no = {
         .loop = loop, .engine = s->engine, .xfer = s->xfer, .node_id = s->name,
         .rpc_host = s->cfg.listen_host, .rpc_port = s->cfg.listen_port,
@@ -93,7 +93,7 @@ static int start_node(struct node *s, uv_loop_t *loop)
     char addr[300];
     snprintf(addr, sizeof(addr), "%s:%u", s->cfg.listen_host, ty_decode_node_rpc_port(s->node));
     ty_kvpool_t *pool = ty_engine_pool(s->engine);
-    struct ty_cluster_agent_opts ao = {
+    struct ty_node_agent_opts ao = {
         .loop = loop, .conductor_address = s->cfg.conductor_address,
         .role = TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE, .node_id = s->name, .address = addr,
         .segment = ty_xfer_engine_name(s->xfer), .model = s->model,
@@ -102,12 +102,12 @@ static int start_node(struct node *s, uv_loop_t *loop)
         .max_ctx = ty_engine_max_ctx(s->engine), .kv_dtype = ty_kv_dtype_name(ty_kvpool_dtype(pool)),
         .heartbeat_interval_ms = (uint32_t)(s->cfg.heartbeat_interval_ns / 1000000),
         .load_cb = ty_decode_node_load, .load_arg = s->node, .timings = s->timings};
-    if ((rc = ty_cluster_agent_new(&s->agent, &ao)))
+    if ((rc = ty_node_agent_new(&s->agent, &ao)))
         return rc;
     TY_LOG_INFO("decode", "%s: RPC %s, transfer segment %s (tcp), %s, KV pool %s", s->name,
                 addr, ty_xfer_engine_name(s->xfer), ty_model_desc(s->model),
                 s->store ? s->cfg.kv_pool.master : "none");
-    return ty_cluster_write_ports(s->cfg.port_file, ty_decode_node_rpc_port(s->node),
+    return ty_node_write_ports(s->cfg.port_file, ty_decode_node_rpc_port(s->node),
                                   ty_xfer_engine_port(s->xfer));
 }
 
@@ -118,7 +118,7 @@ int main(int argc, char **argv)
     struct ty_daemon_opts o = {.name = "tycho-decode",
                                .summary = "a decode node: receives KV, continuous batching, "
                                           "streams tokens to the Conductor",
-                               .table = &ty_cluster_node_config_table, .config = &s.cfg,
+                               .table = &ty_node_config_table, .config = &s.cfg,
                                .drain = on_drain, .arg = &s};
     if (ty_daemon_new(&s.d, &o, argc, argv, &code) != 0)
         return code;
@@ -132,7 +132,7 @@ int main(int argc, char **argv)
     uv_run(loop, UV_RUN_DEFAULT);
     ret = 0;
 out:
-    ty_cluster_agent_close(s.agent, NULL, NULL);
+    ty_node_agent_close(s.agent, NULL, NULL);
     if (s.node)
         ty_decode_node_close(s.node, NULL, NULL);
     ty_daemon_free(s.d);

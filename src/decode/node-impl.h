@@ -65,7 +65,7 @@ struct ty_decode_node {
     pthread_cond_t cv;
     struct dcmd *cmds, **cmds_tail; /* under mu */
     bool stop;
-    struct ty_cluster_load load;    /* under mu, published by the worker */
+    struct ty_node_load load;    /* under mu, published by the worker */
     struct lreq *reqs;              /* loop */
     struct ty_node_kvstore *kvstore; /* the KV pool (worker; stats any thread); NULL: none */
     void (*close_cb)(void *);

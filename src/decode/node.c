@@ -5,7 +5,7 @@
 #include "node-impl.h"
 
 #include "tycho/errors.h"
-#include "tycho/cluster_pb.h"
+#include "tycho/proto.h"
 #include "tycho/log.h"
 
 #include <stdlib.h>
@@ -54,7 +54,7 @@ static void lreq_free(ty_decode_node_t *n, struct lreq *r)
 static bool send_event(struct lreq *r, const struct devent *ev)
 {
     Tycho__V1__TokenChunk ch = TYCHO__V1__TOKEN_CHUNK__INIT;
-    struct ty_cluster_pb_logprob lp;
+    struct ty_pb_logprob lp;
     Tycho__V1__TokenLogprob *lpp = &lp.lp;
     uint32_t id = ev->smp.id;
     ch.request_id = r->rid;
@@ -63,7 +63,7 @@ static bool send_event(struct lreq *r, const struct devent *ev)
     if (ev->has_token) {
         ch.n_token_ids = 1;
         ch.token_ids = &id;
-        ty_cluster_logprob_to_pb(&ev->smp, &lp);
+        ty_pb_logprob_pack(&ev->smp, &lp);
         ch.n_logprobs = 1;
         ch.logprobs = &lpp;
     }
@@ -189,9 +189,9 @@ static int assign_build(ty_decode_node_t *n, const Tycho__V1__DecodeAssign *m,
     c->n_prompt = (uint32_t)m->n_prompt_token_ids;
     memcpy(c->prompt, m->prompt_token_ids, c->n_prompt * sizeof(uint32_t));
     struct ty_gen_params ends = {0};
-    int rc = ty_cluster_sampling_from_pb(m->sampling, V, &c->sp, why, cap);
+    int rc = ty_pb_sampling_unpack(m->sampling, V, &c->sp, why, cap);
     if (!rc)
-        rc = ty_cluster_ends_from_pb(m->sampling, V, &ends, why, cap);
+        rc = ty_pb_ends_unpack(m->sampling, V, &ends, why, cap);
     if (rc) {
         ty__dcmd_free(c);
         return rc;
@@ -289,7 +289,7 @@ static void on_cancel(ty_rpc_call_t *call, const uint8_t *payload, size_t len, v
 
 /* ---- lifecycle -------------------------------------------------------------------------------- */
 
-void ty_decode_node_load(void *arg, struct ty_cluster_load *out)
+void ty_decode_node_load(void *arg, struct ty_node_load *out)
 {
     ty_decode_node_t *n = arg;
     pthread_mutex_lock(&n->mu);

@@ -8,7 +8,7 @@
 
 #include "tycho/batcher.h"
 #include "tycho/clock.h"
-#include "tycho/cluster_pb.h"
+#include "tycho/proto.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
 
@@ -257,7 +257,7 @@ static void on_kv_ready(struct wstate *w, const Tycho__V1__KvReady *k)
     /* The prefill node drew the first token from its own sampler with the same seed. */
     struct ty_sample first = {.id = k->first_token};
     if (k->first_logprob && k->first_logprob->token_id == k->first_token)
-        ty_cluster_logprob_from_pb(k->first_logprob, w->V, &first); /* prefill's, of token 1 */
+        ty_pb_logprob_unpack(k->first_logprob, w->V, &first); /* prefill's, of token 1 */
     d->ready = true;
     ty_batcher_kv_landed(w->b, d->r, &first, k->cached_tokens);
 }

@@ -81,6 +81,10 @@ static int make_backend_and_pool(ty_engine_t *e, const struct ty_engine_opts *o)
     return 0;
 }
 
+const char *const ty_engine_kv_dtype_names[] = {"auto", "f32", "f16", NULL};
+const char *const ty_engine_backend_names[] = {"cpu", "cuda", NULL};
+const char *const ty_engine_cuda_weights_names[] = {"auto", "f32", "f16", "bf16", NULL};
+
 int ty_engine_new(ty_engine_t **out, const ty_model_t *m, const struct ty_engine_opts *opts)
 {
     const struct ty_model_config *c = ty_model_config(m);

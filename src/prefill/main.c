@@ -3,7 +3,7 @@
  * kv_pool.master is set, serves PrefillAssign on its RPC port and registers itself with the
  * Conductor (heartbeats with its load, its prefill timings and the KV block events of its page
  * cache). */
-#include "tycho/cluster.h"
+#include "tycho/node.h"
 #include "tycho/daemon.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
@@ -15,14 +15,14 @@
 #include <stdio.h>
 
 struct node {
-    struct ty_cluster_node_config cfg;
+    struct ty_node_config cfg;
     ty_daemon_t *d;
     ty_model_t *model;
     ty_engine_t *engine;
     ty_xfer_engine_t *xfer;
     ty_store_client_t *store; /* the cluster KV pool, when configured */
     ty_prefill_t *prefill;
-    ty_cluster_agent_t *agent;
+    ty_node_agent_t *agent;
     ty_kv_events_t *kv_events; /* the pool's prefix index, for the Conductor */
     ty_timing_ring_t *timings;
     char name[128];
@@ -52,7 +52,7 @@ static int start_engine(struct node *s)
                                 .kv_block_tokens = s->cfg.kv_block_tokens,
                                 .kv_pages = s->cfg.kv_pages, .kv_bytes = s->cfg.kv_cache_memory,
                                 .max_seqs = 4,
-                                .kv_dtype = ty_cluster_kv_dtype_names[s->cfg.kv_cache_dtype],
+                                .kv_dtype = ty_engine_kv_dtype_names[s->cfg.kv_cache_dtype],
                                 .max_ctx = s->cfg.max_ctx,
                                 .max_batch_tokens = s->cfg.chunk_tokens,
                                 .kv_block_cb = on_kv_block, .kv_block_arg = s->kv_events};
@@ -67,7 +67,7 @@ static int start_engine(struct node *s)
         fprintf(stderr, "tycho-prefill: transfer engine: %s\n", ty_strerror(rc));
         return rc;
     }
-    return ty_cluster_kv_register(s->xfer, ty_engine_pool(s->engine),
+    return ty_node_kv_register(s->xfer, ty_engine_pool(s->engine),
                                   ty_model_config(s->model)->n_layers);
 }
 
@@ -102,9 +102,9 @@ static int start_node(struct node *s, uv_loop_t *loop)
     if (s->cfg.name)
         snprintf(s->name, sizeof(s->name), "%s", s->cfg.name);
     else
-        ty_cluster_default_name("prefill", s->name, sizeof(s->name));
+        ty_node_default_name("prefill", s->name, sizeof(s->name));
     ty_kvpool_t *pool = ty_engine_pool(s->engine);
-    struct ty_cluster_agent_opts ao = {
+    struct ty_node_agent_opts ao = {
         .loop = loop, .conductor_address = s->cfg.conductor_address,
         .role = TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL, .node_id = s->name, .address = addr,
         .segment = ty_xfer_engine_name(s->xfer), .model = s->model,
@@ -116,12 +116,12 @@ static int start_node(struct node *s, uv_loop_t *loop)
         .heartbeat_interval_ms = (uint32_t)(s->cfg.heartbeat_interval_ns / 1000000),
         .load_cb = ty_prefill_load, .load_arg = s->prefill, .kv_events = s->kv_events,
         .timings = s->timings};
-    if ((rc = ty_cluster_agent_new(&s->agent, &ao)))
+    if ((rc = ty_node_agent_new(&s->agent, &ao)))
         return rc;
     TY_LOG_INFO("prefill", "%s: RPC %s, transfer segment %s (tcp), %s, KV pool %s", s->name,
                 addr, ty_xfer_engine_name(s->xfer), ty_model_desc(s->model),
                 s->store ? s->cfg.kv_pool.master : "none");
-    return ty_cluster_write_ports(s->cfg.port_file, ty_prefill_rpc_port(s->prefill),
+    return ty_node_write_ports(s->cfg.port_file, ty_prefill_rpc_port(s->prefill),
                                   ty_xfer_engine_port(s->xfer));
 }
 
@@ -132,7 +132,7 @@ int main(int argc, char **argv)
     struct ty_daemon_opts o = {.name = "tycho-prefill",
                                .summary = "a prefill node: chunked prefill, KV streamed to the "
                                           "decode node layer by layer",
-                               .table = &ty_cluster_node_config_table, .config = &s.cfg,
+                               .table = &ty_node_config_table, .config = &s.cfg,
                                .drain = on_drain, .arg = &s};
     if (ty_daemon_new(&s.d, &o, argc, argv, &code) != 0)
         return code;
@@ -147,7 +147,7 @@ int main(int argc, char **argv)
     uv_run(loop, UV_RUN_DEFAULT);
     ret = 0;
 out:
-    ty_cluster_agent_close(s.agent, NULL, NULL);
+    ty_node_agent_close(s.agent, NULL, NULL);
     if (s.prefill) {
         struct ty_prefill_stats st;
         ty_prefill_stats(s.prefill, &st);

@@ -13,7 +13,7 @@
 #include "tycho/batcher.h"
 
 #include "tycho/clock.h"
-#include "tycho/cluster_pb.h"
+#include "tycho/proto.h"
 #include "tycho/errors.h"
 #include "tycho/hash.h"
 #include "tycho/log.h"
@@ -147,9 +147,9 @@ static int notify_ready(ty_prefill_t *p, struct pjob *j)
     m.has_first_token = true;
     m.cached_tokens = j->cached;
     m.attempt = j->attempt;
-    struct ty_cluster_pb_logprob lp;
+    struct ty_pb_logprob lp;
     if (j->sp.logprobs || j->sp.n_logprobs > 0) { /* the decode node streams token 1 */
-        ty_cluster_logprob_to_pb(&j->first, &lp);
+        ty_pb_logprob_pack(&j->first, &lp);
         m.first_logprob = &lp.lp;
     }
     uint8_t buf[TY_XFER_NOTIFY_MAX];
@@ -476,8 +476,8 @@ static int job_build(ty_prefill_t *p, const Tycho__V1__PrefillAssign *m, struct 
         return rc;
     }
     memcpy(j->tokens, m->prompt_tokens, j->n * sizeof(uint32_t));
-    if ((rc = ty_cluster_sampling_from_pb(m->sampling, p->V, &j->sp, why, cap)) ||
-        (rc = ty_cluster_ends_from_pb(m->sampling, p->V, &j->ends, why, cap))) {
+    if ((rc = ty_pb_sampling_unpack(m->sampling, p->V, &j->sp, why, cap)) ||
+        (rc = ty_pb_ends_unpack(m->sampling, p->V, &j->ends, why, cap))) {
         job_free(j);
         return rc;
     }
@@ -545,7 +545,7 @@ static void on_cancel(ty_rpc_call_t *call, const uint8_t *payload, size_t len, v
     ty_rpc_call_reply_msg(call, (const ProtobufCMessage *)&a);
 }
 
-void ty_prefill_load(void *arg, struct ty_cluster_load *out)
+void ty_prefill_load(void *arg, struct ty_node_load *out)
 {
     ty_prefill_t *p = arg;
     ty_kvpool_t *pool = ty_engine_pool(p->o.engine);

@@ -3,6 +3,7 @@
 #include "store-impl.h"
 
 #include "tycho/clock.h"
+#include "tycho/config.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
 #include "tycho/rpc.h"
@@ -123,7 +124,7 @@ static int rpc_connect(ty_store_client_t *c)
 {
     char host[128];
     uint16_t port;
-    int rc = ty__store_split_addr(c->masters[c->cur], host, sizeof(host), &port);
+    int rc = ty_config_split_hostport(c->masters[c->cur], host, sizeof(host), &port);
     if (rc != 0)
         return rc;
     struct ty_rpc_client_opts o = {.loop = &c->loop,

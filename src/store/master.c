@@ -46,21 +46,6 @@ struct job_ctx {
     uint64_t id;
 };
 
-int ty__store_split_addr(const char *addr, char *host, size_t cap, uint16_t *port)
-{
-    const char *colon = addr ? strrchr(addr, ':') : NULL;
-    if (!colon || colon == addr || (size_t)(colon - addr) >= cap)
-        return TY_EINVAL;
-    char *end;
-    unsigned long p = strtoul(colon + 1, &end, 10);
-    if (*end != 0 || p == 0 || p > 65535)
-        return TY_EINVAL;
-    memcpy(host, addr, (size_t)(colon - addr));
-    host[colon - addr] = 0;
-    *port = (uint16_t)p;
-    return 0;
-}
-
 static struct mnode *mnode_get(ty_store_master_t *m, uint32_t id)
 {
     if (id >= m->n_nodes) {

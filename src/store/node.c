@@ -4,6 +4,7 @@
 #include "store-impl.h"
 
 #include "tycho/clock.h"
+#include "tycho/config.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
 #include "tycho/rpc.h"
@@ -343,7 +344,7 @@ static int master_connect(ty_store_node_t *n)
 {
     char host[128];
     uint16_t port;
-    int rc = ty__store_split_addr(n->masters[n->cur_master], host, sizeof(host), &port);
+    int rc = ty_config_split_hostport(n->masters[n->cur_master], host, sizeof(host), &port);
     if (rc != 0)
         return rc;
     struct ty_rpc_client_opts o = {.loop = n->loop,

@@ -22,6 +22,5 @@
 #define SM_NODE_INDEX     TYCHO__STORE__V1__METHOD__METHOD_NODE_INDEX
 
 /* Split "host:port" into host (cap bytes) and *port. Returns 0 or TY_EINVAL. */
-int ty__store_split_addr(const char *addr, char *host, size_t cap, uint16_t *port);
 
 #endif

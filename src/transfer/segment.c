@@ -2,6 +2,7 @@
  * and the choice of transport for a peer (logged once per open, never changed afterwards). */
 #include "xfer-impl.h"
 
+#include "tycho/config.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
 
@@ -176,7 +177,7 @@ static int seg_resolve(ty_xfer_engine_t *e, const char *name, char *host, size_t
 {
     memset(meta, 0, sizeof(*meta));
     if (!e->etcd) {
-        int rc = ty__xfer_split_hostport(name, host, cap, port);
+        int rc = ty_config_split_hostport(name, host, cap, port);
         if (rc)
             TY_LOG_ERROR(TY_XFER_SUBSYS, "segment '%s': expected host:port (no etcd set)", name);
         return rc;

@@ -511,21 +511,6 @@ void ty__xfer_sock_timeouts(int fd, uint32_t timeout_ms)
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 }
 
-int ty__xfer_split_hostport(const char *s, char *host, size_t host_cap, uint16_t *port)
-{
-    const char *colon = s ? strrchr(s, ':') : NULL;
-    if (!colon || colon == s || (size_t)(colon - s) >= host_cap)
-        return TY_EINVAL;
-    char *end;
-    long p = strtol(colon + 1, &end, 10);
-    if (colon[1] == '\0' || *end != '\0' || p <= 0 || p > 65535)
-        return TY_EINVAL;
-    memcpy(host, s, (size_t)(colon - s));
-    host[colon - s] = '\0';
-    *port = (uint16_t)p;
-    return 0;
-}
-
 static int connect_wait(int fd, uint32_t timeout_ms)
 {
     struct pollfd pfd = {.fd = fd, .events = POLLOUT};

@@ -198,7 +198,6 @@ int ty__xfer_drain(int fd, uint64_t len);
 /* Connect to host:port within timeout_ms; returns fd or -errno / TY_ETIMEDOUT. */
 int ty__xfer_tcp_connect(const char *host, uint16_t port, uint32_t timeout_ms);
 /* Split "host:port". Returns 0 or TY_EINVAL. */
-int ty__xfer_split_hostport(const char *s, char *host, size_t host_cap, uint16_t *port);
 /* Set SO_RCVTIMEO and SO_SNDTIMEO. */
 void ty__xfer_sock_timeouts(int fd, uint32_t timeout_ms);
 

@@ -1,4 +1,4 @@
-/* libFuzzer target for the OpenAI request validator (src/conductor/api/api_parse.c).
+/* libFuzzer target for the OpenAI request validator (src/api/api_parse.c).
  *
  * The first input byte picks the request kind (bit 0: chat or completion) and the parse (bit 1:
  * into one arena shared by every input and reset after each, as the API's per-request arena

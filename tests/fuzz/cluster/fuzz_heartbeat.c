@@ -1,4 +1,4 @@
-/* libFuzzer target for what nodes tell the Conductor's scheduler (src/conductor/cluster/
+/* libFuzzer target for what nodes tell the Conductor's scheduler (src/conductor/
  * placement.c): Heartbeat messages (load, KV block events, timing samples) from prefill and
  * decode nodes, interleaved with placements, finishes and failures of requests and with nodes
  * going down and coming back.
@@ -18,7 +18,7 @@
  * prefill node's queue counts exactly the requests queued on it. Needs stories260K from the
  * test data (TYCHO_TEST_DATA; by default the shared data folder beside the checkout); without
  * it every input is skipped. */
-#include "cluster-impl.h"
+#include "conductor-impl.h"
 
 #include "tycho/errors.h"
 #include "tycho/log.h"
@@ -63,7 +63,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-static struct ty__cnode *add_node(ty_cluster_t *c, int role)
+static struct ty__cnode *add_node(ty_conductor_t *c, int role)
 {
     struct ty__cnode *n = calloc(1, sizeof(*n));
     check(n != NULL);
@@ -81,7 +81,7 @@ static struct ty__cnode *add_node(ty_cluster_t *c, int role)
     return n;
 }
 
-static void check_invariants(ty_cluster_t *c, struct ty__creq **reqs, size_t n_reqs,
+static void check_invariants(ty_conductor_t *c, struct ty__creq **reqs, size_t n_reqs,
                              size_t credited)
 {
     const struct ty_sched_cost *k = &ty_sched_opts_get(c->place.s)->cost;
@@ -116,10 +116,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     uv_loop_t loop;
     check(uv_loop_init(&loop) == 0);
-    struct ty_cluster_opts o = {.loop = &loop, .rpc_host = "127.0.0.1", .model = g_model,
+    struct ty_conductor_opts o = {.loop = &loop, .rpc_host = "127.0.0.1", .model = g_model,
                                 .max_ctx = 512, .event_cb = on_event};
-    ty_cluster_t *c;
-    check(ty_cluster_new(&c, &o) == 0);
+    ty_conductor_t *c;
+    check(ty_conductor_new(&c, &o) == 0);
     struct ty__cnode *nodes[3] = {add_node(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL),
                                   add_node(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL),
                                   add_node(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE)};
@@ -187,7 +187,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         req_free(reqs[i]);
     }
     check(ty_sched_in_flight(c->place.s) == 0);
-    ty_cluster_close(c, NULL, NULL);
+    ty_conductor_close(c, NULL, NULL);
     uv_run(&loop, UV_RUN_DEFAULT);
     check(uv_loop_close(&loop) == 0);
     return 0;

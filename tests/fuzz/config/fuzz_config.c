@@ -5,7 +5,9 @@
  * Run: fuzz_config -max_total_time=20 CORPUS configs tests/data/config
  */
 #include "tycho/config.h"
-#include "tycho/cluster.h"
+#include "tycho/conductor.h"
+#include "tycho/node.h"
+#include "tycho/serve_local.h"
 #include "tycho/log.h"
 #include "tycho/sched.h"
 #include "tycho/store_config.h"
@@ -85,14 +87,14 @@ static void run(const struct ty_config_struct *root, const uint8_t *in, size_t s
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     ty_log_set_level(TY_LOG_LEVEL_ERROR);
-    run(&ty_cluster_config_table, data, size, NULL);
-    run(&ty_cluster_serve_config_table, data, size, NULL);
-    run(&ty_cluster_node_config_table, data, size, NULL);
+    run(&ty_conductor_config_table, data, size, NULL);
+    run(&ty_serve_config_table, data, size, NULL);
+    run(&ty_node_config_table, data, size, NULL);
     run(&ty_store_config_table, data, size, NULL);
     run(&ty_sched_config_table, data, size, NULL);
-    run(&ty_cluster_config_table, data, size, "--listen_port=");
-    run(&ty_cluster_config_table, data, size, "--api_keys=");
-    run(&ty_cluster_serve_config_table, data, size, "--engine.kv_pages=");
+    run(&ty_conductor_config_table, data, size, "--listen_port=");
+    run(&ty_conductor_config_table, data, size, "--api_keys=");
+    run(&ty_serve_config_table, data, size, "--engine.kv_pages=");
     run(&ty_store_config_table, data, size, "--dram_bytes=");
     return 0;
 }

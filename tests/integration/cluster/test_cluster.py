@@ -27,7 +27,7 @@ MODEL = os.path.join(DATA, "models/stories260K/stories260K.gguf")
 # streams of kill_decode get fewer tokens, still seconds long, with the same checks.
 SLOW = os.environ.get("TYCHO_SANITIZER_SLOW") == "1"
 TYCHO = os.path.join(BUILD, "src/cli/tycho")
-CONDUCTOR = os.path.join(BUILD, "src/conductor/cluster/tycho-conductor")
+CONDUCTOR = os.path.join(BUILD, "src/conductor/tycho-conductor")
 PREFILL = os.path.join(BUILD, "src/prefill/tycho-prefill")
 STORE = os.path.join(BUILD, "src/store/tycho-store")
 DECODE = os.path.join(BUILD, "src/decode/tycho-decode")

@@ -147,7 +147,7 @@ static int setup(void **state)
     }
     if (!mkdtemp(g_dir))
         return -1;
-    snprintf(bin, sizeof(bin), "%s/src/conductor/cluster/tycho-conductor", build);
+    snprintf(bin, sizeof(bin), "%s/src/conductor/tycho-conductor", build);
     snprintf(ports, sizeof(ports), "%s/conductor.ports", g_dir);
     snprintf(model_arg, sizeof(model_arg), "--model_path=%s", model);
     snprintf(port_arg, sizeof(port_arg), "--port_file=%s", ports);

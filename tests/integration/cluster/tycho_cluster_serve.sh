@@ -22,7 +22,7 @@ DIR=$(mktemp -d)
 PIDS=
 cleanup() { [ -n "$PIDS" ] && kill $PIDS 2>/dev/null; wait; rm -rf "$DIR"; exit 0; }
 trap cleanup TERM INT HUP
-"$B/src/conductor/cluster/tycho-conductor" --model_path="$MODEL" --listen_port="$PORT" \
+"$B/src/conductor/tycho-conductor" --model_path="$MODEL" --listen_port="$PORT" \
     --rpc_port=0 --port_file="$DIR/c.ports" ${KEY:+--api_keys=[$KEY]} &
 PIDS="$!"
 i=0

@@ -1,4 +1,4 @@
-/* A node's use of the KV pool (src/conductor/cluster/node_kvstore.c) against a real
+/* A node's use of the KV pool (src/node/node_kvstore.c) against a real
  * tycho-store: blocks one page pool computed are read into another byte for byte; the leading run stops at
  * the first block the pool lacks or holds with the wrong size; another model's prompts find
  * nothing; a full page cache or a dead pool is a miss, and a dead pool is then skipped. */

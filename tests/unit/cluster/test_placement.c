@@ -1,7 +1,7 @@
-/* The Conductor's live scheduler glue (src/conductor/cluster/placement.c) fed hand-made
+/* The Conductor's live scheduler glue (src/conductor/placement.c) fed hand-made
  * heartbeats and requests: what a misbehaving node can and cannot do to the prefix index and
  * the cost model, the block-size rule for prefill nodes, and the credit a placement gives a
- * prefill node. A real ty_cluster_t (its RPC endpoint on an ephemeral loopback port) over
+ * prefill node. A real ty_conductor_t (its RPC endpoint on an ephemeral loopback port) over
  * stories260K; nodes are registry entries made here, without processes. Skips (77) without
  * the test data. */
 #include <setjmp.h>
@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "cluster-impl.h"
+#include "conductor-impl.h"
 
 #include "tycho/errors.h"
 #include "tycho/hash.h"
@@ -24,7 +24,7 @@ static ty_model_t *g_model;
 
 struct fixture {
     uv_loop_t loop;
-    ty_cluster_t *c;
+    ty_conductor_t *c;
 };
 
 static void on_event(void *arg, const struct ty_serve_event *ev)
@@ -38,9 +38,9 @@ static int setup(void **state)
     struct fixture *f = calloc(1, sizeof(*f));
     assert_non_null(f);
     assert_int_equal(uv_loop_init(&f->loop), 0);
-    struct ty_cluster_opts o = {.loop = &f->loop, .rpc_host = "127.0.0.1", .model = g_model,
+    struct ty_conductor_opts o = {.loop = &f->loop, .rpc_host = "127.0.0.1", .model = g_model,
                                 .max_ctx = 512, .event_cb = on_event};
-    assert_int_equal(ty_cluster_new(&f->c, &o), 0);
+    assert_int_equal(ty_conductor_new(&f->c, &o), 0);
     *state = f;
     return 0;
 }
@@ -48,7 +48,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *f = *state;
-    ty_cluster_close(f->c, NULL, NULL);
+    ty_conductor_close(f->c, NULL, NULL);
     uv_run(&f->loop, UV_RUN_DEFAULT);
     uv_loop_close(&f->loop);
     free(f);
@@ -56,7 +56,7 @@ static int teardown(void **state)
 }
 
 /* A registered node as the registry would make it (no connection). */
-static struct ty__cnode *node(ty_cluster_t *c, int role, uint32_t block_tokens,
+static struct ty__cnode *node(ty_conductor_t *c, int role, uint32_t block_tokens,
                               uint64_t pages, int expect_rc)
 {
     struct ty__cnode *n = calloc(1, sizeof(*n));
@@ -77,12 +77,12 @@ static struct ty__cnode *node(ty_cluster_t *c, int role, uint32_t block_tokens,
     return n;
 }
 
-static size_t index_size(ty_cluster_t *c)
+static size_t index_size(ty_conductor_t *c)
 {
     return ty_sched_index_size(ty_sched_index(c->place.s));
 }
 
-static void heartbeat_stored(ty_cluster_t *c, struct ty__cnode *n, uint64_t first, size_t count,
+static void heartbeat_stored(ty_conductor_t *c, struct ty__cnode *n, uint64_t first, size_t count,
                              bool reset)
 {
     uint64_t *h = malloc(count * sizeof(*h));

@@ -14,7 +14,7 @@ fail() { echo "FAIL $*"; fails=$((fails + 1)); }
 # The daemon of a role, as a command line prefix ("" when that daemon is not built).
 daemon_of() {
     case "$1" in
-        conductor) d="$B/src/conductor/cluster/tycho-conductor" ;;
+        conductor) d="$B/src/conductor/tycho-conductor" ;;
         prefill) d="$B/src/prefill/tycho-prefill" ;;
         decode) d="$B/src/decode/tycho-decode" ;;
         store) d="$B/src/store/tycho-store" ;;

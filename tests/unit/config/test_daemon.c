@@ -24,7 +24,7 @@
 
 static char cfg_path[64];
 
-/* A daemon's settings, as the daemons write theirs (tycho/cluster.h, tycho/store_config.h). */
+/* A daemon's settings, as the daemons write theirs (tycho/conductor.h, tycho/store_config.h). */
 struct limits {
     uint32_t max_connections;
 };

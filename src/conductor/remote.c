@@ -1,4 +1,4 @@
-/* The remote serving backend (tycho/serve.h over the cluster; cluster-impl.h). A request:
+/* The remote serving backend (tycho/serve.h over the cluster; conductor-impl.h). A request:
  *   1. DecodeAssign to the least-loaded decode node (it reserves pages, answers with the KV
  *      destination: segment + per-layer addresses of those pages);
  *   2. TokenStreamOpen to that node (a stream of TokenChunk), then PrefillAssign (prompt + KV
@@ -9,17 +9,17 @@
  * still holds the request; every RPC has a deadline, so nothing waits forever.
  * Everything runs on the loop's thread, so events go straight to the sink (tycho/serve.h's
  * rule), a cancelled request's ERROR event from inside cancel. */
-#include "cluster-impl.h"
+#include "conductor-impl.h"
 
 #include "tycho/clock.h"
-#include "tycho/cluster_pb.h"
+#include "tycho/proto.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static void emit(ty_cluster_t *c, struct ty__creq *r, enum ty_serve_event_kind kind,
+static void emit(ty_conductor_t *c, struct ty__creq *r, enum ty_serve_event_kind kind,
                  const struct ty_sample *smp, size_t text_end, enum ty_finish fin, int err)
 {
     struct ty_serve_event ev = {.id = r->id, .kind = kind, .finish = fin, .error = err,
@@ -35,7 +35,7 @@ static void emit(ty_cluster_t *c, struct ty__creq *r, enum ty_serve_event_kind k
         c->o.event_cb(c->o.event_arg, &ev);
 }
 
-static void req_maybe_free(ty_cluster_t *c, struct ty__creq *r)
+static void req_maybe_free(ty_conductor_t *c, struct ty__creq *r)
 {
     if (!r->finished || r->decode_pending || r->prefill_pending || r->stream_pending)
         return;
@@ -71,7 +71,7 @@ static void send_cancel(struct ty__cnode *n, uint64_t rid, const char *why)
 }
 
 /* Mark finished: the nodes still holding it are told to let go. */
-static void req_end(ty_cluster_t *c, struct ty__creq *r, bool decode_done, bool natural,
+static void req_end(ty_conductor_t *c, struct ty__creq *r, bool decode_done, bool natural,
                     const char *why)
 {
     r->finished = true;
@@ -87,7 +87,7 @@ static void req_end(ty_cluster_t *c, struct ty__creq *r, bool decode_done, bool 
         send_cancel(r->pnode, r->rid, why);
 }
 
-static void req_fail(ty_cluster_t *c, struct ty__creq *r, int err)
+static void req_fail(ty_conductor_t *c, struct ty__creq *r, int err)
 {
     if (r->finished)
         return;
@@ -96,7 +96,7 @@ static void req_fail(ty_cluster_t *c, struct ty__creq *r, int err)
     req_maybe_free(c, r);
 }
 
-static void req_done(ty_cluster_t *c, struct ty__creq *r, enum ty_finish fin)
+static void req_done(ty_conductor_t *c, struct ty__creq *r, enum ty_finish fin)
 {
     ty__place_observe(c, r);
     ty_stoptext_flush(&r->tx); /* nothing after a stop string; TY_ENOMEM: the tail is lost */
@@ -110,11 +110,11 @@ static void sample_of(const Tycho__V1__TokenChunk *ch, size_t i, struct ty_sampl
     smp->id = ch->token_ids[i];
     if (i >= ch->n_logprobs || !ch->logprobs[i])
         return;
-    ty_cluster_logprob_from_pb(ch->logprobs[i], 0, smp);
+    ty_pb_logprob_unpack(ch->logprobs[i], 0, smp);
 }
 
 /* One TokenChunk from the decode node. */
-static void on_chunk(ty_cluster_t *c, struct ty__creq *r, const Tycho__V1__TokenChunk *ch)
+static void on_chunk(ty_conductor_t *c, struct ty__creq *r, const Tycho__V1__TokenChunk *ch)
 {
     /* tokens from the decode node: the KV landed, whether or not the prefill node's reply
      * has reached us yet */
@@ -151,7 +151,7 @@ static void on_chunk(ty_cluster_t *c, struct ty__creq *r, const Tycho__V1__Token
     }
 }
 
-static struct ty__creq *req_of(void *arg, ty_cluster_t **c)
+static struct ty__creq *req_of(void *arg, ty_conductor_t **c)
 {
     struct ty__creq *r = arg;
     *c = r->dnode->c;
@@ -160,7 +160,7 @@ static struct ty__creq *req_of(void *arg, ty_cluster_t **c)
 
 static void on_stream(const struct ty_rpc_result *res, void *arg)
 {
-    ty_cluster_t *c;
+    ty_conductor_t *c;
     struct ty__creq *r = req_of(arg, &c);
     if (res->event == TY_RPC_EVENT_ITEM) {
         Tycho__V1__TokenChunk *ch = tycho__v1__token_chunk__unpack(NULL, res->len, res->payload);
@@ -187,7 +187,7 @@ static void on_stream(const struct ty_rpc_result *res, void *arg)
     req_maybe_free(c, r);
 }
 
-static int send_prefill(ty_cluster_t *c, struct ty__creq *r);
+static int send_prefill(ty_conductor_t *c, struct ty__creq *r);
 
 /* The prefill node itself is gone (the connection dropped, or the Conductor closed it when
  * the node was declared down): not a refusal or an error it reported, and not a failure of the
@@ -207,7 +207,7 @@ static int call_error(const struct ty_rpc_result *res)
 
 static void on_rearm_reply(const struct ty_rpc_result *res, void *arg)
 {
-    ty_cluster_t *c;
+    ty_conductor_t *c;
     struct ty__creq *r = req_of(arg, &c);
     r->decode_pending = false;
     if (r->finished) {
@@ -237,11 +237,11 @@ static void on_rearm_reply(const struct ty_rpc_result *res, void *arg)
  * node and ask the decode node (DecodeAssign.attempt) whether the request still waits for its
  * KV; if so it takes only the new attempt's KvReady, and the prefill goes to the new node
  * (on_rearm_reply). Up to 3 sends per request. */
-static int prefill_elsewhere(ty_cluster_t *c, struct ty__creq *r)
+static int prefill_elsewhere(ty_conductor_t *c, struct ty__creq *r)
 {
     struct ty__cnode *from = r->pnode, *to = NULL;
     if (r->prefill_tries < 3)
-        to = ty__cluster_pick_except(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL, from);
+        to = ty__conductor_pick_except(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL, from);
     if (!to)
         return TY_EUNAVAIL;
     Tycho__V1__DecodeAssign m = TYCHO__V1__DECODE_ASSIGN__INIT;
@@ -260,7 +260,7 @@ static int prefill_elsewhere(ty_cluster_t *c, struct ty__creq *r)
 
 static void on_prefill_reply(const struct ty_rpc_result *res, void *arg)
 {
-    ty_cluster_t *c;
+    ty_conductor_t *c;
     struct ty__creq *r = req_of(arg, &c);
     r->prefill_pending = false;
     if (r->prefill_counted && r->pnode->info.inflight)
@@ -296,11 +296,11 @@ struct pb_sampling {
 static void fill_sampling(const struct ty_gen_params *g, struct pb_sampling *ps)
 {
     tycho__v1__sampling_params__init(&ps->sp);
-    ty_cluster_sampling_to_pb(g, &ps->sp, ps->bias, ps->bias_ptrs);
+    ty_pb_sampling_pack(g, &ps->sp, ps->bias, ps->bias_ptrs);
 }
 
 /* The decode node reserved pages: open the token stream and start the prefill. */
-static int start_prefill(ty_cluster_t *c, struct ty__creq *r)
+static int start_prefill(ty_conductor_t *c, struct ty__creq *r)
 {
     Tycho__V1__TokenStreamOpen so = TYCHO__V1__TOKEN_STREAM_OPEN__INIT;
     so.request_id = r->rid;
@@ -313,7 +313,7 @@ static int start_prefill(ty_cluster_t *c, struct ty__creq *r)
     if (!r->pnode || !r->pnode->info.alive || r->pnode->lost || !r->pnode->rpc) {
         /* the scheduler's choice died while the decode node reserved pages */
         struct ty__cnode *chosen = r->pnode;
-        r->pnode = ty__cluster_pick(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL);
+        r->pnode = ty__conductor_pick(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL);
         if (!r->pnode)
             return TY_EUNAVAIL;
         ty__place_moved(c, r, chosen);
@@ -322,7 +322,7 @@ static int start_prefill(ty_cluster_t *c, struct ty__creq *r)
 }
 
 /* PrefillAssign to r->pnode: the prompt, the decode node's KV destination, sampling. */
-static int send_prefill(ty_cluster_t *c, struct ty__creq *r)
+static int send_prefill(ty_conductor_t *c, struct ty__creq *r)
 {
     struct pb_sampling *ps = malloc(sizeof(*ps));
     if (!ps)
@@ -352,7 +352,7 @@ static int send_prefill(ty_cluster_t *c, struct ty__creq *r)
 
 static void on_decode_reply(const struct ty_rpc_result *res, void *arg)
 {
-    ty_cluster_t *c;
+    ty_conductor_t *c;
     struct ty__creq *r = req_of(arg, &c);
     uint64_t t0 = ty_clock_ns();
     r->decode_pending = false;
@@ -380,7 +380,7 @@ static void on_decode_reply(const struct ty_rpc_result *res, void *arg)
     }
 }
 
-static int req_new(ty_cluster_t *c, const struct ty_serve_request *sr, struct ty__creq **out)
+static int req_new(ty_conductor_t *c, const struct ty_serve_request *sr, struct ty__creq **out)
 {
     struct ty__creq *r = calloc(1, sizeof(*r));
     if (!r)
@@ -408,7 +408,7 @@ static int req_new(ty_cluster_t *c, const struct ty_serve_request *sr, struct ty
 
 /* Place `r` (the scheduler chooses its nodes or refuses it) and send DecodeAssign to its
  * decode node. */
-static int dispatch(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *rej,
+static int dispatch(ty_conductor_t *c, struct ty__creq *r, struct ty_serve_reject *rej,
                     bool admitted)
 {
     int rc = ty__place_pick(c, r, rej, admitted);
@@ -442,13 +442,13 @@ static int dispatch(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject 
     return 0;
 }
 
-static bool nodes_up(ty_cluster_t *c)
+static bool nodes_up(ty_conductor_t *c)
 {
-    return ty__cluster_pick(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE) &&
-           ty__cluster_pick(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL);
+    return ty__conductor_pick(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE) &&
+           ty__conductor_pick(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL);
 }
 
-void ty__cluster_retry_waiting(ty_cluster_t *c)
+void ty__conductor_retry_waiting(ty_conductor_t *c)
 {
     uint64_t now = ty_clock_ms();
     for (struct ty__creq *r = c->reqs, *next; r; r = next) {
@@ -464,7 +464,7 @@ void ty__cluster_retry_waiting(ty_cluster_t *c)
 
 static int cluster_submit(void *ctx, const struct ty_serve_request *sr)
 {
-    ty_cluster_t *c = ctx;
+    ty_conductor_t *c = ctx;
     if (c->closing)
         return TY_ESHUTDOWN;
     if (!sr || !sr->n_prompt || sr->n_prompt >= c->o.max_ctx)
@@ -499,7 +499,7 @@ static int cluster_submit(void *ctx, const struct ty_serve_request *sr)
 
 static int cluster_cancel(void *ctx, uint64_t id)
 {
-    ty_cluster_t *c = ctx;
+    ty_conductor_t *c = ctx;
     for (struct ty__creq *r = c->reqs; r; r = r->next) {
         if (r->id == id && !r->finished) {
             req_fail(c, r, TY_ECANCELED);
@@ -511,7 +511,7 @@ static int cluster_cancel(void *ctx, uint64_t id)
 
 static void cluster_stats(void *ctx, struct ty_serve_stats *out)
 {
-    ty_cluster_t *c = ctx;
+    ty_conductor_t *c = ctx;
     memset(out, 0, sizeof(*out));
     out->max_ctx = c->o.max_ctx;
     uint32_t n_decode = 0;
@@ -536,16 +536,16 @@ static void cluster_stats(void *ctx, struct ty_serve_stats *out)
 
 static void cluster_set_sink(void *ctx, ty_serve_event_cb sink, void *arg)
 {
-    ty_cluster_t *c = ctx;
+    ty_conductor_t *c = ctx;
     c->o.event_cb = sink;
     c->o.event_arg = arg;
 }
 
-const struct ty_serve_backend_i ty__cluster_backend_iface = {
+const struct ty_serve_backend_i ty__conductor_backend_iface = {
     .submit = cluster_submit, .cancel = cluster_cancel, .stats = cluster_stats,
-    .status_json = ty__cluster_status_json, .set_sink = cluster_set_sink};
+    .status_json = ty__conductor_status_json, .set_sink = cluster_set_sink};
 
-void ty__cluster_fail_node(ty_cluster_t *c, struct ty__cnode *n, int err)
+void ty__conductor_fail_node(ty_conductor_t *c, struct ty__cnode *n, int err)
 {
     for (struct ty__creq *r = c->reqs, *next; r; r = next) {
         next = r->next;
@@ -556,7 +556,7 @@ void ty__cluster_fail_node(ty_cluster_t *c, struct ty__cnode *n, int err)
     }
 }
 
-void ty__cluster_fail_all(ty_cluster_t *c, int err)
+void ty__conductor_fail_all(ty_conductor_t *c, int err)
 {
     for (struct ty__creq *r = c->reqs, *next; r; r = next) {
         next = r->next;
@@ -566,11 +566,11 @@ void ty__cluster_fail_all(ty_cluster_t *c, int err)
 
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 
-int ty_cluster_new(ty_cluster_t **out, const struct ty_cluster_opts *opts)
+int ty_conductor_new(ty_conductor_t **out, const struct ty_conductor_opts *opts)
 {
     if (!out || !opts || !opts->loop || !opts->model || !opts->max_ctx)
         return TY_EINVAL;
-    ty_cluster_t *c = calloc(1, sizeof(*c));
+    ty_conductor_t *c = calloc(1, sizeof(*c));
     if (!c)
         return TY_ENOMEM;
     c->o = *opts;
@@ -589,7 +589,7 @@ int ty_cluster_new(ty_cluster_t **out, const struct ty_cluster_opts *opts)
         free(c);
         return rc;
     }
-    rc = ty__cluster_registry_start(c);
+    rc = ty__conductor_registry_start(c);
     c->o.rpc_host = NULL;
     if (rc) {
         ty__place_fini(c);
@@ -603,14 +603,14 @@ int ty_cluster_new(ty_cluster_t **out, const struct ty_cluster_opts *opts)
     return 0;
 }
 
-struct ty_serve_backend ty_cluster_backend(ty_cluster_t *c)
+struct ty_serve_backend ty_conductor_backend(ty_conductor_t *c)
 {
-    return (struct ty_serve_backend){&ty__cluster_backend_iface, c};
+    return (struct ty_serve_backend){&ty__conductor_backend_iface, c};
 }
 
 static void close_step(void *arg)
 {
-    ty_cluster_t *c = arg;
+    ty_conductor_t *c = arg;
     if (--c->n_closing)
         return;
     void (*cb)(void *) = c->close_cb;
@@ -628,12 +628,12 @@ static void on_tick_closed(uv_handle_t *h)
     close_step(h->data);
 }
 
-void ty_cluster_close(ty_cluster_t *c, void (*cb)(void *arg), void *arg)
+void ty_conductor_close(ty_conductor_t *c, void (*cb)(void *arg), void *arg)
 {
     c->closing = true;
     c->close_cb = cb;
     c->close_arg = arg;
-    ty__cluster_fail_all(c, TY_ESHUTDOWN);
+    ty__conductor_fail_all(c, TY_ESHUTDOWN);
     c->n_closing = 3; /* tick, server, this function */
     for (size_t i = 0; i < c->n_nodes; i++) {
         struct ty__cnode *n = c->nodes[i];

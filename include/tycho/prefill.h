@@ -7,12 +7,12 @@
  * Threading: ty_prefill_new/close/rpc_port/load run on the loop's thread; one worker thread
  * owns the engine between new and close. Ownership: the node borrows the engine and the
  * transfer engine (the pool's layer arrays must already be registered with it: see
- * ty_cluster_kv_register), which must outlive it.
+ * ty_node_kv_register), which must outlive it.
  */
 #ifndef TYCHO_PREFILL_H
 #define TYCHO_PREFILL_H
 
-#include "tycho/cluster.h"
+#include "tycho/node.h"
 #include "tycho/engine.h"
 #include "tycho/store.h"
 #include "tycho/transfer.h"
@@ -59,8 +59,8 @@ void ty_prefill_stats(const ty_prefill_t *p, struct ty_prefill_stats *out);
  * not counted). max_batch over 64 is TY_EINVAL. */
 int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts);
 uint16_t ty_prefill_rpc_port(const ty_prefill_t *p);
-/* The node's load for its heartbeats (a ty_cluster_load_cb; arg is the ty_prefill_t). */
-void ty_prefill_load(void *arg, struct ty_cluster_load *out);
+/* The node's load for its heartbeats (a ty_node_load_cb; arg is the ty_prefill_t). */
+void ty_prefill_load(void *arg, struct ty_node_load *out);
 /* Stop the worker, fail what is queued (TY_ESHUTDOWN), close the server, free; then cb. */
 void ty_prefill_close(ty_prefill_t *p, void (*cb)(void *arg), void *arg);
 

@@ -1,5 +1,5 @@
-/* Conversions between the cluster's control messages and engine types (tycho/cluster_pb.h). */
-#include "tycho/cluster_pb.h"
+/* Conversions between the cluster's control messages and engine types (tycho/proto.h). */
+#include "tycho/proto.h"
 
 #include "tycho/errors.h"
 
@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-void ty_cluster_logprob_to_pb(const struct ty_sample *s, struct ty_cluster_pb_logprob *out)
+void ty_pb_logprob_pack(const struct ty_sample *s, struct ty_pb_logprob *out)
 {
     tycho__v1__token_logprob__init(&out->lp);
     out->lp.token_id = s->id;
@@ -23,7 +23,7 @@ void ty_cluster_logprob_to_pb(const struct ty_sample *s, struct ty_cluster_pb_lo
     out->lp.top = out->topp;
 }
 
-void ty_cluster_logprob_from_pb(const Tycho__V1__TokenLogprob *lp, uint32_t n_vocab,
+void ty_pb_logprob_unpack(const Tycho__V1__TokenLogprob *lp, uint32_t n_vocab,
                                 struct ty_sample *s)
 {
     s->logprob = lp->logprob;
@@ -34,7 +34,7 @@ void ty_cluster_logprob_from_pb(const Tycho__V1__TokenLogprob *lp, uint32_t n_vo
                 (struct ty_token_logprob){lp->top[k]->token_id, lp->top[k]->logprob};
 }
 
-void ty_cluster_sampling_to_pb(const struct ty_gen_params *g, Tycho__V1__SamplingParams *sp,
+void ty_pb_sampling_pack(const struct ty_gen_params *g, Tycho__V1__SamplingParams *sp,
                                Tycho__V1__LogitBias *bias, Tycho__V1__LogitBias **bias_ptrs)
 {
     const struct ty_sampling_params *p = &g->sampling;
@@ -67,7 +67,7 @@ void ty_cluster_sampling_to_pb(const struct ty_gen_params *g, Tycho__V1__Samplin
     sp->min_tokens = g->min_tokens;
 }
 
-int ty_cluster_ends_from_pb(const Tycho__V1__SamplingParams *s, uint32_t V,
+int ty_pb_ends_unpack(const Tycho__V1__SamplingParams *s, uint32_t V,
                             struct ty_gen_params *g, char *why, size_t cap)
 {
     g->n_stop_ids = 0;
@@ -89,7 +89,7 @@ int ty_cluster_ends_from_pb(const Tycho__V1__SamplingParams *s, uint32_t V,
     return 0;
 }
 
-int ty_cluster_sampling_from_pb(const Tycho__V1__SamplingParams *s, uint32_t V,
+int ty_pb_sampling_unpack(const Tycho__V1__SamplingParams *s, uint32_t V,
                                 struct ty_sampling_params *o, char *why, size_t cap)
 {
     memset(o, 0, sizeof(*o));

@@ -1,10 +1,10 @@
-/* The node agent (tycho/cluster.h): RegisterNode until accepted, then one Heartbeat per
+/* The node agent (tycho/node.h): RegisterNode until accepted, then one Heartbeat per
  * interval with the node's load, its timing samples and its KV block events; registers again
  * when the Conductor answers known=false (it restarted or declared us dead) or after the
  * connection came back. One call in flight at a time, so a slow Conductor never piles up
  * heartbeats, and block event batches reach it in the order they were taken. */
-#include "tycho/cluster.h"
-#include "tycho/cluster_pb.h"
+#include "tycho/node.h"
+#include "tycho/proto.h"
 
 #include "tycho/clock.h"
 #include "tycho/errors.h"
@@ -18,8 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
-struct ty_cluster_agent {
-    struct ty_cluster_agent_opts o;
+struct ty_node_agent {
+    struct ty_node_agent_opts o;
     char *conductor, *node_id, *address, *segment, *model_id;
     ty_rpc_client_t *rpc;
     uv_timer_t timer;
@@ -33,14 +33,14 @@ struct ty_cluster_agent {
     int n_closing;
 };
 
-bool ty_cluster_agent_registered(const ty_cluster_agent_t *a)
+bool ty_node_agent_registered(const ty_node_agent_t *a)
 {
     return a->registered;
 }
 
 static void on_register_reply(const struct ty_rpc_result *res, void *arg)
 {
-    ty_cluster_agent_t *a = arg;
+    ty_node_agent_t *a = arg;
     a->in_flight = false;
     if (res->event != TY_RPC_EVENT_REPLY) {
         if (res->status != TY_ECANCELED)
@@ -68,7 +68,7 @@ static void on_register_reply(const struct ty_rpc_result *res, void *arg)
     tycho__v1__register_node_reply__free_unpacked(r, NULL);
 }
 
-static void send_register(ty_cluster_agent_t *a)
+static void send_register(ty_node_agent_t *a)
 {
     const struct ty_model_config *mc = ty_model_config(a->o.model);
     Tycho__V1__ModelFingerprint fp = TYCHO__V1__MODEL_FINGERPRINT__INIT;
@@ -103,7 +103,7 @@ static void send_register(ty_cluster_agent_t *a)
 
 /* The heartbeat's block events: applied (known=true), lost or perhaps lost (given back), or
  * addressed to a Conductor that forgot us (the next registration resyncs). */
-static void batch_done(ty_cluster_agent_t *a, bool applied)
+static void batch_done(ty_node_agent_t *a, bool applied)
 {
     if (!a->batch_out)
         return;
@@ -116,7 +116,7 @@ static void batch_done(ty_cluster_agent_t *a, bool applied)
 
 static void on_heartbeat_reply(const struct ty_rpc_result *res, void *arg)
 {
-    ty_cluster_agent_t *a = arg;
+    ty_node_agent_t *a = arg;
     a->in_flight = false;
     Tycho__V1__HeartbeatReply *r =
         res->event == TY_RPC_EVENT_REPLY
@@ -134,7 +134,7 @@ static void on_heartbeat_reply(const struct ty_rpc_result *res, void *arg)
 
 /* The block events of this heartbeat into *pb (a batch taken and held until the reply); false
  * when there is nothing to send. */
-static bool take_kv_events(ty_cluster_agent_t *a, Tycho__V1__KvBlockEvents *pb)
+static bool take_kv_events(ty_node_agent_t *a, Tycho__V1__KvBlockEvents *pb)
 {
     if (!a->o.kv_events || ty_kv_events_take(a->o.kv_events, &a->batch))
         return false; /* TY_ENOMEM: the changes stay pending for the next heartbeat */
@@ -151,12 +151,12 @@ static bool take_kv_events(ty_cluster_agent_t *a, Tycho__V1__KvBlockEvents *pb)
     return true;
 }
 
-/* Drain the timing ring into samples / ptrs (TY_CLUSTER_MAX_TIMINGS each); returns how many. */
-static size_t take_timings(ty_cluster_agent_t *a, Tycho__V1__TimingSample *pb,
+/* Drain the timing ring into samples / ptrs (TY_NODE_MAX_TIMINGS each); returns how many. */
+static size_t take_timings(ty_node_agent_t *a, Tycho__V1__TimingSample *pb,
                            Tycho__V1__TimingSample **ptrs)
 {
-    struct ty_timing_sample s[TY_CLUSTER_MAX_TIMINGS];
-    size_t n = a->o.timings ? ty_timing_ring_take(a->o.timings, s, TY_CLUSTER_MAX_TIMINGS) : 0;
+    struct ty_timing_sample s[TY_NODE_MAX_TIMINGS];
+    size_t n = a->o.timings ? ty_timing_ring_take(a->o.timings, s, TY_NODE_MAX_TIMINGS) : 0;
     for (size_t i = 0; i < n; i++) {
         tycho__v1__timing_sample__init(&pb[i]);
         pb[i].n_tokens = s[i].n_tokens;
@@ -169,9 +169,9 @@ static size_t take_timings(ty_cluster_agent_t *a, Tycho__V1__TimingSample *pb,
     return n;
 }
 
-static void send_heartbeat(ty_cluster_agent_t *a)
+static void send_heartbeat(ty_node_agent_t *a)
 {
-    struct ty_cluster_load l = {0};
+    struct ty_node_load l = {0};
     if (a->o.load_cb)
         a->o.load_cb(a->o.load_arg, &l);
     Tycho__V1__Load load = TYCHO__V1__LOAD__INIT;
@@ -190,7 +190,7 @@ static void send_heartbeat(ty_cluster_agent_t *a)
     m.seq = ++a->seq;
     m.wall_ms = ty_wall_ms();
     m.load = &load;
-    Tycho__V1__TimingSample ts[TY_CLUSTER_MAX_TIMINGS], *tsp[TY_CLUSTER_MAX_TIMINGS];
+    Tycho__V1__TimingSample ts[TY_NODE_MAX_TIMINGS], *tsp[TY_NODE_MAX_TIMINGS];
     size_t n_ts = take_timings(a, ts, tsp);
     if (a->o.role == TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL) {
         m.n_prefill_timings = n_ts;
@@ -216,7 +216,7 @@ static void send_heartbeat(ty_cluster_agent_t *a)
 
 static void on_tick(uv_timer_t *t)
 {
-    ty_cluster_agent_t *a = t->data;
+    ty_node_agent_t *a = t->data;
     if (!a->in_flight && ty_rpc_client_is_connected(a->rpc)) {
         if (a->registered)
             send_heartbeat(a);
@@ -228,7 +228,7 @@ static void on_tick(uv_timer_t *t)
 
 static void on_state(ty_rpc_client_t *c, bool connected, int reason, void *arg)
 {
-    ty_cluster_agent_t *a = arg;
+    ty_node_agent_t *a = arg;
     (void)c;
     if (!connected) {
         if (a->registered)
@@ -236,21 +236,6 @@ static void on_state(ty_rpc_client_t *c, bool connected, int reason, void *arg)
                         ty_strerror(reason));
         a->registered = false;
     }
-}
-
-static int split_hostport(const char *s, char *host, size_t cap, uint16_t *port)
-{
-    const char *colon = strrchr(s, ':');
-    char *end;
-    if (!colon || colon == s || (size_t)(colon - s) >= cap)
-        return TY_EINVAL;
-    unsigned long p = strtoul(colon + 1, &end, 10);
-    if (*end || !p || p > 65535)
-        return TY_EINVAL;
-    memcpy(host, s, (size_t)(colon - s));
-    host[colon - s] = 0;
-    *port = (uint16_t)p;
-    return 0;
 }
 
 /* "stories260K" from ".../stories260K.gguf". */
@@ -264,18 +249,18 @@ static char *model_id_of(const char *path)
     return id;
 }
 
-int ty_cluster_agent_new(ty_cluster_agent_t **out, const struct ty_cluster_agent_opts *opts)
+int ty_node_agent_new(ty_node_agent_t **out, const struct ty_node_agent_opts *opts)
 {
     char host[256];
     uint16_t port;
     if (!out || !opts || !opts->loop || !opts->conductor_address || !opts->node_id ||
         !opts->address || !opts->segment || !opts->model)
         return TY_EINVAL;
-    if (split_hostport(opts->conductor_address, host, sizeof(host), &port)) {
+    if (ty_config_split_hostport(opts->conductor_address, host, sizeof(host), &port)) {
         TY_LOG_ERROR("agent", "conductor_address '%s' is not host:port", opts->conductor_address);
         return TY_EINVAL;
     }
-    ty_cluster_agent_t *a = calloc(1, sizeof(*a));
+    ty_node_agent_t *a = calloc(1, sizeof(*a));
     if (!a)
         return TY_ENOMEM;
     a->o = *opts;
@@ -308,7 +293,7 @@ int ty_cluster_agent_new(ty_cluster_agent_t **out, const struct ty_cluster_agent
     return 0;
 }
 
-static void agent_done(ty_cluster_agent_t *a)
+static void agent_done(ty_node_agent_t *a)
 {
     if (--a->n_closing)
         return;
@@ -334,7 +319,7 @@ static void on_rpc_closed(void *arg)
     agent_done(arg);
 }
 
-void ty_cluster_agent_close(ty_cluster_agent_t *a, void (*cb)(void *arg), void *arg)
+void ty_node_agent_close(ty_node_agent_t *a, void (*cb)(void *arg), void *arg)
 {
     if (!a) {
         if (cb)
@@ -351,7 +336,7 @@ void ty_cluster_agent_close(ty_cluster_agent_t *a, void (*cb)(void *arg), void *
 
 /* ---- helpers shared by the daemons ------------------------------------------------------------- */
 
-int ty_cluster_kv_register(ty_xfer_engine_t *xfer, ty_kvpool_t *pool, uint32_t n_layers)
+int ty_node_kv_register(ty_xfer_engine_t *xfer, ty_kvpool_t *pool, uint32_t n_layers)
 {
     size_t len = ty_kvpool_page_bytes(pool) * ty_kvpool_pages_total(pool);
     for (uint32_t l = 0; l < n_layers; l++) {
@@ -367,7 +352,7 @@ int ty_cluster_kv_register(ty_xfer_engine_t *xfer, ty_kvpool_t *pool, uint32_t n
     return 0;
 }
 
-int ty_cluster_write_ports(const char *path, unsigned a, unsigned b)
+int ty_node_write_ports(const char *path, unsigned a, unsigned b)
 {
     if (!path || !*path)
         return 0;
@@ -385,7 +370,7 @@ int ty_cluster_write_ports(const char *path, unsigned a, unsigned b)
     return 0;
 }
 
-void ty_cluster_default_name(const char *role, char *buf, size_t cap)
+void ty_node_default_name(const char *role, char *buf, size_t cap)
 {
     char host[64] = "host";
     gethostname(host, sizeof(host) - 1);

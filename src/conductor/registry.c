@@ -1,8 +1,8 @@
-/* The node registry of the Conductor (cluster-impl.h): the RPC endpoint nodes register with
+/* The node registry of the Conductor (conductor-impl.h): the RPC endpoint nodes register with
  * (RegisterNode, Heartbeat), one RPC client per live node, and a tick that declares a node
  * dead when its heartbeats stop for heartbeat_timeout or its connection dropped. A dead node
  * gets no new requests; its requests fail at once; it is used again after it registers. */
-#include "cluster-impl.h"
+#include "conductor-impl.h"
 
 #include "tycho/clock.h"
 #include "tycho/errors.h"
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static struct ty__cnode *find_node(ty_cluster_t *c, const char *id)
+static struct ty__cnode *find_node(ty_conductor_t *c, const char *id)
 {
     for (size_t i = 0; i < c->n_nodes; i++)
         if (!strcmp(c->nodes[i]->info.id, id))
@@ -20,12 +20,12 @@ static struct ty__cnode *find_node(ty_cluster_t *c, const char *id)
     return NULL;
 }
 
-struct ty__cnode *ty__cluster_pick(ty_cluster_t *c, int role)
+struct ty__cnode *ty__conductor_pick(ty_conductor_t *c, int role)
 {
-    return ty__cluster_pick_except(c, role, NULL);
+    return ty__conductor_pick_except(c, role, NULL);
 }
 
-struct ty__cnode *ty__cluster_pick_except(ty_cluster_t *c, int role,
+struct ty__cnode *ty__conductor_pick_except(ty_conductor_t *c, int role,
                                           const struct ty__cnode *except)
 {
     struct ty__cnode *best = NULL;
@@ -52,7 +52,7 @@ static const char *role_name(int role)
     return role == TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL ? "prefill" : "decode";
 }
 
-static void node_metrics_init(ty_cluster_t *c)
+static void node_metrics_init(ty_conductor_t *c)
 {
     static const char *const nr[] = {"node", "role"}, *const nk[] = {"node", "kind"},
                              *const n1[] = {"node"};
@@ -85,7 +85,7 @@ static void node_metrics_init(ty_cluster_t *c)
 }
 
 /* A node (re)registered: its children, and counters that start again from its new life. */
-static void node_metrics_bind(ty_cluster_t *c, struct ty__cnode *n)
+static void node_metrics_bind(ty_conductor_t *c, struct ty__cnode *n)
 {
     if (!c->node_fam[0])
         return;
@@ -136,7 +136,7 @@ static void node_metrics_heartbeat(struct ty__cnode *n, const Tycho__V1__Load *l
     }
 }
 
-void ty__cluster_node_down(ty_cluster_t *c, struct ty__cnode *n, const char *why)
+void ty__conductor_node_down(ty_conductor_t *c, struct ty__cnode *n, const char *why)
 {
     if (n->info.alive)
         TY_LOG_WARN("cluster", "node %s (%s) is down: %s", n->info.id, n->info.address, why);
@@ -145,7 +145,7 @@ void ty__cluster_node_down(ty_cluster_t *c, struct ty__cnode *n, const char *why
     n->info.alive = false;
     n->lost = false;
     ty__place_node_down(c, n);
-    ty__cluster_fail_node(c, n, TY_EUNAVAIL);
+    ty__conductor_fail_node(c, n, TY_EUNAVAIL);
     if (n->rpc) {
         ty_rpc_client_t *r = n->rpc;
         n->rpc = NULL;
@@ -167,18 +167,13 @@ static void on_node_state(ty_rpc_client_t *cl, bool connected, int reason, void 
     uv_timer_start(&n->c->tick, cluster_tick, 0, 100);
 }
 
-static int node_connect(ty_cluster_t *c, struct ty__cnode *n)
+static int node_connect(ty_conductor_t *c, struct ty__cnode *n)
 {
     char host[128];
-    const char *colon = strrchr(n->info.address, ':');
-    if (!colon || colon == n->info.address || (size_t)(colon - n->info.address) >= sizeof(host))
+    uint16_t port;
+    if (ty_config_split_hostport(n->info.address, host, sizeof(host), &port))
         return TY_EINVAL;
-    unsigned long port = strtoul(colon + 1, NULL, 10);
-    if (!port || port > 65535)
-        return TY_EINVAL;
-    memcpy(host, n->info.address, (size_t)(colon - n->info.address));
-    host[colon - n->info.address] = 0;
-    struct ty_rpc_client_opts co = {.loop = c->o.loop, .host = host, .port = (uint16_t)port,
+    struct ty_rpc_client_opts co = {.loop = c->o.loop, .host = host, .port = port,
                                     .connect_timeout_ms = 2000, .backoff_initial_ms = 50,
                                     .backoff_max_ms = 500, .state_cb = on_node_state,
                                     .state_arg = n, .max_frame_size = 64u << 20};
@@ -212,7 +207,7 @@ static bool register_valid(const Tycho__V1__RegisterNode *m, char *why, size_t c
 
 /* The node's model has the Conductor's geometry (a node without a fingerprint is trusted):
  * another model's KV pages, token ids and prefix hashes would not fit. */
-static bool model_matches(const ty_cluster_t *c, const Tycho__V1__RegisterNode *m, char *why,
+static bool model_matches(const ty_conductor_t *c, const Tycho__V1__RegisterNode *m, char *why,
                           size_t cap)
 {
     if (!m->model || !c->o.model || (!m->model->n_layers && !m->model->head_dim))
@@ -230,7 +225,7 @@ static bool model_matches(const ty_cluster_t *c, const Tycho__V1__RegisterNode *
 
 /* A dead node's entry that nothing refers to any more (no request names it), so that its slot
  * can serve a node with another id; NULL when every entry is alive or still referred to. */
-static struct ty__cnode *dead_entry(ty_cluster_t *c)
+static struct ty__cnode *dead_entry(ty_conductor_t *c)
 {
     for (size_t i = 0; i < c->n_nodes; i++) {
         struct ty__cnode *n = c->nodes[i];
@@ -247,11 +242,11 @@ static struct ty__cnode *dead_entry(ty_cluster_t *c)
 
 /* The entry of a node id not seen before: a new slot, or when all are taken the slot of a dead
  * node (nodes without a configured name get a new id at every restart). *fresh: appended. */
-static struct ty__cnode *new_entry(ty_cluster_t *c, const char *id, bool *fresh, char *why,
+static struct ty__cnode *new_entry(ty_conductor_t *c, const char *id, bool *fresh, char *why,
                                    size_t cap)
 {
     struct ty__cnode *n;
-    *fresh = c->n_nodes < TY_CLUSTER_MAX_NODES;
+    *fresh = c->n_nodes < TY_CONDUCTOR_MAX_NODES;
     if (*fresh) {
         if (!(n = calloc(1, sizeof(*n))))
             return NULL;
@@ -265,7 +260,7 @@ static struct ty__cnode *new_entry(ty_cluster_t *c, const char *id, bool *fresh,
         memset(n, 0, sizeof(*n));
         n->slot = slot;
     } else {
-        snprintf(why, cap, "too many nodes (%d alive or in use)", TY_CLUSTER_MAX_NODES);
+        snprintf(why, cap, "too many nodes (%d alive or in use)", TY_CONDUCTOR_MAX_NODES);
         return NULL;
     }
     n->c = c;
@@ -274,14 +269,14 @@ static struct ty__cnode *new_entry(ty_cluster_t *c, const char *id, bool *fresh,
 }
 
 /* A registration refused before the node was ever up gives its new slot back. */
-static void drop_fresh(ty_cluster_t *c, struct ty__cnode *n)
+static void drop_fresh(ty_conductor_t *c, struct ty__cnode *n)
 {
     TY_ASSERT(c->nodes[c->n_nodes - 1] == n);
     c->nodes[--c->n_nodes] = NULL;
     free(n);
 }
 
-static int node_register(ty_cluster_t *c, const Tycho__V1__RegisterNode *m, char *why,
+static int node_register(ty_conductor_t *c, const Tycho__V1__RegisterNode *m, char *why,
                          size_t cap, struct ty__cnode **out)
 {
     struct ty__cnode *n = find_node(c, m->node_id);
@@ -290,7 +285,7 @@ static int node_register(ty_cluster_t *c, const Tycho__V1__RegisterNode *m, char
         if (!(n = new_entry(c, m->node_id, &fresh, why, cap)))
             return why[0] ? TY_ENOSPC : TY_ENOMEM;
     } else if (n->info.alive || n->rpc) {
-        ty__cluster_node_down(c, n, "registered again (restarted)");
+        ty__conductor_node_down(c, n, "registered again (restarted)");
     }
     if (n->m_up && n->info.role != (int)m->role)
         node_metrics_unbind(n); /* its series are labelled with the old role */
@@ -330,7 +325,7 @@ static void cluster_tick(uv_timer_t *t);
 
 static void on_register(ty_rpc_call_t *call, const void *msg, void *arg)
 {
-    ty_cluster_t *c = arg;
+    ty_conductor_t *c = arg;
     const Tycho__V1__RegisterNode *m = msg;
     char why[256] = "";
     struct ty__cnode *n = NULL;
@@ -360,7 +355,7 @@ static void on_register(ty_rpc_call_t *call, const void *msg, void *arg)
 
 static void on_heartbeat(ty_rpc_call_t *call, const void *msg, void *arg)
 {
-    ty_cluster_t *c = arg;
+    ty_conductor_t *c = arg;
     const Tycho__V1__Heartbeat *m = msg;
     struct ty__cnode *n = find_node(c, m->node_id);
     Tycho__V1__HeartbeatReply r = TYCHO__V1__HEARTBEAT_REPLY__INIT;
@@ -392,20 +387,20 @@ static void on_heartbeat(ty_rpc_call_t *call, const void *msg, void *arg)
 /* Every 100 ms: reap nodes whose connection dropped or whose heartbeats stopped. */
 static void cluster_tick(uv_timer_t *t)
 {
-    ty_cluster_t *c = t->data;
+    ty_conductor_t *c = t->data;
     uint64_t now = ty_clock_ms();
     for (size_t i = 0; i < c->n_nodes; i++) {
         struct ty__cnode *n = c->nodes[i];
         if (n->lost)
-            ty__cluster_node_down(c, n, "connection lost");
+            ty__conductor_node_down(c, n, "connection lost");
         else if (n->info.alive && now - n->last_hb_ms > c->o.heartbeat_timeout_ms)
-            ty__cluster_node_down(c, n, "heartbeat timeout");
+            ty__conductor_node_down(c, n, "heartbeat timeout");
     }
-    ty__cluster_retry_waiting(c);
+    ty__conductor_retry_waiting(c);
     ty__pool_tick(c);
 }
 
-int ty__cluster_registry_start(ty_cluster_t *c)
+int ty__conductor_registry_start(ty_conductor_t *c)
 {
     /* 64 MiB frames: a prefill node's reset snapshot lists every cached block (8 bytes and a
      * tag each), a few million blocks on a large node */
@@ -425,12 +420,12 @@ int ty__cluster_registry_start(ty_cluster_t *c)
     return 0;
 }
 
-uint16_t ty_cluster_rpc_port(const ty_cluster_t *c)
+uint16_t ty_conductor_rpc_port(const ty_conductor_t *c)
 {
     return ty_rpc_server_port(c->srv);
 }
 
-size_t ty_cluster_nodes(const ty_cluster_t *c, struct ty_cluster_node_info *out, size_t cap)
+size_t ty_conductor_nodes(const ty_conductor_t *c, struct ty_conductor_node_info *out, size_t cap)
 {
     for (size_t i = 0; i < c->n_nodes && i < cap; i++)
         out[i] = c->nodes[i]->info;

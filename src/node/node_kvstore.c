@@ -1,7 +1,7 @@
 /* The prefill node's use of the cluster KV pool (see kvstore.h). */
 #include "tycho/node_kvstore.h"
 
-#include "tycho/cluster.h"
+#include "tycho/node.h"
 #include "tycho/clock.h"
 #include "tycho/errors.h"
 #include "tycho/hash.h"
@@ -156,7 +156,7 @@ void ty_node_kvstore_flush(struct ty_node_kvstore *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-int ty_node_kvstore_client_new(const struct ty_cluster_node_pool_config *k, const char *listen_host,
+int ty_node_kvstore_client_new(const struct ty_node_pool_config *k, const char *listen_host,
                                ty_store_client_t **out)
 {
     *out = NULL;

@@ -1,8 +1,8 @@
-/* Conversions between the cluster's protobuf messages (proto/tycho.proto) and engine types,
- * shared by the prefill node, the decode node and the Conductor. Apart from cluster.h so that
- * its users that never touch a message (config checks, the fuzz targets) need no protobuf. */
-#ifndef TYCHO_CLUSTER_PB_H
-#define TYCHO_CLUSTER_PB_H
+/* The control-plane messages (proto/tycho.proto, generated into tycho.pb-c.h) and their
+ * conversions to and from engine types (proto/convert.c), shared by the prefill node, the decode
+ * node and the Conductor (library ty_proto). Any thread; nothing is kept. */
+#ifndef TYCHO_PROTO_H
+#define TYCHO_PROTO_H
 
 #include "tycho/engine.h"
 #include "tycho/sampling.h"
@@ -13,15 +13,15 @@
 
 /* A sampled token's logprob and alternatives as a TokenLogprob (KvReady, TokenChunk): `lp`
  * points into the struct's own storage, so the struct must outlive the packing. */
-struct ty_cluster_pb_logprob {
+struct ty_pb_logprob {
     Tycho__V1__TokenLogprob lp;
     Tycho__V1__TopLogprob top[TY_SAMPLE_MAX_LOGPROBS];
     Tycho__V1__TopLogprob *topp[TY_SAMPLE_MAX_LOGPROBS];
 };
-void ty_cluster_logprob_to_pb(const struct ty_sample *s, struct ty_cluster_pb_logprob *out);
+void ty_pb_logprob_pack(const struct ty_sample *s, struct ty_pb_logprob *out);
 /* The other way: s->logprob and s->top from lp (s->id untouched); alternatives whose id is not
  * below n_vocab are dropped (n_vocab 0: every one kept), at most TY_SAMPLE_MAX_LOGPROBS. */
-void ty_cluster_logprob_from_pb(const Tycho__V1__TokenLogprob *lp, uint32_t n_vocab,
+void ty_pb_logprob_unpack(const Tycho__V1__TokenLogprob *lp, uint32_t n_vocab,
                                 struct ty_sample *s);
 
 /* Sampling parameters as the control messages carry them (SamplingParams), both ways, so that
@@ -31,13 +31,13 @@ void ty_cluster_logprob_from_pb(const Tycho__V1__TokenLogprob *lp, uint32_t n_vo
  * vocabulary of V tokens, a non-finite bias, more than TY_SAMPLE_MAX_LOGIT_BIAS entries,
  * top_logprobs over TY_SAMPLE_MAX_LOGPROBS): TY_EINVAL with why. max_tokens and ignore_eos
  * are not sampling parameters: the caller takes them from sp itself. */
-void ty_cluster_sampling_to_pb(const struct ty_gen_params *g, Tycho__V1__SamplingParams *sp,
+void ty_pb_sampling_pack(const struct ty_gen_params *g, Tycho__V1__SamplingParams *sp,
                                Tycho__V1__LogitBias *bias, Tycho__V1__LogitBias **bias_ptrs);
-int ty_cluster_sampling_from_pb(const Tycho__V1__SamplingParams *sp, uint32_t V,
+int ty_pb_sampling_unpack(const Tycho__V1__SamplingParams *sp, uint32_t V,
                                 struct ty_sampling_params *out, char *why, size_t cap);
 /* The request's ends from sp: stop tokens (each < V, at most TY_GEN_MAX_STOP_IDS), min_tokens
  * and ignore_eos into g (its other fields untouched). TY_EINVAL with why. */
-int ty_cluster_ends_from_pb(const Tycho__V1__SamplingParams *sp, uint32_t V,
+int ty_pb_ends_unpack(const Tycho__V1__SamplingParams *sp, uint32_t V,
                             struct ty_gen_params *g, char *why, size_t cap);
 
 #endif

@@ -68,8 +68,8 @@ void ty_node_kvstore_flush(struct ty_node_kvstore *s);
 /* The pool client of a node with `kv_pool.master` set (its own transfer engine on
  * listen_host); *out = NULL and 0 without a master. An unreachable master is not an error:
  * the node then skips the pool until it answers. */
-struct ty_cluster_node_pool_config;
-int ty_node_kvstore_client_new(const struct ty_cluster_node_pool_config *k, const char *listen_host,
+struct ty_node_pool_config;
+int ty_node_kvstore_client_new(const struct ty_node_pool_config *k, const char *listen_host,
                                ty_store_client_t **out);
 
 void ty_node_kvstore_stats(const struct ty_node_kvstore *s, struct ty_node_kvstore_stats *out);

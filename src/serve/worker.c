@@ -1,8 +1,8 @@
-/* The continuous-batching worker (tycho/decode.h). The token rules (EOS not reported, stop
+/* The continuous-batching worker (tycho/serve_local.h). The token rules (EOS not reported, stop
  * string cut, max_tokens, context full) are those of ty_engine_generate() in
  * src/engine/generate.c, so a request served here gives the ids and text `tycho generate`
  * gives for the same prompt and parameters. */
-#include "tycho/decode.h"
+#include "tycho/serve_local.h"
 
 #include "tycho/batcher.h"
 
@@ -27,8 +27,8 @@ struct wseq {
     struct ty_stoptext st; /* text, stop strings, what was sent */
 };
 
-struct ty_decode_worker {
-    struct ty_decode_worker_opts o;
+struct ty_serve_worker {
+    struct ty_serve_worker_opts o;
     ty_engine_t *e;
     const ty_tokenizer_t *tok;
     uint32_t V;
@@ -43,7 +43,7 @@ struct ty_decode_worker {
     struct ty_serve_stats stats;      /* under mu */
     uint32_t requeued_pub;            /* under mu: preempted waiting ones as of publish_stats */
     ty_batcher_t *b;                  /* worker thread only */
-    bool dropping;                    /* ty_decode_worker_free: requests end without events */
+    bool dropping;                    /* ty_serve_worker_free: requests end without events */
 };
 
 static void wseq_free(struct wseq *s)
@@ -56,7 +56,7 @@ static void wseq_free(struct wseq *s)
 }
 
 /* Report an event carrying the text up to `text_end` not sent yet (0: none). */
-static void emit(ty_decode_worker_t *w, struct wseq *s, const ty_breq_t *r,
+static void emit(ty_serve_worker_t *w, struct wseq *s, const ty_breq_t *r,
                  enum ty_serve_event_kind kind, const struct ty_sample *smp, size_t text_end,
                  enum ty_finish fin, int error)
 {
@@ -72,7 +72,7 @@ static void emit(ty_decode_worker_t *w, struct wseq *s, const ty_breq_t *r,
 
 /* ---- submit / cancel / stats (any thread) ----------------------------------------------------- */
 
-static int wseq_build(ty_decode_worker_t *w, const struct ty_serve_request *r, struct wseq **out)
+static int wseq_build(ty_serve_worker_t *w, const struct ty_serve_request *r, struct wseq **out)
 {
     struct wseq *s = calloc(1, sizeof(*s));
     if (!s)
@@ -98,7 +98,7 @@ static int wseq_build(ty_decode_worker_t *w, const struct ty_serve_request *r, s
 
 static int worker_submit(void *ctx, const struct ty_serve_request *r)
 {
-    ty_decode_worker_t *w = ctx;
+    ty_serve_worker_t *w = ctx;
     uint32_t max_ctx = ty_engine_max_ctx(w->e);
     if (!r->prompt || !r->n_prompt || !r->gen.max_tokens)
         return TY_EINVAL;
@@ -132,7 +132,7 @@ static int worker_submit(void *ctx, const struct ty_serve_request *r)
 
 static int worker_cancel(void *ctx, uint64_t id)
 {
-    ty_decode_worker_t *w = ctx;
+    ty_serve_worker_t *w = ctx;
     int rc = 0;
     pthread_mutex_lock(&w->mu);
     if (w->n_cancels == w->cap_cancels) {
@@ -155,7 +155,7 @@ static int worker_cancel(void *ctx, uint64_t id)
 
 static void worker_stats(void *ctx, struct ty_serve_stats *out)
 {
-    ty_decode_worker_t *w = ctx;
+    ty_serve_worker_t *w = ctx;
     pthread_mutex_lock(&w->mu);
     *out = w->stats;
     pthread_mutex_unlock(&w->mu);
@@ -164,7 +164,7 @@ static void worker_stats(void *ctx, struct ty_serve_stats *out)
 /* GET /status of `tycho serve`: the engine under the API. */
 static char *worker_status_json(void *ctx)
 {
-    ty_decode_worker_t *w = ctx;
+    ty_serve_worker_t *w = ctx;
     struct ty_serve_stats st;
     worker_stats(w, &st);
     ty_kvpool_t *p = ty_engine_pool(w->e);
@@ -189,7 +189,7 @@ static const struct ty_serve_backend_i worker_iface = {
     .status_json = worker_status_json,
 };
 
-struct ty_serve_backend ty_decode_worker_backend(ty_decode_worker_t *w)
+struct ty_serve_backend ty_serve_worker_backend(ty_serve_worker_t *w)
 {
     return (struct ty_serve_backend){&worker_iface, w};
 }
@@ -199,7 +199,7 @@ struct ty_serve_backend ty_decode_worker_backend(ty_decode_worker_t *w)
 /* A token: stop strings are checked here (the batcher has no text); EOS is not reported. */
 static int on_token(void *arg, ty_breq_t *r, const struct ty_sample *smp, enum ty_finish fin)
 {
-    ty_decode_worker_t *w = arg;
+    ty_serve_worker_t *w = arg;
     struct wseq *s = ty_breq_user(r);
     if (fin == TY_FINISH_EOS)
         return fin;
@@ -215,7 +215,7 @@ static int on_token(void *arg, ty_breq_t *r, const struct ty_sample *smp, enum t
 
 static void on_end(void *arg, ty_breq_t *r, enum ty_finish fin, int rc)
 {
-    ty_decode_worker_t *w = arg;
+    ty_serve_worker_t *w = arg;
     struct wseq *s = ty_breq_user(r);
     if (rc && !w->dropping) {
         emit(w, s, r, TY_SERVE_EV_ERROR, NULL, 0, TY_FINISH_NONE, rc);
@@ -233,7 +233,7 @@ static void on_preempt(void *arg, ty_breq_t *r, uint64_t n)
                 (unsigned long long)ty_breq_id(r), (unsigned long long)n);
 }
 
-static void publish_stats(ty_decode_worker_t *w)
+static void publish_stats(ty_serve_worker_t *w)
 {
     ty_kvpool_t *p = ty_engine_pool(w->e);
     struct ty_batcher_stats bs;
@@ -252,7 +252,7 @@ static void publish_stats(ty_decode_worker_t *w)
 }
 
 /* Hand a submitted request to the batcher (an ERROR event when it refuses it). */
-static void hand_over(ty_decode_worker_t *w, struct wseq *s)
+static void hand_over(ty_serve_worker_t *w, struct wseq *s)
 {
     struct ty_breq_opts o = {.id = s->id, .prompt = s->prompt, .n_prompt = (uint32_t)s->n_prompt,
                              .gen = &s->gen, .user = s};
@@ -267,7 +267,7 @@ static void hand_over(ty_decode_worker_t *w, struct wseq *s)
 
 /* Move the inbox to the batcher and apply cancels; block while there is nothing to do.
  * Returns false when the worker must stop. */
-static bool take_inbox(ty_decode_worker_t *w)
+static bool take_inbox(ty_serve_worker_t *w)
 {
     pthread_mutex_lock(&w->mu);
     while (!w->stop && !w->inbox && !w->n_cancels && ty_batcher_idle(w->b))
@@ -301,7 +301,7 @@ static bool take_inbox(ty_decode_worker_t *w)
 
 static void *worker_main(void *arg)
 {
-    ty_decode_worker_t *w = arg;
+    ty_serve_worker_t *w = arg;
     while (take_inbox(w)) {
         publish_stats(w);
         int rc = ty_batcher_step(w->b);
@@ -312,11 +312,11 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-int ty_decode_worker_new(ty_decode_worker_t **out, const struct ty_decode_worker_opts *opts)
+int ty_serve_worker_new(ty_serve_worker_t **out, const struct ty_serve_worker_opts *opts)
 {
     if (!out || !opts || !opts->engine || !opts->event_cb)
         return TY_EINVAL;
-    ty_decode_worker_t *w = calloc(1, sizeof(*w));
+    ty_serve_worker_t *w = calloc(1, sizeof(*w));
     if (!w)
         return TY_ENOMEM;
     w->o = *opts;
@@ -354,7 +354,7 @@ int ty_decode_worker_new(ty_decode_worker_t **out, const struct ty_decode_worker
     return 0;
 }
 
-void ty_decode_worker_free(ty_decode_worker_t *w)
+void ty_serve_worker_free(ty_serve_worker_t *w)
 {
     if (!w)
         return;

@@ -1,4 +1,4 @@
-/* The Conductor's live scheduler (cluster-impl.h; DESIGN.md §6): the same ty_sched_t that
+/* The Conductor's live scheduler (conductor-impl.h; DESIGN.md §6): the same ty_sched_t that
  * `tycho sim` drives, fed here by the real cluster.
  *   - Nodes: a registration adds the node (decode nodes with their batch limit and KV pages),
  *     death or re-registration removes it and its cached blocks.
@@ -19,7 +19,7 @@
  *     scheduler's decode-stage verdict is only counted (tycho_scheduler_decode_over_slo_total).
  * Prefill nodes cannot fetch a prefix from each other yet, so kvcache_centric plans with
  * local prefixes only (ty_sched_opts.local_prefix_only). */
-#include "cluster-impl.h"
+#include "conductor-impl.h"
 
 #include "tycho/clock.h"
 #include "tycho/errors.h"
@@ -53,7 +53,7 @@ static void cpu_cost_of(const ty_model_t *m, struct ty_sched_cost *out)
     ty_sched_cost_cpu(&sh, 64, out);
 }
 
-static int cost_init(const struct ty_cluster_cost_config *cc, const ty_model_t *m,
+static int cost_init(const struct ty_conductor_cost_config *cc, const ty_model_t *m,
                      struct ty_sched_cost *cost)
 {
     const char *profile = cc && cc->profile ? cc->profile : "auto";
@@ -94,7 +94,7 @@ static void slo_init(const struct ty_sched_config *sc, const char *model,
     }
 }
 
-uint32_t ty__place_class(const ty_cluster_t *c, const char *name)
+uint32_t ty__place_class(const ty_conductor_t *c, const char *name)
 {
     const struct ty__place *p = &c->place;
     uint32_t n = ty_sched_opts_get(p->s)->n_classes;
@@ -104,7 +104,7 @@ uint32_t ty__place_class(const ty_cluster_t *c, const char *name)
     return 0;
 }
 
-int ty__place_class_find(const ty_cluster_t *c, const char *name, uint32_t *k, char *why,
+int ty__place_class_find(const ty_conductor_t *c, const char *name, uint32_t *k, char *why,
                          size_t cap)
 {
     const struct ty__place *p = &c->place;
@@ -322,7 +322,7 @@ static void overhead_observe(struct ty__place *p, const struct ty__creq *r)
     }
 }
 
-void ty__place_observe(ty_cluster_t *c, const struct ty__creq *r)
+void ty__place_observe(ty_conductor_t *c, const struct ty__creq *r)
 {
     struct ty__place *p = &c->place;
     const struct ty_sched_opts *so = ty_sched_opts_get(p->s);
@@ -390,7 +390,7 @@ static void log_tuned(const struct ty__place *p)
                 so->balancing_threshold, buf);
 }
 
-int ty_cluster_reload_sched(ty_cluster_t *c, const struct ty_sched_config *sc)
+int ty_conductor_reload_sched(ty_conductor_t *c, const struct ty_sched_config *sc)
 {
     struct ty__place *p = &c->place;
     struct ty_sched_opts so = *ty_sched_opts_get(p->s);
@@ -430,7 +430,7 @@ static void coef_publish(struct ty__place *p)
     }
 }
 
-int ty__place_init(ty_cluster_t *c, const struct ty_cluster_opts *o)
+int ty__place_init(ty_conductor_t *c, const struct ty_conductor_opts *o)
 {
     struct ty__place *p = &c->place;
     struct ty_sched_opts so;
@@ -489,7 +489,7 @@ int ty__place_init(ty_cluster_t *c, const struct ty_cluster_opts *o)
     return 0;
 }
 
-void ty__place_fini(ty_cluster_t *c)
+void ty__place_fini(ty_conductor_t *c)
 {
     struct ty__place *p = &c->place;
     ty__pool_stop(c);
@@ -507,7 +507,7 @@ static bool is_prefill(const struct ty__cnode *n)
     return n->info.role == TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL;
 }
 
-int ty__place_node_up(ty_cluster_t *c, struct ty__cnode *n, char *why, size_t cap)
+int ty__place_node_up(ty_conductor_t *c, struct ty__cnode *n, char *why, size_t cap)
 {
     struct ty__place *p = &c->place;
     if (strcmp(n->kv_dtype, p->kv_dtype)) {
@@ -572,7 +572,7 @@ int ty__place_node_up(ty_cluster_t *c, struct ty__cnode *n, char *why, size_t ca
     return 0;
 }
 
-void ty__place_node_down(ty_cluster_t *c, struct ty__cnode *n)
+void ty__place_node_down(ty_conductor_t *c, struct ty__cnode *n)
 {
     if (!n->in_sched)
         return;
@@ -607,8 +607,8 @@ static void take_samples(struct ty__place *p, Tycho__V1__TimingSample **s, size_
                          bool prefill)
 {
     struct ty__sample_ring *r = prefill ? &p->prefill : &p->decode;
-    if (n > TY_CLUSTER_MAX_TIMINGS) /* what an agent sends; more would let one node flood */
-        n = TY_CLUSTER_MAX_TIMINGS;
+    if (n > TY_NODE_MAX_TIMINGS) /* what an agent sends; more would let one node flood */
+        n = TY_NODE_MAX_TIMINGS;
     for (size_t i = 0; i < n; i++) {
         const Tycho__V1__TimingSample *t = s[i];
         if (!t || !t->duration_us || t->duration_us > 3600ull * 1000000)
@@ -630,7 +630,7 @@ static void take_samples(struct ty__place *p, Tycho__V1__TimingSample **s, size_
         refit(p, r, prefill);
 }
 
-void ty__place_heartbeat(ty_cluster_t *c, struct ty__cnode *n, const Tycho__V1__Heartbeat *m)
+void ty__place_heartbeat(ty_conductor_t *c, struct ty__cnode *n, const Tycho__V1__Heartbeat *m)
 {
     struct ty__place *p = &c->place;
     if (!n->in_sched)
@@ -718,12 +718,12 @@ static void reject_fill(const struct ty__place *p, const struct ty_sched_decisio
     rej->retry_after_s = (uint32_t)fmin(60, fmax(1, ceil(retry_s)));
 }
 
-static struct ty__cnode *node_of(ty_cluster_t *c, uint32_t id)
+static struct ty__cnode *node_of(ty_conductor_t *c, uint32_t id)
 {
     return id < c->n_nodes ? c->nodes[id] : NULL;
 }
 
-int ty__place_pick(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *rej,
+int ty__place_pick(ty_conductor_t *c, struct ty__creq *r, struct ty_serve_reject *rej,
                    bool admitted)
 {
     struct ty__place *p = &c->place;
@@ -811,7 +811,7 @@ int ty__place_pick(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *
 
 /* r's predicted prefill is no longer ahead of its prefill node (done, or never to be): the
  * node's queue is re-based on the predicted work still placed there. */
-static void unqueue(ty_cluster_t *c, struct ty__creq *r, uint64_t now)
+static void unqueue(ty_conductor_t *c, struct ty__creq *r, uint64_t now)
 {
     struct ty__cnode *pn = r->queued_on;
     if (!pn)
@@ -827,7 +827,7 @@ static void unqueue(ty_cluster_t *c, struct ty__creq *r, uint64_t now)
                                         now);
 }
 
-void ty__place_moved(ty_cluster_t *c, struct ty__creq *r, struct ty__cnode *from)
+void ty__place_moved(ty_conductor_t *c, struct ty__creq *r, struct ty__cnode *from)
 {
     struct ty__place *p = &c->place;
     if (r->n_credit && from && from->in_sched) { /* it will not compute them */
@@ -851,7 +851,7 @@ void ty__place_moved(ty_cluster_t *c, struct ty__creq *r, struct ty__cnode *from
     }
 }
 
-void ty__place_prefilled(ty_cluster_t *c, struct ty__creq *r)
+void ty__place_prefilled(ty_conductor_t *c, struct ty__creq *r)
 {
     struct ty__place *p = &c->place;
     if (!r->placed || r->prefilled)
@@ -869,7 +869,7 @@ void ty__place_prefilled(ty_cluster_t *c, struct ty__creq *r)
     unqueue(c, r, now);
 }
 
-void ty__place_done(ty_cluster_t *c, struct ty__creq *r, bool natural)
+void ty__place_done(ty_conductor_t *c, struct ty__creq *r, bool natural)
 {
     struct ty__place *p = &c->place;
     /* ended before its prefill (a natural end implies one): the blocks were never computed */

@@ -1,7 +1,7 @@
 /* The Conductor's part of GET /status (`tycho status`): the scheduler's settings in force, its
  * cost model, the KV pool it follows and every node the registry holds, as JSON. Loop thread
  * (the API's), like every other reading of the registry. */
-#include "cluster-impl.h"
+#include "conductor-impl.h"
 
 #include "tycho/clock.h"
 #include "tycho/sched.h"
@@ -29,7 +29,7 @@ static json_t *coefs(const double k[3])
     return json_pack("[f,f,f]", k[0], k[1], k[2]);
 }
 
-static json_t *scheduler_json(const ty_cluster_t *c)
+static json_t *scheduler_json(const ty_conductor_t *c)
 {
     const struct ty__place *p = &c->place;
     const struct ty_sched_opts *so = ty_sched_opts_get(p->s);
@@ -65,7 +65,7 @@ static json_t *scheduler_json(const ty_cluster_t *c)
 
 static json_t *node_json(const struct ty__cnode *n, uint64_t now_ms)
 {
-    const struct ty_cluster_node_info *i = &n->info;
+    const struct ty_conductor_node_info *i = &n->info;
     bool prefill = i->role == TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL;
     json_t *o = json_pack(
         "{s:s,s:s,s:s,s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:I,s:I,s:s}", "id", i->id, "role",
@@ -100,9 +100,9 @@ static json_t *node_json(const struct ty__cnode *n, uint64_t now_ms)
     return o;
 }
 
-char *ty__cluster_status_json(void *ctx)
+char *ty__conductor_status_json(void *ctx)
 {
-    ty_cluster_t *c = ctx;
+    ty_conductor_t *c = ctx;
     json_t *nodes = json_array();
     uint64_t now = ty_clock_ms();
     for (size_t i = 0; nodes && i < c->n_nodes; i++) {

@@ -1,12 +1,12 @@
-/* Internals of ty_cluster_t (registry.c: nodes, RPC endpoint, heartbeat timeout; remote.c: the
+/* Internals of ty_conductor_t (registry.c: nodes, RPC endpoint, heartbeat timeout; remote.c: the
  * serving backend, whose relayed tokens become text through tycho/stoptext.h). Everything runs
  * on the cluster's loop thread. Nodes live as long as the cluster (a dead node keeps its slot
  * and is revived by its next RegisterNode); requests are freed once finished and no RPC call
  * of theirs is pending. */
-#ifndef TYCHO_CLUSTER_IMPL_H
-#define TYCHO_CLUSTER_IMPL_H
+#ifndef TYCHO_CONDUCTOR_IMPL_H
+#define TYCHO_CONDUCTOR_IMPL_H
 
-#include "tycho/cluster.h"
+#include "tycho/conductor.h"
 #include "tycho/rpc.h"
 #include "tycho/stoptext.h"
 #include "tycho/store.h"
@@ -15,12 +15,12 @@
 
 /* Nodes the registry holds; their slots are their scheduler ids, and the last scheduler id
  * is the KV pool's (pool_index.c). */
-#define TY_CLUSTER_MAX_NODES (TY_SCHED_MAX_NODES - 1)
+#define TY_CONDUCTOR_MAX_NODES (TY_SCHED_MAX_NODES - 1)
 #define TY__POOL_NODE (TY_SCHED_MAX_NODES - 1)
 
 struct ty__cnode {
-    struct ty_cluster_node_info info;
-    uint32_t slot;        /* index in ty_cluster.nodes: the node's id in the scheduler */
+    struct ty_conductor_node_info info;
+    uint32_t slot;        /* index in ty_conductor.nodes: the node's id in the scheduler */
     bool in_sched;        /* added to the scheduler (alive) */
     uint64_t kv_pages;    /* as registered */
     uint32_t max_batch;   /* as registered (decode: sequences per batch; prefill: tokens
@@ -40,7 +40,7 @@ struct ty__cnode {
     uint64_t session, last_hb_ms;
     ty_rpc_client_t *rpc; /* to the node's RPC server; NULL while dead */
     bool lost;            /* connection dropped: reaped on the next tick */
-    ty_cluster_t *c;
+    ty_conductor_t *c;
     /* its tycho_node_* metrics (NULL without a registry); pool counters as last reported */
     /* m_pool: KV pool blocks read, written, pool errors, then the node's preemptions */
     ty_metrics_child_t *m_up, *m_kv_usage, *m_queued, *m_running, *m_pool[4];
@@ -128,13 +128,13 @@ struct ty__place {
     struct ty__pool *pool; /* the KV pool's blocks (pool_index.c); NULL: no pool */
 };
 
-struct ty_cluster {
-    struct ty_cluster_opts o;
+struct ty_conductor {
+    struct ty_conductor_opts o;
     struct ty__place place;
     const ty_tokenizer_t *tok;
     ty_rpc_server_t *srv;
     uv_timer_t tick;
-    struct ty__cnode *nodes[TY_CLUSTER_MAX_NODES];
+    struct ty__cnode *nodes[TY_CONDUCTOR_MAX_NODES];
     size_t n_nodes;
     struct ty__creq *reqs;
     uint64_t next_rid, next_session;
@@ -150,64 +150,64 @@ struct ty_cluster {
 };
 
 /* registry.c */
-int ty__cluster_registry_start(ty_cluster_t *c);
+int ty__conductor_registry_start(ty_conductor_t *c);
 /* The alive node of `role` with the fewest requests in flight, or NULL; _except: other than
  * `except` (NULL: any). */
-struct ty__cnode *ty__cluster_pick(ty_cluster_t *c, int role);
-struct ty__cnode *ty__cluster_pick_except(ty_cluster_t *c, int role,
+struct ty__cnode *ty__conductor_pick(ty_conductor_t *c, int role);
+struct ty__cnode *ty__conductor_pick_except(ty_conductor_t *c, int role,
                                           const struct ty__cnode *except);
 /* Mark `n` dead: fail its requests, close its connection. */
-void ty__cluster_node_down(ty_cluster_t *c, struct ty__cnode *n, const char *why);
+void ty__conductor_node_down(ty_conductor_t *c, struct ty__cnode *n, const char *why);
 
 /* placement.c: every call on the loop thread. */
-int ty__place_init(ty_cluster_t *c, const struct ty_cluster_opts *o);
-void ty__place_fini(ty_cluster_t *c);
+int ty__place_init(ty_conductor_t *c, const struct ty_conductor_opts *o);
+void ty__place_fini(ty_conductor_t *c);
 /* A node registered: checks it fits (prefill nodes share one block size; `why` says what is
  * wrong) and adds it to the scheduler. */
-int ty__place_node_up(ty_cluster_t *c, struct ty__cnode *n, char *why, size_t cap);
-void ty__place_node_down(ty_cluster_t *c, struct ty__cnode *n);
-void ty__place_heartbeat(ty_cluster_t *c, struct ty__cnode *n, const Tycho__V1__Heartbeat *m);
+int ty__place_node_up(ty_conductor_t *c, struct ty__cnode *n, char *why, size_t cap);
+void ty__place_node_down(ty_conductor_t *c, struct ty__cnode *n);
+void ty__place_heartbeat(ty_conductor_t *c, struct ty__cnode *n, const Tycho__V1__Heartbeat *m);
 /* The SLO class index of a class name (NULL, "auto" or unknown: 0). */
-uint32_t ty__place_class(const ty_cluster_t *c, const char *name);
+uint32_t ty__place_class(const ty_conductor_t *c, const char *name);
 /* The class `name` names exactly (no "auto", no fallback): 0 with *k set, or TY_ENOTFOUND with
  * a message for the client in why (the classes there are). */
-int ty__place_class_find(const ty_cluster_t *c, const char *name, uint32_t *k, char *why,
+int ty__place_class_find(const ty_conductor_t *c, const char *name, uint32_t *k, char *why,
                          size_t cap);
 /* Choose the prefill and decode nodes of r (r->pnode, r->dnode). Returns 0, TY_EREJECTED with
  * *rej filled (an SLO would be missed; never when `admitted`: r was accepted already),
  * TY_EUNAVAIL (no node) or TY_ENOMEM. */
-int ty__place_pick(ty_cluster_t *c, struct ty__creq *r, struct ty_serve_reject *rej,
+int ty__place_pick(ty_conductor_t *c, struct ty__creq *r, struct ty_serve_reject *rej,
                    bool admitted);
 /* r->pnode was replaced by another prefill node (`from`, the scheduler's choice, died before
  * r was sent to it): its queue and block credit move off `from`. */
-void ty__place_moved(ty_cluster_t *c, struct ty__creq *r, struct ty__cnode *from);
+void ty__place_moved(ty_conductor_t *c, struct ty__creq *r, struct ty__cnode *from);
 /* r's prefill finished on r->pnode: its KV is at the decode node (the prefill node's reply,
  * or the first token chunk from the decode node, whichever comes first; once). */
-void ty__place_prefilled(ty_cluster_t *c, struct ty__creq *r);
+void ty__place_prefilled(ty_conductor_t *c, struct ty__creq *r);
 /* r finished (natural: EOS, length or a stop string), failed or was cancelled. */
-void ty__place_done(ty_cluster_t *c, struct ty__creq *r, bool natural);
+void ty__place_done(ty_conductor_t *c, struct ty__creq *r, bool natural);
 /* r finished naturally: its TTFT and mean TBT as the Conductor saw them, against its class's
  * SLOs (metrics). */
-void ty__place_observe(ty_cluster_t *c, const struct ty__creq *r);
+void ty__place_observe(ty_conductor_t *c, const struct ty__creq *r);
 
 /* pool_index.c: loop thread. start: follow the pool of master `master` (the scheduler then
  * plans prefixes fetched from it); tick: apply its events; stop: NULL-safe. */
-int ty__pool_start(ty_cluster_t *c, const char *master, ty_metrics_registry_t *reg);
-void ty__pool_tick(ty_cluster_t *c);
-void ty__pool_stop(ty_cluster_t *c);
+int ty__pool_start(ty_conductor_t *c, const char *master, ty_metrics_registry_t *reg);
+void ty__pool_tick(ty_conductor_t *c);
+void ty__pool_stop(ty_conductor_t *c);
 /* The pool's master address (NULL: no pool) and whether its block events are followed now. */
-const char *ty__pool_master(const ty_cluster_t *c);
-bool ty__pool_following(ty_cluster_t *c);
+const char *ty__pool_master(const ty_conductor_t *c);
+bool ty__pool_following(ty_conductor_t *c);
 
 /* status.c: the Conductor's members of GET /status (ty_serve_backend_i.status_json). */
-char *ty__cluster_status_json(void *ctx);
+char *ty__conductor_status_json(void *ctx);
 
 /* remote.c */
-extern const struct ty_serve_backend_i ty__cluster_backend_iface;
+extern const struct ty_serve_backend_i ty__conductor_backend_iface;
 /* Fail every unfinished request that depends on node `n` (error `err`). */
-void ty__cluster_fail_node(ty_cluster_t *c, struct ty__cnode *n, int err);
-void ty__cluster_fail_all(ty_cluster_t *c, int err);
+void ty__conductor_fail_node(ty_conductor_t *c, struct ty__cnode *n, int err);
+void ty__conductor_fail_all(ty_conductor_t *c, int err);
 /* A node registered / the tick: dispatch or expire requests that wait for a first node. */
-void ty__cluster_retry_waiting(ty_cluster_t *c);
+void ty__conductor_retry_waiting(ty_conductor_t *c);
 
 #endif

@@ -1,9 +1,9 @@
-/* tycho-conductor: the OpenAI HTTP front door (ty_api) over the cluster's remote backend
- * (ty_cluster): nodes register on the RPC port, requests go to a prefill and a decode node.
+/* tycho-conductor: the OpenAI HTTP front door (ty_api) over the Conductor's remote backend
+ * (ty_conductor_t): nodes register on the RPC port, requests go to a prefill and a decode node.
  * One libuv loop in the main thread runs everything: the cluster's events go straight to the
  * API's sink (ty_api_new installs it). */
 #include "tycho/api.h"
-#include "tycho/cluster.h"
+#include "tycho/conductor.h"
 #include "tycho/daemon.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
@@ -15,11 +15,11 @@
 #include <string.h>
 
 struct conductor {
-    struct ty_cluster_config cfg;
+    struct ty_conductor_config cfg;
     ty_daemon_t *d;
     ty_model_t *model;
     ty_metrics_registry_t *reg;
-    ty_cluster_t *cluster;
+    ty_conductor_t *cluster;
     ty_api_t *api;
 };
 
@@ -46,14 +46,14 @@ static void on_reload(ty_daemon_t *d, unsigned n_changed, void *arg)
     ty_log_set_level((enum ty_log_level)s->cfg.log_level);
     const char **keys, **classes;
     size_t n;
-    if (ty_cluster_api_keys(&s->cfg, &keys, &classes, &n) == 0) {
+    if (ty_conductor_api_keys(&s->cfg, &keys, &classes, &n) == 0) {
         ty_api_set_keys(s->api, keys, classes, n);
         free(keys);
         free(classes);
     } else {
         TY_LOG_ERROR("conductor", "reload: out of memory, the API keys stay as they were");
     }
-    ty_cluster_reload_sched(s->cluster, &s->cfg.scheduler);
+    ty_conductor_reload_sched(s->cluster, &s->cfg.scheduler);
 }
 
 static void model_name(const char *path, char *out, size_t cap)
@@ -80,7 +80,7 @@ static int start(struct conductor *s, uv_loop_t *loop)
     }
     uint32_t ctx = ty_model_config(s->model)->ctx_len;
     uint32_t max_ctx = s->cfg.max_ctx ? s->cfg.max_ctx : (ctx && ctx < 4096 ? ctx : 4096);
-    struct ty_cluster_opts co = {
+    struct ty_conductor_opts co = {
         .loop = loop, .rpc_host = s->cfg.rpc_host, .rpc_port = s->cfg.rpc_port,
         .model = s->model, .max_ctx = max_ctx,
         .heartbeat_interval_ms = (uint32_t)(s->cfg.heartbeat_interval_ns / 1000000),
@@ -94,7 +94,7 @@ static int start(struct conductor *s, uv_loop_t *loop)
     if ((rc = ty_metrics_registry_new(&s->reg)))
         return rc;
     co.metrics = s->reg;
-    if ((rc = ty_cluster_new(&s->cluster, &co)) == TY_EINVAL) {
+    if ((rc = ty_conductor_new(&s->cluster, &co)) == TY_EINVAL) {
         fprintf(stderr, "tycho-conductor: the scheduler's settings are invalid (see the log)\n");
         return rc;
     } else if (rc) {
@@ -104,12 +104,12 @@ static int start(struct conductor *s, uv_loop_t *loop)
     }
     const char **keys, **classes;
     size_t n_keys;
-    if ((rc = ty_cluster_api_keys(&s->cfg, &keys, &classes, &n_keys)))
+    if ((rc = ty_conductor_api_keys(&s->cfg, &keys, &classes, &n_keys)))
         return rc;
     struct ty_api_opts ao = {
         .host = s->cfg.listen_host, .port = s->cfg.listen_port, .model = s->model,
         .model_name = name, .model_path = s->cfg.model_path,
-        .backend = ty_cluster_backend(s->cluster), .metrics = s->reg,
+        .backend = ty_conductor_backend(s->cluster), .metrics = s->reg,
         .api_keys = keys, .api_key_classes = classes, .n_api_keys = n_keys,
         .max_body_bytes = s->cfg.limits.max_body_bytes,
         .header_timeout_ms = s->cfg.limits.header_timeout_ns / 1000000,
@@ -125,9 +125,9 @@ static int start(struct conductor *s, uv_loop_t *loop)
     }
     TY_LOG_INFO("conductor", "serving %s on http://%s:%u/v1, nodes register at %s:%u", name,
                 s->cfg.listen_host, ty_api_port(s->api), s->cfg.rpc_host,
-                ty_cluster_rpc_port(s->cluster));
-    return ty_cluster_write_ports(s->cfg.port_file, ty_api_port(s->api),
-                                  ty_cluster_rpc_port(s->cluster));
+                ty_conductor_rpc_port(s->cluster));
+    return ty_node_write_ports(s->cfg.port_file, ty_api_port(s->api),
+                                  ty_conductor_rpc_port(s->cluster));
 }
 
 int main(int argc, char **argv)
@@ -137,7 +137,7 @@ int main(int argc, char **argv)
     struct ty_daemon_opts o = {.name = "tycho-conductor",
                                .summary = "the Conductor: OpenAI API, node registry, routing "
                                           "to prefill and decode nodes",
-                               .table = &ty_cluster_config_table, .config = &s.cfg,
+                               .table = &ty_conductor_config_table, .config = &s.cfg,
                                .drain = on_drain, .reload = on_reload, .arg = &s};
     if (ty_daemon_new(&s.d, &o, argc, argv, &code) != 0)
         return code;
@@ -151,7 +151,7 @@ int main(int argc, char **argv)
     ret = 0;
 out:
     if (s.cluster)
-        ty_cluster_close(s.cluster, NULL, NULL); /* its events go out before the API closes */
+        ty_conductor_close(s.cluster, NULL, NULL); /* its events go out before the API closes */
     s.cluster = NULL;
     if (s.api)
         ty_api_close(s.api, NULL, NULL);

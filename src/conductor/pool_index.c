@@ -15,7 +15,7 @@
  * lost while nobody listened. A block with several replicas counts as gone when one replica
  * leaves (the same direction). Keys that are not block keys ("kv/" + 16 hex digits) are
  * other users' and ignored. */
-#include "cluster-impl.h"
+#include "conductor-impl.h"
 
 #include "tycho/clock.h"
 #include "tycho/errors.h"
@@ -69,7 +69,7 @@ static void on_event(const struct ty_store_event *ev, const char *node, void *ar
         ty_metrics_counter_inc(pl->events[ev->kind == TY_STORE_EVENT_STORED ? 0 : 1]);
 }
 
-int ty__pool_start(ty_cluster_t *c, const char *master, ty_metrics_registry_t *reg)
+int ty__pool_start(ty_conductor_t *c, const char *master, ty_metrics_registry_t *reg)
 {
     struct ty__pool *pl = calloc(1, sizeof(*pl));
     if (!pl)
@@ -102,7 +102,7 @@ int ty__pool_start(ty_cluster_t *c, const char *master, ty_metrics_registry_t *r
     return 0;
 }
 
-void ty__pool_stop(ty_cluster_t *c)
+void ty__pool_stop(ty_conductor_t *c)
 {
     struct ty__pool *pl = c->place.pool;
     if (!pl)
@@ -114,12 +114,12 @@ void ty__pool_stop(ty_cluster_t *c)
     c->place.pool = NULL;
 }
 
-const char *ty__pool_master(const ty_cluster_t *c)
+const char *ty__pool_master(const ty_conductor_t *c)
 {
     return c->place.pool ? c->place.pool->master : NULL;
 }
 
-bool ty__pool_following(ty_cluster_t *c)
+bool ty__pool_following(ty_conductor_t *c)
 {
     struct ty__pool *pl = c->place.pool;
     if (!pl)
@@ -131,7 +131,7 @@ bool ty__pool_following(ty_cluster_t *c)
 }
 
 /* The loop's tick: (re)subscribe when needed, apply what the pool reported. */
-void ty__pool_tick(ty_cluster_t *c)
+void ty__pool_tick(ty_conductor_t *c)
 {
     struct ty__pool *pl = c->place.pool;
     if (!pl)

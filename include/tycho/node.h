@@ -1,0 +1,150 @@
+/* The node runtime shared by tycho-prefill and tycho-decode (src/node): their settings table,
+ * the agent that registers the node with the Conductor (RegisterNode, then a Heartbeat with the
+ * node's load every interval, registering again when the Conductor forgets it or restarts), and
+ * the helpers of their start-up. The node's KV events (tycho/kv_events.h), timing samples
+ * (tycho/timing_ring.h) and KV pool glue (tycho/node_kvstore.h) belong to the same library.
+ *
+ * Threading: an agent belongs to the uv loop given at creation; every function and callback
+ * runs on that loop's thread. Ownership: it copies its options' strings.
+ */
+#ifndef TYCHO_NODE_H
+#define TYCHO_NODE_H
+
+#include "tycho/config.h"
+#include "tycho/kv_events.h"
+#include "tycho/kvpool.h"
+#include "tycho/model.h"
+#include "tycho/timing_ring.h"
+#include "tycho/transfer.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+/* ---- settings ------------------------------------------------------------------------------ */
+/* Filled by a ty_config_t (tycho/daemon.h) on the daemon's main thread; read-only afterwards.
+ * Strings and lists are owned by the config object that filled the struct. Add a setting: a
+ * member here and one row in src/node/config.c. `tycho check-config --role prefill|decode`
+ * validates with this same table. */
+
+/* tycho-prefill and tycho-decode. */
+/* A prefill node's use of the cluster KV pool (tycho-store). */
+struct ty_node_pool_config {
+    char *master;          /* "host:port" of the pool's master (comma list: standbys); unset: no pool */
+    uint64_t timeout_ns;   /* per pool operation */
+    uint64_t retry_ns;     /* after a failure the pool is skipped this long */
+    uint32_t replicas;     /* per stored block; 0: the master's default */
+    int transport;         /* the pool client's transfer engine: 0 auto, 1 tcp, 2 local */
+};
+
+struct ty_node_config {
+    char *name;                      /* node id, stable across restarts (default: role-host-pid) */
+    char *conductor_address;         /* host:port of the Conductor's RPC endpoint */
+    char *listen_host;               /* RPC and transfer listener */
+    uint16_t listen_port;            /* RPC; 0: ephemeral */
+    uint16_t transfer_port;          /* transfer engine; 0: ephemeral */
+    char *model_path;
+    int log_level;                   /* enum ty_log_level */
+    uint64_t heartbeat_interval_ns;
+    uint32_t kv_block_tokens;
+    uint32_t kv_pages;               /* pages per layer; 0: the engine default */
+    uint64_t kv_cache_memory;        /* bytes of KV pages when kv_pages is 0; 0: unset */
+    int kv_cache_dtype;              /* index into ty_engine_kv_dtype_names */
+    uint32_t max_ctx;                /* 0: the model's, capped at 4096 (must match the Conductor) */
+    uint32_t threads;
+    uint32_t max_batch_size;         /* decode: sequences decoded together */
+    uint32_t chunk_tokens;           /* prefill: chunked-prefill chunk */
+    uint32_t prefill_batch;          /* prefill: prompts per forward call (within chunk_tokens) */
+    uint64_t kv_wait_timeout_ns;     /* decode: reserved pages wait this long for their KV */
+    char *port_file;                 /* write "rpc_port transfer_port\n" here once listening */
+    struct ty_node_pool_config kv_pool; /* prefill */
+};
+
+extern const struct ty_config_struct ty_node_config_table; /* prefill and decode */
+
+/* The engine rows of the table above (threads, KV pages and type, batch size) that `tycho
+ * serve`'s `engine:` section shares: T is the struct holding them. The enums index
+ * ty_engine_kv_dtype_names (tycho/engine.h). */
+#define TY_NODE_ENGINE_CONFIG_ROWS(T)                                                             \
+    {.key = "threads", .type = TY_CONFIG_UINT, TY_CONFIG_AT(T, threads), .def = "1", .min = "1",  \
+     .max = "256", .help = "CPU threads of the engine"},                                          \
+    {.key = "kv_block_tokens", .type = TY_CONFIG_UINT, TY_CONFIG_AT(T, kv_block_tokens),          \
+     .def = "64", .min = "1", .max = "4096", .help = "tokens per KV page (same on every node)"},  \
+    {.key = "kv_pages", .type = TY_CONFIG_UINT, TY_CONFIG_AT(T, kv_pages), .def = "0",            \
+     .max = "16777216", .help = "KV pages per layer; 0: max_batch_size full contexts"},           \
+    {.key = "kv_cache_memory", .type = TY_CONFIG_SIZE, TY_CONFIG_AT(T, kv_cache_memory),          \
+     .def = "0", .help = "KV page memory (e.g. 8G) when kv_pages is 0: pages = this / page "      \
+                         "size, so f16 pages give twice the tokens; 0: kv_pages decides"},        \
+    {.key = "kv_cache_dtype", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(T, kv_cache_dtype),            \
+     .def = "auto", .enum_names = ty_engine_kv_dtype_names,                                       \
+     .help = "KV cache elements: f32, f16 (half the memory and transfer), auto (f16 for a "       \
+             "16-bit or quantized model, else f32; same on every node)"},                         \
+    {.key = "max_batch_size", .type = TY_CONFIG_UINT, TY_CONFIG_AT(T, max_batch_size),            \
+     .def = "64", .min = "1", .max = "4096",                                                      \
+     .help = "sequences decoded together (decode node, tycho serve)"}
+
+/* ---- node side: the agent ------------------------------------------------------------------ */
+
+typedef struct ty_node_agent ty_node_agent_t;
+
+struct ty_node_load {
+    uint64_t queued_tokens;
+    uint32_t running, queued;
+    uint64_t free_pages;
+    float kv_usage;
+    /* prefill with a KV pool: since the node started */
+    uint64_t pool_read_blocks, pool_written_blocks, pool_errors;
+    uint64_t preemptions; /* decode: sequences preempted since the node started */
+};
+
+/* Fill the node's current load (loop thread). */
+typedef void (*ty_node_load_cb)(void *arg, struct ty_node_load *out);
+
+struct ty_node_agent_opts {
+    uv_loop_t *loop;
+    const char *conductor_address; /* "host:port" */
+    int role;                      /* TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL / _DECODE */
+    const char *node_id;
+    const char *address;           /* "host:port" of this node's RPC server */
+    const char *segment;           /* transfer segment name */
+    const ty_model_t *model;       /* fingerprint (id from model_path, geometry) */
+    const char *model_path;
+    uint64_t kv_pages;
+    uint32_t block_tokens, max_batch;
+    uint32_t max_batch_prompts;     /* prefill: prompts per forward call (prefill_batch) */
+    uint32_t max_ctx;               /* the engine's context (ty_engine_max_ctx) */
+    bool interleaves;               /* prefill: short prompts join a long one's chunks */
+    const char *kv_dtype;           /* the KV pool's element type ("f32", "f16"); NULL: f32 */
+    uint32_t heartbeat_interval_ms; /* until the Conductor says otherwise */
+    ty_node_load_cb load_cb;
+    void *load_arg;
+    /* Optional, borrowed (must outlive the agent). kv_events: each heartbeat carries a batch
+     * taken from it (none when there is nothing to say), freed once the Conductor answers
+     * known=true, given back when the heartbeat fails; registration asks for a resync.
+     * timings: each heartbeat drains it into prefill_timings (a prefill node) or
+     * decode_timings (a decode node), at most TY_NODE_MAX_TIMINGS, the most recent; a
+     * failed heartbeat loses its samples. */
+    ty_kv_events_t *kv_events;
+    ty_timing_ring_t *timings;
+};
+
+#define TY_NODE_MAX_TIMINGS 64
+
+/* Start registering (retrying until the Conductor answers). Returns 0, TY_EINVAL, TY_ENOMEM. */
+int ty_node_agent_new(ty_node_agent_t **out, const struct ty_node_agent_opts *opts);
+/* True after the Conductor accepted the registration (and has not forgotten it since). */
+bool ty_node_agent_registered(const ty_node_agent_t *a);
+/* Stop heartbeats, close the connection, free; then cb(arg). */
+void ty_node_agent_close(ty_node_agent_t *a, void (*cb)(void *arg), void *arg);
+
+/* Register each layer's K and V array of `pool` with `xfer` ("cpu:0"), so peers can write a
+ * sequence's pages (decode) and our batches can read them (prefill). Returns 0 or the error. */
+int ty_node_kv_register(ty_xfer_engine_t *xfer, ty_kvpool_t *pool, uint32_t n_layers);
+
+/* Write "a b\n" to `path` atomically (rename); NULL or "" is a no-op. Returns 0 or -errno. */
+int ty_node_write_ports(const char *path, unsigned a, unsigned b);
+
+/* Node name default: "<role>-<hostname>-<pid>" into buf. */
+void ty_node_default_name(const char *role, char *buf, size_t cap);
+
+#endif

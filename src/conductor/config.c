@@ -1,0 +1,113 @@
+/* tycho-conductor's settings table (tycho/conductor.h); its front-door rows are
+ * TY_CONDUCTOR_CONFIG_ROWS, which `tycho serve`'s table shares (src/serve/config.c). Tables are
+ * immutable; any thread may read them. Also the one reading of them both daemons share (the API
+ * keys). */
+#include "tycho/conductor.h"
+#include "tycho/errors.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+
+static const struct ty_config_field key_class_fields[] = {
+    {.key = "key", .type = TY_CONFIG_STRING, TY_CONFIG_AT(struct ty_conductor_key_class, key),
+     .min = "1", .flags = TY_CONFIG_REQUIRED | TY_CONFIG_SECRET, .help = "the bearer token"},
+    {.key = "class", .type = TY_CONFIG_STRING,
+     TY_CONFIG_AT(struct ty_conductor_key_class, slo_class), .min = "1", .max = "64",
+     .flags = TY_CONFIG_REQUIRED, .help = "the SLO class (scheduler.models[].slo[].class)"},
+};
+const struct ty_config_struct ty_conductor_key_class_table =
+    TY_CONFIG_STRUCT("api_key_class", struct ty_conductor_key_class, key_class_fields);
+
+#define L struct ty_conductor_limits
+
+static const struct ty_config_field limit_fields[] = {
+    {.key = "max_body_bytes", .type = TY_CONFIG_SIZE, TY_CONFIG_AT(L, max_body_bytes),
+     .def = "8M", .min = "1K", .max = "1G", .help = "largest request body accepted"},
+    {.key = "header_timeout", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(L, header_timeout_ns),
+     .def = "10s", .min = "1ms", .max = "10m", .help = "time allowed to receive the headers"},
+    {.key = "body_timeout", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(L, body_timeout_ns),
+     .def = "30s", .min = "1ms", .max = "1h", .help = "time allowed to receive the body"},
+    {.key = "max_connections", .type = TY_CONFIG_UINT, TY_CONFIG_AT(L, max_connections),
+     .def = "4096", .min = "1", .max = "1000000", .help = "concurrent client connections"},
+};
+const struct ty_config_struct ty_conductor_limits_table = TY_CONFIG_STRUCT("limits", L, limit_fields);
+#undef L
+
+/* ---- the Conductor (tycho-conductor; the root of `tycho serve`) ------------------------------ */
+
+#define K struct ty_conductor_cost_config
+static const struct ty_config_field cost_fields[] = {
+    {.key = "profile", .type = TY_CONFIG_STRING, TY_CONFIG_AT(K, profile), .def = "auto",
+     .min = "1",
+     .help = "starting cost model: auto (derived from the model for a CPU node), "
+             "llama3-70b-8xa800, llama3-70b-8xh800"},
+    {.key = "prefill", .type = TY_CONFIG_LIST, .elem = TY_CONFIG_DOUBLE,
+     TY_CONFIG_LIST_AT(K, prefill, n_prefill), .max = "3",
+     .help = "[c0 us, c1 us/token, c2 us/token^2] replacing the profile's (3 or none)"},
+    {.key = "decode", .type = TY_CONFIG_LIST, .elem = TY_CONFIG_DOUBLE,
+     TY_CONFIG_LIST_AT(K, decode, n_decode), .max = "3",
+     .help = "[d0 us, d1 us/sequence, d2 us/context token] replacing the profile's (3 or none)"},
+    {.key = "net_gbytes_per_s", .type = TY_CONFIG_DOUBLE, TY_CONFIG_AT(K, net_gbytes_per_s),
+     .def = "1.0", .min = "0.001", .max = "100000",
+     .help = "KV transfer bandwidth of a prefill node, GB/s"},
+    {.key = "refit", .type = TY_CONFIG_BOOL, TY_CONFIG_AT(K, refit), .def = "true",
+     .help = "refit prefill and decode coefficients from the nodes' measured timings"},
+    {.key = "refit_window", .type = TY_CONFIG_UINT, TY_CONFIG_AT(K, refit_window),
+     .def = "256", .min = "8", .max = "65536", .help = "most recent samples each refit uses"},
+};
+#undef K
+static const struct ty_config_struct cost_struct =
+    TY_CONFIG_STRUCT("cost", struct ty_conductor_cost_config, cost_fields);
+
+static const struct ty_config_field conductor_pool_fields[] = {
+    {.key = "master", .type = TY_CONFIG_STRING,
+     TY_CONFIG_AT(struct ty_conductor_pool_config, master), .min = "3",
+     .help = "host:port of the KV pool's master (the prefill nodes' kv_pool.master); unset: "
+             "no pool"},
+};
+static const struct ty_config_struct conductor_pool =
+    TY_CONFIG_STRUCT("kv_pool", struct ty_conductor_pool_config, conductor_pool_fields);
+
+static const struct ty_config_field conductor_fields[] = {
+    TY_CONDUCTOR_CONFIG_ROWS(struct ty_conductor_config, ),
+    {.key = "scheduler", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(struct ty_conductor_config,
+     scheduler), .sub = &ty_sched_config_table,
+     .help = "placement policy, admission and SLOs per model (DESIGN.md §6)"},
+    {.key = "cost", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(struct ty_conductor_config, cost),
+     .sub = &cost_struct, .help = "the scheduler's cost model"},
+    {.key = "expected_output_tokens", .type = TY_CONFIG_UINT,
+     TY_CONFIG_AT(struct ty_conductor_config, expected_output_tokens), .def = "256", .min = "1",
+     .max = "1048576",
+     .help = "output length the scheduler assumes for a request without max_tokens"},
+    {.key = "kv_pool", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(struct ty_conductor_config, kv_pool),
+     .sub = &conductor_pool,
+     .help = "the cluster KV pool the prefill nodes share: the scheduler follows its blocks"},
+};
+const struct ty_config_struct ty_conductor_config_table =
+    TY_CONFIG_STRUCT("conductor", struct ty_conductor_config, conductor_fields);
+
+int ty_conductor_api_keys(const struct ty_conductor_config *c, const char ***keys,
+                        const char ***classes, size_t *n)
+{
+    size_t total = (size_t)c->n_api_keys + c->n_api_key_classes;
+    *keys = *classes = NULL;
+    *n = 0;
+    if (!total)
+        return 0;
+    const char **k = calloc(total, sizeof(*k)), **cl = calloc(total, sizeof(*cl));
+    if (!k || !cl) {
+        free(k);
+        free(cl);
+        return TY_ENOMEM;
+    }
+    for (uint32_t i = 0; i < c->n_api_keys; i++)
+        k[i] = c->api_keys[i];
+    for (uint32_t i = 0; i < c->n_api_key_classes; i++) {
+        k[c->n_api_keys + i] = c->api_key_classes[i].key;
+        cl[c->n_api_keys + i] = c->api_key_classes[i].slo_class;
+    }
+    *keys = k;
+    *classes = cl;
+    *n = total;
+    return 0;
+}
