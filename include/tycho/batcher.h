@@ -4,9 +4,10 @@
  *
  *   admit    waiting requests join in order (preempted ones first) while the pages of what
  *            they still have to compute can be reserved, keeping a 1 % watermark free for the
- *            running ones to grow into; with opts.lookahead a request that fits may pass
- *            queued ones that do not; a prompt whose first block another running prompt is
- *            computing waits for it (then finds it in the page cache);
+ *            running ones to grow into; with opts.lookahead up to that many requests that
+ *            fit may pass the first queued one that does not (never a preempted one); a
+ *            prompt whose first block another running prompt is computing waits for it (then
+ *            finds it in the page cache);
  *   grow     before each step every running request gets room for its next tokens, oldest
  *            first; when the pool is full the newest running request is preempted: its pages
  *            go back (its full blocks stay cached) and it is recomputed from its tokens when
@@ -79,8 +80,8 @@ struct ty_batcher_opts {
     ty_engine_t *engine;   /* borrowed */
     uint32_t max_running;  /* requests in one forward call; 0 = 64 */
     uint32_t step_tokens;  /* tokens in one forward call; 0 = the engine's max_batch_tokens */
-    uint32_t lookahead;    /* queued requests behind the head that may pass it when they fit
-                            * and it does not (0: strict order) */
+    uint32_t lookahead;    /* requests that may pass a queued one that does not fit, in all,
+                            * when they fit (0: strict order) */
     bool no_grow;          /* every request reserves all it computes at admission (prefill
                             * only: max_tokens 1); nothing is ever preempted */
     struct ty_batcher_hooks hooks;

@@ -13,7 +13,9 @@
 #include "tycho/config.h"
 #include "tycho/kv_events.h"
 #include "tycho/kvpool.h"
+#include "tycho/engine.h"
 #include "tycho/model.h"
+#include "tycho/store.h"
 #include "tycho/timing_ring.h"
 #include "tycho/transfer.h"
 
@@ -146,5 +148,48 @@ int ty_node_write_ports(const char *path, unsigned a, unsigned b);
 
 /* Node name default: "<role>-<hostname>-<pid>" into buf. */
 void ty_node_default_name(const char *role, char *buf, size_t cap);
+
+/* ---- the daemon: a node's start-up and shutdown, written once ------------------------------ */
+
+/* What a role's server is started with (borrowed; all of it outlives the server). */
+struct ty_node_runtime {
+    const struct ty_node_config *cfg;
+    uv_loop_t *loop;
+    const char *name;           /* the node id */
+    ty_engine_t *engine;
+    ty_xfer_engine_t *xfer;     /* the engine's KV pages registered (ty_node_kv_register) */
+    ty_store_client_t *store;   /* the cluster KV pool's client; NULL: none configured */
+    ty_timing_ring_t *timings;  /* drained into the heartbeats */
+    ty_kv_events_t *kv_events;  /* the page cache's block events (role.kv_events); else NULL */
+};
+
+/* What the settings make of a role: the engine's shape and what the Conductor is told. */
+struct ty_node_shape {
+    uint32_t max_seqs, max_batch_tokens;   /* ty_engine_opts */
+    uint32_t max_batch, max_batch_prompts; /* ty_node_agent_opts */
+    bool interleaves;
+};
+
+/* A node role: the daemon's names and the hooks around its server. The hooks run on the main
+ * thread, which runs the loop. */
+struct ty_node_role {
+    const char *daemon;  /* "tycho-prefill": --help, errors */
+    const char *name;    /* "prefill": logs, the default node id */
+    const char *summary; /* --help */
+    int pb_role;         /* TYCHO__V1__NODE_ROLE__NODE_ROLE_* */
+    bool kv_events;      /* its page cache's block events go to the Conductor (prefill) */
+    void (*shape)(const struct ty_node_config *cfg, struct ty_node_shape *out);
+    /* Start the server (listening); returns 0 with *server and its *rpc_port, or an error. */
+    int (*start)(const struct ty_node_runtime *rt, void **server, uint16_t *rpc_port);
+    ty_node_load_cb load; /* arg: the server */
+    /* Close the server (the loop then runs until its handles are closed). */
+    void (*stop)(void *server, const struct ty_node_runtime *rt);
+};
+
+/* The daemon's main: settings from argv, the file and the environment (tycho/daemon.h; --help
+ * exits 0); the model, the engine, the transfer engine (tcp) with the KV pages registered, the
+ * KV pool's client, the role's server, the agent, the port file; the loop until SIGTERM drains
+ * it; then everything closed in the reverse order. Returns the process's exit code. */
+int ty_node_main(const struct ty_node_role *role, int argc, char **argv);
 
 #endif

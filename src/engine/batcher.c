@@ -23,6 +23,7 @@ struct ty_breq {
     enum breq_state state;
     uint32_t *hist; /* prompt then output */
     uint32_t n_hist, cap_hist, n_prompt, n_out, n_cached, n_preempted;
+    uint32_t n_passed; /* requests admitted past it while it waited and did not fit */
     uint32_t at_admit;  /* KV tokens present when (re)admitted: computing has begun beyond */
     uint64_t head;      /* chained hash of the prompt's first block (0: shorter than a block) */
     struct ty_gen_params gen;
@@ -383,20 +384,24 @@ static int try_admit(ty_batcher_t *b, struct ty_breq *r)
     return 1;
 }
 
-/* Admit waiting requests in order while they fit; preempted ones are never passed, others
- * by up to opts.lookahead requests behind the head. */
+/* Admit waiting requests in order while they fit. The first that does not fit (the blocked
+ * head) may be passed by opts.lookahead requests in all, no more (so a stream of small
+ * requests does not starve it); a preempted one is never passed. */
 static void admit(ty_batcher_t *b)
 {
-    struct ty_breq *r = b->waiting;
-    uint32_t passed = 0;
+    struct ty_breq *r = b->waiting, *head = NULL;
     while (r && b->n_run < b->o.max_running) {
         struct ty_breq *next = r->next;
-        if (try_admit(b, r)) {
-            r = next;
-            continue;
-        }
-        if (r->n_preempted || passed++ >= b->o.lookahead)
+        if (head && head->n_passed >= b->o.lookahead)
             return;
+        if (try_admit(b, r)) {
+            if (head)
+                head->n_passed++;
+        } else if (r->n_preempted || !b->o.lookahead) {
+            return;
+        } else if (!head) {
+            head = r;
+        }
         r = next;
     }
 }

@@ -23,6 +23,15 @@ struct ty_layer_weights {
     struct ty_weight w_down;         /* (dim, ffn) */
 };
 
+/* A layer's tensors by file format: the name after "blk.N." (GGUF) and after
+ * "model.layers.N." (Hugging Face safetensors), and the member of ty_layer_weights it fills. */
+struct ty__layer_tensor {
+    const char *gguf, *hf;
+    size_t off;
+};
+extern const struct ty__layer_tensor ty__layer_tensors[];
+extern const size_t ty__n_layer_tensors;
+
 struct ty_mapping {
     void *addr;
     size_t len;

@@ -7,11 +7,30 @@
 #include "tycho/tokenizer.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+
+#define LW(m) offsetof(struct ty_layer_weights, m)
+const struct ty__layer_tensor ty__layer_tensors[] = {
+    {"attn_norm.weight", "input_layernorm.weight", LW(attn_norm)},
+    {"attn_q.weight", "self_attn.q_proj.weight", LW(wq)},
+    {"attn_k.weight", "self_attn.k_proj.weight", LW(wk)},
+    {"attn_v.weight", "self_attn.v_proj.weight", LW(wv)},
+    {"attn_output.weight", "self_attn.o_proj.weight", LW(wo)},
+    {"attn_q.bias", "self_attn.q_proj.bias", LW(bq)},
+    {"attn_k.bias", "self_attn.k_proj.bias", LW(bk)},
+    {"attn_v.bias", "self_attn.v_proj.bias", LW(bv)},
+    {"ffn_norm.weight", "post_attention_layernorm.weight", LW(ffn_norm)},
+    {"ffn_gate.weight", "mlp.gate_proj.weight", LW(w_gate)},
+    {"ffn_up.weight", "mlp.up_proj.weight", LW(w_up)},
+    {"ffn_down.weight", "mlp.down_proj.weight", LW(w_down)},
+};
+#undef LW
+const size_t ty__n_layer_tensors = sizeof(ty__layer_tensors) / sizeof(ty__layer_tensors[0]);
 
 #define MAX_DIM (1u << 16)
 #define MAX_LAYERS 512u

@@ -35,27 +35,11 @@ static int get_w(const ty_gguf_t *g, struct ty_weight *w, const char *name, char
 
 static int load_layer(struct ty_model *m, uint32_t l, char *errbuf, size_t errlen)
 {
-    static const struct {
-        const char *name;
-        size_t off;
-    } map[] = {
-        {"attn_norm.weight", offsetof(struct ty_layer_weights, attn_norm)},
-        {"attn_q.weight", offsetof(struct ty_layer_weights, wq)},
-        {"attn_k.weight", offsetof(struct ty_layer_weights, wk)},
-        {"attn_v.weight", offsetof(struct ty_layer_weights, wv)},
-        {"attn_output.weight", offsetof(struct ty_layer_weights, wo)},
-        {"attn_q.bias", offsetof(struct ty_layer_weights, bq)},
-        {"attn_k.bias", offsetof(struct ty_layer_weights, bk)},
-        {"attn_v.bias", offsetof(struct ty_layer_weights, bv)},
-        {"ffn_norm.weight", offsetof(struct ty_layer_weights, ffn_norm)},
-        {"ffn_gate.weight", offsetof(struct ty_layer_weights, w_gate)},
-        {"ffn_up.weight", offsetof(struct ty_layer_weights, w_up)},
-        {"ffn_down.weight", offsetof(struct ty_layer_weights, w_down)},
-    };
     char name[96];
-    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
-        snprintf(name, sizeof(name), "blk.%u.%s", l, map[i].name);
-        struct ty_weight *w = (struct ty_weight *)((char *)&m->layers[l] + map[i].off);
+    for (size_t i = 0; i < ty__n_layer_tensors; i++) {
+        const struct ty__layer_tensor *t = &ty__layer_tensors[i];
+        snprintf(name, sizeof(name), "blk.%u.%s", l, t->gguf);
+        struct ty_weight *w = (struct ty_weight *)((char *)&m->layers[l] + t->off);
         int rc = get_w(m->gguf, w, name, errbuf, errlen);
         if (rc)
             return rc;

@@ -128,28 +128,12 @@ static int get_w(struct hf_ctx *h, struct ty_weight *w, const char *name)
 
 static int load_layers(struct hf_ctx *h)
 {
-    static const struct {
-        const char *name;
-        size_t off;
-    } map[] = {
-        {"input_layernorm.weight", offsetof(struct ty_layer_weights, attn_norm)},
-        {"self_attn.q_proj.weight", offsetof(struct ty_layer_weights, wq)},
-        {"self_attn.k_proj.weight", offsetof(struct ty_layer_weights, wk)},
-        {"self_attn.v_proj.weight", offsetof(struct ty_layer_weights, wv)},
-        {"self_attn.o_proj.weight", offsetof(struct ty_layer_weights, wo)},
-        {"self_attn.q_proj.bias", offsetof(struct ty_layer_weights, bq)},
-        {"self_attn.k_proj.bias", offsetof(struct ty_layer_weights, bk)},
-        {"self_attn.v_proj.bias", offsetof(struct ty_layer_weights, bv)},
-        {"post_attention_layernorm.weight", offsetof(struct ty_layer_weights, ffn_norm)},
-        {"mlp.gate_proj.weight", offsetof(struct ty_layer_weights, w_gate)},
-        {"mlp.up_proj.weight", offsetof(struct ty_layer_weights, w_up)},
-        {"mlp.down_proj.weight", offsetof(struct ty_layer_weights, w_down)},
-    };
     char name[128];
     for (uint32_t l = 0; l < h->m->cfg.n_layers; l++)
-        for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
-            snprintf(name, sizeof(name), "model.layers.%u.%s", l, map[i].name);
-            struct ty_weight *w = (struct ty_weight *)((char *)&h->m->layers[l] + map[i].off);
+        for (size_t i = 0; i < ty__n_layer_tensors; i++) {
+            const struct ty__layer_tensor *t = &ty__layer_tensors[i];
+            snprintf(name, sizeof(name), "model.layers.%u.%s", l, t->hf);
+            struct ty_weight *w = (struct ty_weight *)((char *)&h->m->layers[l] + t->off);
             int rc = get_w(h, w, name);
             if (rc)
                 return rc;

@@ -1,0 +1,157 @@
+/* A node daemon's life (tycho/node.h), the same for tycho-prefill and tycho-decode: settings,
+ * the model and the engine, the transfer engine with the KV pages registered, the cluster KV
+ * pool's client, the role's server, the agent, the port file; then the loop until a drain, and
+ * the shutdown in the reverse order. */
+#include "tycho/node.h"
+
+#include "tycho/daemon.h"
+#include "tycho/errors.h"
+#include "tycho/log.h"
+#include "tycho/node_kvstore.h"
+#include "tycho.pb-c.h"
+
+#include <signal.h>
+#include <stdio.h>
+
+struct node {
+    const struct ty_node_role *role;
+    struct ty_node_config cfg;
+    struct ty_node_runtime rt;
+    ty_daemon_t *d;
+    ty_model_t *model;
+    ty_node_agent_t *agent;
+    void *server; /* the role's */
+    uint16_t rpc_port;
+    char name[128];
+};
+
+static void on_drain(ty_daemon_t *d, void *arg)
+{
+    (void)arg;
+    ty_daemon_stop(d);
+}
+
+/* The page cache's block_cb: on the worker thread, inside the engine's calls. */
+static void on_kv_block(void *arg, uint64_t hash, bool stored)
+{
+    ty_kv_events_note(arg, hash, stored);
+}
+
+static int start_engine(struct node *s, const struct ty_node_shape *sh)
+{
+    const char *daemon = s->role->daemon;
+    char err[512] = "";
+    int rc = ty_model_load(&s->model, s->cfg.model_path, err, sizeof(err));
+    if (rc) {
+        fprintf(stderr, "%s: cannot load model %s: %s\n", daemon, s->cfg.model_path, err);
+        return rc;
+    }
+    struct ty_engine_opts eo = {.n_threads = s->cfg.threads,
+                                .kv_block_tokens = s->cfg.kv_block_tokens,
+                                .kv_pages = s->cfg.kv_pages, .kv_bytes = s->cfg.kv_cache_memory,
+                                .kv_dtype = ty_engine_kv_dtype_names[s->cfg.kv_cache_dtype],
+                                .max_seqs = sh->max_seqs, .max_ctx = s->cfg.max_ctx,
+                                .max_batch_tokens = sh->max_batch_tokens};
+    if (s->rt.kv_events) {
+        eo.kv_block_cb = on_kv_block;
+        eo.kv_block_arg = s->rt.kv_events;
+    }
+    if ((rc = ty_engine_new(&s->rt.engine, s->model, &eo))) {
+        fprintf(stderr, "%s: engine: %s\n", daemon, ty_strerror(rc));
+        return rc;
+    }
+    struct ty_xfer_engine_opts xo = {.listen_host = s->cfg.listen_host,
+                                     .listen_port = s->cfg.transfer_port, .transport = "tcp",
+                                     .rdma_devices = "none"};
+    if ((rc = ty_xfer_engine_new(&s->rt.xfer, &xo))) {
+        fprintf(stderr, "%s: transfer engine: %s\n", daemon, ty_strerror(rc));
+        return rc;
+    }
+    return ty_node_kv_register(s->rt.xfer, ty_engine_pool(s->rt.engine),
+                               ty_model_config(s->model)->n_layers);
+}
+
+/* The KV pool's client: its own transfer engine on our listen address (the pool reaches
+ * nothing else of ours). An unreachable master is not an error here: requests then skip the
+ * pool until it answers. */
+static int start_pool(struct node *s)
+{
+    int rc = ty_node_kvstore_client_new(&s->cfg.kv_pool, s->cfg.listen_host, &s->rt.store);
+    if (rc)
+        fprintf(stderr, "%s: KV pool client (master %s): %s\n", s->role->daemon,
+                s->cfg.kv_pool.master, ty_strerror(rc));
+    return rc;
+}
+
+static int start_node(struct node *s, const struct ty_node_shape *sh)
+{
+    const struct ty_node_role *r = s->role;
+    if (s->cfg.name)
+        snprintf(s->name, sizeof(s->name), "%s", s->cfg.name);
+    else
+        ty_node_default_name(r->name, s->name, sizeof(s->name));
+    int rc = r->start(&s->rt, &s->server, &s->rpc_port);
+    if (rc) {
+        fprintf(stderr, "%s: cannot listen on %s:%u: %s\n", r->daemon, s->cfg.listen_host,
+                s->cfg.listen_port, ty_strerror(rc));
+        return rc;
+    }
+    char addr[300];
+    snprintf(addr, sizeof(addr), "%s:%u", s->cfg.listen_host, s->rpc_port);
+    ty_kvpool_t *pool = ty_engine_pool(s->rt.engine);
+    struct ty_node_agent_opts ao = {
+        .loop = s->rt.loop, .conductor_address = s->cfg.conductor_address, .role = r->pb_role,
+        .node_id = s->name, .address = addr, .segment = ty_xfer_engine_name(s->rt.xfer),
+        .model = s->model, .model_path = s->cfg.model_path,
+        .kv_pages = ty_kvpool_pages_total(pool), .block_tokens = ty_kvpool_block_tokens(pool),
+        .max_batch = sh->max_batch, .max_batch_prompts = sh->max_batch_prompts,
+        .max_ctx = ty_engine_max_ctx(s->rt.engine), .interleaves = sh->interleaves,
+        .kv_dtype = ty_kv_dtype_name(ty_kvpool_dtype(pool)),
+        .heartbeat_interval_ms = (uint32_t)(s->cfg.heartbeat_interval_ns / 1000000),
+        .load_cb = r->load, .load_arg = s->server, .kv_events = s->rt.kv_events,
+        .timings = s->rt.timings};
+    if ((rc = ty_node_agent_new(&s->agent, &ao)))
+        return rc;
+    TY_LOG_INFO(r->name, "%s: RPC %s, transfer segment %s (tcp), %s, KV pool %s", s->name, addr,
+                ty_xfer_engine_name(s->rt.xfer), ty_model_desc(s->model),
+                s->rt.store ? s->cfg.kv_pool.master : "none");
+    return ty_node_write_ports(s->cfg.port_file, s->rpc_port, ty_xfer_engine_port(s->rt.xfer));
+}
+
+int ty_node_main(const struct ty_node_role *role, int argc, char **argv)
+{
+    static struct node s;
+    s.role = role;
+    int code = 0;
+    struct ty_daemon_opts o = {.name = role->daemon, .summary = role->summary,
+                               .table = &ty_node_config_table, .config = &s.cfg,
+                               .drain = on_drain, .arg = &s};
+    if (ty_daemon_new(&s.d, &o, argc, argv, &code) != 0)
+        return code;
+    ty_log_set_level((enum ty_log_level)s.cfg.log_level);
+    signal(SIGPIPE, SIG_IGN); /* a peer gone mid-write is an error code, not a death */
+    uv_loop_t *loop = uv_default_loop();
+    struct ty_node_shape sh = {0};
+    role->shape(&s.cfg, &sh);
+    s.rt = (struct ty_node_runtime){.cfg = &s.cfg, .loop = loop, .name = s.name};
+    int ret = 1;
+    if ((role->kv_events && ty_kv_events_new(&s.rt.kv_events, 0)) ||
+        ty_timing_ring_new(&s.rt.timings, 0) || start_engine(&s, &sh) || start_pool(&s) ||
+        start_node(&s, &sh) || ty_daemon_start(s.d, loop))
+        goto out;
+    uv_run(loop, UV_RUN_DEFAULT);
+    ret = 0;
+out:
+    ty_node_agent_close(s.agent, NULL, NULL);
+    if (s.server)
+        role->stop(s.server, &s.rt);
+    ty_daemon_free(s.d);
+    uv_run(loop, UV_RUN_DEFAULT);
+    ty_store_client_free(s.rt.store); /* after the node that used it */
+    ty_xfer_engine_free(s.rt.xfer);
+    ty_engine_free(s.rt.engine);
+    ty_model_free(s.model);
+    ty_kv_events_free(s.rt.kv_events); /* after the pool that notes and the agent that takes */
+    ty_timing_ring_free(s.rt.timings);
+    return ret;
+}
