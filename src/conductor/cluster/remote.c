@@ -95,7 +95,9 @@ static void req_end(ty_cluster_t *c, struct ty__creq *r, bool decode_done, bool 
     r->prefill_counted = false;
     if (!decode_done && r->dnode)
         send_cancel(r->dnode, r->rid, why);
-    if (r->prefill_pending)
+    /* a prefill whose KV landed (tokens came, or its node said so) has nothing left to stop:
+     * its reply may still be on the way, but a Cancel would be one more call for nothing */
+    if (r->prefill_pending && !r->prefilled && !r->n_out)
         send_cancel(r->pnode, r->rid, why);
 }
 
