@@ -1,7 +1,7 @@
 /* tycho-decode: a decode node. Loads the model, creates the engine and the transfer engine
  * (tcp), registers the KV pool's layer arrays (prefill nodes write into them), serves
- * DecodeAssign / TokenStreamOpen / Cancel on its RPC port and registers itself with the
- * Conductor (heartbeats with its load and its decode step timings). */
+ * DecodeAssign (each request's one call, also its token stream) and Cancel on its RPC port and
+ * registers itself with the Conductor (heartbeats with its load and its decode step timings). */
 #include "tycho/cluster.h"
 #include "tycho/daemon.h"
 #include "tycho/errors.h"

@@ -1,11 +1,14 @@
-/* The prefill node (tycho/prefill.h). The loop thread validates PrefillAssign and Cancel and
- * queues jobs; the worker thread hands them to the engine's batcher (tycho/batcher.h), which
- * runs the queued prompts together in forward calls of the engine's max_batch_tokens (a long
- * prompt over several calls that shorter prompts join; up to opts.max_batch prompts a call;
- * a short prompt passes a long one queued before it), with its per-layer hook posting each
- * prompt's finished pages to its decode node; the first token is sampled by the batcher
- * (max_tokens 1); when a prompt ends the worker waits for its writes, sends KvReady, hands its
- * new blocks to the KV pool, and posts the result back to the loop through a mailbox. */
+/* The prefill node (tycho/prefill.h). The loop thread validates PrefillAssign (the KV
+ * destination's page ids, bases and stride: take_destination) and Cancel and queues jobs; the
+ * worker thread hands them to the engine's batcher (tycho/batcher.h), which runs the queued
+ * prompts together in forward calls of the engine's max_batch_tokens (a long prompt over
+ * several calls that shorter prompts join; up to opts.max_batch prompts a call; a short prompt
+ * passes a long one queued before it). On admission a job's destination is checked against
+ * the decode node's registered memory (dest_check_regions); the batcher's per-layer hook posts
+ * each prompt's finished pages to k_base/v_base + page id * stride on its decode node; the
+ * first token is sampled by the batcher (max_tokens 1); when a prompt ends the worker waits for
+ * its writes, sends KvReady, hands its new blocks to the KV pool, and posts the result back to
+ * the loop through a mailbox. */
 #include "tycho/prefill.h"
 
 #include "tycho/node_kvstore.h"
