@@ -5,10 +5,9 @@
  *   - the node agent (node side): RegisterNode, then a Heartbeat with the node's load every
  *     interval, registering again when the Conductor forgets it or restarts;
  *   - ty_cluster_t (Conductor side): the node registry fed by those messages, with a heartbeat
- *     timeout, and the remote serving backend of tycho/serve.h that sends DecodeAssign (one
- *     call per request, which is also its TokenChunk stream), then PrefillAssign once the
- *     decode node's first item says where the KV goes, relays the TokenChunks as serve events,
- *     sends Cancel when the client goes away and turns a dead node into error events.
+ *     timeout, and the remote serving backend of tycho/serve.h that sends DecodeAssign, then
+ *     PrefillAssign, relays the decode node's TokenChunk stream as serve events, sends Cancel
+ *     when the client goes away and turns a dead node into error events.
  *
  * Threading: an agent and a ty_cluster_t belong to the uv loop given at creation; every
  * function and callback runs on that loop's thread (the serve backend's submit/cancel/stats
