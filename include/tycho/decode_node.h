@@ -1,14 +1,14 @@
-/* The decode node (DESIGN.md §5 steps 3 and 6): DecodeAssign reserves the pages of the
- * request's prompt (the answer's are taken as it grows; when the pool is full the newest
- * running request is preempted and later recomputed on this node, node_worker.c) and
- * answers with the KV destination: this
- * node's transfer segment and, per layer, the addresses of the pages' K and V chunks (the
- * pool's layer arrays are registered with the transfer engine once at start). The prefill
- * node writes the KV there and sends a KvReady notification with the first token; the
- * request then joins the running batch (continuous batching: requests join and leave between
- * steps) and its tokens go to the Conductor as a TokenChunk stream (TokenStreamOpen).
- * Cancel, the Conductor's disconnect, or KV that never lands (kv_wait_timeout) release the
- * pages.
+/* The decode node (DESIGN.md §5 steps 3 and 6): a DecodeAssign (stream = true) is a request's
+ * one call. It reserves the pages of the request's prompt (the answer's are taken as it grows;
+ * when the pool is full the newest running request is preempted and later recomputed on this
+ * node, node_worker.c) and its first stream item is the KV destination: this node's transfer
+ * segment, the pages' ids, and per layer the base of the K and V page arrays with one page
+ * stride (the pool's layer arrays are registered with the transfer engine once at start). The
+ * prefill node writes the KV there and sends a KvReady notification with the first token,
+ * which wakes the worker (the transfer engine's notification callback); the request then joins
+ * the running batch (continuous batching: requests join and leave between steps) and its
+ * tokens go back on the same call as TokenChunk items. Cancel, the Conductor's disconnect, or
+ * KV that never lands (kv_wait_timeout) release the pages.
  *
  * Threading: new/close/rpc_port/load on the loop's thread; one worker thread owns the engine
  * between new and close. Ownership: borrows the engine and the transfer engine.

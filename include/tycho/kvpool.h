@@ -96,7 +96,10 @@ bool ty_kvpool_is_host(const ty_kvpool_t *p);
 int ty_kvpool_copy_in(ty_kvpool_t *p, void *pool_dst, const void *host_src, size_t n);
 int ty_kvpool_copy_out(ty_kvpool_t *p, void *host_dst, const void *pool_src, size_t n);
 /* K or V chunk of `page` in `layer`: (n_kv_heads, B, head_dim) elements of the pool's dtype,
- * in page memory (see ty_kvpool_is_host()). */
+ * in page memory (see ty_kvpool_is_host()). Host or backend memory alike, each layer's K (and
+ * V) is one array of pages: ty_kvpool_k(p, l, i) = ty_kvpool_k(p, l, 0) + i * page_bytes, which
+ * lets a decode node describe where a sequence's KV goes as page ids, one base per layer and a
+ * stride (tycho.proto KvDestination). */
 void *ty_kvpool_k(ty_kvpool_t *p, uint32_t layer, uint32_t page);
 void *ty_kvpool_v(ty_kvpool_t *p, uint32_t layer, uint32_t page);
 

@@ -1,6 +1,8 @@
-/* The prefill node (DESIGN.md §5 step 5): takes PrefillAssign requests over RPC, computes the
- * prompt's KV in chunks on its engine and, as soon as each layer of a chunk is done, posts
- * that layer's K/V page writes to the decode node through the transfer engine; after the last
+/* The prefill node (DESIGN.md §5 step 5): takes PrefillAssign requests over RPC (their KV
+ * destination checked first: page ids, per-layer bases and stride, the decode node's
+ * registered memory), computes the prompt's KV in chunks on its engine and, as soon as each
+ * layer of a chunk is done, posts that layer's K/V page writes (base + page id * stride) to the
+ * decode node through the transfer engine; after the last
  * layer it samples the first token and sends a KvReady notification (delivered after the
  * writes), then answers the PrefillAssign.
  *

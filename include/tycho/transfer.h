@@ -163,6 +163,20 @@ int ty_xfer_notify_send(ty_xfer_engine_t *e, ty_xfer_segment_t *seg, const void 
 /* Take the oldest notification received, if any. Returns 0 or TY_EAGAIN when none. */
 int ty_xfer_notify_poll(ty_xfer_engine_t *e, struct ty_xfer_notify *out);
 
+/* Called after a notification was queued, so that a consumer sleeps until one comes instead of
+ * polling. It runs on the engine thread that received the notification (an inbound
+ * connection's thread, or the sender's own thread for a notification to its own segment), with
+ * the engine's callback lock held: one callback at a time, never after the
+ * ty_xfer_notify_set_cb() that replaced it returned. Keep it short and non-blocking (signal a
+ * condition variable, write an eventfd); it may call ty_xfer_notify_poll() but not
+ * ty_xfer_notify_set_cb() nor ty_xfer_engine_free(). The notification is queued before the
+ * callback runs, so a consumer that clears its "woken" flag before it polls loses none. */
+typedef void (*ty_xfer_notify_cb)(void *arg);
+
+/* Install (or, cb NULL, remove) the notification callback; `arg` is borrowed and must stay valid
+ * until the callback is replaced or removed. Any thread except the callback itself. */
+void ty_xfer_notify_set_cb(ty_xfer_engine_t *e, ty_xfer_notify_cb cb, void *arg);
+
 /* ---- observability ------------------------------------------------------------------------- */
 
 struct ty_xfer_stats {

@@ -57,7 +57,11 @@ struct ty__creq {
     struct ty_gen_params gen;
     struct ty__cnode *pnode, *dnode;
     Tycho__V1__DecodeAssignReply *dreply; /* kept to forward its KV destination */
-    bool decode_pending, prefill_pending, stream_pending, finished, prefill_counted;
+    /* stream_pending: its DecodeAssign call (the token stream) is open; assigned: that call's
+     * first item (the DecodeAssignReply) came, else it must by assign_by_ms; decode_pending: a
+     * re-arm DecodeAssign (attempt > 1) is open */
+    bool decode_pending, prefill_pending, stream_pending, finished, prefill_counted, assigned;
+    uint64_t assign_by_ms;
     uint64_t wait_until_ms; /* no node yet (Conductor just started): dispatch when one comes */
     bool placed;            /* in the scheduler's flight table (until ty__place_done) */
     uint8_t prefill_tries;  /* PrefillAssigns sent (a dead prefill node's are sent again) */
@@ -207,7 +211,8 @@ extern const struct ty_serve_backend_i ty__conductor_backend_iface;
 /* Fail every unfinished request that depends on node `n` (error `err`). */
 void ty__conductor_fail_node(ty_conductor_t *c, struct ty__cnode *n, int err);
 void ty__conductor_fail_all(ty_conductor_t *c, int err);
-/* A node registered / the tick: dispatch or expire requests that wait for a first node. */
+/* A node registered / the tick: dispatch or expire requests that wait for a first node, and
+ * fail those whose decode node did not answer their DecodeAssign in time. */
 void ty__conductor_retry_waiting(ty_conductor_t *c);
 
 #endif

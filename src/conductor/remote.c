@@ -1,12 +1,20 @@
 /* The remote serving backend (tycho/serve.h over the cluster; conductor-impl.h). A request:
- *   1. DecodeAssign to the least-loaded decode node (it reserves pages, answers with the KV
- *      destination: segment + per-layer addresses of those pages);
- *   2. TokenStreamOpen to that node (a stream of TokenChunk), then PrefillAssign (prompt + KV
- *      destination) to the least-loaded prefill node, which writes the KV layer by layer and
- *      tells the decode node when it has landed;
- *   3. TokenChunks become TOKEN events (text and stop strings handled here), the last one DONE.
- * Cancel (client gone), a stop string, an error or a dead node send Cancel to whichever node
- * still holds the request; every RPC has a deadline, so nothing waits forever.
+ *   1. DecodeAssign (stream = true; the prompt ids and all of its sampling) to the decode node
+ *      the scheduler picked: one call that is also the request's token stream. The node
+ *      reserves the prompt's pages and the call's first item is the DecodeAssignReply with the
+ *      KV destination (segment, page ids, per-layer K and V bases, one page stride);
+ *   2. on that item, PrefillAssign (the prompt, that destination, the sampling fields that
+ *      decide the first token) to the prefill node the scheduler picked (the least-loaded live
+ *      one if it died meanwhile), which writes the KV layer by layer and tells the decode node
+ *      when it has landed (KvReady, through the transfer engine);
+ *   3. the call's next items are TokenChunks: TOKEN events (text and stop strings handled
+ *      here), the last one DONE; the call then ends.
+ * So the decode node gets one call per request, and each node gets the prompt once. A prefill
+ * node lost before the KV landed: the decode node is asked, with a unary DecodeAssign carrying
+ * only the request id and attempt > 1, whether the request still waits for its KV, and the
+ * PrefillAssign goes to another prefill node. Cancel (client gone), a stop string, an error or
+ * a dead node send Cancel to whichever node still holds the request; every RPC has a deadline
+ * (the DecodeAssign's first item too, checked on the tick), so nothing waits forever.
  * Everything runs on the loop's thread, so events go straight to the sink (tycho/serve.h's
  * rule), a cancelled request's ERROR event from inside cancel. */
 #include "conductor-impl.h"
@@ -18,6 +26,10 @@
 
 #include <stdlib.h>
 #include <string.h>
+
+/* A decode node answers a DecodeAssign's first item (its pages reserved) within this; the
+ * call itself, the token stream, lasts up to the request timeout. */
+#define ASSIGN_TIMEOUT_MS 10000
 
 static void emit(ty_conductor_t *c, struct ty__creq *r, enum ty_serve_event_kind kind,
                  const struct ty_sample *smp, size_t text_end, enum ty_finish fin, int err)
@@ -38,7 +50,7 @@ static void emit(ty_conductor_t *c, struct ty__creq *r, enum ty_serve_event_kind
 static void req_maybe_free(ty_conductor_t *c, struct ty__creq *r)
 {
     if (!r->finished || r->decode_pending || r->prefill_pending || r->stream_pending)
-        return;
+        return; /* a call of it is still open: its end comes back here */
     for (struct ty__creq **pp = &c->reqs; *pp; pp = &(*pp)->next) {
         if (*pp == r) {
             *pp = r->next;
@@ -83,7 +95,9 @@ static void req_end(ty_conductor_t *c, struct ty__creq *r, bool decode_done, boo
     r->prefill_counted = false;
     if (!decode_done && r->dnode)
         send_cancel(r->dnode, r->rid, why);
-    if (r->prefill_pending)
+    /* a prefill whose KV landed (tokens came, or its node said so) has nothing left to stop:
+     * its reply may still be on the way, but a Cancel would be one more call for nothing */
+    if (r->prefill_pending && !r->prefilled && !r->n_out)
         send_cancel(r->pnode, r->rid, why);
 }
 
@@ -158,30 +172,70 @@ static struct ty__creq *req_of(void *arg, ty_conductor_t **c)
     return r;
 }
 
+static int start_prefill(ty_conductor_t *c, struct ty__creq *r);
+
+/* The first item of r's DecodeAssign stream: the decode node reserved the pages and says where
+ * the KV goes; the prefill starts. */
+static void on_assigned(ty_conductor_t *c, struct ty__creq *r, const struct ty_rpc_result *res)
+{
+    uint64_t t0 = ty_clock_ns();
+    int err = 0;
+    r->assigned = true;
+    r->dreply = tycho__v1__decode_assign_reply__unpack(NULL, res->len, res->payload);
+    if (!r->dreply || !r->dreply->kv_destination)
+        err = TY_EBADMSG;
+    else if (!r->dreply->accepted)
+        err = TY_ENOCAPACITY;
+    if (!err)
+        err = start_prefill(c, r);
+    r->relay_us = (uint32_t)((ty_clock_ns() - t0) / 1000);
+    if (err) {
+        TY_LOG_WARN("cluster", "request %llu on %s: %s%s%s", (unsigned long long)r->rid,
+                    r->dnode->info.id, ty_strerror(err),
+                    r->dreply && r->dreply->reason[0] ? ": " : "",
+                    r->dreply ? r->dreply->reason : "");
+        req_fail(c, r, err == TY_ECONNRESET || err == TY_ECANCELED ? TY_EUNAVAIL : err);
+    }
+}
+
+/* r's DecodeAssign call ended before r did: refused before its first item (the node's error
+ * is TY_EREMOTE's, as a refused assign always was), or broken after it. */
+static void on_stream_ended(ty_conductor_t *c, struct ty__creq *r, const struct ty_rpc_result *res)
+{
+    int err = res->event == TY_RPC_EVENT_END ? TY_EPROTO : res->status;
+    if (r->assigned && err == TY_EREMOTE && res->remote_code < 0)
+        err = res->remote_code;
+    TY_LOG_WARN("cluster", "request %llu: %s %s: %s%s%s", (unsigned long long)r->rid,
+                r->assigned ? "token stream ended early from" : "DecodeAssign refused by",
+                r->dnode->info.id, ty_strerror(res->event == TY_RPC_EVENT_END ? err : res->status),
+                res->message[0] ? ": " : "", res->message);
+    req_fail(c, r, err == TY_ECONNRESET || err == TY_ECANCELED ? TY_EUNAVAIL : err);
+}
+
+/* r's DecodeAssign call: its DecodeAssignReply, then TokenChunks, then the end. */
 static void on_stream(const struct ty_rpc_result *res, void *arg)
 {
     ty_conductor_t *c;
     struct ty__creq *r = req_of(arg, &c);
     if (res->event == TY_RPC_EVENT_ITEM) {
+        if (r->finished)
+            return; /* its Cancel went to the node: the end follows */
+        if (!r->assigned) {
+            on_assigned(c, r, res);
+            return;
+        }
         Tycho__V1__TokenChunk *ch = tycho__v1__token_chunk__unpack(NULL, res->len, res->payload);
         if (!ch) {
             req_fail(c, r, TY_EBADMSG);
             return;
         }
-        if (!r->finished)
-            on_chunk(c, r, ch);
+        on_chunk(c, r, ch);
         tycho__v1__token_chunk__free_unpacked(ch, NULL);
         return;
     }
     r->stream_pending = false;
     if (!r->finished) {
-        int err = res->event == TY_RPC_EVENT_END ? TY_EPROTO : res->status;
-        if (err == TY_EREMOTE && res->remote_code < 0)
-            err = res->remote_code;
-        TY_LOG_WARN("cluster", "request %llu: token stream from %s ended early: %s%s%s",
-                    (unsigned long long)r->rid, r->dnode->info.id, ty_strerror(res->status),
-                    res->message[0] ? ": " : "", res->message);
-        req_fail(c, r, err == TY_ECONNRESET || err == TY_ECANCELED ? TY_EUNAVAIL : err);
+        on_stream_ended(c, r, res);
         return; /* req_fail freed it if nothing else is pending */
     }
     req_maybe_free(c, r);
@@ -299,17 +353,24 @@ static void fill_sampling(const struct ty_gen_params *g, struct pb_sampling *ps)
     ty_pb_sampling_pack(g, &ps->sp, ps->bias, ps->bias_ptrs);
 }
 
-/* The decode node reserved pages: open the token stream and start the prefill. */
+/* What the prefill node needs of r's sampling: what decides the first token (tycho.proto,
+ * PrefillAssign). max_tokens and min_tokens beyond 1 are the decode node's; the end tokens
+ * (stop ids, EOS unless ignore_eos) matter to token 1 only when min_tokens bans them. */
+static void fill_first_sampling(const struct ty_gen_params *g, struct pb_sampling *ps)
+{
+    fill_sampling(g, ps);
+    ps->sp.max_tokens = 0;
+    ps->sp.min_tokens = g->min_tokens ? 1 : 0;
+    if (!g->min_tokens) {
+        ps->sp.n_stop_token_ids = 0;
+        ps->sp.stop_token_ids = NULL;
+        ps->sp.ignore_eos = false;
+    }
+}
+
+/* The decode node reserved pages: start the prefill. */
 static int start_prefill(ty_conductor_t *c, struct ty__creq *r)
 {
-    Tycho__V1__TokenStreamOpen so = TYCHO__V1__TOKEN_STREAM_OPEN__INIT;
-    so.request_id = r->rid;
-    struct ty_rpc_call_opts sco = {.timeout_ms = c->o.request_timeout_ms, .stream = true};
-    int rc = ty_rpc_client_call_msg(r->dnode->rpc, TYCHO__V1__METHOD__METHOD_TOKEN_STREAM,
-                                    (const ProtobufCMessage *)&so, &sco, on_stream, r, NULL);
-    if (rc)
-        return rc;
-    r->stream_pending = true;
     if (!r->pnode || !r->pnode->info.alive || r->pnode->lost || !r->pnode->rpc) {
         /* the scheduler's choice died while the decode node reserved pages */
         struct ty__cnode *chosen = r->pnode;
@@ -321,13 +382,14 @@ static int start_prefill(ty_conductor_t *c, struct ty__creq *r)
     return send_prefill(c, r);
 }
 
-/* PrefillAssign to r->pnode: the prompt, the decode node's KV destination, sampling. */
+/* PrefillAssign to r->pnode: the prompt, the decode node's KV destination, the first token's
+ * sampling. */
 static int send_prefill(ty_conductor_t *c, struct ty__creq *r)
 {
     struct pb_sampling *ps = malloc(sizeof(*ps));
     if (!ps)
         return TY_ENOMEM;
-    fill_sampling(&r->gen, ps);
+    fill_first_sampling(&r->gen, ps);
     Tycho__V1__PrefillAssign pa = TYCHO__V1__PREFILL_ASSIGN__INIT;
     pa.request_id = r->rid;
     pa.n_prompt_tokens = r->n_prompt;
@@ -338,8 +400,7 @@ static int send_prefill(ty_conductor_t *c, struct ty__creq *r)
     pa.attempt = r->prefill_tries + 1u;
     struct ty_rpc_call_opts pco = {.timeout_ms = c->o.request_timeout_ms};
     int rc = ty_rpc_client_call_msg(r->pnode->rpc, TYCHO__V1__METHOD__METHOD_PREFILL_ASSIGN,
-                                    (const ProtobufCMessage *)&pa, &pco, on_prefill_reply, r,
-                                    NULL);
+                                    &pa.base, &pco, on_prefill_reply, r, NULL);
     free(ps); /* packed by the call */
     if (rc)
         return rc;
@@ -348,36 +409,6 @@ static int send_prefill(ty_conductor_t *c, struct ty__creq *r)
     r->pnode->info.inflight++;
     r->pnode->info.served++;
     return 0;
-}
-
-static void on_decode_reply(const struct ty_rpc_result *res, void *arg)
-{
-    ty_conductor_t *c;
-    struct ty__creq *r = req_of(arg, &c);
-    uint64_t t0 = ty_clock_ns();
-    r->decode_pending = false;
-    if (r->finished) {
-        req_maybe_free(c, r);
-        return;
-    }
-    int err = res->event == TY_RPC_EVENT_REPLY ? 0 : res->status;
-    if (!err) {
-        r->dreply = tycho__v1__decode_assign_reply__unpack(NULL, res->len, res->payload);
-        if (!r->dreply || !r->dreply->kv_destination)
-            err = TY_EBADMSG;
-        else if (!r->dreply->accepted)
-            err = TY_ENOCAPACITY;
-    }
-    if (!err)
-        err = start_prefill(c, r);
-    r->relay_us = (uint32_t)((ty_clock_ns() - t0) / 1000);
-    if (err) {
-        TY_LOG_WARN("cluster", "request %llu on %s: %s%s%s", (unsigned long long)r->rid,
-                    r->dnode->info.id, ty_strerror(err),
-                    r->dreply && r->dreply->reason[0] ? ": " : "",
-                    r->dreply ? r->dreply->reason : "");
-        req_fail(c, r, err == TY_ECONNRESET || err == TY_ECANCELED ? TY_EUNAVAIL : err);
-    }
 }
 
 static int req_new(ty_conductor_t *c, const struct ty_serve_request *sr, struct ty__creq **out)
@@ -407,7 +438,7 @@ static int req_new(ty_conductor_t *c, const struct ty_serve_request *sr, struct 
 }
 
 /* Place `r` (the scheduler chooses its nodes or refuses it) and send DecodeAssign to its
- * decode node. */
+ * decode node: the call that is also r's token stream (on_stream). */
 static int dispatch(ty_conductor_t *c, struct ty__creq *r, struct ty_serve_reject *rej,
                     bool admitted)
 {
@@ -426,16 +457,18 @@ static int dispatch(ty_conductor_t *c, struct ty__creq *r, struct ty_serve_rejec
     m.expected_output_tokens = r->gen.max_tokens;
     m.n_prompt_token_ids = r->n_prompt;
     m.prompt_token_ids = r->prompt;
-    struct ty_rpc_call_opts co = {.timeout_ms = 10000};
-    rc = ty_rpc_client_call_msg(d->rpc, TYCHO__V1__METHOD__METHOD_DECODE_ASSIGN,
-                                (const ProtobufCMessage *)&m, &co, on_decode_reply, r, NULL);
+    m.stream = true;
+    struct ty_rpc_call_opts co = {.timeout_ms = c->o.request_timeout_ms, .stream = true};
+    rc = ty_rpc_client_call_msg(d->rpc, TYCHO__V1__METHOD__METHOD_DECODE_ASSIGN, &m.base, &co,
+                                on_stream, r, NULL);
     free(ps); /* packed by the call */
     if (rc) {
         ty__place_done(c, r, false);
         r->dnode = r->pnode = NULL;
         return rc == TY_ESHUTDOWN ? TY_EUNAVAIL : rc;
     }
-    r->decode_pending = true;
+    r->stream_pending = true;
+    r->assign_by_ms = ty_clock_ms() + ASSIGN_TIMEOUT_MS;
     r->wait_until_ms = 0;
     d->info.inflight++;
     d->info.served++;
@@ -453,6 +486,12 @@ void ty__conductor_retry_waiting(ty_conductor_t *c)
     uint64_t now = ty_clock_ms();
     for (struct ty__creq *r = c->reqs, *next; r; r = next) {
         next = r->next;
+        if (!r->finished && r->stream_pending && !r->assigned && now > r->assign_by_ms) {
+            TY_LOG_WARN("cluster", "request %llu: %s did not answer its DecodeAssign in %d ms",
+                        (unsigned long long)r->rid, r->dnode->info.id, ASSIGN_TIMEOUT_MS);
+            req_fail(c, r, TY_ETIMEDOUT); /* its Cancel lets the node end the call */
+            continue;
+        }
         if (r->finished || !r->wait_until_ms)
             continue;
         /* accepted while no node was up (a stream may have begun): placed, never refused */

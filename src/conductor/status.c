@@ -79,6 +79,11 @@ static json_t *node_json(const struct ty__cnode *n, uint64_t now_ms)
         json_object_set_new(o, "max_ctx", json_integer(n->max_ctx));
     if (!o)
         return NULL;
+    if (n->rpc) { /* calls the Conductor made to it since it registered (the request path) */
+        struct ty_rpc_client_stats st;
+        ty_rpc_client_stats(n->rpc, &st);
+        json_object_set_new(o, "rpc_calls", json_integer((json_int_t)st.calls_started));
+    }
     json_object_set_new(o, "heartbeat_age_s",
                         n->last_hb_ms && now_ms >= n->last_hb_ms
                             ? json_real((double)(now_ms - n->last_hb_ms) / 1e3)

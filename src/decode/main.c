@@ -1,8 +1,8 @@
 /* tycho-decode: a decode node. The node runtime (tycho/node.h: settings, engine, transfer
  * engine, KV pool client, agent, shutdown) around the decode server (tycho/decode_node.h): it
- * serves DecodeAssign / TokenStreamOpen / Cancel on its RPC port, receives each request's KV
- * from its prefill node, runs continuous batching, streams the tokens to the Conductor, and
- * reports its load and its step timings. */
+ * serves DecodeAssign (each request's one call, also its token stream) and Cancel on its RPC
+ * port, receives each request's KV from its prefill node, runs continuous batching, streams
+ * the tokens to the Conductor, and reports its load and its step timings. */
 #include "tycho/decode_node.h"
 #include "tycho/node.h"
 #include "tycho.pb-c.h"

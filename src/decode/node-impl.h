@@ -1,7 +1,8 @@
 /* Internals of the decode node (tycho/decode_node.h): node.c is the loop side (RPC handlers,
  * per-request token streams), node_worker.c the worker thread (reservations, KV arrival,
- * batched decode steps). They talk through a command list under `mu` (loop -> worker) and the
- * RPC mailbox (worker -> loop). */
+ * batched decode steps). They talk through a command list under `mu` (loop -> worker; the
+ * transfer engine's notification callback also wakes the worker through `mu`/`cv`) and the RPC
+ * mailbox (worker -> loop). */
 #ifndef TYCHO_DECODE_NODE_IMPL_H
 #define TYCHO_DECODE_NODE_IMPL_H
 
@@ -20,7 +21,7 @@ struct dcmd {
     struct dcmd *next;
     enum dcmd_kind kind;
     uint64_t rid;
-    ty_rpc_call_t *call; /* ASSIGN, REARM: answered by the loop once the worker reserved */
+    ty_rpc_call_t *call; /* REARM: answered by the loop once the worker looked */
     uint32_t *prompt;
     uint32_t n_prompt, max_tokens;
     bool ignore_eos;
@@ -29,11 +30,18 @@ struct dcmd {
     uint32_t attempt; /* REARM: the new prefill attempt (DecodeAssign.attempt) */
 };
 
-/* worker -> loop: the answer to an ASSIGN (packed DecodeAssignReply) or one token / end. */
+/* worker -> loop: what the worker says of a request. */
+enum devent_kind {
+    DEV_ASSIGN, /* its pages reserved (reply: packed DecodeAssignReply) or refused (rc) */
+    DEV_REARM,  /* the answer to a REARM (call) */
+    DEV_TOKEN,  /* one token and/or its end (finish, rc) */
+};
+
 struct devent {
     ty_decode_node_t *n;
+    enum devent_kind kind;
     uint64_t rid;
-    ty_rpc_call_t *call; /* assign reply */
+    ty_rpc_call_t *call; /* DEV_REARM: the unary call to answer */
     uint8_t *reply;
     size_t reply_len;
     int rc;
@@ -41,18 +49,15 @@ struct devent {
     struct ty_sample smp;
     int finish;        /* Tycho__V1__FinishReason */
     uint32_t n_cached; /* usage: prompt tokens the prefill node reused */
-    bool rearm;        /* the answer to a REARM (the request is already known to the loop) */
 };
 
-/* Loop-side state of a request: its token stream and what came before the stream opened. */
+/* Loop-side state of a request: its DecodeAssign call, which is its token stream (the first
+ * item the DecodeAssignReply, then the TokenChunks). */
 struct lreq {
     struct lreq *next;
     uint64_t rid;
     ty_rpc_call_t *stream;
-    bool stream_gone;
-    uint32_t seq;
-    struct devent **held;
-    size_t n_held, cap_held;
+    uint32_t seq; /* the next TokenChunk's */
 };
 
 struct ty_decode_node {
@@ -65,7 +70,8 @@ struct ty_decode_node {
     pthread_cond_t cv;
     struct dcmd *cmds, **cmds_tail; /* under mu */
     bool stop;
-    struct ty_node_load load;    /* under mu, published by the worker */
+    bool notified;                  /* under mu: a transfer notification (KvReady) came */
+    struct ty_node_load load;       /* under mu, published by the worker */
     struct lreq *reqs;              /* loop */
     struct ty_node_kvstore *kvstore; /* the KV pool (worker; stats any thread); NULL: none */
     void (*close_cb)(void *);

@@ -1,7 +1,11 @@
-/* The decode node's loop side (node-impl.h): DecodeAssign, TokenStreamOpen and Cancel
- * handlers, and the delivery of the worker's events: assign replies, and tokens as TokenChunk
- * stream items (held until the Conductor opens the stream), the last one with its finish
- * reason, after which the stream ends. */
+/* The decode node's loop side (node-impl.h): the DecodeAssign and Cancel handlers, and the
+ * delivery of the worker's events. A DecodeAssign (stream = true) is the request's one call:
+ * its first stream item is the DecodeAssignReply with the KV destination, sent once the worker
+ * reserved the prompt's pages, then each token is a TokenChunk item on the same call, the last
+ * one with its finish reason, after which the stream ends (an error frame when the request is
+ * refused or fails). Nothing is held back: the stream exists before the worker can produce
+ * anything for it. A DecodeAssign with attempt > 1 re-arms a known request (its prefill node
+ * was lost) and is answered once, unary. */
 #include "node-impl.h"
 
 #include "tycho/errors.h"
@@ -10,6 +14,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void ty__dcmd_free(struct dcmd *c)
 {
@@ -28,6 +33,17 @@ static void push_cmd(ty_decode_node_t *n, struct dcmd *c)
     pthread_mutex_unlock(&n->mu);
 }
 
+/* Tell the worker to let request `rid` go (a no-op for one it does not hold). */
+static void push_cancel(ty_decode_node_t *n, uint64_t rid)
+{
+    struct dcmd *c = calloc(1, sizeof(*c));
+    if (!c)
+        return; /* its KV wait or the Conductor's deadline ends it */
+    c->kind = DCMD_CANCEL;
+    c->rid = rid;
+    push_cmd(n, c);
+}
+
 static struct lreq *lreq_find(ty_decode_node_t *n, uint64_t rid)
 {
     for (struct lreq *r = n->reqs; r; r = r->next)
@@ -44,15 +60,17 @@ static void lreq_free(ty_decode_node_t *n, struct lreq *r)
             break;
         }
     }
-    for (size_t i = 0; i < r->n_held; i++)
-        free(r->held[i]);
-    free(r->held);
     free(r);
 }
 
-/* Send one event on the open stream; true when it was the last. */
+/* Send one token event on the request's stream; true when it was the last (the call ended). */
 static bool send_event(struct lreq *r, const struct devent *ev)
 {
+    if (ev->finish == TYCHO__V1__FINISH_REASON__FINISH_REASON_ERROR) {
+        ty_rpc_call_fail(r->stream, ev->rc, "decode of request %llu failed: %s",
+                         (unsigned long long)r->rid, ty_strerror(ev->rc));
+        return true;
+    }
     Tycho__V1__TokenChunk ch = TYCHO__V1__TOKEN_CHUNK__INIT;
     struct ty_pb_logprob lp;
     Tycho__V1__TokenLogprob *lpp = &lp.lp;
@@ -68,78 +86,48 @@ static bool send_event(struct lreq *r, const struct devent *ev)
         ch.logprobs = &lpp;
     }
     ch.finish_reason = (Tycho__V1__FinishReason)ev->finish;
-    if (ev->finish == TYCHO__V1__FINISH_REASON__FINISH_REASON_ERROR) {
-        ty_rpc_call_fail(r->stream, ev->rc, "decode of request %llu failed: %s",
-                         (unsigned long long)r->rid, ty_strerror(ev->rc));
-        return true;
-    }
-    ty_rpc_call_stream_msg(r->stream, (const ProtobufCMessage *)&ch);
+    ty_rpc_call_stream_msg(r->stream, &ch.base); /* TY_ENOTCONN: cancelled, the end follows */
     if (ev->finish == TYCHO__V1__FINISH_REASON__FINISH_REASON_NONE)
         return false;
     ty_rpc_call_end(r->stream);
     return true;
 }
 
-static void on_assign_event(ty_decode_node_t *n, struct devent *ev)
+/* The worker reserved the request's pages (the first item of its stream: the destination) or
+ * refused it (the call fails). A stream whose client went meanwhile has its cancel queued
+ * behind this (on_stream_cancel): the worker ends the request and its last event ends the
+ * call. */
+static void on_assigned(ty_decode_node_t *n, struct lreq *r, const struct devent *ev)
 {
     if (ev->rc) {
-        ty_rpc_call_fail(ev->call, ev->rc, "cannot take request %llu: %s",
+        TY_LOG_WARN("decode", "request %llu refused: %s", (unsigned long long)ev->rid,
+                    ty_strerror(ev->rc));
+        ty_rpc_call_fail(r->stream, ev->rc, "cannot take request %llu: %s",
                          (unsigned long long)ev->rid, ty_strerror(ev->rc));
+        lreq_free(n, r);
         return;
     }
-    if (ev->rearm) { /* the loop knows the request already */
-        ty_rpc_call_reply(ev->call, ev->reply, ev->reply_len);
-        return;
-    }
-    struct lreq *r = calloc(1, sizeof(*r));
-    if (r) {
-        r->rid = ev->rid;
-        r->next = n->reqs;
-        n->reqs = r;
-    }
-    if (!r || ty_rpc_call_reply(ev->call, ev->reply, ev->reply_len)) {
-        struct dcmd *c = calloc(1, sizeof(*c)); /* nobody will read it: let go */
-        if (c) {
-            c->kind = DCMD_CANCEL;
-            c->rid = ev->rid;
-            push_cmd(n, c);
-        }
-    }
+    ty_rpc_call_stream(r->stream, ev->reply, ev->reply_len);
 }
 
 static void on_event(void *arg)
 {
     struct devent *ev = arg;
     ty_decode_node_t *n = ev->n;
-    if (ev->call) {
-        on_assign_event(n, ev);
-        free(ev->reply);
-        free(ev);
-        return;
-    }
-    struct lreq *r = lreq_find(n, ev->rid);
-    if (!r) {
-        free(ev);
-        return;
-    }
-    if (!r->stream) {
-        if (r->n_held == r->cap_held) {
-            size_t cap = r->cap_held ? 2 * r->cap_held : 8;
-            struct devent **h = realloc(r->held, cap * sizeof(*h));
-            if (!h) {
-                free(ev);
-                return;
-            }
-            r->held = h;
-            r->cap_held = cap;
-        }
-        r->held[r->n_held++] = ev;
-        return;
-    }
-    bool last = send_event(r, ev);
-    free(ev);
-    if (last)
+    struct lreq *r = ev->kind == DEV_REARM ? NULL : lreq_find(n, ev->rid);
+    if (ev->kind == DEV_REARM) {
+        if (ev->rc)
+            ty_rpc_call_fail(ev->call, ev->rc, "cannot re-arm request %llu: %s",
+                             (unsigned long long)ev->rid, ty_strerror(ev->rc));
+        else
+            ty_rpc_call_reply(ev->call, ev->reply, ev->reply_len);
+    } else if (r && ev->kind == DEV_ASSIGN) {
+        on_assigned(n, r, ev);
+    } else if (r && send_event(r, ev)) {
         lreq_free(n, r);
+    }
+    free(ev->reply);
+    free(ev);
 }
 
 void ty__decode_node_post(ty_decode_node_t *n, struct devent *ev)
@@ -152,23 +140,33 @@ void ty__decode_node_post(ty_decode_node_t *n, struct devent *ev)
 
 /* ---- RPC handlers --------------------------------------------------------------------------- */
 
+/* DecodeAssign with attempt > 1: the worker says whether the request still waits for its KV. */
+static int rearm_build(ty_decode_node_t *n, const Tycho__V1__DecodeAssign *m, struct dcmd **out,
+                       char *why, size_t cap)
+{
+    if (!lreq_find(n, m->request_id))
+        return snprintf(why, cap, "request %llu is not assigned here",
+                        (unsigned long long)m->request_id), TY_ENOTFOUND;
+    struct dcmd *c = calloc(1, sizeof(*c));
+    if (!c)
+        return TY_ENOMEM;
+    c->kind = DCMD_REARM;
+    c->rid = m->request_id;
+    c->attempt = m->attempt;
+    *out = c;
+    return 0;
+}
+
 static int assign_build(ty_decode_node_t *n, const Tycho__V1__DecodeAssign *m,
                         struct dcmd **out, char *why, size_t cap)
 {
     uint32_t V = ty_model_config(ty_engine_model(n->o.engine))->n_vocab;
-    if (m->attempt > 1) { /* its prefill node was lost: the worker says if it still waits */
-        if (!lreq_find(n, m->request_id))
-            return snprintf(why, cap, "request %llu is not assigned here",
-                            (unsigned long long)m->request_id), TY_ENOTFOUND;
-        struct dcmd *c = calloc(1, sizeof(*c));
-        if (!c)
-            return TY_ENOMEM;
-        c->kind = DCMD_REARM;
-        c->rid = m->request_id;
-        c->attempt = m->attempt;
-        *out = c;
-        return 0;
-    }
+    if (m->attempt > 1)
+        return rearm_build(n, m, out, why, cap);
+    if (!m->stream)
+        return snprintf(why, cap, "DecodeAssign without stream: the token stream is the "
+                        "DecodeAssign call itself (TokenStreamOpen is gone); a Conductor that "
+                        "predates it must be upgraded"), TY_ENOTSUP;
     if (!m->n_prompt_token_ids || m->n_prompt_token_ids != m->prompt_tokens)
         return snprintf(why, cap, "prompt_token_ids (%zu) must hold prompt_tokens (%u) ids",
                         m->n_prompt_token_ids, m->prompt_tokens), TY_EINVAL;
@@ -207,84 +205,63 @@ static int assign_build(ty_decode_node_t *n, const Tycho__V1__DecodeAssign *m,
     return 0;
 }
 
-static void on_assign(ty_rpc_call_t *call, const uint8_t *payload, size_t len, void *arg)
-{
-    ty_decode_node_t *n = arg;
-    Tycho__V1__DecodeAssign *m = tycho__v1__decode_assign__unpack(NULL, len, payload);
-    char why[256] = "undecodable DecodeAssign";
-    struct dcmd *c = NULL;
-    int rc = m ? assign_build(n, m, &c, why, sizeof(why)) : TY_EBADMSG;
-    if (m)
-        tycho__v1__decode_assign__free_unpacked(m, NULL);
-    if (rc) {
-        TY_LOG_WARN("decode", "DecodeAssign refused: %s", why);
-        ty_rpc_call_fail(call, rc, "%s", why);
-        return;
-    }
-    c->call = call;
-    push_cmd(n, c);
-}
-
+/* The Conductor cancelled a request's stream or its connection closed: let the request go. */
 static void on_stream_cancel(ty_rpc_call_t *call, int reason, void *arg)
 {
     ty_decode_node_t *n = arg;
     (void)reason;
-    for (struct lreq *r = n->reqs; r; r = r->next) {
-        if (r->stream == call) {
-            struct dcmd *c = calloc(1, sizeof(*c));
-            if (c) {
-                c->kind = DCMD_CANCEL;
-                c->rid = r->rid;
-                push_cmd(n, c);
-            }
-        }
-    }
+    for (struct lreq *r = n->reqs; r; r = r->next)
+        if (r->stream == call)
+            push_cancel(n, r->rid);
 }
 
-static void on_stream_open(ty_rpc_call_t *call, const uint8_t *payload, size_t len, void *arg)
+static void on_assign(ty_rpc_call_t *call, const void *msg, void *arg)
 {
     ty_decode_node_t *n = arg;
-    Tycho__V1__TokenStreamOpen *m = tycho__v1__token_stream_open__unpack(NULL, len, payload);
-    struct lreq *r = m ? lreq_find(n, m->request_id) : NULL;
-    if (!r || r->stream) {
-        ty_rpc_call_fail(call, m ? TY_ENOTFOUND : TY_EBADMSG, "no such request %llu",
-                         m ? (unsigned long long)m->request_id : 0ull);
-        if (m)
-            tycho__v1__token_stream_open__free_unpacked(m, NULL);
+    const Tycho__V1__DecodeAssign *m = msg;
+    char why[256] = "";
+    struct dcmd *c = NULL;
+    int rc = assign_build(n, m, &c, why, sizeof(why));
+    struct lreq *r = NULL;
+    if (!rc && c->kind == DCMD_ASSIGN && !(r = calloc(1, sizeof(*r)))) {
+        ty__dcmd_free(c);
+        rc = TY_ENOMEM;
+    }
+    if (rc) {
+        TY_LOG_WARN("decode", "DecodeAssign refused: %s", why[0] ? why : ty_strerror(rc));
+        ty_rpc_call_fail(call, rc, "%s", why[0] ? why : ty_strerror(rc));
         return;
     }
-    tycho__v1__token_stream_open__free_unpacked(m, NULL);
-    r->stream = call;
-    ty_rpc_call_set_cancel_cb(call, on_stream_cancel, n);
-    bool last = false;
-    for (size_t i = 0; i < r->n_held; i++) {
-        if (!last)
-            last = send_event(r, r->held[i]);
-        free(r->held[i]);
+    if (r) { /* the call is the stream from now on */
+        r->rid = m->request_id;
+        r->stream = call;
+        r->next = n->reqs;
+        n->reqs = r;
+        ty_rpc_call_set_cancel_cb(call, on_stream_cancel, n);
+    } else {
+        c->call = call;
     }
-    r->n_held = 0;
-    if (last)
-        lreq_free(n, r);
+    push_cmd(n, c);
 }
 
-static void on_cancel(ty_rpc_call_t *call, const uint8_t *payload, size_t len, void *arg)
+static void on_cancel(ty_rpc_call_t *call, const void *msg, void *arg)
 {
     ty_decode_node_t *n = arg;
-    Tycho__V1__Cancel *m = tycho__v1__cancel__unpack(NULL, len, payload);
-    if (!m) {
-        ty_rpc_call_fail(call, TY_EBADMSG, "undecodable Cancel");
-        return;
-    }
-    struct dcmd *c = calloc(1, sizeof(*c));
-    if (c) {
-        c->kind = DCMD_CANCEL;
-        c->rid = m->request_id;
-        push_cmd(n, c);
-    }
+    const Tycho__V1__Cancel *m = msg;
+    push_cancel(n, m->request_id);
     Tycho__V1__Ack a = TYCHO__V1__ACK__INIT;
     a.request_id = m->request_id;
-    tycho__v1__cancel__free_unpacked(m, NULL);
-    ty_rpc_call_reply_msg(call, (const ProtobufCMessage *)&a);
+    ty_rpc_call_reply_msg(call, &a.base);
+}
+
+/* Transfer engine thread (tycho/transfer.h): a notification (a KvReady) is queued. */
+static void on_notify(void *arg)
+{
+    ty_decode_node_t *n = arg;
+    pthread_mutex_lock(&n->mu);
+    n->notified = true;
+    pthread_cond_signal(&n->cv);
+    pthread_mutex_unlock(&n->mu);
 }
 
 /* ---- lifecycle -------------------------------------------------------------------------------- */
@@ -326,7 +303,11 @@ int ty_decode_node_new(ty_decode_node_t **out, const struct ty_decode_node_opts 
         n->o.kv_wait_timeout_ms = 30000;
     n->cmds_tail = &n->cmds;
     pthread_mutex_init(&n->mu, NULL);
-    pthread_cond_init(&n->cv, NULL);
+    pthread_condattr_t ca; /* the worker's KV deadlines are ty_clock_ms() (monotonic) */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&n->cv, &ca);
+    pthread_condattr_destroy(&ca);
     struct ty_rpc_server_opts so = {.loop = opts->loop, .host = opts->rpc_host,
                                     .port = opts->rpc_port, .max_frame_size = 64u << 20};
     int rc = 0;
@@ -342,9 +323,12 @@ int ty_decode_node_new(ty_decode_node_t **out, const struct ty_decode_node_opts 
         rc = ty_rpc_mailbox_new(&n->mb, opts->loop);
     if (!rc && (rc = ty_rpc_server_new(&n->srv, &so)))
         n->srv = NULL;
+    if (!rc)
+        ty_xfer_notify_set_cb(n->o.xfer, on_notify, n);
     if (!rc && pthread_create(&n->thread, NULL, ty__decode_node_worker, n))
         rc = TY_ENOMEM;
     if (rc) {
+        ty_xfer_notify_set_cb(n->o.xfer, NULL, NULL);
         if (n->srv)
             ty_rpc_server_close(n->srv, NULL, NULL);
         if (n->mb)
@@ -354,9 +338,10 @@ int ty_decode_node_new(ty_decode_node_t **out, const struct ty_decode_node_opts 
         free(n);
         return rc;
     }
-    ty_rpc_server_handle(n->srv, TYCHO__V1__METHOD__METHOD_DECODE_ASSIGN, on_assign, n);
-    ty_rpc_server_handle(n->srv, TYCHO__V1__METHOD__METHOD_TOKEN_STREAM, on_stream_open, n);
-    ty_rpc_server_handle(n->srv, TYCHO__V1__METHOD__METHOD_CANCEL, on_cancel, n);
+    ty_rpc_server_handle_msg(n->srv, TYCHO__V1__METHOD__METHOD_DECODE_ASSIGN,
+                             &tycho__v1__decode_assign__descriptor, on_assign, n);
+    ty_rpc_server_handle_msg(n->srv, TYCHO__V1__METHOD__METHOD_CANCEL,
+                             &tycho__v1__cancel__descriptor, on_cancel, n);
     *out = n;
     return 0;
 }
@@ -398,5 +383,6 @@ void ty_decode_node_close(ty_decode_node_t *n, void (*cb)(void *arg), void *arg)
     pthread_cond_signal(&n->cv);
     pthread_mutex_unlock(&n->mu);
     pthread_join(n->thread, NULL);
+    ty_xfer_notify_set_cb(n->o.xfer, NULL, NULL); /* no callback runs once this returns */
     ty_rpc_mailbox_close(n->mb, on_mailbox_closed, n);
 }

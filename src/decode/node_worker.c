@@ -1,9 +1,14 @@
 /* The decode node's worker thread (node-impl.h): requests assigned by the Conductor get the
- * pages of their prompt reserved in the engine's batcher (ty_batcher_add_reserved); the
- * prefill node writes the KV there and its KvReady notification (delivered after the writes)
- * makes the request run with the others (ty_batcher_kv_landed). Batching, pages as requests
- * grow, preemption and the token rules are the batcher's (tycho/batcher.h); stop strings are
- * the Conductor's (it has the text). */
+ * pages of their prompt reserved in the engine's batcher (ty_batcher_add_reserved) and the KV
+ * destination goes back as the first item of their DecodeAssign stream: the pages' ids, and per
+ * layer the K and V base address with one page stride (the pool's layer arrays are arrays of
+ * pages, tycho/kvpool.h). The prefill node writes the KV there and its KvReady notification
+ * (delivered after the writes) wakes this thread through the transfer engine's notification
+ * callback and makes the request run with the others (ty_batcher_kv_landed). The thread sleeps
+ * while there is nothing to do: no command, no notification, no batch that can step; a request
+ * still awaiting its KV bounds the sleep by its KV deadline. Batching, pages as requests grow,
+ * preemption and the token rules are the batcher's (tycho/batcher.h); stop strings are the
+ * Conductor's (it has the text). */
 #include "node-impl.h"
 
 #include "tycho/batcher.h"
@@ -42,6 +47,7 @@ static void post(struct wstate *w, const struct dreq *d, const ty_breq_t *r,
     if (!ev)
         return; /* the Conductor's deadline ends that stream */
     ev->n = w->n;
+    ev->kind = DEV_TOKEN;
     ev->rid = d->rid;
     ev->n_cached = ty_breq_n_cached(r);
     ev->rc = rc;
@@ -131,46 +137,50 @@ static void on_forward(void *arg, const struct ty_batcher_call *c)
     ty_timing_ring_push(w->n->o.timings, &ts);
 }
 
-/* Pack the DecodeAssignReply: segment and per-layer addresses of the prompt's pages. */
+/* Pack the DecodeAssignReply: segment, the prompt's page ids, per-layer K and V bases and the
+ * page stride (KvDestination in proto/tycho.proto). */
 static int pack_destination(struct wstate *w, const struct dreq *q, uint8_t **out, size_t *len)
 {
     uint32_t B = ty_kvpool_block_tokens(w->pool), np = (ty_breq_n_prompt(q->r) + B - 1) / B;
-    const uint32_t *pages = ty_kvseq_pages(ty_breq_seq(q->r));
     Tycho__V1__LayerDestination *lds = calloc(w->n_layers, sizeof(*lds));
     Tycho__V1__LayerDestination **ldp = calloc(w->n_layers, sizeof(*ldp));
-    uint64_t *addr = malloc(2 * (size_t)w->n_layers * np * sizeof(uint64_t) + 1);
-    int rc = lds && ldp && addr ? 0 : TY_ENOMEM;
+    int rc = lds && ldp ? 0 : TY_ENOMEM;
     for (uint32_t l = 0; !rc && l < w->n_layers; l++) {
         tycho__v1__layer_destination__init(&lds[l]);
         lds[l].layer = l;
-        lds[l].n_k_offsets = lds[l].n_v_offsets = np;
-        lds[l].k_offsets = addr + (size_t)2 * l * np;
-        lds[l].v_offsets = addr + (size_t)(2 * l + 1) * np;
-        for (uint32_t i = 0; i < np; i++) {
-            lds[l].k_offsets[i] = (uint64_t)(uintptr_t)ty_kvpool_k(w->pool, l, pages[i]);
-            lds[l].v_offsets[i] = (uint64_t)(uintptr_t)ty_kvpool_v(w->pool, l, pages[i]);
-        }
+        lds[l].k_base = (uint64_t)(uintptr_t)ty_kvpool_k(w->pool, l, 0);
+        lds[l].v_base = (uint64_t)(uintptr_t)ty_kvpool_v(w->pool, l, 0);
         ldp[l] = &lds[l];
     }
     Tycho__V1__KvDestination d = TYCHO__V1__KV_DESTINATION__INIT;
     d.node_id = w->n->node_id;
     d.segment = (char *)ty_xfer_engine_name(w->n->o.xfer);
     d.n_page_ids = np;
-    d.page_ids = (uint32_t *)pages;
+    d.page_ids = (uint32_t *)ty_kvseq_pages(ty_breq_seq(q->r));
     d.n_layers = w->n_layers;
     d.layers = ldp;
     d.block_tokens = B;
     d.page_bytes = ty_kvpool_page_bytes(w->pool);
+    d.page_stride = ty_kvpool_page_bytes(w->pool); /* tycho/kvpool.h: pages are adjacent */
+    d.pool_pages = ty_kvpool_pages_total(w->pool);
     Tycho__V1__DecodeAssignReply r = TYCHO__V1__DECODE_ASSIGN_REPLY__INIT;
     r.request_id = q->rid;
     r.accepted = true;
     r.kv_destination = &d;
     if (!rc)
-        rc = ty_rpc_pack((const ProtobufCMessage *)&r, out, len);
+        rc = ty_rpc_pack(&r.base, out, len);
     free(lds);
     free(ldp);
-    free(addr);
     return rc;
+}
+
+/* The answer to a re-arm: accepted, no destination (the Conductor kept the first one). */
+static int pack_rearmed(uint64_t rid, uint8_t **out, size_t *len)
+{
+    Tycho__V1__DecodeAssignReply r = TYCHO__V1__DECODE_ASSIGN_REPLY__INIT;
+    r.request_id = rid;
+    r.accepted = true;
+    return ty_rpc_pack(&r.base, out, len);
 }
 
 /* DecodeAssign: the prompt's pages reserved, answered with where its KV goes. */
@@ -203,18 +213,19 @@ static void do_assign(struct wstate *w, struct dcmd *c)
     }
     free(d);
     if (!ev)
-        return; /* the Conductor's call times out */
+        return; /* the Conductor's assign deadline ends it */
     ev->n = w->n;
+    ev->kind = DEV_ASSIGN;
     ev->rid = c->rid;
-    ev->call = c->call;
     ev->rc = rc;
     ty__decode_node_post(w->n, ev);
 }
 
 /* The request's prefill node was lost and the Conductor sends its prefill to another one: if
  * its KV has not landed, it now takes only that attempt's KvReady (a late one of the lost node
- * is ignored) and waits for it afresh; the reply is the same destination. Once the KV landed
- * (the lost node's KvReady came first) the new prefill must not write the pages: EALREADY. */
+ * is ignored) and waits for it afresh; the destination stays what it was (the reply does not
+ * repeat it). Once the KV landed (the lost node's KvReady came first) the new prefill must not
+ * write the pages: EALREADY. */
 static void do_rearm(struct wstate *w, struct dcmd *c)
 {
     struct devent *ev = calloc(1, sizeof(*ev));
@@ -223,16 +234,16 @@ static void do_rearm(struct wstate *w, struct dcmd *c)
     struct dreq *d = find(w, c->rid);
     int rc = !d ? TY_ENOTFOUND : d->ready ? TY_EALREADY : c->attempt <= d->attempt ? TY_ESTALE : 0;
     if (!rc)
-        rc = pack_destination(w, d, &ev->reply, &ev->reply_len);
+        rc = pack_rearmed(c->rid, &ev->reply, &ev->reply_len);
     if (!rc) {
         d->attempt = c->attempt;
         d->deadline_ms = ty_clock_ms() + w->n->o.kv_wait_timeout_ms;
     }
     ev->n = w->n;
+    ev->kind = DEV_REARM;
     ev->rid = c->rid;
     ev->call = c->call;
     ev->rc = rc;
-    ev->rearm = true;
     ty__decode_node_post(w->n, ev);
 }
 
@@ -305,28 +316,43 @@ static void publish_load(struct wstate *w)
     pthread_mutex_unlock(&n->mu);
 }
 
-/* Take the commands; wait for one while nothing can run (polling for KV every ms while some
- * request awaits it). Returns false when the worker must stop. */
+/* The earliest KV deadline of a request still awaiting its KV; 0: none. */
+static uint64_t next_kv_deadline(const struct wstate *w)
+{
+    uint64_t t = 0;
+    for (const struct dreq *d = w->reqs; d; d = d->next)
+        if (!d->ready && (!t || d->deadline_ms < t))
+            t = d->deadline_ms;
+    return t;
+}
+
+/* Take the commands; sleep while there is nothing to do: no command, no notification (the
+ * transfer engine's callback sets `notified`), no batch that can step. A request
+ * awaiting its KV wakes us just after its deadline (expire). `notified` is cleared before the
+ * notifications are polled, so one that comes after the poll wakes the next wait. Returns
+ * false when the worker must stop. */
 static bool take_commands(struct wstate *w, struct dcmd **out)
 {
     ty_decode_node_t *n = w->n;
-    struct ty_batcher_stats bs;
-    ty_batcher_stats(w->b, &bs);
+    /* the last step ran something: the next may too (a request that finished in it freed
+     * pages a preempted one waits for); once a step runs nothing, only an event changes that */
+    bool busy = !w->idle && !ty_batcher_idle(w->b);
+    uint64_t until = next_kv_deadline(w);
     pthread_mutex_lock(&n->mu);
-    if (!n->stop && !n->cmds && (!bs.running || w->idle)) {
-        if (!w->n_reqs) {
+    while (!n->stop && !n->cmds && !n->notified && !busy) {
+        if (!until) {
             pthread_cond_wait(&n->cv, &n->mu);
-        } else {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 1000000;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
-            pthread_cond_timedwait(&n->cv, &n->mu, &ts);
+            continue;
         }
+        uint64_t now = ty_clock_ms();
+        if (now > until)
+            break;
+        uint64_t ns = (until + 1) * TY_NS_PER_MS; /* cv on CLOCK_MONOTONIC, as ty_clock_ms */
+        struct timespec ts = {.tv_sec = (time_t)(ns / TY_NS_PER_S),
+                              .tv_nsec = (long)(ns % TY_NS_PER_S)};
+        pthread_cond_timedwait(&n->cv, &n->mu, &ts);
     }
+    n->notified = false;
     *out = n->cmds;
     n->cmds = NULL;
     n->cmds_tail = &n->cmds;
@@ -356,7 +382,8 @@ static void answer_shutdown(ty_decode_node_t *n, struct dcmd *cmds)
         next = c->next;
         struct devent *ev = c->kind != DCMD_CANCEL ? calloc(1, sizeof(*ev)) : NULL;
         if (ev) { /* the loop answers the call with the error */
-            *ev = (struct devent){.n = n, .rid = c->rid, .call = c->call, .rc = TY_ESHUTDOWN};
+            *ev = (struct devent){.n = n, .rid = c->rid, .call = c->call, .rc = TY_ESHUTDOWN,
+                                  .kind = c->kind == DCMD_REARM ? DEV_REARM : DEV_ASSIGN};
             ty__decode_node_post(n, ev);
         }
         ty__dcmd_free(c);

@@ -1,11 +1,14 @@
-/* The prefill node (tycho/prefill.h). The loop thread validates PrefillAssign and Cancel and
- * queues jobs; the worker thread hands them to the engine's batcher (tycho/batcher.h), which
- * runs the queued prompts together in forward calls of the engine's max_batch_tokens (a long
- * prompt over several calls that shorter prompts join; up to opts.max_batch prompts a call;
- * a short prompt passes a long one queued before it), with its per-layer hook posting each
- * prompt's finished pages to its decode node; the first token is sampled by the batcher
- * (max_tokens 1); when a prompt ends the worker waits for its writes, sends KvReady, hands its
- * new blocks to the KV pool, and posts the result back to the loop through a mailbox. */
+/* The prefill node (tycho/prefill.h). The loop thread validates PrefillAssign (the KV
+ * destination's page ids, bases and stride: take_destination) and Cancel and queues jobs; the
+ * worker thread hands them to the engine's batcher (tycho/batcher.h), which runs the queued
+ * prompts together in forward calls of the engine's max_batch_tokens (a long prompt over
+ * several calls that shorter prompts join; up to opts.max_batch prompts a call; a short prompt
+ * passes a long one queued before it). On admission a job's destination is checked against
+ * the decode node's registered memory (dest_check_regions); the batcher's per-layer hook posts
+ * each prompt's finished pages to k_base/v_base + page id * stride on its decode node; the
+ * first token is sampled by the batcher (max_tokens 1); when a prompt ends the worker waits for
+ * its writes, sends KvReady, hands its new blocks to the KV pool, and posts the result back to
+ * the loop through a mailbox. */
 #include "tycho/prefill.h"
 
 #include "tycho/node_kvstore.h"
@@ -38,8 +41,15 @@ struct pjob {
     uint32_t *tokens;
     uint32_t n;
     char segment[TY_XFER_NAME_MAX + 1];
+    /* the KV destination: page i of the prompt goes, for layer l, to k_base[l] +
+     * dest_pages[i] * stride (V: v_base[l]); validated by take_destination (and against the
+     * segment's regions by dest_check_regions once the segment is open) */
     uint32_t n_dest_pages;
-    uint64_t *k_addr, *v_addr; /* (n_layers, n_dest_pages) remote addresses */
+    uint32_t *dest_pages;      /* (n_dest_pages) the decode node's page ids */
+    uint32_t min_page, max_page; /* of dest_pages */
+    uint64_t *k_base, *v_base; /* (n_layers) remote addresses of page 0 */
+    uint64_t stride;
+    char why[TY_XFER_NAME_MAX + 160]; /* what failed, for its error ("": rc says) */
     struct ty_sampling_params sp;
     struct ty_gen_params ends; /* stop tokens, min_tokens: no EOS / stop as the first token */
     atomic_bool cancelled;
@@ -98,7 +108,8 @@ static void job_free(struct pjob *j)
     if (!j)
         return;
     free(j->tokens);
-    free(j->k_addr);
+    free(j->dest_pages);
+    free(j->k_base);
     free(j);
 }
 
@@ -125,12 +136,12 @@ static void on_layer(void *arg, ty_breq_t *r, const struct ty_batch_seq *piece, 
     uint32_t p1 = end == j->n ? (end + p->B - 1) / p->B : end / p->B;
     const uint32_t *pages = ty_kvseq_pages(piece->seq);
     for (uint32_t i = j->pages_sent; i < p1 && !j->xfer_err; i++) {
-        size_t at = (size_t)layer * j->n_dest_pages + i;
+        uint64_t at = (uint64_t)j->dest_pages[i] * j->stride; /* no overflow: take_destination */
         struct ty_xfer_request rq[2] = {
-            {TY_XFER_OP_WRITE, ty_kvpool_k(pool, layer, pages[i]), j->seg, j->k_addr[at],
-             p->page_bytes},
-            {TY_XFER_OP_WRITE, ty_kvpool_v(pool, layer, pages[i]), j->seg, j->v_addr[at],
-             p->page_bytes}};
+            {TY_XFER_OP_WRITE, ty_kvpool_k(pool, layer, pages[i]), j->seg,
+             j->k_base[layer] + at, p->page_bytes},
+            {TY_XFER_OP_WRITE, ty_kvpool_v(pool, layer, pages[i]), j->seg,
+             j->v_base[layer] + at, p->page_bytes}};
         j->xfer_err = ty_xfer_batch_submit(j->batch, rq, 2);
     }
     if (layer + 1 == p->n_layers && !j->xfer_err)
@@ -219,6 +230,51 @@ static uint32_t pages_of(const ty_prefill_t *p, const struct pjob *j)
     return (j->n + p->B - 1) / p->B;
 }
 
+/* Whether [at, at + len) lies inside one of the regions. */
+static bool in_regions(const struct ty_xfer_region_info *rg, size_t n, uint64_t at, uint64_t len)
+{
+    for (size_t i = 0; i < n; i++)
+        if (at >= rg[i].addr && at - rg[i].addr <= rg[i].len &&
+            len <= rg[i].len - (at - rg[i].addr))
+            return true;
+    return false;
+}
+
+/* Every page of the destination, every layer, K and V, lies in memory the decode node
+ * registered (as far as the open segment knows its regions; none known: not checked, the
+ * decode node's engine refuses writes outside them anyway). Pages are spans of one array per
+ * layer, so the span from the lowest page id to the highest must lie in one region. Worker. */
+static int dest_check_regions(ty_prefill_t *p, struct pjob *j)
+{
+    size_t n = 0;
+    ty_xfer_segment_regions(j->seg, NULL, 0, &n);
+    if (!n)
+        return 0;
+    struct ty_xfer_region_info *rg = malloc(n * sizeof(*rg));
+    if (!rg)
+        return TY_ENOMEM;
+    ty_xfer_segment_regions(j->seg, rg, n, &n); /* n may have shrunk meanwhile */
+    uint64_t lo = (uint64_t)j->min_page * j->stride;
+    uint64_t len = (uint64_t)(j->max_page - j->min_page) * j->stride + p->page_bytes;
+    int rc = 0;
+    for (uint32_t l = 0; l < p->n_layers && !rc; l++) {
+        for (int v = 0; v < 2 && !rc; v++) {
+            uint64_t at = (v ? j->v_base[l] : j->k_base[l]) + lo;
+            if (!in_regions(rg, n, at, len)) {
+                snprintf(j->why, sizeof(j->why), "kv_destination: layer %u %c pages %u..%u "
+                         "([0x%llx, +%llu)) are outside segment %s's registered memory", l,
+                         v ? 'V' : 'K', j->min_page, j->max_page, (unsigned long long)at,
+                         (unsigned long long)len, j->segment);
+                rc = TY_EOUTOFRANGE;
+            }
+        }
+    }
+    free(rg);
+    if (rc)
+        TY_LOG_WARN("prefill", "request %llu: %s", (unsigned long long)j->rid, j->why);
+    return rc;
+}
+
 /* r is admitted (batcher hook): its decode node's segment, a write batch, and what the KV
  * pool has of its prompt after the page cache's match, read into its reserved pages. */
 static int on_admit(void *arg, ty_breq_t *r)
@@ -240,6 +296,8 @@ static int on_admit(void *arg, ty_breq_t *r)
         j->seg = NULL;
         return rc;
     }
+    if ((rc = dest_check_regions(p, j)))
+        return rc;
     if ((rc = ty_xfer_batch_new(p->o.xfer, (size_t)p->n_layers * pages_of(p, j) * 2, &j->batch)))
         return rc;
     if (p->kvstore)
@@ -332,7 +390,7 @@ static void on_job_done(void *arg)
     struct pjob *j = arg;
     if (j->rc) {
         ty_rpc_call_fail(j->call, j->rc, "prefill of request %llu failed: %s",
-                         (unsigned long long)j->rid, ty_strerror(j->rc));
+                         (unsigned long long)j->rid, j->why[0] ? j->why : ty_strerror(j->rc));
     } else {
         Tycho__V1__PrefillAssignReply r = TYCHO__V1__PREFILL_ASSIGN_REPLY__INIT;
         r.request_id = j->rid;
@@ -420,7 +478,67 @@ static void *worker_main(void *arg)
 
 /* ---- loop thread: RPC ------------------------------------------------------------------------ */
 
-/* Check the KV destination against our pool; copy its addresses into the job. */
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The destination's page ids: the prompt's `need` pages, each below the decode node's
+ * pool_pages, no page twice (two prompt pages written to one destination page). */
+static int take_pages(const Tycho__V1__KvDestination *d, uint32_t need, struct pjob *j,
+                      char *why, size_t cap)
+{
+    if (!d->pool_pages)
+        return snprintf(why, cap, "kv_destination.pool_pages is 0"), TY_EINVAL;
+    if (d->n_page_ids < need)
+        return snprintf(why, cap, "kv_destination has %zu page ids, the prompt needs %u",
+                        d->n_page_ids, need), TY_EINVAL;
+    for (uint32_t i = 0; i < need; i++)
+        if (d->page_ids[i] >= d->pool_pages)
+            return snprintf(why, cap, "kv_destination.page_ids[%u] = %u is not a page of the "
+                            "destination (pool_pages %u)", i, d->page_ids[i], d->pool_pages),
+                   TY_ERANGE;
+    j->dest_pages = malloc(2 * (size_t)need * sizeof(uint32_t));
+    if (!j->dest_pages)
+        return TY_ENOMEM;
+    uint32_t *sorted = j->dest_pages + need;
+    memcpy(j->dest_pages, d->page_ids, need * sizeof(uint32_t));
+    memcpy(sorted, d->page_ids, need * sizeof(uint32_t));
+    qsort(sorted, need, sizeof(uint32_t), cmp_u32);
+    for (uint32_t i = 1; i < need; i++)
+        if (sorted[i] == sorted[i - 1])
+            return snprintf(why, cap, "kv_destination.page_ids: page %u appears twice",
+                            sorted[i]), TY_EINVAL;
+    j->min_page = sorted[0];
+    j->max_page = sorted[need - 1];
+    return 0;
+}
+
+/* One layer's K and V bases: page 0 .. pool_pages - 1 must be addressable (no u64 overflow). */
+static int take_layer(const ty_prefill_t *p, const Tycho__V1__KvDestination *d, uint32_t l,
+                      struct pjob *j, char *why, size_t cap)
+{
+    const Tycho__V1__LayerDestination *ld = d->layers[l];
+    if (!ld || ld->layer != l)
+        return snprintf(why, cap, "kv_destination.layers[%u] is missing or names layer %u", l,
+                        ld ? ld->layer : 0), TY_EINVAL;
+    uint64_t span, end;
+    if (__builtin_mul_overflow((uint64_t)(d->pool_pages - 1), d->page_stride, &span) ||
+        __builtin_add_overflow(span, (uint64_t)p->page_bytes, &span) ||
+        __builtin_add_overflow(ld->k_base, span, &end) ||
+        __builtin_add_overflow(ld->v_base, span, &end))
+        return snprintf(why, cap, "kv_destination layer %u: bases 0x%llx/0x%llx + %u pages of "
+                        "stride %llu overflow", l, (unsigned long long)ld->k_base,
+                        (unsigned long long)ld->v_base, d->pool_pages,
+                        (unsigned long long)d->page_stride), TY_ERANGE;
+    j->k_base[l] = ld->k_base;
+    j->v_base[l] = ld->v_base;
+    return 0;
+}
+
+/* Check the KV destination against our pool and the prompt; copy its page ids, bases and
+ * stride into the job (tycho.proto KvDestination). Every failure says what is wrong. */
 static int take_destination(ty_prefill_t *p, const Tycho__V1__KvDestination *d, struct pjob *j,
                             char *why, size_t cap)
 {
@@ -434,21 +552,25 @@ static int take_destination(ty_prefill_t *p, const Tycho__V1__KvDestination *d, 
     if (d->n_layers != p->n_layers)
         return snprintf(why, cap, "kv_destination has %zu layers, the model %u", d->n_layers,
                         p->n_layers), TY_EINVAL;
+    if (d->page_stride < d->page_bytes) /* 0: a decode node that sends per-page offsets */
+        return snprintf(why, cap, "kv_destination.page_stride %llu is below page_bytes %llu%s",
+                        (unsigned long long)d->page_stride, (unsigned long long)d->page_bytes,
+                        d->page_stride ? "" : " (a decode node older than page-id "
+                                              "destinations: upgrade it)"), TY_EINVAL;
+    int rc = take_pages(d, need, j, why, cap);
+    if (rc)
+        return rc;
     j->n_dest_pages = need;
-    j->k_addr = malloc(2 * (size_t)p->n_layers * need * sizeof(uint64_t) + 1);
-    if (!j->k_addr)
+    j->stride = d->page_stride;
+    j->k_base = malloc(2 * (size_t)p->n_layers * sizeof(uint64_t));
+    if (!j->k_base)
         return TY_ENOMEM;
-    j->v_addr = j->k_addr + (size_t)p->n_layers * need;
-    for (uint32_t l = 0; l < p->n_layers; l++) {
-        const Tycho__V1__LayerDestination *ld = d->layers[l];
-        if (!ld || ld->layer != l || ld->n_k_offsets < need || ld->n_v_offsets < need)
-            return snprintf(why, cap, "layer %u destination has too few pages (need %u)", l,
-                            need), TY_EINVAL;
-        memcpy(j->k_addr + (size_t)l * need, ld->k_offsets, need * sizeof(uint64_t));
-        memcpy(j->v_addr + (size_t)l * need, ld->v_offsets, need * sizeof(uint64_t));
-    }
-    snprintf(j->segment, sizeof(j->segment), "%s", d->segment);
-    return 0;
+    j->v_base = j->k_base + p->n_layers;
+    for (uint32_t l = 0; l < p->n_layers && !rc; l++)
+        rc = take_layer(p, d, l, j, why, cap);
+    if (!rc)
+        snprintf(j->segment, sizeof(j->segment), "%s", d->segment);
+    return rc;
 }
 
 static int job_build(ty_prefill_t *p, const Tycho__V1__PrefillAssign *m, struct pjob **out,
@@ -493,15 +615,12 @@ static void on_call_cancel(ty_rpc_call_t *call, int reason, void *arg)
     atomic_store(&j->cancelled, true);
 }
 
-static void on_assign(ty_rpc_call_t *call, const uint8_t *payload, size_t len, void *arg)
+static void on_assign(ty_rpc_call_t *call, const void *msg, void *arg)
 {
     ty_prefill_t *p = arg;
-    Tycho__V1__PrefillAssign *m = tycho__v1__prefill_assign__unpack(NULL, len, payload);
-    char why[256] = "undecodable PrefillAssign";
+    char why[256] = "";
     struct pjob *j = NULL;
-    int rc = m ? job_build(p, m, &j, why, sizeof(why)) : TY_EBADMSG;
-    if (m)
-        tycho__v1__prefill_assign__free_unpacked(m, NULL);
+    int rc = job_build(p, msg, &j, why, sizeof(why));
     pthread_mutex_lock(&p->mu);
     if (!rc && (p->stop || p->n_queued >= p->o.max_queue))
         rc = p->stop ? TY_ESHUTDOWN : TY_EREJECTED;
@@ -516,21 +635,17 @@ static void on_assign(ty_rpc_call_t *call, const uint8_t *payload, size_t len, v
     pthread_mutex_unlock(&p->mu);
     if (rc) {
         TY_LOG_WARN("prefill", "PrefillAssign refused: %s (%s)", ty_strerror(rc), why);
-        ty_rpc_call_fail(call, rc, "%s", why);
+        ty_rpc_call_fail(call, rc, "%s", why[0] ? why : ty_strerror(rc));
         job_free(j);
         return;
     }
     ty_rpc_call_set_cancel_cb(call, on_call_cancel, j);
 }
 
-static void on_cancel(ty_rpc_call_t *call, const uint8_t *payload, size_t len, void *arg)
+static void on_cancel(ty_rpc_call_t *call, const void *msg, void *arg)
 {
     ty_prefill_t *p = arg;
-    Tycho__V1__Cancel *m = tycho__v1__cancel__unpack(NULL, len, payload);
-    if (!m) {
-        ty_rpc_call_fail(call, TY_EBADMSG, "undecodable Cancel");
-        return;
-    }
+    const Tycho__V1__Cancel *m = msg;
     pthread_mutex_lock(&p->mu);
     for (struct pjob *j = p->queue; j; j = j->next)
         if (j->rid == m->request_id)
@@ -541,8 +656,7 @@ static void on_cancel(ty_rpc_call_t *call, const uint8_t *payload, size_t len, v
     pthread_mutex_unlock(&p->mu);
     Tycho__V1__Ack a = TYCHO__V1__ACK__INIT;
     a.request_id = m->request_id;
-    tycho__v1__cancel__free_unpacked(m, NULL);
-    ty_rpc_call_reply_msg(call, (const ProtobufCMessage *)&a);
+    ty_rpc_call_reply_msg(call, &a.base);
 }
 
 void ty_prefill_load(void *arg, struct ty_node_load *out)
@@ -643,8 +757,10 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
         return rc;
     }
     p->started = true;
-    ty_rpc_server_handle(p->srv, TYCHO__V1__METHOD__METHOD_PREFILL_ASSIGN, on_assign, p);
-    ty_rpc_server_handle(p->srv, TYCHO__V1__METHOD__METHOD_CANCEL, on_cancel, p);
+    ty_rpc_server_handle_msg(p->srv, TYCHO__V1__METHOD__METHOD_PREFILL_ASSIGN,
+                             &tycho__v1__prefill_assign__descriptor, on_assign, p);
+    ty_rpc_server_handle_msg(p->srv, TYCHO__V1__METHOD__METHOD_CANCEL,
+                             &tycho__v1__cancel__descriptor, on_cancel, p);
     *out = p;
     return 0;
 }

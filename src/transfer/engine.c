@@ -1,6 +1,7 @@
-/* The transfer engine object: options, start and stop, the notification queue and the watchdog
- * that enforces peer timeouts. The listener and inbound connections are in inbound.c, segments
- * and the region table in segment.c, batches in batch.c. */
+/* The transfer engine object: options, start and stop, the notification queue (and the callback
+ * that wakes its consumer) and the watchdog that enforces peer timeouts. The listener and
+ * inbound connections are in inbound.c, segments and the region table in segment.c, batches in
+ * batch.c. */
 #include "xfer-impl.h"
 
 #include "tycho/clock.h"
@@ -160,6 +161,7 @@ static void engine_init_locks(ty_xfer_engine_t *e)
     pthread_mutex_init(&e->seg_mu, NULL);
     pthread_mutex_init(&e->open_mu, NULL);
     pthread_mutex_init(&e->notify_mu, NULL);
+    pthread_mutex_init(&e->notify_cb_mu, NULL);
     pthread_mutex_init(&e->wd_mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -343,7 +345,19 @@ int ty__xfer_notify_push(ty_xfer_engine_t *e, const char *from, const void *msg,
     e->notify_tail = n;
     e->notify_len++;
     pthread_mutex_unlock(&e->notify_mu);
+    pthread_mutex_lock(&e->notify_cb_mu); /* queued first: the woken consumer finds it */
+    if (e->notify_cb)
+        e->notify_cb(e->notify_arg);
+    pthread_mutex_unlock(&e->notify_cb_mu);
     return 0;
+}
+
+void ty_xfer_notify_set_cb(ty_xfer_engine_t *e, ty_xfer_notify_cb cb, void *arg)
+{
+    pthread_mutex_lock(&e->notify_cb_mu);
+    e->notify_cb = cb;
+    e->notify_arg = arg;
+    pthread_mutex_unlock(&e->notify_cb_mu);
 }
 
 int ty_xfer_notify_poll(ty_xfer_engine_t *e, struct ty_xfer_notify *out)

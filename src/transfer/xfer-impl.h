@@ -340,6 +340,9 @@ struct ty_xfer_engine {
     pthread_mutex_t notify_mu;
     struct ty__xfer_notify_node *notify_head, *notify_tail;
     size_t notify_len;
+    pthread_mutex_t notify_cb_mu; /* held while notify_cb runs and while it is replaced */
+    ty_xfer_notify_cb notify_cb;  /* under notify_cb_mu; NULL: none */
+    void *notify_arg;
     pthread_mutex_t open_mu; /* serializes segment opens (connects run without seg_mu) */
 
     pthread_mutex_t wd_mu;

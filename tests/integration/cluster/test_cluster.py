@@ -3,7 +3,7 @@
 and tycho-decode as separate processes on loopback ephemeral ports, KV over the tcp transport.
 
 Usage: test_cluster.py BUILD_DIR CASE   (CASE: equal, concurrent, kill_decode, hung_decode,
-prefix_routing, cache_events, slo_reject, cost_refit, phantom_credit, kv_pool, pool_sched, pool_decode, pool_snapshot, local_cluster, preempt, kill_prefill, ...). Exits 77 when
+prefix_routing, cache_events, slo_reject, cost_refit, phantom_credit, kv_pool, pool_sched, pool_decode, pool_snapshot, local_cluster, preempt, kill_prefill, handshake, bad_destination, ...). Exits 77 when
 the shared test data is missing. Expected token ids come from running `tycho generate` (the
 monolithic engine loop), never from the cluster.
 """
@@ -13,6 +13,8 @@ import re
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -676,6 +678,235 @@ def case_hung_decode():
         time.sleep(0.05)
     ok &= check(open(cl.logs["conductor"]).read().count("node d0 registered") >= 2,
                 "d0 registers again once it resumes")
+    return ok
+
+
+# ---- raw RPC (docs/arch/rpc.md) with a minimal protobuf encoder, for inputs no node sends ----
+
+def pb_varint(n):
+    n &= (1 << 64) - 1
+    out = b""
+    while True:
+        b, n = n & 0x7f, n >> 7
+        if not n:
+            return out + bytes([b])
+        out += bytes([b | 0x80])
+
+
+def pb_uint(num, v):
+    return pb_varint(num << 3) + pb_varint(v) if v else b""
+
+
+def pb_bytes(num, b):
+    return pb_varint(num << 3 | 2) + pb_varint(len(b)) + b
+
+
+def pb_packed(num, vals):
+    return pb_bytes(num, b"".join(pb_varint(v) for v in vals)) if vals else b""
+
+
+def pb_fields(buf):
+    """{field number: [value]} of a protobuf message (varints and length-delimited only)."""
+    out, i = {}, 0
+
+    def varint():
+        nonlocal i
+        v, shift = 0, 0
+        while True:
+            b = buf[i]
+            i += 1
+            v |= (b & 0x7f) << shift
+            shift += 7
+            if not b & 0x80:
+                return v
+    while i < len(buf):
+        key = varint()
+        if key & 7 == 0:
+            val = varint()
+        elif key & 7 == 2:
+            n = varint()
+            val, i = buf[i:i + n], i + n
+        else:
+            raise ValueError("wire type %d" % (key & 7))
+        out.setdefault(key >> 3, []).append(val)
+    return out
+
+
+RPC_ERROR_KIND = 5
+
+
+def rpc_call(port, method, payload, rid=7, timeout=10):
+    """One request frame on a fresh connection; (kind, payload) of the first frame back."""
+    with socket.create_connection(("127.0.0.1", port), timeout) as sk:
+        sk.sendall(struct.pack("<IBBHQI", 0x50525954, 1, 1, method, rid, len(payload)) + payload)
+
+        def take(n):
+            data = b""
+            while len(data) < n:
+                more = sk.recv(n - len(data))
+                if not more:
+                    raise RuntimeError("connection closed")
+                data += more
+            return data
+        _, _, kind, _, _, n = struct.unpack("<IBBHQI", take(20))
+        return kind, take(n)
+
+
+def rpc_error(port, method, payload):
+    """The message of the error frame a call gets ("" when it got something else)."""
+    kind, body = rpc_call(port, method, payload)
+    if kind != RPC_ERROR_KIND:
+        return ""
+    return pb_fields(body).get(2, [b""])[0].decode()
+
+
+METHOD_PREFILL_ASSIGN, METHOD_DECODE_ASSIGN, METHOD_TOKEN_STREAM = 3, 4, 6
+
+
+def kv_destination(segment, page_ids, page_bytes=0, stride=None, pool_pages=64, layers=(),
+                   block_tokens=16):
+    """A KvDestination: layers is a list of (k_base, v_base)."""
+    ls = b"".join(pb_bytes(4, pb_uint(1, l) + pb_uint(4, k) + pb_uint(5, v))
+                  for l, (k, v) in enumerate(layers))
+    return (pb_bytes(1, b"d0") + pb_bytes(2, segment.encode()) + pb_packed(3, page_ids) + ls +
+            pb_uint(5, block_tokens) + pb_uint(6, page_bytes) +
+            pb_uint(7, page_bytes if stride is None else stride) + pb_uint(8, pool_pages))
+
+
+def prefill_assign(dest, n_prompt=20, rid=7):
+    return pb_uint(1, rid) + pb_packed(2, range(1, n_prompt + 1)) + pb_bytes(4, dest)
+
+
+def proc_wakeups(pid):
+    """Voluntary context switches of every thread of process pid, so far."""
+    total = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass  # the thread ended
+    return total
+
+
+def status_nodes(cl):
+    c = http.client.HTTPConnection("127.0.0.1", cl.http, timeout=10)
+    c.request("GET", "/status")
+    nodes = {n["id"]: n for n in json.loads(c.getresponse().read()).get("nodes", [])}
+    c.close()
+    return nodes
+
+
+def case_handshake():
+    """One call to the decode node per request: its DecodeAssign is also its token stream
+    (`rpc_calls` of the node in /status counts the Conductor's calls), and the decode node
+    sleeps while its requests wait for their KV (KvReady wakes it: it does not poll); every
+    answer is still generate's."""
+    cl = Cluster(1, 1, hb_timeout="10s")
+    ok = True
+    refs = {p: generate(p, 12) for p in PROMPTS[:6]}
+    before = status_nodes(cl)
+    for p in PROMPTS[:3]:
+        st, body = cl.post("/v1/completions", {"prompt": p, "max_tokens": 12,
+                                               "temperature": 0, "return_token_ids": True})
+        ok &= check(st == 200 and json.loads(body)["choices"][0]["token_ids"] ==
+                    refs[p]["output_ids"], "%r: plain answer equals generate's" % p)
+    res = {}
+    for i, p in enumerate(PROMPTS[3:5]):
+        stream(cl, p, 12, res, i)
+        ok &= check(res[i][3] is None and res[i][0] == refs[p]["output_ids"],
+                    "%r: streamed answer equals generate's" % p)
+    # the prefill node stopped: the decode node holds 4 requests waiting for their KV
+    cl.procs["p0"].send_signal(signal.SIGSTOP)
+    threads = []
+    for i in range(4):
+        t = threading.Thread(target=stream, args=(cl, PROMPTS[5], 12, res, 10 + i, 30))
+        t.start()
+        threads.append(t)
+    end, sent = time.time() + 10, 0
+    while time.time() < end and sent < 4:  # sent to p0: the decode node reserved their pages
+        sent = status_nodes(cl)["p0"]["served"] - before["p0"]["served"] - 5
+        time.sleep(0.05)
+    ok &= check(sent == 4, "4 requests wait at the decode node for their KV (%d)" % sent)
+    pid = cl.procs["d0"].pid
+    w0, t0 = proc_wakeups(pid), time.time()
+    time.sleep(1.0)
+    rate = (proc_wakeups(pid) - w0) / (time.time() - t0)
+    # polling every millisecond was ~1000 wakeups a second; heartbeats and the transfer
+    # engine's watchdog are ~10
+    ok &= check(rate < 200, "the decode node sleeps while its requests wait for KV: %.0f "
+                "wakeups/s" % rate)
+    cl.procs["p0"].send_signal(signal.SIGCONT)
+    for t in threads:
+        t.join(30)
+    ok &= check(all(res.get(10 + i) and res[10 + i][3] is None and
+                    res[10 + i][0] == refs[PROMPTS[5]]["output_ids"] for i in range(4)),
+                "once the prefill node resumes their answers equal generate's: %s" %
+                [res.get(10 + i, (None,))[0] for i in range(4)])
+    after = status_nodes(cl)
+    calls = {n: after[n]["rpc_calls"] - before[n]["rpc_calls"] for n in ("d0", "p0")}
+    ok &= check(calls == {"d0": 9, "p0": 9}, "one call per request to each node, 9 requests: "
+                "%s" % calls)
+    return ok
+
+
+def case_bad_destination():
+    """A prefill node answers a malformed PrefillAssign (bad KV destination, undecodable) with
+    an error that says what is wrong and keeps serving; a decode node refuses a DecodeAssign
+    that is not a stream and the retired TokenStreamOpen."""
+    cl = Cluster(1, 1)
+    ok = True
+    p_rpc, _ = read_ports(cl.port_file("p0"), time.time() + 5)
+    d_rpc, d_xfer = read_ports(cl.port_file("d0"), time.time() + 5)
+    seg = "127.0.0.1:%d" % d_xfer
+    # the node's geometry, from its own answers to a destination that has none
+    msg = rpc_error(p_rpc, METHOD_PREFILL_ASSIGN, prefill_assign(kv_destination(seg, [0, 1])))
+    m = re.search(r"page bytes 0/(\d+)", msg)
+    ok &= check(m, "geometry refused: %r" % msg)
+    pb = int(m.group(1)) if m else 2048
+    msg = rpc_error(p_rpc, METHOD_PREFILL_ASSIGN,
+                    prefill_assign(kv_destination(seg, [0, 1], pb)))
+    m = re.search(r"has 0 layers, the model (\d+)", msg)
+    ok &= check(m, "layers refused: %r" % msg)
+    n_layers = int(m.group(1)) if m else 5
+    # low addresses, far below any memory a process registers (its heap and mappings)
+    good = [(0x100000 + l * 0x100000, 0x180000 + l * 0x100000) for l in range(n_layers)]
+    cases = [
+        ("stride 0", kv_destination(seg, [0, 1], pb, stride=0, layers=good),
+         "page_stride 0 is below page_bytes"),
+        ("stride below the page", kv_destination(seg, [0, 1], pb, stride=pb - 1, layers=good),
+         "is below page_bytes"),
+        ("page id out of range", kv_destination(seg, [0, 99], pb, layers=good),
+         "page_ids[1] = 99 is not a page of the destination (pool_pages 64)"),
+        ("a page twice", kv_destination(seg, [3, 3], pb, layers=good), "page 3 appears twice"),
+        ("too few pages", kv_destination(seg, [0], pb, layers=good),
+         "1 page ids, the prompt needs 2"),
+        ("no pool size", kv_destination(seg, [0, 1], pb, pool_pages=0, layers=good),
+         "pool_pages is 0"),
+        ("address overflow", kv_destination(seg, [0, 1], pb, layers=[((1 << 64) - 4096, 0)] +
+                                            good[1:]), "overflow"),
+        ("outside the segment", kv_destination(seg, [0, 1], pb, layers=good),
+         "are outside segment %s's registered memory" % seg)]
+    for what, dest, want in cases:
+        msg = rpc_error(p_rpc, METHOD_PREFILL_ASSIGN, prefill_assign(dest))
+        ok &= check(want in msg, "%s: %r" % (what, msg))
+    msg = rpc_error(p_rpc, METHOD_PREFILL_ASSIGN, b"\xff\xff\xff")
+    ok &= check("undecodable" in msg, "undecodable PrefillAssign: %r" % msg)
+    # a DecodeAssign that is not its request's stream, and TokenStreamOpen, are gone
+    da = pb_uint(1, 5) + pb_uint(3, 3) + pb_packed(7, [1, 2, 3])
+    msg = rpc_error(d_rpc, METHOD_DECODE_ASSIGN, da)
+    ok &= check("TokenStreamOpen is gone" in msg, "DecodeAssign without stream: %r" % msg)
+    msg = rpc_error(d_rpc, METHOD_TOKEN_STREAM, pb_uint(1, 5))
+    ok &= check("no handler" in msg, "TokenStreamOpen: %r" % msg)
+    ok &= check(cl.procs["p0"].poll() is None and cl.procs["d0"].poll() is None,
+                "both nodes still run")
+    ref = generate(PROMPTS[0], 16)
+    st, body = cl.post("/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 16,
+                                           "temperature": 0, "return_token_ids": True})
+    ok &= check(st == 200 and json.loads(body)["choices"][0]["token_ids"] ==
+                ref["output_ids"], "the cluster serves on: the answer equals generate's")
     return ok
 
 
@@ -1569,7 +1800,8 @@ def main():
             "slo_class": case_slo_class,
             "status": case_status, "preempt": case_preempt,
             "kill_prefill": case_kill_prefill, "prefill_interleave": case_prefill_interleave,
-            "local_cluster": case_local_cluster}[CASE]
+            "local_cluster": case_local_cluster, "handshake": case_handshake,
+            "bad_destination": case_bad_destination}[CASE]
     ok = False
     try:
         ok = case()

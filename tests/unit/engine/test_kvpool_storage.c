@@ -3,7 +3,7 @@
  * page memory comes only from the hooks, export/import go through the copy hook (and give the
  * same bytes as a host pool), a failing copy leaves the sequence empty with its pages back,
  * bookkeeping (pages used, prefix sharing) is unchanged, and the CPU backend refuses such a
- * pool. Also backend selection by name. */
+ * pool, and every layer's pages are one array. Also backend selection by name. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -149,6 +149,28 @@ static void test_storage_hooks(void **state)
     assert_int_equal(d2.frees, 4);
 }
 
+/* Every layer's K and V are arrays of pages, host or backend memory alike: page i's chunk is
+ * page 0's plus i page_bytes (a decode node sends its KV destination as a base per layer and
+ * one stride, tycho.proto KvDestination). */
+static void test_pages_affine(void **state)
+{
+    (void)state;
+    struct fake_dev d = {.fail_copy_after = -1};
+    struct ty_kvpool_storage st;
+    for (int dev = 0; dev < 2; dev++) {
+        ty_kvpool_t *p = mk_pool(dev ? &d : NULL, &st);
+        size_t pb = ty_kvpool_page_bytes(p);
+        for (uint32_t l = 0; l < 2; l++) {
+            uintptr_t k0 = (uintptr_t)ty_kvpool_k(p, l, 0), v0 = (uintptr_t)ty_kvpool_v(p, l, 0);
+            for (uint32_t i = 0; i < ty_kvpool_pages_total(p); i++) {
+                assert_true((uintptr_t)ty_kvpool_k(p, l, i) == k0 + i * pb);
+                assert_true((uintptr_t)ty_kvpool_v(p, l, i) == v0 + i * pb);
+            }
+        }
+        ty_kvpool_free(p);
+    }
+}
+
 static void test_bad_storage(void **state)
 {
     struct fake_dev d = {.fail_copy_after = -1};
@@ -189,6 +211,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_storage_hooks),
+        cmocka_unit_test(test_pages_affine),
         cmocka_unit_test(test_bad_storage),
         cmocka_unit_test(test_backend_by_name),
     };

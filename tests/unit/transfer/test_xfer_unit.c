@@ -146,6 +146,21 @@ static void test_meta_json(void **state)
     assert_int_equal(ty__xfer_meta_from_json("not json", &d, host, 64, &port), TY_EPARSE);
 }
 
+/* A notification callback that takes what it is woken for, as a consumer would. */
+struct notify_seen {
+    ty_xfer_engine_t *e;
+    int calls, found;
+};
+
+static void on_notify_seen(void *arg)
+{
+    struct notify_seen *s = arg;
+    struct ty_xfer_notify n;
+    s->calls++;
+    while (ty_xfer_notify_poll(s->e, &n) == 0)
+        s->found++;
+}
+
 static void test_api_validation(void **state)
 {
     ty_xfer_engine_t *e;
@@ -193,6 +208,18 @@ static void test_api_validation(void **state)
     assert_int_equal(ty_xfer_notify_poll(e, &n), 0);
     assert_true(n.len == 2 && memcmp(n.msg, "hi", 2) == 0);
     assert_int_equal(ty_xfer_notify_poll(e, &n), TY_EAGAIN);
+    /* the callback runs once per notification, which is queued by then; none once removed */
+    struct notify_seen seen = {.e = e};
+    ty_xfer_notify_set_cb(e, on_notify_seen, &seen);
+    assert_int_equal(ty_xfer_notify_send(e, seg, "one", 3), 0);
+    assert_int_equal(ty_xfer_notify_send(e, seg, "two", 3), 0);
+    assert_int_equal(seen.calls, 2);
+    assert_int_equal(seen.found, 2);
+    ty_xfer_notify_set_cb(e, NULL, NULL);
+    assert_int_equal(ty_xfer_notify_send(e, seg, "three", 5), 0);
+    assert_int_equal(seen.calls, 2);
+    assert_int_equal(ty_xfer_notify_poll(e, &n), 0);
+    assert_true(n.len == 5 && memcmp(n.msg, "three", 5) == 0);
     assert_int_equal(ty_xfer_segment_close(e, seg), 0);
     assert_int_equal(ty_xfer_mem_unregister(e, mem), 0);
     assert_int_equal(ty_xfer_mem_unregister(e, mem), TY_ENOTFOUND);
