@@ -1,9 +1,10 @@
 /* The Conductor (src/conductor, DESIGN.md §5): its settings table (tycho-conductor's, and the
  * front-door part of `tycho serve`'s), and ty_conductor_t: the node registry fed by RegisterNode
  * and Heartbeat, with a heartbeat timeout, and the remote serving backend of tycho/serve.h that
- * places each request on a prefill and a decode node (tycho/sched.h), sends DecodeAssign, then
- * PrefillAssign, relays the decode node's TokenChunk stream as serve events, sends Cancel when
- * the client goes away and turns a dead node into error events.
+ * places each request on a prefill and a decode node (tycho/sched.h), sends DecodeAssign (one
+ * call that is also the request's token stream), then PrefillAssign with the decode node's KV
+ * destination, relays the TokenChunks as serve events, sends Cancel when the client goes away
+ * and turns a dead node into error events.
  *
  * Threading: a ty_conductor_t belongs to the uv loop given at creation; every function and
  * callback runs on that loop's thread (the serve backend's submit/cancel/stats too, and its

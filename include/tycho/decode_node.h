@@ -39,10 +39,9 @@ struct ty_decode_node_opts {
     /* Optional, borrowed: the cluster KV pool. When a request ends naturally (EOS, max_tokens,
      * context), the full blocks its generated tokens filled are written to the pool (the
      * prompt's are the prefill node's to write), so the next turn of a conversation finds its
-     * answer there too (tycho/node_kvstore.h); the pool is skipped for store_retry_ms (0: 5000)
-     * after it failed. */
-    ty_store_client_t *store;
-    uint32_t store_retry_ms;
+     * answer there too (tycho/node_kvstore.h: the node runtime's, which outlives the decode
+     * node). */
+    struct ty_node_kvstore *kvstore;
 };
 
 /* Each successful decode step adds to opts.timings (from the worker): n_tokens = batch_size =

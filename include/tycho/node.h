@@ -1,11 +1,14 @@
-/* The node runtime shared by tycho-prefill and tycho-decode (src/node): their settings table,
+/* The node runtime shared by tycho-prefill and tycho-decode (src/node): their settings table;
  * the agent that registers the node with the Conductor (RegisterNode, then a Heartbeat with the
- * node's load every interval, registering again when the Conductor forgets it or restarts), and
- * the helpers of their start-up. The node's KV events (tycho/kv_events.h), timing samples
- * (tycho/timing_ring.h) and KV pool glue (tycho/node_kvstore.h) belong to the same library.
+ * node's load every interval, registering again when the Conductor forgets it or restarts); the
+ * service that runs a role's RPC server, worker thread and mailbox and stops them without
+ * blocking the loop; and ty_node_main, the daemon's start-up and shutdown. The node's KV events
+ * (tycho/kv_events.h), timing samples (tycho/timing_ring.h) and KV pool glue
+ * (tycho/node_kvstore.h) belong to the same library.
  *
- * Threading: an agent belongs to the uv loop given at creation; every function and callback
- * runs on that loop's thread. Ownership: it copies its options' strings.
+ * Threading: an agent and a service belong to the uv loop given at creation; every function and
+ * callback runs on that loop's thread unless said otherwise. Ownership: they copy their
+ * options' strings.
  */
 #ifndef TYCHO_NODE_H
 #define TYCHO_NODE_H
@@ -15,6 +18,7 @@
 #include "tycho/kvpool.h"
 #include "tycho/engine.h"
 #include "tycho/model.h"
+#include "tycho/rpc.h"
 #include "tycho/store.h"
 #include "tycho/timing_ring.h"
 #include "tycho/transfer.h"
@@ -149,6 +153,45 @@ int ty_node_write_ports(const char *path, unsigned a, unsigned b);
 /* Node name default: "<role>-<hostname>-<pid>" into buf. */
 void ty_node_default_name(const char *role, char *buf, size_t cap);
 
+/* ---- a node's service: RPC server, worker thread, mailbox, started and stopped once --------- */
+
+typedef struct ty_node_service ty_node_service_t;
+
+/* One RPC method of a role's server: its request message and handler (ty_rpc_server_handle_msg,
+ * arg = the service's arg). */
+struct ty_node_handler {
+    uint16_t method;
+    const ProtobufCMessageDescriptor *desc;
+    ty_rpc_msg_cb cb;
+};
+
+/* The hooks run on the loop's thread except `worker`, which is the worker thread's body. */
+struct ty_node_service_opts {
+    uv_loop_t *loop;
+    const char *host;          /* the RPC listener */
+    uint16_t port;             /* 0: ephemeral (ty_node_service_port) */
+    void *(*worker)(void *arg); /* returns once `stop` asked it to */
+    void (*stop)(void *arg);   /* ask the worker to return (set its flag, wake it); no wait */
+    /* Optional: the worker returned and was joined, and every post it made has run: fail
+     * what is still queued, close what the worker used. The server still runs. */
+    void (*drained)(void *arg);
+    /* Optional: the RPC server closed (its calls failed): free the role. */
+    void (*closed)(void *arg);
+    void *arg;
+    const struct ty_node_handler *handlers; /* registered before the worker starts */
+    size_t n_handlers;
+};
+
+/* Listen with the handlers, then start the worker thread. Returns 0, TY_EINVAL, TY_ENOMEM or
+ * the listen error (nothing started). */
+int ty_node_service_new(ty_node_service_t **out, const struct ty_node_service_opts *opts);
+/* The worker's way to the loop (ty_rpc_mailbox_post, any thread), open until drained ran. */
+ty_rpc_mailbox_t *ty_node_service_mailbox(ty_node_service_t *s);
+uint16_t ty_node_service_port(const ty_node_service_t *s);
+/* Loop thread: stop; the loop is never blocked on the worker. Then drained, the server
+ * closed, closed, and the service freed. A second call does nothing. */
+void ty_node_service_close(ty_node_service_t *s);
+
 /* ---- the daemon: a node's start-up and shutdown, written once ------------------------------ */
 
 /* What a role's server is started with (borrowed; all of it outlives the server). */
@@ -159,6 +202,7 @@ struct ty_node_runtime {
     ty_engine_t *engine;
     ty_xfer_engine_t *xfer;     /* the engine's KV pages registered (ty_node_kv_register) */
     ty_store_client_t *store;   /* the cluster KV pool's client; NULL: none configured */
+    struct ty_node_kvstore *kvstore; /* the node's reads and writes of it; NULL with store */
     ty_timing_ring_t *timings;  /* drained into the heartbeats */
     ty_kv_events_t *kv_events;  /* the page cache's block events (role.kv_events); else NULL */
 };

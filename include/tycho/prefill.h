@@ -39,10 +39,8 @@ struct ty_prefill_opts {
     /* Optional, borrowed: the cluster KV pool. A prompt's full blocks after its local prefix
      * match are read from the pool when it has them (the leading run), and the blocks the
      * prompt computed are written to it by a writer thread once the decode node has the KV
-     * (include/tycho/node_kvstore.h); the pool is skipped for store_retry_ms (0: 5000) after it
-     * failed. */
-    ty_store_client_t *store;
-    uint32_t store_retry_ms;
+     * (tycho/node_kvstore.h: the node runtime's, which outlives the prefill node). */
+    struct ty_node_kvstore *kvstore;
 };
 
 struct ty_prefill_stats {

@@ -2,7 +2,7 @@
  * token events it gets back through the sink it installs (set_sink). An object is {iface,
  * context} (STYLE.md vtables). Implementations: the Conductor's remote backend (RPC to prefill
  * and decode nodes, src/conductor/remote.c) and, behind `tycho serve`'s mailbox
- * (src/cli/cmd_serve.c), the local engine worker (src/decode, ty_serve_worker).
+ * (src/cli/cmd_serve.c), the local engine worker (src/serve, ty_serve_worker).
  *
  * Threading, one rule: everything happens on the thread of the loop that runs the API.
  * submit, cancel, stats, status_json and set_sink are called there, and the sink is called

@@ -1,5 +1,5 @@
 /* `tycho serve`: every role in one process. The OpenAI API (ty_api) on a libuv loop in the
- * main thread, the continuous-batching engine worker (ty_decode) on its own thread, its events
+ * main thread, the engine worker (ty_serve_worker, on the batcher) on its own thread, its events
  * brought to the loop by the mailbox below (tycho/serve.h: a backend's events arrive on the
  * API's loop), the daemon scaffolding for --config / --check-config / signals / sd_notify.
  * Its settings are

@@ -63,9 +63,8 @@ struct lreq {
 struct ty_decode_node {
     struct ty_decode_node_opts o;
     char *node_id;
-    ty_rpc_server_t *srv;
-    ty_rpc_mailbox_t *mb;
-    pthread_t thread;
+    ty_node_service_t *svc; /* RPC server, worker thread, mailbox (tycho/node.h) */
+    ty_rpc_mailbox_t *mb;   /* the service's */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct dcmd *cmds, **cmds_tail; /* under mu */

@@ -282,8 +282,17 @@ void ty_decode_node_load(void *arg, struct ty_node_load *out)
 
 uint16_t ty_decode_node_rpc_port(const ty_decode_node_t *n)
 {
-    return ty_rpc_server_port(n->srv);
+    return ty_node_service_port(n->svc);
 }
+
+static void on_stop(void *arg);
+static void on_drained(void *arg);
+static void on_closed(void *arg);
+
+static const struct ty_node_handler handlers[] = {
+    {TYCHO__V1__METHOD__METHOD_DECODE_ASSIGN, &tycho__v1__decode_assign__descriptor, on_assign},
+    {TYCHO__V1__METHOD__METHOD_CANCEL, &tycho__v1__cancel__descriptor, on_cancel},
+};
 
 int ty_decode_node_new(ty_decode_node_t **out, const struct ty_decode_node_opts *opts)
 {
@@ -308,45 +317,49 @@ int ty_decode_node_new(ty_decode_node_t **out, const struct ty_decode_node_opts 
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&n->cv, &ca);
     pthread_condattr_destroy(&ca);
-    struct ty_rpc_server_opts so = {.loop = opts->loop, .host = opts->rpc_host,
-                                    .port = opts->rpc_port, .max_frame_size = 64u << 20};
-    int rc = 0;
-    if (opts->store) {
-        ty_kvpool_t *pool = ty_engine_pool(opts->engine);
-        struct ty_node_kvstore_opts ko = {
-            .client = opts->store, .pool = pool,
-            .n_layers = ty_model_config(ty_engine_model(opts->engine))->n_layers,
-            .hash_seed = ty_kvpool_hash_seed(pool), .retry_ms = opts->store_retry_ms};
-        rc = ty_node_kvstore_new(&n->kvstore, &ko);
-    }
-    if (!rc)
-        rc = ty_rpc_mailbox_new(&n->mb, opts->loop);
-    if (!rc && (rc = ty_rpc_server_new(&n->srv, &so)))
-        n->srv = NULL;
-    if (!rc)
-        ty_xfer_notify_set_cb(n->o.xfer, on_notify, n);
-    if (!rc && pthread_create(&n->thread, NULL, ty__decode_node_worker, n))
-        rc = TY_ENOMEM;
+    struct ty_node_service_opts so = {.loop = opts->loop, .host = opts->rpc_host,
+                                      .port = opts->rpc_port, .worker = ty__decode_node_worker,
+                                      .stop = on_stop, .drained = on_drained,
+                                      .closed = on_closed, .arg = n,
+                                      .handlers = handlers, .n_handlers = 2};
+    n->kvstore = opts->kvstore;
+    ty_xfer_notify_set_cb(n->o.xfer, on_notify, n); /* before the worker waits for it */
+    int rc = ty_node_service_new(&n->svc, &so);
     if (rc) {
         ty_xfer_notify_set_cb(n->o.xfer, NULL, NULL);
-        if (n->srv)
-            ty_rpc_server_close(n->srv, NULL, NULL);
-        if (n->mb)
-            ty_rpc_mailbox_close(n->mb, NULL, NULL);
-        ty_node_kvstore_free(n->kvstore);
         free(n->node_id);
         free(n);
         return rc;
     }
-    ty_rpc_server_handle_msg(n->srv, TYCHO__V1__METHOD__METHOD_DECODE_ASSIGN,
-                             &tycho__v1__decode_assign__descriptor, on_assign, n);
-    ty_rpc_server_handle_msg(n->srv, TYCHO__V1__METHOD__METHOD_CANCEL,
-                             &tycho__v1__cancel__descriptor, on_cancel, n);
+    n->mb = ty_node_service_mailbox(n->svc);
     *out = n;
     return 0;
 }
 
-static void on_server_closed(void *arg)
+/* Service hooks (loop thread): stop asks the worker to return; drained runs once it has (its
+ * events all delivered); closed once the RPC server is closed. */
+static void on_stop(void *arg)
+{
+    ty_decode_node_t *n = arg;
+    pthread_mutex_lock(&n->mu);
+    n->stop = true;
+    pthread_cond_signal(&n->cv);
+    pthread_mutex_unlock(&n->mu);
+}
+
+static void on_drained(void *arg)
+{
+    ty_decode_node_t *n = arg;
+    ty_xfer_notify_set_cb(n->o.xfer, NULL, NULL); /* no callback runs once this returns */
+    for (struct lreq *r = n->reqs; r; r = r->next) {
+        if (r->stream) {
+            ty_rpc_call_fail(r->stream, TY_ESHUTDOWN, "decode node shutting down");
+            r->stream = NULL;
+        }
+    }
+}
+
+static void on_closed(void *arg)
 {
     ty_decode_node_t *n = arg;
     void (*cb)(void *) = n->close_cb;
@@ -355,34 +368,15 @@ static void on_server_closed(void *arg)
         lreq_free(n, n->reqs);
     pthread_mutex_destroy(&n->mu);
     pthread_cond_destroy(&n->cv);
-    ty_node_kvstore_free(n->kvstore); /* its writer finishes what is queued */
     free(n->node_id);
     free(n);
     if (cb)
         cb(cb_arg);
 }
 
-static void on_mailbox_closed(void *arg)
-{
-    ty_decode_node_t *n = arg;
-    for (struct lreq *r = n->reqs; r; r = r->next) {
-        if (r->stream) {
-            ty_rpc_call_fail(r->stream, TY_ESHUTDOWN, "decode node shutting down");
-            r->stream = NULL;
-        }
-    }
-    ty_rpc_server_close(n->srv, on_server_closed, n);
-}
-
 void ty_decode_node_close(ty_decode_node_t *n, void (*cb)(void *arg), void *arg)
 {
     n->close_cb = cb;
     n->close_arg = arg;
-    pthread_mutex_lock(&n->mu);
-    n->stop = true;
-    pthread_cond_signal(&n->cv);
-    pthread_mutex_unlock(&n->mu);
-    pthread_join(n->thread, NULL);
-    ty_xfer_notify_set_cb(n->o.xfer, NULL, NULL); /* no callback runs once this returns */
-    ty_rpc_mailbox_close(n->mb, on_mailbox_closed, n);
+    ty_node_service_close(n->svc);
 }

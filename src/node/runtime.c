@@ -77,6 +77,15 @@ static int start_engine(struct node *s, const struct ty_node_shape *sh)
 static int start_pool(struct node *s)
 {
     int rc = ty_node_kvstore_client_new(&s->cfg.kv_pool, s->cfg.listen_host, &s->rt.store);
+    if (!rc && s->rt.store) {
+        ty_kvpool_t *pool = ty_engine_pool(s->rt.engine);
+        struct ty_node_kvstore_opts ko = {
+            .client = s->rt.store, .pool = pool,
+            .n_layers = ty_model_config(s->model)->n_layers,
+            .hash_seed = ty_kvpool_hash_seed(pool),
+            .retry_ms = (uint32_t)(s->cfg.kv_pool.retry_ns / 1000000)};
+        rc = ty_node_kvstore_new(&s->rt.kvstore, &ko);
+    }
     if (rc)
         fprintf(stderr, "%s: KV pool client (master %s): %s\n", s->role->daemon,
                 s->cfg.kv_pool.master, ty_strerror(rc));
@@ -147,7 +156,8 @@ out:
         role->stop(s.server, &s.rt);
     ty_daemon_free(s.d);
     uv_run(loop, UV_RUN_DEFAULT);
-    ty_store_client_free(s.rt.store); /* after the node that used it */
+    ty_node_kvstore_free(s.rt.kvstore); /* off the loop: its writer finishes what is queued */
+    ty_store_client_free(s.rt.store);   /* after the node and the kvstore that used it */
     ty_xfer_engine_free(s.rt.xfer);
     ty_engine_free(s.rt.engine);
     ty_model_free(s.model);

@@ -11,6 +11,7 @@
  * the loop through a mailbox. */
 #include "tycho/prefill.h"
 
+#include "tycho/node.h"
 #include "tycho/node_kvstore.h"
 
 #include "tycho/batcher.h"
@@ -73,14 +74,13 @@ struct pjob {
 
 struct ty_prefill {
     struct ty_prefill_opts o;
-    ty_rpc_server_t *srv;
-    ty_rpc_mailbox_t *mb;
+    ty_node_service_t *svc; /* RPC server, worker thread, mailbox (tycho/node.h) */
+    ty_rpc_mailbox_t *mb;   /* the service's */
     const ty_model_t *m;
     uint32_t n_layers, B, V;
     uint32_t eog[TY_SAMPLE_MAX_BAN]; /* the model's end-of-generation ids (min_tokens) */
     size_t n_eog;
     size_t page_bytes;
-    pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct pjob *queue, **tail;          /* under mu: not yet handed to the worker */
@@ -88,7 +88,7 @@ struct ty_prefill {
                                           * loop marks them cancelled) */
     uint32_t n_queued, n_running;        /* under mu: waiting to start / started */
     uint64_t queued_tokens;
-    bool stop, started;
+    bool stop;
     ty_batcher_t *b; /* worker */
     /* The pool belongs to the worker (tycho/kvpool.h): it publishes its use here for the
      * loop thread's heartbeat (ty_prefill_load) instead of the loop reading the pool. */
@@ -368,7 +368,7 @@ static void on_end(void *arg, ty_breq_t *r, enum ty_finish fin, int rc)
         p->queued_tokens -= j->n;
     }
     pthread_mutex_unlock(&p->mu);
-    ty_rpc_mailbox_post(p->mb, on_job_done, j); /* the worker is joined before close */
+    ty_rpc_mailbox_post(p->mb, on_job_done, j); /* open until the worker returned */
 }
 
 /* Each successful forward call is one timing sample (the fixed cost is paid once per call,
@@ -691,8 +691,17 @@ void ty_prefill_stats(const ty_prefill_t *p, struct ty_prefill_stats *out)
 
 uint16_t ty_prefill_rpc_port(const ty_prefill_t *p)
 {
-    return ty_rpc_server_port(p->srv);
+    return ty_node_service_port(p->svc);
 }
+
+static void on_stop(void *arg);
+static void on_drained(void *arg);
+static void on_closed(void *arg);
+
+static const struct ty_node_handler handlers[] = {
+    {TYCHO__V1__METHOD__METHOD_PREFILL_ASSIGN, &tycho__v1__prefill_assign__descriptor, on_assign},
+    {TYCHO__V1__METHOD__METHOD_CANCEL, &tycho__v1__cancel__descriptor, on_cancel},
+};
 
 int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
 {
@@ -725,85 +734,72 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
     p->tail = &p->queue;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
-    struct ty_rpc_server_opts so = {.loop = opts->loop, .host = opts->rpc_host,
-                                    .port = opts->rpc_port, .max_frame_size = 64u << 20};
+    struct ty_node_service_opts so = {.loop = opts->loop, .host = opts->rpc_host,
+                                      .port = opts->rpc_port, .worker = worker_main,
+                                      .stop = on_stop, .drained = on_drained,
+                                      .closed = on_closed, .arg = p,
+                                      .handlers = handlers, .n_handlers = 2};
     struct ty_batcher_opts bo = {
         .engine = opts->engine, .max_running = p->o.max_batch, .lookahead = 64, .no_grow = true,
         .hooks = {.arg = p, .on_token = on_token, .on_end = on_end, .on_admit = on_admit,
                   .on_layer = on_layer, .on_forward = on_forward}};
+    p->kvstore = opts->kvstore;
     int rc = ty_batcher_new(&p->b, &bo);
-    if (!rc && opts->store) {
-        ty_kvpool_t *pool = ty_engine_pool(opts->engine);
-        struct ty_node_kvstore_opts ko = {.client = opts->store, .pool = pool,
-                                             .n_layers = p->n_layers,
-                                             .hash_seed = ty_kvpool_hash_seed(pool),
-                                             .retry_ms = opts->store_retry_ms};
-        rc = ty_node_kvstore_new(&p->kvstore, &ko);
-    }
     if (!rc)
-        rc = ty_rpc_mailbox_new(&p->mb, opts->loop);
-    if (!rc && (rc = ty_rpc_server_new(&p->srv, &so)))
-        p->srv = NULL;
-    if (!rc && pthread_create(&p->thread, NULL, worker_main, p))
-        rc = TY_ENOMEM;
+        rc = ty_node_service_new(&p->svc, &so);
     if (rc) {
-        if (p->srv)
-            ty_rpc_server_close(p->srv, NULL, NULL);
-        if (p->mb)
-            ty_rpc_mailbox_close(p->mb, NULL, NULL);
-        ty_node_kvstore_free(p->kvstore);
         ty_batcher_free(p->b);
         free(p);
         return rc;
     }
-    p->started = true;
-    ty_rpc_server_handle_msg(p->srv, TYCHO__V1__METHOD__METHOD_PREFILL_ASSIGN,
-                             &tycho__v1__prefill_assign__descriptor, on_assign, p);
-    ty_rpc_server_handle_msg(p->srv, TYCHO__V1__METHOD__METHOD_CANCEL,
-                             &tycho__v1__cancel__descriptor, on_cancel, p);
+    p->mb = ty_node_service_mailbox(p->svc);
     *out = p;
     return 0;
 }
 
-static void on_server_closed(void *arg)
+/* Service hooks (loop thread): stop asks the worker to return; drained runs once it has (its
+ * results all delivered); closed once the RPC server is closed. */
+static void on_stop(void *arg)
 {
     ty_prefill_t *p = arg;
-    void (*cb)(void *) = p->close_cb;
-    void *cb_arg = p->close_arg;
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->cv);
-    ty_node_kvstore_free(p->kvstore);
-    ty_batcher_free(p->b);
-    free(p);
-    if (cb)
-        cb(cb_arg);
-}
-
-static void on_mailbox_closed(void *arg)
-{
-    ty_prefill_t *p = arg;
-    for (struct pjob *j = p->queue, *n; j; j = n) {
-        n = j->next;
-        ty_rpc_call_fail(j->call, TY_ESHUTDOWN, "prefill node shutting down");
-        job_free(j);
-    }
-    p->queue = NULL;
-    ty_rpc_server_close(p->srv, on_server_closed, p);
-}
-
-void ty_prefill_close(ty_prefill_t *p, void (*cb)(void *arg), void *arg)
-{
-    p->close_cb = cb;
-    p->close_arg = arg;
     pthread_mutex_lock(&p->mu);
     p->stop = true;
     pthread_cond_signal(&p->cv);
     for (struct pjob *j = p->jobs; j; j = j->jnext)
         atomic_store(&j->cancelled, true);
     pthread_mutex_unlock(&p->mu);
-    pthread_join(p->thread, NULL);
+}
+
+static void on_drained(void *arg)
+{
+    ty_prefill_t *p = arg;
     for (size_t i = 0; i < sizeof(p->segs) / sizeof(p->segs[0]); i++)
         if (p->segs[i].seg)
             ty_xfer_segment_close(p->o.xfer, p->segs[i].seg);
-    ty_rpc_mailbox_close(p->mb, on_mailbox_closed, p);
+    for (struct pjob *j = p->queue, *n; j; j = n) {
+        n = j->next;
+        ty_rpc_call_fail(j->call, TY_ESHUTDOWN, "prefill node shutting down");
+        job_free(j);
+    }
+    p->queue = NULL;
+}
+
+static void on_closed(void *arg)
+{
+    ty_prefill_t *p = arg;
+    void (*cb)(void *) = p->close_cb;
+    void *cb_arg = p->close_arg;
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    ty_batcher_free(p->b);
+    free(p);
+    if (cb)
+        cb(cb_arg);
+}
+
+void ty_prefill_close(ty_prefill_t *p, void (*cb)(void *arg), void *arg)
+{
+    p->close_cb = cb;
+    p->close_arg = arg;
+    ty_node_service_close(p->svc);
 }

@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,10 +19,15 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include <cmocka.h>
+
+#ifndef sigev_notify_thread_id /* Debian 12's glibc does not name the field */
+#define sigev_notify_thread_id _sigev_un._tid
+#endif
 
 #define PAGE 4096u
 
@@ -101,12 +107,12 @@ static void expect_block(ty_store_ssd_t *s, const char *key, size_t n, unsigned 
     free(got);
 }
 
-static volatile sig_atomic_t g_signals;
+static atomic_int g_signals; /* lock-free: safe in a handler, and visible to TSan */
 
 static void on_alarm(int sig)
 {
     (void)sig;
-    g_signals++;
+    atomic_fetch_add_explicit(&g_signals, 1, memory_order_relaxed);
 }
 
 /* A signal landing while the tier waits for io_uring (libFuzzer's SIGALRM, a daemon's SIGHUP on
@@ -120,20 +126,25 @@ static void test_signals_during_io(void **state)
     sigemptyset(&sa.sa_mask);
     struct sigaction old;
     assert_int_equal(sigaction(SIGALRM, &sa, &old), 0);
-    struct itimerval it = {.it_interval = {0, 50}, .it_value = {0, 50}};
+    /* The timer signals this thread, the one waiting for io_uring: a process-wide SIGALRM may
+     * land on any thread (a BLAS pool thread), and then no wait of the tier sees EINTR. */
+    struct sigevent sev = {.sigev_notify = SIGEV_THREAD_ID, .sigev_signo = SIGALRM};
+    sev.sigev_notify_thread_id = gettid();
+    timer_t timer;
+    assert_int_equal(timer_create(CLOCK_MONOTONIC, &sev, &timer), 0);
+    struct itimerspec it = {.it_interval = {0, 50000}, .it_value = {0, 50000}};
     ty_store_ssd_t *s = open_tier(64u << 20, 8u << 20);
-    g_signals = 0;
-    assert_int_equal(setitimer(ITIMER_REAL, &it, NULL), 0);
+    atomic_store(&g_signals, 0);
+    assert_int_equal(timer_settime(timer, 0, &it, NULL), 0);
     for (unsigned i = 0; i < 400; i++) {
         char k[32];
         snprintf(k, sizeof(k), "sig/%u", i);
         size_t n = (i % 3 == 0) ? (1u << 20) + 17 : (i % 3 == 1) ? 3000 : 256u << 10;
         assert_int_equal(put_get(s, k, n, i), 0);
     }
-    struct itimerval off = {{0, 0}, {0, 0}};
-    setitimer(ITIMER_REAL, &off, NULL);
+    timer_delete(timer);
     sigaction(SIGALRM, &old, NULL);
-    assert_true(g_signals > 100); /* the signals did arrive while blocks moved */
+    assert_true(atomic_load(&g_signals) > 100); /* the signals did arrive while blocks moved */
     ty_store_ssd_free(s);
     s = open_tier(64u << 20, 8u << 20);
     for (unsigned i = 0; i < 400; i += 37) { /* the last buckets survive a restart intact */
