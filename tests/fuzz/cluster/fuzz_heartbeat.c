@@ -95,8 +95,8 @@ static void check_invariants(ty_conductor_t *c, struct ty__creq **reqs, size_t n
     check(ty_sched_index_size(ty_sched_index(c->place.s)) <= 2 * 2 * PAGES + credited);
     check(ty_sched_in_flight(c->place.s) == placed);
     /* each prefill node's queue counts exactly the requests queued on it */
-    for (uint32_t k = 0; k < 2; k++) {
-        const struct ty__cnode *pn = c->nodes[k];
+    for (uint32_t j = 0; j < 2; j++) {
+        const struct ty__cnode *pn = c->nodes[j];
         uint32_t queued = 0;
         for (size_t i = 0; i < n_reqs; i++)
             queued += reqs[i]->queued_on == pn;
