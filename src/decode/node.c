@@ -321,7 +321,8 @@ int ty_decode_node_new(ty_decode_node_t **out, const struct ty_decode_node_opts 
                                       .port = opts->rpc_port, .worker = ty__decode_node_worker,
                                       .stop = on_stop, .drained = on_drained,
                                       .closed = on_closed, .arg = n,
-                                      .handlers = handlers, .n_handlers = 2};
+                                      .handlers = handlers,
+                                      .n_handlers = sizeof(handlers) / sizeof(handlers[0])};
     n->kvstore = opts->kvstore;
     ty_xfer_notify_set_cb(n->o.xfer, on_notify, n); /* before the worker waits for it */
     int rc = ty_node_service_new(&n->svc, &so);

@@ -738,7 +738,8 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
                                       .port = opts->rpc_port, .worker = worker_main,
                                       .stop = on_stop, .drained = on_drained,
                                       .closed = on_closed, .arg = p,
-                                      .handlers = handlers, .n_handlers = 2};
+                                      .handlers = handlers,
+                                      .n_handlers = sizeof(handlers) / sizeof(handlers[0])};
     struct ty_batcher_opts bo = {
         .engine = opts->engine, .max_running = p->o.max_batch, .lookahead = 64, .no_grow = true,
         .hooks = {.arg = p, .on_token = on_token, .on_end = on_end, .on_admit = on_admit,
