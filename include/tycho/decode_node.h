@@ -42,6 +42,7 @@ struct ty_decode_node_opts {
      * answer there too (tycho/node_kvstore.h: the node runtime's, which outlives the decode
      * node). */
     struct ty_node_kvstore *kvstore;
+    struct ty_node_metrics *metrics; /* optional, borrowed: KV handoffs are counted there */
 };
 
 /* Each successful decode step adds to opts.timings (from the worker): n_tokens = batch_size =

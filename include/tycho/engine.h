@@ -39,6 +39,10 @@ struct ty_engine_opts {
     int cuda_device;           /* cuda: device ordinal */
     const char *cuda_weights;  /* cuda: device weight type, see ty_backend_cuda_opts */
     bool cuda_no_graphs;       /* cuda: no CUDA graphs for decode steps */
+    /* cpu: page memory from the caller (host memory, storage->host set), e.g. shared memory
+     * the transfer engine hands to peers on this host; NULL: the pool's own. Copied; its ctx
+     * must outlive the engine. A device backend's page memory takes precedence. */
+    const struct ty_kvpool_storage *kv_host_storage;
 };
 
 /* The names ty_engine_opts takes, as settings tables list them (NULL-terminated). */

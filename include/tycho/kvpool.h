@@ -20,16 +20,20 @@
 typedef struct ty_kvpool ty_kvpool_t;
 typedef struct ty_kvseq ty_kvseq_t;
 
-/* Page memory supplied by a backend (e.g. device memory). alloc returns zeroed memory of
- * `bytes` (NULL on failure); copy moves `bytes` between host memory and that memory
- * (to_pool: host src -> pool dst, else pool src -> host dst) and returns 0 or TY_E*, complete
- * when it returns. The hooks are called from the pool's thread; ctx must outlive the pool. */
+/* Page memory supplied by a backend (e.g. device memory) or by the caller (host shared memory
+ * that the transfer engine hands to peers). alloc returns zeroed memory of `bytes` (NULL on
+ * failure); copy moves `bytes` between host memory and that memory (to_pool: host src -> pool
+ * dst, else pool src -> host dst) and returns 0 or TY_E*, complete when it returns. With `host`
+ * the memory is host memory the process may dereference: copy is unused (may be NULL) and the
+ * pool counts as a host pool (ty_kvpool_is_host). The hooks are called from the pool's thread;
+ * ctx must outlive the pool. */
 struct ty_kvpool_storage {
     void *ctx;
     void *(*alloc)(void *ctx, size_t bytes);
     void (*free)(void *ctx, void *ptr);
     int (*copy)(void *ctx, void *dst, const void *src, size_t bytes, bool to_pool);
     const char *name; /* for messages, e.g. "cuda:0" */
+    bool host;
 };
 
 /* A full block's prefix hash entered (stored) or left (!stored) the pool's prefix index: the

@@ -43,6 +43,14 @@ struct ty_node_pool_config {
     int transport;         /* the pool client's transfer engine: 0 auto, 1 tcp, 2 local */
 };
 
+/* How a node's KV pages move to and from other nodes (its `transfer:` section). */
+struct ty_node_transfer_config {
+    int transport;         /* index into ty_node_transport_names: auto, tcp, local, rdma */
+    char *rdma_devices;    /* comma list of RDMA devices; unset: every device with an active port */
+};
+/* "auto", "tcp", "local", "rdma" (NULL-terminated): transfer.transport. */
+extern const char *const ty_node_transport_names[];
+
 struct ty_node_config {
     char *name;                      /* node id, stable across restarts (default: role-host-pid) */
     char *conductor_address;         /* host:port of the Conductor's RPC endpoint */
@@ -59,18 +67,24 @@ struct ty_node_config {
     uint32_t max_ctx;                /* 0: the model's, capped at 4096 (must match the Conductor) */
     uint32_t threads;
     uint32_t max_batch_size;         /* decode: sequences decoded together */
+    int backend;                     /* index into ty_engine_backend_names */
+    uint32_t cuda_device;            /* backend cuda: the GPU's ordinal */
+    int cuda_weights;                /* backend cuda: index into ty_engine_cuda_weights_names */
     uint32_t chunk_tokens;           /* prefill: chunked-prefill chunk */
     uint32_t prefill_batch;          /* prefill: prompts per forward call (within chunk_tokens) */
     uint64_t kv_wait_timeout_ns;     /* decode: reserved pages wait this long for their KV */
-    char *port_file;                 /* write "rpc_port transfer_port\n" here once listening */
+    char *port_file;                 /* write "rpc transfer metrics" ports here once listening */
     struct ty_node_pool_config kv_pool; /* prefill */
+    struct ty_node_transfer_config transfer;
+    uint16_t metrics_port;           /* Prometheus /metrics; 0: ephemeral (in the port file) */
 };
 
 extern const struct ty_config_struct ty_node_config_table; /* prefill and decode */
 
-/* The engine rows of the table above (threads, KV pages and type, batch size) that `tycho
- * serve`'s `engine:` section shares: T is the struct holding them. The enums index
- * ty_engine_kv_dtype_names (tycho/engine.h). */
+/* The engine rows of the table above (threads, KV pages and type, batch size, backend and GPU)
+ * that `tycho serve`'s `engine:` section shares: T is the struct holding them. The enums index
+ * ty_engine_kv_dtype_names, ty_engine_backend_names and ty_engine_cuda_weights_names
+ * (tycho/engine.h). */
 #define TY_NODE_ENGINE_CONFIG_ROWS(T)                                                             \
     {.key = "threads", .type = TY_CONFIG_UINT, TY_CONFIG_AT(T, threads), .def = "1", .min = "1",  \
      .max = "256", .help = "CPU threads of the engine"},                                          \
@@ -87,7 +101,17 @@ extern const struct ty_config_struct ty_node_config_table; /* prefill and decode
              "16-bit or quantized model, else f32; same on every node)"},                         \
     {.key = "max_batch_size", .type = TY_CONFIG_UINT, TY_CONFIG_AT(T, max_batch_size),            \
      .def = "64", .min = "1", .max = "4096",                                                      \
-     .help = "sequences decoded together (decode node, tycho serve)"}
+     .help = "sequences decoded together (decode node, tycho serve)"},                        \
+    {.key = "backend", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(T, backend), .def = "cpu",            \
+     .enum_names = ty_engine_backend_names,                                                       \
+     .help = "where the model and its KV pages live: cpu, or cuda (an NVIDIA GPU; a build "       \
+             "with CUDA)"},                                                                       \
+    {.key = "cuda_device", .type = TY_CONFIG_UINT, TY_CONFIG_AT(T, cuda_device), .def = "0",      \
+     .max = "255", .help = "backend cuda: the GPU's ordinal (as in nvidia-smi)"},                 \
+    {.key = "cuda_weights", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(T, cuda_weights),                \
+     .def = "auto", .enum_names = ty_engine_cuda_weights_names,                                   \
+     .help = "backend cuda: weight type on the GPU (auto: the file's 16-bit type, f16 for "       \
+             "quantized files, f32 for F32 files)"}
 
 /* ---- node side: the agent ------------------------------------------------------------------ */
 
@@ -132,6 +156,11 @@ struct ty_node_agent_opts {
      * failed heartbeat loses its samples. */
     ty_kv_events_t *kv_events;
     ty_timing_ring_t *timings;
+    /* Optional, borrowed: told at registration (status, the Conductor's log). */
+    const char *backend;                /* "cpu", "cuda" */
+    const char *kv_device;              /* "cpu", "cuda:0" */
+    const char *const *transports;      /* the KV handoff paths this node takes */
+    size_t n_transports;
 };
 
 #define TY_NODE_MAX_TIMINGS 64
@@ -143,12 +172,10 @@ bool ty_node_agent_registered(const ty_node_agent_t *a);
 /* Stop heartbeats, close the connection, free; then cb(arg). */
 void ty_node_agent_close(ty_node_agent_t *a, void (*cb)(void *arg), void *arg);
 
-/* Register each layer's K and V array of `pool` with `xfer` ("cpu:0"), so peers can write a
- * sequence's pages (decode) and our batches can read them (prefill). Returns 0 or the error. */
-int ty_node_kv_register(ty_xfer_engine_t *xfer, ty_kvpool_t *pool, uint32_t n_layers);
 
-/* Write "a b\n" to `path` atomically (rename); NULL or "" is a no-op. Returns 0 or -errno. */
-int ty_node_write_ports(const char *path, unsigned a, unsigned b);
+/* Write "a b c\n" ("a b\n" when c is 0) to `path` atomically (rename); NULL or "" is a
+ * no-op. Returns 0 or -errno. */
+int ty_node_write_ports(const char *path, unsigned a, unsigned b, unsigned c);
 
 /* Node name default: "<role>-<hostname>-<pid>" into buf. */
 void ty_node_default_name(const char *role, char *buf, size_t cap);
@@ -192,6 +219,42 @@ uint16_t ty_node_service_port(const ty_node_service_t *s);
  * closed, closed, and the service freed. A second call does nothing. */
 void ty_node_service_close(ty_node_service_t *s);
 
+/* ---- the node's metrics: Prometheus text on their own HTTP port ---------------------------- */
+
+/* tycho_node_info{role,backend,device,transport}, KV handoff bytes / count / latency by
+ * direction and transport (tycho_node_kv_transfer_*), KV pages used/free of the device, requests
+ * running and waiting, preemptions, step time, batch size and tokens per forward call. GET
+ * /metrics renders them (the load gauges read from the role's load callback then), GET /health
+ * answers "ok". Threading: new/close/free on the loop thread (free after the loop ran the close
+ * and every worker that reports has stopped); kv and step from any thread. */
+typedef struct ty_node_metrics ty_node_metrics_t;
+
+struct ty_node_metrics_opts {
+    uv_loop_t *loop;
+    const char *host;
+    uint16_t port;                  /* 0: ephemeral (ty_node_metrics_port) */
+    const char *role, *backend;     /* labels of tycho_node_info */
+    const char *device;             /* "cpu", "cuda:0": tycho_node_info and the pages' label */
+    const char *transport;          /* the transfer.transport setting */
+    uint64_t pages_total;           /* KV pages per layer */
+};
+
+/* Listen and register the families. Returns 0, TY_ENOMEM or the listen error. */
+int ty_node_metrics_new(ty_node_metrics_t **out, const struct ty_node_metrics_opts *opts);
+uint16_t ty_node_metrics_port(const ty_node_metrics_t *m);
+/* The role's load, read at each scrape from then on (loop thread). */
+void ty_node_metrics_set_load(ty_node_metrics_t *m, ty_node_load_cb load, void *arg);
+/* One request's KV handoff: `sent` by this (prefill) node or received by this (decode) node,
+ * over `transport` ("tcp", "local", "rdma", "cuda_ipc"), `bytes` in `us` microseconds. NULL m
+ * is a no-op. Any thread. */
+void ty_node_metrics_kv(ty_node_metrics_t *m, bool sent, const char *transport, uint64_t bytes,
+                        uint64_t us);
+/* One forward call (a ty_timing_ring observer: arg is the metrics). Any thread. */
+void ty_node_metrics_step(void *arg, const struct ty_timing_sample *s);
+/* Stop serving (the loop then closes the port). NULL: no-op. */
+void ty_node_metrics_close(ty_node_metrics_t *m);
+void ty_node_metrics_free(ty_node_metrics_t *m);
+
 /* ---- the daemon: a node's start-up and shutdown, written once ------------------------------ */
 
 /* What a role's server is started with (borrowed; all of it outlives the server). */
@@ -200,11 +263,13 @@ struct ty_node_runtime {
     uv_loop_t *loop;
     const char *name;           /* the node id */
     ty_engine_t *engine;
-    ty_xfer_engine_t *xfer;     /* the engine's KV pages registered (ty_node_kv_register) */
+    ty_xfer_engine_t *xfer;     /* the engine's KV pages registered with it: peers write a
+                                 * sequence's pages (decode), our batches read them (prefill) */
     ty_store_client_t *store;   /* the cluster KV pool's client; NULL: none configured */
     struct ty_node_kvstore *kvstore; /* the node's reads and writes of it; NULL with store */
     ty_timing_ring_t *timings;  /* drained into the heartbeats */
     ty_kv_events_t *kv_events;  /* the page cache's block events (role.kv_events); else NULL */
+    ty_node_metrics_t *metrics; /* the node's /metrics (KV handoffs are counted there) */
 };
 
 /* What the settings make of a role: the engine's shape and what the Conductor is told. */

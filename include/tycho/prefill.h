@@ -41,6 +41,7 @@ struct ty_prefill_opts {
      * prompt computed are written to it by a writer thread once the decode node has the KV
      * (tycho/node_kvstore.h: the node runtime's, which outlives the prefill node). */
     struct ty_node_kvstore *kvstore;
+    struct ty_node_metrics *metrics; /* optional, borrowed: KV handoffs are counted there */
 };
 
 struct ty_prefill_stats {

@@ -26,6 +26,10 @@ struct ty_timing_sample {
 /* cap: samples kept between takes (0: 64). Returns 0 or TY_ENOMEM. */
 int ty_timing_ring_new(ty_timing_ring_t **out, size_t cap);
 void ty_timing_ring_free(ty_timing_ring_t *r);
+/* Also hand every pushed sample to cb(arg, sample), outside the ring's lock (e.g. the node's
+ * step-time metrics). Set it before any thread pushes; cb runs on the pushing thread. */
+void ty_timing_ring_observe(ty_timing_ring_t *r,
+                            void (*cb)(void *arg, const struct ty_timing_sample *s), void *arg);
 /* Add a sample, dropping the oldest when full. NULL r is a no-op. Any thread. */
 void ty_timing_ring_push(ty_timing_ring_t *r, const struct ty_timing_sample *s);
 /* Move up to `cap` samples, oldest first, into out (the most recent ones when there are more)

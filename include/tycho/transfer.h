@@ -44,7 +44,8 @@ struct ty_xfer_engine_opts {
 };
 
 /* Create an engine listening on opts->listen_host:port. Returns 0 and *out, or TY_EINVAL for a
- * bad option, -errno if the socket cannot be bound, TY_ERPC if etcd cannot be reached. */
+ * bad option, TY_ENODEV for transport "rdma" where no listed RDMA device is usable, -errno if
+ * the socket cannot be bound, TY_ERPC if etcd cannot be reached. */
 int ty_xfer_engine_new(ty_xfer_engine_t **out, const struct ty_xfer_engine_opts *opts);
 
 /* Close every segment, fail pending tasks, stop threads, remove the etcd entry. NULL: no-op.

@@ -396,7 +396,7 @@ static int start_api(struct serve *s, uv_loop_t *loop)
     fprintf(stderr, "tycho serve: serving %s (%s) on http://%s:%u/v1\n", name,
             ty_model_desc(s->model), c->listen_host, ty_api_port(s->api));
     /* No RPC port here: "http_port 0", the format tycho-conductor writes. */
-    return ty_node_write_ports(c->port_file, ty_api_port(s->api), 0);
+    return ty_node_write_ports(c->port_file, ty_api_port(s->api), 0, 0);
 }
 
 static int run_serve(int argc, char **argv)

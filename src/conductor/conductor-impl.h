@@ -37,6 +37,10 @@ struct ty__cnode {
     char segment[TY_XFER_NAME_MAX + 1];
     uint32_t block_tokens;
     char kv_dtype[8];     /* as registered: "f32" or "f16" */
+    uint32_t n_layers, n_kv_heads, head_dim; /* its KV geometry (the model's) */
+    char backend[8];      /* as registered: "cpu", "cuda" */
+    char kv_device[16];   /* where its KV pages live: "cpu:0", "cuda:0" */
+    char transports[32];  /* its KV handoff paths, comma-separated */
     uint64_t session, last_hb_ms;
     ty_rpc_client_t *rpc; /* to the node's RPC server; NULL while dead */
     bool lost;            /* connection dropped: reaped on the next tick */

@@ -127,7 +127,7 @@ static int start(struct conductor *s, uv_loop_t *loop)
                 s->cfg.listen_host, ty_api_port(s->api), s->cfg.rpc_host,
                 ty_conductor_rpc_port(s->cluster));
     return ty_node_write_ports(s->cfg.port_file, ty_api_port(s->api),
-                                  ty_conductor_rpc_port(s->cluster));
+                                  ty_conductor_rpc_port(s->cluster), 0);
 }
 
 int main(int argc, char **argv)

@@ -507,20 +507,54 @@ static bool is_prefill(const struct ty__cnode *n)
     return n->info.role == TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL;
 }
 
+/* "f16, 16-token pages, 2 layers x 4 KV heads x 8 dims": what a page holds. */
+static void layout_desc(const struct ty__cnode *n, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s, %u-token pages, %u layers x %u KV heads x %u dims",
+             n->kv_dtype[0] ? n->kv_dtype : "f32", n->block_tokens, n->n_layers, n->n_kv_heads,
+             n->head_dim);
+}
+
+/* KV pages move between nodes as bytes and prefix hashes name the element type and the page
+ * size: every node up has one KV layout. The first node that differs from one that is up is
+ * refused, naming both layouts (a cluster whose nodes all left may take another layout). */
+static int layout_check(ty_conductor_t *c, const struct ty__cnode *n, char *why, size_t cap)
+{
+    for (size_t i = 0; i < c->n_nodes; i++) {
+        const struct ty__cnode *o = c->nodes[i];
+        if (o == n || !o->in_sched)
+            continue;
+        const char *what = strcmp(n->kv_dtype, o->kv_dtype) ? "kv_cache_dtype"
+                           : n->block_tokens != o->block_tokens ? "kv_block_tokens"
+                           : n->n_layers != o->n_layers || n->n_kv_heads != o->n_kv_heads ||
+                                   n->head_dim != o->head_dim
+                               ? "model geometry"
+                               : NULL;
+        if (!what)
+            continue;
+        char a[128], b[128];
+        layout_desc(n, a, sizeof(a));
+        layout_desc(o, b, sizeof(b));
+        if (!strcmp(what, "kv_cache_dtype"))
+            snprintf(why, cap, "kv_cache_dtype %s differs from node %s's %s: KV layout %s, "
+                     "theirs %s", n->kv_dtype, o->info.id, o->kv_dtype, a, b);
+        else if (!strcmp(what, "kv_block_tokens"))
+            snprintf(why, cap, "kv_block_tokens %u differs from node %s's %u: KV layout %s, "
+                     "theirs %s", n->block_tokens, o->info.id, o->block_tokens, a, b);
+        else
+            snprintf(why, cap, "KV layout %s differs from node %s's %s", a, o->info.id, b);
+        return TY_EINVAL;
+    }
+    return 0;
+}
+
 int ty__place_node_up(ty_conductor_t *c, struct ty__cnode *n, char *why, size_t cap)
 {
     struct ty__place *p = &c->place;
-    if (strcmp(n->kv_dtype, p->kv_dtype)) {
-        /* KV pages move between nodes as bytes and the prefix hashes name the element type:
-         * one type in the cluster (while a node of the other type is up) */
-        for (size_t i = 0; i < c->n_nodes && p->kv_dtype[0]; i++) {
-            const struct ty__cnode *o = c->nodes[i];
-            if (o != n && o->in_sched) {
-                snprintf(why, cap, "kv_cache_dtype %s differs from node %s's %s", n->kv_dtype,
-                         o->info.id, p->kv_dtype);
-                return TY_EINVAL;
-            }
-        }
+    int rc = layout_check(c, n, why, cap);
+    if (rc)
+        return rc;
+    if (strcmp(n->kv_dtype, p->kv_dtype)) { /* the first node up, or all others left */
         enum ty_kv_dtype was = TY_KV_F32, now = TY_KV_F32; /* "" before the first node: f32 */
         ty_kv_dtype_parse(p->kv_dtype, &was);
         ty_kv_dtype_parse(n->kv_dtype, &now);
@@ -534,16 +568,7 @@ int ty__place_node_up(ty_conductor_t *c, struct ty__cnode *n, char *why, size_t 
         snprintf(p->kv_dtype, sizeof(p->kv_dtype), "%s", n->kv_dtype);
         p->block_tokens = 0; /* the seed below depends on it */
     }
-    if (is_prefill(n) && n->block_tokens != p->block_tokens) {
-        /* hashes depend on the block size: one size among the prefill nodes */
-        for (size_t i = 0; i < c->n_nodes && p->block_tokens; i++) {
-            const struct ty__cnode *o = c->nodes[i];
-            if (o != n && o->in_sched && is_prefill(o)) {
-                snprintf(why, cap, "kv_block_tokens %u differs from the other prefill nodes' %u",
-                         n->block_tokens, p->block_tokens);
-                return TY_EINVAL;
-            }
-        }
+    if (is_prefill(n) && n->block_tokens != p->block_tokens) { /* hashes depend on it */
         p->block_tokens = n->block_tokens;
         p->hash_seed = ty_hash_prefix_seed(ty_model_desc(c->o.model), p->kv_dtype,
                                            p->block_tokens, NULL);
@@ -563,7 +588,7 @@ int ty__place_node_up(ty_conductor_t *c, struct ty__cnode *n, char *why, size_t 
     }
     if (n->in_sched)
         ty__place_node_down(c, n);
-    int rc = ty_sched_node_add(p->s, n->slot, &d);
+    rc = ty_sched_node_add(p->s, n->slot, &d);
     if (rc) {
         snprintf(why, cap, "scheduler: %s", ty_strerror(rc));
         return rc;

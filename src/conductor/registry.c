@@ -295,6 +295,19 @@ static int node_register(ty_conductor_t *c, const Tycho__V1__RegisterNode *m, ch
     n->block_tokens = m->capacity->block_tokens;
     snprintf(n->kv_dtype, sizeof(n->kv_dtype), "%s",
              m->model && m->model->dtype[0] ? m->model->dtype : "f32");
+    const struct ty_model_config *mc = c->o.model ? ty_model_config(c->o.model) : NULL;
+    bool fp = m->model && (m->model->n_layers || m->model->head_dim);
+    n->n_layers = fp ? m->model->n_layers : mc ? mc->n_layers : 0;
+    n->n_kv_heads = fp ? m->model->n_kv_heads : mc ? mc->n_kv_heads : 0;
+    n->head_dim = fp ? m->model->head_dim : mc ? mc->head_dim : 0;
+    snprintf(n->backend, sizeof(n->backend), "%s", m->backend[0] ? m->backend : "cpu");
+    snprintf(n->kv_device, sizeof(n->kv_device), "%s", m->kv_device[0] ? m->kv_device : "cpu");
+    n->transports[0] = '\0';
+    for (size_t i = 0; i < m->n_transports; i++) {
+        size_t l = strlen(n->transports);
+        snprintf(n->transports + l, sizeof(n->transports) - l, "%s%s", l ? "," : "",
+                 m->transports[i]);
+    }
     n->kv_pages = m->capacity->kv_pages;
     n->max_batch = m->capacity->max_batch;
     n->max_batch_prompts = m->capacity->max_batch_prompts;

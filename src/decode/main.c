@@ -21,7 +21,8 @@ static int start(const struct ty_node_runtime *rt, void **server, uint16_t *rpc_
         .rpc_host = rt->cfg->listen_host, .rpc_port = rt->cfg->listen_port,
         .max_running = rt->cfg->max_batch_size,
         .kv_wait_timeout_ms = (uint32_t)(rt->cfg->kv_wait_timeout_ns / 1000000),
-        .timings = rt->timings, .kvstore = rt->kvstore};
+        .timings = rt->timings, .kvstore = rt->kvstore,
+        .metrics = rt->metrics};
     ty_decode_node_t *n;
     int rc = ty_decode_node_new(&n, &no);
     if (rc)

@@ -270,6 +270,7 @@ static void on_kv_ready(struct wstate *w, const Tycho__V1__KvReady *k)
     if (k->first_logprob && k->first_logprob->token_id == k->first_token)
         ty_pb_logprob_unpack(k->first_logprob, w->V, &first); /* prefill's, of token 1 */
     d->ready = true;
+    ty_node_metrics_kv(w->n->o.metrics, false, k->transport, k->kv_bytes, k->transfer_us);
     ty_batcher_kv_landed(w->b, d->r, &first, k->cached_tokens);
 }
 

@@ -61,7 +61,7 @@ static int make_backend_and_pool(ty_engine_t *e, const struct ty_engine_opts *o)
         .block_tokens = o->kv_block_tokens, .n_pages = n_pages, .dtype = dt,
         .hash_seed = ty_hash_prefix_seed(ty_model_desc(e->m), ty_kv_dtype_name(dt),
                                          o->kv_block_tokens, NULL),
-        .no_prefix_sharing = o->no_prefix_sharing, .storage = dev ? &st : NULL,
+        .no_prefix_sharing = o->no_prefix_sharing, .storage = dev ? &st : o->kv_host_storage,
         .block_cb = o->kv_block_cb, .block_arg = o->kv_block_arg};
     if ((rc = ty_kvpool_new(&e->pool, &po)))
         return rc;

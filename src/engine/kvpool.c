@@ -92,7 +92,8 @@ int ty_kvpool_new(ty_kvpool_t **out, const struct ty_kvpool_opts *opts)
         o.block_tokens = 64;
     if (!o.n_layers || !o.n_kv_heads || !o.head_dim || !o.n_pages || o.n_pages > (1u << 28) ||
         o.block_tokens > 65536 || (o.dtype != TY_KV_F32 && o.dtype != TY_KV_F16) ||
-        (o.storage && (!o.storage->alloc || !o.storage->free || !o.storage->copy)))
+        (o.storage && (!o.storage->alloc || !o.storage->free ||
+                       (!o.storage->copy && !o.storage->host))))
         return TY_EINVAL;
     ty_kvpool_t *p = calloc(1, sizeof(*p));
     if (!p)
@@ -200,12 +201,12 @@ enum ty_kv_dtype ty_kvpool_dtype(const ty_kvpool_t *p)
 
 bool ty_kvpool_is_host(const ty_kvpool_t *p)
 {
-    return p->st.alloc == NULL;
+    return p->st.alloc == NULL || p->st.host;
 }
 
 int ty_kvpool_copy_in(ty_kvpool_t *p, void *pool_dst, const void *host_src, size_t n)
 {
-    if (p->st.alloc)
+    if (!ty_kvpool_is_host(p))
         return p->st.copy(p->st.ctx, pool_dst, host_src, n, true);
     memcpy(pool_dst, host_src, n);
     return 0;
@@ -213,7 +214,7 @@ int ty_kvpool_copy_in(ty_kvpool_t *p, void *pool_dst, const void *host_src, size
 
 int ty_kvpool_copy_out(ty_kvpool_t *p, void *host_dst, const void *pool_src, size_t n)
 {
-    if (p->st.alloc)
+    if (!ty_kvpool_is_host(p))
         return p->st.copy(p->st.ctx, host_dst, pool_src, n, false);
     memcpy(host_dst, pool_src, n);
     return 0;

@@ -84,7 +84,7 @@ static void send_register(ty_node_agent_t *a)
     cap.max_batch_prompts = a->o.max_batch_prompts;
     cap.max_ctx = a->o.max_ctx;
     cap.interleaves = a->o.interleaves;
-    char *transports[] = {"tcp"};
+    static const char *const tcp_only[] = {"tcp"};
     Tycho__V1__RegisterNode m = TYCHO__V1__REGISTER_NODE__INIT;
     m.protocol_version = TYCHO__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
     m.role = (Tycho__V1__NodeRole)a->o.role;
@@ -93,8 +93,10 @@ static void send_register(ty_node_agent_t *a)
     m.transfer_segment = a->segment;
     m.capacity = &cap;
     m.model = &fp;
-    m.n_transports = 1;
-    m.transports = transports;
+    m.n_transports = a->o.n_transports ? a->o.n_transports : 1;
+    m.transports = (char **)(a->o.n_transports ? a->o.transports : tcp_only);
+    m.backend = (char *)(a->o.backend ? a->o.backend : "cpu");
+    m.kv_device = (char *)(a->o.kv_device ? a->o.kv_device : "cpu");
     struct ty_rpc_call_opts co = {.timeout_ms = 2000};
     if (!ty_rpc_client_call_msg(a->rpc, TYCHO__V1__METHOD__METHOD_REGISTER_NODE,
                                 (const ProtobufCMessage *)&m, &co, on_register_reply, a, NULL))
@@ -336,23 +338,7 @@ void ty_node_agent_close(ty_node_agent_t *a, void (*cb)(void *arg), void *arg)
 
 /* ---- helpers shared by the daemons ------------------------------------------------------------- */
 
-int ty_node_kv_register(ty_xfer_engine_t *xfer, ty_kvpool_t *pool, uint32_t n_layers)
-{
-    size_t len = ty_kvpool_page_bytes(pool) * ty_kvpool_pages_total(pool);
-    for (uint32_t l = 0; l < n_layers; l++) {
-        int rc = ty_xfer_mem_register(xfer, ty_kvpool_k(pool, l, 0), len, "cpu:0");
-        if (!rc)
-            rc = ty_xfer_mem_register(xfer, ty_kvpool_v(pool, l, 0), len, "cpu:0");
-        if (rc) {
-            TY_LOG_ERROR("agent", "registering KV layer %u with the transfer engine: %s", l,
-                         ty_strerror(rc));
-            return rc;
-        }
-    }
-    return 0;
-}
-
-int ty_node_write_ports(const char *path, unsigned a, unsigned b)
+int ty_node_write_ports(const char *path, unsigned a, unsigned b, unsigned c)
 {
     if (!path || !*path)
         return 0;
@@ -361,7 +347,10 @@ int ty_node_write_ports(const char *path, unsigned a, unsigned b)
     FILE *f = fopen(tmp, "w");
     if (!f)
         return -errno;
-    fprintf(f, "%u %u\n", a, b);
+    if (c)
+        fprintf(f, "%u %u %u\n", a, b, c);
+    else
+        fprintf(f, "%u %u\n", a, b);
     if (fclose(f) || rename(tmp, path)) {
         int e = -errno;
         unlink(tmp);

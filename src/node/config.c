@@ -28,6 +28,22 @@ static const struct ty_config_struct node_pool =
     TY_CONFIG_STRUCT("kv_pool", K, node_pool_fields);
 #undef K
 
+#define X struct ty_node_transfer_config
+const char *const ty_node_transport_names[] = {"auto", "tcp", "local", "rdma", NULL};
+static const struct ty_config_field node_transfer_fields[] = {
+    {.key = "transport", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(X, transport), .def = "auto",
+     .enum_names = ty_node_transport_names,
+     .help = "how KV pages move between nodes: auto (per peer the fastest path both ends have: "
+             "local shared memory on the same host, rdma where both have a device, else tcp), "
+             "tcp, local (same host only) or rdma (start-up fails without an RDMA device)"},
+    {.key = "rdma_devices", .type = TY_CONFIG_STRING, TY_CONFIG_AT(X, rdma_devices), .min = "1",
+     .help = "comma list of RDMA devices (e.g. mlx5_0,mlx5_1); unset: every one with an active "
+             "port; none: no RDMA"},
+};
+static const struct ty_config_struct node_transfer =
+    TY_CONFIG_STRUCT("transfer", X, node_transfer_fields);
+#undef X
+
 #define N struct ty_node_config
 
 static const struct ty_config_field node_fields[] = {
@@ -61,11 +77,16 @@ static const struct ty_config_field node_fields[] = {
     {.key = "kv_wait_timeout", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(N, kv_wait_timeout_ns),
      .def = "30s", .min = "10ms", .max = "1h",
      .help = "decode: reserved pages are released if their KV has not landed by then"},
+    {.key = "metrics_port", .type = TY_CONFIG_UINT, TY_CONFIG_AT(N, metrics_port), .def = "0",
+     .max = "65535", .help = "Prometheus /metrics (and /health) over HTTP on listen_host; 0: "
+                             "ephemeral"},
     {.key = "port_file", .type = TY_CONFIG_STRING, TY_CONFIG_AT(N, port_file),
-     .help = "write 'rpc_port transfer_port' here once listening (scripts, tests)"},
+     .help = "write 'rpc_port transfer_port metrics_port' here once listening (scripts, tests)"},
     {.key = "kv_pool", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(N, kv_pool), .sub = &node_pool,
      .help = "the cluster KV pool (tycho-store): prefill nodes read prompt prefixes from it "
              "and write their blocks, decode nodes write a finished answer's blocks"},
+    {.key = "transfer", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(N, transfer),
+     .sub = &node_transfer, .help = "the KV handoff between prefill and decode nodes"},
 };
 const struct ty_config_struct ty_node_config_table =
     TY_CONFIG_STRUCT("node", N, node_fields);

@@ -10,6 +10,8 @@ struct ty_timing_ring {
     pthread_mutex_t mu;
     struct ty_timing_sample *s; /* (cap) */
     size_t cap, head, n;        /* head: the oldest */
+    void (*observe)(void *arg, const struct ty_timing_sample *s); /* set before pushes */
+    void *observe_arg;
 };
 
 int ty_timing_ring_new(ty_timing_ring_t **out, size_t cap)
@@ -37,10 +39,19 @@ void ty_timing_ring_free(ty_timing_ring_t *r)
     free(r);
 }
 
+void ty_timing_ring_observe(ty_timing_ring_t *r,
+                            void (*cb)(void *arg, const struct ty_timing_sample *s), void *arg)
+{
+    r->observe = cb;
+    r->observe_arg = arg;
+}
+
 void ty_timing_ring_push(ty_timing_ring_t *r, const struct ty_timing_sample *s)
 {
     if (!r)
         return;
+    if (r->observe)
+        r->observe(r->observe_arg, s);
     pthread_mutex_lock(&r->mu);
     r->s[(r->head + r->n) % r->cap] = *s;
     if (r->n < r->cap)

@@ -22,7 +22,8 @@ static int start(const struct ty_node_runtime *rt, void **server, uint16_t *rpc_
     struct ty_prefill_opts po = {
         .loop = rt->loop, .engine = rt->engine, .xfer = rt->xfer, .rpc_host = rt->cfg->listen_host,
         .rpc_port = rt->cfg->listen_port, .timings = rt->timings,
-        .max_batch = rt->cfg->prefill_batch, .kvstore = rt->kvstore};
+        .max_batch = rt->cfg->prefill_batch, .kvstore = rt->kvstore,
+        .metrics = rt->metrics};
     ty_prefill_t *p;
     int rc = ty_prefill_new(&p, &po);
     if (rc)

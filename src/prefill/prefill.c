@@ -60,6 +60,7 @@ struct pjob {
     ty_xfer_segment_t *seg;
     ty_xfer_batch_t *batch;
     uint32_t pages_sent;
+    uint64_t t_first_write; /* us: the first layer's writes submitted; 0: none yet */
     int xfer_err;
     bool admitted;      /* on_admit ran (it is no longer queued) */
     /* result */
@@ -135,6 +136,8 @@ static void on_layer(void *arg, ty_breq_t *r, const struct ty_batch_seq *piece, 
     uint32_t end = ty_kvseq_n_tokens(piece->seq) + piece->n;
     uint32_t p1 = end == j->n ? (end + p->B - 1) / p->B : end / p->B;
     const uint32_t *pages = ty_kvseq_pages(piece->seq);
+    if (!j->t_first_write && j->pages_sent < p1)
+        j->t_first_write = ty_clock_us();
     for (uint32_t i = j->pages_sent; i < p1 && !j->xfer_err; i++) {
         uint64_t at = (uint64_t)j->dest_pages[i] * j->stride; /* no overflow: take_destination */
         struct ty_xfer_request rq[2] = {
@@ -148,9 +151,12 @@ static void on_layer(void *arg, ty_breq_t *r, const struct ty_batch_seq *piece, 
         j->pages_sent = p1;
 }
 
-static int notify_ready(ty_prefill_t *p, struct pjob *j)
+static int notify_ready(ty_prefill_t *p, struct pjob *j, uint64_t bytes, uint64_t us)
 {
     Tycho__V1__KvReady m = TYCHO__V1__KV_READY__INIT;
+    m.transport = (char *)ty_xfer_segment_transport(j->seg);
+    m.kv_bytes = bytes;
+    m.transfer_us = us;
     m.request_id = j->rid;
     m.all_layers = true;
     m.n_tokens = j->n;
@@ -337,8 +343,12 @@ static void on_end(void *arg, ty_breq_t *r, enum ty_finish fin, int rc)
             ty_xfer_batch_wait(j->batch, 1000);
         j->batch = NULL;
         t2 = ty_clock_us();
+        uint64_t bytes = (uint64_t)j->pages_sent * p->n_layers * 2 * p->page_bytes;
+        uint64_t us = j->t_first_write ? t2 - j->t_first_write : 0;
         if (!rc)
-            rc = notify_ready(p, j);
+            rc = notify_ready(p, j, bytes, us);
+        if (!rc)
+            ty_node_metrics_kv(p->o.metrics, true, ty_xfer_segment_transport(j->seg), bytes, us);
         const struct ty_batcher_call *c = ty_batcher_call(p->b);
         TY_LOG_DEBUG("prefill", "request %llu: %u tokens (%u cached, %u of them from the KV "
                      "pool), forward %llu us in a batch of %u, writes landed +%llu us, KvReady "

@@ -12,15 +12,6 @@ static const struct ty_config_field serve_engine_fields[] = {
     {.key = "step_tokens", .type = TY_CONFIG_UINT, TY_CONFIG_AT(E, step_tokens), .def = "256",
      .min = "1", .max = "1048576",
      .help = "token budget of one engine step (decodes plus prefill chunks)"},
-    {.key = "backend", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(E, backend), .def = "cpu",
-     .enum_names = ty_engine_backend_names,
-     .help = "where the model runs: cpu, or cuda (an NVIDIA GPU; a build with CUDA)"},
-    {.key = "cuda_device", .type = TY_CONFIG_UINT, TY_CONFIG_AT(E, cuda_device), .def = "0",
-     .max = "255", .help = "backend cuda: the GPU's ordinal (as in nvidia-smi)"},
-    {.key = "cuda_weights", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(E, cuda_weights),
-     .def = "auto", .enum_names = ty_engine_cuda_weights_names,
-     .help = "backend cuda: weight type on the GPU (auto: the file's 16-bit type, f16 for "
-             "quantized files, f32 for F32 files)"},
 };
 static const struct ty_config_struct serve_engine =
     TY_CONFIG_STRUCT("engine", E, serve_engine_fields);

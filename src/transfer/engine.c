@@ -212,6 +212,18 @@ int ty_xfer_engine_new(ty_xfer_engine_t **out, const struct ty_xfer_engine_opts 
         goto err_free;
     if ((rc = ty__xfer_rdma_new(e, opts->rdma_devices, &e->rdma)) != 0)
         goto err_free;
+    if (!e->rdma && strcmp(e->transport, "rdma") == 0) {
+        TY_LOG_ERROR(TY_XFER_SUBSYS, "transport rdma: no usable RDMA device (%s%s)",
+                     opts->rdma_devices ? "rdma_devices " : "none has an active port",
+                     opts->rdma_devices ? opts->rdma_devices : "");
+        rc = TY_ENODEV;
+        goto err_free;
+    }
+    if (!e->rdma && strcmp(e->transport, "auto") == 0)
+        TY_LOG_INFO(TY_XFER_SUBSYS, "transport auto: no RDMA device%s, so peers on this host "
+                    "get local (shared memory) where their memory is shared, others tcp",
+                    opts->rdma_devices && !strcmp(opts->rdma_devices, "none") ? " (none asked)"
+                                                                              : "");
     if ((rc = engine_start(e, opts)) != 0)
         goto err_free;
     if (pthread_create(&e->unix_thr, NULL, ty__xfer_inbound_accept_unix_main, e) != 0) {

@@ -1,4 +1,4 @@
-/* libFuzzer target for the HTTP/1.1 request glue of the front door (src/api/http.c).
+/* libFuzzer target for the HTTP/1.1 request glue of the front door (src/common/http.c).
  *
  * http.c has no pure entry point: its http-parser callbacks live on a connection. So the target
  * runs the real server on 127.0.0.1 in this process and sends each input over a real loopback

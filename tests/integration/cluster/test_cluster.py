@@ -52,12 +52,14 @@ PROMPTS = ["Once upon a time", "The little dog", "Lily and Tom went to the park"
 TMPDIRS = []  # removed by main() when the case ends
 
 
-def read_ports(path, deadline):
+def read_ports(path, deadline, n=2):
+    """The first n ports of a port file ("rpc transfer metrics" for a node)."""
     while time.time() < deadline:
         try:
             with open(path) as f:
-                a, b = f.read().split()
-                return int(a), int(b)
+                ports = [int(x) for x in f.read().split()]
+                if len(ports) >= n:
+                    return tuple(ports[:n])
         except (OSError, ValueError):
             time.sleep(0.05)
     raise RuntimeError("no port file " + path)
@@ -190,6 +192,27 @@ class Cluster:
                 k, _, v = line.rpartition(" ")
                 out[k] = float(v)
         return out
+
+
+def node_metrics(cl, name):
+    """A node daemon's /metrics (the third port of its port file) as {"name{labels}": value}."""
+    port = read_ports(cl.port_file(name), time.time() + 5, 3)[2]
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", "/metrics")
+    r = c.getresponse()
+    text = r.read().decode()
+    c.close()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            k, _, v = line.rpartition(" ")
+            out[k] = float(v)
+    return out
+
+
+def kv_bytes(m, direction, transport):
+    return m.get('tycho_node_kv_transfer_bytes_total{direction="%s",transport="%s"}' %
+                 (direction, transport), -1)
 
 
 def decisions(m, result, cls=None):
@@ -1783,6 +1806,76 @@ def case_local_cluster():
     return ok
 
 
+def case_transports():
+    """transfer.transport: auto gives two daemons on one host the local (shared memory)
+    transport, tcp forces tcp; the answers equal generate's either way, and the decode node's
+    /metrics say which transport brought how many bytes. A setting that cannot work here
+    (rdma without an RDMA device, a CUDA device that is absent) stops start-up with exit 2 and
+    a message naming the setting."""
+    ok = True
+    for xport in ("auto", "tcp"):
+        cl = Cluster(1, 1, node_args=["--transfer.transport=" + xport])
+        for p in PROMPTS[:2]:
+            ref = generate(p, 16)
+            st, body = cl.post("/v1/completions", {"prompt": p, "max_tokens": 16,
+                                                   "temperature": 0, "return_token_ids": True})
+            got = json.loads(body)["choices"][0] if st == 200 else {}
+            ok &= check(st == 200 and got.get("token_ids") == ref["output_ids"],
+                        "transport %s, %r: ids equal generate's" % (xport, p))
+        want, other = ("local", "tcp") if xport == "auto" else ("tcp", "local")
+        dm, pm = node_metrics(cl, "d0"), node_metrics(cl, "p0")
+        n = dm.get('tycho_node_kv_handoffs_total{direction="received",transport="%s"}' % want)
+        ok &= check(kv_bytes(dm, "received", want) > 0 and n == 2 and
+                    kv_bytes(dm, "received", other) == 0,
+                    "transport %s: the decode node received %s bytes in %s handoffs over %s, %s "
+                    "over %s" % (xport, kv_bytes(dm, "received", want), n, want,
+                                 kv_bytes(dm, "received", other), other))
+        ok &= check(kv_bytes(pm, "sent", want) == kv_bytes(dm, "received", want),
+                    "the prefill node sent as many bytes over %s (%s) as the decode node got" %
+                    (want, kv_bytes(pm, "sent", want)))
+        info = [k for k in dm if k.startswith("tycho_node_info{")]
+        ok &= check(len(info) == 1 and 'role="decode"' in info[0] and
+                    'transport="%s"' % xport in info[0] and 'backend="cpu"' in info[0],
+                    "tycho_node_info names role, backend and transport: %s" % info)
+        ok &= check(dm.get("tycho_node_step_seconds_count", 0) > 0 and
+                    pm.get("tycho_node_step_seconds_count", 0) > 0 and
+                    dm.get('tycho_node_kv_pages{device="cpu:0",state="free"}', -1) > 0,
+                    "step times and free pages on both nodes' /metrics")
+        if xport == "auto":
+            with open(cl.logs["d0"]) as f:
+                log = f.read()
+            if not os.path.isdir("/sys/class/infiniband") or not os.listdir(
+                    "/sys/class/infiniband"):
+                ok &= check("transport auto: no RDMA device" in log,
+                            "auto without an RDMA device says so in the log")
+            st, body = cl.post("/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 1})
+            c = http.client.HTTPConnection("127.0.0.1", cl.http, timeout=10)
+            c.request("GET", "/status")
+            r = c.getresponse()
+            status = json.loads(r.read()) if r.status == 200 else {}
+            c.close()
+            nodes = {n["id"]: n for n in status.get("nodes", [])}
+            ok &= check(nodes.get("d0", {}).get("backend") == "cpu" and
+                        "local" in nodes.get("d0", {}).get("transports", ""),
+                        "the Conductor's status shows each node's backend and transports: %s" %
+                        {k: (v.get("backend"), v.get("kv_device"), v.get("transports"))
+                         for k, v in nodes.items()})
+        cl.stop()
+    bad = []
+    if not os.path.isdir("/sys/class/infiniband") or not os.listdir("/sys/class/infiniband"):
+        bad.append((["--transfer.transport=rdma"], "transfer.transport: rdma"))
+    bad.append((["--backend=cuda", "--cuda_device=250"], "cuda"))
+    for args, want in bad:
+        r = subprocess.run([DECODE, "--model_path=" + MODEL, "--conductor_address=127.0.0.1:9",
+                            "--listen_port=0", *args], capture_output=True, text=True, timeout=60)
+        line = [l for l in r.stderr.splitlines() if l.startswith("tycho-decode: ") and want in l]
+        ok &= check(r.returncode == 2 and line and
+                    ("cuda_device: 250" in line[0] or "backend: cuda" in line[0] or
+                     "rdma" in want),
+                    "%s: exit %d, %s" % (" ".join(args), r.returncode, line or r.stderr[-300:]))
+    return ok
+
+
 def main():
     if not os.path.exists(MODEL):
         print("skip: no " + MODEL)
@@ -1801,7 +1894,7 @@ def main():
             "status": case_status, "preempt": case_preempt,
             "kill_prefill": case_kill_prefill, "prefill_interleave": case_prefill_interleave,
             "local_cluster": case_local_cluster, "handshake": case_handshake,
-            "bad_destination": case_bad_destination}[CASE]
+            "bad_destination": case_bad_destination, "transports": case_transports}[CASE]
     ok = False
     try:
         ok = case()

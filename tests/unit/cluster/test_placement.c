@@ -178,12 +178,22 @@ static void test_samples_by_role_and_bounded(void **state)
 }
 
 /* Prefix hashes depend on the block size: prefill nodes must share one. */
+/* One KV layout in the cluster: a node of another page size is refused whatever its role (a
+ * decode node's pages receive the prefill node's page for page), naming both layouts; one
+ * with the same layout is taken. */
 static void test_block_size_rule(void **state)
 {
     struct fixture *f = *state;
     node(f->c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL, 16, 100, 0);
     node(f->c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL, 32, 100, TY_EINVAL);
-    node(f->c, TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE, 32, 100, 0); /* decode: not hashed */
+    node(f->c, TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE, 32, 100, TY_EINVAL);
+    node(f->c, TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE, 16, 100, 0);
+    struct ty__cnode *n = f->c->nodes[2];
+    n->n_layers = 4; /* the refused decode node, now with the model's geometry stated */
+    char why[256] = "";
+    assert_int_equal(ty__place_node_up(f->c, n, why, sizeof(why)), TY_EINVAL);
+    assert_non_null(strstr(why, "f32, 32-token pages, 4 layers"));
+    assert_non_null(strstr(why, "theirs f32, 16-token pages, 0 layers"));
 }
 
 static struct ty__creq *request(uint64_t rid, uint32_t n_prompt)

@@ -58,7 +58,7 @@ static ty_kvpool_t *mk_pool(struct fake_dev *d, struct ty_kvpool_storage *st)
                                .n_pages = 8, .hash_seed = ty_hash_prefix_seed("t", "f32", 4, NULL),
                                .storage = d ? st : NULL};
     if (d)
-        *st = (struct ty_kvpool_storage){d, fd_alloc, fd_free, fd_copy, "fake"};
+        *st = (struct ty_kvpool_storage){d, fd_alloc, fd_free, fd_copy, "fake", false};
     ty_kvpool_t *p;
     assert_int_equal(ty_kvpool_new(&p, &o), 0);
     return p;
@@ -174,12 +174,34 @@ static void test_pages_affine(void **state)
 static void test_bad_storage(void **state)
 {
     struct fake_dev d = {.fail_copy_after = -1};
-    struct ty_kvpool_storage st = {&d, fd_alloc, fd_free, NULL, "no copy"};
+    struct ty_kvpool_storage st = {&d, fd_alloc, fd_free, NULL, "no copy", false};
     struct ty_kvpool_opts o = {.n_layers = 1, .n_kv_heads = 1, .head_dim = 4, .n_pages = 2,
                                .storage = &st};
     ty_kvpool_t *p;
     assert_int_equal(ty_kvpool_new(&p, &o), TY_EINVAL);
     assert_int_equal(d.allocs, 0);
+}
+
+/* Host memory from the caller (the node's shared memory): no copy hook needed, the pool is a
+ * host pool (the CPU forward reads it), copies are plain, and every page array goes back to
+ * the caller's free hook. */
+static void test_host_storage(void **state)
+{
+    struct fake_dev d = {.fail_copy_after = -1};
+    struct ty_kvpool_storage st = {&d, fd_alloc, fd_free, NULL, "shared memory", true};
+    struct ty_kvpool_opts o = {.n_layers = 3, .n_kv_heads = 1, .head_dim = 4, .n_pages = 2,
+                               .storage = &st};
+    ty_kvpool_t *p;
+    assert_int_equal(ty_kvpool_new(&p, &o), 0);
+    assert_int_equal(d.allocs, 6);
+    assert_true(ty_kvpool_is_host(p));
+    float in[4] = {1, 2, 3, 4}, out[4] = {0};
+    assert_int_equal(ty_kvpool_copy_in(p, ty_kvpool_k(p, 2, 1), in, sizeof(in)), 0);
+    assert_int_equal(ty_kvpool_copy_out(p, out, ty_kvpool_k(p, 2, 1), sizeof(out)), 0);
+    assert_memory_equal(in, out, sizeof(in));
+    assert_int_equal(d.copies_in + d.copies_out, 0);
+    ty_kvpool_free(p);
+    assert_int_equal(d.frees, 6);
 }
 
 static void test_backend_by_name(void **state)
@@ -212,7 +234,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_storage_hooks),
         cmocka_unit_test(test_pages_affine),
-        cmocka_unit_test(test_bad_storage),
+        cmocka_unit_test(test_bad_storage), cmocka_unit_test(test_host_storage),
         cmocka_unit_test(test_backend_by_name),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

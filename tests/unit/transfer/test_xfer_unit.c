@@ -168,6 +168,12 @@ static void test_api_validation(void **state)
     assert_int_equal(ty_xfer_engine_new(&e, &bad), TY_EINVAL);
     struct ty_xfer_engine_opts wide = {.tcp_window = 17}; /* more than a READ run can carry */
     assert_int_equal(ty_xfer_engine_new(&e, &wide), TY_EINVAL);
+    /* rdma asked for where no device serves it: refused at creation, not at the first open */
+    struct ty_xfer_engine_opts rdma_off = {.transport = "rdma", .rdma_devices = "none"};
+    assert_int_equal(ty_xfer_engine_new(&e, &rdma_off), TY_ENODEV);
+    struct ty_xfer_engine_opts rdma_absent = {.transport = "rdma",
+                                              .rdma_devices = "no-such-nic0"};
+    assert_int_equal(ty_xfer_engine_new(&e, &rdma_absent), TY_ENODEV);
     struct ty_xfer_engine_opts o = {.timeout_ms = 1000};
     assert_int_equal(ty_xfer_engine_new(&e, &o), 0);
     static uint8_t mem[1 << 16], other[64];

@@ -1,0 +1,228 @@
+/* A node daemon's Prometheus metrics (tycho/node.h): the registry, the families the prefill and
+ * decode nodes fill, and the HTTP port that serves them (/metrics, /health). Updates come from
+ * any thread (lock-free children looked up once, or per transport on first use); the load
+ * gauges are read from the role's load callback when a scrape arrives, on the loop thread. */
+#include "tycho/node.h"
+
+#include "tycho/errors.h"
+#include "tycho/http.h"
+#include "tycho/log.h"
+#include "tycho/metrics.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_XPORT 4 /* tcp, local, rdma, cuda_ipc: the transports a KV handoff can take */
+
+struct ty_node_metrics {
+    ty_metrics_registry_t *reg;
+    ty_http_server_t *http;
+    ty_node_load_cb load;
+    void *load_arg;
+    uint64_t pages_total;
+    ty_metrics_family_t *kv_bytes, *kv_seconds, *kv_handoffs;
+    ty_metrics_child_t *pages_used, *pages_free, *running, *queued, *preempted;
+    ty_metrics_child_t *step_seconds, *batch_size, *step_tokens;
+};
+
+static const char *const xports[N_XPORT] = {"tcp", "local", "rdma", "cuda_ipc"};
+
+/* Handoff latency: from the first layer's writes to the last one landed (tens of microseconds
+ * in shared memory, up to seconds for a long prompt over a slow link). */
+static const double kv_buckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                    0.025,  0.05,    0.1,    0.25,  0.5,    1.0,   2.5, 5.0};
+static const double step_buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                      0.1,    0.25,  0.5,    1.0,   2.5,  5.0,   10.0};
+static const double batch_buckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+
+static int child(ty_metrics_family_t *f, const char *v0, const char *v1,
+                 ty_metrics_child_t **out)
+{
+    const char *v[] = {v0, v1};
+    return ty_metrics_child_get(f, v0 ? v : NULL, out);
+}
+
+static void on_http(void *arg, ty_http_req_t *req)
+{
+    ty_node_metrics_t *m = arg;
+    const char *path = ty_http_req_path(req);
+    if (strcmp(ty_http_req_method(req), "GET") != 0) {
+        ty_http_respond(req, 405, "text/plain", "Allow: GET\r\n", "GET only\n", 9);
+        return;
+    }
+    if (!strcmp(path, "/health")) {
+        ty_http_respond(req, 200, "text/plain", NULL, "ok\n", 3);
+        return;
+    }
+    if (strcmp(path, "/metrics") != 0) {
+        ty_http_respond(req, 404, "text/plain", NULL, "not found (/metrics, /health)\n", 30);
+        return;
+    }
+    if (m->load) {
+        struct ty_node_load l = {0};
+        m->load(m->load_arg, &l);
+        ty_metrics_gauge_set(m->pages_free, (double)l.free_pages);
+        ty_metrics_gauge_set(m->pages_used, (double)(m->pages_total > l.free_pages
+                                                         ? m->pages_total - l.free_pages
+                                                         : 0));
+        ty_metrics_gauge_set(m->running, (double)l.running);
+        ty_metrics_gauge_set(m->queued, (double)l.queued);
+        ty_metrics_gauge_set(m->preempted, (double)l.preemptions);
+    }
+    char *body = NULL;
+    size_t len = 0;
+    if (ty_metrics_render(m->reg, &body, &len) != 0) {
+        ty_http_respond(req, 500, "text/plain", NULL, "out of memory\n", 14);
+        return;
+    }
+    ty_http_respond(req, 200, TY_METRICS_CONTENT_TYPE, NULL, body, len);
+    free(body);
+}
+
+static int families(ty_node_metrics_t *m, const struct ty_node_metrics_opts *o)
+{
+    ty_metrics_family_t *f;
+    const char *dir_x[] = {"direction", "transport"};
+    const char *state[] = {"device", "state"};
+    const char *info[] = {"role", "backend", "device", "transport"};
+    const char *info_v[] = {o->role, o->backend, o->device, o->transport};
+    ty_metrics_child_t *c;
+    int rc;
+    if ((rc = ty_metrics_gauge_new(m->reg, &f, "tycho_node_info",
+                                   "The node's role, backend, KV device and transport setting "
+                                   "(always 1).", info, 4)) ||
+        (rc = ty_metrics_child_get(f, info_v, &c)))
+        return rc;
+    ty_metrics_gauge_set(c, 1);
+    if ((rc = ty_metrics_counter_new(m->reg, &m->kv_bytes, "tycho_node_kv_transfer_bytes_total",
+                                     "KV bytes handed off between prefill and decode nodes, by "
+                                     "direction (sent, received) and transport.", dir_x, 2)) ||
+        (rc = ty_metrics_counter_new(m->reg, &m->kv_handoffs, "tycho_node_kv_handoffs_total",
+                                     "Requests whose KV was handed off, by direction and "
+                                     "transport.", dir_x, 2)) ||
+        (rc = ty_metrics_histogram_new(m->reg, &m->kv_seconds, "tycho_node_kv_transfer_seconds",
+                                       "One request's KV handoff, first layer written to last "
+                                       "layer landed (as the prefill node measured it).",
+                                       dir_x, 2, kv_buckets,
+                                       sizeof(kv_buckets) / sizeof(kv_buckets[0]))))
+        return rc;
+    for (int d = 0; d < 2; d++) /* every series exists from the start, at zero */
+        for (int x = 0; x < N_XPORT; x++) {
+            const char *dir = d ? "received" : "sent";
+            if ((rc = child(m->kv_bytes, dir, xports[x], &c)) ||
+                (rc = child(m->kv_handoffs, dir, xports[x], &c)) ||
+                (rc = child(m->kv_seconds, dir, xports[x], &c)))
+                return rc;
+        }
+    if ((rc = ty_metrics_gauge_new(m->reg, &f, "tycho_node_kv_pages",
+                                   "KV pages per layer on the device, by state (used: held by "
+                                   "requests; free: free or cached prefixes).", state, 2)) ||
+        (rc = child(f, o->device, "used", &m->pages_used)) ||
+        (rc = child(f, o->device, "free", &m->pages_free)) ||
+        (rc = ty_metrics_gauge_new(m->reg, &f, "tycho_node_requests_running",
+                                   "Requests in the engine's batch.", NULL, 0)) ||
+        (rc = child(f, NULL, NULL, &m->running)) ||
+        (rc = ty_metrics_gauge_new(m->reg, &f, "tycho_node_requests_waiting",
+                                   "Requests waiting for the engine.", NULL, 0)) ||
+        (rc = child(f, NULL, NULL, &m->queued)) ||
+        (rc = ty_metrics_gauge_new(m->reg, &f, "tycho_node_preemptions",
+                                   "Sequences preempted since the node started (decode).",
+                                   NULL, 0)) ||
+        (rc = child(f, NULL, NULL, &m->preempted)) ||
+        (rc = ty_metrics_histogram_new(m->reg, &f, "tycho_node_step_seconds",
+                                       "Duration of one forward call of the engine.", NULL, 0,
+                                       step_buckets,
+                                       sizeof(step_buckets) / sizeof(step_buckets[0]))) ||
+        (rc = child(f, NULL, NULL, &m->step_seconds)) ||
+        (rc = ty_metrics_histogram_new(m->reg, &f, "tycho_node_batch_size",
+                                       "Requests in one forward call.", NULL, 0, batch_buckets,
+                                       sizeof(batch_buckets) / sizeof(batch_buckets[0]))) ||
+        (rc = child(f, NULL, NULL, &m->batch_size)) ||
+        (rc = ty_metrics_counter_new(m->reg, &f, "tycho_node_step_tokens_total",
+                                     "Tokens computed by forward calls (prompt tokens on a "
+                                     "prefill node, sequences stepped on a decode node).",
+                                     NULL, 0)) ||
+        (rc = child(f, NULL, NULL, &m->step_tokens)))
+        return rc;
+    return 0;
+}
+
+int ty_node_metrics_new(ty_node_metrics_t **out, const struct ty_node_metrics_opts *o)
+{
+    *out = NULL;
+    ty_node_metrics_t *m = calloc(1, sizeof(*m));
+    if (!m)
+        return TY_ENOMEM;
+    m->pages_total = o->pages_total;
+    int rc = ty_metrics_registry_new(&m->reg);
+    if (!rc)
+        rc = families(m, o);
+    struct ty_http_server_opts ho = {.host = o->host, .port = o->port, .max_connections = 64,
+                                     .max_body_bytes = 4096, .handler = on_http, .arg = m};
+    if (!rc && (rc = ty_http_server_new(&m->http, o->loop, &ho)))
+        TY_LOG_ERROR("node", "metrics: cannot listen on %s:%u: %s", o->host, o->port,
+                     ty_strerror(rc));
+    if (rc) {
+        ty_metrics_registry_free(m->reg);
+        free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+uint16_t ty_node_metrics_port(const ty_node_metrics_t *m)
+{
+    return m ? ty_http_server_port(m->http) : 0;
+}
+
+void ty_node_metrics_set_load(ty_node_metrics_t *m, ty_node_load_cb load, void *arg)
+{
+    m->load = load;
+    m->load_arg = arg;
+}
+
+void ty_node_metrics_kv(ty_node_metrics_t *m, bool sent, const char *transport, uint64_t bytes,
+                        uint64_t us)
+{
+    if (!m || !transport || !*transport)
+        return;
+    const char *dir = sent ? "sent" : "received";
+    ty_metrics_child_t *b, *h, *n;
+    if (child(m->kv_bytes, dir, transport, &b) || child(m->kv_seconds, dir, transport, &h) ||
+        child(m->kv_handoffs, dir, transport, &n))
+        return;
+    ty_metrics_counter_add(b, (double)bytes);
+    ty_metrics_counter_inc(n);
+    ty_metrics_histogram_observe(h, (double)us / 1e6);
+}
+
+void ty_node_metrics_step(void *arg, const struct ty_timing_sample *s)
+{
+    ty_node_metrics_t *m = arg;
+    ty_metrics_histogram_observe(m->step_seconds, (double)s->duration_us / 1e6);
+    ty_metrics_histogram_observe(m->batch_size, (double)s->batch_size);
+    ty_metrics_counter_add(m->step_tokens, (double)s->n_tokens);
+}
+
+static void on_http_closed(void *arg)
+{
+    ty_node_metrics_t *m = arg;
+    m->http = NULL;
+}
+
+void ty_node_metrics_close(ty_node_metrics_t *m)
+{
+    if (m && m->http)
+        ty_http_server_close(m->http, on_http_closed, m);
+}
+
+void ty_node_metrics_free(ty_node_metrics_t *m)
+{
+    if (!m)
+        return;
+    TY_ASSERT(!m->http);
+    ty_metrics_registry_free(m->reg);
+    free(m);
+}
