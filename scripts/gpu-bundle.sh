@@ -17,7 +17,9 @@ STAGE="$(mktemp -d)"
 trap 'rm -rf "$STAGE"' EXIT
 mkdir -p "$STAGE/bin" "$STAGE/lib" "$STAGE/data"
 
-bins=("$BUILD/src/cli/tycho")
+bins=("$BUILD/src/cli/tycho" "$BUILD/src/conductor/tycho-conductor"
+      "$BUILD/src/prefill/tycho-prefill" "$BUILD/src/decode/tycho-decode"
+      "$BUILD/src/store/tycho-store")
 while IFS= read -r f; do bins+=("$f"); done < <(find "$BUILD/tests/gpu" "$BUILD/bench/gpu" \
     -maxdepth 2 -type f -perm -u+x \( -name 'test_gpu_*' -o -name 'bench_gpu_*' \) | sort)
 for b in "${bins[@]}"; do

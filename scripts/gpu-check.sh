@@ -51,7 +51,7 @@ if [ -z "$BIN" ]; then
     fi
     # Only the GPU targets: the rest of the tree is CI's job and would cost minutes here.
     TARGETS=$(cd "$BUILD" && cmake --build . --target help |
-        awk '/^\.\.\. (test_gpu_|bench_gpu_|ty_backend_cuda|ty_kernels|tycho$)/ {print $2}')
+        awk '/^\.\.\. (test_gpu_|bench_gpu_|ty_backend_cuda|ty_kernels|tycho$|tycho-(conductor|prefill|decode|store)$)/ {print $2}')
     if ! timeout 300 cmake --build "$BUILD" -j"$(nproc 2>/dev/null || echo 4)" --target $TARGETS \
             >"$LOG/build.log" 2>&1; then
         grep -E "error|warning" "$LOG/build.log" | head -40; echo "gpu-check: build failed"; exit 1
@@ -62,12 +62,24 @@ if [ -z "$BIN" ]; then
     find "$BUILD/tests/gpu" "$BUILD/bench/gpu" -maxdepth 2 -type f -perm -u+x \
         \( -name 'test_gpu_*' -o -name 'bench_gpu_*' \) -exec ln -sf {} "$BIN/" \;
     ln -sf "$BUILD/src/cli/tycho" "$BIN/tycho"
+    for d in conductor prefill decode store; do
+        ln -sf "$BUILD/src/$d/tycho-$d" "$BIN/tycho-$d"
+    done
     export TYCHO_BIN="$BIN/tycho"
     export TYCHO_TEST_DATA="${TYCHO_TEST_DATA:-$SRC/../shared}"
 fi
 
 status=0
 ONLY="${GPU_CHECK_ONLY:-all}"
+# A ~1B random model (TinyLlama-1.1B shape, f16), made once (~20 s of `tycho mkmodel`; the file
+# is 2.2 GB): the decode benchmark and the GPU cluster's 1.1B check use it.
+MODEL1B="${TYCHO_BENCH_MODEL:-$LOG/../bench-models/1b-f16.gguf}"
+VOCAB="$TYCHO_TEST_DATA/models/llama-2-tiny-random/llama-2-tiny-random.gguf"
+if [ ! -f "$MODEL1B" ] && [ -f "$VOCAB" ] && [ -x "$BIN/tycho" ]; then
+    mkdir -p "$(dirname "$MODEL1B")"
+    timeout 120 "$BIN/tycho" mkmodel --preset 1b --type f16 --vocab-from "$VOCAB" \
+        --out "$MODEL1B" >"$LOG/mkmodel.log" 2>&1 || rm -f "$MODEL1B"
+fi
 if [ "$ONLY" != bench ]; then
     for t in "$BIN"/test_gpu_*; do
         [ -x "$t" ] || continue
@@ -91,6 +103,25 @@ if [ "$ONLY" != bench ]; then
     done
 fi
 
+# The disaggregated cluster on the GPU: Conductor + prefill (cuda) + decode (cuda) processes
+# against `tycho generate --backend cuda` and the CPU engine (tests/integration/cluster,
+# case gpu: 8 x 256 tokens of stories260K, 4 x 64 of the 1.1B model, tcp forced, a pool hit,
+# a decode node killed mid-stream).
+if [ "$ONLY" != bench ] && [ -x "$BIN/tycho-decode" ]; then
+    s=$(date +%s.%N)
+    TYCHO_BIN_DIR="$BIN" TYCHO_GPU_1B_MODEL="$MODEL1B" timeout "${GPU_CHECK_TIMEOUT:-240}" \
+        python3 "$SRC/tests/integration/cluster/test_cluster.py" "$BIN" gpu \
+        >"$LOG/cluster_gpu.log" 2>&1
+    rc=$?
+    secs=$(awk -v s="$s" -v e="$(date +%s.%N)" 'BEGIN{printf "%.1f s", e - s}')
+    case $rc in
+    0) row "test cluster_gpu (P/D on cuda)" pass "$secs" ;;
+    77) row "test cluster_gpu (P/D on cuda)" SKIP "$secs: $(tail -1 "$LOG/cluster_gpu.log")"; status=1 ;;
+    *) row "test cluster_gpu (P/D on cuda)" FAIL "rc=$rc $secs"; status=1
+       grep -E "^FAIL" "$LOG/cluster_gpu.log" | head -8 | sed 's/^/    /' ;;
+    esac
+fi
+
 bench() { # name, command...
     local name=$1; shift
     timeout "${GPU_CHECK_TIMEOUT:-150}" "$@" >"$LOG/$name.log" 2>&1
@@ -107,15 +138,6 @@ if [ "$ONLY" != tests ]; then
         bench sdpa_ref python3 "$SRC/bench/gpu/sdpa_ref.py"
     else
         row "sdpa_ref (PyTorch SDPA)" skipped "torch not importable"
-    fi
-    # Decode tokens/s of a ~1B random model (TinyLlama-1.1B shape, f16), made once (~20 s of
-    # `tycho mkmodel`; the file is 2.2 GB).
-    MODEL1B="${TYCHO_BENCH_MODEL:-$LOG/../bench-models/1b-f16.gguf}"
-    VOCAB="$TYCHO_TEST_DATA/models/llama-2-tiny-random/llama-2-tiny-random.gguf"
-    if [ ! -f "$MODEL1B" ] && [ -f "$VOCAB" ] && [ -x "$BIN/tycho" ]; then
-        mkdir -p "$(dirname "$MODEL1B")"
-        timeout 120 "$BIN/tycho" mkmodel --preset 1b --type f16 --vocab-from "$VOCAB" \
-            --out "$MODEL1B" >"$LOG/mkmodel.log" 2>&1 || rm -f "$MODEL1B"
     fi
     if [ -x "$BIN/bench_gpu_decode" ] && [ -f "$MODEL1B" ]; then
         bench bench_gpu_decode "$BIN/bench_gpu_decode" "$MODEL1B" --batches 1,16,64 \

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Integration tests of the disaggregated cluster on stories260K: tycho-conductor, tycho-prefill
-and tycho-decode as separate processes on loopback ephemeral ports, KV over the tcp transport.
+and tycho-decode as separate processes on loopback ephemeral ports, KV over the local transport
+(transfer.transport auto on one host) or tcp where a case asks; case gpu runs the nodes on CUDA
+(scripts/gpu-check.sh).
 
 Usage: test_cluster.py BUILD_DIR CASE   (CASE: equal, concurrent, kill_decode, hung_decode,
-prefix_routing, cache_events, slo_reject, cost_refit, phantom_credit, kv_pool, pool_sched, pool_decode, pool_snapshot, local_cluster, preempt, kill_prefill, handshake, bad_destination, ...). Exits 77 when
-the shared test data is missing. Expected token ids come from running `tycho generate` (the
+prefix_routing, cache_events, slo_reject, cost_refit, phantom_credit, kv_pool, pool_sched, pool_decode, pool_snapshot, local_cluster, preempt, kill_prefill, handshake, bad_destination, transports, gpu, ...).
+Exits 77 when the shared test data (or, for gpu, a CUDA device) is missing; TYCHO_BIN_DIR names
+a folder holding every binary instead of the build tree. Expected token ids come from running `tycho generate` (the
 monolithic engine loop), never from the cluster.
 """
 import http.client
@@ -28,11 +31,19 @@ MODEL = os.path.join(DATA, "models/stories260K/stories260K.gguf")
 # Sanitizer builds (CMake sets TYCHO_SANITIZER_SLOW=1) run the engine 10-20x slower: the long
 # streams of kill_decode get fewer tokens, still seconds long, with the same checks.
 SLOW = os.environ.get("TYCHO_SANITIZER_SLOW") == "1"
-TYCHO = os.path.join(BUILD, "src/cli/tycho")
-CONDUCTOR = os.path.join(BUILD, "src/conductor/tycho-conductor")
-PREFILL = os.path.join(BUILD, "src/prefill/tycho-prefill")
-STORE = os.path.join(BUILD, "src/store/tycho-store")
-DECODE = os.path.join(BUILD, "src/decode/tycho-decode")
+# TYCHO_BIN_DIR: every binary in one folder (scripts/gpu-check.sh, a prebuilt bundle)
+BIN_DIR = os.environ.get("TYCHO_BIN_DIR")
+
+
+def binary(rel):
+    return os.path.join(BIN_DIR, os.path.basename(rel)) if BIN_DIR else os.path.join(BUILD, rel)
+
+
+TYCHO = binary("src/cli/tycho")
+CONDUCTOR = binary("src/conductor/tycho-conductor")
+PREFILL = binary("src/prefill/tycho-prefill")
+STORE = binary("src/store/tycho-store")
+DECODE = binary("src/decode/tycho-decode")
 
 PROMPTS = ["Once upon a time", "The little dog", "Lily and Tom went to the park",
            "One day, a big bear", "There was a girl named Sue", "The sun was hot",
@@ -1876,6 +1887,101 @@ def case_transports():
     return ok
 
 
+def case_gpu():
+    """The cluster on a GPU (scripts/gpu-check.sh runs it; exit 77 without a CUDA device):
+    Conductor + prefill (cuda) + decode (cuda) as separate processes on one GPU give the ids of
+    `tycho generate --backend cuda` (the engine `tycho serve --backend cuda` runs) and of the
+    CPU engine: stories260K, 8 prompts x 256 tokens; a 1.1B random model (TYCHO_GPU_1B_MODEL),
+    4 prompts x 64; the handoff forced over tcp; a KV pool hit on a new prefill node; a decode
+    node killed mid-stream (an error within 5 s, the prefill node keeps serving)."""
+    probe = subprocess.run([TYCHO, "generate", "--model", MODEL, "--prompt", "Hi", "-n", "1",
+                            "--backend", "cuda", "--json"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        print("skip: no CUDA device (%s)" % probe.stderr.strip()[-200:])
+        return 77
+    cuda = ["--backend=cuda"]
+    ok = True
+
+    def run(cl, prompts, n, model, label, ref_extra=("--backend", "cuda")):
+        nonlocal ok
+        bad = 0
+        for p in prompts:
+            ref = generate(p, n, model, ["--ignore-eos", *ref_extra])
+            st, body = cl.post("/v1/completions", {"prompt": p, "max_tokens": n,
+                                                   "temperature": 0, "ignore_eos": True,
+                                                   "return_token_ids": True}, timeout=120)
+            got = json.loads(body)["choices"][0].get("token_ids") if st == 200 else None
+            bad += got != ref["output_ids"]
+        ok &= check(bad == 0, "%s: %d of %d prompts x %d tokens differ from generate %s" %
+                    (label, bad, len(prompts), n, " ".join(ref_extra) or "(cpu)"))
+
+    cl = Cluster(1, 1, node_args=cuda)
+    run(cl, PROMPTS[:8], 256, MODEL, "stories260K, cuda nodes")
+    run(cl, PROMPTS[:8], 256, MODEL, "stories260K, cuda nodes vs the CPU engine", ())
+    dm = node_metrics(cl, "d0")
+    info = [k for k in dm if k.startswith("tycho_node_info{")]
+    ok &= check(info and 'backend="cuda"' in info[0] and 'device="cuda:0"' in info[0],
+                "the decode node runs on cuda:0: %s" % info)
+    xp = {t: kv_bytes(dm, "received", t) for t in ("tcp", "local", "rdma", "cuda_ipc")}
+    print("  KV received by transport:", xp)
+    cl.stop()
+    big = os.environ.get("TYCHO_GPU_1B_MODEL")
+    if big and os.path.exists(big):
+        cl = Cluster(1, 1, model=big, node_args=cuda + ["--kv_cache_memory=4G"])
+        run(cl, PROMPTS[:4], 64, big, "1.1B random, cuda nodes")
+        cl.stop()
+    else:
+        print("  (no TYCHO_GPU_1B_MODEL: the 1.1B part is left out)")
+    cl = Cluster(1, 1, node_args=cuda + ["--transfer.transport=tcp"])
+    run(cl, PROMPTS[8:12], 64, MODEL, "stories260K, handoff forced over tcp")
+    ok &= check(kv_bytes(node_metrics(cl, "d0"), "received", "tcp") > 0,
+                "the forced handoff came over tcp")
+    cl.stop()
+    # a pool hit: the prompt's blocks written by p0, read by p1 that never saw it
+    cl = Cluster(1, 1, kv_pool=True, node_args=cuda)
+    long = PROMPTS[18]
+    ref = generate(long, 32, MODEL, ["--ignore-eos", "--backend", "cuda"])
+    cached = []
+    for turn in range(2):
+        if turn:
+            cl.procs["p0"].send_signal(signal.SIGTERM)
+            cl.procs["p0"].wait(10)
+            cl.start_node("prefill", "p1")
+            cl.wait_nodes(2)
+            time.sleep(1.0)  # the Conductor drops p0 after its heartbeat timeout
+        st, body = cl.post("/v1/completions", {"prompt": long, "max_tokens": 32,
+                                               "temperature": 0, "ignore_eos": True,
+                                               "return_token_ids": True}, timeout=120)
+        b = json.loads(body) if st == 200 else {}
+        ok &= check(st == 200 and b["choices"][0]["token_ids"] == ref["output_ids"],
+                    "pool turn %d: ids equal generate --backend cuda" % turn)
+        cached.append(b.get("usage", {}).get("prompt_tokens_details", {})
+                      .get("cached_tokens", -1))
+    ok &= check(cached[0] == 0 and cached[1] > 0, "the new prefill node read the prompt's "
+                "blocks from the pool into device pages: cached tokens %s" % cached)
+    cl.stop()
+    # decode killed mid-stream
+    cl = Cluster(1, 1, node_args=cuda)
+    res = {}
+    t = threading.Thread(target=stream, args=(cl, PROMPTS[0], 4000, res, 0, 60,
+                                              {"ignore_eos": True}))
+    t.start()
+    time.sleep(1.5)
+    t_kill = time.time()
+    cl.procs["d0"].send_signal(signal.SIGKILL)
+    cl.procs["d0"].wait()
+    t.join(30)
+    r = res.get(0)
+    ok &= check(r and r[3] is not None and r[4] - t_kill < 5,
+                "the client of the killed decode node got an error within 5 s: %s" %
+                (r and (len(r[0]), r[3], round(r[4] - t_kill, 2))))
+    cl.start_node("decode", "d1")
+    cl.wait_nodes(3)
+    time.sleep(2.0)
+    run(cl, PROMPTS[1:3], 32, MODEL, "after the kill, the prefill node serves a new decode node")
+    return ok
+
+
 def main():
     if not os.path.exists(MODEL):
         print("skip: no " + MODEL)
@@ -1894,7 +2000,8 @@ def main():
             "status": case_status, "preempt": case_preempt,
             "kill_prefill": case_kill_prefill, "prefill_interleave": case_prefill_interleave,
             "local_cluster": case_local_cluster, "handshake": case_handshake,
-            "bad_destination": case_bad_destination, "transports": case_transports}[CASE]
+            "bad_destination": case_bad_destination, "transports": case_transports,
+            "gpu": case_gpu}[CASE]
     ok = False
     try:
         ok = case()
@@ -1906,6 +2013,8 @@ def main():
                 print(cl.dump())
         for d in TMPDIRS + [cl.dir for cl in Cluster.started]:
             shutil.rmtree(d, ignore_errors=True)
+    if not isinstance(ok, bool) and ok == 77:  # the case skipped itself
+        return 77
     return 0 if ok else 1
 
 
