@@ -5,7 +5,8 @@
  * ty_daemon_start() then hooks the daemon to its libuv loop: SIGTERM/SIGINT call the drain
  * callback (a second signal, or the drain timeout, stops at once), SIGHUP re-reads the file and
  * applies the fields marked TY_CONFIG_RELOADABLE, and under systemd it sends READY=1,
- * STOPPING=1, RELOADING=1 and WATCHDOG=1 (at half of WATCHDOG_USEC).
+ * STOPPING=1, RELOADING=1 and WATCHDOG=1 (at half of WATCHDOG_USEC, only while the alive
+ * callback, when there is one, says the daemon makes progress).
  *
  * Threading: everything runs on the loop's thread, callbacks included. Ownership: the caller
  * owns the settings struct; the daemon owns the strings and lists in it until ty_daemon_free().
@@ -29,6 +30,8 @@
 
 #include "tycho/config.h"
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
 
@@ -36,6 +39,10 @@ typedef struct ty_daemon ty_daemon_t;
 
 /* SIGTERM/SIGINT: stop taking new work, finish what is in flight, then call ty_daemon_stop(). */
 typedef void (*ty_daemon_drain_cb)(ty_daemon_t *d, void *arg);
+/* Whether the daemon's work makes progress (e.g. no engine call has run past its stall limit):
+ * false, with `why` filled, holds back systemd's WATCHDOG=1 so that a hung daemon is
+ * restarted. Called on the loop thread at each keep-alive. */
+typedef bool (*ty_daemon_alive_cb)(void *arg, char *why, size_t cap);
 /* After SIGHUP applied a re-read config; `n_changed` reloadable fields changed. */
 typedef void (*ty_daemon_reload_cb)(ty_daemon_t *d, unsigned n_changed, void *arg);
 
@@ -46,6 +53,7 @@ struct ty_daemon_opts {
     void *config;                         /* the settings struct to fill (borrowed) */
     ty_daemon_drain_cb drain;             /* NULL: stop at once */
     ty_daemon_reload_cb reload;           /* may be NULL */
+    ty_daemon_alive_cb alive;             /* NULL: the loop running is alive enough */
     void *arg;                            /* for the callbacks */
     uint64_t drain_timeout_ms;            /* force the stop after this; 0: 30 s */
 };

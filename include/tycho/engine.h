@@ -66,6 +66,10 @@ ty_backend_t *ty_engine_backend(ty_engine_t *e);
 bool ty_engine_healthy(const ty_engine_t *e);
 const ty_model_t *ty_engine_model(const ty_engine_t *e);
 uint32_t ty_engine_max_ctx(const ty_engine_t *e);
+/* How long the forward call now running has run (0: none runs): the daemons' watchdog holds
+ * back systemd's keep-alive when it exceeds their stall limit. Any thread. (Test hook: with
+ * TYCHO_TEST_HANG_FORWARD=N in the environment the engine's Nth forward call never returns.) */
+uint64_t ty_engine_busy_ns(const ty_engine_t *e);
 /* Tokens per forward call (max_batch_tokens). */
 uint32_t ty_engine_max_batch_tokens(const ty_engine_t *e);
 

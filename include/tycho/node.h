@@ -70,6 +70,7 @@ struct ty_node_config {
     int backend;                     /* index into ty_engine_backend_names */
     uint32_t cuda_device;            /* backend cuda: the GPU's ordinal */
     int cuda_weights;                /* backend cuda: index into ty_engine_cuda_weights_names */
+    uint64_t engine_stall_ns;        /* a forward call this long holds back the watchdog */
     uint32_t chunk_tokens;           /* prefill: chunked-prefill chunk */
     uint32_t prefill_batch;          /* prefill: prompts per forward call (within chunk_tokens) */
     uint64_t kv_wait_timeout_ns;     /* decode: reserved pages wait this long for their KV */
@@ -111,7 +112,11 @@ extern const struct ty_config_struct ty_node_config_table; /* prefill and decode
     {.key = "cuda_weights", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(T, cuda_weights),                \
      .def = "auto", .enum_names = ty_engine_cuda_weights_names,                                   \
      .help = "backend cuda: weight type on the GPU (auto: the file's 16-bit type, f16 for "       \
-             "quantized files, f32 for F32 files)"}
+             "quantized files, f32 for F32 files)"},                                              \
+    {.key = "engine_stall_timeout", .type = TY_CONFIG_DURATION,                                   \
+     TY_CONFIG_AT(T, engine_stall_ns), .def = "120s", .min = "100ms", .max = "1h",                \
+     .help = "under a systemd watchdog: a forward call running this long holds back the "         \
+             "keep-alive, so that systemd restarts the hung daemon"}
 
 /* ---- node side: the agent ------------------------------------------------------------------ */
 
@@ -294,6 +299,10 @@ struct ty_node_role {
     /* Close the server (the loop then runs until its handles are closed). */
     void (*stop)(void *server, const struct ty_node_runtime *rt);
 };
+
+/* A daemon's watchdog check of its engine (ty_daemon_alive_cb's shape): false, with `why`,
+ * when the engine's current forward call has run `stall_ns` or longer. NULL e: alive. */
+bool ty_node_engine_alive(const ty_engine_t *e, uint64_t stall_ns, char *why, size_t cap);
 
 /* The daemon's main: settings from argv, the file and the environment (tycho/daemon.h; --help
  * exits 0); the model, the engine, the transfer engine (tcp) with the KV pages registered, the

@@ -34,6 +34,7 @@ struct ty_serve_engine_config {
     int backend;                     /* index into ty_engine_backend_names */
     uint32_t cuda_device;            /* backend cuda: the GPU's ordinal */
     int cuda_weights;                /* backend cuda: index into ty_engine_cuda_weights_names */
+    uint64_t engine_stall_ns;        /* a forward call this long holds back the watchdog */
 };
 
 /* `tycho serve`: the Conductor's settings (same table as tycho-conductor; the RPC, heartbeat,

@@ -202,6 +202,12 @@ static void on_drain(ty_daemon_t *d, void *arg)
     ty_api_drain(s->api, on_drained, s);
 }
 
+static bool serve_alive(void *arg, char *why, size_t cap)
+{
+    struct serve *s = arg;
+    return ty_node_engine_alive(s->engine, s->cfg.engine.engine_stall_ns, why, cap);
+}
+
 static void on_reload(ty_daemon_t *d, unsigned n_changed, void *arg)
 {
     struct serve *s = arg;
@@ -413,7 +419,8 @@ static int run_serve(int argc, char **argv)
                                           "--host H, --threads N, --max-running N, "
                                           "--backend cpu|cuda, --device N)",
                                .table = &ty_serve_config_table, .config = &s.cfg,
-                               .drain = on_drain, .reload = on_reload, .arg = &s};
+                               .drain = on_drain, .reload = on_reload, .alive = serve_alive,
+                               .arg = &s};
     if (ty_daemon_new(&s.d, &o, n_args, args, &code) != 0)
         return code;
     ty_log_set_level((enum ty_log_level)s.cfg.conductor.log_level);

@@ -22,6 +22,7 @@ struct ty_daemon {
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t watchdog, drain_timer;
     bool started, draining, stopped;
+    bool withheld; /* the last keep-alive was held back (the alive callback said no) */
 };
 
 /* ---- configuration ------------------------------------------------------------------------ */
@@ -241,7 +242,18 @@ static void on_signal(uv_signal_t *h, int signum)
 
 static void on_watchdog(uv_timer_t *t)
 {
-    (void)t;
+    ty_daemon_t *d = t->data;
+    char why[256] = "";
+    if (d->opts.alive && !d->opts.alive(d->opts.arg, why, sizeof(why))) {
+        if (!d->withheld)
+            TY_LOG_ERROR("daemon", "%s: holding back the systemd watchdog keep-alive so that "
+                         "systemd restarts this daemon", why);
+        d->withheld = true;
+        return;
+    }
+    if (d->withheld)
+        TY_LOG_WARN("daemon", "progress again: systemd watchdog keep-alives resume");
+    d->withheld = false;
     sd_notify(0, "WATCHDOG=1");
 }
 

@@ -10,9 +10,12 @@
 #include "tycho/log.h"
 #include "tycho/tokenizer.h"
 
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct ty_engine {
     const ty_model_t *m;
@@ -20,6 +23,9 @@ struct ty_engine {
     ty_kvpool_t *pool;
     uint32_t max_ctx, max_batch;
     float *tmp_logits; /* (max_batch, n_vocab) */
+    _Atomic uint64_t busy_since_ns; /* the forward call running began then; 0: none runs */
+    uint64_t n_forward;             /* forward calls begun (the engine's thread) */
+    uint64_t hang_at;               /* test hook TYCHO_TEST_HANG_FORWARD: this call never ends */
 };
 
 /* Backend first: a device backend supplies the pool's page memory. */
@@ -92,6 +98,7 @@ int ty_engine_new(ty_engine_t **out, const ty_model_t *m, const struct ty_engine
     int rc = TY_ENOMEM;
     *out = NULL;
     o.kv_block_tokens = o.kv_block_tokens ? o.kv_block_tokens : 64;
+    const char *hang = getenv("TYCHO_TEST_HANG_FORWARD");
     o.max_seqs = o.max_seqs ? o.max_seqs : 8;
     o.max_ctx = o.max_ctx ? o.max_ctx : (c->ctx_len < 4096 ? c->ctx_len : 4096);
     o.max_batch_tokens = o.max_batch_tokens ? o.max_batch_tokens : 512;
@@ -105,6 +112,7 @@ int ty_engine_new(ty_engine_t **out, const ty_model_t *m, const struct ty_engine
     e->m = m;
     e->max_ctx = o.max_ctx;
     e->max_batch = o.max_batch_tokens;
+    e->hang_at = hang ? strtoull(hang, NULL, 10) : 0;
     e->tmp_logits = malloc((size_t)e->max_batch * c->n_vocab * sizeof(float));
     if (!e->tmp_logits || (rc = make_backend_and_pool(e, &o))) {
         ty_engine_free(e);
@@ -215,12 +223,25 @@ int ty_engine_forward(ty_engine_t *e, const struct ty_batch *b, float *logits)
             return rc;
     }
     uint32_t si = 0, ti = 0, row = 0;
-    while (si < b->n_seqs) {
-        int rc = forward_chunk(e, b, &si, &ti, logits, &row);
-        if (rc)
-            return rc;
+    atomic_store(&e->busy_since_ns, ty_clock_ns());
+    if (++e->n_forward == e->hang_at) { /* a hung device or kernel, for the watchdog's tests */
+        TY_LOG_WARN("engine", "test hook TYCHO_TEST_HANG_FORWARD: forward call %llu hangs",
+                    (unsigned long long)e->n_forward);
+        for (;;)
+            pause();
     }
-    return 0;
+    int rc = 0;
+    while (si < b->n_seqs && !rc)
+        rc = forward_chunk(e, b, &si, &ti, logits, &row);
+    atomic_store(&e->busy_since_ns, 0);
+    return rc;
+}
+
+uint64_t ty_engine_busy_ns(const ty_engine_t *e)
+{
+    uint64_t since = atomic_load(&((ty_engine_t *)e)->busy_since_ns);
+    uint64_t now = ty_clock_ns();
+    return since && now > since ? now - since : 0;
 }
 
 bool ty_gen_is_end(const struct ty_gen_params *g, const ty_model_t *m, uint32_t id)

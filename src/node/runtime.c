@@ -242,6 +242,22 @@ static int start_node(struct node *s, const struct ty_node_shape *sh)
                                ty_node_metrics_port(s->rt.metrics));
 }
 
+bool ty_node_engine_alive(const ty_engine_t *e, uint64_t stall_ns, char *why, size_t cap)
+{
+    uint64_t busy = e ? ty_engine_busy_ns(e) : 0;
+    if (busy < stall_ns)
+        return true;
+    snprintf(why, cap, "the engine's forward call has run %.1f s (engine_stall_timeout %.1f s)",
+             (double)busy / 1e9, (double)stall_ns / 1e9);
+    return false;
+}
+
+static bool node_alive(void *arg, char *why, size_t cap)
+{
+    struct node *s = arg;
+    return ty_node_engine_alive(s->rt.engine, s->cfg.engine_stall_ns, why, cap);
+}
+
 int ty_node_main(const struct ty_node_role *role, int argc, char **argv)
 {
     static struct node s;
@@ -249,7 +265,7 @@ int ty_node_main(const struct ty_node_role *role, int argc, char **argv)
     int code = 0;
     struct ty_daemon_opts o = {.name = role->daemon, .summary = role->summary,
                                .table = &ty_node_config_table, .config = &s.cfg,
-                               .drain = on_drain, .arg = &s};
+                               .drain = on_drain, .alive = node_alive, .arg = &s};
     if (ty_daemon_new(&s.d, &o, argc, argv, &code) != 0)
         return code;
     ty_log_set_level((enum ty_log_level)s.cfg.log_level);

@@ -125,7 +125,7 @@ class Cluster:
                 time.sleep(0.05)
         raise RuntimeError("tycho-store did not start:\n" + self.dump())
 
-    def start(self, name, argv):
+    def start(self, name, argv, env=None):
         try:
             os.unlink(self.port_file(name))
         except OSError:
@@ -133,14 +133,14 @@ class Cluster:
         log = open(os.path.join(self.dir, name + ".log"), "a")
         self.logs[name] = log.name
         self.procs[name] = subprocess.Popen(argv + ["--port_file=" + self.port_file(name)],
-                                            stdout=log, stderr=log)
+                                            stdout=log, stderr=log, env=env)
 
-    def start_node(self, role, name):
+    def start_node(self, role, name, env=None, extra=()):
         self.start(name, [PREFILL if role == "prefill" else DECODE, "--model_path=" + self.model,
                           "--name=" + name, "--conductor_address=127.0.0.1:%d" % self.rpc,
                           "--kv_block_tokens=16", "--heartbeat_interval=200ms",
                           "--chunk_tokens=32", *self.node_args,
-                          *(self.decode_args if role == "decode" else [])])
+                          *(self.decode_args if role == "decode" else []), *extra], env=env)
 
     def registered(self):
         out = []
@@ -1887,6 +1887,107 @@ def case_transports():
     return ok
 
 
+def notify_reader():
+    """A stand-in for systemd's notification socket: (socket, path)."""
+    d = tempfile.mkdtemp(prefix="tycho-notify-")
+    TMPDIRS.append(d)
+    path = os.path.join(d, "notify")
+    sk = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sk.bind(path)
+    sk.settimeout(0.05)
+    return sk, path
+
+
+def notices(sk, secs):
+    """The notifications that arrive within the next secs (older ones are dropped first), as
+    a list of strings."""
+    try:
+        while True:
+            sk.recv(4096)
+    except socket.timeout:
+        pass
+    out, end = [], time.time() + secs
+    while time.time() < end:
+        try:
+            out.append(sk.recv(4096).decode())
+        except socket.timeout:
+            pass
+    return out
+
+
+def case_watchdog():
+    """The systemd watchdog sees the engine: with WATCHDOG_USEC set, a node daemon and tycho
+    serve send WATCHDOG=1 while their engine is idle or making progress; a forward call that
+    hangs (test hook TYCHO_TEST_HANG_FORWARD) past engine_stall_timeout stops the keep-alives
+    (read from a stand-in NOTIFY_SOCKET, as systemd would) and says why in the log. Killed and
+    restarted as systemd would, the node serves again with generate's answer."""
+    ok = True
+    sk, path = notify_reader()
+    env = dict(os.environ, NOTIFY_SOCKET=path, WATCHDOG_USEC="400000",
+               TYCHO_TEST_HANG_FORWARD="1")
+    cl = Cluster(1, 0)
+    cl.start_node("decode", "d0", env=env, extra=["--engine_stall_timeout=1s"])
+    cl.wait_nodes(2)
+    before = notices(sk, 1.5)
+    ok &= check(before.count("WATCHDOG=1") >= 4,
+                "an idle decode node sends keep-alives: %d in 1.5 s" % before.count("WATCHDOG=1"))
+    res = {}
+    t = threading.Thread(target=stream, args=(cl, PROMPTS[0], 16, res, 0, 30))
+    t.start()
+    time.sleep(2.0)  # the hook hangs the first decode step; the stall limit is 1 s
+    hung = notices(sk, 2.0)
+    with open(cl.logs["d0"]) as f:
+        log = f.read()
+    ok &= check(hung.count("WATCHDOG=1") == 0 and
+                "holding back the systemd watchdog keep-alive" in log,
+                "a hung forward call stops the keep-alives (%d in 2 s) and says why" %
+                hung.count("WATCHDOG=1"))
+    cl.procs["d0"].send_signal(signal.SIGKILL)  # what systemd does at WatchdogSec
+    cl.procs["d0"].wait()
+    t.join(30)
+    ok &= check(res.get(0) and res[0][3] is not None,
+                "the client of the hung node got an error: %s" % (res.get(0) and res[0][3]))
+    cl.start_node("decode", "d0")  # restarted, as Restart=on-watchdog would
+    end = time.time() + 15
+    while time.time() < end and open(cl.logs["conductor"]).read().count(
+            "node d0 registered") < 2:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    ref = generate(PROMPTS[1], 12)
+    st, body = cl.post("/v1/completions", {"prompt": PROMPTS[1], "max_tokens": 12,
+                                           "temperature": 0, "return_token_ids": True})
+    ok &= check(st == 200 and json.loads(body)["choices"][0]["token_ids"] == ref["output_ids"],
+                "the restarted node serves generate's answer")
+    cl.stop()
+    # tycho serve: the same check over its one engine
+    d = tempfile.mkdtemp(prefix="tycho-serve-")
+    TMPDIRS.append(d)
+    pf = os.path.join(d, "ports")
+    log = open(os.path.join(d, "serve.log"), "w")
+    p = subprocess.Popen([TYCHO, "serve", "--model", MODEL, "--listen_port=0",
+                          "--port_file=" + pf, "--engine.engine_stall_timeout=1s"],
+                         stdout=log, stderr=log, env=env)
+    try:
+        port = read_ports(pf, time.time() + 20, 1)[0]
+        before = notices(sk, 1.0)
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=3)
+        try:
+            c.request("POST", "/v1/completions", json.dumps({"prompt": "Hi", "max_tokens": 4}),
+                      {"Content-Type": "application/json"})
+            c.getresponse()
+        except (socket.timeout, OSError):
+            pass
+        time.sleep(1.0)
+        hung = notices(sk, 2.0)
+        ok &= check(before.count("WATCHDOG=1") >= 2 and hung.count("WATCHDOG=1") == 0,
+                    "tycho serve: keep-alives %d in 1 s idle, %d in 2 s hung" %
+                    (before.count("WATCHDOG=1"), hung.count("WATCHDOG=1")))
+    finally:
+        p.kill()
+        p.wait()
+    return ok
+
+
 def case_gpu():
     """The cluster on a GPU (scripts/gpu-check.sh runs it; exit 77 without a CUDA device):
     Conductor + prefill (cuda) + decode (cuda) as separate processes on one GPU give the ids of
@@ -2001,7 +2102,7 @@ def main():
             "kill_prefill": case_kill_prefill, "prefill_interleave": case_prefill_interleave,
             "local_cluster": case_local_cluster, "handshake": case_handshake,
             "bad_destination": case_bad_destination, "transports": case_transports,
-            "gpu": case_gpu}[CASE]
+            "gpu": case_gpu, "watchdog": case_watchdog}[CASE]
     ok = False
     try:
         ok = case()
