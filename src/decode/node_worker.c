@@ -29,6 +29,8 @@ struct dreq {
     uint32_t attempt;     /* the prefill attempt whose KvReady it takes (1, then re-arms) */
     uint64_t deadline_ms; /* KV must land by then */
     bool ready;           /* its KV landed */
+    uint32_t published;   /* tokens whose full blocks are in the KV pool (or the prefill
+                           * node's to write: the prompt's) */
 };
 
 struct wstate {
@@ -67,6 +69,24 @@ static struct dreq *find(struct wstate *w, uint64_t rid)
     return NULL;
 }
 
+/* The blocks the request's generated tokens filled since the last call go to the KV pool, as it
+ * streams (the prompt's full blocks are the prefill node's to write), so a conversation's next
+ * turn, even one sent while this answer still streams, finds them. Its KV covers every token
+ * but the last one sampled. */
+static void pool_publish(struct wstate *w, struct dreq *d, ty_breq_t *r)
+{
+    ty_kvseq_t *seq = ty_breq_seq(r);
+    if (!w->n->kvstore || !seq)
+        return;
+    uint32_t B = ty_kvpool_block_tokens(w->pool), n = ty_kvseq_n_tokens(seq);
+    if (d->published < ty_breq_n_prompt(r) / B * B)
+        d->published = ty_breq_n_prompt(r) / B * B;
+    if (n / B * B <= d->published)
+        return;
+    ty_node_kvstore_store(w->n->kvstore, seq, ty_kvseq_tokens(seq), n, d->published);
+    d->published = n / B * B;
+}
+
 /* ---- the batcher's hooks ----------------------------------------------------------------- */
 
 static int on_token(void *arg, ty_breq_t *r, const struct ty_sample *smp, enum ty_finish fin)
@@ -74,6 +94,8 @@ static int on_token(void *arg, ty_breq_t *r, const struct ty_sample *smp, enum t
     struct wstate *w = arg;
     if (fin == TY_FINISH_EOS)
         return fin; /* on_end tells the Conductor: no token */
+    if (!fin) /* on_end publishes the last blocks */
+        pool_publish(w, ty_breq_user(r), r);
     post(w, ty_breq_user(r), r, smp,
          fin ? TYCHO__V1__FINISH_REASON__FINISH_REASON_LENGTH
              : TYCHO__V1__FINISH_REASON__FINISH_REASON_NONE,
@@ -81,25 +103,12 @@ static int on_token(void *arg, ty_breq_t *r, const struct ty_sample *smp, enum t
     return fin;
 }
 
-/* A request ended naturally (EOS, max_tokens, context): the blocks its generated tokens filled
- * go to the KV pool (the prompt's full blocks are the prefill node's to write). Its KV covers
- * every token but the last one sampled. */
-static void pool_write(struct wstate *w, ty_breq_t *r)
-{
-    ty_kvseq_t *seq = ty_breq_seq(r);
-    if (!w->n->kvstore || !seq)
-        return;
-    uint32_t B = ty_kvpool_block_tokens(w->pool);
-    ty_node_kvstore_store(w->n->kvstore, seq, ty_kvseq_tokens(seq), ty_kvseq_n_tokens(seq),
-                          ty_breq_n_prompt(r) / B * B);
-}
-
 static void on_end(void *arg, ty_breq_t *r, enum ty_finish fin, int rc)
 {
     struct wstate *w = arg;
     struct dreq *d = ty_breq_user(r);
     if (!rc)
-        pool_write(w, r);
+        pool_publish(w, d, r);
     if (rc == TY_ECANCELED)
         post(w, d, r, NULL, TYCHO__V1__FINISH_REASON__FINISH_REASON_CANCELLED, rc);
     else if (rc)

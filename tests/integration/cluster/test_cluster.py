@@ -1720,6 +1720,65 @@ def case_pool_decode():
     return ok
 
 
+def case_pool_streaming():
+    """A decode node publishes its answer's full blocks to the KV pool as it streams: the
+    conversation's next turn (prompt, the answer so far, a new message), sent while the first
+    answer is still streaming, lands on the other prefill node, which reads prompt and answer
+    blocks from the pool (usage cached_tokens); both answers equal tycho generate's."""
+    tmp = tempfile.mkdtemp(prefix="tycho-model-")
+    TMPDIRS.append(tmp)
+    mid = os.path.join(tmp, "mid.gguf")  # slow enough that 300 tokens stream for seconds
+    subprocess.run([TYCHO, "mkmodel", "--dims", "512,8,8,4,1536", "--vocab-from", MODEL,
+                    "--out", mid], check=True, capture_output=True)
+    cl = Cluster(2, 1, model=mid, config="scheduler:\n  policy: round_robin\n", kv_pool=True)
+    ok = True
+    n_long = 300
+    ref = generate(LONG_A, n_long, mid, ["--ignore-eos"])
+    prompt, answer = ref["prompt_ids"], ref["output_ids"]
+    m = 48 - len(prompt) % 16  # answer tokens taken: prompt + m ends on a block boundary
+    got, done = [], threading.Event()
+
+    def turn1():
+        c = http.client.HTTPConnection("127.0.0.1", cl.http, timeout=120)
+        c.request("POST", "/v1/completions", json.dumps(
+            {"prompt": LONG_A, "max_tokens": n_long, "temperature": 0, "ignore_eos": True,
+             "stream": True, "return_token_ids": True}), {"Content-Type": "application/json"})
+        r = c.getresponse()
+        for line in r:
+            line = line.strip()
+            if line.startswith(b"data: {"):
+                got.extend(json.loads(line[6:])["choices"][0].get("token_ids") or [])
+        done.set()
+
+    t = threading.Thread(target=turn1)
+    t.start()
+    end = time.time() + 60
+    while len(got) < m + 1 and time.time() < end and not done.is_set():
+        time.sleep(0.01)
+    want_blocks = (len(prompt) + m) // 16
+    end = time.time() + 10
+    while pool_objects(cl) < want_blocks and time.time() < end and not done.is_set():
+        time.sleep(0.02)
+    turn2 = prompt + answer[:m] + prompt[1:9]
+    st, body = cl.post("/v1/completions", {"prompt": turn2, "max_tokens": 8, "temperature": 0,
+                                           "return_token_ids": True}, timeout=60)
+    streaming = not done.is_set()
+    n_then = len(got)
+    ref2 = generate(None, 8, mid, ["--prompt-ids", ",".join(map(str, turn2))])
+    ok &= check(streaming and n_then < n_long,
+                "turn 2 answered while turn 1 was still streaming (%d of %d tokens)" %
+                (n_then, n_long))
+    ok &= check(st == 200 and json.loads(body)["choices"][0]["token_ids"] == ref2["output_ids"],
+                "turn 2 equals generate's ids")
+    ok &= check(cached_of(body) == want_blocks * 16,
+                "turn 2 read the prompt's and the streaming answer's %d full blocks from the "
+                "pool: cached %d tokens (want %d)" % (want_blocks, cached_of(body),
+                                                      want_blocks * 16))
+    t.join(120)
+    ok &= check(got == answer, "turn 1 streamed generate's %d ids" % len(answer))
+    return ok
+
+
 def case_pool_snapshot():
     """A Conductor restarted after the pool filled learns what the pool holds from its
     subscription's snapshot, not only from blocks written later."""
@@ -2093,6 +2152,7 @@ def main():
             "slo_reject": case_slo_reject, "cost_refit": case_cost_refit,
             "phantom_credit": case_phantom_credit, "kv_pool": case_kv_pool,
             "pool_sched": case_pool_sched, "pool_decode": case_pool_decode,
+            "pool_streaming": case_pool_streaming,
             "pool_snapshot": case_pool_snapshot, "kv_f16": case_kv_f16,
             "prefill_batch": case_prefill_batch,
             "batch_admission": case_batch_admission,
