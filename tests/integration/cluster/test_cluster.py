@@ -193,25 +193,14 @@ class Cluster:
 
     def metrics(self):
         """The Conductor's /metrics as {"name{labels}": value}."""
-        c = http.client.HTTPConnection("127.0.0.1", self.http, timeout=10)
-        c.request("GET", "/metrics")
-        text = c.getresponse().read().decode()
-        c.close()
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                k, _, v = line.rpartition(" ")
-                out[k] = float(v)
-        return out
+        return scrape(self.http)
 
 
-def node_metrics(cl, name):
-    """A node daemon's /metrics (the third port of its port file) as {"name{labels}": value}."""
-    port = read_ports(cl.port_file(name), time.time() + 5, 3)[2]
+def scrape(port):
+    """GET /metrics on a loopback port, as {"name{labels}": value}."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     c.request("GET", "/metrics")
-    r = c.getresponse()
-    text = r.read().decode()
+    text = c.getresponse().read().decode()
     c.close()
     out = {}
     for line in text.splitlines():
@@ -219,6 +208,11 @@ def node_metrics(cl, name):
             k, _, v = line.rpartition(" ")
             out[k] = float(v)
     return out
+
+
+def node_metrics(cl, name):
+    """A node daemon's /metrics (the third port of its port file) as {"name{labels}": value}."""
+    return scrape(read_ports(cl.port_file(name), time.time() + 5, 3)[2])
 
 
 def kv_bytes(m, direction, transport):
