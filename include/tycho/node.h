@@ -230,7 +230,7 @@ void ty_node_service_close(ty_node_service_t *s);
  * direction and transport (tycho_node_kv_transfer_*), KV pages used/free of the device, requests
  * running and waiting, preemptions, step time, batch size and tokens per forward call. GET
  * /metrics renders them (the load gauges read from the role's load callback then), GET /health
- * answers "ok". Threading: new/close/free on the loop thread (free after the loop ran the close
+ * answers "ok", GET /ready 200 once registered with the Conductor (else 503). Threading: new/close/free on the loop thread (free after the loop ran the close
  * and every worker that reports has stopped); kv and step from any thread. */
 typedef struct ty_node_metrics ty_node_metrics_t;
 
@@ -247,6 +247,9 @@ struct ty_node_metrics_opts {
 /* Listen and register the families. Returns 0, TY_ENOMEM or the listen error. */
 int ty_node_metrics_new(ty_node_metrics_t **out, const struct ty_node_metrics_opts *opts);
 uint16_t ty_node_metrics_port(const ty_node_metrics_t *m);
+/* GET /ready answers 200 once the agent is registered with the Conductor, 503 before and
+ * while it is not (loop thread; the agent must outlive the metrics' port). */
+void ty_node_metrics_set_agent(ty_node_metrics_t *m, const ty_node_agent_t *agent);
 /* The role's load, read at each scrape from then on (loop thread). */
 void ty_node_metrics_set_load(ty_node_metrics_t *m, ty_node_load_cb load, void *arg);
 /* One request's KV handoff: `sent` by this (prefill) node or received by this (decode) node,

@@ -77,6 +77,8 @@ struct ty_serve_stats {
     uint64_t steps;            /* forward steps run so far */
     uint64_t preemptions;      /* sequences whose KV pages were taken back to let older ones
                                 * grow (recomputed when readmitted); 0 where none happen */
+    bool ready;                /* it can serve now (a Conductor: a prefill and a decode node
+                                * up); GET /ready answers 503 otherwise */
 };
 
 struct ty_serve_backend_i {

@@ -69,7 +69,7 @@ static bool authorized(ty_api_t *a, ty_http_req_t *r, const char **key_class)
 }
 
 enum route_id {
-    R_CHAT, R_COMPL, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_HEALTH, R_METRICS, R_STATUS
+    R_CHAT, R_COMPL, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_HEALTH, R_READY, R_METRICS, R_STATUS
 };
 
 static const struct route {
@@ -80,6 +80,7 @@ static const struct route {
     {"/v1/models", "GET", R_MODELS},          {"/tokenize", "POST", R_TOKENIZE},
     {"/detokenize", "POST", R_DETOKENIZE},    {"/health", "GET", R_HEALTH},
     {"/metrics", "GET", R_METRICS},          {"/status", "GET", R_STATUS},
+    {"/ready", "GET", R_READY},
 };
 
 static void dispatch(ty_api_t *a, ty_http_req_t *r, enum route_id id, const char *key_class)
@@ -92,6 +93,17 @@ static void dispatch(ty_api_t *a, ty_http_req_t *r, enum route_id id, const char
     case R_DETOKENIZE: ty__api_handle_detokenize(a, r); break;
     case R_METRICS: ty__api_handle_metrics(a, r); break;
     case R_STATUS: ty__api_handle_status(a, r); break;
+    case R_READY: { /* a load balancer's question: send requests here now? */
+        struct ty_serve_stats st = {0};
+        a->o.backend.iface->stats(a->o.backend.context, &st);
+        if (a->draining)
+            ty_http_respond(r, 503, "text/plain", NULL, "draining\n", 9);
+        else if (!st.ready)
+            ty_http_respond(r, 503, "text/plain", NULL, "no prefill or decode node up\n", 29);
+        else
+            ty_http_respond(r, 200, "text/plain", NULL, "ready\n", 6);
+        break;
+    }
     case R_HEALTH:
         if (a->draining)
             ty_http_respond(r, 503, "text/plain", NULL, "draining\n", 9);

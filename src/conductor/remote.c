@@ -553,23 +553,24 @@ static void cluster_stats(void *ctx, struct ty_serve_stats *out)
     ty_conductor_t *c = ctx;
     memset(out, 0, sizeof(*out));
     out->max_ctx = c->o.max_ctx;
-    uint32_t n_decode = 0;
+    uint32_t n_decode = 0, n_prefill = 0;
     for (size_t i = 0; i < c->n_nodes; i++) {
         const struct ty__cnode *n = c->nodes[i];
         if (!n->info.alive)
             continue;
+        n_prefill += n->info.role == TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL;
         out->running += n->info.role == TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE
                             ? n->info.load.running : 0;
         out->waiting += n->info.load.queued;
         if (n->info.role == TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE) {
             out->kv_usage += n->info.load.kv_usage;
             out->kv_block_tokens = n->block_tokens;
-
             n_decode++;
         }
     }
     if (n_decode)
         out->kv_usage /= n_decode;
+    out->ready = n_decode && n_prefill;
     out->preemptions = c->preemptions; /* a down node's count stays in it */
 }
 

@@ -20,6 +20,7 @@ struct ty_node_metrics {
     ty_http_server_t *http;
     ty_node_load_cb load;
     void *load_arg;
+    const ty_node_agent_t *agent; /* /ready: registered with the Conductor */
     uint64_t pages_total;
     ty_metrics_family_t *kv_bytes, *kv_seconds, *kv_handoffs;
     ty_metrics_child_t *pages_used, *pages_free, *running, *queued, *preempted;
@@ -55,8 +56,16 @@ static void on_http(void *arg, ty_http_req_t *req)
         ty_http_respond(req, 200, "text/plain", NULL, "ok\n", 3);
         return;
     }
+    if (!strcmp(path, "/ready")) {
+        if (m->agent && ty_node_agent_registered(m->agent))
+            ty_http_respond(req, 200, "text/plain", NULL, "ready\n", 6);
+        else
+            ty_http_respond(req, 503, "text/plain", NULL, "not registered with the Conductor\n",
+                            34);
+        return;
+    }
     if (strcmp(path, "/metrics") != 0) {
-        ty_http_respond(req, 404, "text/plain", NULL, "not found (/metrics, /health)\n", 30);
+        ty_http_respond(req, 404, "text/plain", NULL, "not found (/metrics, /health, /ready)\n", 38);
         return;
     }
     if (m->load) {
@@ -181,6 +190,11 @@ void ty_node_metrics_set_load(ty_node_metrics_t *m, ty_node_load_cb load, void *
 {
     m->load = load;
     m->load_arg = arg;
+}
+
+void ty_node_metrics_set_agent(ty_node_metrics_t *m, const ty_node_agent_t *agent)
+{
+    m->agent = agent;
 }
 
 void ty_node_metrics_kv(ty_node_metrics_t *m, bool sent, const char *transport, uint64_t bytes,

@@ -233,6 +233,7 @@ static int start_node(struct node *s, const struct ty_node_shape *sh)
         .transports = s->xports, .n_transports = s->n_xports};
     if ((rc = ty_node_agent_new(&s->agent, &ao)))
         return rc;
+    ty_node_metrics_set_agent(s->rt.metrics, s->agent);
     TY_LOG_INFO(r->name, "%s: RPC %s, transfer segment %s (transport %s), metrics :%u, %s on "
                 "%s (KV pages on %s), KV pool %s", s->name, addr,
                 ty_xfer_engine_name(s->rt.xfer), xport, ty_node_metrics_port(s->rt.metrics),
@@ -284,6 +285,8 @@ int ty_node_main(const struct ty_node_role *role, int argc, char **argv)
     uv_run(loop, UV_RUN_DEFAULT);
     ret = 0;
 out:
+    if (s.rt.metrics)
+        ty_node_metrics_set_agent(s.rt.metrics, NULL); /* not ready from here on */
     ty_node_agent_close(s.agent, NULL, NULL);
     if (s.server)
         role->stop(s.server, &s.rt);

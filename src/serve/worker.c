@@ -159,6 +159,7 @@ static void worker_stats(void *ctx, struct ty_serve_stats *out)
     pthread_mutex_lock(&w->mu);
     *out = w->stats;
     pthread_mutex_unlock(&w->mu);
+    out->ready = true; /* the engine is up once the worker exists */
 }
 
 /* GET /status of `tycho serve`: the engine under the API. */

@@ -210,6 +210,16 @@ def scrape(port):
     return out
 
 
+def get_status(port, path):
+    """(status, body) of GET path on a loopback port."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", path)
+    r = c.getresponse()
+    out = (r.status, r.read().decode())
+    c.close()
+    return out
+
+
 def node_metrics(cl, name):
     """A node daemon's /metrics (the third port of its port file) as {"name{labels}": value}."""
     return scrape(read_ports(cl.port_file(name), time.time() + 5, 3)[2])
@@ -1905,6 +1915,12 @@ def case_transports():
                     pm.get("tycho_node_step_seconds_count", 0) > 0 and
                     dm.get('tycho_node_kv_pages{device="cpu:0",state="free"}', -1) > 0,
                     "step times and free pages on both nodes' /metrics")
+        mport = read_ports(cl.port_file("d0"), time.time() + 5, 3)[2]
+        ok &= check(get_status(mport, "/health")[0] == 200 and
+                    get_status(mport, "/ready")[0] == 200 and
+                    get_status(cl.http, "/ready")[0] == 200 and
+                    get_status(mport, "/nope")[0] == 404,
+                    "the decode node's /health and /ready and the Conductor's /ready say 200")
         if xport == "auto":
             with open(cl.logs["d0"]) as f:
                 log = f.read()
@@ -1925,6 +1941,12 @@ def case_transports():
                         {k: (v.get("backend"), v.get("kv_device"), v.get("transports"))
                          for k, v in nodes.items()})
         cl.stop()
+    cl = Cluster(0, 0)  # a Conductor with no node: alive, not ready for traffic
+    ok &= check(get_status(cl.http, "/health")[0] == 200 and
+                get_status(cl.http, "/ready")[0] == 503,
+                "a Conductor without nodes: /health 200, /ready %s" % (get_status(cl.http,
+                                                                             "/ready"),))
+    cl.stop()
     bad = []
     if not os.path.isdir("/sys/class/infiniband") or not os.listdir("/sys/class/infiniband"):
         bad.append((["--transfer.transport=rdma"], "transfer.transport: rdma"))
