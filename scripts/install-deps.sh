@@ -18,7 +18,7 @@ pkgs=(
   libcmocka-dev
   # tests and benchmarks: real peers
   etcd-server etcd-client iperf3 redis-server memcached
-  iproute2 procps curl gnuplot-nox python3
+  iproute2 procps curl gnuplot-nox python3 python3-yaml
 )
 # Node.js runs the reference clients (openai, tokenizers, node-llama-cpp); a machine that has
 # node and npm from elsewhere keeps them (Debian's npm conflicts with other nodejs builds).
