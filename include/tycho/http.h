@@ -67,6 +67,11 @@ const char *ty_http_req_path(const ty_http_req_t *r);   /* "/v1/models", without
 /* Value of a header (case-insensitive name), or NULL. */
 const char *ty_http_req_header(const ty_http_req_t *r, const char *name);
 const char *ty_http_req_body(const ty_http_req_t *r, size_t *len); /* NUL-terminated */
+/* The request's id: the client's x-request-id header when it is 1..64 characters of
+ * [A-Za-z0-9._:-], else one the server made (16 hex digits). Every response to the request
+ * carries it back in an x-request-id header. */
+#define TY_HTTP_REQUEST_ID_MAX 64
+const char *ty_http_req_id(const ty_http_req_t *r);
 /* Set (or clear with NULL) the callback run if the client leaves before the response ends. */
 void ty_http_req_set_abort(ty_http_req_t *r, ty_http_abort_cb cb, void *arg);
 

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* A sampled token's logprob and alternatives as a TokenLogprob (KvReady, TokenChunk): `lp`
  * points into the struct's own storage, so the struct must outlive the packing. */
@@ -39,5 +40,14 @@ int ty_pb_sampling_unpack(const Tycho__V1__SamplingParams *sp, uint32_t V,
  * and ignore_eos into g (its other fields untouched). TY_EINVAL with why. */
 int ty_pb_ends_unpack(const Tycho__V1__SamplingParams *sp, uint32_t V,
                             struct ty_gen_params *g, char *why, size_t cap);
+
+/* A client's request id (the API's x-request-id, PrefillAssign / DecodeAssign
+ * client_request_id) as the Conductor and the nodes keep it for their log lines: at most
+ * TY_CLIENT_ID_MAX characters (longer ones cut), "-" when there is none. */
+#define TY_CLIENT_ID_MAX 64
+static inline void ty_client_id_copy(char dst[TY_CLIENT_ID_MAX + 1], const char *src)
+{
+    snprintf(dst, TY_CLIENT_ID_MAX + 1, "%s", src && *src ? src : "-");
+}
 
 #endif

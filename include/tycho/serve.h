@@ -39,6 +39,8 @@ struct ty_serve_request {
     struct ty_serve_reject *reject; /* optional: filled when submit returns TY_EREJECTED */
     const char *slo_class; /* SLO class by name (the API's service_tier); NULL, "auto" or a
                             * name the backend has no class for: its default class */
+    const char *client_id; /* the HTTP request's x-request-id (borrowed for the call): a
+                            * backend carries it into its log lines and to its nodes */
     bool slo_class_strict; /* the client named the class itself (slo_class, or its API key's
                             * class): a backend with SLO classes refuses a name it has none
                             * for (TY_ENOTFOUND, reject->message naming those it has); one

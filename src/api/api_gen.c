@@ -500,13 +500,15 @@ static void fill_params(const struct ty__api_gen *g, uint32_t i, struct ty_serve
 }
 
 /* Hand every choice to the backend; on failure cancel those already queued. */
-static int submit_all(ty_api_t *a, struct ty__api_gen *g, struct ty_serve_reject *rej)
+static int submit_all(ty_api_t *a, struct ty__api_gen *g, struct ty_serve_reject *rej,
+                      const char *client_id)
 {
     const struct ty_serve_backend *b = &a->o.backend;
     for (uint32_t i = 0; i < g->n_choices; i++) {
         struct ty_serve_request sr = {0};
         fill_params(g, i, &sr);
         sr.reject = rej;
+        sr.client_id = client_id; /* the HTTP request's x-request-id */
         g->ch[i].id = sr.id;
         int rc = b->iface->submit(b->context, &sr);
         if (rc) {
@@ -589,7 +591,7 @@ void ty__api_handle_generate(ty_api_t *a, ty_http_req_t *r, enum ty_api_kind kin
     g->seq = a->next_seq++;
     struct ty_serve_reject rej = {.code = ""};
     int rc = prepare(a, r, g, kind, &e);
-    if (!rc && (rc = submit_all(a, g, &rej)))
+    if (!rc && (rc = submit_all(a, g, &rej, ty_http_req_id(r))))
         backend_error(&e, rc, &rej);
     if (rc) {
         ty__api_send_error(r, &e);

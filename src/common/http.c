@@ -18,12 +18,14 @@
 #include "tycho/errors.h"
 #include "tycho/log.h"
 
+#include <ctype.h>
 #include <http_parser.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #define IN_MAX_BUFFERED (256u * 1024u) /* pipelined bytes held while handling */
 #define LINGER_MS 1000u
@@ -56,6 +58,7 @@ struct ty_http_req {
     bool streaming, ended, chunked_out;
     ty_http_abort_cb abort_cb;
     void *abort_arg;
+    char id[TY_HTTP_REQUEST_ID_MAX + 1]; /* x-request-id: the client's, or made here */
 };
 
 /* A block of output: bytes [off, len) are not yet handed to the socket. */
@@ -106,6 +109,7 @@ struct ty_http_server {
     struct conn *conns;
     uint32_t n_conns;
     bool accepting, closing;
+    uint64_t id_seed, n_ids; /* request ids made here: seed (per server) and a counter */
     ty_http_closed_cb closed_cb;
     void *closed_arg;
     uint16_t port;
@@ -411,11 +415,13 @@ static void on_flush_hook(uv_handle_t *h)
 static int write_head(struct conn *c, int status, const char *ctype, const char *extra,
                       const char *framing, const void *body, size_t blen)
 {
-    char head[1024];
+    char head[1024], idh[TY_HTTP_REQUEST_ID_MAX + 24] = "";
+    if (c->req.id[0])
+        snprintf(idh, sizeof(idh), "x-request-id: %s\r\n", c->req.id);
     int n = snprintf(head, sizeof(head),
-                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n%s%sConnection: %s\r\n\r\n", status,
-                     ty_http_status_text(status), ctype ? ctype : "application/json", framing,
-                     extra ? extra : "", c->keep_alive ? "keep-alive" : "close");
+                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n%s%s%sConnection: %s\r\n\r\n",
+                     status, ty_http_status_text(status), ctype ? ctype : "application/json",
+                     framing, idh, extra ? extra : "", c->keep_alive ? "keep-alive" : "close");
     if (n < 0 || (size_t)n >= sizeof(head))
         return TY_EINVAL;
     int rc = out_put(c, head, (size_t)n);
@@ -567,11 +573,29 @@ static int on_body(http_parser *p, const char *at, size_t n)
     return buf_append(&r->body, &r->body_len, &r->body_cap, at, n) ? 1 : 0;
 }
 
+/* The client's x-request-id when it is 1..64 characters of [A-Za-z0-9._:-], else one made
+ * here (hex, unique per server). */
+static void req_set_id(struct conn *c)
+{
+    const char *h = ty_http_req_header(&c->req, "x-request-id");
+    size_t n = h ? strlen(h) : 0;
+    bool good = n > 0 && n <= TY_HTTP_REQUEST_ID_MAX;
+    for (size_t i = 0; good && i < n; i++)
+        good = isalnum((unsigned char)h[i]) || strchr("._:-", h[i]);
+    if (good)
+        memcpy(c->req.id, h, n + 1);
+    else
+        snprintf(c->req.id, sizeof(c->req.id), "%08llx%08llx",
+                 (unsigned long long)(c->srv->id_seed & 0xffffffffu),
+                 (unsigned long long)++c->srv->n_ids);
+}
+
 static int on_message_complete(http_parser *p)
 {
     struct conn *c = p->data;
     if (!c->req.body && buf_append(&c->req.body, &c->req.body_len, &c->req.body_cap, "", 0))
         return 1;
+    req_set_id(c);
     c->state = CONN_HANDLING;
     uv_timer_stop(&c->timer);
     http_parser_pause(p, 1);
@@ -849,6 +873,7 @@ int ty_http_server_new(ty_http_server_t **out, uv_loop_t *loop,
     srv->ps.on_headers_complete = on_headers_complete;
     srv->ps.on_body = on_body;
     srv->ps.on_message_complete = on_message_complete;
+    srv->id_seed = ty_clock_ns() ^ ((uint64_t)getpid() << 32);
     srv->accepting = true;
     uv_tcp_init(loop, &srv->listener);
     srv->listener.data = srv;
@@ -911,6 +936,11 @@ const char *ty_http_req_header(const ty_http_req_t *r, const char *name)
         if (r->hval[i] != SIZE_MAX && !strcasecmp(r->hbuf + r->hname[i], name))
             return r->hbuf + r->hval[i];
     return NULL;
+}
+
+const char *ty_http_req_id(const ty_http_req_t *r)
+{
+    return r->id;
 }
 
 const char *ty_http_req_body(const ty_http_req_t *r, size_t *len)

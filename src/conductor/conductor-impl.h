@@ -7,6 +7,7 @@
 #define TYCHO_CONDUCTOR_IMPL_H
 
 #include "tycho/conductor.h"
+#include "tycho/proto.h"
 #include "tycho/rpc.h"
 #include "tycho/stoptext.h"
 #include "tycho/store.h"
@@ -55,6 +56,7 @@ struct ty__creq {
     struct ty__creq *next;
     uint64_t id;  /* the serve id */
     uint64_t rid; /* the id nodes know the request by (unique for this Conductor's life) */
+    char cid[TY_CLIENT_ID_MAX + 1]; /* the client's x-request-id: log lines, the nodes' too */
     uint32_t *prompt;
     uint32_t n_prompt, n_out;
     uint32_t n_cached; /* prompt tokens the prefill node reused (from the decode node) */

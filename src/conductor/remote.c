@@ -190,7 +190,7 @@ static void on_assigned(ty_conductor_t *c, struct ty__creq *r, const struct ty_r
         err = start_prefill(c, r);
     r->relay_us = (uint32_t)((ty_clock_ns() - t0) / 1000);
     if (err) {
-        TY_LOG_WARN("cluster", "request %llu on %s: %s%s%s", (unsigned long long)r->rid,
+        TY_LOG_WARN("cluster", "request %llu [%s] on %s: %s%s%s", (unsigned long long)r->rid, r->cid,
                     r->dnode->info.id, ty_strerror(err),
                     r->dreply && r->dreply->reason[0] ? ": " : "",
                     r->dreply ? r->dreply->reason : "");
@@ -205,7 +205,7 @@ static void on_stream_ended(ty_conductor_t *c, struct ty__creq *r, const struct 
     int err = res->event == TY_RPC_EVENT_END ? TY_EPROTO : res->status;
     if (r->assigned && err == TY_EREMOTE && res->remote_code < 0)
         err = res->remote_code;
-    TY_LOG_WARN("cluster", "request %llu: %s %s: %s%s%s", (unsigned long long)r->rid,
+    TY_LOG_WARN("cluster", "request %llu [%s]: %s %s: %s%s%s", (unsigned long long)r->rid, r->cid,
                 r->assigned ? "token stream ended early from" : "DecodeAssign refused by",
                 r->dnode->info.id, ty_strerror(res->event == TY_RPC_EVENT_END ? err : res->status),
                 res->message[0] ? ": " : "", res->message);
@@ -276,13 +276,13 @@ static void on_rearm_reply(const struct ty_rpc_result *res, void *arg)
     if (!err)
         err = send_prefill(c, r);
     if (err) {
-        TY_LOG_WARN("cluster", "request %llu: its prefill could not be sent again: %s",
-                    (unsigned long long)r->rid, ty_strerror(err));
+        TY_LOG_WARN("cluster", "request %llu [%s]: its prefill could not be sent again: %s",
+                    (unsigned long long)r->rid, r->cid, ty_strerror(err));
         req_fail(c, r, err == TY_ECONNRESET || err == TY_ECANCELED ? TY_EUNAVAIL : err);
         return;
     }
-    TY_LOG_WARN("cluster", "request %llu: prefill node lost, prefill sent again to %s",
-                (unsigned long long)r->rid, r->pnode->info.id);
+    TY_LOG_WARN("cluster", "request %llu [%s]: prefill node lost, prefill sent again to %s",
+                (unsigned long long)r->rid, r->cid, r->pnode->info.id);
     if (c->prefill_retries)
         ty_metrics_counter_inc(c->prefill_retries);
 }
@@ -329,8 +329,8 @@ static void on_prefill_reply(const struct ty_rpc_result *res, void *arg)
         }
         if (prefill_node_lost(res, r) && !prefill_elsewhere(c, r))
             return;
-        TY_LOG_WARN("cluster", "request %llu: prefill on %s failed: %s%s%s",
-                    (unsigned long long)r->rid, r->pnode->info.id, ty_strerror(res->status),
+        TY_LOG_WARN("cluster", "request %llu [%s]: prefill on %s failed: %s%s%s",
+                    (unsigned long long)r->rid, r->cid, r->pnode->info.id, ty_strerror(res->status),
                     res->message[0] ? ": " : "", res->message);
         req_fail(c, r, err == TY_ECONNRESET || err == TY_ECANCELED ? TY_EUNAVAIL : err);
         return;
@@ -398,6 +398,7 @@ static int send_prefill(ty_conductor_t *c, struct ty__creq *r)
     pa.sampling = &ps->sp;
     pa.decode_node_id = r->dnode->info.id;
     pa.attempt = r->prefill_tries + 1u;
+    pa.client_request_id = r->cid;
     struct ty_rpc_call_opts pco = {.timeout_ms = c->o.request_timeout_ms};
     int rc = ty_rpc_client_call_msg(r->pnode->rpc, TYCHO__V1__METHOD__METHOD_PREFILL_ASSIGN,
                                     &pa.base, &pco, on_prefill_reply, r, NULL);
@@ -428,6 +429,7 @@ static int req_new(ty_conductor_t *c, const struct ty_serve_request *sr, struct 
     r->n_prompt = (uint32_t)sr->n_prompt;
     r->id = sr->id;
     r->rid = ++c->next_rid;
+    ty_client_id_copy(r->cid, sr->client_id);
     r->t_arrive_us = ty_clock_us();
     r->priority = ty__place_class(c, sr->slo_class);
     r->gen = sr->gen;
@@ -458,6 +460,7 @@ static int dispatch(ty_conductor_t *c, struct ty__creq *r, struct ty_serve_rejec
     m.n_prompt_token_ids = r->n_prompt;
     m.prompt_token_ids = r->prompt;
     m.stream = true;
+    m.client_request_id = r->cid;
     struct ty_rpc_call_opts co = {.timeout_ms = c->o.request_timeout_ms, .stream = true};
     rc = ty_rpc_client_call_msg(d->rpc, TYCHO__V1__METHOD__METHOD_DECODE_ASSIGN, &m.base, &co,
                                 on_stream, r, NULL);
@@ -487,8 +490,8 @@ void ty__conductor_retry_waiting(ty_conductor_t *c)
     for (struct ty__creq *r = c->reqs, *next; r; r = next) {
         next = r->next;
         if (!r->finished && r->stream_pending && !r->assigned && now > r->assign_by_ms) {
-            TY_LOG_WARN("cluster", "request %llu: %s did not answer its DecodeAssign in %d ms",
-                        (unsigned long long)r->rid, r->dnode->info.id, ASSIGN_TIMEOUT_MS);
+            TY_LOG_WARN("cluster", "request %llu [%s]: %s did not answer its DecodeAssign in %d ms",
+                        (unsigned long long)r->rid, r->cid, r->dnode->info.id, ASSIGN_TIMEOUT_MS);
             req_fail(c, r, TY_ETIMEDOUT); /* its Cancel lets the node end the call */
             continue;
         }

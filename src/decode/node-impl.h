@@ -8,6 +8,7 @@
 
 #include "tycho/decode_node.h"
 #include "tycho/node_kvstore.h"
+#include "tycho/proto.h"
 #include "tycho/rpc.h"
 #include "tycho.pb-c.h"
 
@@ -19,6 +20,7 @@ enum dcmd_kind { DCMD_ASSIGN, DCMD_CANCEL, DCMD_REARM };
 /* loop -> worker */
 struct dcmd {
     struct dcmd *next;
+    char cid[TY_CLIENT_ID_MAX + 1]; /* the client's request id (DecodeAssign): log lines */
     enum dcmd_kind kind;
     uint64_t rid;
     ty_rpc_call_t *call; /* REARM: answered by the loop once the worker looked */

@@ -29,6 +29,7 @@ struct dreq {
     uint32_t attempt;     /* the prefill attempt whose KvReady it takes (1, then re-arms) */
     uint64_t deadline_ms; /* KV must land by then */
     bool ready;           /* its KV landed */
+    char cid[TY_CLIENT_ID_MAX + 1]; /* the client's request id: log lines */
     uint32_t published;   /* tokens whose full blocks are in the KV pool (or the prefill
                            * node's to write: the prompt's) */
 };
@@ -211,6 +212,7 @@ static void do_assign(struct wstate *w, struct dcmd *c)
         rc = ty_batcher_add_reserved(w->b, &o, &d->r);
     if (!rc) {
         d->rid = c->rid;
+        memcpy(d->cid, c->cid, sizeof(d->cid));
         d->attempt = 1;
         d->deadline_ms = ty_clock_ms() + w->n->o.kv_wait_timeout_ms;
         d->next = w->reqs;
@@ -263,14 +265,14 @@ static void on_kv_ready(struct wstate *w, const Tycho__V1__KvReady *k)
     if (!d || d->ready)
         return; /* cancelled meanwhile, or a duplicate */
     if ((k->attempt ? k->attempt : 1) != d->attempt) {
-        TY_LOG_INFO("decode", "request %llu: KvReady of prefill attempt %u ignored (waiting for "
-                    "attempt %u)", (unsigned long long)d->rid, k->attempt ? k->attempt : 1,
+        TY_LOG_INFO("decode", "request %llu [%s]: KvReady of prefill attempt %u ignored (waiting for "
+                    "attempt %u)", (unsigned long long)d->rid, d->cid, k->attempt ? k->attempt : 1,
                     d->attempt);
         return;
     }
     if (!k->all_layers || k->n_tokens != ty_breq_n_prompt(d->r) || !k->has_first_token ||
         k->first_token >= w->V) {
-        TY_LOG_WARN("decode", "request %llu: bad KvReady", (unsigned long long)d->rid);
+        TY_LOG_WARN("decode", "request %llu [%s]: bad KvReady", (unsigned long long)d->rid, d->cid);
         ty_batcher_end(w->b, d->r, TY_EPROTO);
         return;
     }
@@ -304,8 +306,8 @@ static void expire(struct wstate *w)
     for (struct dreq *d = w->reqs, *next; d; d = next) {
         next = d->next;
         if (!d->ready && now > d->deadline_ms) {
-            TY_LOG_WARN("decode", "request %llu: KV did not arrive in time; pages released",
-                        (unsigned long long)d->rid);
+            TY_LOG_WARN("decode", "request %llu [%s]: KV did not arrive in time; pages released",
+                        (unsigned long long)d->rid, d->cid);
             ty_batcher_end(w->b, d->r, TY_ETIMEDOUT);
         }
     }

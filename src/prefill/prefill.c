@@ -39,6 +39,7 @@ struct pjob {
     ty_rpc_call_t *call;
     uint64_t rid;
     uint32_t attempt; /* PrefillAssign.attempt, echoed in KvReady */
+    char cid[TY_CLIENT_ID_MAX + 1]; /* the client's request id: log lines */
     uint32_t *tokens;
     uint32_t n;
     char segment[TY_XFER_NAME_MAX + 1];
@@ -277,7 +278,7 @@ static int dest_check_regions(ty_prefill_t *p, struct pjob *j)
     }
     free(rg);
     if (rc)
-        TY_LOG_WARN("prefill", "request %llu: %s", (unsigned long long)j->rid, j->why);
+        TY_LOG_WARN("prefill", "request %llu [%s]: %s", (unsigned long long)j->rid, j->cid, j->why);
     return rc;
 }
 
@@ -297,8 +298,8 @@ static int on_admit(void *arg, ty_breq_t *r)
         return TY_ECANCELED;
     int rc = segment_get(p, j->segment, &j->seg, &j->seg_slot);
     if (rc) {
-        TY_LOG_WARN("prefill", "request %llu: cannot open segment %s: %s",
-                    (unsigned long long)j->rid, j->segment, ty_strerror(rc));
+        TY_LOG_WARN("prefill", "request %llu [%s]: cannot open segment %s: %s",
+                    (unsigned long long)j->rid, j->cid, j->segment, ty_strerror(rc));
         j->seg = NULL;
         return rc;
     }
@@ -350,9 +351,9 @@ static void on_end(void *arg, ty_breq_t *r, enum ty_finish fin, int rc)
         if (!rc)
             ty_node_metrics_kv(p->o.metrics, true, ty_xfer_segment_transport(j->seg), bytes, us);
         const struct ty_batcher_call *c = ty_batcher_call(p->b);
-        TY_LOG_DEBUG("prefill", "request %llu: %u tokens (%u cached, %u of them from the KV "
+        TY_LOG_DEBUG("prefill", "request %llu [%s]: %u tokens (%u cached, %u of them from the KV "
                      "pool), forward %llu us in a batch of %u, writes landed +%llu us, KvReady "
-                     "+%llu us", (unsigned long long)j->rid, j->n, j->cached, j->pool_tokens,
+                     "+%llu us", (unsigned long long)j->rid, j->cid, j->n, j->cached, j->pool_tokens,
                      (unsigned long long)(c ? c->forward_us : 0), c ? c->n_seqs : 0,
                      (unsigned long long)(t2 - t1), (unsigned long long)(ty_clock_us() - t2));
     }
@@ -363,7 +364,7 @@ static void on_end(void *arg, ty_breq_t *r, enum ty_finish fin, int rc)
     j->rc = rc;
     j->r = NULL;
     if (rc && rc != TY_ECANCELED)
-        TY_LOG_WARN("prefill", "request %llu: %s", (unsigned long long)j->rid, ty_strerror(rc));
+        TY_LOG_WARN("prefill", "request %llu [%s]: %s", (unsigned long long)j->rid, j->cid, ty_strerror(rc));
     pthread_mutex_lock(&p->mu); /* a Cancel never sees a job the loop may already have freed */
     for (struct pjob **pp = &p->jobs; *pp; pp = &(*pp)->jnext) {
         if (*pp == j) {
@@ -599,6 +600,7 @@ static int job_build(ty_prefill_t *p, const Tycho__V1__PrefillAssign *m, struct 
         return TY_ENOMEM;
     j->p = p;
     j->rid = m->request_id;
+    ty_client_id_copy(j->cid, m->client_request_id);
     j->attempt = m->attempt;
     j->n = (uint32_t)m->n_prompt_tokens;
     j->tokens = malloc(j->n * sizeof(uint32_t));

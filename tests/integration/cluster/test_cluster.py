@@ -2063,6 +2063,46 @@ def case_watchdog():
     return ok
 
 
+def case_request_id():
+    """x-request-id: the client's id comes back on the response (streamed or not) and is in
+    the Conductor's and the prefill node's log lines about the request; a request without one,
+    or with one that is not a plain token, gets an id made by the API."""
+    cl = Cluster(1, 1, config="log_level: debug\n", node_args=["--log_level=debug"])
+    ok = True
+    hdrs = {}
+    c = http.client.HTTPConnection("127.0.0.1", cl.http, timeout=30)
+    c.request("POST", "/v1/completions", json.dumps({"prompt": PROMPTS[0], "max_tokens": 4}),
+              {"Content-Type": "application/json", "X-Request-Id": "trace-abc.123"})
+    r = c.getresponse()
+    r.read()
+    ok &= check(r.status == 200 and r.getheader("x-request-id") == "trace-abc.123",
+                "the client's id comes back: %s" % r.getheader("x-request-id"))
+    c.request("POST", "/v1/completions", json.dumps({"prompt": PROMPTS[1], "max_tokens": 4,
+                                                     "stream": True}),
+              {"Content-Type": "application/json", "X-Request-Id": "stream-7"})
+    r = c.getresponse()
+    r.read()
+    ok &= check(r.getheader("x-request-id") == "stream-7", "and on a stream: %s" %
+                r.getheader("x-request-id"))
+    made = []
+    for h in ({}, {"X-Request-Id": "has spaces and {braces}"}):
+        c.request("POST", "/v1/completions", json.dumps({"prompt": PROMPTS[2], "max_tokens": 2}),
+                  {"Content-Type": "application/json", **h})
+        r = c.getresponse()
+        r.read()
+        made.append(r.getheader("x-request-id") or "")
+    c.close()
+    ok &= check(all(re.fullmatch(r"[0-9a-f]{16}", m) for m in made) and made[0] != made[1],
+                "ids made by the API where the client gave none or a bad one: %s" % made)
+    time.sleep(0.3)
+    for name in ("conductor", "p0"):
+        with open(cl.logs[name]) as f:
+            log = f.read()
+        ok &= check("[trace-abc.123]" in log and "[%s]" % made[0] in log,
+                    "the %s's log lines name the requests by their ids" % name)
+    return ok
+
+
 def case_gpu():
     """The cluster on a GPU (scripts/gpu-check.sh runs it; exit 77 without a CUDA device):
     Conductor + prefill (cuda) + decode (cuda) as separate processes on one GPU give the ids of
@@ -2178,7 +2218,8 @@ def main():
             "kill_prefill": case_kill_prefill, "prefill_interleave": case_prefill_interleave,
             "local_cluster": case_local_cluster, "handshake": case_handshake,
             "bad_destination": case_bad_destination, "transports": case_transports,
-            "gpu": case_gpu, "watchdog": case_watchdog}[CASE]
+            "gpu": case_gpu, "watchdog": case_watchdog,
+            "request_id": case_request_id}[CASE]
     ok = False
     try:
         ok = case()
