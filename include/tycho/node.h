@@ -253,8 +253,8 @@ void ty_node_metrics_set_agent(ty_node_metrics_t *m, const ty_node_agent_t *agen
 /* The role's load, read at each scrape from then on (loop thread). */
 void ty_node_metrics_set_load(ty_node_metrics_t *m, ty_node_load_cb load, void *arg);
 /* One request's KV handoff: `sent` by this (prefill) node or received by this (decode) node,
- * over `transport` ("tcp", "local", "rdma", "cuda_ipc"), `bytes` in `us` microseconds. NULL m
- * is a no-op. Any thread. */
+ * over `transport` ("tcp", "local", "rdma", "cuda_ipc"; any other name, e.g. from an older
+ * peer, is not counted), `bytes` in `us` microseconds. NULL m is a no-op. Any thread. */
 void ty_node_metrics_kv(ty_node_metrics_t *m, bool sent, const char *transport, uint64_t bytes,
                         uint64_t us);
 /* One forward call (a ty_timing_ring observer: arg is the metrics). Any thread. */

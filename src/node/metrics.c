@@ -200,7 +200,12 @@ void ty_node_metrics_set_agent(ty_node_metrics_t *m, const ty_node_agent_t *agen
 void ty_node_metrics_kv(ty_node_metrics_t *m, bool sent, const char *transport, uint64_t bytes,
                         uint64_t us)
 {
-    if (!m || !transport || !*transport)
+    if (!m || !transport)
+        return;
+    int x = 0;
+    while (x < N_XPORT && strcmp(transport, xports[x]))
+        x++;
+    if (x == N_XPORT) /* a peer's word (KvReady): only the series made at start, no new ones */
         return;
     const char *dir = sent ? "sent" : "received";
     ty_metrics_child_t *b, *h, *n;
