@@ -80,8 +80,6 @@ static void pool_publish(struct wstate *w, struct dreq *d, ty_breq_t *r)
     if (!w->n->kvstore || !seq)
         return;
     uint32_t B = ty_kvpool_block_tokens(w->pool), n = ty_kvseq_n_tokens(seq);
-    if (d->published < ty_breq_n_prompt(r) / B * B)
-        d->published = ty_breq_n_prompt(r) / B * B;
     if (n / B * B <= d->published)
         return;
     ty_node_kvstore_store(w->n->kvstore, seq, ty_kvseq_tokens(seq), n, d->published);
@@ -213,6 +211,7 @@ static void do_assign(struct wstate *w, struct dcmd *c)
     if (!rc) {
         d->rid = c->rid;
         memcpy(d->cid, c->cid, sizeof(d->cid));
+        d->published = c->n_prompt / ty_kvpool_block_tokens(w->pool) * ty_kvpool_block_tokens(w->pool);
         d->attempt = 1;
         d->deadline_ms = ty_clock_ms() + w->n->o.kv_wait_timeout_ms;
         d->next = w->reqs;

@@ -10,7 +10,6 @@
 #include "tycho/log.h"
 #include "tycho/tokenizer.h"
 
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,7 +97,6 @@ int ty_engine_new(ty_engine_t **out, const ty_model_t *m, const struct ty_engine
     int rc = TY_ENOMEM;
     *out = NULL;
     o.kv_block_tokens = o.kv_block_tokens ? o.kv_block_tokens : 64;
-    const char *hang = getenv("TYCHO_TEST_HANG_FORWARD");
     o.max_seqs = o.max_seqs ? o.max_seqs : 8;
     o.max_ctx = o.max_ctx ? o.max_ctx : (c->ctx_len < 4096 ? c->ctx_len : 4096);
     o.max_batch_tokens = o.max_batch_tokens ? o.max_batch_tokens : 512;
@@ -112,6 +110,7 @@ int ty_engine_new(ty_engine_t **out, const ty_model_t *m, const struct ty_engine
     e->m = m;
     e->max_ctx = o.max_ctx;
     e->max_batch = o.max_batch_tokens;
+    const char *hang = getenv("TYCHO_TEST_HANG_FORWARD");
     e->hang_at = hang ? strtoull(hang, NULL, 10) : 0;
     e->tmp_logits = malloc((size_t)e->max_batch * c->n_vocab * sizeof(float));
     if (!e->tmp_logits || (rc = make_backend_and_pool(e, &o))) {

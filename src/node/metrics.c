@@ -1,6 +1,6 @@
 /* A node daemon's Prometheus metrics (tycho/node.h): the registry, the families the prefill and
- * decode nodes fill, and the HTTP port that serves them (/metrics, /health). Updates come from
- * any thread (lock-free children looked up once, or per transport on first use); the load
+ * decode nodes fill, and the HTTP port that serves them (/metrics, /health, /ready). Updates
+ * come from any thread (lock-free children, all looked up at start); the load
  * gauges are read from the role's load callback when a scrape arrives, on the loop thread. */
 #include "tycho/node.h"
 
@@ -22,7 +22,8 @@ struct ty_node_metrics {
     void *load_arg;
     const ty_node_agent_t *agent; /* /ready: registered with the Conductor */
     uint64_t pages_total;
-    ty_metrics_family_t *kv_bytes, *kv_seconds, *kv_handoffs;
+    /* [received][transport]: bytes, handoffs, latency; made at start, the only ones counted */
+    ty_metrics_child_t *kv_bytes[2][N_XPORT], *kv_handoffs[2][N_XPORT], *kv_seconds[2][N_XPORT];
     ty_metrics_child_t *pages_used, *pages_free, *running, *queued, *preempted;
     ty_metrics_child_t *step_seconds, *batch_size, *step_tokens;
 };
@@ -91,7 +92,7 @@ static void on_http(void *arg, ty_http_req_t *req)
 
 static int families(ty_node_metrics_t *m, const struct ty_node_metrics_opts *o)
 {
-    ty_metrics_family_t *f;
+    ty_metrics_family_t *f, *bytes, *handoffs, *seconds;
     const char *dir_x[] = {"direction", "transport"};
     const char *state[] = {"device", "state"};
     const char *info[] = {"role", "backend", "device", "transport"};
@@ -104,13 +105,13 @@ static int families(ty_node_metrics_t *m, const struct ty_node_metrics_opts *o)
         (rc = ty_metrics_child_get(f, info_v, &c)))
         return rc;
     ty_metrics_gauge_set(c, 1);
-    if ((rc = ty_metrics_counter_new(m->reg, &m->kv_bytes, "tycho_node_kv_transfer_bytes_total",
+    if ((rc = ty_metrics_counter_new(m->reg, &bytes, "tycho_node_kv_transfer_bytes_total",
                                      "KV bytes handed off between prefill and decode nodes, by "
                                      "direction (sent, received) and transport.", dir_x, 2)) ||
-        (rc = ty_metrics_counter_new(m->reg, &m->kv_handoffs, "tycho_node_kv_handoffs_total",
+        (rc = ty_metrics_counter_new(m->reg, &handoffs, "tycho_node_kv_handoffs_total",
                                      "Requests whose KV was handed off, by direction and "
                                      "transport.", dir_x, 2)) ||
-        (rc = ty_metrics_histogram_new(m->reg, &m->kv_seconds, "tycho_node_kv_transfer_seconds",
+        (rc = ty_metrics_histogram_new(m->reg, &seconds, "tycho_node_kv_transfer_seconds",
                                        "One request's KV handoff, first layer written to last "
                                        "layer landed (as the prefill node measured it).",
                                        dir_x, 2, kv_buckets,
@@ -119,9 +120,9 @@ static int families(ty_node_metrics_t *m, const struct ty_node_metrics_opts *o)
     for (int d = 0; d < 2; d++) /* every series exists from the start, at zero */
         for (int x = 0; x < N_XPORT; x++) {
             const char *dir = d ? "received" : "sent";
-            if ((rc = child(m->kv_bytes, dir, xports[x], &c)) ||
-                (rc = child(m->kv_handoffs, dir, xports[x], &c)) ||
-                (rc = child(m->kv_seconds, dir, xports[x], &c)))
+            if ((rc = child(bytes, dir, xports[x], &m->kv_bytes[d][x])) ||
+                (rc = child(handoffs, dir, xports[x], &m->kv_handoffs[d][x])) ||
+                (rc = child(seconds, dir, xports[x], &m->kv_seconds[d][x])))
                 return rc;
         }
     if ((rc = ty_metrics_gauge_new(m->reg, &f, "tycho_node_kv_pages",
@@ -207,14 +208,10 @@ void ty_node_metrics_kv(ty_node_metrics_t *m, bool sent, const char *transport, 
         x++;
     if (x == N_XPORT) /* a peer's word (KvReady): only the series made at start, no new ones */
         return;
-    const char *dir = sent ? "sent" : "received";
-    ty_metrics_child_t *b, *h, *n;
-    if (child(m->kv_bytes, dir, transport, &b) || child(m->kv_seconds, dir, transport, &h) ||
-        child(m->kv_handoffs, dir, transport, &n))
-        return;
-    ty_metrics_counter_add(b, (double)bytes);
-    ty_metrics_counter_inc(n);
-    ty_metrics_histogram_observe(h, (double)us / 1e6);
+    int d = !sent;
+    ty_metrics_counter_add(m->kv_bytes[d][x], (double)bytes);
+    ty_metrics_counter_inc(m->kv_handoffs[d][x]);
+    ty_metrics_histogram_observe(m->kv_seconds[d][x], (double)us / 1e6);
 }
 
 void ty_node_metrics_step(void *arg, const struct ty_timing_sample *s)
