@@ -230,8 +230,9 @@ void ty_node_service_close(ty_node_service_t *s);
  * direction and transport (tycho_node_kv_transfer_*), KV pages used/free of the device, requests
  * running and waiting, preemptions, step time, batch size and tokens per forward call. GET
  * /metrics renders them (the load gauges read from the role's load callback then), GET /health
- * answers "ok", GET /ready 200 once registered with the Conductor (else 503). Threading: new/close/free on the loop thread (free after the loop ran the close
- * and every worker that reports has stopped); kv and step from any thread. */
+ * answers "ok", GET /ready 200 once registered with the Conductor (else 503). Threading:
+ * new/close/free on the loop thread (free after the loop ran the close and every worker that
+ * reports has stopped); kv and step from any thread. */
 typedef struct ty_node_metrics ty_node_metrics_t;
 
 struct ty_node_metrics_opts {

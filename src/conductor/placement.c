@@ -783,9 +783,10 @@ int ty__place_pick(ty_conductor_t *c, struct ty__creq *r, struct ty_serve_reject
     if (d.reject != TY_SCHED_REJECT_NONE) {
         if (rej)
             reject_fill(p, &d, r->priority, rej);
-        TY_LOG_DEBUG("cluster", "request %llu [%s] refused: %s (predicted TTFT %.1f ms, TBT %.2f ms)",
-                     (unsigned long long)r->rid, r->cid, ty_sched_reject_name(d.reject), d.ttft_us / 1e3,
-                     d.tbt_us / 1e3);
+        TY_LOG_DEBUG("cluster",
+                     "request %llu [%s] refused: %s (predicted TTFT %.1f ms, TBT %.2f ms)",
+                     (unsigned long long)r->rid, r->cid, ty_sched_reject_name(d.reject),
+                     d.ttft_us / 1e3, d.tbt_us / 1e3);
         return TY_EREJECTED;
     }
     r->pnode = node_of(c, d.prefill_node);
@@ -827,8 +828,9 @@ int ty__place_pick(ty_conductor_t *c, struct ty__creq *r, struct ty_serve_reject
         index_gauge(p);
         ty_metrics_histogram_observe(p->predicted_ttft, d.ttft_us / 1e6);
     }
-    TY_LOG_DEBUG("cluster", "request %llu [%s]: prefill %s (%u of %zu blocks cached, predicted TTFT "
-                            "%.1f ms), decode %s",
+    TY_LOG_DEBUG("cluster",
+                 "request %llu [%s]: prefill %s (%u of %zu blocks cached, predicted TTFT "
+                 "%.1f ms), decode %s",
                  (unsigned long long)r->rid, r->cid, r->pnode->info.id, d.used_prefix_blocks, nb,
                  d.ttft_us / 1e3, r->dnode->info.id);
     return 0;

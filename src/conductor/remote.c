@@ -190,8 +190,8 @@ static void on_assigned(ty_conductor_t *c, struct ty__creq *r, const struct ty_r
         err = start_prefill(c, r);
     r->relay_us = (uint32_t)((ty_clock_ns() - t0) / 1000);
     if (err) {
-        TY_LOG_WARN("cluster", "request %llu [%s] on %s: %s%s%s", (unsigned long long)r->rid, r->cid,
-                    r->dnode->info.id, ty_strerror(err),
+        TY_LOG_WARN("cluster", "request %llu [%s] on %s: %s%s%s", (unsigned long long)r->rid,
+                    r->cid, r->dnode->info.id, ty_strerror(err),
                     r->dreply && r->dreply->reason[0] ? ": " : "",
                     r->dreply ? r->dreply->reason : "");
         req_fail(c, r, err == TY_ECONNRESET || err == TY_ECANCELED ? TY_EUNAVAIL : err);

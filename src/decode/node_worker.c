@@ -211,7 +211,8 @@ static void do_assign(struct wstate *w, struct dcmd *c)
     if (!rc) {
         d->rid = c->rid;
         memcpy(d->cid, c->cid, sizeof(d->cid));
-        d->published = c->n_prompt / ty_kvpool_block_tokens(w->pool) * ty_kvpool_block_tokens(w->pool);
+        d->published =
+            c->n_prompt / ty_kvpool_block_tokens(w->pool) * ty_kvpool_block_tokens(w->pool);
         d->attempt = 1;
         d->deadline_ms = ty_clock_ms() + w->n->o.kv_wait_timeout_ms;
         d->next = w->reqs;
@@ -264,9 +265,10 @@ static void on_kv_ready(struct wstate *w, const Tycho__V1__KvReady *k)
     if (!d || d->ready)
         return; /* cancelled meanwhile, or a duplicate */
     if ((k->attempt ? k->attempt : 1) != d->attempt) {
-        TY_LOG_INFO("decode", "request %llu [%s]: KvReady of prefill attempt %u ignored (waiting for "
-                    "attempt %u)", (unsigned long long)d->rid, d->cid, k->attempt ? k->attempt : 1,
-                    d->attempt);
+        TY_LOG_INFO("decode",
+                    "request %llu [%s]: KvReady of prefill attempt %u ignored (waiting for "
+                    "attempt %u)",
+                    (unsigned long long)d->rid, d->cid, k->attempt ? k->attempt : 1, d->attempt);
         return;
     }
     if (!k->all_layers || k->n_tokens != ty_breq_n_prompt(d->r) || !k->has_first_token ||

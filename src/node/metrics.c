@@ -66,7 +66,8 @@ static void on_http(void *arg, ty_http_req_t *req)
         return;
     }
     if (strcmp(path, "/metrics") != 0) {
-        ty_http_respond(req, 404, "text/plain", NULL, "not found (/metrics, /health, /ready)\n", 38);
+        ty_http_respond(req, 404, "text/plain", NULL, "not found (/metrics, /health, /ready)\n",
+                        38);
         return;
     }
     if (m->load) {

@@ -351,9 +351,11 @@ static void on_end(void *arg, ty_breq_t *r, enum ty_finish fin, int rc)
         if (!rc)
             ty_node_metrics_kv(p->o.metrics, true, ty_xfer_segment_transport(j->seg), bytes, us);
         const struct ty_batcher_call *c = ty_batcher_call(p->b);
-        TY_LOG_DEBUG("prefill", "request %llu [%s]: %u tokens (%u cached, %u of them from the KV "
+        TY_LOG_DEBUG("prefill",
+                     "request %llu [%s]: %u tokens (%u cached, %u of them from the KV "
                      "pool), forward %llu us in a batch of %u, writes landed +%llu us, KvReady "
-                     "+%llu us", (unsigned long long)j->rid, j->cid, j->n, j->cached, j->pool_tokens,
+                     "+%llu us",
+                     (unsigned long long)j->rid, j->cid, j->n, j->cached, j->pool_tokens,
                      (unsigned long long)(c ? c->forward_us : 0), c ? c->n_seqs : 0,
                      (unsigned long long)(t2 - t1), (unsigned long long)(ty_clock_us() - t2));
     }
@@ -364,7 +366,8 @@ static void on_end(void *arg, ty_breq_t *r, enum ty_finish fin, int rc)
     j->rc = rc;
     j->r = NULL;
     if (rc && rc != TY_ECANCELED)
-        TY_LOG_WARN("prefill", "request %llu [%s]: %s", (unsigned long long)j->rid, j->cid, ty_strerror(rc));
+        TY_LOG_WARN("prefill", "request %llu [%s]: %s", (unsigned long long)j->rid, j->cid,
+                    ty_strerror(rc));
     pthread_mutex_lock(&p->mu); /* a Cancel never sees a job the loop may already have freed */
     for (struct pjob **pp = &p->jobs; *pp; pp = &(*pp)->jnext) {
         if (*pp == j) {
