@@ -14,11 +14,11 @@ pkgs=(
   libyaml-dev libcyaml-dev libxxhash-dev
   libpcre2-dev libutf8proc-dev libopenblas-dev
   liburing-dev libibverbs-dev librdmacm-dev
-  libjemalloc-dev libsystemd-dev libcurl4-openssl-dev
+  libjemalloc-dev libsystemd-dev libcurl4-openssl-dev libssl-dev
   libcmocka-dev
   # tests and benchmarks: real peers
   etcd-server etcd-client iperf3 redis-server memcached
-  iproute2 procps curl gnuplot-nox python3 python3-yaml
+  iproute2 procps curl gnuplot-nox python3 python3-yaml openssl
 )
 # Node.js runs the reference clients (openai, tokenizers, node-llama-cpp); a machine that has
 # node and npm from elsewhere keeps them (Debian's npm conflicts with other nodejs builds).

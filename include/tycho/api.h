@@ -121,7 +121,8 @@ struct ty_api_opts {
     const char *model_path;        /* also accepted as a model id */
     struct ty_serve_backend backend;
     ty_metrics_registry_t *metrics;
-    const char *const *api_keys;   /* NULL or empty: no authentication */
+    const char *const *api_keys;        /* NULL or empty: no authentication; each a token or
+                                         * "sha256:<64 hex>" of one (tycho/tls.h) */
     const char *const *api_key_classes; /* NULL, or per key its SLO class (NULL: none) */
     size_t n_api_keys;
     size_t max_body_bytes;
@@ -129,6 +130,7 @@ struct ty_api_opts {
     uint32_t max_connections;
     size_t max_output_bytes;       /* a stream's bytes its client has not taken; over: the
                                     * request is cancelled (0: 4 MiB; tycho/http.h) */
+    const char *tls_cert, *tls_key; /* PEM files: HTTPS (tycho/http.h); NULL: plain HTTP */
 };
 
 /* Start the HTTP server on `loop` and install the API's sink in the backend (set_sink: its
@@ -136,6 +138,12 @@ struct ty_api_opts {
  * backend without set_sink; bind failure, ...). */
 int ty_api_new(ty_api_t **out, uv_loop_t *loop, const struct ty_api_opts *opts);
 uint16_t ty_api_port(const ty_api_t *a);
+/* Whether the front door speaks HTTPS. */
+bool ty_api_tls(const ty_api_t *a);
+/* Re-read the certificate and key (SIGHUP): new connections use them. Returns 0, TY_EINVAL
+ * (switching between http and https needs a restart) or TY_ECONFIG; on error, logged, the
+ * running pair stays. Loop thread. */
+int ty_api_reload_tls(ty_api_t *a, const char *cert, const char *key);
 /* Stop taking generation requests (503) and call `done(arg)` on the loop once every request
  * in flight has finished. */
 void ty_api_drain(ty_api_t *a, void (*done)(void *arg), void *arg);

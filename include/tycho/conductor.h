@@ -14,6 +14,7 @@
 #ifndef TYCHO_CONDUCTOR_H
 #define TYCHO_CONDUCTOR_H
 
+#include "tycho/auth.h"
 #include "tycho/config.h"
 #include "tycho/metrics.h"
 #include "tycho/model.h"
@@ -66,6 +67,7 @@ struct ty_conductor_key_class {
 struct ty_conductor_config {
     char *listen_host;
     uint16_t listen_port;            /* HTTP */
+    char *tls_cert, *tls_key;        /* PEM files: HTTPS on listen_port (both or neither) */
     char *rpc_host;
     uint16_t rpc_port;               /* RPC endpoint of the nodes; 0: ephemeral (logged) */
     char *model_path;                /* for the tokenizer and chat template */
@@ -86,6 +88,7 @@ struct ty_conductor_config {
     struct ty_conductor_cost_config cost;
     uint32_t expected_output_tokens;   /* the scheduler's guess when max_tokens is not set */
     struct ty_conductor_pool_config kv_pool;
+    struct ty_auth_config cluster; /* tycho-conductor: cluster_secret_file / insecure */
 };
 
 extern const struct ty_config_struct ty_conductor_config_table; /* tycho-conductor */
@@ -99,6 +102,13 @@ extern const struct ty_config_struct ty_conductor_key_class_table, ty_conductor_
      .def = "127.0.0.1", .min = "1", .help = "address of the HTTP front door"},                   \
     {.key = "listen_port", .type = TY_CONFIG_UINT, TY_CONFIG_AT(T, P listen_port), .def = "8000", \
      .max = "65535", .help = "TCP port of the HTTP front door; 0: ephemeral"},                    \
+    {.key = "tls_cert", .type = TY_CONFIG_STRING, TY_CONFIG_AT(T, P tls_cert), .min = "1",        \
+     .flags = TY_CONFIG_RELOADABLE,                                                               \
+     .help = "PEM certificate (chain) file: with tls_key the front door speaks HTTPS only; "      \
+             "re-read on SIGHUP"},                                                                \
+    {.key = "tls_key", .type = TY_CONFIG_STRING, TY_CONFIG_AT(T, P tls_key), .min = "1",          \
+     .flags = TY_CONFIG_RELOADABLE,                                                               \
+     .help = "PEM private key file of tls_cert (no passphrase); re-read on SIGHUP"},              \
     {.key = "rpc_host", .type = TY_CONFIG_STRING, TY_CONFIG_AT(T, P rpc_host), .def = "127.0.0.1",\
      .min = "1", .help = "address nodes register with"},                                          \
     {.key = "rpc_port", .type = TY_CONFIG_UINT, TY_CONFIG_AT(T, P rpc_port), .def = "9000",       \
@@ -108,7 +118,7 @@ extern const struct ty_config_struct ty_conductor_key_class_table, ty_conductor_
     {.key = "api_keys", .type = TY_CONFIG_LIST, .elem = TY_CONFIG_STRING,                         \
      TY_CONFIG_LIST_AT(T, P api_keys, P n_api_keys), .max = "1024",                               \
      .flags = TY_CONFIG_RELOADABLE | TY_CONFIG_SECRET,                                            \
-     .help = "accepted bearer tokens; empty: no authentication"},                                 \
+     .help = "accepted bearer tokens, or sha256:<64 hex> of one; empty: no authentication"},     \
     {.key = "api_key_classes", .type = TY_CONFIG_LIST, .sub = &ty_conductor_key_class_table,      \
      TY_CONFIG_LIST_AT(T, P api_key_classes, P n_api_key_classes), .max = "1024",                 \
      .flags = TY_CONFIG_RELOADABLE,                                                               \
@@ -142,6 +152,8 @@ struct ty_conductor_opts {
     uv_loop_t *loop;
     const char *rpc_host;
     uint16_t rpc_port;
+    const struct ty_auth *auth; /* the cluster secret of the RPC port, of the Conductor's calls
+                                 * to the nodes and of its pool client; borrowed; NULL: insecure */
     const ty_model_t *model;
     uint32_t max_ctx;
     uint32_t heartbeat_interval_ms;
@@ -181,6 +193,13 @@ uint16_t ty_conductor_rpc_port(const ty_conductor_t *c);
  * Returns 0 or TY_ENOMEM. */
 int ty_conductor_api_keys(const struct ty_conductor_config *c, const char ***keys,
                         const char ***classes, size_t *n);
+
+/* The checks across the front-door rows (the root tables' ty_config_check_cb): tls_cert and
+ * tls_key both or neither, readable PEM files, the key that of the certificate; every
+ * "sha256:" API key well-formed. Returns 0 or TY_ECONFIG with `field` and `why` filled. Any
+ * thread (reads the files). */
+int ty_conductor_config_check(const struct ty_conductor_config *c, char *field, size_t field_cap,
+                              char *why, size_t why_cap);
 
 /* The remote serving backend (valid until close). */
 struct ty_serve_backend ty_conductor_backend(ty_conductor_t *c);

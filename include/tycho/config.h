@@ -96,12 +96,19 @@ struct ty_config_field {
     const char *help;         /* one line for --help */
 };
 
+/* A check across the fields of a root struct, or of what they name outside the config (a file
+ * that must hold a certificate): `data` is the filled struct. Returns 0, or TY_ECONFIG with
+ * `field` (the dotted path at fault, field_cap bytes) and `why` (why_cap bytes) filled. */
+typedef int (*ty_config_check_cb)(const void *data, char *field, size_t field_cap, char *why,
+                                  size_t why_cap);
+
 /* One struct type: a section, a list entry, or the root of a component's settings. */
 struct ty_config_struct {
     const char *name;   /* for messages and the generated docs */
     size_t size;        /* sizeof the C struct */
     const struct ty_config_field *fields;
     size_t n_fields;
+    ty_config_check_cb check; /* root only, may be NULL: run by ty_config_finish() */
 };
 
 #define TY_CONFIG_AT(type, member)                                                                \
@@ -113,6 +120,12 @@ struct ty_config_struct {
     {                                                                                             \
         .name = (name_), .size = sizeof(type), .fields = (fields_),                               \
         .n_fields = sizeof(fields_) / sizeof((fields_)[0])                                        \
+    }
+/* The same with a ty_config_check_cb (a root table). */
+#define TY_CONFIG_STRUCT_CHECKED(name_, type, fields_, check_)                                    \
+    {                                                                                             \
+        .name = (name_), .size = sizeof(type), .fields = (fields_),                               \
+        .n_fields = sizeof(fields_) / sizeof((fields_)[0]), .check = (check_)                     \
     }
 
 /* An error: `msg` is the whole line to print; the parts are there for tests and tools. */
@@ -163,7 +176,8 @@ int ty_config_set(ty_config_t *cfg, const char *key, const char *value, const ch
  * TY_ENOTFOUND when `arg` names no setting (so callers can try their own flags), or an error. */
 int ty_config_set_arg(ty_config_t *cfg, const char *arg, struct ty_config_error *err);
 
-/* After all layers: check that required fields were set. Returns 0 or TY_ECONFIG. */
+/* After all layers: check that required fields were set, then run the root table's check (if
+ * any). Returns 0 or TY_ECONFIG. */
 int ty_config_finish(ty_config_t *cfg, struct ty_config_error *err);
 
 /* Write the effective settings as YAML that loads back to the same values. */

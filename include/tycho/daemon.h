@@ -36,6 +36,7 @@
 #include <uv.h>
 
 typedef struct ty_daemon ty_daemon_t;
+struct ty_auth;
 
 /* SIGTERM/SIGINT: stop taking new work, finish what is in flight, then call ty_daemon_stop(). */
 typedef void (*ty_daemon_drain_cb)(ty_daemon_t *d, void *arg);
@@ -56,6 +57,11 @@ struct ty_daemon_opts {
     ty_daemon_alive_cb alive;             /* NULL: the loop running is alive enough */
     void *arg;                            /* for the callbacks */
     uint64_t drain_timeout_ms;            /* force the stop after this; 0: 30 s */
+    struct ty_auth *auth; /* filled from the table's root rows cluster_secret_file / insecure
+                           * (TY_AUTH_CONFIG_ROWS) when it has them, before the daemon runs and in
+                           * --check-config: a missing, short or world-readable secret is a
+                           * config error (exit 2), insecure is logged as a warning. Caller-owned;
+                           * NULL: not wanted */
 };
 
 /* Parse argv and the environment into opts->config. Returns 0 when the daemon should run;

@@ -33,6 +33,7 @@ struct ty_decode_node_opts {
     const char *node_id;      /* in KvDestination.node_id */
     const char *rpc_host;     /* NULL: 127.0.0.1 */
     uint16_t rpc_port;        /* 0: ephemeral */
+    const struct ty_auth *auth; /* the cluster secret callers must prove; NULL: insecure */
     uint32_t max_running;     /* sequences decoded together; 0: 64 */
     uint32_t kv_wait_timeout_ms; /* reserved pages wait this long for their KV; 0: 30000 */
     ty_timing_ring_t *timings; /* optional, borrowed: one sample per decode step (below) */

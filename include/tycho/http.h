@@ -1,6 +1,7 @@
 /* HTTP/1.1 server on libuv with http-parser: keep-alive, pipelining (one request at a time
  * per connection, later ones wait buffered), limits on header and body size, header and body
- * read timeouts, chunked request bodies, chunked streaming responses.
+ * read timeouts, chunked request bodies, chunked streaming responses; optionally HTTPS only
+ * (OpenSSL on memory BIOs under the same buffers, certificate reloadable).
  *
  * Output: every response byte is appended to its connection's output buffer (blocks of
  * 16 KiB, more for a larger piece) and the buffers of all connections written to are handed
@@ -46,15 +47,26 @@ struct ty_http_server_opts {
     uint32_t max_connections;   /* 0 = 4096; beyond it new connections are closed at once */
     size_t max_output_bytes;    /* a stream's bytes not yet taken by its client; 0 = 4 MiB;
                                    over (checked once per loop turn): the request is aborted */
+    const char *tls_cert;       /* PEM certificate chain file; with tls_key: HTTPS only on
+                                   this port. Both NULL: plain HTTP. Read during the call */
+    const char *tls_key;        /* PEM private key file of tls_cert (no passphrase) */
     ty_http_handler_cb handler;
     void *arg;
 };
 
-/* Bind, listen and start accepting. Returns 0, TY_EINVAL, TY_EADDRINUSE or another -errno. */
+/* Load the TLS credentials (if any), bind, listen and start accepting. Returns 0, TY_EINVAL
+ * (also: only one of tls_cert/tls_key), TY_ECONFIG (a certificate or key that does not load:
+ * logged, naming the field), TY_EADDRINUSE or another -errno. */
 int ty_http_server_new(ty_http_server_t **out, uv_loop_t *loop,
                        const struct ty_http_server_opts *opts);
 /* The bound port (useful with port 0). */
 uint16_t ty_http_server_port(const ty_http_server_t *s);
+/* Whether the server speaks HTTPS. */
+bool ty_http_server_tls(const ty_http_server_t *s);
+/* Load a new certificate and key (a SIGHUP reload): connections accepted from now on use
+ * them, open ones keep theirs. Returns 0, TY_EINVAL (a server started without TLS: switching
+ * needs a restart; or a NULL path) or TY_ECONFIG (logged; the running pair stays). */
+int ty_http_server_set_tls(ty_http_server_t *s, const char *cert, const char *key);
 /* Open connections, and of them the ones with a request being handled. */
 uint32_t ty_http_server_n_connections(const ty_http_server_t *s);
 /* Close everything (aborting unfinished requests), free the server, then cb(arg). */

@@ -13,6 +13,7 @@
 #ifndef TYCHO_NODE_H
 #define TYCHO_NODE_H
 
+#include "tycho/auth.h"
 #include "tycho/config.h"
 #include "tycho/kv_events.h"
 #include "tycho/kvpool.h"
@@ -78,6 +79,7 @@ struct ty_node_config {
     struct ty_node_pool_config kv_pool; /* prefill */
     struct ty_node_transfer_config transfer;
     uint16_t metrics_port;           /* Prometheus /metrics; 0: ephemeral (in the port file) */
+    struct ty_auth_config cluster;   /* cluster_secret_file / insecure (tycho/auth.h) */
 };
 
 extern const struct ty_config_struct ty_node_config_table; /* prefill and decode */
@@ -137,6 +139,7 @@ typedef void (*ty_node_load_cb)(void *arg, struct ty_node_load *out);
 
 struct ty_node_agent_opts {
     uv_loop_t *loop;
+    const struct ty_auth *auth; /* proven to the Conductor (and it to us); NULL: insecure */
     const char *conductor_address; /* "host:port" */
     int role;                      /* TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL / _DECODE */
     const char *node_id;
@@ -200,6 +203,7 @@ struct ty_node_handler {
 /* The hooks run on the loop's thread except `worker`, which is the worker thread's body. */
 struct ty_node_service_opts {
     uv_loop_t *loop;
+    const struct ty_auth *auth; /* the cluster secret callers must prove; NULL: insecure */
     const char *host;          /* the RPC listener */
     uint16_t port;             /* 0: ephemeral (ty_node_service_port) */
     void *(*worker)(void *arg); /* returns once `stop` asked it to */
@@ -279,6 +283,7 @@ struct ty_node_runtime {
     ty_timing_ring_t *timings;  /* drained into the heartbeats */
     ty_kv_events_t *kv_events;  /* the page cache's block events (role.kv_events); else NULL */
     ty_node_metrics_t *metrics; /* the node's /metrics (KV handoffs are counted there) */
+    const struct ty_auth *auth; /* the cluster secret every port of the node proves */
 };
 
 /* What the settings make of a role: the engine's shape and what the Conductor is told. */

@@ -70,6 +70,7 @@ void ty_node_kvstore_flush(struct ty_node_kvstore *s);
  * the node then skips the pool until it answers. */
 struct ty_node_pool_config;
 int ty_node_kvstore_client_new(const struct ty_node_pool_config *k, const char *listen_host,
+                               const struct ty_auth *auth,
                                ty_store_client_t **out);
 
 void ty_node_kvstore_stats(const struct ty_node_kvstore *s, struct ty_node_kvstore_stats *out);

@@ -30,6 +30,7 @@ struct ty_prefill_opts {
     ty_xfer_engine_t *xfer; /* borrowed */
     const char *rpc_host;   /* NULL: 127.0.0.1 */
     uint16_t rpc_port;      /* 0: ephemeral */
+    const struct ty_auth *auth; /* the cluster secret callers must prove; NULL: insecure */
     uint32_t max_queue;     /* queued requests before PrefillAssign is refused; 0: 1024 */
     uint32_t max_batch;     /* queued prompts run in one forward call (their tokens within the
                              * engine's max_batch_tokens, their pages free); 0: 8, at most 64 */

@@ -97,12 +97,35 @@ int ty_rpc_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *len);
 typedef struct ty_rpc_server ty_rpc_server_t;
 typedef struct ty_rpc_call ty_rpc_call_t;
 
+struct ty_auth;
+
+/* Bounds on connections (docs/arch/security.md). A connection that has not finished the cluster
+ * handshake is "unproven": it is closed after handshake_timeout_ms, and when max_unproven are
+ * open the oldest one makes room for a new one (a flood of half-open connections cannot keep
+ * the cluster's own peers out: theirs finish in a round trip). Proven ones count against
+ * max_conns in all and max_conns_per_peer per peer address. */
 struct ty_rpc_server_opts {
     uv_loop_t *loop;
     const char *host;        /* numeric IPv4/IPv6 address; NULL = "127.0.0.1" */
     uint16_t port;           /* 0 = an ephemeral port, see ty_rpc_server_port() */
     uint32_t max_frame_size; /* max payload bytes accepted; 0 = TY_RPC_DEFAULT_MAX_FRAME */
-    int backlog;             /* listen backlog; 0 = 128 */
+    int backlog;             /* listen backlog; 0 = 511 */
+    const struct ty_auth *auth;     /* borrowed, outlives the server; NULL: insecure */
+    uint32_t max_conns;             /* 0 = 4096 (and at most the descriptor limit - 64) */
+    uint32_t max_conns_per_peer;    /* 0 = 1024 */
+    uint32_t max_unproven;          /* 0 = 256 */
+    uint32_t handshake_timeout_ms;  /* 0 = TY_AUTH_TIMEOUT_MS */
+    uint32_t idle_timeout_ms;       /* proven connections silent this long close; 0 = never */
+};
+
+/* What a server turned away, for a daemon's /metrics. */
+struct ty_rpc_server_stats {
+    uint32_t conns;           /* open now, proven or not */
+    uint32_t unproven;        /* of them, still in the handshake */
+    uint64_t accepted;        /* connections accepted in all */
+    uint64_t auth_failures;   /* handshakes refused or timed out */
+    uint64_t refused;         /* over max_conns / max_conns_per_peer, or evicted unproven */
+    uint64_t idle_closed;     /* proven connections closed by idle_timeout_ms */
 };
 
 /* Handler for one method. `payload` is borrowed for the call's duration. The handler owns `call`
@@ -145,6 +168,8 @@ int ty_rpc_server_handle_msg(ty_rpc_server_t *s, uint16_t method,
 
 /* The bound port (the ephemeral one when opts.port was 0). */
 uint16_t ty_rpc_server_port(const ty_rpc_server_t *s);
+
+void ty_rpc_server_stats(const ty_rpc_server_t *s, struct ty_rpc_server_stats *out);
 
 /* Stop listening, close every connection (their calls get their cancel callbacks) and free the
  * server once all handles are closed; then `cb(arg)` runs (cb may be NULL). */
@@ -213,6 +238,8 @@ struct ty_rpc_client_opts {
     uint32_t backoff_max_ms;     /* cap of the doubling delay; 0 = 5000 */
     ty_rpc_state_cb state_cb;    /* optional */
     void *state_arg;
+    const struct ty_auth *auth;  /* borrowed, outlives the client; NULL: insecure. The client
+                                  * counts as connected once the server proved itself. */
 };
 
 struct ty_rpc_call_opts {

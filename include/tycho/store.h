@@ -33,6 +33,8 @@ typedef struct ty_store_master ty_store_master_t;
 
 struct ty_store_master_opts {
     uv_loop_t *loop;
+    const struct ty_auth *auth; /* the cluster secret of its port and of its calls to the pool
+                                 * nodes; borrowed; NULL: insecure */
     const char *host; /* RPC listen address; NULL: 127.0.0.1 */
     uint16_t port;    /* 0: ephemeral */
     struct ty_store_meta_opts meta;
@@ -52,6 +54,8 @@ typedef struct ty_store_node ty_store_node_t;
 
 struct ty_store_node_opts {
     uv_loop_t *loop;
+    const struct ty_auth *auth; /* the cluster secret of its ports and of its calls to the
+                                 * master; borrowed; NULL: insecure */
     const char *name;    /* stable across restarts; required */
     const char *host;    /* RPC and transfer listen address; NULL: 127.0.0.1 */
     uint16_t rpc_port;   /* job service; 0: ephemeral */
@@ -104,6 +108,8 @@ struct ty_store_client_opts {
     const char *transport;    /* own engine: "auto" (NULL), "tcp", "local" */
     uint32_t tcp_conns;       /* own engine: TCP connections per pool node; 0: the engine's 4 */
     enum ty_store_verify verify;
+    const struct ty_auth *auth; /* the cluster secret for the master and the own engine;
+                                 * borrowed, outlives the client; NULL: insecure */
     uint32_t segments_max; /* pool segments kept open (a restarted node comes back under a new
                             * name); beyond, the least recently used idle one is closed; 0: 256.
                             * Soft: a transfer that needs more at once still gets them */

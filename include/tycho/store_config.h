@@ -4,6 +4,7 @@
 #ifndef TYCHO_STORE_CONFIG_H
 #define TYCHO_STORE_CONFIG_H
 
+#include "tycho/auth.h"
 #include "tycho/config.h"
 
 #include <stdbool.h>
@@ -32,6 +33,7 @@ struct ty_store_config {
     char *etcd_key;
     uint32_t etcd_ttl_s;
     char *port_file; /* written "master=PORT node=PORT\n" once serving */
+    struct ty_auth_config cluster; /* cluster_secret_file / insecure (tycho/auth.h) */
 };
 
 extern const struct ty_config_struct ty_store_config_table;

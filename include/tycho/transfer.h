@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct ty_auth;
+
 typedef struct ty_xfer_engine ty_xfer_engine_t;
 typedef struct ty_xfer_segment ty_xfer_segment_t;
 typedef struct ty_xfer_batch ty_xfer_batch_t;
@@ -41,6 +43,11 @@ struct ty_xfer_engine_opts {
     uint32_t etcd_ttl_s;        /* lease TTL of our etcd key (kept alive while we run); 0: 10 */
     const char *rdma_devices;   /* comma list of RDMA devices to use; NULL: every device with an
                                  * ACTIVE port; "none": no RDMA (no memory registration) */
+    const struct ty_auth *auth; /* cluster secret every tcp and unix connection proves, both
+                                 * ways, before its first message (tycho/auth.h); borrowed,
+                                 * outlives the engine; NULL: insecure */
+    uint32_t max_inbound;       /* inbound connections served at once; 0: 1024. Unproven ones
+                                 * beyond 64 push out the oldest unproven */
 };
 
 /* Create an engine listening on opts->listen_host:port. Returns 0 and *out, or TY_EINVAL for a
@@ -191,6 +198,8 @@ struct ty_xfer_stats {
     uint64_t checksum_errors;
     uint64_t peer_failures; /* peers broken by error or timeout */
     uint64_t reconnects;
+    uint64_t auth_failures;    /* inbound or outbound connections that failed the handshake */
+    uint64_t refused_conns;    /* inbound connections over max_inbound, or unproven pushed out */
     uint32_t segments_tcp; /* gauges: open segments per transport */
     uint32_t segments_local;
     uint32_t segments_rdma;

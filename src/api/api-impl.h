@@ -8,6 +8,7 @@
 
 #include "tycho/api.h"
 #include "tycho/http.h"
+#include "tycho/tls.h"
 #include "tycho/tokenizer.h"
 
 #include <jansson.h>
@@ -67,7 +68,7 @@ struct ty_api {
     uv_loop_t *loop;
     ty_http_server_t *http;
     struct ty_api_opts o;
-    char **keys;
+    struct ty_apikey *keys; /* (n_keys) as digests: plain and "sha256:" entries alike */
     char **key_classes; /* (n_keys) the SLO class bound to each key, NULL: none */
     size_t n_keys;
     char *model_name, *model_path;

@@ -38,17 +38,6 @@ void ty__api_send_error(ty_http_req_t *r, const struct ty_api_error *e)
     free(s);
 }
 
-/* `given` equals `key`, in a time that depends on the key's length only (no early exit at
- * the first differing byte, which would let a client find a key byte by byte). */
-static bool key_equal(const char *given, size_t glen, const char *key)
-{
-    size_t klen = strlen(key);
-    unsigned char d = glen != klen;
-    for (size_t i = 0; i < klen; i++)
-        d |= (unsigned char)(key[i] ^ (i < glen ? given[i] : 0));
-    return d == 0;
-}
-
 /* *key_class: the SLO class bound to the key that matched (NULL: none). */
 static bool authorized(ty_api_t *a, ty_http_req_t *r, const char **key_class)
 {
@@ -58,9 +47,13 @@ static bool authorized(ty_api_t *a, ty_http_req_t *r, const char **key_class)
     const char *h = ty_http_req_header(r, "authorization");
     if (!h || strncasecmp(h, "Bearer ", 7))
         return false;
-    bool ok = false; /* every key is compared, whichever matches */
+    /* The token's digest against every key's (tycho/tls.h): constant time, and every key is
+     * compared, whichever matches. */
+    uint8_t d[32];
+    ty_apikey_digest(h + 7, strlen(h + 7), d);
+    bool ok = false;
     for (size_t i = 0; i < a->n_keys; i++) {
-        bool eq = key_equal(h + 7, strlen(h + 7), a->keys[i]);
+        bool eq = ty_apikey_match(&a->keys[i], d);
         ok |= eq;
         if (eq)
             *key_class = a->key_classes[i];
@@ -151,22 +144,24 @@ static void on_request(void *arg, ty_http_req_t *r)
 void ty_api_set_keys(ty_api_t *a, const char *const *keys, const char *const *classes,
                      size_t n)
 {
-    for (size_t i = 0; i < a->n_keys; i++) {
-        free(a->keys[i]);
+    for (size_t i = 0; i < a->n_keys; i++)
         free(a->key_classes[i]);
-    }
     free(a->keys);
     free(a->key_classes);
-    a->keys = a->key_classes = NULL;
+    a->keys = NULL;
+    a->key_classes = NULL;
     a->n_keys = n;
     if (!n)
         return;
     /* out of memory here must not leave the server open: no key list means no auth */
-    if (!(a->keys = calloc(n, sizeof(char *))) || !(a->key_classes = calloc(n, sizeof(char *))))
+    if (!(a->keys = calloc(n, sizeof(*a->keys))) || !(a->key_classes = calloc(n, sizeof(char *))))
         abort();
     for (size_t i = 0; i < n; i++) {
         bool cls = classes && classes[i] && classes[i][0];
-        if (!(a->keys[i] = strdup(keys[i])) || (cls && !(a->key_classes[i] = strdup(classes[i]))))
+        char why[160];
+        if (ty_apikey_parse(keys[i], &a->keys[i], why, sizeof(why))) /* matches nothing */
+            TY_LOG_ERROR("api", "API key %zu of %zu is ignored: %s", i + 1, n, why);
+        if (cls && !(a->key_classes[i] = strdup(classes[i])))
             abort();
     }
 }
@@ -181,6 +176,9 @@ int ty_api_new(ty_api_t **out, uv_loop_t *loop, const struct ty_api_opts *o)
         return TY_ENOMEM;
     a->loop = loop;
     a->o = *o;
+    a->o.api_keys = a->o.api_key_classes = NULL; /* borrowed for the call only */
+    a->o.n_api_keys = 0;
+    a->o.tls_cert = a->o.tls_key = NULL;
     a->model_name = strdup(o->model_name);
     a->model_path = o->model_path ? strdup(o->model_path) : NULL;
     a->tok = ty_model_tokenizer(o->model);
@@ -195,7 +193,8 @@ int ty_api_new(ty_api_t **out, uv_loop_t *loop, const struct ty_api_opts *o)
         .host = o->host ? o->host : "127.0.0.1", .port = o->port,
         .max_body_bytes = o->max_body_bytes, .header_timeout_ms = o->header_timeout_ms,
         .body_timeout_ms = o->body_timeout_ms, .max_connections = o->max_connections,
-        .max_output_bytes = o->max_output_bytes, .handler = on_request, .arg = a};
+        .max_output_bytes = o->max_output_bytes, .tls_cert = o->tls_cert, .tls_key = o->tls_key,
+        .handler = on_request, .arg = a};
     if (!rc)
         rc = ty_http_server_new(&a->http, loop, &ho);
     if (rc) {
@@ -213,6 +212,31 @@ int ty_api_new(ty_api_t **out, uv_loop_t *loop, const struct ty_api_opts *o)
 uint16_t ty_api_port(const ty_api_t *a)
 {
     return ty_http_server_port(a->http);
+}
+
+bool ty_api_tls(const ty_api_t *a)
+{
+    return ty_http_server_tls(a->http);
+}
+
+int ty_api_reload_tls(ty_api_t *a, const char *cert, const char *key)
+{
+    bool was = ty_http_server_tls(a->http), now = cert && key;
+    if (was != now) {
+        TY_LOG_ERROR("api", "reload: switching the front door between %s and %s needs a "
+                            "restart; it stays %s", was ? "https" : "http",
+                     now ? "https" : "http", was ? "https" : "http");
+        return TY_EINVAL;
+    }
+    if (!now)
+        return 0;
+    int rc = ty_http_server_set_tls(a->http, cert, key);
+    if (rc)
+        TY_LOG_ERROR("api", "reload: the new certificate and key did not load (%s); the "
+                            "running ones stay", ty_err_name(rc));
+    else
+        TY_LOG_INFO("api", "reload: new connections use the certificate in %s", cert);
+    return rc;
 }
 
 uint32_t ty_api_n_inflight(const ty_api_t *a)

@@ -221,6 +221,7 @@ static void on_reload(ty_daemon_t *d, unsigned n_changed, void *arg)
     } else {
         TY_LOG_ERROR("serve", "reload: out of memory, the API keys stay as they were");
     }
+    ty_api_reload_tls(s->api, s->cfg.conductor.tls_cert, s->cfg.conductor.tls_key);
 }
 
 /* The vocabulary donor for a random model: stories260K from the shared test data when it is
@@ -281,6 +282,8 @@ static int translate_args(struct serve *s, int argc, char **argv, char **out, in
         else if (!strcmp(a, "--port")) map = "listen_port";
         else if (!strcmp(a, "--host")) map = "listen_host";
         else if (!strcmp(a, "--api-key")) map = "api_keys";
+        else if (!strcmp(a, "--tls-cert")) map = "tls_cert";
+        else if (!strcmp(a, "--tls-key")) map = "tls_key";
         else if (!strcmp(a, "--threads")) map = "engine.threads";
         else if (!strcmp(a, "--max-running")) map = "engine.max_batch_size";
         else if (!strcmp(a, "--step-tokens")) map = "engine.step_tokens";
@@ -389,7 +392,8 @@ static int start_api(struct serve *s, uv_loop_t *loop)
         .max_body_bytes = c->limits.max_body_bytes,
         .header_timeout_ms = c->limits.header_timeout_ns / 1000000,
         .body_timeout_ms = c->limits.body_timeout_ns / 1000000,
-        .max_connections = c->limits.max_connections};
+        .max_connections = c->limits.max_connections, .tls_cert = c->tls_cert,
+        .tls_key = c->tls_key};
     if (!rc)
         rc = ty_api_new(&s->api, loop, &ao);
     free(keys);
@@ -399,8 +403,10 @@ static int start_api(struct serve *s, uv_loop_t *loop)
                 c->listen_port, ty_strerror(rc));
         return rc;
     }
-    fprintf(stderr, "tycho serve: serving %s (%s) on http://%s:%u/v1\n", name,
-            ty_model_desc(s->model), c->listen_host, ty_api_port(s->api));
+    fprintf(stderr, "tycho serve: serving %s (%s) on %s://%s:%u/v1%s%s\n", name,
+            ty_model_desc(s->model), ty_api_tls(s->api) ? "https" : "http", c->listen_host,
+            ty_api_port(s->api), ty_api_tls(s->api) ? ", certificate " : " (no TLS)",
+            ty_api_tls(s->api) ? c->tls_cert : "");
     /* No RPC port here: "http_port 0", the format tycho-conductor writes. */
     return ty_node_write_ports(c->port_file, ty_api_port(s->api), 0, 0);
 }
@@ -417,7 +423,8 @@ static int run_serve(int argc, char **argv)
                                .summary = "all roles in one process: the OpenAI API over the "
                                           "local engine (also --model PATH, --port N, "
                                           "--host H, --threads N, --max-running N, "
-                                          "--backend cpu|cuda, --device N)",
+                                          "--backend cpu|cuda, --device N, --tls-cert PEM, "
+                                          "--tls-key PEM, --api-key KEY)",
                                .table = &ty_serve_config_table, .config = &s.cfg,
                                .drain = on_drain, .reload = on_reload, .alive = serve_alive,
                                .arg = &s};

@@ -5,6 +5,7 @@
  */
 #include "cli.h"
 
+#include "tycho/auth.h"
 #include "tycho/clock.h"
 #include "tycho/errors.h"
 #include "tycho/transfer.h"
@@ -138,7 +139,7 @@ static int run_target(const struct bench_opts *o)
         return TY_CLI_EXIT_USAGE;
     memcpy(host, o->listen, (size_t)(colon - o->listen));
     host[colon - o->listen] = '\0';
-    struct ty_xfer_engine_opts eo = {.listen_host = host, .listen_port = (uint16_t)atoi(colon + 1)};
+    struct ty_xfer_engine_opts eo = {.auth = ty_auth_from_env(), .listen_host = host, .listen_port = (uint16_t)atoi(colon + 1)};
     ty_xfer_engine_t *e;
     void *buf;
     int rc = ty_xfer_engine_new(&e, &eo);
@@ -270,6 +271,7 @@ static int setup_initiator(const struct bench_opts *o, ty_xfer_engine_t **e,
                            ty_xfer_segment_t **seg, struct ty_xfer_region_info *reg)
 {
     struct ty_xfer_engine_opts eo = {
+        .auth = ty_auth_from_env(),
         .transport = o->transport, .tcp_conns = o->conns, .checksum = o->checksum};
     int rc = ty_xfer_engine_new(e, &eo);
     if (rc)

@@ -696,6 +696,12 @@ int ty_config_finish(ty_config_t *cfg, struct ty_config_error *err)
                       l->env, l->path);
         return TY_ECONFIG;
     }
+    char field[256] = "", why[400] = "";
+    if (cfg->root->check &&
+        cfg->root->check(cfg->data, field, sizeof(field), why, sizeof(why)) != 0) {
+        ty__cfg_error(err, cfg->path ? cfg->path : "configuration", 0, 0, field, "%s", why);
+        return TY_ECONFIG;
+    }
     return 0;
 }
 

@@ -3,6 +3,7 @@
  */
 #include "tycho/daemon.h"
 
+#include "tycho/auth.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
 
@@ -137,6 +138,38 @@ static int finish_mode(ty_daemon_t *d, enum mode mode, int *exit_code)
     return TY_ECANCELED;
 }
 
+/* The root field `key` of the daemon's table, or NULL. */
+static const struct ty_config_field *root_field(const struct ty_config_struct *t, const char *key)
+{
+    for (size_t i = 0; i < t->n_fields; i++)
+        if (!strcmp(t->fields[i].key, key))
+            return &t->fields[i];
+    return NULL;
+}
+
+/* Load the cluster secret named by the settings (when the table has the rows). */
+static int load_auth(const ty_daemon_t *d, enum mode mode)
+{
+    const struct ty_daemon_opts *o = &d->opts;
+    const struct ty_config_field *f = root_field(o->table, "cluster_secret_file");
+    const struct ty_config_field *g = root_field(o->table, "insecure");
+    if (!f || !g)
+        return 0;
+    struct ty_auth_config ac = {.secret_file = *(char **)((char *)o->config + f->offset),
+                                .insecure = *(bool *)((char *)o->config + g->offset)};
+    struct ty_auth scratch, *a = o->auth ? o->auth : &scratch;
+    char err[512];
+    int rc = ty_auth_load(a, &ac, err, sizeof(err));
+    if (rc) {
+        fprintf(stderr, "%s: %s\n", d->config_path ? d->config_path : o->name, err);
+        return TY_ECONFIG;
+    }
+    if (a->insecure && mode == MODE_RUN)
+        TY_LOG_WARN("daemon", "insecure: true: the RPC, transfer and store ports serve anyone "
+                    "who reaches them; give the cluster a secret (cluster_secret_file)");
+    return 0;
+}
+
 int ty_daemon_new(ty_daemon_t **out, const struct ty_daemon_opts *opts, int argc, char **argv,
                   int *exit_code)
 {
@@ -166,6 +199,8 @@ int ty_daemon_new(ty_daemon_t **out, const struct ty_daemon_opts *opts, int argc
                                    d->n_args, &err);
         if (rc != 0)
             fprintf(stderr, "%s\n", err.msg);
+        else if (mode != MODE_DUMP)
+            rc = load_auth(d, mode);
         rc = rc != 0 ? TY_ECONFIG : finish_mode(d, mode, exit_code);
     }
     if (rc != 0) {

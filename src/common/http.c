@@ -11,8 +11,18 @@
  * of a loop turn) and a uv_prepare hook (before the loop waits, for what timers wrote) flush
  * each: one uv_try_write of every buffered block, the remainder handed to one uv_write that
  * owns its blocks until it completes; while it is in flight new output collects behind it.
+ *
+ * TLS (opts.tls_cert/tls_key) sits under all of this, in two memory BIOs per connection: bytes
+ * read from the socket go into the session's read BIO and what it decrypts is appended to `in`
+ * (tls_read), so parsing, limits and back-pressure see plaintext exactly as without TLS; at
+ * flush time the plaintext blocks are sealed into records (tls_seal) and the ciphertext the
+ * write BIO holds becomes the one block the flush hands to the socket. The handshake's bytes
+ * and the close_notify before a shutdown go out the same way. A reload swaps the server's
+ * SSL_CTX; a session holds a reference to the one it started with.
  */
 #include "tycho/http.h"
+
+#include "tls-impl.h"
 
 #include "tycho/clock.h"
 #include "tycho/errors.h"
@@ -21,6 +31,7 @@
 #include <ctype.h>
 #include <http_parser.h>
 #include <jansson.h>
+#include <openssl/err.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +45,7 @@
 #define OUT_MAX_IOV 64             /* blocks per write; more wait for the next */
 #define FRAME_HEAD 10              /* a frame's chunk-size line: "ffffffff\r\n" at most */
 #define FRAME_MIN_ROOM 512         /* a frame starts in a block with this much room left */
+#define TLS_READ_BUF (64u * 1024u) /* ciphertext of one socket read */
 
 enum conn_state {
     CONN_IDLE,     /* waiting for the first byte of a request */
@@ -99,6 +111,10 @@ struct conn {
     ty_http_flush_cb flush_cb;
     void *flush_arg;
     uint64_t flush_tag;
+    /* TLS, or all NULL: the session and its BIOs (owned by the session) */
+    SSL *ssl;
+    BIO *rbio, *wbio;
+    bool tls_shut; /* close_notify written */
 };
 
 struct ty_http_server {
@@ -119,6 +135,8 @@ struct ty_http_server {
     uv_prepare_t prepare; /* flushes what timers and close callbacks wrote, before waiting */
     struct conn *dirty; /* connections with output to flush */
     bool flushing;      /* the hooks are started */
+    SSL_CTX *tls;       /* NULL: plain HTTP. New connections take the current one */
+    char *tls_in;       /* (TLS_READ_BUF) where one socket read lands before decryption */
 };
 
 /* After close: free the server once its own handles and every connection are gone. */
@@ -128,6 +146,8 @@ static void server_maybe_freed(ty_http_server_t *srv)
         return;
     ty_http_closed_cb cb = srv->closed_cb;
     void *arg = srv->closed_arg;
+    SSL_CTX_free(srv->tls);
+    free(srv->tls_in);
     free(srv);
     if (cb)
         cb(arg);
@@ -269,6 +289,8 @@ static int out_put(struct conn *c, const void *p, size_t n)
     return 0;
 }
 
+static size_t tls_pending(const struct conn *c);
+
 static void on_write(uv_write_t *w, int status)
 {
     struct wreq *wr = (struct wreq *)w;
@@ -282,7 +304,7 @@ static void on_write(uv_write_t *w, int status)
         conn_close(c);
         return;
     }
-    if (c->out_bytes || c->shutdown_wanted)
+    if (c->out_bytes || c->shutdown_wanted || tls_pending(c))
         conn_mark_dirty(c);
 }
 
@@ -311,9 +333,96 @@ static void out_consume(struct conn *c, size_t n)
     }
 }
 
+/* ---- TLS under the buffers ------------------------------------------------------------------ */
+
+/* Ciphertext the session wrote that is not yet in `out` (handshake, records, close_notify). */
+static size_t tls_pending(const struct conn *c)
+{
+    return c->ssl ? BIO_ctrl_pending(c->wbio) : 0;
+}
+
+/* Seal every buffered plaintext block into TLS records and put the ciphertext in their place
+ * (one block). Returns 0, TY_ENOMEM or TY_EPROTO (the connection must close). */
+static int tls_seal(struct conn *c)
+{
+    for (struct oblk *b = c->out_head; b; b = b->next) {
+        size_t done;
+        if (b->len > b->off &&
+            SSL_write_ex(c->ssl, b->data + b->off, b->len - b->off, &done) != 1) {
+            ERR_clear_error();
+            return TY_EPROTO;
+        }
+    }
+    out_consume(c, c->out_bytes);
+    size_t n = BIO_ctrl_pending(c->wbio);
+    if (!n)
+        return 0;
+    struct oblk *b = c->out_tail; /* emptied by out_consume, or none */
+    if ((!b || b->len || b->cap < n) && !(b = out_add_block(c, n)))
+        return TY_ENOMEM;
+    if (BIO_read(c->wbio, b->data + b->len, (int)n) != (int)n)
+        return TY_EPROTO;
+    b->len += n;
+    c->out_bytes += n;
+    return 0;
+}
+
+/* Room for `min` more bytes in `in`. Returns false when out of memory. */
+static bool in_reserve(struct conn *c, size_t min)
+{
+    if (c->in_cap - c->in_len >= min)
+        return true;
+    size_t nc = c->in_cap ? c->in_cap * 2 : 32768;
+    while (nc - c->in_len < min)
+        nc *= 2;
+    char *ni = realloc(c->in, nc);
+    if (!ni)
+        return false;
+    c->in = ni;
+    c->in_cap = nc;
+    return true;
+}
+
+/* Feed n bytes read from the socket to the session and append what it decrypts to `in` (the
+ * handshake runs inside SSL_read). Returns 0, or TY_ECONNRESET (the client's close_notify),
+ * TY_EPROTO (not TLS, a failed handshake, a bad record) or TY_ENOMEM: close the connection. */
+static int tls_read(struct conn *c, const char *data, size_t n)
+{
+    if (n && BIO_write(c->rbio, data, (int)n) != (int)n)
+        return TY_ENOMEM;
+    for (;;) {
+        size_t got = 0;
+        if (!in_reserve(c, 16384))
+            return TY_ENOMEM;
+        int r = SSL_read_ex(c->ssl, c->in + c->in_len, c->in_cap - c->in_len, &got);
+        if (r == 1) {
+            c->in_len += got;
+            continue;
+        }
+        int e = SSL_get_error(c->ssl, r);
+        if (tls_pending(c))
+            conn_mark_dirty(c); /* handshake replies, session tickets, alerts */
+        if (e == SSL_ERROR_WANT_READ)
+            return 0;
+        if (e == SSL_ERROR_ZERO_RETURN)
+            return TY_ECONNRESET;
+        char why[160] = "";
+        unsigned long err = ERR_peek_error();
+        if (err)
+            ERR_error_string_n(err, why, sizeof(why));
+        ERR_clear_error();
+        TY_LOG_DEBUG("http", "TLS connection dropped: %s", why[0] ? why : "protocol error");
+        return TY_EPROTO;
+    }
+}
+
 /* Hand what is buffered to the socket: one uv_try_write, the rest as one uv_write. */
 static void conn_flush(struct conn *c)
 {
+    if (c->ssl && tls_seal(c)) {
+        conn_close(c);
+        return;
+    }
     uv_buf_t bufs[OUT_MAX_IOV];
     unsigned n = 0;
     size_t bytes = 0;
@@ -365,7 +474,7 @@ static void conn_flush(struct conn *c)
  * that waited for the output, the cut of a stream whose client does not keep up. */
 static void conn_flush_turn(struct conn *c, uint64_t now_ns)
 {
-    if (!c->writing && c->out_bytes)
+    if (!c->writing && (c->out_bytes || tls_pending(c)))
         conn_flush(c);
     if (c->closed)
         return;
@@ -375,6 +484,17 @@ static void conn_flush_turn(struct conn *c, uint64_t now_ns)
         cb(c->flush_arg, c->flush_tag, now_ns);
     }
     if (c->shutdown_wanted && !c->out_bytes) {
+        if (c->ssl && !c->tls_shut) { /* close_notify, after the response's records */
+            c->tls_shut = true;
+            SSL_shutdown(c->ssl);
+            ERR_clear_error();
+            if (!c->writing)
+                conn_flush(c);
+            if (c->closed)
+                return;
+        }
+        if (c->out_bytes || tls_pending(c))
+            return; /* behind the write in flight: on_write brings the connection back */
         c->shutdown_wanted = false;
         uv_shutdown_t *sh = malloc(sizeof(*sh));
         if (!sh || uv_shutdown(sh, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
@@ -607,17 +727,12 @@ static int on_message_complete(http_parser *p)
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct conn *c = h->data;
-    if (c->in_cap - c->in_len < 16384) {
-        size_t nc = c->in_cap ? c->in_cap * 2 : 32768;
-        char *ni = realloc(c->in, nc);
-        if (!ni) {
-            *buf = uv_buf_init(NULL, 0);
-            return;
-        }
-        c->in = ni;
-        c->in_cap = nc;
-    }
-    *buf = uv_buf_init(c->in + c->in_len, (unsigned)(c->in_cap - c->in_len));
+    if (c->ssl) /* ciphertext: decrypted into `in` by tls_read, before the next read */
+        *buf = uv_buf_init(c->srv->tls_in, TLS_READ_BUF);
+    else if (!in_reserve(c, 16384))
+        *buf = uv_buf_init(NULL, 0);
+    else
+        *buf = uv_buf_init(c->in + c->in_len, (unsigned)(c->in_cap - c->in_len));
 }
 
 static void conn_abort_request(struct conn *c)
@@ -643,7 +758,13 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         c->in_len = 0; /* discard while lingering */
         return;
     }
-    c->in_len += (size_t)n;
+    if (!c->ssl) {
+        c->in_len += (size_t)n;
+    } else if (tls_read(c, buf->base, (size_t)n)) {
+        conn_abort_request(c);
+        conn_close(c);
+        return;
+    }
     if (c->state == CONN_HANDLING) {
         if (c->in_len > IN_MAX_BUFFERED) {
             uv_read_stop(s); /* back-pressure on a pipelining client */
@@ -746,6 +867,7 @@ static void on_conn_handle_closed(uv_handle_t *h)
     req_reset(&c->req);
     conn_unmark_dirty(c);
     oblk_free_list(c->out_head);
+    SSL_free(c->ssl); /* and its BIOs */
     free(c->in);
     free(c);
     srv->n_alive--;
@@ -770,6 +892,28 @@ static void conn_close(struct conn *c)
     srv->n_conns--;
     uv_close((uv_handle_t *)&c->timer, on_conn_handle_closed);
     uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
+}
+
+/* A server-side TLS session on two memory BIOs. Returns 0 or TY_ENOMEM. */
+static int conn_tls_start(struct conn *c, SSL_CTX *ctx)
+{
+    if (!(c->ssl = SSL_new(ctx)))
+        goto err;
+    c->rbio = BIO_new(BIO_s_mem());
+    c->wbio = BIO_new(BIO_s_mem());
+    if (!c->rbio || !c->wbio) {
+        BIO_free(c->rbio);
+        BIO_free(c->wbio);
+        c->rbio = c->wbio = NULL;
+        goto err;
+    }
+    BIO_set_mem_eof_return(c->rbio, -1); /* empty: "want more", not end of stream */
+    SSL_set_bio(c->ssl, c->rbio, c->wbio);
+    SSL_set_accept_state(c->ssl);
+    return 0;
+err:
+    ERR_clear_error();
+    return TY_ENOMEM;
 }
 
 static void on_connection(uv_stream_t *l, int status)
@@ -798,6 +942,10 @@ static void on_connection(uv_stream_t *l, int status)
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
+    if (srv->tls && conn_tls_start(c, srv->tls)) {
+        conn_close(c);
+        return;
+    }
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
     c->state = CONN_IDLE;
@@ -838,7 +986,35 @@ static void on_own_handle_closed(uv_handle_t *h)
 
 static void on_listener_closed_free(uv_handle_t *h)
 {
-    free(h->data);
+    ty_http_server_t *srv = h->data;
+    SSL_CTX_free(srv->tls);
+    free(srv->tls_in);
+    free(srv);
+}
+
+/* Load (or replace) the server's TLS context from PEM files; nothing changes on failure.
+ * Returns 0, TY_EINVAL (only one of the two), TY_ECONFIG (logged) or TY_ENOMEM. */
+static int server_tls_load(ty_http_server_t *srv, const char *cert, const char *key)
+{
+    if (!cert && !key)
+        return 0;
+    if (!cert || !key)
+        return TY_EINVAL;
+    const char *field = "";
+    char why[512] = "";
+    SSL_CTX *ctx;
+    int rc = ty__tls_server_ctx_new(&ctx, cert, key, &field, why, sizeof(why));
+    if (rc == TY_ECONFIG)
+        TY_LOG_ERROR("http", "%s: %s", field, why);
+    if (rc)
+        return rc;
+    if (!srv->tls_in && !(srv->tls_in = malloc(TLS_READ_BUF))) {
+        SSL_CTX_free(ctx);
+        return TY_ENOMEM;
+    }
+    SSL_CTX_free(srv->tls); /* sessions that use it hold their own reference */
+    srv->tls = ctx;
+    return 0;
 }
 
 int ty_http_server_new(ty_http_server_t **out, uv_loop_t *loop,
@@ -875,9 +1051,15 @@ int ty_http_server_new(ty_http_server_t **out, uv_loop_t *loop,
     srv->ps.on_message_complete = on_message_complete;
     srv->id_seed = ty_clock_ns() ^ ((uint64_t)getpid() << 32);
     srv->accepting = true;
+    int rc = server_tls_load(srv, opts->tls_cert, opts->tls_key);
+    if (rc) {
+        free(srv);
+        return rc;
+    }
+    srv->o.tls_cert = srv->o.tls_key = NULL; /* borrowed for the call only */
     uv_tcp_init(loop, &srv->listener);
     srv->listener.data = srv;
-    int rc = server_bind(srv);
+    rc = server_bind(srv);
     if (rc) {
         uv_close((uv_handle_t *)&srv->listener, on_listener_closed_free);
         return rc;
@@ -893,6 +1075,18 @@ int ty_http_server_new(ty_http_server_t **out, uv_loop_t *loop,
 uint16_t ty_http_server_port(const ty_http_server_t *s)
 {
     return s->port;
+}
+
+bool ty_http_server_tls(const ty_http_server_t *s)
+{
+    return s->tls != NULL;
+}
+
+int ty_http_server_set_tls(ty_http_server_t *s, const char *cert, const char *key)
+{
+    if (!s->tls || !cert || !key)
+        return TY_EINVAL;
+    return server_tls_load(s, cert, key);
 }
 
 uint32_t ty_http_server_n_connections(const ty_http_server_t *s)

@@ -9,6 +9,7 @@
 #ifndef TYCHO_RPC_IMPL_H
 #define TYCHO_RPC_IMPL_H
 
+#include "tycho/auth.h"
 #include "tycho/rpc.h"
 
 #include <stdbool.h>
@@ -23,19 +24,27 @@ struct ty__rpc_conn;
 typedef void (*ty__rpc_frame_cb)(struct ty__rpc_conn *c, const struct ty_rpc_frame *f);
 typedef void (*ty__rpc_conn_cb)(struct ty__rpc_conn *c, int reason);
 
+/* A connection first runs the cluster handshake (tycho/auth.h): no frame is decoded, and the
+ * client sends none, until both ends proved they know the secret; then on_authed runs. Reads go
+ * into one buffer per thread (frames are decoded from it before the read callback returns), so
+ * an idle or half-open connection costs a few hundred bytes, not a read buffer. */
 struct ty__rpc_conn {
     uv_tcp_t tcp;
     struct ty_rpc_decoder dec;
     ty__rpc_frame_cb on_frame;
     ty__rpc_conn_cb on_closing; /* optional; close started (reason 0 = local close) */
     ty__rpc_conn_cb on_closed;  /* required; handle closed, owner frees */
+    ty__rpc_conn_cb on_authed;  /* optional; the handshake succeeded (reason 0) */
     void *owner;
     const char *role; /* "server" / "client", for log lines */
     char peer[64];
     bool reading;
     bool closing;
+    bool authed;
     int close_reason;
-    uint8_t rbuf[TY__RPC_READ_BUF];
+    const struct ty_auth *auth; /* borrowed; NULL: insecure */
+    struct ty_auth_hs *hs;      /* while the handshake runs */
+    uint64_t last_active_ms;    /* uv_now() of the last byte read */
 };
 
 /* Initialise the embedded conn and its uv_tcp_t on `loop`. Returns 0 or a TY_E* code (then
@@ -43,7 +52,8 @@ struct ty__rpc_conn {
 int ty__rpc_conn_init(struct ty__rpc_conn *c, uv_loop_t *loop, uint32_t max_frame,
                       const char *role);
 
-/* Start reading (after accept or connect); records the peer address for logs. */
+/* Start reading (after accept or connect) and the handshake (the server sends its challenge);
+ * records the peer address for logs. */
 int ty__rpc_conn_start(struct ty__rpc_conn *c);
 
 /* Queue one frame. Returns 0, TY_ENOTCONN when closing, TY_EAGAIN when the write queue is over

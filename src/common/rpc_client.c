@@ -53,6 +53,7 @@ struct ty_rpc_client {
     uint32_t max_frame, call_timeout_ms, connect_timeout_ms, backoff_initial_ms, backoff_max_ms;
     ty_rpc_state_cb state_cb;
     void *state_arg;
+    const struct ty_auth *auth;
 
     enum cli_state state;
     bool closing;
@@ -468,12 +469,21 @@ static void on_connect(uv_connect_t *req, int status)
         ty__rpc_conn_close(&cc->conn, status);
         return;
     }
-    uv_timer_stop(&c->retry_timer);
+    /* the connect timer keeps running: it bounds the handshake too */
     int rc = ty__rpc_conn_start(&cc->conn);
-    if (rc < 0) {
+    if (rc < 0)
         ty__rpc_conn_close(&cc->conn, rc);
+}
+
+/* The server proved it knows the cluster secret: now the client is connected. */
+static void cli_on_authed(struct ty__rpc_conn *conn, int reason)
+{
+    struct cli_conn *cc = (struct cli_conn *)conn;
+    ty_rpc_client_t *c = cc->cl;
+    (void)reason;
+    if (cc->conn.closing || c->conn != cc)
         return;
-    }
+    uv_timer_stop(&c->retry_timer);
     c->state = CLI_CONNECTED;
     c->attempt = 0;
     c->stats.connects++;
@@ -499,6 +509,8 @@ static void start_connect(ty_rpc_client_t *c)
     cc->conn.on_frame = cli_on_frame;
     cc->conn.on_closing = cli_on_closing;
     cc->conn.on_closed = cli_on_closed;
+    cc->conn.on_authed = cli_on_authed;
+    cc->conn.auth = c->auth;
     c->open_handles++;
     c->conn = cc;
     c->state = CLI_CONNECTING;
@@ -545,6 +557,7 @@ static void copy_opts(ty_rpc_client_t *c, const struct ty_rpc_client_opts *o)
         c->backoff_max_ms = c->backoff_initial_ms;
     c->state_cb = o->state_cb;
     c->state_arg = o->state_arg;
+    c->auth = o->auth;
 }
 
 int ty_rpc_client_new(ty_rpc_client_t **out, const struct ty_rpc_client_opts *opts)

@@ -6,6 +6,7 @@
 #include "tycho/log.h"
 #include "tycho.pb-c.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,12 @@ struct wreq {
     uv_write_t req;
     struct ty__rpc_conn *conn;
     uint8_t *data;
+    bool close_after; /* a handshake REJECT: close once it is out */
 };
+
+/* Reads land here and are decoded before the read callback returns (the decoder copies what a
+ * frame still needs), so one buffer serves every connection of this thread's loops. */
+static _Thread_local uint8_t read_buf[TY__RPC_READ_BUF];
 
 int ty__rpc_conn_init(struct ty__rpc_conn *c, uv_loop_t *loop, uint32_t max_frame, const char *role)
 {
@@ -30,7 +36,12 @@ int ty__rpc_conn_init(struct ty__rpc_conn *c, uv_loop_t *loop, uint32_t max_fram
     c->role = role;
     c->reading = false;
     c->closing = false;
+    c->authed = false;
     c->close_reason = 0;
+    c->on_authed = NULL;
+    c->auth = NULL;
+    c->hs = NULL;
+    c->last_active_ms = uv_now(loop);
     snprintf(c->peer, sizeof(c->peer), "?");
     return 0;
 }
@@ -57,14 +68,81 @@ static void record_peer(struct ty__rpc_conn *c)
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
-    struct ty__rpc_conn *c = h->data;
-    buf->base = (char *)c->rbuf;
-    buf->len = sizeof(c->rbuf);
+    (void)h;
+    (void)suggested;
+    buf->base = (char *)read_buf;
+    buf->len = sizeof(read_buf);
+}
+
+static void on_write(uv_write_t *req, int status);
+
+/* Queue raw handshake bytes (copied). */
+static int send_raw(struct ty__rpc_conn *c, const uint8_t *p, size_t len, bool close_after)
+{
+    struct wreq *w = malloc(sizeof(*w));
+    uint8_t *copy = malloc(len);
+    if (!w || !copy) {
+        free(w);
+        free(copy);
+        return TY_ENOMEM;
+    }
+    memcpy(copy, p, len);
+    w->conn = c;
+    w->data = copy;
+    w->close_after = close_after;
+    uv_buf_t b = uv_buf_init((char *)copy, (unsigned)len);
+    int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
+    if (rc < 0) {
+        free(copy);
+        free(w);
+    }
+    return rc;
+}
+
+/* Feed handshake bytes; returns how many it used, or SIZE_MAX when the connection is done for. */
+static size_t handshake(struct ty__rpc_conn *c, const uint8_t *data, size_t n)
+{
+    size_t used = 0;
+    int st = ty_auth_hs_feed(c->hs, data, n, &used);
+    if (st == TY_AUTH_HS_FAILED) {
+        ty_auth_count_failure();
+        TY_LOG_WARN("rpc", "%s: dropping connection %s: cluster authentication failed: %s",
+                    c->role, c->peer, c->hs->why);
+        bool rejecting = c->hs->out_len > 0 && c->reading;
+        if (rejecting) {
+            uv_read_stop((uv_stream_t *)&c->tcp);
+            c->reading = false;
+        }
+        if (!rejecting || send_raw(c, c->hs->out, c->hs->out_len, true) < 0)
+            ty__rpc_conn_close(c, TY_EACCES);
+        c->hs->out_len = 0;
+        return SIZE_MAX;
+    }
+    if (c->hs->out_len && send_raw(c, c->hs->out, c->hs->out_len, false) < 0) {
+        ty__rpc_conn_close(c, TY_ENOMEM);
+        return SIZE_MAX;
+    }
+    c->hs->out_len = 0;
+    if (st == TY_AUTH_HS_DONE) {
+        free(c->hs);
+        c->hs = NULL;
+        c->authed = true;
+        if (c->on_authed)
+            c->on_authed(c, 0);
+    }
+    return used;
 }
 
 static void dispatch(struct ty__rpc_conn *c, const uint8_t *data, size_t n)
 {
     size_t off = 0;
+    if (!c->authed) {
+        if (!c->hs)
+            return; /* failed: closing */
+        off = handshake(c, data, n);
+        if (off == SIZE_MAX || !c->authed)
+            return;
+    }
     while (off < n && !c->closing) {
         struct ty_rpc_frame f;
         size_t used = 0;
@@ -88,11 +166,17 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     if (c->closing)
         return;
     if (n > 0) {
+        c->last_active_ms = uv_now(c->tcp.loop);
         dispatch(c, (const uint8_t *)buf->base, (size_t)n);
         return;
     }
     if (n == 0)
         return; /* EAGAIN */
+    if (n == UV_EOF && !c->authed) {
+        TY_LOG_INFO("rpc", "%s: connection %s closed before it authenticated", c->role, c->peer);
+        ty__rpc_conn_close(c, TY_ECONNRESET);
+        return;
+    }
     if (n == UV_EOF) {
         int rc = ty_rpc_decoder_finish(&c->dec);
         if (rc < 0)
@@ -111,9 +195,20 @@ int ty__rpc_conn_start(struct ty__rpc_conn *c)
 {
     record_peer(c);
     uv_tcp_nodelay(&c->tcp, 1);
+    c->hs = malloc(sizeof(*c->hs));
+    if (!c->hs)
+        return TY_ENOMEM;
+    bool server = strcmp(c->role, "server") == 0;
+    ty_auth_hs_init(c->hs, c->auth, server);
+    if (c->hs->state == TY_AUTH_HS_FAILED)
+        return TY_EIO;
     int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
     if (rc == 0)
         c->reading = true;
+    if (rc == 0 && c->hs->out_len) {
+        rc = send_raw(c, c->hs->out, c->hs->out_len, false);
+        c->hs->out_len = 0;
+    }
     return rc;
 }
 
@@ -121,8 +216,13 @@ static void on_write(uv_write_t *req, int status)
 {
     struct wreq *w = (struct wreq *)req;
     struct ty__rpc_conn *c = w->conn;
+    bool close_after = w->close_after;
     free(w->data);
     free(w);
+    if (close_after) {
+        ty__rpc_conn_close(c, TY_EACCES);
+        return;
+    }
     if (status < 0 && status != UV_ECANCELED && !c->closing) {
         TY_LOG_INFO("rpc", "%s: connection %s: write error: %s", c->role, c->peer,
                     ty_strerror(status));
@@ -132,7 +232,7 @@ static void on_write(uv_write_t *req, int status)
 
 int ty__rpc_conn_send_owned(struct ty__rpc_conn *c, uint8_t *frame, size_t len)
 {
-    if (c->closing)
+    if (c->closing || !c->authed)
         return TY_ENOTCONN;
     if (uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > TY__RPC_MAX_WRITE_QUEUE)
         return TY_EAGAIN;
@@ -141,6 +241,7 @@ int ty__rpc_conn_send_owned(struct ty__rpc_conn *c, uint8_t *frame, size_t len)
         return TY_ENOMEM;
     w->conn = c;
     w->data = frame;
+    w->close_after = false;
     uv_buf_t b = uv_buf_init((char *)frame, (unsigned)len);
     int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
     if (rc < 0) {
@@ -190,6 +291,8 @@ static void on_handle_closed(uv_handle_t *h)
 {
     struct ty__rpc_conn *c = h->data;
     ty_rpc_decoder_fini(&c->dec);
+    free(c->hs);
+    c->hs = NULL;
     c->on_closed(c, c->close_reason);
 }
 

@@ -5,8 +5,11 @@
 
 #include "tycho/errors.h"
 #include "tycho/log.h"
+#include "tycho/u64map.h"
+#include "tycho/xxh3.h"
 
 #include <stdarg.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +27,11 @@ struct srv_conn {
     struct ty__rpc_conn conn; /* first: conn pointers convert to srv_conn */
     ty_rpc_server_t *srv;
     struct srv_conn *prev, *next;
+    struct srv_conn *up_prev, *up_next; /* the unproven FIFO, oldest first, while unproven */
+    bool unproven;
+    bool counted; /* in the per-peer count */
+    uint64_t peer_key;
+    uint64_t accepted_ms;
     ty_rpc_call_t *calls; /* open calls, doubly linked */
 };
 
@@ -48,6 +56,12 @@ struct ty_rpc_server {
     struct handler *handlers;
     size_t n_handlers;
     struct srv_conn *conns;
+    struct srv_conn *up_head, *up_tail;
+    const struct ty_auth *auth;
+    uint32_t max_conns, max_per_peer, max_unproven, handshake_ms, idle_ms;
+    struct ty_u64map per_peer; /* peer address -> proven connections */
+    uv_timer_t sweep;          /* closes timed-out handshakes and idle connections */
+    struct ty_rpc_server_stats st;
     bool closing;
     int open_handles; /* listener + connections not yet closed */
     ty_rpc_closed_cb close_cb;
@@ -248,6 +262,8 @@ static void srv_on_frame(struct ty__rpc_conn *c, const struct ty_rpc_frame *f)
 static void srv_on_closing(struct ty__rpc_conn *c, int reason)
 {
     struct srv_conn *sc = (struct srv_conn *)c;
+    if (reason == TY_EACCES)
+        sc->srv->st.auth_failures++;
     while (sc->calls) {
         ty_rpc_call_t *call = sc->calls;
         call_unlink(call);
@@ -261,16 +277,66 @@ static void maybe_finish_close(ty_rpc_server_t *s)
         return;
     ty_rpc_closed_cb cb = s->close_cb;
     void *arg = s->close_arg;
+    ty_u64map_fini(&s->per_peer);
     free(s->handlers);
     free(s);
     if (cb)
         cb(arg);
 }
 
+static void unproven_unlink(ty_rpc_server_t *s, struct srv_conn *sc)
+{
+    if (!sc->unproven)
+        return;
+    if (sc->up_prev)
+        sc->up_prev->up_next = sc->up_next;
+    else
+        s->up_head = sc->up_next;
+    if (sc->up_next)
+        sc->up_next->up_prev = sc->up_prev;
+    else
+        s->up_tail = sc->up_prev;
+    sc->up_prev = sc->up_next = NULL;
+    sc->unproven = false;
+    s->st.unproven--;
+}
+
+static void peer_uncount(ty_rpc_server_t *s, struct srv_conn *sc)
+{
+    if (!sc->counted)
+        return;
+    uint32_t *n = ty_u64map_get(&s->per_peer, sc->peer_key);
+    if (n && --*n == 0)
+        ty_u64map_del(&s->per_peer, sc->peer_key);
+    sc->counted = false;
+}
+
+/* The handshake succeeded: the connection leaves the unproven FIFO and counts for its peer. */
+static void srv_on_authed(struct ty__rpc_conn *c, int reason)
+{
+    struct srv_conn *sc = (struct srv_conn *)c;
+    ty_rpc_server_t *s = sc->srv;
+    (void)reason;
+    unproven_unlink(s, sc);
+    uint32_t *n = ty_u64map_get(&s->per_peer, sc->peer_key);
+    if (n && *n >= s->max_per_peer) {
+        s->st.refused++;
+        TY_LOG_WARN("rpc", "server: closing connection %s: its address has %u open (the most "
+                    "one peer may have)", c->peer, *n);
+        ty__rpc_conn_close(c, TY_EMFILE);
+        return;
+    }
+    ty_u64map_put(&s->per_peer, sc->peer_key, n ? *n + 1 : 1);
+    sc->counted = true;
+}
+
 static void srv_on_closed(struct ty__rpc_conn *c, int reason)
 {
     struct srv_conn *sc = (struct srv_conn *)c;
     ty_rpc_server_t *s = sc->srv;
+    unproven_unlink(s, sc);
+    peer_uncount(s, sc);
+    s->st.conns--;
     if (sc->prev)
         sc->prev->next = sc->next;
     else
@@ -280,6 +346,77 @@ static void srv_on_closed(struct ty__rpc_conn *c, int reason)
     s->open_handles--;
     free(sc);
     maybe_finish_close(s);
+}
+
+static uint64_t peer_key_of(uv_tcp_t *tcp)
+{
+    struct sockaddr_storage ss;
+    int n = sizeof(ss);
+    if (uv_tcp_getpeername(tcp, (struct sockaddr *)&ss, &n) != 0)
+        return 0;
+    if (ss.ss_family == AF_INET)
+        return (1ull << 32) | ((const struct sockaddr_in *)&ss)->sin_addr.s_addr;
+    if (ss.ss_family == AF_INET6)
+        return XXH3_64bits(&((const struct sockaddr_in6 *)&ss)->sin6_addr, 16) | (1ull << 63);
+    return 0;
+}
+
+static void unproven_push(ty_rpc_server_t *s, struct srv_conn *sc)
+{
+    sc->unproven = true;
+    sc->up_prev = s->up_tail;
+    if (s->up_tail)
+        s->up_tail->up_next = sc;
+    else
+        s->up_head = sc;
+    s->up_tail = sc;
+    s->st.unproven++;
+}
+
+/* Drop the oldest unproven connection (it is closing, so it leaves the FIFO now). */
+static void evict_oldest_unproven(ty_rpc_server_t *s, const char *why)
+{
+    struct srv_conn *old = s->up_head;
+    unproven_unlink(s, old);
+    s->st.refused++;
+    s->st.auth_failures++;
+    ty_auth_count_failure();
+    TY_LOG_WARN("rpc", "server: dropping connection %s: %s", old->conn.peer, why);
+    ty__rpc_conn_close(&old->conn, TY_ETIMEDOUT);
+}
+
+/* Before a new connection starts: false when it must be refused. The new one is already
+ * counted in st.conns (and is not in the unproven FIFO yet). */
+static bool make_room(ty_rpc_server_t *s)
+{
+    if (s->st.unproven >= s->max_unproven && s->up_head)
+        evict_oldest_unproven(s, "unproven connections are at their cap; the oldest goes");
+    if (s->st.conns <= s->max_conns)
+        return true;
+    if (s->up_head) {
+        evict_oldest_unproven(s, "connections are at their cap; the oldest unproven goes");
+        return true;
+    }
+    return false;
+}
+
+/* Every second: close handshakes past their deadline and proven connections idle too long. */
+static void on_sweep(uv_timer_t *t)
+{
+    ty_rpc_server_t *s = t->data;
+    uint64_t now = uv_now(s->loop);
+    while (s->up_head && now - s->up_head->accepted_ms >= s->handshake_ms)
+        evict_oldest_unproven(s, "no cluster handshake in time");
+    if (!s->idle_ms)
+        return;
+    for (struct srv_conn *sc = s->conns; sc; sc = sc->next) {
+        if (sc->conn.authed && !sc->conn.closing && !sc->calls &&
+            now - sc->conn.last_active_ms >= s->idle_ms) {
+            s->st.idle_closed++;
+            TY_LOG_INFO("rpc", "server: closing idle connection %s", sc->conn.peer);
+            ty__rpc_conn_close(&sc->conn, TY_ETIMEDOUT);
+        }
+    }
 }
 
 static void on_connection(uv_stream_t *listener, int status)
@@ -299,16 +436,32 @@ static void on_connection(uv_stream_t *listener, int status)
     sc->conn.on_frame = srv_on_frame;
     sc->conn.on_closing = srv_on_closing;
     sc->conn.on_closed = srv_on_closed;
+    sc->conn.on_authed = srv_on_authed;
+    sc->conn.auth = s->auth;
+    sc->accepted_ms = uv_now(s->loop);
     sc->next = s->conns;
     if (s->conns)
         s->conns->prev = sc;
     s->conns = sc;
     s->open_handles++;
+    s->st.conns++;
+    s->st.accepted++;
     int rc = uv_accept(listener, (uv_stream_t *)&sc->conn.tcp);
-    if (rc == 0)
+    if (rc == 0 && !make_room(s)) {
+        s->st.refused++;
+        TY_LOG_WARN("rpc", "server: refusing a connection: %u open, the most allowed",
+                    s->max_conns);
+        rc = TY_EMFILE;
+    }
+    if (rc == 0) {
+        sc->peer_key = peer_key_of(&sc->conn.tcp);
+        unproven_push(s, sc);
+        uv_tcp_keepalive(&sc->conn.tcp, 1, 30);
         rc = ty__rpc_conn_start(&sc->conn);
+    }
     if (rc < 0) {
-        TY_LOG_WARN("rpc", "server: cannot start connection: %s", ty_strerror(rc));
+        if (rc != TY_EMFILE)
+            TY_LOG_WARN("rpc", "server: cannot start connection: %s", ty_strerror(rc));
         ty__rpc_conn_close(&sc->conn, rc);
     }
 }
@@ -348,6 +501,21 @@ static int bind_and_listen(ty_rpc_server_t *s, const struct sockaddr_storage *ss
     return 0;
 }
 
+static void copy_limits(ty_rpc_server_t *s, const struct ty_rpc_server_opts *o)
+{
+    s->auth = o->auth;
+    s->max_conns = o->max_conns ? o->max_conns : 4096;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur > 128 && s->max_conns > rl.rlim_cur - 64)
+        s->max_conns = (uint32_t)(rl.rlim_cur - 64); /* leave the process room for files */
+    s->max_per_peer = o->max_conns_per_peer ? o->max_conns_per_peer : 1024;
+    s->max_unproven = o->max_unproven ? o->max_unproven : 256;
+    s->handshake_ms = o->handshake_timeout_ms ? o->handshake_timeout_ms : TY_AUTH_TIMEOUT_MS;
+    s->idle_ms = o->idle_timeout_ms;
+    ty_u64map_init(&s->per_peer);
+}
+
 int ty_rpc_server_new(ty_rpc_server_t **out, const struct ty_rpc_server_opts *opts)
 {
     struct sockaddr_storage ss;
@@ -369,7 +537,13 @@ int ty_rpc_server_new(ty_rpc_server_t **out, const struct ty_rpc_server_opts *op
     }
     s->listener.data = s;
     s->open_handles = 1;
-    rc = bind_and_listen(s, &ss, opts->backlog > 0 ? opts->backlog : 128);
+    copy_limits(s, opts);
+    uv_timer_init(s->loop, &s->sweep);
+    s->sweep.data = s;
+    s->open_handles++;
+    uv_timer_start(&s->sweep, on_sweep, 1000, 1000);
+    uv_unref((uv_handle_t *)&s->sweep);
+    rc = bind_and_listen(s, &ss, opts->backlog > 0 ? opts->backlog : 511);
     if (rc < 0) {
         TY_LOG_ERROR("rpc", "server: cannot listen on %s:%u: %s", host, opts->port,
                      ty_strerror(rc));
@@ -416,6 +590,11 @@ uint16_t ty_rpc_server_port(const ty_rpc_server_t *s)
     return s->port;
 }
 
+void ty_rpc_server_stats(const ty_rpc_server_t *s, struct ty_rpc_server_stats *out)
+{
+    *out = s->st;
+}
+
 void ty_rpc_server_close(ty_rpc_server_t *s, ty_rpc_closed_cb cb, void *arg)
 {
     if (s->closing)
@@ -424,6 +603,7 @@ void ty_rpc_server_close(ty_rpc_server_t *s, ty_rpc_closed_cb cb, void *arg)
     s->close_cb = cb;
     s->close_arg = arg;
     uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+    uv_close((uv_handle_t *)&s->sweep, on_listener_closed);
     for (struct srv_conn *sc = s->conns; sc; sc = sc->next)
         ty__rpc_conn_close(&sc->conn, TY_ESHUTDOWN);
 }

@@ -4,8 +4,10 @@
  * keys). */
 #include "tycho/conductor.h"
 #include "tycho/errors.h"
+#include "tycho/tls.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 static const struct ty_config_field key_class_fields[] = {
@@ -82,9 +84,53 @@ static const struct ty_config_field conductor_fields[] = {
     {.key = "kv_pool", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(struct ty_conductor_config, kv_pool),
      .sub = &conductor_pool,
      .help = "the cluster KV pool the prefill nodes share: the scheduler follows its blocks"},
+    TY_AUTH_CONFIG_ROWS(struct ty_conductor_config, cluster.),
 };
-const struct ty_config_struct ty_conductor_config_table =
-    TY_CONFIG_STRUCT("conductor", struct ty_conductor_config, conductor_fields);
+static int conductor_check(const void *data, char *field, size_t field_cap, char *why,
+                           size_t why_cap)
+{
+    return ty_conductor_config_check(data, field, field_cap, why, why_cap);
+}
+
+const struct ty_config_struct ty_conductor_config_table = TY_CONFIG_STRUCT_CHECKED(
+    "conductor", struct ty_conductor_config, conductor_fields, conductor_check);
+
+/* An API key entry that does not parse: its field and why. */
+static int bad_key(const char *entry, const char *name, uint32_t i, const char *sub, char *field,
+                   size_t field_cap, char *why, size_t why_cap)
+{
+    struct ty_apikey k;
+    if (ty_apikey_parse(entry, &k, why, why_cap) == 0)
+        return 0;
+    snprintf(field, field_cap, "%s[%u]%s", name, i, sub);
+    return TY_ECONFIG;
+}
+
+int ty_conductor_config_check(const struct ty_conductor_config *c, char *field, size_t field_cap,
+                              char *why, size_t why_cap)
+{
+    if (!c->tls_cert != !c->tls_key) {
+        const char *set = c->tls_cert ? "tls_cert" : "tls_key";
+        const char *unset = c->tls_cert ? "tls_key" : "tls_cert";
+        snprintf(field, field_cap, "%s", unset);
+        snprintf(why, why_cap, "%s is set but %s is not: HTTPS needs both (neither: plain HTTP)",
+                 set, unset);
+        return TY_ECONFIG;
+    }
+    const char *bad = NULL;
+    if (c->tls_cert && ty_tls_check_pair(c->tls_cert, c->tls_key, &bad, why, why_cap)) {
+        snprintf(field, field_cap, "%s", bad);
+        return TY_ECONFIG;
+    }
+    for (uint32_t i = 0; i < c->n_api_keys; i++)
+        if (bad_key(c->api_keys[i], "api_keys", i, "", field, field_cap, why, why_cap))
+            return TY_ECONFIG;
+    for (uint32_t i = 0; i < c->n_api_key_classes; i++)
+        if (bad_key(c->api_key_classes[i].key, "api_key_classes", i, ".key", field, field_cap,
+                    why, why_cap))
+            return TY_ECONFIG;
+    return 0;
+}
 
 int ty_conductor_api_keys(const struct ty_conductor_config *c, const char ***keys,
                         const char ***classes, size_t *n)

@@ -16,6 +16,7 @@
 
 struct conductor {
     struct ty_conductor_config cfg;
+    struct ty_auth auth; /* the cluster secret (cluster_secret_file) */
     ty_daemon_t *d;
     ty_model_t *model;
     ty_metrics_registry_t *reg;
@@ -53,6 +54,7 @@ static void on_reload(ty_daemon_t *d, unsigned n_changed, void *arg)
     } else {
         TY_LOG_ERROR("conductor", "reload: out of memory, the API keys stay as they were");
     }
+    ty_api_reload_tls(s->api, s->cfg.tls_cert, s->cfg.tls_key);
     ty_conductor_reload_sched(s->cluster, &s->cfg.scheduler);
 }
 
@@ -81,7 +83,7 @@ static int start(struct conductor *s, uv_loop_t *loop)
     uint32_t ctx = ty_model_config(s->model)->ctx_len;
     uint32_t max_ctx = s->cfg.max_ctx ? s->cfg.max_ctx : (ctx && ctx < 4096 ? ctx : 4096);
     struct ty_conductor_opts co = {
-        .loop = loop, .rpc_host = s->cfg.rpc_host, .rpc_port = s->cfg.rpc_port,
+        .loop = loop, .rpc_host = s->cfg.rpc_host, .rpc_port = s->cfg.rpc_port, .auth = &s->auth,
         .model = s->model, .max_ctx = max_ctx,
         .heartbeat_interval_ms = (uint32_t)(s->cfg.heartbeat_interval_ns / 1000000),
         .heartbeat_timeout_ms = (uint32_t)(s->cfg.heartbeat_timeout_ns / 1000000),
@@ -114,7 +116,8 @@ static int start(struct conductor *s, uv_loop_t *loop)
         .max_body_bytes = s->cfg.limits.max_body_bytes,
         .header_timeout_ms = s->cfg.limits.header_timeout_ns / 1000000,
         .body_timeout_ms = s->cfg.limits.body_timeout_ns / 1000000,
-        .max_connections = s->cfg.limits.max_connections};
+        .max_connections = s->cfg.limits.max_connections, .tls_cert = s->cfg.tls_cert,
+        .tls_key = s->cfg.tls_key};
     rc = ty_api_new(&s->api, loop, &ao);
     free(keys);
     free(classes);
@@ -123,8 +126,9 @@ static int start(struct conductor *s, uv_loop_t *loop)
                 s->cfg.listen_port, ty_strerror(rc));
         return rc;
     }
-    TY_LOG_INFO("conductor", "serving %s on http://%s:%u/v1, nodes register at %s:%u", name,
-                s->cfg.listen_host, ty_api_port(s->api), s->cfg.rpc_host,
+    TY_LOG_INFO("conductor", "serving %s on %s://%s:%u/v1%s, nodes register at %s:%u", name,
+                ty_api_tls(s->api) ? "https" : "http", s->cfg.listen_host, ty_api_port(s->api),
+                ty_api_tls(s->api) ? "" : " (no TLS)", s->cfg.rpc_host,
                 ty_conductor_rpc_port(s->cluster));
     return ty_node_write_ports(s->cfg.port_file, ty_api_port(s->api),
                                   ty_conductor_rpc_port(s->cluster), 0);
@@ -138,7 +142,8 @@ int main(int argc, char **argv)
                                .summary = "the Conductor: OpenAI API, node registry, routing "
                                           "to prefill and decode nodes",
                                .table = &ty_conductor_config_table, .config = &s.cfg,
-                               .drain = on_drain, .reload = on_reload, .arg = &s};
+                               .drain = on_drain, .reload = on_reload, .arg = &s,
+                               .auth = &s.auth};
     if (ty_daemon_new(&s.d, &o, argc, argv, &code) != 0)
         return code;
     ty_log_set_level((enum ty_log_level)s.cfg.log_level);

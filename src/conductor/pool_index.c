@@ -79,7 +79,8 @@ int ty__pool_start(ty_conductor_t *c, const char *master, ty_metrics_registry_t 
     struct ty_store_client_opts co = {.master = master,
                                       .listen_host = c->o.rpc_host,
                                       .transport = "tcp",
-                                      .staging_bytes = 1u << 20};
+                                      .staging_bytes = 1u << 20,
+                                      .auth = c->o.auth};
     int rc = ty_kv_events_new(&pl->ev, 0);
     if (!rc)
         rc = ty_store_client_new(&pl->client, &co);

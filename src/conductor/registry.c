@@ -176,7 +176,8 @@ static int node_connect(ty_conductor_t *c, struct ty__cnode *n)
     struct ty_rpc_client_opts co = {.loop = c->o.loop, .host = host, .port = port,
                                     .connect_timeout_ms = 2000, .backoff_initial_ms = 50,
                                     .backoff_max_ms = 500, .state_cb = on_node_state,
-                                    .state_arg = n, .max_frame_size = 64u << 20};
+                                    .state_arg = n, .max_frame_size = 64u << 20,
+                                    .auth = c->o.auth};
     return ty_rpc_client_new(&n->rpc, &co);
 }
 
@@ -418,7 +419,8 @@ int ty__conductor_registry_start(ty_conductor_t *c)
     /* 64 MiB frames: a prefill node's reset snapshot lists every cached block (8 bytes and a
      * tag each), a few million blocks on a large node */
     struct ty_rpc_server_opts so = {.loop = c->o.loop, .host = c->o.rpc_host,
-                                    .port = c->o.rpc_port, .max_frame_size = 64u << 20};
+                                    .port = c->o.rpc_port, .max_frame_size = 64u << 20,
+                                    .auth = c->o.auth};
     int rc = ty_rpc_server_new(&c->srv, &so);
     if (rc)
         return rc;

@@ -22,7 +22,7 @@ static int start(const struct ty_node_runtime *rt, void **server, uint16_t *rpc_
         .max_running = rt->cfg->max_batch_size,
         .kv_wait_timeout_ms = (uint32_t)(rt->cfg->kv_wait_timeout_ns / 1000000),
         .timings = rt->timings, .kvstore = rt->kvstore,
-        .metrics = rt->metrics};
+        .metrics = rt->metrics, .auth = rt->auth};
     ty_decode_node_t *n;
     int rc = ty_decode_node_new(&n, &no);
     if (rc)

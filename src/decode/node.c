@@ -318,7 +318,8 @@ int ty_decode_node_new(ty_decode_node_t **out, const struct ty_decode_node_opts 
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&n->cv, &ca);
     pthread_condattr_destroy(&ca);
-    struct ty_node_service_opts so = {.loop = opts->loop, .host = opts->rpc_host,
+    struct ty_node_service_opts so = {.loop = opts->loop, .auth = opts->auth,
+                                      .host = opts->rpc_host,
                                       .port = opts->rpc_port, .worker = ty__decode_node_worker,
                                       .stop = on_stop, .drained = on_drained,
                                       .closed = on_closed, .arg = n,

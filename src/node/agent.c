@@ -275,7 +275,8 @@ int ty_node_agent_new(ty_node_agent_t **out, const struct ty_node_agent_opts *op
     struct ty_rpc_client_opts co = {.loop = opts->loop, .host = host, .port = port,
                                     .backoff_initial_ms = 50, .backoff_max_ms = 1000,
                                     .connect_timeout_ms = 2000, .state_cb = on_state,
-                                    .state_arg = a, .max_frame_size = 64u << 20};
+                                    .state_arg = a, .max_frame_size = 64u << 20,
+                                    .auth = opts->auth};
     int rc = (a->conductor && a->node_id && a->address && a->segment && a->model_id)
                  ? ty_rpc_client_new(&a->rpc, &co)
                  : TY_ENOMEM;

@@ -87,6 +87,7 @@ static const struct ty_config_field node_fields[] = {
              "and write their blocks, decode nodes write a finished answer's blocks"},
     {.key = "transfer", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(N, transfer),
      .sub = &node_transfer, .help = "the KV handoff between prefill and decode nodes"},
+    TY_AUTH_CONFIG_ROWS(N, cluster.),
 };
 const struct ty_config_struct ty_node_config_table =
     TY_CONFIG_STRUCT("node", N, node_fields);

@@ -157,7 +157,7 @@ void ty_node_kvstore_flush(struct ty_node_kvstore *s)
 }
 
 int ty_node_kvstore_client_new(const struct ty_node_pool_config *k, const char *listen_host,
-                               ty_store_client_t **out)
+                               const struct ty_auth *auth, ty_store_client_t **out)
 {
     *out = NULL;
     if (!k->master)
@@ -166,6 +166,7 @@ int ty_node_kvstore_client_new(const struct ty_node_pool_config *k, const char *
     struct ty_store_client_opts co = {
         .master = k->master,
         .listen_host = listen_host,
+        .auth = auth,
         .replicas = k->replicas,
         .timeout_ms = (uint32_t)(k->timeout_ns / 1000000),
         .transport = transports[(unsigned)k->transport < 3 ? k->transport : 0]};

@@ -17,6 +17,7 @@
 struct node {
     const struct ty_node_role *role;
     struct ty_node_config cfg;
+    struct ty_auth auth;
     struct ty_node_runtime rt;
     ty_daemon_t *d;
     ty_model_t *model;
@@ -64,7 +65,7 @@ static int start_transfer(struct node *s)
     const char *xport = ty_node_transport_names[t->transport];
     struct ty_xfer_engine_opts xo = {.listen_host = s->cfg.listen_host,
                                      .listen_port = s->cfg.transfer_port, .transport = xport,
-                                     .rdma_devices = t->rdma_devices};
+                                     .rdma_devices = t->rdma_devices, .auth = s->rt.auth};
     int rc = ty_xfer_engine_new(&s->rt.xfer, &xo);
     if (rc == TY_ENODEV) {
         fprintf(stderr, "%s: transfer.transport: rdma, but no RDMA device is usable here "
@@ -172,7 +173,8 @@ static int start_engine(struct node *s, const struct ty_node_shape *sh)
  * pool until it answers. */
 static int start_pool(struct node *s)
 {
-    int rc = ty_node_kvstore_client_new(&s->cfg.kv_pool, s->cfg.listen_host, &s->rt.store);
+    int rc = ty_node_kvstore_client_new(&s->cfg.kv_pool, s->cfg.listen_host, s->rt.auth,
+                                        &s->rt.store);
     if (!rc && s->rt.store) {
         ty_kvpool_t *pool = ty_engine_pool(s->rt.engine);
         struct ty_node_kvstore_opts ko = {
@@ -220,7 +222,8 @@ static int start_node(struct node *s, const struct ty_node_shape *sh)
     char addr[300];
     snprintf(addr, sizeof(addr), "%s:%u", s->cfg.listen_host, s->rpc_port);
     struct ty_node_agent_opts ao = {
-        .loop = s->rt.loop, .conductor_address = s->cfg.conductor_address, .role = r->pb_role,
+        .loop = s->rt.loop, .auth = s->rt.auth, .role = r->pb_role,
+        .conductor_address = s->cfg.conductor_address,
         .node_id = s->name, .address = addr, .segment = ty_xfer_engine_name(s->rt.xfer),
         .model = s->model, .model_path = s->cfg.model_path,
         .kv_pages = ty_kvpool_pages_total(pool), .block_tokens = ty_kvpool_block_tokens(pool),
@@ -266,7 +269,8 @@ int ty_node_main(const struct ty_node_role *role, int argc, char **argv)
     int code = 0;
     struct ty_daemon_opts o = {.name = role->daemon, .summary = role->summary,
                                .table = &ty_node_config_table, .config = &s.cfg,
-                               .drain = on_drain, .alive = node_alive, .arg = &s};
+                               .drain = on_drain, .alive = node_alive, .arg = &s,
+                               .auth = &s.auth};
     if (ty_daemon_new(&s.d, &o, argc, argv, &code) != 0)
         return code;
     ty_log_set_level((enum ty_log_level)s.cfg.log_level);
@@ -274,7 +278,8 @@ int ty_node_main(const struct ty_node_role *role, int argc, char **argv)
     uv_loop_t *loop = uv_default_loop();
     struct ty_node_shape sh = {0};
     role->shape(&s.cfg, &sh);
-    s.rt = (struct ty_node_runtime){.cfg = &s.cfg, .loop = loop, .name = s.name};
+    s.rt = (struct ty_node_runtime){.cfg = &s.cfg, .loop = loop, .name = s.name,
+                                    .auth = &s.auth};
     int ret = 1;
     if ((role->kv_events && ty_kv_events_new(&s.rt.kv_events, 0)) ||
         ty_timing_ring_new(&s.rt.timings, 0) || start_transfer(&s) || start_engine(&s, &sh) ||

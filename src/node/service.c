@@ -38,7 +38,7 @@ int ty_node_service_new(ty_node_service_t **out, const struct ty_node_service_op
     s->o = *opts;
     s->o.host = NULL; /* borrowed only until the server listens */
     struct ty_rpc_server_opts so = {.loop = opts->loop, .host = opts->host, .port = opts->port,
-                                    .max_frame_size = 64u << 20};
+                                    .max_frame_size = 64u << 20, .auth = opts->auth};
     int rc = ty_rpc_mailbox_new(&s->mb, opts->loop);
     if (!rc && (rc = ty_rpc_server_new(&s->srv, &so)))
         s->srv = NULL;

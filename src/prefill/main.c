@@ -23,7 +23,7 @@ static int start(const struct ty_node_runtime *rt, void **server, uint16_t *rpc_
         .loop = rt->loop, .engine = rt->engine, .xfer = rt->xfer, .rpc_host = rt->cfg->listen_host,
         .rpc_port = rt->cfg->listen_port, .timings = rt->timings,
         .max_batch = rt->cfg->prefill_batch, .kvstore = rt->kvstore,
-        .metrics = rt->metrics};
+        .metrics = rt->metrics, .auth = rt->auth};
     ty_prefill_t *p;
     int rc = ty_prefill_new(&p, &po);
     if (rc)

@@ -749,7 +749,8 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
     p->tail = &p->queue;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
-    struct ty_node_service_opts so = {.loop = opts->loop, .host = opts->rpc_host,
+    struct ty_node_service_opts so = {.loop = opts->loop, .auth = opts->auth,
+                                      .host = opts->rpc_host,
                                       .port = opts->rpc_port, .worker = worker_main,
                                       .stop = on_stop, .drained = on_drained,
                                       .closed = on_closed, .arg = p,

@@ -23,6 +23,13 @@ static const struct ty_config_field serve_fields[] = {
     {.key = "engine", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(S, engine), .sub = &serve_engine,
      .help = "the in-process engine that serves the requests"},
 };
+static int serve_check(const void *data, char *field, size_t field_cap, char *why,
+                       size_t why_cap)
+{
+    const S *c = data;
+    return ty_conductor_config_check(&c->conductor, field, field_cap, why, why_cap);
+}
+
 const struct ty_config_struct ty_serve_config_table =
-    TY_CONFIG_STRUCT("serve", S, serve_fields);
+    TY_CONFIG_STRUCT_CHECKED("serve", S, serve_fields, serve_check);
 #undef S

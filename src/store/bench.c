@@ -2,6 +2,7 @@
  * (store_bench.h). Every system gets the same keys, sizes and client threads in the same run. */
 #include "bench-impl.h"
 
+#include "tycho/auth.h"
 #include "tycho/clock.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
@@ -45,12 +46,14 @@ static void *emb_thread(void *arg)
 {
     struct embedded *e = arg;
     uv_loop_init(&e->loop);
-    struct ty_store_master_opts mo = {.loop = &e->loop, .meta = {.lease_ms = 500}};
+    struct ty_store_master_opts mo = {
+        .loop = &e->loop, .meta = {.lease_ms = 500}, .auth = ty_auth_from_env()};
     int rc = ty_store_master_new(&e->master, &mo);
     if (rc == 0) {
         snprintf(e->addr, sizeof(e->addr), "127.0.0.1:%u", ty_store_master_port(e->master));
         struct ty_store_node_opts no = {
-            .loop = &e->loop, .name = "bench-node", .master = e->addr, .dram_bytes = e->dram};
+            .loop = &e->loop, .name = "bench-node", .master = e->addr, .dram_bytes = e->dram,
+            .auth = ty_auth_from_env()};
         rc = ty_store_node_new(&e->node, &no);
         if (rc != 0)
             ty_store_master_close(e->master, NULL, NULL);
@@ -588,7 +591,7 @@ int ty_store_bench_run(const struct ty_store_bench_opts *in, FILE *out)
             return rc;
         master = emb.addr;
     }
-    struct ty_store_client_opts co = {.master = master,
+    struct ty_store_client_opts co = {.master = master, .auth = ty_auth_from_env(),
                                       .transport = o.transport,
                                       .listen_host = o.listen_host,
                                       .tcp_conns = o.tcp_conns,

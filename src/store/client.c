@@ -31,6 +31,7 @@ struct seg {
 };
 
 struct ty_store_client {
+    const struct ty_auth *auth;
     char masters[MASTERS_MAX][128];
     int n_masters, cur;
     char writer[TY_STORE_NODE_NAME_MAX + 1];
@@ -132,7 +133,8 @@ static int rpc_connect(ty_store_client_t *c)
                                    .port = port,
                                    .call_timeout_ms = c->timeout_ms,
                                    .connect_timeout_ms = 1000,
-                                   .backoff_max_ms = 500};
+                                   .backoff_max_ms = 500,
+                                   .auth = c->auth};
     return ty_rpc_client_new(&c->rpc, &o);
 }
 
@@ -956,7 +958,8 @@ static int client_engine(ty_store_client_t *c, const struct ty_store_client_opts
             .listen_host = o->listen_host,
             .checksum = o->xfer_checksum,
             .transport = o->transport,
-            .tcp_conns = o->tcp_conns};
+            .tcp_conns = o->tcp_conns,
+            .auth = o->auth};
         int rc = ty_xfer_engine_new(&c->xfer, &xo);
         if (rc != 0)
             return rc;
@@ -998,6 +1001,7 @@ int ty_store_client_new(ty_store_client_t **out, const struct ty_store_client_op
     pthread_cond_init(&c->cv, NULL);
     snprintf(c->writer, sizeof(c->writer), "%s", o->writer ? o->writer : "");
     c->replicas = o->replicas;
+    c->auth = o->auth;
     c->timeout_ms = o->timeout_ms ? o->timeout_ms : 10000;
     c->verify = o->verify;
     c->xfer_checksum = o->xfer_checksum;

@@ -156,6 +156,7 @@ static const struct ty_config_field store_fields[] = {
      .type = TY_CONFIG_STRING,
      TY_CONFIG_AT(S, port_file),
      .help = "write the bound ports here once serving (for tests and tools)"},
+    TY_AUTH_CONFIG_ROWS(S, cluster.),
 };
 
 const struct ty_config_struct ty_store_config_table = TY_CONFIG_STRUCT("store", S, store_fields);

@@ -13,6 +13,7 @@
 
 struct app {
     struct ty_store_config cfg;
+    struct ty_auth auth; /* the cluster secret (cluster_secret_file) */
     ty_daemon_t *d;
     ty_store_master_t *master;
     ty_store_node_t *node;
@@ -48,6 +49,7 @@ static int master_start(struct app *a)
 {
     const struct ty_store_config *c = &a->cfg;
     struct ty_store_master_opts mo = {.loop = a->loop,
+                                      .auth = &a->auth,
                                       .host = c->listen_host,
                                       .port = c->listen_port,
                                       .meta = {.policy = (enum ty_store_policy)c->eviction,
@@ -107,6 +109,7 @@ static int start(struct app *a, uv_loop_t *loop)
              a->master ? ty_store_master_port(a->master) : c->listen_port);
     if (c->dram_bytes > 0) {
         struct ty_store_node_opts no = {.loop = loop,
+                                        .auth = &a->auth,
                                         .name = c->name,
                                         .host = c->listen_host,
                                         .rpc_port = c->rpc_port,
@@ -147,7 +150,8 @@ int main(int argc, char **argv)
                                .config = &a.cfg,
                                .drain = on_drain,
                                .arg = &a,
-                               .drain_timeout_ms = 10000};
+                               .drain_timeout_ms = 10000,
+                               .auth = &a.auth};
     if (ty_daemon_new(&a.d, &o, argc, argv, &code) != 0)
         return code;
     ty_log_set_level((enum ty_log_level)a.cfg.log_level);

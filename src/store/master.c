@@ -28,6 +28,7 @@ struct sub {
 
 struct ty_store_master {
     uv_loop_t *loop;
+    const struct ty_auth *auth;
     ty_rpc_server_t *srv;
     ty_store_meta_t *meta;
     uv_timer_t tick;
@@ -310,7 +311,8 @@ static int node_connect(ty_store_master_t *m, struct mnode *n, const PB(NodeRegi
                                    .host = req->rpc_host,
                                    .port = (uint16_t)req->rpc_port,
                                    .call_timeout_ms = 30000,
-                                   .backoff_max_ms = 1000};
+                                   .backoff_max_ms = 1000,
+                                   .auth = m->auth};
     return ty_rpc_client_new(&n->rpc, &o);
 }
 
@@ -549,12 +551,14 @@ int ty_store_master_new(ty_store_master_t **out, const struct ty_store_master_op
     ty_store_master_t *m = calloc(1, sizeof(*m));
     TY_ASSERT(m != NULL);
     m->loop = opts->loop;
+    m->auth = opts->auth;
     m->tick_ms = opts->tick_ms ? opts->tick_ms : 10;
     m->epoch = opts->epoch ? opts->epoch : ty_wall_ms();
     int rc = ty_store_meta_new(&m->meta, &opts->meta);
     if (rc != 0)
         goto err_free;
-    struct ty_rpc_server_opts so = {.loop = m->loop, .host = opts->host, .port = opts->port};
+    struct ty_rpc_server_opts so = {
+        .loop = m->loop, .host = opts->host, .port = opts->port, .auth = m->auth};
     rc = ty_rpc_server_new(&m->srv, &so);
     if (rc != 0)
         goto err_meta;

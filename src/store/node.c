@@ -24,6 +24,7 @@ struct blk { /* a DRAM block the master told us about: announced again after a m
 
 struct ty_store_node {
     uv_loop_t *loop;
+    const struct ty_auth *auth;
     char name[TY_STORE_NODE_NAME_MAX + 1];
     char host[64];
     ty_xfer_engine_t *xfer;
@@ -353,7 +354,8 @@ static int master_connect(ty_store_node_t *n)
                                    .call_timeout_ms = 10000,
                                    .backoff_max_ms = 500,
                                    .state_cb = on_master_state,
-                                   .state_arg = n};
+                                   .state_arg = n,
+                                   .auth = n->auth};
     n->down_since = ty_clock_ms();
     return ty_rpc_client_new(&n->master, &o);
 }
@@ -411,7 +413,8 @@ static int dram_mount(ty_store_node_t *n)
 static int node_setup(ty_store_node_t *n, const struct ty_store_node_opts *o)
 {
     struct ty_xfer_engine_opts xo = {
-        .listen_host = n->host, .listen_port = o->xfer_port, .checksum = o->xfer_checksum};
+        .listen_host = n->host, .listen_port = o->xfer_port, .checksum = o->xfer_checksum,
+        .auth = n->auth};
     int rc = ty_xfer_engine_new(&n->xfer, &xo);
     if (rc != 0)
         return rc;
@@ -423,7 +426,8 @@ static int node_setup(ty_store_node_t *n, const struct ty_store_node_opts *o)
         if ((rc = ty_store_ssd_new(&n->ssd, &so)) != 0)
             return rc;
     }
-    struct ty_rpc_server_opts ro = {.loop = n->loop, .host = n->host, .port = o->rpc_port};
+    struct ty_rpc_server_opts ro = {
+        .loop = n->loop, .host = n->host, .port = o->rpc_port, .auth = n->auth};
     if ((rc = ty_rpc_server_new(&n->srv, &ro)) != 0)
         return rc;
     ty_rpc_server_handle_msg(n->srv, SM_NODE_JOB, &PB_FN(job__descriptor), h_job, n);
@@ -455,6 +459,7 @@ int ty_store_node_new(ty_store_node_t **out, const struct ty_store_node_opts *o)
     ty_store_node_t *n = calloc(1, sizeof(*n));
     TY_ASSERT(n != NULL);
     n->loop = o->loop;
+    n->auth = o->auth;
     snprintf(n->name, sizeof(n->name), "%s", o->name);
     snprintf(n->host, sizeof(n->host), "%s", o->host ? o->host : "127.0.0.1");
     n->dram_bytes = o->dram_bytes;

@@ -61,6 +61,8 @@ static int engine_set_opts(ty_xfer_engine_t *e, const struct ty_xfer_engine_opts
     e->slice_bytes = o->slice_bytes ? o->slice_bytes : (1u << 20);
     e->tcp_window = o->tcp_window ? o->tcp_window : 2;
     e->timeout_ms = o->timeout_ms ? o->timeout_ms : 5000;
+    e->auth = o->auth;
+    e->max_inbound = o->max_inbound ? o->max_inbound : 1024;
     e->checksum = o->checksum;
     e->etcd_ttl_s = o->etcd_ttl_s ? o->etcd_ttl_s : 10;
     if (e->tcp_conns > 64 || e->slice_bytes < 4096 || e->slice_bytes > TY__XFER_MAX_SLICE ||
@@ -405,6 +407,8 @@ void ty_xfer_engine_stats(ty_xfer_engine_t *e, struct ty_xfer_stats *out)
     out->checksum_errors = atomic_load(&e->st.checksum_errors);
     out->peer_failures = atomic_load(&e->st.peer_failures);
     out->reconnects = atomic_load(&e->st.reconnects);
+    out->auth_failures = atomic_load(&e->st.auth_failures);
+    out->refused_conns = atomic_load(&e->st.refused_conns);
     pthread_mutex_lock(&e->seg_mu);
     for (struct ty_xfer_segment *s = e->segments; s; s = s->next) {
         if (s->iface == &ty__xfer_tcp_iface)

@@ -11,6 +11,7 @@
  */
 #include "xfer-impl.h"
 
+#include "tycho/auth.h"
 #include "tycho/clock.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
@@ -24,6 +25,33 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
+
+/* ---- the cluster handshake ----------------------------------------------------------------- */
+
+int ty__xfer_auth(ty_xfer_engine_t *e, int fd, bool server, const char *peer)
+{
+    char why[160];
+    int rc = ty_auth_handshake_fd(fd, e->auth, server, TY_AUTH_TIMEOUT_MS, why, sizeof(why));
+    if (rc) {
+        atomic_fetch_add(&e->st.auth_failures, 1);
+        if (!atomic_load(&e->stopping))
+            TY_LOG_WARN(TY_XFER_SUBSYS, "%s connection %s %s: cluster authentication failed: %s",
+                        server ? "dropping inbound" : "cannot open", server ? "from" : "to", peer,
+                        why[0] ? why : ty_strerror(rc));
+    }
+    return rc;
+}
+
+/* "1.2.3.4:5678" of an accepted socket, for log lines. */
+static void peer_addr(int fd, char *out, size_t cap)
+{
+    struct sockaddr_in sa;
+    socklen_t sl = sizeof(sa);
+    char ip[INET_ADDRSTRLEN] = "?";
+    if (getpeername(fd, (struct sockaddr *)&sa, &sl) == 0 && sa.sin_family == AF_INET)
+        inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof(ip));
+    snprintf(out, cap, "%s:%u", ip, sa.sin_family == AF_INET ? ntohs(sa.sin_port) : 0);
+}
 
 /* ---- serving a tcp connection -------------------------------------------------------------- */
 
@@ -87,6 +115,11 @@ static void serve_tcp(ty_xfer_engine_t *e, struct ty__xfer_inbound *in)
 {
     uint8_t hb[TY__XFER_HDR_SIZE];
     struct ty__xfer_hdr h;
+    char addr[64];
+    peer_addr(in->fd, addr, sizeof(addr));
+    if (ty__xfer_auth(e, in->fd, true, addr) != 0)
+        return;
+    atomic_store(&in->proven, true);
     ty__xfer_sock_timeouts(in->fd, e->timeout_ms);
     int rc = 0;
     bool hello = false;
@@ -195,6 +228,36 @@ static void *inbound_main(void *arg)
     return NULL;
 }
 
+/* Unproven connections (still in the handshake) beyond this push out the oldest of them: a
+ * flood of half-open connections cannot keep the cluster's own peers out. */
+#define UNPROVEN_MAX 64
+
+/* With inbound_mu held: room for one more connection? Pushes out the oldest unproven one when
+ * the unproven are at their cap (its thread sees the shutdown and ends). */
+static bool inbound_room(ty_xfer_engine_t *e)
+{
+    uint32_t total = 0, unproven = 0;
+    struct ty__xfer_inbound *oldest = NULL;
+    for (struct ty__xfer_inbound *in = e->inbound; in; in = in->next) {
+        if (atomic_load(&in->finished))
+            continue;
+        total++;
+        if (!atomic_load(&in->proven)) {
+            unproven++;
+            oldest = in; /* the list is newest first */
+        }
+    }
+    if (oldest && (unproven >= UNPROVEN_MAX || total >= e->max_inbound)) {
+        shutdown(oldest->fd, SHUT_RDWR);
+        atomic_store(&oldest->finished, true); /* not counted again; reaped when it ends */
+        atomic_fetch_add(&e->st.refused_conns, 1);
+        TY_LOG_WARN(TY_XFER_SUBSYS, "dropping the oldest unproven inbound connection (%u "
+                    "unproven, %u open)", unproven, total);
+        total--;
+    }
+    return total < e->max_inbound;
+}
+
 void ty__xfer_inbound_start(ty_xfer_engine_t *e, int fd, bool is_unix)
 {
     struct ty__xfer_inbound *in = calloc(1, sizeof(*in));
@@ -205,6 +268,15 @@ void ty__xfer_inbound_start(ty_xfer_engine_t *e, int fd, bool is_unix)
     in->engine = e;
     ty__xfer_inbound_reap(e, false);
     pthread_mutex_lock(&e->inbound_mu);
+    if (!inbound_room(e)) {
+        pthread_mutex_unlock(&e->inbound_mu);
+        atomic_fetch_add(&e->st.refused_conns, 1);
+        TY_LOG_WARN(TY_XFER_SUBSYS, "refusing an inbound connection: %u open, the most allowed",
+                    e->max_inbound);
+        close(fd);
+        free(in);
+        return;
+    }
     if (atomic_load(&e->stopping) || pthread_create(&in->thr, NULL, inbound_main, in) != 0) {
         pthread_mutex_unlock(&e->inbound_mu);
         close(fd);
@@ -267,13 +339,20 @@ int ty__xfer_inbound_dial(ty_xfer_engine_t *e, const char *host, uint16_t port,
     int fd = ty__xfer_tcp_connect(host, port, e->timeout_ms);
     if (fd < 0)
         return fd;
+    char addr[160];
+    snprintf(addr, sizeof(addr), "%s:%u", host, port);
+    int rc = ty__xfer_auth(e, fd, false, addr);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
     ty__xfer_sock_timeouts(fd, e->timeout_ms);
     struct ty__xfer_hdr h = {
         .type = TY__XFER_MSG_HELLO, .addr = TY__XFER_VERSION, .len = strlen(e->name)};
     uint8_t hb[TY__XFER_HDR_SIZE], *body = NULL;
     ty__xfer_hdr_encode(&h, hb);
     struct iovec iov[2] = {{hb, sizeof(hb)}, {e->name, (size_t)h.len}};
-    int rc = ty__xfer_sendv_all(fd, iov, 2);
+    rc = ty__xfer_sendv_all(fd, iov, 2);
     if (rc || (rc = ty__xfer_recv_all(fd, hb, sizeof(hb))) != 0)
         goto err_close;
     if ((rc = ty__xfer_hdr_decode(hb, &h)) != 0 || h.type != TY__XFER_MSG_HELLO_REPLY) {

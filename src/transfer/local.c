@@ -196,6 +196,11 @@ void ty__xfer_local_serve(ty_xfer_engine_t *e, struct ty__xfer_inbound *in)
     struct ty__xfer_hdr h;
     size_t len;
     int passed, rc;
+    /* the abstract socket is reachable by every process in the network namespace: it hands out
+     * the KV memory itself, so the peer proves the cluster secret first */
+    if (ty__xfer_auth(e, in->fd, true, "a local peer") != 0)
+        return;
+    atomic_store(&in->proven, true);
     ty__xfer_sock_timeouts(in->fd, e->timeout_ms);
     if ((rc = msg_recv(in->fd, &h, body, TY_XFER_NAME_MAX, &len, &passed)) != 0 ||
         h.type != TY__XFER_MSG_HELLO || passed >= 0)
@@ -395,6 +400,8 @@ int ty__xfer_local_open(ty_xfer_engine_t *e, const struct ty__xfer_hello *hello,
         rc = ty_errno();
         goto err_free;
     }
+    if ((rc = ty__xfer_auth(e, p->fd, false, hello->unix_name)) != 0)
+        goto err_free;
     ty__xfer_sock_timeouts(p->fd, e->timeout_ms);
     if ((rc = local_handshake(p)) != 0)
         goto err_free;

@@ -286,6 +286,7 @@ struct ty_xfer_segment {
 struct ty__xfer_stats_atomic {
     _Atomic uint64_t bytes_written, bytes_read, tasks_done, tasks_failed;
     _Atomic uint64_t served_in, served_out, refused, checksum_errors, peer_failures, reconnects;
+    _Atomic uint64_t auth_failures, refused_conns;
 };
 
 struct ty__xfer_inbound {
@@ -293,6 +294,7 @@ struct ty__xfer_inbound {
     pthread_t thr;
     bool is_unix;
     _Atomic bool finished;
+    _Atomic bool proven;  /* passed the cluster handshake */
     struct ty__xfer_stage stage; /* for cuda regions (CUDA builds) */
     ty_xfer_engine_t *engine;
     char peer_name[TY_XFER_NAME_MAX + 1];
@@ -330,6 +332,8 @@ struct ty_xfer_engine {
     char unix_name[108]; /* abstract socket name, without the leading NUL */
     pthread_t unix_thr;
 
+    const struct ty_auth *auth; /* borrowed; NULL: insecure */
+    uint32_t max_inbound;
     pthread_mutex_t inbound_mu; /* guards inbound list */
     struct ty__xfer_inbound *inbound;
     _Atomic bool stopping;
@@ -369,6 +373,9 @@ void ty__xfer_engine_hello(ty_xfer_engine_t *e, struct ty__xfer_hello *h);
 int ty__xfer_notify_push(ty_xfer_engine_t *e, const char *from, const void *msg, size_t len);
 
 /* inbound.c: the inbound control channel */
+/* The cluster handshake on a new connection (either side); logs and counts a failure. Returns
+ * 0 or the handshake's error. */
+int ty__xfer_auth(ty_xfer_engine_t *e, int fd, bool server, const char *peer);
 /* Bind and listen on listen_host:port (0: ephemeral; e->port gets the bound one). */
 int ty__xfer_inbound_listen(ty_xfer_engine_t *e, uint16_t port);
 /* Accept loops (thread bodies) of the tcp listener and of the local transport's unix socket

@@ -773,9 +773,55 @@ def pb_fields(buf):
 RPC_ERROR_KIND = 5
 
 
-def rpc_call(port, method, payload, rid=7, timeout=10):
-    """One request frame on a fresh connection; (kind, payload) of the first frame back."""
+def cluster_secret():
+    """The secret every daemon of the tests proves (TYCHO_CLUSTER_SECRET_FILE, set by CMake)."""
+    path = os.environ.get("TYCHO_CLUSTER_SECRET_FILE")
+    if not path:
+        return None
+    with open(path, "rb") as f:
+        return f.read().rstrip(b" \t\r\n")
+
+
+def auth_handshake(sk, secret, expect_ok=True):
+    """The client half of the cluster handshake (docs/arch/security.md), written from the
+    protocol's description: 72-byte messages magic 'TYAU', version 1, type, flags (1: insecure),
+    reason, nonce[32], mac[32]; mac = HMAC-SHA256(secret, label | nonce | nonce). Returns True
+    when the server proved itself and accepted us; False when it refused or closed."""
+    import hashlib
+    import hmac
+
+    def take(n):
+        data = b""
+        while len(data) < n:
+            more = sk.recv(n - len(data))
+            if not more:
+                return None
+            data += more
+        return data
+    ch = take(72)
+    if ch is None or ch[:4] != b"TYAU" or ch[5] != 1:
+        return False
+    ns = ch[8:40]
+    nc = os.urandom(32)
+    if secret is None:
+        msg = b"TYAU" + bytes([1, 2, 1, 0]) + nc + bytes(32)
+    else:
+        proof = hmac.new(secret, b"tycho-auth-1 client" + ns + nc, hashlib.sha256).digest()
+        msg = b"TYAU" + bytes([1, 2, 0, 0]) + nc + proof
+    sk.sendall(msg)
+    ack = take(72)
+    if ack is None or ack[5] != 3:
+        return False
+    want = hmac.new(secret or b"", b"tycho-auth-1 server" + nc + ns, hashlib.sha256).digest()
+    return secret is None or hmac.compare_digest(ack[40:72], want)
+
+
+def rpc_call(port, method, payload, rid=7, timeout=10, secret=None):
+    """One request frame on a fresh connection, after the cluster handshake with `secret` (the
+    tests' own when None); (kind, payload) of the first frame back."""
     with socket.create_connection(("127.0.0.1", port), timeout) as sk:
+        if not auth_handshake(sk, secret if secret is not None else cluster_secret()):
+            raise RuntimeError("cluster handshake refused")
         sk.sendall(struct.pack("<IBBHQI", 0x50525954, 1, 1, method, rid, len(payload)) + payload)
 
         def take(n):

@@ -2,6 +2,7 @@
  * as nodes do: refused registrations leave no trace, and the slots of dead nodes serve new
  * node ids once the table is full (a node without a configured name gets a new id at every
  * restart, so a long-running Conductor sees hundreds of them). */
+#include "tycho/auth.h"
 #include "tycho/errors.h"
 #include "tycho/rpc.h"
 #include "tycho.pb-c.h"
@@ -159,7 +160,8 @@ static int setup(void **state)
     if (port < 0)
         return -1;
     uv_loop_init(&g_loop);
-    struct ty_rpc_client_opts o = {.loop = &g_loop, .host = "127.0.0.1", .port = (uint16_t)port};
+    struct ty_rpc_client_opts o = {.loop = &g_loop, .host = "127.0.0.1", .port = (uint16_t)port,
+                                   .auth = ty_auth_from_env()};
     return ty_rpc_client_new(&g_rpc, &o);
 }
 

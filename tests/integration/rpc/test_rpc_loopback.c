@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tycho/auth.h"
 #include "tycho/clock.h"
 #include "tycho/errors.h"
 #include "tycho/rpc.h"
@@ -437,7 +438,9 @@ static bool attack_once(struct attacker *a, enum bad_kind k)
     struct timeval tv = {.tv_sec = 3};
     setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     bool closed = false;
-    if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+    /* a peer past the handshake (the server here is insecure): the frame decoder is the target */
+    if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        ty_auth_handshake_fd(s, NULL, false, 3000, NULL, 0) == 0) {
         send(s, buf, n, MSG_NOSIGNAL);
         if (half_close)
             shutdown(s, SHUT_WR);

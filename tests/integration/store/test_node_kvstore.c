@@ -3,6 +3,7 @@
  * the first block the pool lacks or holds with the wrong size; another model's prompts find
  * nothing; a full page cache or a dead pool is a miss, and a dead pool is then skipped. */
 #include "harness.h"
+#include "tycho/auth.h"
 #include "tycho/node_kvstore.h"
 
 #include "tycho/errors.h"
@@ -63,7 +64,8 @@ struct side {
 static struct side mk_side(uint32_t pages, uint64_t seed, uint32_t retry_ms)
 {
     struct side s = {.pool = mk_pool(pages, seed)};
-    struct ty_store_client_opts co = {.master = g_master, .transport = "tcp", .timeout_ms = 500};
+    struct ty_store_client_opts co = {.master = g_master, .transport = "tcp", .timeout_ms = 500,
+                                      .auth = ty_auth_from_env()};
     assert_int_equal(ty_store_client_new(&s.client, &co), 0);
     struct ty_node_kvstore_opts ko = {.client = s.client, .pool = s.pool, .n_layers = LAYERS,
                                          .hash_seed = seed, .staging_bytes = 1 << 16,
@@ -280,7 +282,8 @@ static void test_subscribe_snapshot(void **state)
     nanosleep(&pause, NULL);
     struct snapshot_seen seen = {.mu = PTHREAD_MUTEX_INITIALIZER};
     ty_store_client_t *late;
-    struct ty_store_client_opts co = {.master = g_master, .transport = "tcp", .timeout_ms = 500};
+    struct ty_store_client_opts co = {.master = g_master, .transport = "tcp", .timeout_ms = 500,
+                                      .auth = ty_auth_from_env()};
     assert_int_equal(ty_store_client_new(&late, &co), 0);
     assert_int_equal(ty_store_client_subscribe_snapshot(late, "kv/", true, on_snapshot_event,
                                                         &seen),

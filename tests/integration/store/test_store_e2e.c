@@ -4,6 +4,7 @@
  * pool node, restart with its SSD directory, a block flipped on disk). */
 #include "harness.h"
 
+#include "tycho/auth.h"
 #include "tycho/clock.h"
 #include "tycho/errors.h"
 #include "tycho/store.h"
@@ -66,7 +67,7 @@ static void start_node(struct proc *p, const char *name, const char *dram, const
 
 static ty_store_client_t *client(uint32_t replicas, const char *writer)
 {
-    struct ty_store_client_opts o = {.master = g_addr,
+    struct ty_store_client_opts o = {.master = g_addr, .auth = ty_auth_from_env(),
                                      .replicas = replicas,
                                      .writer = writer,
                                      .timeout_ms = 10000,
@@ -233,7 +234,7 @@ static void test_basic(void **state)
 static struct ty_store_client_stats verify_gets(enum ty_store_verify v, const char *transport,
                                                 bool slice_sums)
 {
-    struct ty_store_client_opts o = {.master = g_addr,
+    struct ty_store_client_opts o = {.master = g_addr, .auth = ty_auth_from_env(),
                                      .timeout_ms = 10000,
                                      .transport = transport,
                                      .verify = v,
@@ -280,7 +281,7 @@ static void put_v_keys(void)
 static void test_segment_cache(void **state)
 {
     (void)state;
-    struct ty_store_client_opts o = {.master = g_addr,
+    struct ty_store_client_opts o = {.master = g_addr, .auth = ty_auth_from_env(),
                                      .replicas = 1,
                                      .timeout_ms = 10000,
                                      .transport = g_transport,

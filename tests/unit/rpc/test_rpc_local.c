@@ -472,8 +472,10 @@ static void *raw_sender(void *arg)
     setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     if (connect(s, (struct sockaddr *)&a, sizeof(a)) == 0) {
         send(s, j->bytes, j->len, MSG_NOSIGNAL);
-        char buf[64];
-        ssize_t n = recv(s, buf, sizeof(buf), 0);
+        char buf[256];
+        ssize_t n;
+        while ((n = recv(s, buf, sizeof(buf), 0)) > 0)
+            ; /* the server's handshake challenge, then the close */
         j->result = n == 0 || (n < 0 && errno == ECONNRESET);
     }
     close(s);
@@ -500,7 +502,7 @@ static void test_garbage_closes_only_that_connection(void **state)
     ty_log_set_sink(NULL, NULL);
     assert_int_equal(j.result, 1);
     assert_true(lc.warns >= 1);
-    assert_non_null(strstr(lc.last, "bad magic"));
+    assert_non_null(strstr(lc.last, "not a tycho cluster handshake"));
 
     struct outcome after = {0};
     ty_rpc_client_call(fx->cli, M_ECHO, (const uint8_t *)"2", 1, NULL, on_result, &after, NULL);
