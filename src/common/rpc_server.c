@@ -8,6 +8,7 @@
 #include "tycho/u64map.h"
 #include "tycho/xxh3.h"
 
+#include <malloc.h>
 #include <stdarg.h>
 #include <sys/resource.h>
 #include <stdio.h>
@@ -62,6 +63,8 @@ struct ty_rpc_server {
     struct ty_u64map per_peer; /* peer address -> proven connections */
     uv_timer_t sweep;          /* closes timed-out handshakes and idle connections */
     struct ty_rpc_server_stats st;
+    uint32_t peak_conns;    /* most open since the memory was last given back */
+    uint64_t trim_accepted; /* st.accepted then */
     bool closing;
     int open_handles; /* listener + connections not yet closed */
     ty_rpc_closed_cb close_cb;
@@ -407,6 +410,13 @@ static void on_sweep(uv_timer_t *t)
     uint64_t now = uv_now(s->loop);
     while (s->up_head && now - s->up_head->accepted_ms >= s->handshake_ms)
         evict_oldest_unproven(s, "no cluster handshake in time");
+    /* A burst of connections (a flood, a reconnect storm) is over: give the heap pages their
+     * small allocations left free back to the system, or the RSS would keep the peak. */
+    if (s->peak_conns >= s->st.conns + 64 && s->st.unproven == 0) {
+        malloc_trim(0);
+        s->peak_conns = s->st.conns;
+        s->trim_accepted = s->st.accepted;
+    }
     if (!s->idle_ms)
         return;
     for (struct srv_conn *sc = s->conns; sc; sc = sc->next) {
@@ -446,6 +456,10 @@ static void on_connection(uv_stream_t *listener, int status)
     s->open_handles++;
     s->st.conns++;
     s->st.accepted++;
+    if (s->st.conns > s->peak_conns)
+        s->peak_conns = s->st.conns;
+    if (s->st.accepted - s->trim_accepted >= 64) /* many came and went, if not at once */
+        s->peak_conns = UINT32_MAX;
     int rc = uv_accept(listener, (uv_stream_t *)&sc->conn.tcp);
     if (rc == 0 && !make_room(s)) {
         s->st.refused++;

@@ -21,6 +21,8 @@
 
 struct ty__cnode {
     struct ty_conductor_node_info info;
+    uint8_t instance[16]; /* the registered process's claim on the name (RegisterNode) */
+    size_t instance_len;
     uint32_t slot;        /* index in ty_conductor.nodes: the node's id in the scheduler */
     bool in_sched;        /* added to the scheduler (alive) */
     uint64_t kv_pages;    /* as registered */
@@ -157,6 +159,9 @@ struct ty_conductor {
     ty_metrics_family_t *node_fam[7];
     ty_metrics_child_t *prefill_retries; /* tycho_prefill_retries_total (NULL: no registry) */
     uint64_t preemptions; /* decode nodes' preemptions since this Conductor started */
+    ty_metrics_child_t *name_conflicts; /* registrations refused: the name is held (or NULL) */
+    ty_metrics_child_t *auth_failures;  /* the process's failed cluster handshakes (or NULL) */
+    uint64_t auth_seen;
 };
 
 /* registry.c */

@@ -4,6 +4,7 @@
  * gets no new requests; its requests fail at once; it is used again after it registers. */
 #include "conductor-impl.h"
 
+#include "tycho/auth.h"
 #include "tycho/clock.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
@@ -82,6 +83,14 @@ static void node_metrics_init(ty_conductor_t *c)
                                 "prefills sent again to another prefill node because theirs was "
                                 "lost before the KV landed", NULL, 0))
         ty_metrics_child_get(f, NULL, &c->prefill_retries);
+    if (!ty_metrics_counter_new(reg, &f, "tycho_registrations_refused_total",
+                                "node registrations refused because another live node holds "
+                                "the name", NULL, 0))
+        ty_metrics_child_get(f, NULL, &c->name_conflicts);
+    if (!ty_metrics_counter_new(reg, &f, "tycho_auth_failures_total",
+                                "connections to or from the Conductor that failed the cluster "
+                                "handshake (wrong or no secret, or none in time)", NULL, 0))
+        ty_metrics_child_get(f, NULL, &c->auth_failures);
 }
 
 /* A node (re)registered: its children, and counters that start again from its new life. */
@@ -277,11 +286,35 @@ static void drop_fresh(ty_conductor_t *c, struct ty__cnode *n)
     free(n);
 }
 
+/* The name is a lease held by the registered process while it is live: another process (another
+ * instance) that registers it meanwhile is refused, so it cannot take a live node's requests. */
+static bool name_held(ty_conductor_t *c, const struct ty__cnode *n,
+                      const Tycho__V1__RegisterNode *m, char *why, size_t cap)
+{
+    uint64_t quiet = ty_clock_ms() - n->last_hb_ms;
+    if (!n->info.alive || n->lost || quiet > c->o.heartbeat_timeout_ms)
+        return false;
+    if (n->instance_len && m->instance.len == n->instance_len &&
+        !memcmp(m->instance.data, n->instance, n->instance_len))
+        return false; /* the holder itself, registering again */
+    if (c->name_conflicts)
+        ty_metrics_counter_inc(c->name_conflicts);
+    int w = snprintf(why, cap, "node_id '%s' is held by a live node at %s", m->node_id,
+                     n->info.address);
+    if (w > 0 && (size_t)w < cap)
+        snprintf(why + w, cap - (size_t)w, " (heartbeat %llu ms ago); released when it stops "
+                 "or misses heartbeats for %u ms", (unsigned long long)quiet,
+                 c->o.heartbeat_timeout_ms);
+    return true;
+}
+
 static int node_register(ty_conductor_t *c, const Tycho__V1__RegisterNode *m, char *why,
                          size_t cap, struct ty__cnode **out)
 {
     struct ty__cnode *n = find_node(c, m->node_id);
     bool fresh = false;
+    if (n && name_held(c, n, m, why, cap))
+        return TY_EEXIST;
     if (!n) {
         if (!(n = new_entry(c, m->node_id, &fresh, why, cap)))
             return why[0] ? TY_ENOSPC : TY_ENOMEM;
@@ -291,6 +324,8 @@ static int node_register(ty_conductor_t *c, const Tycho__V1__RegisterNode *m, ch
     if (n->m_up && n->info.role != (int)m->role)
         node_metrics_unbind(n); /* its series are labelled with the old role */
     n->info.role = m->role;
+    n->instance_len = m->instance.len <= sizeof(n->instance) ? m->instance.len : 0;
+    memcpy(n->instance, m->instance.data, n->instance_len);
     snprintf(n->info.address, sizeof(n->info.address), "%s", m->address);
     snprintf(n->segment, sizeof(n->segment), "%s", m->transfer_segment);
     n->block_tokens = m->capacity->block_tokens;
@@ -412,6 +447,10 @@ static void cluster_tick(uv_timer_t *t)
     }
     ty__conductor_retry_waiting(c);
     ty__pool_tick(c);
+    uint64_t af = ty_auth_failures();
+    if (c->auth_failures && af != c->auth_seen)
+        ty_metrics_counter_add(c->auth_failures, (double)(af - c->auth_seen));
+    c->auth_seen = af;
 }
 
 int ty__conductor_registry_start(ty_conductor_t *c)

@@ -16,10 +16,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 #include <unistd.h>
 
 struct ty_node_agent {
     struct ty_node_agent_opts o;
+    uint8_t instance[16]; /* random: this process's claim on node_id */
     char *conductor, *node_id, *address, *segment, *model_id;
     ty_rpc_client_t *rpc;
     uv_timer_t timer;
@@ -97,6 +100,8 @@ static void send_register(ty_node_agent_t *a)
     m.transports = (char **)(a->o.n_transports ? a->o.transports : tcp_only);
     m.backend = (char *)(a->o.backend ? a->o.backend : "cpu");
     m.kv_device = (char *)(a->o.kv_device ? a->o.kv_device : "cpu");
+    m.instance.data = a->instance;
+    m.instance.len = sizeof(a->instance);
     struct ty_rpc_call_opts co = {.timeout_ms = 2000};
     if (!ty_rpc_client_call_msg(a->rpc, TYCHO__V1__METHOD__METHOD_REGISTER_NODE,
                                 (const ProtobufCMessage *)&m, &co, on_register_reply, a, NULL))
@@ -267,6 +272,10 @@ int ty_node_agent_new(ty_node_agent_t **out, const struct ty_node_agent_opts *op
         return TY_ENOMEM;
     a->o = *opts;
     a->conductor = strdup(opts->conductor_address);
+    if (getrandom(a->instance, sizeof(a->instance), 0) != (ssize_t)sizeof(a->instance)) {
+        uint64_t t = ty_clock_ns() ^ ((uint64_t)getpid() << 32); /* unique enough per host */
+        memcpy(a->instance, &t, sizeof(t));
+    }
     a->node_id = strdup(opts->node_id);
     a->address = strdup(opts->address);
     a->segment = strdup(opts->segment);

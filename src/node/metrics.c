@@ -2,6 +2,7 @@
  * decode nodes fill, and the HTTP port that serves them (/metrics, /health, /ready). Updates
  * come from any thread (lock-free children, all looked up at start); the load
  * gauges are read from the role's load callback when a scrape arrives, on the loop thread. */
+#include "tycho/auth.h"
 #include "tycho/node.h"
 
 #include "tycho/errors.h"
@@ -26,6 +27,8 @@ struct ty_node_metrics {
     ty_metrics_child_t *kv_bytes[2][N_XPORT], *kv_handoffs[2][N_XPORT], *kv_seconds[2][N_XPORT];
     ty_metrics_child_t *pages_used, *pages_free, *running, *queued, *preempted;
     ty_metrics_child_t *step_seconds, *batch_size, *step_tokens;
+    ty_metrics_child_t *auth_failures; /* the process's failed cluster handshakes */
+    uint64_t auth_seen;
 };
 
 static const char *const xports[N_XPORT] = {"tcp", "local", "rdma", "cuda_ipc"};
@@ -81,6 +84,9 @@ static void on_http(void *arg, ty_http_req_t *req)
         ty_metrics_gauge_set(m->queued, (double)l.queued);
         ty_metrics_gauge_set(m->preempted, (double)l.preemptions);
     }
+    uint64_t af = ty_auth_failures();
+    ty_metrics_counter_add(m->auth_failures, (double)(af - m->auth_seen));
+    m->auth_seen = af;
     char *body = NULL;
     size_t len = 0;
     if (ty_metrics_render(m->reg, &body, &len) != 0) {
@@ -93,6 +99,12 @@ static void on_http(void *arg, ty_http_req_t *req)
 
 static int families(ty_node_metrics_t *m, const struct ty_node_metrics_opts *o)
 {
+    ty_metrics_family_t *af;
+    if (ty_metrics_counter_new(m->reg, &af, "tycho_auth_failures_total",
+                               "connections to or from this process that failed the cluster "
+                               "handshake (wrong or no secret, or none in time)", NULL, 0) ||
+        ty_metrics_child_get(af, NULL, &m->auth_failures))
+        return TY_ENOMEM;
     ty_metrics_family_t *f, *bytes, *handoffs, *seconds;
     const char *dir_x[] = {"direction", "transport"};
     const char *state[] = {"device", "state"};

@@ -994,6 +994,198 @@ def case_bad_destination():
     return ok
 
 
+def port_try(port, secret, request):
+    """Connect, run the cluster handshake with `secret` (None: as an insecure process), then send
+    `request` whatever the handshake said. (proved, reply bytes): an unproven connection must be
+    closed with nothing of the protocol answered."""
+    with socket.create_connection(("127.0.0.1", port), 10) as sk:
+        sk.settimeout(8)
+        try:
+            proved = auth_handshake(sk, secret)
+        except OSError:
+            proved = False
+        data = b""
+        try:
+            sk.sendall(request)
+            while len(data) < 20:
+                more = sk.recv(4096)
+                if not more:
+                    break
+                data += more
+        except OSError:
+            pass
+        return proved, data
+
+
+def rpc_frame(method, payload=b"", rid=9):
+    return struct.pack("<IBBHQI", 0x50525954, 1, 1, method, rid, len(payload)) + payload
+
+
+def xfer_hello(name=b"outsider"):
+    """The transfer engine's HELLO (64-byte header, 'TYXF', type 1, addr = version 1)."""
+    return struct.pack("<IBBHIIQQQQQQ", 0x46585954, 1, 0, 0, 0, 0, 0, 1, len(name), 0, 0,
+                       0) + name
+
+
+def case_auth():
+    """Every cluster port (the Conductor's RPC, a node's RPC and transfer ports, the pool
+    master's) refuses a peer without the cluster secret or with a wrong one, before any of its
+    protocol: no registration, no pool listing or deletion, no region list from a transfer
+    HELLO. With the secret each is served. A second process cannot take a live node's name;
+    a restarted one gets it back. check-config refuses a missing or world-readable secret."""
+    cl = Cluster(1, 1, kv_pool=True, hb_timeout="1500ms")
+    ok = True
+    good = cluster_secret()
+    ok &= check(good is not None, "the tests run with a cluster secret")
+    wrong = b"0123456789abcdef-not-the-secret"
+    p_rpc, _ = read_ports(cl.port_file("p0"), time.time() + 5)
+    d_rpc, d_xfer = read_ports(cl.port_file("d0"), time.time() + 5)
+    ports = [("Conductor RPC (RegisterNode)", cl.rpc, rpc_frame(1), "rpc"),
+             ("pool master (keys: list/delete)", cl.store_port(), rpc_frame(2003), "rpc"),
+             ("pool master (put)", cl.store_port(), rpc_frame(2000), "rpc"),
+             ("prefill RPC (PrefillAssign)", p_rpc, rpc_frame(3), "rpc"),
+             ("decode transfer (HELLO: the region list)", d_xfer, xfer_hello(), "xfer")]
+    before = cl.metrics().get("tycho_auth_failures_total", 0)
+    for what, port, req, kind in ports:
+        for label, sec in (("no secret", None), ("a wrong secret", wrong)):
+            proved, data = port_try(port, sec, req)
+            ok &= check(not proved and data == b"", "%s with %s: refused, nothing answered "
+                        "(%d bytes)" % (what, label, len(data)))
+        proved, data = port_try(port, good, req)
+        if kind == "rpc":
+            served = len(data) >= 20 and struct.unpack("<I", data[:4])[0] == 0x50525954 and \
+                data[5] in (2, 5)
+        else:
+            served = len(data) >= 20 and struct.unpack("<I", data[:4])[0] == 0x46585954 and \
+                data[4] == 2
+        ok &= check(proved and served, "%s with the secret: served" % what)
+    time.sleep(0.3)  # the tick that publishes the counter
+    after = cl.metrics().get("tycho_auth_failures_total", 0)
+    ok &= check(after - before >= 2, "the Conductor counts the refused handshakes on its "
+                "port: %d" % (after - before))
+    with open(cl.logs["conductor"]) as f:
+        ok &= check("cluster authentication failed" in f.read(), "and logs them")
+
+    # a second decode node under a live node's name is refused; the real one keeps serving
+    ref = generate(PROMPTS[0], 12)
+    cl.start_node("decode", "d0-impostor", extra=["--name=d0"])
+    end, refused = time.time() + 10, False
+    while time.time() < end and not refused:
+        with open(cl.logs["d0-impostor"]) as f:
+            refused = "is held by a live node" in f.read()
+        time.sleep(0.1)
+    ok &= check(refused, "a second --name=d0 is refused: the name is held by a live node")
+    time.sleep(2.0)  # past the heartbeat timeout: no flapping between the two
+    m = cl.metrics()
+    ok &= check(m.get("tycho_registrations_refused_total", 0) >= 1 and
+                m.get('tycho_node_up{node="d0",role="decode"}') == 1,
+                "counted (%s), and d0 stays up" % m.get("tycho_registrations_refused_total"))
+    with open(cl.logs["conductor"]) as f:
+        ok &= check("registered again" not in f.read(), "the real d0 was never evicted")
+    st, body = cl.post("/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 12,
+                                           "temperature": 0, "return_token_ids": True})
+    ok &= check(st == 200 and json.loads(body)["choices"][0]["token_ids"] == ref["output_ids"],
+                "the cluster serves on: the answer equals generate's")
+    # the real d0 dies: the impostor (a restart, as far as anyone can tell) gets the name
+    cl.procs["d0"].kill()
+    end, took = time.time() + 10, False
+    while time.time() < end and not took:
+        with open(cl.logs["d0-impostor"]) as f:
+            took = "registered with the Conductor" in f.read()
+        time.sleep(0.1)
+    ok &= check(took, "once d0 is gone its name is free: the new process registers")
+
+    # check-config: the secret file is checked where the daemon would read it
+    def cc(args, env):
+        r = subprocess.run([TYCHO, "check-config", "--role", "decode",
+                            "--model_path=" + MODEL, "--conductor_address=127.0.0.1:1", *args],
+                           capture_output=True, text=True, env=env)
+        return r.returncode, r.stdout + r.stderr
+    env = dict(os.environ)
+    loose = os.path.join(cl.dir, "loose.secret")
+    with open(loose, "w") as f:
+        f.write("0123456789abcdef0123456789abcdef\n")
+    os.chmod(loose, 0o644)
+    for what, args, want in (("missing", ["--cluster_secret_file=/nonexistent/secret"],
+                              "cannot open"),
+                             ("world-readable", ["--cluster_secret_file=" + loose], "chmod 600")):
+        rc, out = cc(args, env)
+        ok &= check(rc == 2 and "cluster_secret_file" in out and want in out,
+                    "check-config, %s secret: exit %d %r" % (what, rc, out.strip()))
+    bare = {k: v for k, v in env.items() if k != "TYCHO_CLUSTER_SECRET_FILE"}
+    rc, out = cc([], bare)
+    ok &= check(rc == 2 and "insecure: true" in out, "no secret and not insecure: exit %d %r" %
+                (rc, out.strip()))
+    rc, out = cc(["--insecure=true"], bare)
+    ok &= check(rc == 0, "insecure: true is accepted: exit %d %r" % (rc, out.strip()))
+    return ok
+
+
+def proc_fds_rss(pid):
+    """(open descriptors, resident KiB) of a process."""
+    fds = len(os.listdir("/proc/%d/fd" % pid))
+    with open("/proc/%d/status" % pid) as f:
+        rss = int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+    return fds, rss
+
+
+def case_flood():
+    """10,000 half-open connections (connected, never a handshake) to each RPC port: the
+    Conductor's, a prefill and a decode node's and the pool master's. Each daemon keeps serving
+    meanwhile (an answer equal to generate's, the pool's stats), and once they close its
+    descriptors and RSS come back to within 5% of their idle level."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    cl = Cluster(1, 1, kv_pool=True, hb_timeout="5s")
+    ok = True
+    p_rpc, _ = read_ports(cl.port_file("p0"), time.time() + 5)
+    d_rpc, _ = read_ports(cl.port_file("d0"), time.time() + 5)
+    ref = generate(PROMPTS[1], 8)
+    targets = [("conductor", cl.rpc), ("p0", p_rpc), ("d0", d_rpc), ("store", cl.store_port())]
+    n = 10000 if hard >= 12000 else hard - 2000
+    for name, port in targets:
+        pid = cl.procs[name].pid
+        # warm: one request through the cluster, so the idle level is a serving daemon's
+        cl.post("/v1/completions", {"prompt": PROMPTS[1], "max_tokens": 8, "temperature": 0})
+        store_stats(cl)
+        time.sleep(0.5)
+        fd0, rss0 = proc_fds_rss(pid)
+        socks, peak_fd, peak_rss = [], fd0, rss0
+        t0 = time.time()
+        for i in range(n):
+            sk = socket.socket()
+            sk.setblocking(False)
+            sk.connect_ex(("127.0.0.1", port))
+            socks.append(sk)
+            if i % 1000 == 999:
+                fd, rss = proc_fds_rss(pid)
+                peak_fd, peak_rss = max(peak_fd, fd), max(peak_rss, rss)
+        st, body = cl.post("/v1/completions", {"prompt": PROMPTS[1], "max_tokens": 8,
+                                               "temperature": 0, "return_token_ids": True},
+                           timeout=30)
+        served = st == 200 and json.loads(body)["choices"][0]["token_ids"] == ref["output_ids"]
+        pool = store_stats(cl)
+        ok &= check(served and "objects" in pool and cl.procs[name].poll() is None,
+                    "%s: %d half-open connections in %.1f s; meanwhile the cluster answers as "
+                    "generate does and the pool answers (peak %d descriptors, %d KiB; idle %d, "
+                    "%d KiB)" % (name, n, time.time() - t0, peak_fd, peak_rss, fd0, rss0))
+        for sk in socks:
+            sk.close()
+        end = time.time() + 15
+        while True:
+            fd1, rss1 = proc_fds_rss(pid)
+            back = fd1 <= fd0 * 1.05 + 1 and rss1 <= rss0 * 1.05
+            if back or time.time() > end:
+                break
+            time.sleep(0.25)
+        ok &= check(back, "%s: after they closed: %d descriptors (idle %d), %d KiB (idle %d)" %
+                    (name, fd1, fd0, rss1, rss0))
+    with open(cl.logs["conductor"]) as f:
+        ok &= check("dropping connection" in f.read(), "the Conductor logged what it dropped")
+    return ok
+
+
 # Two long prompts, each several 16-token blocks, that share nothing (different first block).
 LONG_A = PROMPTS[18]
 LONG_B = PROMPTS[19]
@@ -2265,7 +2457,7 @@ def main():
             "local_cluster": case_local_cluster, "handshake": case_handshake,
             "bad_destination": case_bad_destination, "transports": case_transports,
             "gpu": case_gpu, "watchdog": case_watchdog,
-            "request_id": case_request_id}[CASE]
+            "request_id": case_request_id, "auth": case_auth, "flood": case_flood}[CASE]
     ok = False
     try:
         ok = case()
