@@ -13,6 +13,10 @@
 # --pool is the pool's DRAM (default 256M; 0: no pool). stop sends SIGTERM (the daemons drain)
 # and SIGKILLs what is still running 10 s later.
 #
+# The daemons prove a cluster secret to each other on every RPC, transfer and store connection:
+# $TYCHO_CLUSTER_SECRET_FILE when set, else $TYCHO_CLUSTER_DIR/cluster.secret, made (mode 0600,
+# `tycho gen-secret`) on the first start and kept across restarts.
+#
 # Binaries: $TYCHO_BIN_DIR (default: ./build) or PATH. State (pids, logs, ports) in
 # $TYCHO_CLUSTER_DIR (default: /tmp/tycho-local-cluster). Extra settings for every prefill or
 # decode node: $TYCHO_PREFILL_ARGS, $TYCHO_DECODE_ARGS (e.g. "--prefill_batch=1"), and for the
@@ -23,7 +27,7 @@ BIN=${TYCHO_BIN_DIR:-$(dirname "$0")/../build}
 
 find_bin() {
     for p in "$BIN/src/conductor/$1" "$BIN/src/prefill/$1" "$BIN/src/decode/$1" \
-             "$BIN/src/store/$1"; do
+             "$BIN/src/store/$1" "$BIN/src/cli/$1"; do
         [ -x "$p" ] && { echo "$p"; return; }
     done
     command -v "$1" || { echo "local-cluster: $1 not found (set TYCHO_BIN_DIR)" >&2; exit 1; }
@@ -60,6 +64,12 @@ start() {
         { echo "local-cluster: already running (deploy/local-cluster.sh stop)" >&2; exit 1; }
     mkdir -p "$DIR"
     rm -f "$DIR"/*.ports "$DIR"/*.pid
+    if [ -z "${TYCHO_CLUSTER_SECRET_FILE:-}" ]; then
+        TYCHO_CLUSTER_SECRET_FILE=$DIR/cluster.secret
+        [ -e "$TYCHO_CLUSTER_SECRET_FILE" ] ||
+            "$(find_bin tycho)" gen-secret "$TYCHO_CLUSTER_SECRET_FILE" >/dev/null
+    fi
+    export TYCHO_CLUSTER_SECRET_FILE
     POOL_ARG='' POOL_DESC=none
     if [ "$POOL" != 0 ]; then
         POOL_DESC="$POOL DRAM"
