@@ -52,6 +52,16 @@ struct ty_node_transfer_config {
 /* "auto", "tcp", "local", "rdma" (NULL-terminated): transfer.transport. */
 extern const char *const ty_node_transport_names[];
 
+/* The tag of attempt `attempt`'s KV writes into a reservation with fence `fence`
+ * (KvDestination.fence): never 0 when fence is not. */
+static inline uint32_t ty_kv_fence(uint32_t fence, uint32_t attempt)
+{
+    if (!fence)
+        return 0;
+    uint32_t t = fence ^ (attempt * 0x9E3779B1u);
+    return t ? t : 1;
+}
+
 struct ty_node_config {
     char *name;                      /* node id, stable across restarts (default: role-host-pid) */
     char *conductor_address;         /* host:port of the Conductor's RPC endpoint */
@@ -247,6 +257,7 @@ struct ty_node_metrics_opts {
     const char *device;             /* "cpu", "cuda:0": tycho_node_info and the pages' label */
     const char *transport;          /* the transfer.transport setting */
     uint64_t pages_total;           /* KV pages per layer */
+    ty_xfer_engine_t *xfer;         /* its counters on scrape (borrowed, outlives the metrics) */
 };
 
 /* Listen and register the families. Returns 0, TY_ENOMEM or the listen error. */

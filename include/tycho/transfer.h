@@ -144,6 +144,11 @@ int ty_xfer_batch_new(ty_xfer_engine_t *e, size_t max_tasks, ty_xfer_batch_t **o
  * (batch full); then nothing was submitted. Once accepted each task ends DONE or FAILED. */
 int ty_xfer_batch_submit(ty_xfer_batch_t *b, const struct ty_xfer_request *reqs, size_t n);
 
+/* Tag the writes of tasks submitted from now on with `fence`: the token of the assignment the
+ * bytes belong to, which the target's write fence checks (ty_xfer_engine_set_write_fence) over
+ * tcp. 0 (the default): untagged. The submitting thread. */
+void ty_xfer_batch_set_fence(ty_xfer_batch_t *b, uint32_t fence);
+
 /* Status of task i (0-based, in submission order). Returns 0 or TY_EINVAL. */
 int ty_xfer_batch_status(ty_xfer_batch_t *b, size_t i, struct ty_xfer_task_status *out);
 
@@ -200,10 +205,21 @@ struct ty_xfer_stats {
     uint64_t reconnects;
     uint64_t auth_failures;    /* inbound or outbound connections that failed the handshake */
     uint64_t refused_conns;    /* inbound connections over max_inbound, or unproven pushed out */
+    uint64_t fenced_writes;    /* inbound writes the write fence refused */
     uint32_t segments_tcp; /* gauges: open segments per transport */
     uint32_t segments_local;
     uint32_t segments_rdma;
 };
+
+/* Write fencing: the target says which writes it still takes. `cb` runs on an inbound serving
+ * thread for each tcp WRITE before its bytes land, with the writer's fence token and the range;
+ * false refuses the write (its bytes are dropped, the writer's task fails with TY_ESTALE) and
+ * counts it in fenced_writes. A superseded writer (a prefill node that hung and came back after
+ * its request went elsewhere) so cannot touch pages that now belong to someone else. Writes over
+ * the local and rdma transports land without the target's CPU and are not fenced. cb NULL: no
+ * fence. Any thread; cb must be thread-safe and live until it is unset. */
+typedef bool (*ty_xfer_write_fence_cb)(void *arg, uint32_t fence, uint64_t addr, uint64_t len);
+void ty_xfer_engine_set_write_fence(ty_xfer_engine_t *e, ty_xfer_write_fence_cb cb, void *arg);
 
 /* Snapshot of the engine's counters and gauges. A peer's TCP write is counted in
  * served_bytes_in after its bytes landed and before it is acknowledged, so a thread that takes a

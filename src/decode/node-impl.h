@@ -6,6 +6,7 @@
 #ifndef TYCHO_DECODE_NODE_IMPL_H
 #define TYCHO_DECODE_NODE_IMPL_H
 
+#include "tycho/u64map.h"
 #include "tycho/decode_node.h"
 #include "tycho/node_kvstore.h"
 #include "tycho/proto.h"
@@ -75,9 +76,14 @@ struct ty_decode_node {
     struct ty_node_load load;       /* under mu, published by the worker */
     struct lreq *reqs;              /* loop */
     struct ty_node_kvstore *kvstore; /* the KV pool (worker; stats any thread); NULL: none */
+    pthread_mutex_t fence_mu;        /* guards fences (the worker and transfer threads) */
+    struct ty_u64map fences;         /* write tags of the reservations waiting for KV -> count */
     void (*close_cb)(void *);
     void *close_arg;
 };
+
+/* node.c: a reservation's write tag becomes live (taken by the fence) or not. Any thread. */
+void ty__decode_fence_set(ty_decode_node_t *n, uint32_t tag, bool live);
 
 /* node_worker.c */
 void *ty__decode_node_worker(void *arg);

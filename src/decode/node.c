@@ -290,6 +290,35 @@ static void on_stop(void *arg);
 static void on_drained(void *arg);
 static void on_closed(void *arg);
 
+/* Transfer engine thread: the write fence. A write lands only with the tag of a reservation
+ * still waiting for its KV, for the attempt it waits for: a prefill node that hung, was given
+ * up and came back writes with an old tag (or after the KV landed) and is refused. */
+static bool fence_ok(void *arg, uint32_t tag, uint64_t addr, uint64_t len)
+{
+    ty_decode_node_t *n = arg;
+    (void)addr;
+    (void)len;
+    if (!tag)
+        return false; /* every prefill node that knows fences tags its writes */
+    pthread_mutex_lock(&n->fence_mu);
+    bool ok = ty_u64map_get(&n->fences, tag) != NULL;
+    pthread_mutex_unlock(&n->fence_mu);
+    return ok;
+}
+
+void ty__decode_fence_set(ty_decode_node_t *n, uint32_t tag, bool live)
+{
+    if (!tag)
+        return;
+    pthread_mutex_lock(&n->fence_mu);
+    uint32_t *c = ty_u64map_get(&n->fences, tag);
+    if (live)
+        ty_u64map_put(&n->fences, tag, c ? *c + 1 : 1);
+    else if (c && --*c == 0)
+        ty_u64map_del(&n->fences, tag);
+    pthread_mutex_unlock(&n->fence_mu);
+}
+
 static const struct ty_node_handler handlers[] = {
     {TYCHO__V1__METHOD__METHOD_DECODE_ASSIGN, &tycho__v1__decode_assign__descriptor, on_assign},
     {TYCHO__V1__METHOD__METHOD_CANCEL, &tycho__v1__cancel__descriptor, on_cancel},
@@ -313,6 +342,8 @@ int ty_decode_node_new(ty_decode_node_t **out, const struct ty_decode_node_opts 
         n->o.kv_wait_timeout_ms = 30000;
     n->cmds_tail = &n->cmds;
     pthread_mutex_init(&n->mu, NULL);
+    pthread_mutex_init(&n->fence_mu, NULL);
+    ty_u64map_init(&n->fences);
     pthread_condattr_t ca; /* the worker's KV deadlines are ty_clock_ms() (monotonic) */
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -327,9 +358,11 @@ int ty_decode_node_new(ty_decode_node_t **out, const struct ty_decode_node_opts 
                                       .n_handlers = sizeof(handlers) / sizeof(handlers[0])};
     n->kvstore = opts->kvstore;
     ty_xfer_notify_set_cb(n->o.xfer, on_notify, n); /* before the worker waits for it */
+    ty_xfer_engine_set_write_fence(n->o.xfer, fence_ok, n);
     int rc = ty_node_service_new(&n->svc, &so);
     if (rc) {
         ty_xfer_notify_set_cb(n->o.xfer, NULL, NULL);
+        ty_xfer_engine_set_write_fence(n->o.xfer, NULL, NULL);
         free(n->node_id);
         free(n);
         return rc;
@@ -354,6 +387,7 @@ static void on_drained(void *arg)
 {
     ty_decode_node_t *n = arg;
     ty_xfer_notify_set_cb(n->o.xfer, NULL, NULL); /* no callback runs once this returns */
+    ty_xfer_engine_set_write_fence(n->o.xfer, NULL, NULL); /* nor the fence */
     for (struct lreq *r = n->reqs; r; r = r->next) {
         if (r->stream) {
             ty_rpc_call_fail(r->stream, TY_ESHUTDOWN, "decode node shutting down");
@@ -370,6 +404,8 @@ static void on_closed(void *arg)
     while (n->reqs)
         lreq_free(n, n->reqs);
     pthread_mutex_destroy(&n->mu);
+    pthread_mutex_destroy(&n->fence_mu);
+    ty_u64map_fini(&n->fences);
     pthread_cond_destroy(&n->cv);
     free(n->node_id);
     free(n);

@@ -11,6 +11,7 @@
  * Conductor's (it has the text). */
 #include "node-impl.h"
 
+#include "tycho/xxh3.h"
 #include "tycho/batcher.h"
 #include "tycho/clock.h"
 #include "tycho/proto.h"
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/random.h>
 
 /* What the node keeps of a request beside the batcher's. */
 struct dreq {
@@ -27,6 +29,8 @@ struct dreq {
     ty_breq_t *r;
     uint64_t rid;
     uint32_t attempt;     /* the prefill attempt whose KvReady it takes (1, then re-arms) */
+    uint32_t fence;       /* KvDestination.fence: random, never 0 */
+    uint32_t tag;         /* ty_kv_fence(fence, attempt) while the fence takes its writes; 0 */
     uint64_t deadline_ms; /* KV must land by then */
     bool ready;           /* its KV landed */
     char cid[TY_CLIENT_ID_MAX + 1]; /* the client's request id: log lines */
@@ -102,10 +106,21 @@ static int on_token(void *arg, ty_breq_t *r, const struct ty_sample *smp, enum t
     return fin;
 }
 
+/* The reservation's writes are taken (attempt d->attempt's tag) or no longer taken. */
+static void fence_arm(struct wstate *w, struct dreq *d, bool live)
+{
+    if (d->tag)
+        ty__decode_fence_set(w->n, d->tag, false);
+    d->tag = live ? ty_kv_fence(d->fence, d->attempt) : 0;
+    if (d->tag)
+        ty__decode_fence_set(w->n, d->tag, true);
+}
+
 static void on_end(void *arg, ty_breq_t *r, enum ty_finish fin, int rc)
 {
     struct wstate *w = arg;
     struct dreq *d = ty_breq_user(r);
+    fence_arm(w, d, false);
     if (!rc)
         pool_publish(w, d, r);
     if (rc == TY_ECANCELED)
@@ -171,6 +186,7 @@ static int pack_destination(struct wstate *w, const struct dreq *q, uint8_t **ou
     d.page_bytes = ty_kvpool_page_bytes(w->pool);
     d.page_stride = ty_kvpool_page_bytes(w->pool); /* tycho/kvpool.h: pages are adjacent */
     d.pool_pages = ty_kvpool_pages_total(w->pool);
+    d.fence = q->fence;
     Tycho__V1__DecodeAssignReply r = TYCHO__V1__DECODE_ASSIGN_REPLY__INIT;
     r.request_id = q->rid;
     r.accepted = true;
@@ -189,6 +205,15 @@ static int pack_rearmed(uint64_t rid, uint8_t **out, size_t *len)
     r.request_id = rid;
     r.accepted = true;
     return ty_rpc_pack(&r.base, out, len);
+}
+
+/* A reservation's fence: random (a late writer of an old request cannot guess the new one's). */
+static uint32_t fence_new(uint64_t rid)
+{
+    uint32_t f = 0;
+    if (getrandom(&f, sizeof(f), GRND_NONBLOCK) != (ssize_t)sizeof(f))
+        f = (uint32_t)(XXH3_64bits(&rid, sizeof(rid)) ^ ty_clock_ns());
+    return f ? f : 1;
 }
 
 /* DecodeAssign: the prompt's pages reserved, answered with where its KV goes. */
@@ -214,6 +239,8 @@ static void do_assign(struct wstate *w, struct dcmd *c)
         d->published =
             c->n_prompt / ty_kvpool_block_tokens(w->pool) * ty_kvpool_block_tokens(w->pool);
         d->attempt = 1;
+        d->fence = fence_new(c->rid);
+        fence_arm(w, d, true);
         d->deadline_ms = ty_clock_ms() + w->n->o.kv_wait_timeout_ms;
         d->next = w->reqs;
         w->reqs = d;
@@ -248,6 +275,7 @@ static void do_rearm(struct wstate *w, struct dcmd *c)
         rc = pack_rearmed(c->rid, &ev->reply, &ev->reply_len);
     if (!rc) {
         d->attempt = c->attempt;
+        fence_arm(w, d, true); /* the lost node's tag is refused from here on */
         d->deadline_ms = ty_clock_ms() + w->n->o.kv_wait_timeout_ms;
     }
     ev->n = w->n;
@@ -282,6 +310,7 @@ static void on_kv_ready(struct wstate *w, const Tycho__V1__KvReady *k)
     if (k->first_logprob && k->first_logprob->token_id == k->first_token)
         ty_pb_logprob_unpack(k->first_logprob, w->V, &first); /* prefill's, of token 1 */
     d->ready = true;
+    fence_arm(w, d, false); /* the pages are the decode's own from here on */
     ty_node_metrics_kv(w->n->o.metrics, false, k->transport, k->kv_bytes, k->transfer_us);
     ty_batcher_kv_landed(w->b, d->r, &first, k->cached_tokens);
 }

@@ -29,6 +29,9 @@ struct ty_node_metrics {
     ty_metrics_child_t *step_seconds, *batch_size, *step_tokens;
     ty_metrics_child_t *auth_failures; /* the process's failed cluster handshakes */
     uint64_t auth_seen;
+    ty_xfer_engine_t *xfer;
+    ty_metrics_child_t *fenced, *refused_conns; /* the transfer engine's (on scrape) */
+    uint64_t fenced_seen, refused_conns_seen;
 };
 
 static const char *const xports[N_XPORT] = {"tcp", "local", "rdma", "cuda_ipc"};
@@ -87,6 +90,15 @@ static void on_http(void *arg, ty_http_req_t *req)
     uint64_t af = ty_auth_failures();
     ty_metrics_counter_add(m->auth_failures, (double)(af - m->auth_seen));
     m->auth_seen = af;
+    if (m->xfer) {
+        struct ty_xfer_stats xs;
+        ty_xfer_engine_stats(m->xfer, &xs);
+        ty_metrics_counter_add(m->fenced, (double)(xs.fenced_writes - m->fenced_seen));
+        ty_metrics_counter_add(m->refused_conns,
+                               (double)(xs.refused_conns - m->refused_conns_seen));
+        m->fenced_seen = xs.fenced_writes;
+        m->refused_conns_seen = xs.refused_conns;
+    }
     char *body = NULL;
     size_t len = 0;
     if (ty_metrics_render(m->reg, &body, &len) != 0) {
@@ -104,6 +116,16 @@ static int families(ty_node_metrics_t *m, const struct ty_node_metrics_opts *o)
                                "connections to or from this process that failed the cluster "
                                "handshake (wrong or no secret, or none in time)", NULL, 0) ||
         ty_metrics_child_get(af, NULL, &m->auth_failures))
+        return TY_ENOMEM;
+    m->xfer = o->xfer;
+    if (ty_metrics_counter_new(m->reg, &af, "tycho_kv_writes_fenced_total",
+                               "KV writes into this node refused by its write fence: a "
+                               "superseded prefill attempt's late writes", NULL, 0) ||
+        ty_metrics_child_get(af, NULL, &m->fenced) ||
+        ty_metrics_counter_new(m->reg, &af, "tycho_transfer_refused_connections_total",
+                               "inbound transfer connections refused (over the cap) or "
+                               "unproven ones pushed out", NULL, 0) ||
+        ty_metrics_child_get(af, NULL, &m->refused_conns))
         return TY_ENOMEM;
     ty_metrics_family_t *f, *bytes, *handoffs, *seconds;
     const char *dir_x[] = {"direction", "transport"};

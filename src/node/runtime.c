@@ -203,7 +203,7 @@ static int start_node(struct node *s, const struct ty_node_shape *sh)
     struct ty_node_metrics_opts mo = {
         .loop = s->rt.loop, .host = s->cfg.listen_host, .port = s->cfg.metrics_port,
         .role = r->name, .backend = backend, .device = s->kv_device, .transport = xport,
-        .pages_total = ty_kvpool_pages_total(pool)};
+        .pages_total = ty_kvpool_pages_total(pool), .xfer = s->rt.xfer};
     int rc;
     if ((rc = ty_node_metrics_new(&s->rt.metrics, &mo))) {
         fprintf(stderr, "%s: metrics on %s:%u: %s\n", r->daemon, s->cfg.listen_host,

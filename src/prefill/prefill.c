@@ -27,6 +27,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -51,6 +52,8 @@ struct pjob {
     uint32_t min_page, max_page; /* of dest_pages */
     uint64_t *k_base, *v_base; /* (n_layers) remote addresses of page 0 */
     uint64_t stride;
+    uint32_t fence;   /* ty_kv_fence of the destination's fence and this attempt */
+    bool test_late;   /* the test hook stopped the process in it: cancel is not seen */
     char why[TY_XFER_NAME_MAX + 160]; /* what failed, for its error ("": rc says) */
     struct ty_sampling_params sp;
     struct ty_gen_params ends; /* stop tokens, min_tokens: no EOS / stop as the first token */
@@ -80,6 +83,11 @@ struct ty_prefill {
     ty_rpc_mailbox_t *mb;   /* the service's */
     const ty_model_t *m;
     uint32_t n_layers, B, V;
+    /* test hook TYCHO_TEST_STOP_AFTER_LAYER=N: after the first job's layer N writes, the
+     * process stops itself (SIGSTOP: a hang) and, resumed, writes that job's other layers as a
+     * node would that never learnt it was given up (the decode node's fence must refuse them) */
+    int32_t test_stop_layer;
+    bool test_stopped;
     uint32_t eog[TY_SAMPLE_MAX_BAN]; /* the model's end-of-generation ids (min_tokens) */
     size_t n_eog;
     size_t page_bytes;
@@ -132,7 +140,7 @@ static void on_layer(void *arg, ty_breq_t *r, const struct ty_batch_seq *piece, 
     ty_prefill_t *p = arg;
     struct pjob *j = ty_breq_user(r);
     ty_kvpool_t *pool = ty_engine_pool(p->o.engine);
-    if (j->xfer_err || atomic_load(&j->cancelled))
+    if (j->xfer_err || (atomic_load(&j->cancelled) && !j->test_late))
         return;
     uint32_t end = ty_kvseq_n_tokens(piece->seq) + piece->n;
     uint32_t p1 = end == j->n ? (end + p->B - 1) / p->B : end / p->B;
@@ -150,6 +158,12 @@ static void on_layer(void *arg, ty_breq_t *r, const struct ty_batch_seq *piece, 
     }
     if (layer + 1 == p->n_layers && !j->xfer_err)
         j->pages_sent = p1;
+    if ((int32_t)layer == p->test_stop_layer && !p->test_stopped) {
+        p->test_stopped = j->test_late = true;
+        TY_LOG_WARN("prefill", "test hook TYCHO_TEST_STOP_AFTER_LAYER: request %llu stops the "
+                    "process after layer %u", (unsigned long long)j->rid, layer);
+        raise(SIGSTOP);
+    }
 }
 
 static int notify_ready(ty_prefill_t *p, struct pjob *j, uint64_t bytes, uint64_t us)
@@ -307,6 +321,7 @@ static int on_admit(void *arg, ty_breq_t *r)
         return rc;
     if ((rc = ty_xfer_batch_new(p->o.xfer, (size_t)p->n_layers * pages_of(p, j) * 2, &j->batch)))
         return rc;
+    ty_xfer_batch_set_fence(j->batch, j->fence); /* the decode node takes only this attempt's */
     if (p->kvstore)
         j->pool_tokens = ty_node_kvstore_fetch(p->kvstore, ty_breq_seq(r), j->tokens, j->n);
     j->cached = ty_kvseq_n_tokens(ty_breq_seq(r));
@@ -576,6 +591,7 @@ static int take_destination(ty_prefill_t *p, const Tycho__V1__KvDestination *d, 
         return rc;
     j->n_dest_pages = need;
     j->stride = d->page_stride;
+    j->fence = ty_kv_fence(d->fence, j->attempt ? j->attempt : 1);
     j->k_base = malloc(2 * (size_t)p->n_layers * sizeof(uint64_t));
     if (!j->k_base)
         return TY_ENOMEM;
@@ -727,6 +743,8 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
         return TY_ENOMEM;
     p->o = *opts;
     p->o.rpc_host = NULL;
+    const char *stop = getenv("TYCHO_TEST_STOP_AFTER_LAYER");
+    p->test_stop_layer = stop && *stop ? atoi(stop) : -1;
     if (!p->o.max_queue)
         p->o.max_queue = 1024;
     if (!p->o.xfer_timeout_ms)

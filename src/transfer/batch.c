@@ -131,7 +131,7 @@ int ty_xfer_batch_submit(ty_xfer_batch_t *b, const struct ty_xfer_request *reqs,
         const struct ty_xfer_request *r = &reqs[i];
         bool dev = false;
         validate(b->engine, r, &dev);
-        struct ty__xfer_slice_req sr = {t, r->op, r->local, r->remote, r->len, dev};
+        struct ty__xfer_slice_req sr = {t, r->op, r->local, r->remote, r->len, dev, b->fence};
         ty_xfer_segment_t *s = r->segment;
         int rc = s->iface->submit(s->context, &sr);
         if (rc) {
@@ -177,4 +177,9 @@ int ty_xfer_batch_wait(ty_xfer_batch_t *b, uint32_t timeout_ms)
         if (atomic_load(&b->tasks[i].state) == TY_XFER_TASK_FAILED)
             return atomic_load(&b->tasks[i].err);
     return 0;
+}
+
+void ty_xfer_batch_set_fence(ty_xfer_batch_t *b, uint32_t fence)
+{
+    b->fence = fence;
 }

@@ -158,6 +158,7 @@ static void engine_init_locks(ty_xfer_engine_t *e)
     pthread_rwlockattr_init(&ra);
     pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
     pthread_rwlock_init(&e->regions_lock, &ra);
+    pthread_rwlock_init(&e->fence_lock, NULL);
     pthread_rwlockattr_destroy(&ra);
     pthread_mutex_init(&e->inbound_mu, NULL);
     pthread_mutex_init(&e->seg_mu, NULL);
@@ -321,6 +322,7 @@ void ty_xfer_engine_free(ty_xfer_engine_t *e)
         free(n);
     }
     pthread_rwlock_destroy(&e->regions_lock);
+    pthread_rwlock_destroy(&e->fence_lock);
     free(e);
 }
 
@@ -409,6 +411,7 @@ void ty_xfer_engine_stats(ty_xfer_engine_t *e, struct ty_xfer_stats *out)
     out->reconnects = atomic_load(&e->st.reconnects);
     out->auth_failures = atomic_load(&e->st.auth_failures);
     out->refused_conns = atomic_load(&e->st.refused_conns);
+    out->fenced_writes = atomic_load(&e->st.fenced_writes);
     pthread_mutex_lock(&e->seg_mu);
     for (struct ty_xfer_segment *s = e->segments; s; s = s->next) {
         if (s->iface == &ty__xfer_tcp_iface)
@@ -419,4 +422,12 @@ void ty_xfer_engine_stats(ty_xfer_engine_t *e, struct ty_xfer_stats *out)
             out->segments_rdma++;
     }
     pthread_mutex_unlock(&e->seg_mu);
+}
+
+void ty_xfer_engine_set_write_fence(ty_xfer_engine_t *e, ty_xfer_write_fence_cb cb, void *arg)
+{
+    pthread_rwlock_wrlock(&e->fence_lock);
+    e->fence_cb = cb;
+    e->fence_arg = arg;
+    pthread_rwlock_unlock(&e->fence_lock);
 }

@@ -47,6 +47,7 @@ struct tcp_item {
     uint64_t task_len;
     uint64_t seq;
     bool local_cuda;
+    uint32_t fence;
     int notify_rc; /* notify: result, valid when notify_done */
     bool notify_done;
     struct tcp_item *next;
@@ -194,6 +195,7 @@ static int send_item(struct tcp_conn *c, struct tcp_item *it)
         h.type = TY__XFER_MSG_NOTIFY;
     } else if (it->op == TY_XFER_OP_WRITE) {
         h.type = TY__XFER_MSG_WRITE;
+        h.fence = it->fence;
 #ifdef TY_XFER_HAVE_CUDA
         if (it->local_cuda) { /* device -> pinned host, then send from the staging buffer */
             int rc = ty__xfer_cuda_stage_reserve(&c->stage, (size_t)it->len);
@@ -664,6 +666,7 @@ static int tcp_submit(void *ctx, const struct ty__xfer_slice_req *req)
         it->len = req->len - off < slice ? req->len - off : slice;
         it->task_remote = req->remote;
         it->local_cuda = req->local_cuda;
+        it->fence = req->fence;
         it->task_len = req->len;
         if (last)
             last->next = it;
@@ -756,9 +759,29 @@ static void refuse_log(ty_xfer_engine_t *e, struct ty__xfer_inbound *in, const c
                 (unsigned long long)h->task_addr, (unsigned long long)h->task_len, in->peer_name);
 }
 
+/* The target's write fence (ty_xfer_engine_set_write_fence): may this write land? */
+static bool fence_allows(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
+                         const struct ty__xfer_hdr *h)
+{
+    pthread_rwlock_rdlock(&e->fence_lock);
+    bool ok = !e->fence_cb || e->fence_cb(e->fence_arg, h->fence, h->addr, h->len);
+    pthread_rwlock_unlock(&e->fence_lock);
+    if (!ok) {
+        atomic_fetch_add(&e->st.fenced_writes, 1);
+        TY_LOG_WARN(TY_XFER_SUBSYS, "refused a write of %llu bytes from '%s': fence %08x is not "
+                    "a live assignment's (a superseded writer)", (unsigned long long)h->len,
+                    in->peer_name, h->fence);
+    }
+    return ok;
+}
+
 int ty__xfer_tcp_serve_write(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
                              const struct ty__xfer_hdr *h)
 {
+    if (!fence_allows(e, in, h)) {
+        int rc = ty__xfer_drain(in->fd, h->len);
+        return rc ? rc : ty__xfer_send_status(in->fd, TY__XFER_MSG_ACK, h->seq, TY_ESTALE);
+    }
     const struct ty__xfer_region *r = ty__xfer_regions_rdlock(e, h->task_addr, h->task_len);
     if (!r) {
         refuse_log(e, in, "write", h);

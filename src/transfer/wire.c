@@ -168,7 +168,7 @@ void ty__xfer_hdr_encode(const struct ty__xfer_hdr *h, uint8_t out[TY__XFER_HDR_
     out[5] = h->flags;
     put_u16(out + 6, 0);
     put_u32(out + 8, (uint32_t)h->status);
-    put_u32(out + 12, 0);
+    put_u32(out + 12, h->fence);
     put_u64(out + 16, h->seq);
     put_u64(out + 24, h->addr);
     put_u64(out + 32, h->len);
@@ -184,7 +184,7 @@ int ty__xfer_hdr_decode(const uint8_t in[TY__XFER_HDR_SIZE], struct ty__xfer_hdr
     h->flags = in[5];
     h->reserved = get_u16(in + 6);
     h->status = (int32_t)get_u32(in + 8);
-    h->reserved2 = get_u32(in + 12);
+    h->fence = get_u32(in + 12);
     h->seq = get_u64(in + 16);
     h->addr = get_u64(in + 24);
     h->len = get_u64(in + 32);

@@ -81,7 +81,7 @@ struct ty__xfer_hdr {
     uint8_t flags;
     uint16_t reserved;
     int32_t status;
-    uint32_t reserved2;
+    uint32_t fence; /* WRITE: the writer's assignment token (ty_xfer_request.fence); 0: none */
     uint64_t seq;
     uint64_t addr;
     uint64_t len;
@@ -236,6 +236,7 @@ struct ty_xfer_batch {
     pthread_mutex_t mu; /* guards submission and the wait condition */
     pthread_cond_t cv;
     struct ty__xfer_task *tasks;
+    uint32_t fence; /* ty_xfer_batch_set_fence */
 };
 
 /* Set the number of slices before the first ty__xfer_slice_done(). */
@@ -252,6 +253,7 @@ struct ty__xfer_slice_req {
     uint64_t remote;
     uint64_t len;
     bool local_cuda; /* local lies in a cuda:N region: staged through pinned memory */
+    uint32_t fence;  /* ty_xfer_request.fence */
 };
 
 struct ty__xfer_transport_i {
@@ -286,7 +288,7 @@ struct ty_xfer_segment {
 struct ty__xfer_stats_atomic {
     _Atomic uint64_t bytes_written, bytes_read, tasks_done, tasks_failed;
     _Atomic uint64_t served_in, served_out, refused, checksum_errors, peer_failures, reconnects;
-    _Atomic uint64_t auth_failures, refused_conns;
+    _Atomic uint64_t auth_failures, refused_conns, fenced_writes;
 };
 
 struct ty__xfer_inbound {
@@ -333,6 +335,9 @@ struct ty_xfer_engine {
     pthread_t unix_thr;
 
     const struct ty_auth *auth; /* borrowed; NULL: insecure */
+    pthread_rwlock_t fence_lock; /* guards fence_cb/fence_arg against a concurrent unset */
+    ty_xfer_write_fence_cb fence_cb;
+    void *fence_arg;
     uint32_t max_inbound;
     pthread_mutex_t inbound_mu; /* guards inbound list */
     struct ty__xfer_inbound *inbound;

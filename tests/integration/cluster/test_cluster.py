@@ -1186,6 +1186,50 @@ def case_flood():
     return ok
 
 
+def case_fence():
+    """A prefill node hangs in the middle of a prompt's KV writes (SIGSTOP, after layer 2; test
+    hook TYCHO_TEST_STOP_AFTER_LAYER), is given up after the heartbeat timeout and the prompt is
+    prefilled again on another node. Resumed, it writes the rest of its layers as if nothing
+    happened (over tcp): the decode node's write fence refuses every one of them and counts
+    them, and every answer, then and after, equals generate's."""
+    cl = Cluster(0, 1, hb_timeout="1500ms", node_args=["--transfer.transport=tcp"])
+    ok = True
+    refs = {p: generate(p, 16)["output_ids"] for p in PROMPTS[:4]}
+    cl.start_node("prefill", "p0", env=dict(os.environ, TYCHO_TEST_STOP_AFTER_LAYER="2"))
+    cl.wait_nodes(2)
+    res = {}
+    t = threading.Thread(target=stream, args=(cl, PROMPTS[0], 16, res, 0, 40))
+    t.start()
+    end, stopped = time.time() + 10, False
+    while time.time() < end and not stopped:
+        with open(cl.logs["p0"]) as f:
+            stopped = "stops the process after layer 2" in f.read()
+        time.sleep(0.05)
+    ok &= check(stopped, "p0 stopped in the middle of the prompt's KV writes")
+    cl.start_node("prefill", "p1")
+    cl.wait_nodes(3)
+    t.join(40)
+    ok &= check(res.get(0) and res[0][3] is None and res[0][0] == refs[PROMPTS[0]],
+                "p0 given up, the prompt prefilled again on p1: the answer equals generate's "
+                "(%s)" % (res.get(0),))
+    before = node_metrics(cl, "d0").get("tycho_kv_writes_fenced_total", 0)
+    cl.procs["p0"].send_signal(signal.SIGCONT)
+    end, fenced = time.time() + 10, 0
+    while time.time() < end and fenced < 1:
+        fenced = node_metrics(cl, "d0").get("tycho_kv_writes_fenced_total", 0) - before
+        time.sleep(0.1)
+    with open(cl.logs["d0"]) as f:
+        logged = "is not a live assignment's" in f.read()
+    ok &= check(fenced >= 1 and logged, "resumed, p0's late writes are refused by d0's fence "
+                "and counted: %d (logged: %s)" % (fenced, logged))
+    for i, p in enumerate(PROMPTS[:4]):
+        st, body = cl.post("/v1/completions", {"prompt": p, "max_tokens": 16,
+                                               "temperature": 0, "return_token_ids": True})
+        ok &= check(st == 200 and json.loads(body)["choices"][0]["token_ids"] == refs[p],
+                    "after: %r equals generate's" % p)
+    return ok
+
+
 # Two long prompts, each several 16-token blocks, that share nothing (different first block).
 LONG_A = PROMPTS[18]
 LONG_B = PROMPTS[19]
@@ -2457,7 +2501,7 @@ def main():
             "local_cluster": case_local_cluster, "handshake": case_handshake,
             "bad_destination": case_bad_destination, "transports": case_transports,
             "gpu": case_gpu, "watchdog": case_watchdog,
-            "request_id": case_request_id, "auth": case_auth, "flood": case_flood}[CASE]
+            "request_id": case_request_id, "auth": case_auth, "flood": case_flood, "fence": case_fence}[CASE]
     ok = False
     try:
         ok = case()
