@@ -72,6 +72,9 @@ static struct reply register_kv(const char *id, int role, uint32_t block_tokens,
     m.address = "127.0.0.1:1";
     m.transfer_segment = "127.0.0.1:2";
     m.capacity = &cap;
+    static uint8_t instance[16] = "test_registry 01"; /* one process: it may register again */
+    m.instance.data = instance;
+    m.instance.len = sizeof(instance);
     if (kv_dtype)
         m.model = &fp;
     struct reply r = {0};
