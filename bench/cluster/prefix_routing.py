@@ -266,7 +266,20 @@ def run_policy(a, policy, order):
     return summarize(policy, results, wall, ideal_cached(order, results, a.block_tokens))
 
 
+def ensure_cluster_secret():
+    """The daemons prove a cluster secret to each other (docs/arch/security.md): the caller's
+    TYCHO_CLUSTER_SECRET_FILE, else a throwaway one."""
+    if os.environ.get("TYCHO_CLUSTER_SECRET_FILE"):
+        return
+    path = os.path.join(tempfile.mkdtemp(prefix="tycho-secret-"), "cluster.secret")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, os.urandom(32).hex().encode())
+    os.close(fd)
+    os.environ["TYCHO_CLUSTER_SECRET_FILE"] = path
+
+
 def main():
+    ensure_cluster_secret()
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
     ap.add_argument("model")

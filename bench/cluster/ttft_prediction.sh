@@ -9,6 +9,13 @@
 # usage: bench/cluster/ttft_prediction.sh [BUILD_DIR] [OLD_BUILD_DIR|""] [MODEL] [ROUNDS]
 #        [PROMPTS] [CONCURRENCY] [INPUT_LEN] [OUTPUT_LEN]
 set -eu
+# The daemons prove a cluster secret to each other (docs/arch/security.md): a throwaway one
+# unless the caller gives one.
+if [ -z "${TYCHO_CLUSTER_SECRET_FILE:-}" ]; then
+    TYCHO_CLUSTER_SECRET_FILE=$(mktemp -d)/cluster.secret
+    (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TYCHO_CLUSTER_SECRET_FILE")
+fi
+export TYCHO_CLUSTER_SECRET_FILE
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 BUILD="$(cd "${1:-$ROOT/build}" && pwd)"
 OLD="${2:-}"

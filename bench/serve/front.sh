@@ -26,6 +26,13 @@
 # env: STREAMS (256), OUT (128 tokens), PROMPTS (1024 front, 512 cluster), STEP_MS (2),
 #      OWN_REQUESTS (1000), FRAME (190 bytes: one completion chunk of " tok")
 set -eu
+# The daemons prove a cluster secret to each other (docs/arch/security.md): a throwaway one
+# unless the caller gives one.
+if [ -z "${TYCHO_CLUSTER_SECRET_FILE:-}" ]; then
+    TYCHO_CLUSTER_SECRET_FILE=$(mktemp -d)/cluster.secret
+    (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TYCHO_CLUSTER_SECRET_FILE")
+fi
+export TYCHO_CLUSTER_SECRET_FILE
 [ $# -ge 2 ] || { sed -n 2,25p "$0" >&2; exit 2; }
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 NEW="$(cd "$1" && pwd)"

@@ -9,6 +9,13 @@
 # medians, min and max of the repetitions are reported with their ratio. EXTRA arguments go to
 # store-bench (e.g. --verify=lease, --xfer-checksum, --batch=16).
 set -eu
+# The daemons prove a cluster secret to each other (docs/arch/security.md): a throwaway one
+# unless the caller gives one.
+if [ -z "${TYCHO_CLUSTER_SECRET_FILE:-}" ]; then
+    TYCHO_CLUSTER_SECRET_FILE=$(mktemp -d)/cluster.secret
+    (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TYCHO_CLUSTER_SECRET_FILE")
+fi
+export TYCHO_CLUSTER_SECRET_FILE
 BUILD=${1:?build dir}
 STREAMS=${2:-4}
 REPS=${3:-5}

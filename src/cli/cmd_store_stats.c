@@ -56,7 +56,8 @@ static int run_store_stats(int argc, char **argv)
         return TY_CLI_EXIT_USAGE;
     }
     ty_log_set_level(TY_LOG_LEVEL_WARN); /* the client's engine start-up is not news here */
-    struct ty_store_client_opts co = {.master = master, .transport = "tcp", .auth = ty_auth_from_env(),
+    struct ty_store_client_opts co = {.master = master, .transport = "tcp",
+                                      .auth = ty_auth_from_env(),
                                       .timeout_ms = timeout_ms, .staging_bytes = 1u << 20};
     ty_store_client_t *c;
     int rc = ty_store_client_new(&c, &co);

@@ -139,7 +139,8 @@ static int run_target(const struct bench_opts *o)
         return TY_CLI_EXIT_USAGE;
     memcpy(host, o->listen, (size_t)(colon - o->listen));
     host[colon - o->listen] = '\0';
-    struct ty_xfer_engine_opts eo = {.auth = ty_auth_from_env(), .listen_host = host, .listen_port = (uint16_t)atoi(colon + 1)};
+    struct ty_xfer_engine_opts eo = {.auth = ty_auth_from_env(), .listen_host = host,
+                                     .listen_port = (uint16_t)atoi(colon + 1)};
     ty_xfer_engine_t *e;
     void *buf;
     int rc = ty_xfer_engine_new(&e, &eo);

@@ -2481,7 +2481,21 @@ def case_gpu():
     return ok
 
 
+def ensure_cluster_secret():
+    """The daemons prove a cluster secret to each other (docs/arch/security.md): ctest gives
+    one (TYCHO_CLUSTER_SECRET_FILE); run by hand, a throwaway one is made."""
+    if os.environ.get("TYCHO_CLUSTER_SECRET_FILE"):
+        return
+    d = tempfile.mkdtemp(prefix="tycho-secret-")
+    path = os.path.join(d, "cluster.secret")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, os.urandom(32).hex().encode())
+    os.close(fd)
+    os.environ["TYCHO_CLUSTER_SECRET_FILE"] = path
+
+
 def main():
+    ensure_cluster_secret()
     if not os.path.exists(MODEL):
         print("skip: no " + MODEL)
         return 77
