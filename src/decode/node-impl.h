@@ -6,7 +6,6 @@
 #ifndef TYCHO_DECODE_NODE_IMPL_H
 #define TYCHO_DECODE_NODE_IMPL_H
 
-#include "tycho/u64map.h"
 #include "tycho/decode_node.h"
 #include "tycho/node_kvstore.h"
 #include "tycho/proto.h"
@@ -76,14 +75,27 @@ struct ty_decode_node {
     struct ty_node_load load;       /* under mu, published by the worker */
     struct lreq *reqs;              /* loop */
     struct ty_node_kvstore *kvstore; /* the KV pool (worker; stats any thread); NULL: none */
-    pthread_mutex_t fence_mu;        /* guards fences (the worker and transfer threads) */
-    struct ty_u64map fences;         /* write tags of the reservations waiting for KV -> count */
+    pthread_mutex_t fence_mu;        /* guards the fence entries (worker and transfer threads) */
+    struct ty__fence *fences;        /* reservations waiting for KV: tag and pages */
+    size_t n_fences, cap_fences;
+    uint64_t *kv_base;               /* [2 * layer + (0 K, 1 V)]: each layer's page array */
+    uint64_t kv_span;                /* bytes of one such array (pool_pages * page_bytes) */
+    uint64_t page_bytes;
     void (*close_cb)(void *);
     void *close_arg;
 };
 
-/* node.c: a reservation's write tag becomes live (taken by the fence) or not. Any thread. */
-void ty__decode_fence_set(ty_decode_node_t *n, uint32_t tag, bool live);
+/* A reservation whose KV the fence takes: writes tagged `tag` into its pages only. */
+struct ty__fence {
+    uint32_t tag;
+    uint32_t n_pages;
+    uint32_t *pages; /* the reservation's page ids (a copy) */
+};
+
+/* node.c: a reservation's write tag becomes live with its pages (taken by the fence), or not
+ * (pages NULL). Any thread. Returns 0 or TY_ENOMEM (then its writes are refused). */
+int ty__decode_fence_set(ty_decode_node_t *n, uint32_t tag, const uint32_t *pages,
+                         uint32_t n_pages);
 
 /* node_worker.c */
 void *ty__decode_node_worker(void *arg);

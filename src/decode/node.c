@@ -290,33 +290,98 @@ static void on_stop(void *arg);
 static void on_drained(void *arg);
 static void on_closed(void *arg);
 
+/* Is [addr, addr+len) inside pages of `f`? The range must lie in one layer's K or V array and
+ * every page it touches be one of the reservation's. */
+static bool fence_covers(const ty_decode_node_t *n, const struct ty__fence *f, uint64_t addr,
+                         uint64_t len, uint32_t n_layers)
+{
+    if (!len || addr + len < addr)
+        return false;
+    for (uint32_t a = 0; a < 2 * n_layers; a++) {
+        uint64_t base = n->kv_base[a];
+        if (addr < base || addr + len > base + n->kv_span)
+            continue;
+        uint64_t p0 = (addr - base) / n->page_bytes, p1 = (addr + len - 1 - base) / n->page_bytes;
+        for (uint64_t p = p0; p <= p1; p++) {
+            bool mine = false;
+            for (uint32_t k = 0; k < f->n_pages && !mine; k++)
+                mine = f->pages[k] == p;
+            if (!mine)
+                return false;
+        }
+        return true;
+    }
+    return false;
+}
+
 /* Transfer engine thread: the write fence. A write lands only with the tag of a reservation
- * still waiting for its KV, for the attempt it waits for: a prefill node that hung, was given
- * up and came back writes with an old tag (or after the KV landed) and is refused. */
+ * still waiting for its KV, for the attempt it waits for, and only into that reservation's
+ * pages: a prefill node that hung, was given up and came back writes with an old tag (or after
+ * the KV landed) and is refused. */
 static bool fence_ok(void *arg, uint32_t tag, uint64_t addr, uint64_t len)
 {
     ty_decode_node_t *n = arg;
-    (void)addr;
-    (void)len;
     if (!tag)
         return false; /* every prefill node that knows fences tags its writes */
+    uint32_t n_layers = ty_model_config(ty_engine_model(n->o.engine))->n_layers;
+    bool ok = false;
     pthread_mutex_lock(&n->fence_mu);
-    bool ok = ty_u64map_get(&n->fences, tag) != NULL;
+    for (size_t i = 0; i < n->n_fences && !ok; i++)
+        ok = n->fences[i].tag == tag && fence_covers(n, &n->fences[i], addr, len, n_layers);
     pthread_mutex_unlock(&n->fence_mu);
     return ok;
 }
 
-void ty__decode_fence_set(ty_decode_node_t *n, uint32_t tag, bool live)
+int ty__decode_fence_set(ty_decode_node_t *n, uint32_t tag, const uint32_t *pages,
+                         uint32_t n_pages)
 {
     if (!tag)
-        return;
+        return 0;
+    int rc = 0;
     pthread_mutex_lock(&n->fence_mu);
-    uint32_t *c = ty_u64map_get(&n->fences, tag);
-    if (live)
-        ty_u64map_put(&n->fences, tag, c ? *c + 1 : 1);
-    else if (c && --*c == 0)
-        ty_u64map_del(&n->fences, tag);
+    if (!pages) {
+        for (size_t i = 0; i < n->n_fences; i++) {
+            if (n->fences[i].tag == tag) {
+                free(n->fences[i].pages);
+                n->fences[i] = n->fences[--n->n_fences];
+                break;
+            }
+        }
+    } else if (n->n_fences == n->cap_fences &&
+               !(n->cap_fences = n->cap_fences ? n->cap_fences * 2 : 64,
+                 n->fences = realloc(n->fences, n->cap_fences * sizeof(*n->fences)))) {
+        rc = TY_ENOMEM;
+    } else {
+        struct ty__fence *f = &n->fences[n->n_fences];
+        f->tag = tag;
+        f->n_pages = n_pages;
+        f->pages = malloc((n_pages ? n_pages : 1) * sizeof(uint32_t));
+        if (!f->pages) {
+            rc = TY_ENOMEM;
+        } else {
+            memcpy(f->pages, pages, n_pages * sizeof(uint32_t));
+            n->n_fences++;
+        }
+    }
     pthread_mutex_unlock(&n->fence_mu);
+    return rc;
+}
+
+/* The KV pool's geometry, for the fence: where each layer's K and V page arrays lie. */
+static int fence_geometry(ty_decode_node_t *n)
+{
+    ty_kvpool_t *pool = ty_engine_pool(n->o.engine);
+    uint32_t L = ty_model_config(ty_engine_model(n->o.engine))->n_layers;
+    n->kv_base = calloc(2 * (size_t)L, sizeof(uint64_t));
+    if (!n->kv_base)
+        return TY_ENOMEM;
+    for (uint32_t l = 0; l < L; l++) {
+        n->kv_base[2 * l] = (uint64_t)(uintptr_t)ty_kvpool_k(pool, l, 0);
+        n->kv_base[2 * l + 1] = (uint64_t)(uintptr_t)ty_kvpool_v(pool, l, 0);
+    }
+    n->page_bytes = ty_kvpool_page_bytes(pool);
+    n->kv_span = (uint64_t)ty_kvpool_pages_total(pool) * n->page_bytes;
+    return 0;
 }
 
 static const struct ty_node_handler handlers[] = {
@@ -343,7 +408,6 @@ int ty_decode_node_new(ty_decode_node_t **out, const struct ty_decode_node_opts 
     n->cmds_tail = &n->cmds;
     pthread_mutex_init(&n->mu, NULL);
     pthread_mutex_init(&n->fence_mu, NULL);
-    ty_u64map_init(&n->fences);
     pthread_condattr_t ca; /* the worker's KV deadlines are ty_clock_ms() (monotonic) */
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -358,11 +422,16 @@ int ty_decode_node_new(ty_decode_node_t **out, const struct ty_decode_node_opts 
                                       .n_handlers = sizeof(handlers) / sizeof(handlers[0])};
     n->kvstore = opts->kvstore;
     ty_xfer_notify_set_cb(n->o.xfer, on_notify, n); /* before the worker waits for it */
-    ty_xfer_engine_set_write_fence(n->o.xfer, fence_ok, n);
-    int rc = ty_node_service_new(&n->svc, &so);
+    int rc = fence_geometry(n);
+    if (!rc)
+        ty_xfer_engine_set_write_fence(n->o.xfer, fence_ok, n);
+    if (!rc)
+        rc = ty_node_service_new(&n->svc, &so);
     if (rc) {
         ty_xfer_notify_set_cb(n->o.xfer, NULL, NULL);
         ty_xfer_engine_set_write_fence(n->o.xfer, NULL, NULL);
+        pthread_mutex_destroy(&n->fence_mu);
+        free(n->kv_base);
         free(n->node_id);
         free(n);
         return rc;
@@ -405,7 +474,10 @@ static void on_closed(void *arg)
         lreq_free(n, n->reqs);
     pthread_mutex_destroy(&n->mu);
     pthread_mutex_destroy(&n->fence_mu);
-    ty_u64map_fini(&n->fences);
+    for (size_t i = 0; i < n->n_fences; i++)
+        free(n->fences[i].pages);
+    free(n->fences);
+    free(n->kv_base);
     pthread_cond_destroy(&n->cv);
     free(n->node_id);
     free(n);

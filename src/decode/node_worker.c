@@ -106,14 +106,18 @@ static int on_token(void *arg, ty_breq_t *r, const struct ty_sample *smp, enum t
     return fin;
 }
 
-/* The reservation's writes are taken (attempt d->attempt's tag) or no longer taken. */
+/* The reservation's writes are taken (attempt d->attempt's tag, into the prompt's pages) or no
+ * longer taken. */
 static void fence_arm(struct wstate *w, struct dreq *d, bool live)
 {
     if (d->tag)
-        ty__decode_fence_set(w->n, d->tag, false);
+        ty__decode_fence_set(w->n, d->tag, NULL, 0);
     d->tag = live ? ty_kv_fence(d->fence, d->attempt) : 0;
-    if (d->tag)
-        ty__decode_fence_set(w->n, d->tag, true);
+    if (!d->tag)
+        return;
+    uint32_t B = ty_kvpool_block_tokens(w->pool), np = (ty_breq_n_prompt(d->r) + B - 1) / B;
+    if (ty__decode_fence_set(w->n, d->tag, ty_kvseq_pages(ty_breq_seq(d->r)), np))
+        d->tag = 0; /* no memory: its writes are refused and the KV wait times out */
 }
 
 static void on_end(void *arg, ty_breq_t *r, enum ty_finish fin, int rc)
