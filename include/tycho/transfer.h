@@ -221,6 +221,12 @@ struct ty_xfer_stats {
 typedef bool (*ty_xfer_write_fence_cb)(void *arg, uint32_t fence, uint64_t addr, uint64_t len);
 void ty_xfer_engine_set_write_fence(ty_xfer_engine_t *e, ty_xfer_write_fence_cb cb, void *arg);
 
+/* The fence stopped taking `tag` (cb now says false for it): once this returns, no write tagged
+ * `tag` that the fence let through before is still landing. One whose bytes are still coming
+ * is given 100 ms, then its connection is shut down (a writer that hung mid-write). Not from
+ * the fence callback. */
+void ty_xfer_engine_fence_revoke(ty_xfer_engine_t *e, uint32_t tag);
+
 /* Snapshot of the engine's counters and gauges. A peer's TCP write is counted in
  * served_bytes_in after its bytes landed and before it is acknowledged, so a thread that takes a
  * snapshot after learning of the ACK (e.g. from the peer) may read those bytes: the snapshot

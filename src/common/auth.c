@@ -19,6 +19,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAGIC "TYAU"
@@ -76,9 +77,7 @@ int ty_auth_load(struct ty_auth *out, const struct ty_auth_config *cfg, char *er
         return load_fail(err, cap, TY_ECONFIG,
                          "insecure: true and cluster_secret_file '%s' are both set; choose one",
                          path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0 && errno == ELOOP)
-        fd = open(path, O_RDONLY | O_CLOEXEC); /* a symlink (Kubernetes secret volumes) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC); /* a symlink is fine (Kubernetes secrets) */
     if (fd < 0) {
         if (err && cap)
             snprintf(err, cap, "cluster_secret_file: cannot open '%s': %s", path,
@@ -100,10 +99,19 @@ int ty_auth_load(struct ty_auth *out, const struct ty_auth_config *cfg, char *er
                      path, (unsigned)(st.st_mode & 07777));
         return TY_EACCES;
     }
+    uint8_t extra;
     ssize_t n = read(fd, out->key, sizeof(out->key));
+    bool longer = n == (ssize_t)sizeof(out->key) && read(fd, &extra, 1) == 1;
     close(fd);
     if (n < 0)
         return load_fail(err, cap, TY_ECONFIG, "cluster_secret_file: cannot read '%s'", path);
+    if (longer) {
+        memset(out->key, 0, sizeof(out->key));
+        return load_fail(err, cap, TY_ECONFIG,
+                         "cluster_secret_file: '%s' is longer than %d bytes (a secret, not a "
+                         "key store: `tycho gen-secret` makes 64 characters)",
+                         path, TY_AUTH_KEY_MAX);
+    }
     while (n > 0 && (out->key[n - 1] == '\n' || out->key[n - 1] == '\r' ||
                      out->key[n - 1] == ' ' || out->key[n - 1] == '\t'))
         n--;
@@ -346,11 +354,19 @@ int ty_auth_handshake_fd(int fd, const struct ty_auth *auth, bool server, uint32
     struct ty_auth_hs hs;
     ty_auth_hs_init(&hs, auth, server);
     int rc = 0;
+    /* one deadline for the whole exchange: a peer dribbling a byte at a time gains nothing */
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t limit_ms = timeout_ms ? timeout_ms : TY_AUTH_TIMEOUT_MS;
     while (hs.state == TY_AUTH_HS_WAIT) {
         if ((rc = send_out(fd, &hs)) != 0)
             goto out;
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        int64_t left = limit_ms - ((t.tv_sec - t0.tv_sec) * 1000 +
+                                   (t.tv_nsec - t0.tv_nsec) / 1000000);
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        int pr = poll(&p, 1, timeout_ms ? (int)timeout_ms : TY_AUTH_TIMEOUT_MS);
+        int pr = left > 0 ? poll(&p, 1, (int)left) : 0;
         if (pr < 0 && errno == EINTR)
             continue;
         if (pr == 0) {

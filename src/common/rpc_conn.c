@@ -118,6 +118,15 @@ static size_t handshake(struct ty__rpc_conn *c, const uint8_t *data, size_t n)
         c->hs->out_len = 0;
         return SIZE_MAX;
     }
+    if (st == TY_AUTH_HS_DONE) {
+        /* the owner admits the peer first (a server over its caps closes it): the ACCEPT goes
+         * out only to a peer that is kept, so a refused client sees no connected state */
+        c->authed = true;
+        if (c->on_authed)
+            c->on_authed(c, 0);
+        if (c->closing)
+            return SIZE_MAX;
+    }
     if (c->hs->out_len && send_raw(c, c->hs->out, c->hs->out_len, false) < 0) {
         ty__rpc_conn_close(c, TY_ENOMEM);
         return SIZE_MAX;
@@ -126,9 +135,6 @@ static size_t handshake(struct ty__rpc_conn *c, const uint8_t *data, size_t n)
     if (st == TY_AUTH_HS_DONE) {
         free(c->hs);
         c->hs = NULL;
-        c->authed = true;
-        if (c->on_authed)
-            c->on_authed(c, 0);
     }
     return used;
 }

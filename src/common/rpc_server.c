@@ -65,6 +65,7 @@ struct ty_rpc_server {
     struct ty_rpc_server_stats st;
     uint32_t peak_conns;    /* most open since the memory was last given back */
     uint64_t trim_accepted; /* st.accepted then */
+    uint64_t trim_ms;       /* uv_now() of the last trim */
     bool closing;
     int open_handles; /* listener + connections not yet closed */
     ty_rpc_closed_cb close_cb;
@@ -262,11 +263,14 @@ static void srv_on_frame(struct ty__rpc_conn *c, const struct ty_rpc_frame *f)
     }
 }
 
+static void unproven_unlink(ty_rpc_server_t *s, struct srv_conn *sc);
+
 static void srv_on_closing(struct ty__rpc_conn *c, int reason)
 {
     struct srv_conn *sc = (struct srv_conn *)c;
     if (reason == TY_EACCES)
         sc->srv->st.auth_failures++;
+    unproven_unlink(sc->srv, sc); /* closing: it holds no unproven place any more */
     while (sc->calls) {
         ty_rpc_call_t *call = sc->calls;
         call_unlink(call);
@@ -412,7 +416,9 @@ static void on_sweep(uv_timer_t *t)
         evict_oldest_unproven(s, "no cluster handshake in time");
     /* A burst of connections (a flood, a reconnect storm) is over: give the heap pages their
      * small allocations left free back to the system, or the RSS would keep the peak. */
-    if (s->peak_conns >= s->st.conns + 64 && s->st.unproven == 0) {
+    if (s->peak_conns >= s->st.conns + 64 && s->st.unproven == 0 &&
+        now - s->trim_ms >= 10000) { /* trim walks every arena under its lock: rarely */
+        s->trim_ms = now;
         malloc_trim(0);
         s->peak_conns = s->st.conns;
         s->trim_accepted = s->st.accepted;

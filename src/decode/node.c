@@ -347,6 +347,11 @@ int ty__decode_fence_set(ty_decode_node_t *n, uint32_t tag, const uint32_t *page
                 break;
             }
         }
+        pthread_mutex_unlock(&n->fence_mu);
+        /* writes of it that the fence let through before have landed once this returns: the
+         * pages are the next attempt's, the decode's own or free from here on */
+        ty_xfer_engine_fence_revoke(n->o.xfer, tag);
+        return 0;
     } else if (n->n_fences == n->cap_fences &&
                !(n->cap_fences = n->cap_fences ? n->cap_fences * 2 : 64,
                  n->fences = realloc(n->fences, n->cap_fences * sizeof(*n->fences)))) {

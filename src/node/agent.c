@@ -18,7 +18,6 @@
 #include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
-#include <unistd.h>
 
 struct ty_node_agent {
     struct ty_node_agent_opts o;

@@ -158,7 +158,7 @@ static void engine_init_locks(ty_xfer_engine_t *e)
     pthread_rwlockattr_init(&ra);
     pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
     pthread_rwlock_init(&e->regions_lock, &ra);
-    pthread_rwlock_init(&e->fence_lock, NULL);
+    pthread_rwlock_init(&e->fence_lock, &ra); /* revoking must not starve behind writes */
     pthread_rwlockattr_destroy(&ra);
     pthread_mutex_init(&e->inbound_mu, NULL);
     pthread_mutex_init(&e->seg_mu, NULL);
@@ -430,4 +430,37 @@ void ty_xfer_engine_set_write_fence(ty_xfer_engine_t *e, ty_xfer_write_fence_cb 
     e->fence_cb = cb;
     e->fence_arg = arg;
     pthread_rwlock_unlock(&e->fence_lock);
+}
+
+void ty_xfer_engine_fence_revoke(ty_xfer_engine_t *e, uint32_t tag)
+{
+    if (!tag)
+        return;
+    /* a write approved just now has set its writing_tag before the fence lock went */
+    pthread_rwlock_wrlock(&e->fence_lock);
+    pthread_rwlock_unlock(&e->fence_lock);
+    uint64_t t0 = ty_clock_ns();
+    bool shut = false;
+    for (;;) {
+        bool busy = false;
+        pthread_mutex_lock(&e->inbound_mu);
+        for (struct ty__xfer_inbound *in = e->inbound; in; in = in->next) {
+            if (atomic_load(&in->writing_tag) != tag)
+                continue;
+            busy = true;
+            if (shut)
+                shutdown(in->fd, SHUT_RDWR);
+        }
+        pthread_mutex_unlock(&e->inbound_mu);
+        if (!busy)
+            return;
+        if (!shut && ty_clock_ns() - t0 > 100 * TY_NS_PER_MS) {
+            shut = true;
+            atomic_fetch_add(&e->st.fenced_writes, 1);
+            TY_LOG_WARN(TY_XFER_SUBSYS, "a write tagged %08x is still landing 100 ms after its "
+                        "fence was revoked: shutting its connection", tag);
+            continue;
+        }
+        ty_sleep_ns(200 * 1000);
+    }
 }

@@ -765,6 +765,8 @@ static bool fence_allows(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
 {
     pthread_rwlock_rdlock(&e->fence_lock);
     bool ok = !e->fence_cb || e->fence_cb(e->fence_arg, h->fence, h->addr, h->len);
+    if (ok && e->fence_cb) /* before the lock goes: a revoke waits for this write to land */
+        atomic_store(&in->writing_tag, h->fence);
     pthread_rwlock_unlock(&e->fence_lock);
     if (!ok) {
         atomic_fetch_add(&e->st.fenced_writes, 1);
@@ -775,6 +777,9 @@ static bool fence_allows(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
     return ok;
 }
 
+static int serve_write(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
+                       const struct ty__xfer_hdr *h);
+
 int ty__xfer_tcp_serve_write(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
                              const struct ty__xfer_hdr *h)
 {
@@ -782,6 +787,14 @@ int ty__xfer_tcp_serve_write(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
         int rc = ty__xfer_drain(in->fd, h->len);
         return rc ? rc : ty__xfer_send_status(in->fd, TY__XFER_MSG_ACK, h->seq, TY_ESTALE);
     }
+    int rc = serve_write(e, in, h);
+    atomic_store(&in->writing_tag, 0); /* landed or failed: nothing of it lands later */
+    return rc;
+}
+
+static int serve_write(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
+                       const struct ty__xfer_hdr *h)
+{
     const struct ty__xfer_region *r = ty__xfer_regions_rdlock(e, h->task_addr, h->task_len);
     if (!r) {
         refuse_log(e, in, "write", h);

@@ -15,7 +15,9 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static struct ty_auth secret(const char *s)
@@ -184,6 +186,37 @@ static void test_blocking_sockets(void **state)
     close(sv[1]);
 }
 
+/* A peer that dribbles a byte every 100 ms gains nothing: the deadline is the whole exchange's. */
+static void test_one_deadline_for_the_exchange(void **state)
+{
+    (void)state;
+    struct ty_auth k = secret("0123456789abcdef0123456789abcdef");
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        const char *msg = "TYAU\x01\x02"; /* a RESPONSE's start, then nothing but zeros */
+        for (int i = 0; i < 40; i++) {
+            if (write(sv[1], i < 6 ? msg + i : "", 1) != 1)
+                break;
+            usleep(100 * 1000);
+        }
+        _exit(0);
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    char why[160];
+    int rc = ty_auth_handshake_fd(sv[0], &k, true, 500, why, sizeof(why));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    assert_int_not_equal(rc, 0);
+    assert_true(s < 1.5); /* not 40 x 100 ms */
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(sv[0]);
+    close(sv[1]);
+}
+
 static void write_file(const char *path, const char *text, mode_t mode)
 {
     unlink(path);
@@ -253,6 +286,7 @@ int main(void)
         cmocka_unit_test(test_foreign_bytes_fail_fast),
         cmocka_unit_test(test_bytes_after_handshake_left_for_protocol),
         cmocka_unit_test(test_blocking_sockets),
+        cmocka_unit_test(test_one_deadline_for_the_exchange),
         cmocka_unit_test(test_secret_file_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
