@@ -47,7 +47,8 @@ struct ty_xfer_engine_opts {
                                  * ways, before its first message (tycho/auth.h); borrowed,
                                  * outlives the engine; NULL: insecure */
     uint32_t max_inbound;       /* inbound connections served at once; 0: 1024. Unproven ones
-                                 * beyond 64 push out the oldest unproven */
+                                 * beyond 64 push out the oldest unproven; one peer address
+                                 * holds at most a quarter of the proven ones */
 };
 
 /* Create an engine listening on opts->listen_host:port. Returns 0 and *out, or TY_EINVAL for a

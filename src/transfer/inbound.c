@@ -234,18 +234,24 @@ static void *inbound_main(void *arg)
 
 /* With inbound_mu held: room for one more connection? Pushes out the oldest unproven one when
  * the unproven are at their cap (its thread sees the shutdown and ends). */
-static bool inbound_room(ty_xfer_engine_t *e)
+static bool inbound_room(ty_xfer_engine_t *e, uint32_t peer_ip)
 {
-    uint32_t total = 0, unproven = 0;
+    uint32_t total = 0, unproven = 0, same = 0;
     struct ty__xfer_inbound *oldest = NULL;
     for (struct ty__xfer_inbound *in = e->inbound; in; in = in->next) {
         if (atomic_load(&in->finished))
             continue;
         total++;
+        same += peer_ip && in->peer_ip == peer_ip && atomic_load(&in->proven);
         if (!atomic_load(&in->proven)) {
             unproven++;
             oldest = in; /* the list is newest first */
         }
+    }
+    if (same >= e->max_inbound / 4) {
+        TY_LOG_WARN(TY_XFER_SUBSYS, "refusing an inbound connection: its address holds %u, the "
+                    "most one peer may", same);
+        return false;
     }
     if (oldest && (unproven >= UNPROVEN_MAX || total >= e->max_inbound)) {
         shutdown(oldest->fd, SHUT_RDWR);
@@ -266,12 +272,17 @@ void ty__xfer_inbound_start(ty_xfer_engine_t *e, int fd, bool is_unix)
     in->fd = fd;
     in->is_unix = is_unix;
     in->engine = e;
+    struct sockaddr_in sa;
+    socklen_t sl = sizeof(sa);
+    if (!is_unix && getpeername(fd, (struct sockaddr *)&sa, &sl) == 0 &&
+        sa.sin_family == AF_INET)
+        in->peer_ip = sa.sin_addr.s_addr | 1u; /* never 0 */
     ty__xfer_inbound_reap(e, false);
     pthread_mutex_lock(&e->inbound_mu);
-    if (!inbound_room(e)) {
+    if (!inbound_room(e, in->peer_ip)) {
         pthread_mutex_unlock(&e->inbound_mu);
         atomic_fetch_add(&e->st.refused_conns, 1);
-        TY_LOG_WARN(TY_XFER_SUBSYS, "refusing an inbound connection: %u open, the most allowed",
+        TY_LOG_WARN(TY_XFER_SUBSYS, "refused an inbound connection (%u at most in all)",
                     e->max_inbound);
         close(fd);
         free(in);
