@@ -38,6 +38,7 @@ struct ty__rpc_conn {
     void *owner;
     const char *role; /* "server" / "client", for log lines */
     char peer[64];
+    struct sockaddr_storage peer_addr; /* recorded at start (family 0 if unknown) */
     bool reading;
     bool closing;
     bool authed;

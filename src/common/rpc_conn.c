@@ -41,6 +41,7 @@ int ty__rpc_conn_init(struct ty__rpc_conn *c, uv_loop_t *loop, uint32_t max_fram
     c->on_authed = NULL;
     c->auth = NULL;
     c->hs = NULL;
+    c->peer_addr.ss_family = 0;
     c->last_active_ms = uv_now(loop);
     snprintf(c->peer, sizeof(c->peer), "?");
     return 0;
@@ -54,6 +55,7 @@ static void record_peer(struct ty__rpc_conn *c)
     int port = 0;
     if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &n) != 0)
         return;
+    c->peer_addr = ss;
     if (ss.ss_family == AF_INET) {
         const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
         uv_ip4_name(a, host, sizeof(host));
@@ -76,26 +78,33 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 
 static void on_write(uv_write_t *req, int status);
 
+/* Queue `buf` (malloc'd); on 0 the write owns it and frees it once written, then closes the
+ * connection when close_after. On error the caller still owns it. */
+static int write_owned(struct ty__rpc_conn *c, uint8_t *buf, size_t len, bool close_after)
+{
+    struct wreq *w = malloc(sizeof(*w));
+    if (!w)
+        return TY_ENOMEM;
+    w->conn = c;
+    w->data = buf;
+    w->close_after = close_after;
+    uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
+    int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
+    if (rc < 0)
+        free(w);
+    return rc;
+}
+
 /* Queue raw handshake bytes (copied). */
 static int send_raw(struct ty__rpc_conn *c, const uint8_t *p, size_t len, bool close_after)
 {
-    struct wreq *w = malloc(sizeof(*w));
     uint8_t *copy = malloc(len);
-    if (!w || !copy) {
-        free(w);
-        free(copy);
+    if (!copy)
         return TY_ENOMEM;
-    }
     memcpy(copy, p, len);
-    w->conn = c;
-    w->data = copy;
-    w->close_after = close_after;
-    uv_buf_t b = uv_buf_init((char *)copy, (unsigned)len);
-    int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
-    if (rc < 0) {
+    int rc = write_owned(c, copy, len, close_after);
+    if (rc < 0)
         free(copy);
-        free(w);
-    }
     return rc;
 }
 
@@ -242,18 +251,9 @@ int ty__rpc_conn_send_owned(struct ty__rpc_conn *c, uint8_t *frame, size_t len)
         return TY_ENOTCONN;
     if (uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > TY__RPC_MAX_WRITE_QUEUE)
         return TY_EAGAIN;
-    struct wreq *w = malloc(sizeof(*w));
-    if (!w)
-        return TY_ENOMEM;
-    w->conn = c;
-    w->data = frame;
-    w->close_after = false;
-    uv_buf_t b = uv_buf_init((char *)frame, (unsigned)len);
-    int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
-    if (rc < 0) {
-        free(w);
+    int rc = write_owned(c, frame, len, false);
+    if (rc < 0 && rc != TY_ENOMEM)
         ty__rpc_conn_close(c, rc);
-    }
     return rc;
 }
 

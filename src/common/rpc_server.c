@@ -63,8 +63,7 @@ struct ty_rpc_server {
     struct ty_u64map per_peer; /* peer address -> proven connections */
     uv_timer_t sweep;          /* closes timed-out handshakes and idle connections */
     struct ty_rpc_server_stats st;
-    uint32_t peak_conns;    /* most open since the memory was last given back */
-    uint64_t trim_accepted; /* st.accepted then */
+    uint64_t trim_accepted; /* st.accepted at the last trim */
     uint64_t trim_ms;       /* uv_now() of the last trim */
     bool closing;
     int open_handles; /* listener + connections not yet closed */
@@ -308,6 +307,16 @@ static void unproven_unlink(ty_rpc_server_t *s, struct srv_conn *sc)
     s->st.unproven--;
 }
 
+/* The per-peer count's key: the peer's address (the port left out). */
+static uint64_t peer_key_of(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET)
+        return (1ull << 32) | ((const struct sockaddr_in *)ss)->sin_addr.s_addr;
+    if (ss->ss_family == AF_INET6)
+        return XXH3_64bits(&((const struct sockaddr_in6 *)ss)->sin6_addr, 16) | (1ull << 63);
+    return 0;
+}
+
 static void peer_uncount(ty_rpc_server_t *s, struct srv_conn *sc)
 {
     if (!sc->counted)
@@ -325,6 +334,7 @@ static void srv_on_authed(struct ty__rpc_conn *c, int reason)
     ty_rpc_server_t *s = sc->srv;
     (void)reason;
     unproven_unlink(s, sc);
+    sc->peer_key = peer_key_of(&c->peer_addr);
     uint32_t *n = ty_u64map_get(&s->per_peer, sc->peer_key);
     if (n && *n >= s->max_per_peer) {
         s->st.refused++;
@@ -355,18 +365,6 @@ static void srv_on_closed(struct ty__rpc_conn *c, int reason)
     maybe_finish_close(s);
 }
 
-static uint64_t peer_key_of(uv_tcp_t *tcp)
-{
-    struct sockaddr_storage ss;
-    int n = sizeof(ss);
-    if (uv_tcp_getpeername(tcp, (struct sockaddr *)&ss, &n) != 0)
-        return 0;
-    if (ss.ss_family == AF_INET)
-        return (1ull << 32) | ((const struct sockaddr_in *)&ss)->sin_addr.s_addr;
-    if (ss.ss_family == AF_INET6)
-        return XXH3_64bits(&((const struct sockaddr_in6 *)&ss)->sin6_addr, 16) | (1ull << 63);
-    return 0;
-}
 
 static void unproven_push(ty_rpc_server_t *s, struct srv_conn *sc)
 {
@@ -416,11 +414,10 @@ static void on_sweep(uv_timer_t *t)
         evict_oldest_unproven(s, "no cluster handshake in time");
     /* A burst of connections (a flood, a reconnect storm) is over: give the heap pages their
      * small allocations left free back to the system, or the RSS would keep the peak. */
-    if (s->peak_conns >= s->st.conns + 64 && s->st.unproven == 0 &&
+    if (s->st.accepted - s->trim_accepted >= 64 && s->st.unproven == 0 &&
         now - s->trim_ms >= 10000) { /* trim walks every arena under its lock: rarely */
         s->trim_ms = now;
         malloc_trim(0);
-        s->peak_conns = s->st.conns;
         s->trim_accepted = s->st.accepted;
     }
     if (!s->idle_ms)
@@ -462,10 +459,6 @@ static void on_connection(uv_stream_t *listener, int status)
     s->open_handles++;
     s->st.conns++;
     s->st.accepted++;
-    if (s->st.conns > s->peak_conns)
-        s->peak_conns = s->st.conns;
-    if (s->st.accepted - s->trim_accepted >= 64) /* many came and went, if not at once */
-        s->peak_conns = UINT32_MAX;
     int rc = uv_accept(listener, (uv_stream_t *)&sc->conn.tcp);
     if (rc == 0 && !make_room(s)) {
         s->st.refused++;
@@ -474,7 +467,6 @@ static void on_connection(uv_stream_t *listener, int status)
         rc = TY_EMFILE;
     }
     if (rc == 0) {
-        sc->peer_key = peer_key_of(&sc->conn.tcp);
         unproven_push(s, sc);
         uv_tcp_keepalive(&sc->conn.tcp, 1, 30);
         rc = ty__rpc_conn_start(&sc->conn);

@@ -79,6 +79,7 @@ struct ty_decode_node {
     struct ty__fence *fences;        /* reservations waiting for KV: tag and pages */
     size_t n_fences, cap_fences;
     uint64_t *kv_base;               /* [2 * layer + (0 K, 1 V)]: each layer's page array */
+    uint32_t n_kv_arrays;            /* 2 * layers */
     uint64_t kv_span;                /* bytes of one such array (pool_pages * page_bytes) */
     uint64_t page_bytes;
     void (*close_cb)(void *);

@@ -293,11 +293,11 @@ static void on_closed(void *arg);
 /* Is [addr, addr+len) inside pages of `f`? The range must lie in one layer's K or V array and
  * every page it touches be one of the reservation's. */
 static bool fence_covers(const ty_decode_node_t *n, const struct ty__fence *f, uint64_t addr,
-                         uint64_t len, uint32_t n_layers)
+                         uint64_t len)
 {
     if (!len || addr + len < addr)
         return false;
-    for (uint32_t a = 0; a < 2 * n_layers; a++) {
+    for (uint32_t a = 0; a < n->n_kv_arrays; a++) {
         uint64_t base = n->kv_base[a];
         if (addr < base || addr + len > base + n->kv_span)
             continue;
@@ -323,11 +323,10 @@ static bool fence_ok(void *arg, uint32_t tag, uint64_t addr, uint64_t len)
     ty_decode_node_t *n = arg;
     if (!tag)
         return false; /* every prefill node that knows fences tags its writes */
-    uint32_t n_layers = ty_model_config(ty_engine_model(n->o.engine))->n_layers;
     bool ok = false;
     pthread_mutex_lock(&n->fence_mu);
     for (size_t i = 0; i < n->n_fences && !ok; i++)
-        ok = n->fences[i].tag == tag && fence_covers(n, &n->fences[i], addr, len, n_layers);
+        ok = n->fences[i].tag == tag && fence_covers(n, &n->fences[i], addr, len);
     pthread_mutex_unlock(&n->fence_mu);
     return ok;
 }
@@ -384,6 +383,7 @@ static int fence_geometry(ty_decode_node_t *n)
         n->kv_base[2 * l] = (uint64_t)(uintptr_t)ty_kvpool_k(pool, l, 0);
         n->kv_base[2 * l + 1] = (uint64_t)(uintptr_t)ty_kvpool_v(pool, l, 0);
     }
+    n->n_kv_arrays = 2 * L;
     n->page_bytes = ty_kvpool_page_bytes(pool);
     n->kv_span = (uint64_t)ty_kvpool_pages_total(pool) * n->page_bytes;
     return 0;

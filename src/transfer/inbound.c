@@ -42,17 +42,6 @@ int ty__xfer_auth(ty_xfer_engine_t *e, int fd, bool server, const char *peer)
     return rc;
 }
 
-/* "1.2.3.4:5678" of an accepted socket, for log lines. */
-static void peer_addr(int fd, char *out, size_t cap)
-{
-    struct sockaddr_in sa;
-    socklen_t sl = sizeof(sa);
-    char ip[INET_ADDRSTRLEN] = "?";
-    if (getpeername(fd, (struct sockaddr *)&sa, &sl) == 0 && sa.sin_family == AF_INET)
-        inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof(ip));
-    snprintf(out, cap, "%s:%u", ip, sa.sin_family == AF_INET ? ntohs(sa.sin_port) : 0);
-}
-
 /* ---- serving a tcp connection -------------------------------------------------------------- */
 
 static int serve_hello(ty_xfer_engine_t *e, struct ty__xfer_inbound *in,
@@ -115,9 +104,7 @@ static void serve_tcp(ty_xfer_engine_t *e, struct ty__xfer_inbound *in)
 {
     uint8_t hb[TY__XFER_HDR_SIZE];
     struct ty__xfer_hdr h;
-    char addr[64];
-    peer_addr(in->fd, addr, sizeof(addr));
-    if (ty__xfer_auth(e, in->fd, true, addr) != 0)
+    if (ty__xfer_auth(e, in->fd, true, in->peer_addr) != 0)
         return;
     atomic_store(&in->proven, true);
     ty__xfer_sock_timeouts(in->fd, e->timeout_ms);
@@ -274,9 +261,14 @@ void ty__xfer_inbound_start(ty_xfer_engine_t *e, int fd, bool is_unix)
     in->engine = e;
     struct sockaddr_in sa;
     socklen_t sl = sizeof(sa);
+    snprintf(in->peer_addr, sizeof(in->peer_addr), "?");
     if (!is_unix && getpeername(fd, (struct sockaddr *)&sa, &sl) == 0 &&
-        sa.sin_family == AF_INET)
+        sa.sin_family == AF_INET) {
         in->peer_ip = sa.sin_addr.s_addr | 1u; /* never 0 */
+        char ip[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof(ip));
+        snprintf(in->peer_addr, sizeof(in->peer_addr), "%s:%u", ip, ntohs(sa.sin_port));
+    }
     ty__xfer_inbound_reap(e, false);
     pthread_mutex_lock(&e->inbound_mu);
     if (!inbound_room(e, in->peer_ip)) {

@@ -299,6 +299,7 @@ struct ty__xfer_inbound {
     _Atomic bool proven;  /* passed the cluster handshake */
     _Atomic uint32_t writing_tag; /* the fence tag of the write whose bytes are landing; 0 */
     uint32_t peer_ip;             /* IPv4 address of a tcp peer (per-peer cap); 0: unix */
+    char peer_addr[24];           /* "a.b.c.d:port" of a tcp peer, for log lines */
     struct ty__xfer_stage stage; /* for cuda regions (CUDA builds) */
     ty_xfer_engine_t *engine;
     char peer_name[TY_XFER_NAME_MAX + 1];

@@ -152,6 +152,17 @@ class Cluster:
                     out.append(name)
         return out
 
+    def log_shows(self, name, text, secs=10):
+        """Whether `text` appears in process `name`'s log within `secs`."""
+        end = time.time() + secs
+        while True:
+            with open(self.logs[name]) as f:
+                if text in f.read():
+                    return True
+            if time.time() > end:
+                return False
+            time.sleep(0.05)
+
     def wait_nodes(self, n, deadline=20):
         end = time.time() + deadline
         while time.time() < end:
@@ -1063,17 +1074,12 @@ def case_auth():
     after = cl.metrics().get("tycho_auth_failures_total", 0)
     ok &= check(after - before >= 2, "the Conductor counts the refused handshakes on its "
                 "port: %d" % (after - before))
-    with open(cl.logs["conductor"]) as f:
-        ok &= check("cluster authentication failed" in f.read(), "and logs them")
+    ok &= check(cl.log_shows("conductor", "cluster authentication failed", 0), "and logs them")
 
     # a second decode node under a live node's name is refused; the real one keeps serving
     ref = generate(PROMPTS[0], 12)
     cl.start_node("decode", "d0-impostor", extra=["--name=d0"])
-    end, refused = time.time() + 10, False
-    while time.time() < end and not refused:
-        with open(cl.logs["d0-impostor"]) as f:
-            refused = "is held by a live node" in f.read()
-        time.sleep(0.1)
+    refused = cl.log_shows("d0-impostor", "is held by a live node")
     ok &= check(refused, "a second --name=d0 is refused: the name is held by a live node")
     time.sleep(2.0)  # past the heartbeat timeout: no flapping between the two
     m = cl.metrics()
@@ -1088,11 +1094,7 @@ def case_auth():
                 "the cluster serves on: the answer equals generate's")
     # the real d0 dies: the impostor (a restart, as far as anyone can tell) gets the name
     cl.procs["d0"].kill()
-    end, took = time.time() + 10, False
-    while time.time() < end and not took:
-        with open(cl.logs["d0-impostor"]) as f:
-            took = "registered with the Conductor" in f.read()
-        time.sleep(0.1)
+    took = cl.log_shows("d0-impostor", "registered with the Conductor")
     ok &= check(took, "once d0 is gone its name is free: the new process registers")
 
     # check-config: the secret file is checked where the daemon would read it
@@ -1182,8 +1184,8 @@ def case_flood():
             time.sleep(0.25)
         ok &= check(back, "%s: after they closed: %d descriptors (idle %d), %d KiB (idle %d)" %
                     (name, fd1, fd0, rss1, rss0))
-    with open(cl.logs["conductor"]) as f:
-        ok &= check("dropping connection" in f.read(), "the Conductor logged what it dropped")
+    ok &= check(cl.log_shows("conductor", "dropping connection", 0),
+                "the Conductor logged what it dropped")
     return ok
 
 
@@ -1201,11 +1203,7 @@ def case_fence():
     res = {}
     t = threading.Thread(target=stream, args=(cl, PROMPTS[0], 16, res, 0, 40))
     t.start()
-    end, stopped = time.time() + 10, False
-    while time.time() < end and not stopped:
-        with open(cl.logs["p0"]) as f:
-            stopped = "stops the process after layer 2" in f.read()
-        time.sleep(0.05)
+    stopped = cl.log_shows("p0", "stops the process after layer 2")
     ok &= check(stopped, "p0 stopped in the middle of the prompt's KV writes")
     cl.start_node("prefill", "p1")
     cl.wait_nodes(3)
@@ -1219,8 +1217,7 @@ def case_fence():
     while time.time() < end and fenced < 1:
         fenced = node_metrics(cl, "d0").get("tycho_kv_writes_fenced_total", 0) - before
         time.sleep(0.1)
-    with open(cl.logs["d0"]) as f:
-        logged = "is not a live assignment's" in f.read()
+    logged = cl.log_shows("d0", "is not a live assignment's", 0)
     ok &= check(fenced >= 1 and logged, "resumed, p0's late writes are refused by d0's fence "
                 "and counted: %d (logged: %s)" % (fenced, logged))
     for i, p in enumerate(PROMPTS[:4]):
