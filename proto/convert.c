@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 void ty_pb_logprob_pack(const struct ty_sample *s, struct ty_pb_logprob *out)
@@ -65,6 +66,33 @@ void ty_pb_sampling_pack(const struct ty_gen_params *g, Tycho__V1__SamplingParam
                                                                : TY_GEN_MAX_STOP_IDS;
     sp->stop_token_ids = sp->n_stop_token_ids ? (uint32_t *)g->stop_ids : NULL;
     sp->min_tokens = g->min_tokens;
+    if (g->grammar) {
+        sp->grammar_kind = (uint32_t)g->grammar->kind;
+        sp->grammar_schema.data = (uint8_t *)(uintptr_t)g->grammar->schema;
+        sp->grammar_schema.len = g->grammar->schema ? g->grammar->schema_len : 0;
+    }
+}
+
+int ty_pb_grammar_unpack(const Tycho__V1__SamplingParams *s, struct ty_gen_grammar *out,
+                         char **schema, char *why, size_t cap)
+{
+    memset(out, 0, sizeof(*out));
+    *schema = NULL;
+    if (!s || !s->grammar_kind)
+        return 0;
+    if (s->grammar_kind != TY_GRAMMAR_JSON_OBJECT && s->grammar_kind != TY_GRAMMAR_JSON_SCHEMA)
+        return snprintf(why, cap, "grammar_kind %u unknown", s->grammar_kind), TY_EINVAL;
+    out->kind = (enum ty_grammar_kind)s->grammar_kind;
+    if (s->grammar_kind == TY_GRAMMAR_JSON_SCHEMA) {
+        if (!(*schema = malloc(s->grammar_schema.len + 1)))
+            return TY_ENOMEM;
+        if (s->grammar_schema.len)
+            memcpy(*schema, s->grammar_schema.data, s->grammar_schema.len);
+        (*schema)[s->grammar_schema.len] = 0;
+        out->schema = *schema;
+        out->schema_len = s->grammar_schema.len;
+    }
+    return 0;
 }
 
 int ty_pb_ends_unpack(const Tycho__V1__SamplingParams *s, uint32_t V,

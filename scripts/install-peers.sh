@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Reference peers for parity tests and benchmarks, installed from npm outside the repository:
-# llama.cpp (node-llama-cpp), Hugging Face tokenizers, and the official openai client.
+# llama.cpp (node-llama-cpp), Hugging Face tokenizers, and the official openai client (with the
+# ajv JSON-schema validator beside it, the peer that checks structured output).
 # Idempotent; TYCHO_PEERS_DIR (default /opt/tycho-peers) holds them. Tests that need a peer look
 # there and skip (exit 77) when it is absent.
 #
@@ -13,7 +14,7 @@
 set -euo pipefail
 DIR=${TYCHO_PEERS_DIR:-/opt/tycho-peers}
 case "${1:-}" in
-  -h|--help) sed -n '2,12s/^# \{0,1\}//p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,13s/^# \{0,1\}//p' "$0"; exit 0 ;;
   "") ;;
   *) echo "install-peers: unknown argument $1 (usage: $0 [--help])" >&2; exit 2 ;;
 esac
@@ -65,7 +66,8 @@ install_peer openai openai '{
   "name": "tycho-peer-openai",
   "private": true,
   "dependencies": {
-    "openai": "6.49.0"
+    "openai": "6.49.0",
+    "ajv": "8.17.1"
   }
 }'
 
@@ -82,4 +84,5 @@ check_load() { # sub module
 check_load llamacpp node-llama-cpp
 check_load hftok tokenizers
 check_load openai openai
+check_load openai ajv
 echo "install-peers: peers in $DIR"

@@ -30,10 +30,29 @@ enum ty_api_kind {
 #define TY_API_MAX_N 16
 #define TY_API_MAX_CHOICES 32 /* prompts x n per request (backend ids carry 5 choice bits) */
 #define TY_API_MAX_MESSAGES 256
+#define TY_API_MAX_TOOLS 128
 
 struct ty_api_message {
-    char *role;
-    char *content;
+    char *role;    /* system (developer too), user, assistant or tool */
+    char *content; /* text parts joined by "\n"; "" for null */
+};
+
+/* tool_choice: none (tools are still shown to the template, as vLLM does; the output is
+ * not parsed for calls), auto (the default with tools: calls parsed in the template's
+ * family's syntax), required / a named function (the output is constrained to JSON calls). */
+enum ty_api_tool_choice {
+    TY_API_TOOL_CHOICE_NONE = 0,
+    TY_API_TOOL_CHOICE_AUTO,
+    TY_API_TOOL_CHOICE_REQUIRED,
+    TY_API_TOOL_CHOICE_NAMED,
+};
+
+/* What the output is constrained to (response_format, or the tool choice), as
+ * tycho/grammar.h's kinds. */
+enum ty_api_grammar {
+    TY_API_GRAMMAR_NONE = 0,
+    TY_API_GRAMMAR_JSON_OBJECT = 1, /* = TY_GRAMMAR_JSON_OBJECT */
+    TY_API_GRAMMAR_JSON_SCHEMA = 2, /* = TY_GRAMMAR_JSON_SCHEMA */
 };
 
 /* One completion prompt: text (non-empty) or token ids (at least one), never both. */
@@ -74,6 +93,19 @@ struct ty_api_request {
     uint32_t min_tokens;         /* vLLM's min_tokens (0: none) */
     uint32_t n_logit_bias;       /* OpenAI's logit_bias: token id -> bias in [-100, 100] */
     struct ty_logit_bias logit_bias[TY_SAMPLE_MAX_LOGIT_BIAS];
+    /* chat: what the chat template renders, as compact JSON text: {"messages": [normalised
+     * messages: role, content (a string), tool_calls with arguments as objects, tool_call_id,
+     * name, reasoning_content], "tools"?, "add_generation_prompt", "chat_template_kwargs"?} */
+    char *tpl_json;
+    char *tools_json;            /* the validated tools array (JSON text), NULL: none */
+    size_t n_tools;
+    enum ty_api_tool_choice tool_choice;
+    char *tool_name;             /* TY_API_TOOL_CHOICE_NAMED: the function */
+    bool parallel_tool_calls;    /* true */
+    bool add_generation_prompt;  /* vLLM extension, true */
+    enum ty_api_grammar grammar; /* response_format json_object / json_schema, or the schema
+                                  * of a required / named tool choice (which wins) */
+    char *grammar_schema;        /* JSON_SCHEMA: the schema's JSON text */
     ty_arena_t *arena;           /* where its strings and arrays live */
     bool own_arena;              /* ty_api_parse_request's own: ty_api_request_clear frees it */
 };
@@ -119,6 +151,8 @@ struct ty_api_opts {
     const ty_model_t *model;       /* for tokenizer and chat template */
     const char *model_name;        /* served model id ("stories260K") */
     const char *model_path;        /* also accepted as a model id */
+    const char *chat_template;     /* a Jinja chat template file replacing the model's own
+                                    * (--chat-template); NULL: the model's */
     struct ty_serve_backend backend;
     ty_metrics_registry_t *metrics;
     const char *const *api_keys;        /* NULL or empty: no authentication; each a token or
@@ -134,8 +168,11 @@ struct ty_api_opts {
 };
 
 /* Start the HTTP server on `loop` and install the API's sink in the backend (set_sink: its
- * events must arrive on this loop's thread). Returns 0 or a negative TY_E* (TY_EINVAL: a
- * backend without set_sink; bind failure, ...). */
+ * events must arrive on this loop's thread). Loads the chat template (the override, else the
+ * model's; a model with none joins chat messages as plain text, logged once). Returns 0 or a
+ * negative TY_E* (TY_EINVAL: a backend without set_sink; the chat template's error, logged
+ * with its message: TY_ENOTSUP, TY_EPARSE, TY_ENOENT for a missing override file; bind
+ * failure, ...). */
 int ty_api_new(ty_api_t **out, uv_loop_t *loop, const struct ty_api_opts *opts);
 uint16_t ty_api_port(const ty_api_t *a);
 /* Whether the front door speaks HTTPS. */

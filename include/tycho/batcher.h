@@ -105,8 +105,15 @@ void ty_batcher_free(ty_batcher_t *b);
 void ty_batcher_end_all(ty_batcher_t *b, int rc);
 
 /* Queue a request; it is admitted by a later step. Returns 0, TY_EINVAL (empty prompt, a token
- * out of the vocabulary, max_tokens 0), TY_ERANGE (prompt + 1 beyond the context) or
- * TY_ENOMEM. *out (optional) is valid until its on_end. */
+ * out of the vocabulary, max_tokens 0, a grammar ty_grammar_compile refuses), TY_ENOTSUP (a
+ * grammar for a model without a tokenizer), TY_ERANGE (prompt + 1 beyond the context) or
+ * TY_ENOMEM. *out (optional) is valid until its on_end.
+ * With gen->grammar (structured output) the request keeps a matcher: before each draw the
+ * tokens the grammar does not admit next get -inf logits (greedy and sampled draws alike), the
+ * budget being what max_tokens and the context leave (tycho/grammar.h: the output always
+ * parses), and every token taken (ty_batcher_kv_landed's first one too) advances it; a token
+ * it does not admit ends the request with TY_EPROTO. The first grammar request builds the
+ * tokenizer's vocabulary index (tenths of a second for 128k tokens), kept for the batcher. */
 int ty_batcher_add(ty_batcher_t *b, const struct ty_breq_opts *o, ty_breq_t **out);
 /* A request whose prompt KV is written by someone else: its prompt's pages are reserved now
  * (TY_ENOCAPACITY when they and the watermark, plus what preempted requests need back, are

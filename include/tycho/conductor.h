@@ -71,6 +71,7 @@ struct ty_conductor_config {
     char *rpc_host;
     uint16_t rpc_port;               /* RPC endpoint of the nodes; 0: ephemeral (logged) */
     char *model_path;                /* for the tokenizer and chat template */
+    char *chat_template;             /* a Jinja chat template file replacing the model's */
     char **api_keys;
     uint32_t n_api_keys;
     struct ty_conductor_key_class *api_key_classes; /* more keys, each bound to an SLO class */
@@ -115,6 +116,9 @@ extern const struct ty_config_struct ty_conductor_key_class_table, ty_conductor_
      .max = "65535", .help = "RPC port nodes register with; 0: ephemeral"},                       \
     {.key = "model_path", .type = TY_CONFIG_STRING, TY_CONFIG_AT(T, P model_path), .min = "1",    \
      .flags = TY_CONFIG_REQUIRED, .help = "model file (GGUF) or Hugging Face directory"},         \
+    {.key = "chat_template", .type = TY_CONFIG_STRING, TY_CONFIG_AT(T, P chat_template),          \
+     .min = "1", .help = "Jinja chat template file used instead of the model's own (a model "     \
+                         "without one joins chat messages as plain text)"},                      \
     {.key = "api_keys", .type = TY_CONFIG_LIST, .elem = TY_CONFIG_STRING,                         \
      TY_CONFIG_LIST_AT(T, P api_keys, P n_api_keys), .max = "1024",                               \
      .flags = TY_CONFIG_RELOADABLE | TY_CONFIG_SECRET,                                            \

@@ -8,6 +8,7 @@
 #define TYCHO_ENGINE_H
 
 #include "tycho/backend.h"
+#include "tycho/grammar.h"
 #include "tycho/kvpool.h"
 #include "tycho/model.h"
 #include "tycho/sampling.h"
@@ -100,6 +101,9 @@ struct ty_gen_params {
      * can be sampled (their logits are masked) */
     uint32_t stop_ids[TY_GEN_MAX_STOP_IDS], n_stop_ids;
     uint32_t min_tokens;
+    /* Structured output: the sampled text must match this (NULL: unconstrained). Borrowed for the
+     * request's life (the API keeps it in the request's arena). */
+    const struct ty_gen_grammar *grammar;
 };
 
 /* True when `id` ends generation under g: an end-of-generation token (unless ignore_eos) or

@@ -41,6 +41,13 @@ int ty_pb_sampling_unpack(const Tycho__V1__SamplingParams *sp, uint32_t V,
 int ty_pb_ends_unpack(const Tycho__V1__SamplingParams *sp, uint32_t V,
                             struct ty_gen_params *g, char *why, size_t cap);
 
+/* The request's grammar (structured output) from sp: out->kind 0 when it has none; else the
+ * schema is copied into *schema (malloc'ed, NUL-terminated: the caller frees it; out points
+ * into it). Not compiled here (the batcher compiles it and refuses a bad one). TY_EINVAL (an
+ * unknown kind, with why) or TY_ENOMEM. */
+int ty_pb_grammar_unpack(const Tycho__V1__SamplingParams *sp, struct ty_gen_grammar *out,
+                         char **schema, char *why, size_t cap);
+
 /* A client's request id (the API's x-request-id, PrefillAssign / DecodeAssign
  * client_request_id) as the Conductor and the nodes keep it for their log lines: at most
  * TY_CLIENT_ID_MAX characters (longer ones cut), "-" when there is none. */

@@ -118,9 +118,16 @@ struct ty_gguf;
 int ty_tokenizer_new_from_gguf(ty_tokenizer_t **out, const struct ty_gguf *g, char *errbuf,
                                size_t errlen);
 
-/* The Jinja chat template the tokenizer came with (tokenizer_config.json, chat_template.jinja
- * or GGUF tokenizer.chat_template), or NULL. Lives as long as the tokenizer. */
+/* The Jinja chat template the tokenizer came with (chat_template.jinja, which wins as in
+ * transformers, else tokenizer_config.json's — of a named list the "default" one —, or GGUF
+ * tokenizer.chat_template), or NULL. Lives as long as the tokenizer. */
 const char *ty_tokenizer_chat_template(const ty_tokenizer_t *tok);
+/* The chat settings of a Hugging Face tokenizer_config.json as JSON text, or NULL (GGUF, or no
+ * config): {"special_tokens": {"bos_token": "<s>", ..., "additional_special_tokens": [...]},
+ * "templates": {"default": "...", "tool_use": "..."}}, the special tokens as transformers'
+ * special_tokens_map gives them, "templates" only for the list form of "chat_template" (and
+ * not when chat_template.jinja replaces it). Lives as long as the tokenizer. */
+const char *ty_tokenizer_chat_config(const ty_tokenizer_t *tok);
 /* Text of a token as stored in the vocabulary (control tokens too); NULL when id is out of
  * range. */
 const char *ty_tokenizer_token_text(const ty_tokenizer_t *tok, uint32_t id, size_t *len);

@@ -6,7 +6,9 @@
 #ifndef TYCHO_API_IMPL_H
 #define TYCHO_API_IMPL_H
 
+#include "api-tools.h"
 #include "tycho/api.h"
+#include "tycho/chat_template.h"
 #include "tycho/http.h"
 #include "tycho/tls.h"
 #include "tycho/tokenizer.h"
@@ -33,6 +35,7 @@ struct ty__api_choice {
     size_t n_ids, cap_ids;
     json_t *logprobs; /* accumulated (non-streaming) */
     uint32_t n_out;
+    struct ty__api_out *out; /* chat whose output is parsed (tools, reasoning), else NULL */
 };
 
 /* One tokenized prompt of a request (chat: the rendered conversation). */
@@ -73,6 +76,9 @@ struct ty_api {
     size_t n_keys;
     char *model_name, *model_path;
     const ty_tokenizer_t *tok;
+    ty_chat_tpl_t *tpl;    /* NULL: the model has no chat template (messages joined) */
+    enum ty__api_fam fam;  /* the template's tool-call syntax */
+    bool think;            /* its output may open with <think> */
     uint32_t max_ctx;
     struct ty__api_gen *buckets[TY__API_BUCKETS];
     uint64_t next_seq;
@@ -113,6 +119,14 @@ int ty__api_sse_head(struct ty__api_gen *g); /* g->sse_head from rid, created, m
  * prompt_token_ids. */
 void ty__api_sse_chunk(struct ty__api_gen *g, uint32_t i, const char *text, size_t len,
                        const struct ty_sample *smp, const char *role, enum ty_finish fin);
+/* Chat deltas of a parsed output (api-tools.h): {"<key>": text} (key "content" or
+ * "reasoning_content"); a tool call whole (its header chunk: index, id, type, name,
+ * arguments "", then one with its arguments); the last chunk, delta {} and `reason`. */
+void ty__api_sse_text(struct ty__api_gen *g, uint32_t i, const char *key, const char *text,
+                      size_t len);
+void ty__api_sse_call(struct ty__api_gen *g, uint32_t i, size_t index, const char *id,
+                      const struct ty__api_call *call);
+void ty__api_sse_finish(struct ty__api_gen *g, uint32_t i, const char *reason);
 void ty__api_sse_usage(struct ty__api_gen *g, uint64_t in, uint64_t cached, uint64_t out);
 /* api_misc.c */
 void ty__api_handle_models(ty_api_t *a, ty_http_req_t *r);
@@ -120,10 +134,18 @@ void ty__api_handle_tokenize(ty_api_t *a, ty_http_req_t *r);
 void ty__api_handle_detokenize(ty_api_t *a, ty_http_req_t *r);
 void ty__api_handle_metrics(ty_api_t *a, ty_http_req_t *r);
 int ty__api_metrics_init(ty_api_t *a);
+/* Load the chat template (override_path, else the model's) into a->tpl/fam/think. Returns
+ * 0 (also for a model without one, logged) or the template's error, logged. */
+int ty__api_tpl_load(ty_api_t *a, const char *override_path);
+/* Render a chat request (q->tpl_json) with the template into malloc'd text. Returns 0 or
+ * TY_EINVAL with err set (400, the template's message). */
+int ty__api_render(ty_api_t *a, const struct ty_api_request *q, char **text,
+                   struct ty_api_error *err);
 /* Tokenize a chat conversation or completion prompt k (k is ignored for chat) into an array
- * in `arena`. Returns 0 or TY_EINVAL with err set. */
+ * in `arena`; *think_open (NULL: not wanted), chat: whether the rendered prompt ends inside a
+ * <think> block. Returns 0 or TY_EINVAL with err set. */
 int ty__api_tokenize(ty_api_t *a, ty_arena_t *arena, const struct ty_api_request *q, size_t k,
-                     uint32_t **ids, size_t *n, struct ty_api_error *err);
+                     uint32_t **ids, size_t *n, bool *think_open, struct ty_api_error *err);
 json_t *ty__api_piece_json(ty_api_t *a, uint32_t id);
 
 #endif

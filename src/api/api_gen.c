@@ -11,6 +11,7 @@
 
 #include "tycho/clock.h"
 #include "tycho/errors.h"
+#include "tycho/grammar.h"
 #include "tycho/log.h"
 
 #include <stdio.h>
@@ -35,8 +36,11 @@ static struct ty__api_gen *gen_find(ty_api_t *a, uint64_t seq)
  * (also for one that never reached the table). */
 static void gen_release(struct ty__api_gen *g)
 {
-    for (uint32_t i = 0; i < TY_API_MAX_CHOICES; i++)
+    for (uint32_t i = 0; i < TY_API_MAX_CHOICES; i++) {
         json_decref(g->ch[i].logprobs);
+        if (g->ch[i].out)
+            ty__api_out_free(g->ch[i].out);
+    }
     ty_arena_free(g->arena);
 }
 
@@ -188,6 +192,138 @@ static json_t *envelope(const struct ty__api_gen *g)
                      (json_int_t)g->created, "model", g->a->model_name, "choices");
 }
 
+/* ---- parsed chat output: reasoning and tool calls (api-tools.h) ----------------------------- */
+
+/* Whether a chat request's output is parsed: tools offered (not "none"), a constrained tool
+ * choice, a template whose output may hold reasoning (<think>, harmony channels). */
+static bool out_wanted(const ty_api_t *a, const struct ty_api_request *q)
+{
+    return q->kind == TY_API_CHAT &&
+           (q->tool_choice != TY_API_TOOL_CHOICE_NONE || a->think ||
+            a->fam == TY__API_FAM_HARMONY);
+}
+
+static void out_setup(struct ty__api_gen *g, bool think_open)
+{
+    static const enum ty__api_out_mode modes[] = {
+        [TY_API_TOOL_CHOICE_NONE] = TY__API_OUT_TEXT, [TY_API_TOOL_CHOICE_AUTO] = TY__API_OUT_AUTO,
+        [TY_API_TOOL_CHOICE_REQUIRED] = TY__API_OUT_REQUIRED,
+        [TY_API_TOOL_CHOICE_NAMED] = TY__API_OUT_NAMED};
+    struct ty__api_outcfg c = {.fam = g->a->fam, .mode = modes[g->req.tool_choice],
+                               .think = g->a->think, .think_open = think_open,
+                               .named = g->req.tool_name};
+    for (uint32_t i = 0; i < g->n_choices; i++) {
+        g->ch[i].out = ty_arena_calloc(g->arena, 1, sizeof(*g->ch[i].out));
+        ty__api_out_init(g->ch[i].out, &c);
+    }
+}
+
+/* An event's text into the choice's parser, and the sampled token's own text when it is a
+ * control token the detokenizer left out that marks the family's syntax (<|channel|>, ...):
+ * the held-back text of earlier tokens comes first. */
+static void out_feed(struct ty__api_gen *g, struct ty__api_choice *ch,
+                     const struct ty_serve_event *ev)
+{
+    const ty_tokenizer_t *tok = g->a->tok;
+    if (ty__api_out_feed(ch->out, ev->text, ev->text_len))
+        abort(); /* output text is bounded by max_tokens: small metadata (STYLE.md) */
+    size_t pl = 0, tl = 0;
+    if (ev->kind != TY_SERVE_EV_TOKEN || !tok || !ty_tokenizer_piece(tok, ev->sample.id, &pl) ||
+        pl)
+        return;
+    const char *t = ty_tokenizer_token_text(tok, ev->sample.id, &tl);
+    if (t && tl && ty__api_fam_marker(g->a->fam, t, tl) && ty__api_out_feed(ch->out, t, tl))
+        abort();
+}
+
+struct delta_ctx {
+    struct ty__api_gen *g;
+    uint32_t i;
+};
+
+static void call_id(struct ty__api_gen *g, uint32_t i, size_t k, char *buf, size_t cap)
+{
+    ty__api_call_id(buf, cap, ty_clock_ns() ^ (g->seq << 16) ^ ((uint64_t)i << 8) ^ k);
+}
+
+static void on_delta(void *arg, const struct ty__api_delta *d)
+{
+    struct delta_ctx *x = arg;
+    char id[32];
+    switch (d->kind) {
+    case TY__API_DELTA_REASONING:
+        ty__api_sse_text(x->g, x->i, "reasoning_content", d->text, d->len);
+        break;
+    case TY__API_DELTA_CONTENT:
+        ty__api_sse_text(x->g, x->i, "content", d->text, d->len);
+        break;
+    case TY__API_DELTA_CALL:
+        call_id(x->g, x->i, d->index, id, sizeof(id));
+        ty__api_sse_call(x->g, x->i, d->index, id, d->call);
+        break;
+    }
+}
+
+static void no_delta(void *arg, const struct ty__api_delta *d)
+{
+    (void)arg;
+    (void)d;
+}
+
+/* OpenAI's finish_reason: "tool_calls" when the output made calls and was not cut short. */
+static const char *finish_reason(enum ty_finish f, size_t n_calls)
+{
+    if (n_calls && f != TY_FINISH_LENGTH && f != TY_FINISH_CTX)
+        return "tool_calls";
+    return ty_finish_name(f);
+}
+
+/* Streaming: what the parse says grew since the last event (final: the output ended; then
+ * the last chunk with its finish reason). */
+static void out_stream(struct ty__api_gen *g, uint32_t i, bool final, enum ty_finish fin)
+{
+    struct delta_ctx x = {g, i};
+    struct ty__api_snap snap;
+    if (ty__api_out_step(g->ch[i].out, final, on_delta, &x, final ? &snap : NULL))
+        abort();
+    if (final) {
+        ty__api_sse_finish(g, i, finish_reason(fin, snap.n_calls));
+        ty__api_snap_clear(&snap);
+    }
+}
+
+/* Non-streaming: the choice's message from the whole output, and its finish reason. */
+static json_t *out_message(struct ty__api_gen *g, uint32_t i, const char **reason)
+{
+    struct ty__api_snap snap;
+    if (ty__api_out_step(g->ch[i].out, true, no_delta, NULL, &snap))
+        abort();
+    const char *content = ty__api_snap_content(&snap);
+    json_t *m = json_pack("{s:s,s:o}", "role", "assistant", "content",
+                          content ? text_json(content, snap.n_content) : json_null());
+    if (snap.has_reasoning)
+        json_object_set_new(m, "reasoning_content",
+                            text_json(snap.reasoning, snap.n_reasoning));
+    if (snap.n_calls) {
+        json_t *calls = json_array();
+        for (size_t k = 0; k < snap.n_calls; k++) {
+            char id[32];
+            call_id(g, i, k, id, sizeof(id));
+            json_array_append_new(calls, json_pack("{s:s,s:s,s:{s:o,s:o}}", "id", id, "type",
+                                                   "function", "function", "name",
+                                                   text_json(snap.calls[k].name,
+                                                             strlen(snap.calls[k].name)),
+                                                   "arguments",
+                                                   text_json(snap.calls[k].args,
+                                                             strlen(snap.calls[k].args))));
+        }
+        json_object_set_new(m, "tool_calls", calls);
+    }
+    *reason = finish_reason(g->ch[i].finish, snap.n_calls);
+    ty__api_snap_clear(&snap);
+    return m;
+}
+
 /* ---- streaming (the chunks themselves: api_sse.c) ------------------------------------------ */
 
 static void stream_finish(struct ty__api_gen *g)
@@ -231,13 +367,18 @@ static void respond_whole(struct ty__api_gen *g)
         } else {
             t = text_json(ch->text ? ch->text : "", ch->n_text);
         }
-        if (g->req.kind == TY_API_CHAT)
+        const char *reason = ty_finish_name(ch->finish);
+        if (ch->out) {
+            json_decref(t);
+            json_object_set_new(c, "message", out_message(g, i, &reason));
+        } else if (g->req.kind == TY_API_CHAT) {
             json_object_set_new(c, "message", json_pack("{s:s,s:o}", "role", "assistant",
                                                         "content", t));
-        else
+        } else {
             json_object_set_new(c, "text", t);
+        }
         json_object_set_new(c, "logprobs", ch->logprobs ? json_incref(ch->logprobs) : json_null());
-        json_object_set_new(c, "finish_reason", json_string(ty_finish_name(ch->finish)));
+        json_object_set_new(c, "finish_reason", json_string(reason));
         if (g->req.return_token_ids)
             json_object_set_new(c, "token_ids", ids_json(ch->ids, ch->n_ids));
         if (g->req.return_token_ids && g->req.kind == TY_API_COMPLETION)
@@ -339,6 +480,14 @@ static void on_token(struct ty__api_gen *g, uint32_t i, const struct ty_serve_ev
     if (i == 0 || !g->t_last_ns)
         g->t_last_ns = now;
     ch->n_out = ev->n_output;
+    if (ch->out)
+        out_feed(g, ch, ev);
+    if (g->req.stream && ch->out) {
+        out_stream(g, i, false, TY_FINISH_NONE);
+        if (first && g->http)
+            ty_http_req_on_flush(g->http, on_first_flushed, g->a, now);
+        return;
+    }
     if (g->req.stream) {
         ty__api_sse_chunk(g, i, ev->text, ev->text_len, &ev->sample, NULL, TY_FINISH_NONE);
         if (first && g->http)
@@ -404,7 +553,11 @@ void ty__api_on_event(void *arg, const struct ty_serve_event *ev)
     ch->finish = ev->finish;
     ch->n_out = ev->n_output;
     g->n_done++;
-    if (g->req.stream)
+    if (ch->out)
+        out_feed(g, ch, ev);
+    if (g->req.stream && ch->out)
+        out_stream(g, i, true, ev->finish);
+    else if (g->req.stream)
         ty__api_sse_chunk(g, i, ev->text, ev->text_len, NULL, NULL, ev->finish);
     else
         push_bytes(g, &ch->text, &ch->n_text, &ch->cap_text, ev->text, ev->text_len, 1);
@@ -476,6 +629,13 @@ static void fill_params(const struct ty__api_gen *g, uint32_t i, struct ty_serve
     sr->gen.n_stop_ids = q->n_stop_ids;
     memcpy(sr->gen.stop_ids, q->stop_ids, q->n_stop_ids * sizeof(q->stop_ids[0]));
     sr->gen.min_tokens = q->min_tokens;
+    if (q->grammar) { /* the request's arena holds both, as long as the request lives */
+        struct ty_gen_grammar *gr = ty_arena_calloc(g->arena, 1, sizeof(*gr));
+        gr->kind = (enum ty_grammar_kind)q->grammar;
+        gr->schema = q->grammar_schema;
+        gr->schema_len = q->grammar_schema ? strlen(q->grammar_schema) : 0;
+        sr->gen.grammar = gr;
+    }
     /* the key's class, else the one the request names, else OpenAI's tier (a hint) */
     if (g->key_class[0] || q->slo_class[0]) {
         sr->slo_class = g->key_class[0] ? g->key_class : q->slo_class;
@@ -554,15 +714,18 @@ static int prepare(ty_api_t *a, ty_http_req_t *r, struct ty__api_gen *g, enum ty
                                 "the server is shutting down");
     g->n_prompts = kind == TY_API_CHAT ? 1 : (uint32_t)g->req.n_prompts;
     g->n_choices = g->n_prompts * g->req.n;
+    bool think_open = false;
     for (uint32_t p = 0; p < g->n_prompts; p++) {
         if ((rc = ty__api_tokenize(a, g->arena, &g->req, p, &g->prompts[p].ids,
-                                   &g->prompts[p].n, e)))
+                                   &g->prompts[p].n, &think_open, e)))
             return rc;
         if (g->req.echo)
             echo_text(a, g->arena, &g->req.prompts[p], &g->prompts[p]);
     }
     for (uint32_t i = 0; i < g->n_choices; i++)
         g->ch[i].prompt = i / g->req.n;
+    if (out_wanted(a, &g->req))
+        out_setup(g, think_open);
     uint32_t V = ty_model_config(a->o.model)->n_vocab;
     for (uint32_t i = 0; i < g->req.n_stop_ids; i++)
         if (g->req.stop_ids[i] >= V)

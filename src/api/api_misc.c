@@ -4,6 +4,7 @@
 
 #include "tycho/clock.h"
 #include "tycho/errors.h"
+#include "tycho/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,19 +40,55 @@ static int encode(ty_api_t *a, ty_arena_t *arena, const char *text, bool special
     return 0;
 }
 
-/* Chat messages to prompt text: the model's template, or for a model without a recognised
- * one the message contents joined by newlines. */
-static char *render_chat(ty_api_t *a, const struct ty_api_request *q, bool *special)
+int ty__api_tpl_load(ty_api_t *a, const char *override_path)
 {
-    const char *tmpl = ty_model_chat_template(a->o.model);
-    enum ty_chat_family fam = tmpl ? ty_chat_detect(tmpl) : TY_CHAT_NONE;
-    if (fam != TY_CHAT_NONE) {
-        struct ty_chat_msg msgs[TY_API_MAX_MESSAGES];
-        for (size_t i = 0; i < q->n_msgs; i++)
-            msgs[i] = (struct ty_chat_msg){q->msgs[i].role, q->msgs[i].content};
-        *special = true;
-        return ty_chat_render(fam, msgs, q->n_msgs, true, NULL, NULL);
+    char err[256] = "";
+    if (!a->tok)
+        return 0;
+    int rc = ty_chat_tpl_new(&a->tpl, a->tok, override_path, err, sizeof(err));
+    if (rc == TY_ENOENT && !override_path) {
+        a->tpl = NULL;
+        TY_LOG_WARN("api", "model has no chat template; chat messages are joined as plain "
+                           "text; give one with --chat-template");
+        return 0;
     }
+    if (rc) {
+        a->tpl = NULL;
+        TY_LOG_ERROR("api", "chat template%s%s: %s", override_path ? " " : "",
+                     override_path ? override_path : "", err[0] ? err : ty_strerror(rc));
+        return rc;
+    }
+    const char *src = ty_chat_tpl_source(a->tpl);
+    a->fam = ty__api_fam_detect(src);
+    a->think = src && (strstr(src, "<think>") || strstr(src, "</think>"));
+    TY_LOG_INFO("api", "chat template%s%s: tool calls parsed as %s%s",
+                override_path ? " " : "", override_path ? override_path : "",
+                ty__api_fam_name(a->fam), a->think ? ", <think> as reasoning" : "");
+    return 0;
+}
+
+int ty__api_render(ty_api_t *a, const struct ty_api_request *q, char **text,
+                   struct ty_api_error *err)
+{
+    json_error_t je;
+    json_t *req = json_loads(q->tpl_json, 0, &je);
+    if (!req)
+        return ty_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    char msg[256] = "";
+    size_t len;
+    int rc = ty_chat_tpl_render(a->tpl, req, text, &len, msg, sizeof(msg));
+    json_decref(req);
+    if (rc == TY_ENOMEM)
+        return ty_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    if (rc)
+        return ty_api_error_set(err, 400, "invalid_request_error", "messages", NULL,
+                                "the chat template failed: %s", msg[0] ? msg : ty_strerror(rc));
+    return 0;
+}
+
+/* A model without a chat template: the message contents joined by newlines. */
+static char *join_messages(const struct ty_api_request *q)
+{
     size_t len = 1;
     for (size_t i = 0; i < q->n_msgs; i++)
         len += strlen(q->msgs[i].content) + 1;
@@ -66,12 +103,62 @@ static char *render_chat(ty_api_t *a, const struct ty_api_request *q, bool *spec
             *p++ = '\n';
     }
     *p = 0;
-    *special = false;
     return s;
 }
 
+/* A rendered chat prompt to ids in `arena`, as the template's tokenizer does it. */
+static int tpl_encode(ty_api_t *a, ty_arena_t *arena, const char *text, uint32_t **ids,
+                      size_t *n)
+{
+    size_t len = strlen(text);
+    int k = ty_chat_tpl_encode(a->tpl, text, len, NULL, 0);
+    if (k < 0)
+        return k;
+    if (!(*ids = ty_arena_try_alloc(arena, ((size_t)k + 1) * sizeof(uint32_t))))
+        return TY_ENOMEM;
+    k = ty_chat_tpl_encode(a->tpl, text, len, *ids, (size_t)k + 1);
+    if (k < 0)
+        return k;
+    *n = (size_t)k;
+    return 0;
+}
+
+/* Where the last `needle` in s starts, plus one (0: none). */
+static size_t last_of(const char *s, const char *needle)
+{
+    size_t at = 0;
+    for (const char *p = strstr(s, needle); p; p = strstr(p + 1, needle))
+        at = (size_t)(p - s) + 1;
+    return at;
+}
+
+/* A chat conversation to ids: rendered by the template, or (no template) joined. */
+static int chat_ids(ty_api_t *a, ty_arena_t *arena, const struct ty_api_request *q,
+                    uint32_t **ids, size_t *n, bool *think_open, struct ty_api_error *err)
+{
+    char *text = NULL;
+    int rc;
+    if (a->tpl) {
+        if ((rc = ty__api_render(a, q, &text, err)))
+            return rc;
+        if (think_open && a->think) /* the prompt ends inside <think> (the model's output
+                                     * opens as reasoning) */
+            *think_open = last_of(text, "<think>") > last_of(text, "</think>");
+        rc = tpl_encode(a, arena, text, ids, n);
+    } else {
+        if (!(text = join_messages(q)))
+            return ty_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        rc = encode(a, arena, text, true, false, ids, n);
+    }
+    free(text);
+    if (rc || !*n)
+        return ty_api_error_set(err, 400, "invalid_request_error", "messages", NULL,
+                                "cannot tokenize the conversation (%s)", ty_strerror(rc));
+    return 0;
+}
+
 int ty__api_tokenize(ty_api_t *a, ty_arena_t *arena, const struct ty_api_request *q, size_t k,
-                     uint32_t **ids, size_t *n, struct ty_api_error *err)
+                     uint32_t **ids, size_t *n, bool *think_open, struct ty_api_error *err)
 {
     uint32_t V = ty_model_config(a->o.model)->n_vocab;
     const char *param = q->kind == TY_API_CHAT ? "messages" : "prompt";
@@ -94,13 +181,9 @@ int ty__api_tokenize(ty_api_t *a, ty_arena_t *arena, const struct ty_api_request
     if (!a->tok)
         return ty_api_error_set(err, 400, "invalid_request_error", param, NULL,
                                 "the model has no tokenizer; send token ids as 'prompt'");
-    bool special = false;
-    char *text = p ? NULL : render_chat(a, q, &special);
-    if (!p && !text)
-        return ty_api_error_set(err, 400, "invalid_request_error", param, NULL,
-                                "the conversation does not fit the model's chat template");
-    int rc = encode(a, arena, p ? p->text : text, true, special, ids, n);
-    free(text);
+    if (!p)
+        return chat_ids(a, arena, q, ids, n, think_open, err);
+    int rc = encode(a, arena, p->text, true, false, ids, n);
     if (rc || !*n)
         return ty_api_error_set(err, 400, "invalid_request_error", param, NULL,
                                 "cannot tokenize the prompt%s (%s)", where, ty_strerror(rc));
@@ -158,7 +241,7 @@ void ty__api_handle_tokenize(ty_api_t *a, ty_http_req_t *r)
     } else if (!chat && q.prompts[0].text && json_is_false(add) && a->tok) {
         if (encode(a, arena, q.prompts[0].text, false, false, &ids, &n))
             ty_api_error_set(&e, 400, "invalid_request_error", "prompt", NULL, "cannot tokenize");
-    } else if (ty__api_tokenize(a, arena, &q, 0, &ids, &n, &e)) {
+    } else if (ty__api_tokenize(a, arena, &q, 0, &ids, &n, NULL, &e)) {
         ids = NULL;
     }
     if (!ids)

@@ -7,9 +7,11 @@
  * ty_api_request_clear). */
 #include "tycho/api.h"
 
+#include "api-tools.h"
 #include "tycho/arena.h"
 #include "tycho/errors.h"
 
+#include <ctype.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -162,8 +164,8 @@ static int parse_stop(json_t *o, struct ty_api_request *r, struct ty_api_error *
     return 0;
 }
 
-/* Message content: a string, or an array of {"type":"text","text":...} parts (joined; each
- * part up to its first NUL, as C strings). */
+/* Message content: a string, null (""), or an array of {"type":"text","text":...} parts
+ * joined by "\n" as vLLM joins them (each part up to its first NUL, as C strings). */
 static int content_text(struct ty_api_request *r, json_t *c, size_t i, char **out,
                         struct ty_api_error *err)
 {
@@ -177,10 +179,16 @@ static int content_text(struct ty_api_request *r, json_t *c, size_t i, char **ou
     json_t *part;
     json_array_foreach(c, k, part) {
         json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
-        if (!json_is_string(type) || strcmp(json_string_value(type), "text") ||
-            !json_is_string(text))
-            return BAD("messages", "'messages[%zu].content[%zu]' must be a text part", i, k);
-        len += strlen(json_string_value(text));
+        if (!json_is_object(part) || !json_is_string(type))
+            return BAD("messages", "'messages[%zu].content[%zu]' must be a content part with "
+                                   "a 'type'", i, k);
+        if (strcmp(json_string_value(type), "text"))
+            return BAD("messages", "'messages[%zu].content[%zu]' has type '%.40s'; this "
+                                   "server takes only text parts", i, k,
+                       json_string_value(type));
+        if (!json_is_string(text))
+            return BAD("messages", "'messages[%zu].content[%zu].text' must be a string", i, k);
+        len += strlen(json_string_value(text)) + 1;
     }
     char *s = ty_arena_try_alloc(r->arena, len + 1);
     if (!s)
@@ -189,6 +197,8 @@ static int content_text(struct ty_api_request *r, json_t *c, size_t i, char **ou
     json_array_foreach(c, k, part) {
         const char *t = json_string_value(json_object_get(part, "text"));
         size_t tl = strlen(t);
+        if (k)
+            s[len++] = '\n';
         memcpy(s + len, t, tl);
         len += tl;
     }
@@ -197,7 +207,90 @@ static int content_text(struct ty_api_request *r, json_t *c, size_t i, char **ou
     return 0;
 }
 
-static int parse_messages(json_t *o, struct ty_api_request *r, struct ty_api_error *err)
+/* An assistant message's tool_calls, normalised into `m` as the template gets them: each
+ * {id, type: "function", function: {name, arguments}} with the arguments parsed from their
+ * JSON string into an object (as vLLM does before rendering). */
+static int message_tool_calls(json_t *tc, size_t i, json_t *m, struct ty_api_error *err)
+{
+    if (!json_is_array(tc))
+        return BAD("messages", "'messages[%zu].tool_calls' must be an array", i);
+    json_t *out = json_array();
+    json_object_set_new(m, "tool_calls", out);
+    size_t k;
+    json_t *c;
+    json_array_foreach(tc, k, c) {
+        json_t *fn = json_object_get(c, "function"), *id = json_object_get(c, "id");
+        json_t *type = json_object_get(c, "type"), *name = json_object_get(fn, "name");
+        json_t *args = json_object_get(fn, "arguments"), *parsed = NULL;
+        if (!json_is_object(c) || !json_is_object(fn) || !json_is_string(name))
+            return BAD("messages", "'messages[%zu].tool_calls[%zu]' must be {\"id\", \"type\": "
+                                   "\"function\", \"function\": {\"name\", \"arguments\"}}", i, k);
+        if (type && !(json_is_string(type) && !strcmp(json_string_value(type), "function")))
+            return BAD("messages", "'messages[%zu].tool_calls[%zu].type' must be \"function\"",
+                       i, k);
+        if (id && !json_is_string(id))
+            return BAD("messages", "'messages[%zu].tool_calls[%zu].id' must be a string", i, k);
+        if (json_is_string(args))
+            parsed = json_loads(json_string_value(args), JSON_DECODE_ANY, NULL);
+        else if (json_is_object(args))
+            parsed = json_incref(args);
+        if (!json_is_object(parsed)) {
+            json_decref(parsed);
+            return BAD("messages", "'messages[%zu].tool_calls[%zu].function.arguments' must be "
+                                   "a JSON object encoded as a string", i, k);
+        }
+        json_array_append_new(out, json_pack("{s:o,s:s,s:{s:O,s:o}}", "id",
+                                             id ? json_incref(id) : json_string(""), "type",
+                                             "function", "function", "name", name, "arguments",
+                                             parsed));
+    }
+    return 0;
+}
+
+/* One message, checked, into r->msgs[i] and (normalised) `m`. */
+static int parse_message(json_t *v, size_t i, struct ty_api_request *r, json_t *m,
+                         struct ty_api_error *err)
+{
+    json_t *role = json_object_get(v, "role");
+    if (!json_is_object(v) || !json_is_string(role))
+        return BAD("messages", "'messages[%zu]' must be an object with a string 'role'", i);
+    const char *rs = json_string_value(role);
+    if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") &&
+        strcmp(rs, "tool") && strcmp(rs, "developer"))
+        return BAD("messages", "'messages[%zu].role' must be system, user, assistant, "
+                               "tool or developer", i);
+    bool assistant = !strcmp(rs, "assistant");
+    json_t *c = json_object_get(v, "content"), *tc = json_object_get(v, "tool_calls");
+    if (tc && json_is_null(tc))
+        tc = NULL;
+    if (tc && !assistant)
+        return BAD("messages", "'messages[%zu].tool_calls' is only allowed in assistant "
+                               "messages", i);
+    if (!c && !tc)
+        return BAD("messages", "'messages[%zu].content' is required", i);
+    int rc = content_text(r, c ? c : json_null(), i, &r->msgs[i].content, err);
+    if (rc)
+        return rc;
+    r->msgs[i].role = ty_arena_strdup(r->arena, strcmp(rs, "developer") ? rs : "system");
+    json_object_set_new(m, "role", json_string(r->msgs[i].role));
+    json_object_set_new(m, "content", json_string(r->msgs[i].content));
+    if (tc && (rc = message_tool_calls(tc, i, m, err)))
+        return rc;
+    static const char *const strs[] = {"tool_call_id", "name", "reasoning_content"};
+    for (size_t k = 0; k < sizeof(strs) / sizeof(strs[0]); k++) {
+        json_t *s = json_object_get(v, strs[k]);
+        if (s && !json_is_null(s) && !json_is_string(s))
+            return BAD("messages", "'messages[%zu].%s' must be a string", i, strs[k]);
+        if (json_is_string(s))
+            json_object_set(m, strs[k], s);
+    }
+    if (!strcmp(rs, "tool") && !json_is_string(json_object_get(v, "tool_call_id")))
+        return BAD("messages", "'messages[%zu].tool_call_id' is required in tool messages", i);
+    return 0;
+}
+
+static int parse_messages(json_t *o, struct ty_api_request *r, json_t *tpl,
+                          struct ty_api_error *err)
 {
     json_t *v = json_object_get(o, "messages");
     if (!v)
@@ -208,27 +301,244 @@ static int parse_messages(json_t *o, struct ty_api_request *r, struct ty_api_err
     if (n == 0 || n > TY_API_MAX_MESSAGES)
         return BAD("messages", "'messages' must hold 1 to %d messages", TY_API_MAX_MESSAGES);
     r->msgs = ty_arena_calloc(r->arena, n, sizeof(*r->msgs));
+    json_t *arr = json_array();
+    json_object_set_new(tpl, "messages", arr);
     size_t i;
     json_t *m;
     json_array_foreach(v, i, m) {
-        json_t *role = json_object_get(m, "role");
-        if (!json_is_object(m) || !json_is_string(role))
-            return BAD("messages", "'messages[%zu]' must be an object with a string 'role'", i);
-        const char *rs = json_string_value(role);
-        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") &&
-            strcmp(rs, "tool") && strcmp(rs, "developer"))
-            return BAD("messages", "'messages[%zu].role' must be system, user, assistant, "
-                                   "tool or developer", i);
-        json_t *c = json_object_get(m, "content");
-        if (!c)
-            return BAD("messages", "'messages[%zu].content' is required", i);
-        int rc = content_text(r, c, i, &r->msgs[i].content, err);
+        json_t *nm = json_object();
+        json_array_append_new(arr, nm);
+        int rc = parse_message(m, i, r, nm, err);
         if (rc)
             return rc;
-        r->msgs[i].role = ty_arena_strdup(r->arena, strcmp(rs, "developer") ? rs : "system");
         r->n_msgs++;
     }
     return 0;
+}
+
+/* ---- tools, tool_choice, response_format ------------------------------------------------- */
+
+#if __has_include("tycho/grammar.h")
+#include "tycho/grammar.h"
+#define HAVE_GRAMMAR 1
+#else
+#define HAVE_GRAMMAR 0
+#endif
+
+static bool name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n < 1 || n > 64)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!(isalnum((unsigned char)s[i]) || s[i] == '_' || s[i] == '-' || s[i] == '.'))
+            return false;
+    return true;
+}
+
+/* tools: [{"type": "function", "function": {"name", "description"?, "parameters"?,
+ * "strict"?}}], names unique; kept as sent for the template. */
+static int parse_tools(json_t *o, struct ty_api_request *r, json_t *tpl,
+                       struct ty_api_error *err)
+{
+    json_t *v = json_object_get(o, "tools");
+    if (!v || json_is_null(v) || (json_is_array(v) && !json_array_size(v)))
+        return 0;
+    if (!json_is_array(v) || json_array_size(v) > TY_API_MAX_TOOLS)
+        return BAD("tools", "'tools' must be an array of at most %d tools", TY_API_MAX_TOOLS);
+    size_t i;
+    json_t *t;
+    json_array_foreach(v, i, t) {
+        json_t *fn = json_object_get(t, "function"), *type = json_object_get(t, "type");
+        json_t *name = json_object_get(fn, "name"), *x;
+        if (!json_is_object(t) || !json_is_string(type) ||
+            strcmp(json_string_value(type), "function"))
+            return BAD("tools", "'tools[%zu].type' must be \"function\"", i);
+        if (!json_is_object(fn) || !json_is_string(name) || !name_ok(json_string_value(name)))
+            return BAD("tools", "'tools[%zu].function.name' must be 1 to 64 letters, digits, "
+                                "'_', '-' or '.'", i);
+        if ((x = json_object_get(fn, "description")) && !json_is_string(x) && !json_is_null(x))
+            return BAD("tools", "'tools[%zu].function.description' must be a string", i);
+        if ((x = json_object_get(fn, "parameters")) && !json_is_object(x) && !json_is_null(x))
+            return BAD("tools", "'tools[%zu].function.parameters' must be a JSON schema object",
+                       i);
+        if ((x = json_object_get(fn, "strict")) && !json_is_boolean(x) && !json_is_null(x))
+            return BAD("tools", "'tools[%zu].function.strict' must be a boolean", i);
+        if (json_is_null(json_object_get(fn, "parameters")))
+            json_object_del(fn, "parameters");
+        for (size_t k = 0; k < i; k++)
+            if (json_equal(name, json_object_get(json_object_get(json_array_get(v, k),
+                                                                 "function"), "name")))
+                return BAD("tools", "'tools[%zu].function.name' '%s' is used twice", i,
+                           json_string_value(name));
+    }
+    char *s = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    r->tools_json = s ? ty_arena_strdup(r->arena, s) : NULL;
+    free(s);
+    if (!r->tools_json)
+        return TY_ENOMEM;
+    r->n_tools = json_array_size(v);
+    json_object_set(tpl, "tools", v);
+    r->tool_choice = TY_API_TOOL_CHOICE_AUTO;
+    return 0;
+}
+
+static int parse_tool_choice(json_t *o, struct ty_api_request *r, struct ty_api_error *err)
+{
+    json_t *v = json_object_get(o, "tool_choice"), *tools = json_object_get(o, "tools");
+    if (!v || json_is_null(v))
+        return 0;
+    const char *s = json_string_value(v);
+    if (s && !strcmp(s, "none"))
+        r->tool_choice = TY_API_TOOL_CHOICE_NONE;
+    else if (s && !strcmp(s, "auto"))
+        r->tool_choice = r->n_tools ? TY_API_TOOL_CHOICE_AUTO : TY_API_TOOL_CHOICE_NONE;
+    else if (s && !strcmp(s, "required"))
+        r->tool_choice = TY_API_TOOL_CHOICE_REQUIRED;
+    else if (json_is_object(v)) {
+        json_t *type = json_object_get(v, "type");
+        const char *name = json_string_value(json_object_get(json_object_get(v, "function"),
+                                                             "name"));
+        if (!json_is_string(type) || strcmp(json_string_value(type), "function") || !name)
+            return BAD("tool_choice", "'tool_choice' must be none, auto, required or "
+                                      "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        size_t i;
+        json_t *t;
+        json_array_foreach(tools, i, t) {
+            const char *tn = json_string_value(json_object_get(json_object_get(t, "function"),
+                                                               "name"));
+            if (tn && !strcmp(tn, name))
+                break;
+        }
+        if (!r->n_tools || i == json_array_size(tools))
+            return BAD("tool_choice", "'tool_choice' names the function '%.64s', which is not "
+                                      "among 'tools'", name);
+        r->tool_choice = TY_API_TOOL_CHOICE_NAMED;
+        if (!(r->tool_name = ty_arena_strdup(r->arena, name)))
+            return TY_ENOMEM;
+    } else {
+        return BAD("tool_choice", "'tool_choice' must be none, auto, required or "
+                                  "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    if (r->tool_choice == TY_API_TOOL_CHOICE_REQUIRED && !r->n_tools)
+        return BAD("tool_choice", "'tool_choice' \"required\" needs 'tools'");
+    return 0;
+}
+
+/* Compile a schema as the batcher will (tycho/grammar.h): a 400 naming `param` and the
+ * grammar's message (the keyword it does not support) when it fails. */
+static int check_grammar(struct ty_api_request *r, const char *param, struct ty_api_error *err)
+{
+#if HAVE_GRAMMAR
+    struct ty_gen_grammar spec = {.kind = (enum ty_grammar_kind)r->grammar,
+                                  .schema = r->grammar_schema,
+                                  .schema_len = r->grammar_schema ? strlen(r->grammar_schema) : 0};
+    ty_grammar_t *g = NULL;
+    char msg[200] = "";
+    int rc = ty_grammar_compile(&g, &spec, msg, sizeof(msg));
+    ty_grammar_free(g);
+    if (rc == TY_ENOMEM)
+        return rc;
+    if (rc)
+        return BAD(param, "'%s': %s", param, msg[0] ? msg : ty_strerror(rc));
+    return 0;
+#else
+    (void)r;
+    return BAD(param, "'%s' needs constrained output, which this build does not have", param);
+#endif
+}
+
+static int set_schema(struct ty_api_request *r, json_t *schema)
+{
+    char *s = json_dumps(schema, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    r->grammar_schema = s ? ty_arena_strdup(r->arena, s) : NULL;
+    free(s);
+    r->grammar = TY_API_GRAMMAR_JSON_SCHEMA;
+    return r->grammar_schema ? 0 : TY_ENOMEM;
+}
+
+/* response_format: {"type": "text" | "json_object" | "json_schema", "json_schema": {"name",
+ * "schema"?, "strict"?}}. */
+static int parse_response_format(json_t *o, struct ty_api_request *r, struct ty_api_error *err)
+{
+    json_t *v = json_object_get(o, "response_format");
+    if (!v || json_is_null(v) || r->grammar) /* a constrained tool choice wins */
+        return 0;
+    const char *t = json_string_value(json_object_get(v, "type"));
+    if (!json_is_object(v) || !t)
+        return BAD("response_format", "'response_format' must be an object with a 'type'");
+    if (!strcmp(t, "text"))
+        return 0;
+    if (!strcmp(t, "json_object")) {
+        r->grammar = TY_API_GRAMMAR_JSON_OBJECT;
+        return check_grammar(r, "response_format", err);
+    }
+    if (strcmp(t, "json_schema"))
+        return BAD("response_format", "'response_format.type' must be text, json_object or "
+                                      "json_schema, got '%.40s'", t);
+    json_t *js = json_object_get(v, "json_schema"), *x;
+    if (!json_is_object(js))
+        return BAD("response_format", "'response_format.json_schema' must be an object");
+    if (!json_is_string(x = json_object_get(js, "name")) || !name_ok(json_string_value(x)))
+        return BAD("response_format", "'response_format.json_schema.name' must be 1 to 64 "
+                                      "letters, digits, '_', '-' or '.'");
+    if ((x = json_object_get(js, "strict")) && !json_is_boolean(x) && !json_is_null(x))
+        return BAD("response_format", "'response_format.json_schema.strict' must be a boolean");
+    json_t *schema = json_object_get(js, "schema");
+    if (schema && !json_is_null(schema) && !json_is_object(schema))
+        return BAD("response_format", "'response_format.json_schema.schema' must be a JSON "
+                                      "schema object");
+    if (!json_is_object(schema)) { /* no schema: any JSON object */
+        r->grammar = TY_API_GRAMMAR_JSON_OBJECT;
+        return check_grammar(r, "response_format", err);
+    }
+    int rc = set_schema(r, schema);
+    return rc ? rc : check_grammar(r, "response_format", err);
+}
+
+/* tool_choice required / named: the output is constrained to the calls' JSON (it wins over
+ * response_format). */
+static int tool_grammar(struct ty_api_request *r, struct ty_api_error *err)
+{
+    if (r->tool_choice != TY_API_TOOL_CHOICE_REQUIRED && r->tool_choice != TY_API_TOOL_CHOICE_NAMED)
+        return 0;
+    json_t *tools = json_loads(r->tools_json, 0, NULL);
+    char *s = tools ? ty__api_tools_schema(tools, r->tool_name) : NULL;
+    json_t *schema = s ? json_loads(s, 0, NULL) : NULL;
+    free(s);
+    json_decref(tools);
+    if (!schema)
+        return TY_ENOMEM;
+    if (!r->parallel_tool_calls && r->tool_choice == TY_API_TOOL_CHOICE_REQUIRED)
+        json_object_set_new(schema, "maxItems", json_integer(1));
+    int rc = set_schema(r, schema);
+    json_decref(schema);
+    return rc ? rc : check_grammar(r, r->tool_name ? "tool_choice" : "tools", err);
+}
+
+/* The chat-only fields: tools, tool_choice, parallel_tool_calls, chat_template_kwargs,
+ * add_generation_prompt; then the template's request as JSON text. */
+static int parse_chat_extras(json_t *o, struct ty_api_request *r, json_t *tpl,
+                             struct ty_api_error *err)
+{
+    int rc;
+    if ((rc = parse_tools(o, r, tpl, err)) || (rc = parse_tool_choice(o, r, err)))
+        return rc;
+    if ((rc = get_bool(o, "parallel_tool_calls", &r->parallel_tool_calls, err)) < 0 ||
+        (rc = get_bool(o, "add_generation_prompt", &r->add_generation_prompt, err)) < 0)
+        return rc;
+    json_t *kw = json_object_get(o, "chat_template_kwargs");
+    if (kw && !json_is_null(kw) && !json_is_object(kw))
+        return BAD("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    if (json_is_object(kw))
+        json_object_set(tpl, "chat_template_kwargs", kw);
+    json_object_set_new(tpl, "add_generation_prompt", json_boolean(r->add_generation_prompt));
+    if ((rc = tool_grammar(r, err)))
+        return rc;
+    char *s = json_dumps(tpl, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    r->tpl_json = s ? ty_arena_strdup(r->arena, s) : NULL;
+    free(s);
+    return r->tpl_json ? 0 : TY_ENOMEM;
 }
 
 /* One prompt: a non-empty string or a non-empty array of token ids; `where` names it. */
@@ -363,26 +673,22 @@ static int parse_lengths(json_t *o, struct ty_api_request *r, struct ty_api_erro
  * free text as if it had been honoured). Unknown fields stay ignored. */
 static int refuse_unsupported(json_t *o, struct ty_api_request *r, struct ty_api_error *err)
 {
-    static const char *const absent[] = {"tools", "functions", "guided_json", "guided_regex",
-                                         "guided_choice", "guided_grammar", "prompt_logprobs"};
+    static const char *const absent[] = {"functions", "function_call", "guided_json",
+                                         "guided_regex", "guided_choice", "guided_grammar",
+                                         "prompt_logprobs"};
     for (size_t i = 0; i < sizeof(absent) / sizeof(absent[0]); i++) {
         json_t *v = json_object_get(o, absent[i]);
         if (v && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
             return BAD(absent[i], "'%s' is not supported by this server", absent[i]);
     }
-    json_t *tc = json_object_get(o, "tool_choice");
-    if (tc && !json_is_null(tc) &&
-        !(json_is_string(tc) && (!strcmp(json_string_value(tc), "none") ||
-                                 !strcmp(json_string_value(tc), "auto"))))
-        return BAD("tool_choice", "'tool_choice' other than none or auto needs tools, which "
-                                  "this server does not support");
-    json_t *rf = json_object_get(o, "response_format");
-    if (rf && !json_is_null(rf)) {
-        const char *t = json_string_value(json_object_get(rf, "type"));
-        if (!json_is_object(rf) || !t || strcmp(t, "text"))
-            return BAD("response_format", "'response_format' other than {\"type\": \"text\"} "
-                                          "(JSON or schema output) is not supported by this "
-                                          "server");
+    if (r->kind == TY_API_COMPLETION) {
+        static const char *const chat_only[] = {"tools", "tool_choice"};
+        for (size_t i = 0; i < 2; i++) {
+            json_t *v = json_object_get(o, chat_only[i]);
+            if (v && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
+                return BAD(chat_only[i], "'%s' is only supported for chat completions",
+                           chat_only[i]);
+        }
     }
     json_t *bo = json_object_get(o, "best_of");
     if (bo && !json_is_null(bo) &&
@@ -526,8 +832,16 @@ int ty_api_parse_request_in(ty_arena_t *arena, const char *body, size_t len,
     int rc = 0;
     if (!json_is_object(o))
         rc = BAD(NULL, "the request body must be a JSON object");
+    r->parallel_tool_calls = true;
+    r->add_generation_prompt = true;
+    json_t *tpl = json_object();
     if (!rc)
-        rc = kind == TY_API_CHAT ? parse_messages(o, r, err) : parse_prompt(o, r, err);
+        rc = kind == TY_API_CHAT ? parse_messages(o, r, tpl, err) : parse_prompt(o, r, err);
+    if (!rc && kind == TY_API_CHAT)
+        rc = parse_chat_extras(o, r, tpl, err);
+    if (!rc)
+        rc = parse_response_format(o, r, err);
+    json_decref(tpl);
     if (!rc)
         rc = parse_lengths(o, r, err);
     if (!rc)

@@ -188,7 +188,10 @@ int ty_api_new(ty_api_t **out, uv_loop_t *loop, const struct ty_api_opts *o)
     o->backend.iface->stats(o->backend.context, &st);
     a->max_ctx = st.max_ctx;
     ty_api_set_keys(a, o->api_keys, o->api_key_classes, o->n_api_keys);
-    int rc = ty__api_metrics_init(a);
+    a->o.chat_template = NULL;
+    int rc = ty__api_tpl_load(a, o->chat_template);
+    if (!rc)
+        rc = ty__api_metrics_init(a);
     struct ty_http_server_opts ho = {
         .host = o->host ? o->host : "127.0.0.1", .port = o->port,
         .max_body_bytes = o->max_body_bytes, .header_timeout_ms = o->header_timeout_ms,
@@ -199,6 +202,7 @@ int ty_api_new(ty_api_t **out, uv_loop_t *loop, const struct ty_api_opts *o)
         rc = ty_http_server_new(&a->http, loop, &ho);
     if (rc) {
         ty_api_set_keys(a, NULL, NULL, 0);
+        ty_chat_tpl_free(a->tpl);
         free(a->model_name);
         free(a->model_path);
         free(a);
@@ -261,6 +265,7 @@ static void on_http_closed(void *arg)
     void (*cb)(void *) = a->close_cb;
     void *cb_arg = a->close_arg;
     ty_api_set_keys(a, NULL, NULL, 0);
+    ty_chat_tpl_free(a->tpl);
     free(a->model_name);
     free(a->model_path);
     free(a);

@@ -325,6 +325,79 @@ void ty__api_sse_chunk(struct ty__api_gen *g, uint32_t i, const char *text, size
     ty_http_frame_end(&f);
 }
 
+/* data: {head, "choices":[{"index":i,"delta":  -- the caller writes the delta object, then
+ * chunk_end closes it with logprobs null and `reason` (NULL: null). */
+static bool chunk_begin(struct ty__api_gen *g, uint32_t i, struct ty_http_frame *f)
+{
+    g->ch[i].started = true;
+    if (!g->http || ty_http_frame_begin(g->http, f))
+        return false;
+    PUT_LIT(f, "data: ");
+    ty_http_frame_put(f, g->sse_head, g->n_sse_head);
+    PUT_LIT(f, "\"choices\":[{\"index\":");
+    put_u64(f, i);
+    PUT_LIT(f, ",\"delta\":");
+    return true;
+}
+
+static void chunk_end(struct ty_http_frame *f, const char *reason)
+{
+    PUT_LIT(f, ",\"logprobs\":null,\"finish_reason\":");
+    if (reason)
+        put_text(f, reason, strlen(reason));
+    else
+        PUT_LIT(f, "null");
+    PUT_LIT(f, "}]}\n\n");
+    ty_http_frame_end(f);
+}
+
+void ty__api_sse_text(struct ty__api_gen *g, uint32_t i, const char *key, const char *text,
+                      size_t len)
+{
+    struct ty_http_frame f;
+    if (!chunk_begin(g, i, &f))
+        return;
+    PUT_LIT(&f, "{");
+    put_text(&f, key, strlen(key));
+    PUT_LIT(&f, ":");
+    put_text(&f, text, len);
+    PUT_LIT(&f, "}");
+    chunk_end(&f, NULL);
+}
+
+void ty__api_sse_call(struct ty__api_gen *g, uint32_t i, size_t index, const char *id,
+                      const struct ty__api_call *call)
+{
+    struct ty_http_frame f;
+    if (!chunk_begin(g, i, &f))
+        return;
+    PUT_LIT(&f, "{\"tool_calls\":[{\"index\":");
+    put_u64(&f, index);
+    PUT_LIT(&f, ",\"id\":");
+    put_text(&f, id, strlen(id));
+    PUT_LIT(&f, ",\"type\":\"function\",\"function\":{\"name\":");
+    put_text(&f, call->name, strlen(call->name));
+    PUT_LIT(&f, ",\"arguments\":\"\"}}]}");
+    chunk_end(&f, NULL);
+    if (!chunk_begin(g, i, &f))
+        return;
+    PUT_LIT(&f, "{\"tool_calls\":[{\"index\":");
+    put_u64(&f, index);
+    PUT_LIT(&f, ",\"function\":{\"arguments\":");
+    put_text(&f, call->args, strlen(call->args));
+    PUT_LIT(&f, "}}]}");
+    chunk_end(&f, NULL);
+}
+
+void ty__api_sse_finish(struct ty__api_gen *g, uint32_t i, const char *reason)
+{
+    struct ty_http_frame f;
+    if (!chunk_begin(g, i, &f))
+        return;
+    PUT_LIT(&f, "{}");
+    chunk_end(&f, reason);
+}
+
 void ty__api_sse_usage(struct ty__api_gen *g, uint64_t in, uint64_t cached, uint64_t out)
 {
     struct ty_http_frame f;

@@ -284,6 +284,7 @@ static int translate_args(struct serve *s, int argc, char **argv, char **out, in
         else if (!strcmp(a, "--api-key")) map = "api_keys";
         else if (!strcmp(a, "--tls-cert")) map = "tls_cert";
         else if (!strcmp(a, "--tls-key")) map = "tls_key";
+        else if (!strcmp(a, "--chat-template")) map = "chat_template";
         else if (!strcmp(a, "--threads")) map = "engine.threads";
         else if (!strcmp(a, "--max-running")) map = "engine.max_batch_size";
         else if (!strcmp(a, "--step-tokens")) map = "engine.step_tokens";
@@ -386,7 +387,7 @@ static int start_api(struct serve *s, uv_loop_t *loop)
         rc = ty_conductor_api_keys(c, &keys, &classes, &n_keys);
     struct ty_api_opts ao = {
         .host = c->listen_host, .port = c->listen_port, .model = s->model,
-        .model_name = name, .model_path = c->model_path,
+        .model_name = name, .model_path = c->model_path, .chat_template = c->chat_template,
         .backend = {&mailbox_iface, &s->mb}, .metrics = s->reg,
         .api_keys = keys, .api_key_classes = classes, .n_api_keys = n_keys,
         .max_body_bytes = c->limits.max_body_bytes,
@@ -399,8 +400,9 @@ static int start_api(struct serve *s, uv_loop_t *loop)
     free(keys);
     free(classes);
     if (rc) {
-        fprintf(stderr, "tycho serve: cannot listen on %s:%u: %s\n", c->listen_host,
-                c->listen_port, ty_strerror(rc));
+        fprintf(stderr, "tycho serve: cannot start the API on %s:%u: %s%s\n",
+                c->listen_host, c->listen_port, ty_strerror(rc),
+                c->chat_template ? " (or its chat template: see the log)" : "");
         return rc;
     }
     fprintf(stderr, "tycho serve: serving %s (%s) on %s://%s:%u/v1%s%s\n", name,
@@ -424,7 +426,8 @@ static int run_serve(int argc, char **argv)
                                           "local engine (also --model PATH, --port N, "
                                           "--host H, --threads N, --max-running N, "
                                           "--backend cpu|cuda, --device N, --tls-cert PEM, "
-                                          "--tls-key PEM, --api-key KEY)",
+                                          "--tls-key PEM, --api-key KEY, --chat-template "
+                                          "FILE)",
                                .table = &ty_serve_config_table, .config = &s.cfg,
                                .drain = on_drain, .reload = on_reload, .alive = serve_alive,
                                .arg = &s};

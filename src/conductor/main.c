@@ -111,6 +111,7 @@ static int start(struct conductor *s, uv_loop_t *loop)
     struct ty_api_opts ao = {
         .host = s->cfg.listen_host, .port = s->cfg.listen_port, .model = s->model,
         .model_name = name, .model_path = s->cfg.model_path,
+        .chat_template = s->cfg.chat_template,
         .backend = ty_conductor_backend(s->cluster), .metrics = s->reg,
         .api_keys = keys, .api_key_classes = classes, .n_api_keys = n_keys,
         .max_body_bytes = s->cfg.limits.max_body_bytes,
@@ -122,8 +123,9 @@ static int start(struct conductor *s, uv_loop_t *loop)
     free(keys);
     free(classes);
     if (rc) {
-        fprintf(stderr, "tycho-conductor: cannot listen on %s:%u: %s\n", s->cfg.listen_host,
-                s->cfg.listen_port, ty_strerror(rc));
+        fprintf(stderr, "tycho-conductor: cannot start the API on %s:%u: %s%s\n",
+                s->cfg.listen_host, s->cfg.listen_port, ty_strerror(rc),
+                s->cfg.chat_template ? " (or its chat template: see the log)" : "");
         return rc;
     }
     TY_LOG_INFO("conductor", "serving %s on %s://%s:%u/v1%s, nodes register at %s:%u", name,

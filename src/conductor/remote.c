@@ -186,6 +186,8 @@ static void on_assigned(ty_conductor_t *c, struct ty__creq *r, const struct ty_r
         err = TY_EBADMSG;
     else if (!r->dreply->accepted)
         err = TY_ENOCAPACITY;
+    else if (r->gen.grammar && !r->dreply->grammar)
+        err = TY_ENOTSUP; /* a node that predates structured output would ignore it */
     if (!err)
         err = start_prefill(c, r);
     r->relay_us = (uint32_t)((ty_clock_ns() - t0) / 1000);

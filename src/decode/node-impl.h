@@ -29,6 +29,8 @@ struct dcmd {
     bool ignore_eos;
     struct ty_sampling_params sp;
     uint32_t min_tokens, stop_ids[TY_GEN_MAX_STOP_IDS], n_stop_ids;
+    struct ty_gen_grammar grammar; /* kind 0: none; schema points into grammar_schema */
+    char *grammar_schema;
     uint32_t attempt; /* REARM: the new prefill attempt (DecodeAssign.attempt) */
 };
 

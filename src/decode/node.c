@@ -20,6 +20,7 @@ void ty__dcmd_free(struct dcmd *c)
 {
     if (c) {
         free(c->prompt);
+        free(c->grammar_schema);
         free(c);
     }
 }
@@ -191,6 +192,8 @@ static int assign_build(ty_decode_node_t *n, const Tycho__V1__DecodeAssign *m,
     int rc = ty_pb_sampling_unpack(m->sampling, V, &c->sp, why, cap);
     if (!rc)
         rc = ty_pb_ends_unpack(m->sampling, V, &ends, why, cap);
+    if (!rc)
+        rc = ty_pb_grammar_unpack(m->sampling, &c->grammar, &c->grammar_schema, why, cap);
     if (rc) {
         ty__dcmd_free(c);
         return rc;

@@ -194,6 +194,7 @@ static int pack_destination(struct wstate *w, const struct dreq *q, uint8_t **ou
     Tycho__V1__DecodeAssignReply r = TYCHO__V1__DECODE_ASSIGN_REPLY__INIT;
     r.request_id = q->rid;
     r.accepted = true;
+    r.grammar = true; /* gen.grammar is honoured (ty_batcher_add_reserved) */
     r.kv_destination = &d;
     if (!rc)
         rc = ty_rpc_pack(&r.base, out, len);
@@ -208,6 +209,7 @@ static int pack_rearmed(uint64_t rid, uint8_t **out, size_t *len)
     Tycho__V1__DecodeAssignReply r = TYCHO__V1__DECODE_ASSIGN_REPLY__INIT;
     r.request_id = rid;
     r.accepted = true;
+    r.grammar = true;
     return ty_rpc_pack(&r.base, out, len);
 }
 
@@ -233,6 +235,7 @@ static void do_assign(struct wstate *w, struct dcmd *c)
     gen.max_tokens = c->max_tokens ? c->max_tokens : w->max_ctx;
     gen.n_stop_ids = c->n_stop_ids < TY_GEN_MAX_STOP_IDS ? c->n_stop_ids : TY_GEN_MAX_STOP_IDS;
     memcpy(gen.stop_ids, c->stop_ids, gen.n_stop_ids * sizeof(uint32_t));
+    gen.grammar = c->grammar.kind ? &c->grammar : NULL;
     struct ty_breq_opts o = {.id = c->rid, .prompt = c->prompt, .n_prompt = c->n_prompt,
                              .gen = &gen, .user = d};
     if (!rc)

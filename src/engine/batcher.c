@@ -8,6 +8,7 @@
 
 #include "tycho/clock.h"
 #include "tycho/errors.h"
+#include "tycho/grammar.h"
 #include "tycho/hash.h"
 #include "tycho/log.h"
 
@@ -29,6 +30,8 @@ struct ty_breq {
     struct ty_gen_params gen;
     ty_kvseq_t *seq;
     ty_sampler_t *sampler;
+    ty_grammar_t *grammar;      /* structured output (NULL: none) */
+    ty_grammar_matcher_t *gm;
     bool admitted_once, stalled;
 };
 
@@ -46,6 +49,8 @@ struct ty_batcher {
     uint32_t n_run, cap_run, n_waiting, n_requeued, n_reserved;
     uint64_t n_added, preemptions, steps;
     float *logits; /* (max_running, V) */
+    ty_grammar_vocab_t *gvocab; /* the tokenizer's index, made for the first grammar */
+    uint32_t *gmask;            /* (mask words) */
     /* the step in progress, for the layer hook */
     struct ty_breq **call_reqs;
     struct ty_batch_seq *call_pieces;
@@ -57,6 +62,8 @@ static void breq_free(ty_batcher_t *b, struct ty_breq *r)
 {
     ty_kvpool_seq_free(b->pool, r->seq);
     ty_sampler_free(r->sampler);
+    ty_grammar_matcher_free(r->gm);
+    ty_grammar_free(r->grammar);
     free(r->hist);
     free(r);
 }
@@ -139,6 +146,32 @@ void ty_batcher_end(ty_batcher_t *b, ty_breq_t *r, int rc)
 
 /* ---- adding ----------------------------------------------------------------------------- */
 
+/* Compile r's grammar and start its matcher (the vocabulary index is made once, for the
+ * first request with a grammar). TY_EINVAL for a schema the grammar refuses. */
+static int grammar_attach(ty_batcher_t *b, struct ty_breq *r, const struct ty_gen_grammar *spec)
+{
+    char err[256];
+    int rc = ty_grammar_compile(&r->grammar, spec, err, sizeof(err));
+    if (rc) {
+        TY_LOG_WARN("batcher", "request %llu: %s", (unsigned long long)r->id, err);
+        return rc == TY_ENOMEM ? rc : TY_EINVAL;
+    }
+    if (!b->gvocab) {
+        const struct ty_tokenizer *tok = ty_model_tokenizer(b->m);
+        if (!tok)
+            return TY_ENOTSUP;
+        if ((rc = ty_grammar_vocab_new(&b->gvocab, tok)))
+            return rc;
+        b->gmask = malloc((ty_grammar_mask_words(b->gvocab) + 1) * sizeof(uint32_t));
+        if (!b->gmask) {
+            ty_grammar_vocab_free(b->gvocab);
+            b->gvocab = NULL;
+            return TY_ENOMEM;
+        }
+    }
+    return ty_grammar_matcher_new(&r->gm, r->grammar, b->gvocab);
+}
+
 static int breq_new(ty_batcher_t *b, const struct ty_breq_opts *o, struct ty_breq **out)
 {
     if (!o->prompt || !o->n_prompt || !o->gen || !o->gen->max_tokens)
@@ -163,6 +196,11 @@ static int breq_new(ty_batcher_t *b, const struct ty_breq_opts *o, struct ty_bre
     if (rc) {
         free(r->hist);
         free(r);
+        return rc;
+    }
+    r->gen.grammar = NULL; /* compiled here; the spec is the caller's */
+    if (o->gen->grammar && (rc = grammar_attach(b, r, o->gen->grammar))) {
+        breq_free(b, r);
         return rc;
     }
     memcpy(r->hist, o->prompt, o->n_prompt * sizeof(uint32_t));
@@ -239,6 +277,10 @@ static bool accept(ty_batcher_t *b, struct ty_breq *r, const struct ty_sample *s
     if (ty_gen_is_end(&r->gen, b->m, s->id)) {
         fin = TY_FINISH_EOS; /* an end or stop token: not in the output */
     } else {
+        if (r->gm && ty_grammar_matcher_accept(r->gm, s->id)) {
+            finish(b, r, TY_FINISH_NONE, TY_EPROTO); /* e.g. a first token from elsewhere */
+            return true;
+        }
         if (r->n_hist == r->cap_hist) {
             uint32_t *nh = realloc(r->hist, (size_t)r->cap_hist * 2 * sizeof(uint32_t));
             if (!nh) {
@@ -455,10 +497,36 @@ static uint32_t compose(ty_batcher_t *b, struct ty_breq **who, struct ty_batch_s
     return n;
 }
 
+/* A complete document may end with any token that ends r (the tokenizer's end tokens are in
+ * the mask already; the model's list and r's stop tokens may hold more). */
+static void grammar_allow_ends(ty_batcher_t *b, const struct ty_breq *r)
+{
+    uint32_t nv = ty_grammar_vocab_size(b->gvocab);
+    for (size_t k = 0; k < b->n_eog + r->gen.n_stop_ids; k++) {
+        uint32_t id = k < b->n_eog ? b->eog[k] : r->gen.stop_ids[k - b->n_eog];
+        if (id < nv && (k >= b->n_eog || !r->gen.ignore_eos))
+            b->gmask[id / 32] |= 1u << (id % 32);
+    }
+}
+
 /* Sample r's next token from its logits row; true when r ended. */
 static bool sample(ty_batcher_t *b, struct ty_breq *r, float *row)
 {
     struct ty_sample s;
+    if (r->gm) {
+        /* tokens it may still make: max_tokens, then the context (see accept()); a prefill
+         * batcher's max_tokens 1 is not the request's (the decode node's is) */
+        uint32_t left = b->o.no_grow ? UINT32_MAX : r->gen.max_tokens - r->n_out;
+        uint32_t ctx = b->max_ctx - r->n_hist;
+        int n = ty_grammar_matcher_fill_mask(r->gm, left < ctx ? left : ctx, b->gmask);
+        if (n < 0) {
+            finish(b, r, TY_FINISH_NONE, n);
+            return true;
+        }
+        if (ty_grammar_matcher_is_complete(r->gm)) /* the model's ends and the stop tokens */
+            grammar_allow_ends(b, r);
+        ty_grammar_mask_apply(b->gmask, ty_grammar_vocab_size(b->gvocab), row, b->V);
+    }
     ty_gen_ban_ends(&r->gen, r->n_out, b->eog, b->n_eog, r->sampler);
     int rc = ty_sampler_sample(r->sampler, row, r->hist, r->n_hist, &s);
     if (rc) {
@@ -586,6 +654,8 @@ void ty_batcher_free(ty_batcher_t *b)
         }
     free(b->run);
     free(b->logits);
+    ty_grammar_vocab_free(b->gvocab);
+    free(b->gmask);
     free(b);
 }
 

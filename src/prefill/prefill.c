@@ -57,6 +57,8 @@ struct pjob {
     char why[TY_XFER_NAME_MAX + 160]; /* what failed, for its error ("": rc says) */
     struct ty_sampling_params sp;
     struct ty_gen_params ends; /* stop tokens, min_tokens: no EOS / stop as the first token */
+    struct ty_gen_grammar grammar; /* structured output (kind 0: none), in grammar_schema */
+    char *grammar_schema;
     atomic_bool cancelled;
     struct pjob *jnext; /* ty_prefill.jobs, under mu */
     /* worker only */
@@ -118,6 +120,7 @@ static void job_free(struct pjob *j)
     if (!j)
         return;
     free(j->tokens);
+    free(j->grammar_schema);
     free(j->dest_pages);
     free(j->k_base);
     free(j);
@@ -439,10 +442,12 @@ static int work(ty_prefill_t *p, struct pjob *in)
         struct ty_gen_params gen = j->ends;
         gen.sampling = j->sp;
         gen.max_tokens = 1;
+        gen.grammar = j->grammar.kind ? &j->grammar : NULL; /* token 1 obeys it too */
         struct ty_breq_opts o = {.id = j->rid, .prompt = j->tokens, .n_prompt = j->n,
                                  .gen = &gen, .user = j};
         int rc = ty_batcher_add(p->b, &o, &j->r);
-        if (rc) { /* job_build checked what the batcher checks: only TY_ENOMEM */
+        if (rc) { /* job_build checked what the batcher checks but the grammar: TY_ENOMEM,
+                   * TY_EINVAL (a schema the grammar refuses) */
             pthread_mutex_lock(&p->mu);
             p->n_queued--;
             p->queued_tokens -= j->n;
@@ -630,7 +635,8 @@ static int job_build(ty_prefill_t *p, const Tycho__V1__PrefillAssign *m, struct 
     }
     memcpy(j->tokens, m->prompt_tokens, j->n * sizeof(uint32_t));
     if ((rc = ty_pb_sampling_unpack(m->sampling, p->V, &j->sp, why, cap)) ||
-        (rc = ty_pb_ends_unpack(m->sampling, p->V, &j->ends, why, cap))) {
+        (rc = ty_pb_ends_unpack(m->sampling, p->V, &j->ends, why, cap)) ||
+        (rc = ty_pb_grammar_unpack(m->sampling, &j->grammar, &j->grammar_schema, why, cap))) {
         job_free(j);
         return rc;
     }

@@ -24,6 +24,7 @@ struct hf {
     bool bytelevel, spm_like, have_post_bos;
     int32_t post_bos, post_eos;
     char *template_text;
+    char *chat_config; /* JSON text kept by the tokenizer (see ty_tokenizer_chat_config) */
     char *eb;
     size_t el;
 };
@@ -330,6 +331,17 @@ static int load_post(struct hf *h, json_t *p)
     const char *type = jstr(p, "type");
     if (!p || json_is_null(p) || (type && !strcmp(type, "ByteLevel")))
         return 0;
+    if (type && !strcmp(type, "Sequence")) { /* Llama-3: ByteLevel (offsets only), Template */
+        json_t *sub;
+        size_t k;
+        int rc;
+        json_array_foreach(json_object_get(p, "processors"), k, sub)
+        {
+            if ((rc = load_post(h, sub)))
+                return rc;
+        }
+        return 0;
+    }
     if (!type || strcmp(type, "TemplateProcessing") != 0)
         FAIL(h, TY_ENOTSUP, "tokenizer.json: post_processor \"%s\" is not supported",
              type ? type : "?");
@@ -430,6 +442,69 @@ static void join_path(char *out, size_t cap, const char *dir, const char *name)
     memcpy(out + dl + 1, name, nl + 1);
 }
 
+/* The special_tokens_map transformers passes to a chat template: the SPECIAL_TOKENS_ATTRIBUTES
+ * set in the config (AddedToken objects become their content), empty ones left out, plus the
+ * extra_special_tokens names. */
+static json_t *special_tokens_map(json_t *cfg)
+{
+    static const char *attrs[] = {"bos_token", "eos_token", "unk_token", "sep_token",
+                                  "pad_token", "cls_token", "mask_token"};
+    json_t *m = json_object();
+    for (size_t i = 0; i < sizeof(attrs) / sizeof(attrs[0]); i++) {
+        const char *v = tok_name(cfg, attrs[i]);
+        if (v && v[0])
+            json_object_set_new(m, attrs[i], json_string(v));
+    }
+    json_t *extra = json_object_get(cfg, "extra_special_tokens"), *v, *list = json_array();
+    const char *k;
+    json_object_foreach(extra, k, v)
+    {
+        const char *t = tok_name(extra, k);
+        if (t && t[0])
+            json_object_set_new(m, k, json_string(t));
+    }
+    size_t i;
+    json_array_foreach(json_object_get(cfg, "additional_special_tokens"), i, v)
+    {
+        const char *t = json_is_object(v) ? jstr(v, "content") : json_string_value(v);
+        if (t)
+            json_array_append_new(list, json_string(t));
+    }
+    if (json_array_size(list))
+        json_object_set_new(m, "additional_special_tokens", list);
+    else
+        json_decref(list);
+    return m;
+}
+
+/* tokenizer_config.json "chat_template": a string, or a list of {name, template}. A
+ * chat_template.jinja file beside it wins over both, as in transformers. */
+static void load_templates(struct hf *h, json_t *cfg, json_t *chat)
+{
+    json_t *ct = json_object_get(cfg, "chat_template");
+    if (h->template_text || !ct)
+        return;
+    if (json_is_string(ct)) {
+        h->template_text = strdup(json_string_value(ct));
+        return;
+    }
+    json_t *named = json_object(), *v;
+    const char *tmpl = NULL;
+    size_t i;
+    json_array_foreach(ct, i, v)
+    {
+        const char *name = jstr(v, "name"), *text = jstr(v, "template");
+        if (!name || !text)
+            continue;
+        json_object_set_new(named, name, json_string(text));
+        if (!tmpl || !strcmp(name, "default"))
+            tmpl = text;
+    }
+    if (tmpl)
+        h->template_text = strdup(tmpl);
+    json_object_set_new(chat, "templates", named);
+}
+
 static int load_config(struct hf *h, const char *dir)
 {
     char path[4200];
@@ -455,19 +530,11 @@ static int load_config(struct hf *h, const char *dir)
         h->sp.add_bos = jbool(cfg, "add_bos_token", false);
     if (json_is_boolean(json_object_get(cfg, "add_eos_token")))
         h->sp.add_eos = jbool(cfg, "add_eos_token", false);
-    json_t *ct = json_object_get(cfg, "chat_template");
-    const char *tmpl = json_is_string(ct) ? json_string_value(ct) : NULL;
-    size_t i;
-    json_t *v;
-    json_array_foreach(ct, i, v)
-    {
-        if (!tmpl || (jstr(v, "name") && !strcmp(jstr(v, "name"), "default")))
-            tmpl = jstr(v, "template");
-    }
-    if (tmpl) {
-        free(h->template_text);
-        h->template_text = strdup(tmpl);
-    }
+    json_t *chat = json_object();
+    json_object_set_new(chat, "special_tokens", special_tokens_map(cfg));
+    load_templates(h, cfg, chat);
+    h->chat_config = json_dumps(chat, JSON_COMPACT);
+    json_decref(chat);
     json_decref(cfg);
     return 0;
 }
@@ -480,6 +547,7 @@ static void hf_free(struct hf *h)
     free(h->merges);
     free(h->merge_buf);
     free(h->template_text);
+    free(h->chat_config);
 }
 
 static int resolve(const char *path, char *file, size_t fl, char *dir, size_t dl)
@@ -516,6 +584,10 @@ static int build_from_root(struct hf *h, json_t *root, const char *file, const c
     if (!rc) {
         h->sp.chat_template = h->template_text;
         rc = ty_tokenizer_new(out, &h->sp, h->eb, h->el);
+    }
+    if (!rc && h->chat_config) { /* the tokenizer frees it */
+        (*out)->chat_config = h->chat_config;
+        h->chat_config = NULL;
     }
     return rc;
 }
@@ -557,3 +629,5 @@ int ty_tokenizer_load_json_buf(ty_tokenizer_t **out, const char *json, size_t le
     return rc;
 }
 
+
+const char *ty_tokenizer_chat_config(const ty_tokenizer_t *tok) { return tok->chat_config; }

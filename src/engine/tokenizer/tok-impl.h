@@ -59,6 +59,7 @@ struct ty_tokenizer {
     bool byte_fallback, ignore_merges, bytelevel_prefix_space, metaspace_split;
     bool prefix_first_only; /* Metaspace prepend_scheme "first" */
     char *chat_template; /* or NULL */
+    char *chat_config;   /* JSON text from tokenizer_config.json (hf_json.c), or NULL */
 };
 
 /* ---- internal, shared between the tokenizer's files ---- */

@@ -552,6 +552,7 @@ void ty_tokenizer_free(ty_tokenizer_t *t)
     free(t->merges);
     free(t->specials);
     free(t->chat_template);
+    free(t->chat_config);
     free(t);
 }
 

@@ -2,7 +2,7 @@
 """Integration tests of `tycho serve` on stories260K: real processes on loopback ports.
 
 Usage: test_serve.py TYCHO_BINARY CASE   (CASE: malformed, greedy, prompt_list, concurrent,
-disconnect, auth_drain, preempt). Exits 77 when the shared test data is missing. Expected token ids come from
+disconnect, auth_drain, preempt, tools). Exits 77 when the shared test data is missing. Expected token ids come from
 running `tycho generate` (a separate code path: ty_engine_generate), not from the server.
 """
 import http.client
@@ -543,6 +543,142 @@ def case_auth_drain(srv):
     rest = first + r.read()
     check(rest.rstrip().endswith(b"data: [DONE]"), "in-flight stream finished during drain")
     check(srv.proc.wait(15) == 0, "exit 0 after drain")
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
+
+
+def case_tools(srv):
+    """Chat fields of the tool-call feature on a model without a chat template, /tokenize with
+    messages, and a body over the limit refused from its headers alone."""
+    # 413 from the headers: the client has sent no byte of the body yet
+    t0 = time.time()
+    head = srv.raw(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                   b"application/json\r\nContent-Length: 10000000\r\n\r\n")
+    check(head.startswith(b"HTTP/1.1 413") and time.time() - t0 < 1.5,
+          "Content-Length over the limit: 413 before the body (%.2f s)" % (time.time() - t0))
+    head = srv.raw(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                   b"Content-Length: 10000000\r\n\r\n")
+    check(head.startswith(b"HTTP/1.1 413") and b"100 Continue" not in head,
+          "Expect: 100-continue over the limit: 413, no 100 Continue")
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 2}).encode()
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+              b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+    first = s.recv(65536)
+    check(first.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), "Expect: 100-continue: 100 first")
+    s.sendall(body)
+    rest = first[25:]
+    while b"\r\n\r\n" not in rest or len(rest) < rest.find(b"\r\n\r\n") + 4 + content_len(rest):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        rest += chunk
+    s.close()
+    check(rest.startswith(b"HTTP/1.1 200"), "then the body is read and answered")
+
+    # /tokenize with messages: no template, so the contents joined by newlines
+    st, a, _ = srv.post("/tokenize", {"messages": [
+        {"role": "system", "content": "Once upon a time"},
+        {"role": "user", "content": [{"type": "text", "text": "The little"},
+                                     {"type": "text", "text": "dog"}]}],
+        "tools": TOOLS, "add_generation_prompt": True,
+        "chat_template_kwargs": {"enable_thinking": False}})
+    st2, b, _ = srv.post("/tokenize", {"prompt": "Once upon a time\nThe little\ndog"})
+    a, b = json.loads(a), json.loads(b)
+    check(st == 200 and st2 == 200 and a["tokens"] == b["tokens"] and
+          a["count"] == len(a["tokens"]) > 3 and a["max_model_len"] == b["max_model_len"] > 0,
+          "/tokenize with messages (+tools, kwargs): the joined conversation's tokens")
+    st, data, _ = srv.post("/tokenize", {"messages": [{"role": "user", "content": "x"}],
+                                         "tools": [{"type": "function"}]})
+    check(st == 400 and err_of(data)["param"] == "tools", "/tokenize with a bad tool: 400 tools")
+
+    msgs = [{"role": "user", "content": "What is the weather in Paris?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "20C"}]
+    for choice in ["auto", "none", "required",
+                   {"type": "function", "function": {"name": "get_weather"}}]:
+        req = {"messages": msgs, "tools": TOOLS, "tool_choice": choice, "max_tokens": 8,
+               "temperature": 0}
+        st, data, _ = srv.post("/v1/chat/completions", req)
+        m = json.loads(data)["choices"][0] if st == 200 else None
+        check(st == 200 and m["message"]["role"] == "assistant" and
+              m["finish_reason"] in ("stop", "length", "tool_calls") and
+              (m["message"]["content"] is not None or m["message"].get("tool_calls")),
+              "chat with tools, tool_choice %s: 200 and a message" % json.dumps(choice))
+        c = srv.conn()
+        c.request("POST", "/v1/chat/completions", body=json.dumps({**req, "stream": True}),
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        ev = sse_events(r)
+        c.close()
+        text = "".join(e["choices"][0]["delta"].get("content") or "" for e in ev[:-1]
+                       if e["choices"])
+        calls = [tc for e in ev[:-1] if e["choices"]
+                 for tc in e["choices"][0]["delta"].get("tool_calls") or []]
+        whole = m["message"]["content"] or ""
+        check(r.status == 200 and ev[-1] == "DONE" and
+              ev[-2]["choices"][0]["finish_reason"] == m["finish_reason"] and
+              text == whole and bool(calls) == bool(m["message"].get("tool_calls")),
+              "streamed, tool_choice %s: same content and finish as whole" % json.dumps(choice))
+    for bad, param in [({"tool_choice": "required"}, "tool_choice"),
+                       ({"tools": TOOLS, "tool_choice": {"type": "function", "function":
+                                                         {"name": "nope"}}}, "tool_choice"),
+                       ({"response_format": {"type": "json_schema", "json_schema": {
+                           "name": "x", "schema": {"type": "string", "pattern": "a+"}}}},
+                        "response_format"),
+                       ({"messages": [{"role": "user", "content": [
+                           {"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages")]:
+        st, data, _ = srv.post("/v1/chat/completions",
+                               {"messages": [{"role": "user", "content": "hi"}], **bad})
+        check(st == 400 and err_of(data)["param"] == param, "400 naming %s" % param)
+    st, data, _ = srv.post("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+        "response_format": {"type": "json_object"}})
+    check(st == 200, "response_format json_object: 200")
+    srv.stop()
+    log = srv.proc.stderr.read()
+    check("model has no chat template" in log and "--chat-template" in log,
+          "the log says once that messages are joined as plain text")
+    chat_template_flag()
+
+
+def chat_template_flag():
+    """--chat-template: a template file used instead (rendered, its text tokenized without BOS);
+    one that does not parse stops the daemon with its message."""
+    import tempfile
+    d = tempfile.mkdtemp()
+    good, bad = os.path.join(d, "good.jinja"), os.path.join(d, "bad.jinja")
+    with open(good, "w") as f:
+        f.write("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+                "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    with open(bad, "w") as f:
+        f.write("{% for m in messages %}{{ m.content }}")
+    srv = Server("--chat-template", good)
+    try:
+        st, a, _ = srv.post("/tokenize", {"messages": [{"role": "system", "content": "Lily"},
+                                                       {"role": "user", "content": "hi"}]})
+        st2, b, _ = srv.post("/tokenize", {"prompt": "<|system|>Lily\n<|user|>hi\n<|assistant|>",
+                                           "add_special_tokens": False})
+        check(st == 200 and st2 == 200 and json.loads(a)["tokens"] == json.loads(b)["tokens"],
+              "--chat-template: messages rendered by the given template")
+        st, a, _ = srv.post("/tokenize", {"messages": [{"role": "user", "content": "hi"}],
+                                          "add_generation_prompt": False})
+        st2, b, _ = srv.post("/tokenize", {"prompt": "<|user|>hi\n", "add_special_tokens": False})
+        check(st == 200 and json.loads(a)["tokens"] == json.loads(b)["tokens"],
+              "add_generation_prompt: false reaches the template")
+    finally:
+        srv.stop()
+    p = subprocess.run([TYCHO, "serve", "--model", MODEL, "--port", str(free_port()),
+                        "--chat-template", bad], capture_output=True, text=True, timeout=30)
+    check(p.returncode != 0 and "bad.jinja" in p.stderr and "line 1" in p.stderr,
+          "a template that does not parse stops the daemon, naming it: " +
+          p.stderr.strip().splitlines()[-2 if len(p.stderr.strip().splitlines()) > 1 else -1])
 
 
 def main():

@@ -3,6 +3,8 @@
 #include "tycho/api.h"
 #include "tycho/errors.h"
 
+#include <jansson.h>
+
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,7 +34,7 @@ static void test_chat_full(void **state)
     assert_int_equal(parse(b, TY_API_CHAT, &r, &e), 0);
     assert_string_equal(r.model, "m");
     assert_int_equal(r.n_msgs, 2);
-    assert_string_equal(r.msgs[1].content, "ab");
+    assert_string_equal(r.msgs[1].content, "a\nb"); /* vLLM joins text parts by newlines */
     assert_string_equal(r.msgs[0].role, "system");
     assert_int_equal(r.n, 3);
     assert_int_equal(r.max_tokens, 7);
@@ -189,11 +191,11 @@ static void test_errors_name_param(void **state)
          "min_tokens"},
         {"{\"prompt\":\"x\",\"min_tokens\":-1}", TY_API_COMPLETION, "min_tokens"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
-         "\"function\",\"function\":{\"name\":\"f\"}}]}", TY_API_CHAT, "tools"},
+         "\"function\",\"function\":{\"name\":\"f g\"}}]}", TY_API_CHAT, "tools"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":"
          "\"required\"}", TY_API_CHAT, "tool_choice"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":"
-         "{\"type\":\"json_object\"}}", TY_API_CHAT, "response_format"},
+         "{\"type\":\"xml\"}}", TY_API_CHAT, "response_format"},
         {"{\"prompt\":\"x\",\"best_of\":3}", TY_API_COMPLETION, "best_of"},
         {"{\"prompt\":\"x\",\"suffix\":\"end\"}", TY_API_COMPLETION, "suffix"},
         {"{\"prompt\":\"x\",\"guided_json\":{}}", TY_API_COMPLETION, "guided_json"},
@@ -294,6 +296,157 @@ static void test_parse_in_arena(void **state)
     ty_arena_free(a);
 }
 
+
+#define USER "{\"role\":\"user\",\"content\":\"x\"}"
+#define TOOL_A "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":" \
+               "\"d\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":" \
+               "\"string\"}},\"required\":[\"city\"]}}}"
+#define TOOL_B "{\"type\":\"function\",\"function\":{\"name\":\"now\"}}"
+
+/* The conversation the template gets: messages normalised (developer -> system, text parts
+ * joined, null content "", tool-call arguments parsed into objects), tools as sent. */
+static void test_chat_tools_fields(void **state)
+{
+    struct ty_api_request r;
+    struct ty_api_error e;
+    const char *b =
+        "{\"messages\":[{\"role\":\"developer\",\"content\":\"be brief\"}," USER ","
+        "{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"hm\",\"tool_calls\":"
+        "[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+        "\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":[{\"type\":\"text\","
+        "\"text\":\"20C\"}]}],\"tools\":[" TOOL_A "," TOOL_B "],\"tool_choice\":\"auto\","
+        "\"parallel_tool_calls\":false,\"add_generation_prompt\":false,"
+        "\"chat_template_kwargs\":{\"enable_thinking\":false}}";
+    assert_int_equal(parse(b, TY_API_CHAT, &r, &e), 0);
+    assert_int_equal(r.n_tools, 2);
+    assert_int_equal(r.tool_choice, TY_API_TOOL_CHOICE_AUTO);
+    assert_false(r.parallel_tool_calls);
+    assert_false(r.add_generation_prompt);
+    assert_int_equal(r.grammar, TY_API_GRAMMAR_NONE);
+    json_t *t = json_loads(r.tpl_json, 0, NULL);
+    json_t *want = json_loads(
+        "{\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},"
+        "{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":\"\","
+        "\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":"
+        "\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}}],\"reasoning_content\":\"hm\"},"
+        "{\"role\":\"tool\",\"content\":\"20C\",\"tool_call_id\":\"call_1\"}],"
+        "\"tools\":[" TOOL_A "," TOOL_B "],\"chat_template_kwargs\":{\"enable_thinking\":false},"
+        "\"add_generation_prompt\":false}", 0, NULL);
+    assert_non_null(t);
+    assert_non_null(want);
+    if (!json_equal(t, want))
+        fail_msg("template request: %s", r.tpl_json);
+    json_decref(t);
+    json_decref(want);
+    ty_api_request_clear(&r);
+    /* defaults: no tools -> none; generation prompt on; parallel calls on */
+    assert_int_equal(parse("{\"messages\":[" USER "]}", TY_API_CHAT, &r, &e), 0);
+    assert_int_equal(r.tool_choice, TY_API_TOOL_CHOICE_NONE);
+    assert_true(r.add_generation_prompt && r.parallel_tool_calls);
+    assert_null(r.tools_json);
+    ty_api_request_clear(&r);
+    /* "none" with tools: the tools still go to the template (vLLM's default) */
+    assert_int_equal(parse("{\"messages\":[" USER "],\"tools\":[" TOOL_B "],\"tool_choice\":"
+                           "\"none\"}", TY_API_CHAT, &r, &e), 0);
+    assert_int_equal(r.tool_choice, TY_API_TOOL_CHOICE_NONE);
+    assert_non_null(strstr(r.tpl_json, "\"tools\":[{"));
+    ty_api_request_clear(&r);
+}
+
+/* required / named: the output is constrained to the calls' JSON schema (vLLM's shapes). */
+static void test_tool_choice_grammar(void **state)
+{
+    struct ty_api_request r;
+    struct ty_api_error e;
+    assert_int_equal(parse("{\"messages\":[" USER "],\"tools\":[" TOOL_A "," TOOL_B "],"
+                           "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":"
+                           "\"get_weather\"}}}", TY_API_CHAT, &r, &e), 0);
+    assert_int_equal(r.tool_choice, TY_API_TOOL_CHOICE_NAMED);
+    assert_string_equal(r.tool_name, "get_weather");
+    assert_int_equal(r.grammar, TY_API_GRAMMAR_JSON_SCHEMA);
+    assert_string_equal(r.grammar_schema, "{\"type\":\"object\",\"properties\":{\"city\":"
+                                          "{\"type\":\"string\"}},\"required\":[\"city\"]}");
+    ty_api_request_clear(&r);
+    assert_int_equal(parse("{\"messages\":[" USER "],\"tools\":[" TOOL_B "],\"tool_choice\":"
+                           "\"required\",\"parallel_tool_calls\":false}", TY_API_CHAT, &r, &e),
+                     0);
+    assert_int_equal(r.tool_choice, TY_API_TOOL_CHOICE_REQUIRED);
+    assert_string_equal(r.grammar_schema,
+                        "{\"type\":\"array\",\"minItems\":1,\"items\":{\"type\":\"object\","
+                        "\"anyOf\":[{\"properties\":{\"name\":{\"type\":\"string\",\"enum\":"
+                        "[\"now\"]},\"parameters\":{\"type\":\"object\",\"properties\":{}}},"
+                        "\"required\":[\"name\",\"parameters\"]}]},\"maxItems\":1}");
+    ty_api_request_clear(&r);
+    /* response_format */
+    assert_int_equal(parse("{\"messages\":[" USER "],\"response_format\":{\"type\":"
+                           "\"json_object\"}}", TY_API_CHAT, &r, &e), 0);
+    assert_int_equal(r.grammar, TY_API_GRAMMAR_JSON_OBJECT);
+    ty_api_request_clear(&r);
+    assert_int_equal(parse("{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\","
+                           "\"json_schema\":{\"name\":\"p\",\"strict\":true,\"schema\":{\"type\":"
+                           "\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}}}}",
+                           TY_API_COMPLETION, &r, &e), 0);
+    assert_int_equal(r.grammar, TY_API_GRAMMAR_JSON_SCHEMA);
+    assert_string_equal(r.grammar_schema, "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
+                                          "\"integer\"}}}");
+    ty_api_request_clear(&r);
+}
+
+static void test_tool_errors_name_param(void **state)
+{
+    static const struct {
+        const char *body, *param, *says;
+    } cases[] = {
+        {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
+         "\"image_url\":{\"url\":\"x\"}}]}]}", "messages", "image_url"},
+        {"{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "messages", "tool_call_id"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[]}]}", "messages",
+         "assistant"},
+        {"{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\",\"type\":"
+         "\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{nope\"}}]}]}", "messages",
+         "arguments"},
+        {"{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\",\"type\":"
+         "\"function\",\"function\":{\"arguments\":\"{}\"}}]}]}", "messages", "tool_calls[0]"},
+        {"{\"messages\":[" USER "],\"tools\":{}}", "tools", "array"},
+        {"{\"messages\":[" USER "],\"tools\":[{\"type\":\"retrieval\"}]}", "tools", "function"},
+        {"{\"messages\":[" USER "],\"tools\":[" TOOL_B "," TOOL_B "]}", "tools", "twice"},
+        {"{\"messages\":[" USER "],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+         "\"f\",\"parameters\":\"x\"}}]}", "tools", "parameters"},
+        {"{\"messages\":[" USER "],\"tools\":[" TOOL_B "],\"tool_choice\":\"sometimes\"}",
+         "tool_choice", "required"},
+        {"{\"messages\":[" USER "],\"tools\":[" TOOL_B "],\"tool_choice\":{\"type\":"
+         "\"function\",\"function\":{\"name\":\"other\"}}}", "tool_choice", "other"},
+        {"{\"messages\":[" USER "],\"tool_choice\":{\"type\":\"function\",\"function\":"
+         "{\"name\":\"now\"}}}", "tool_choice", "now"},
+        {"{\"messages\":[" USER "],\"parallel_tool_calls\":\"yes\"}", "parallel_tool_calls",
+         "boolean"},
+        {"{\"messages\":[" USER "],\"chat_template_kwargs\":[1]}", "chat_template_kwargs",
+         "object"},
+        {"{\"messages\":[" USER "],\"add_generation_prompt\":1}", "add_generation_prompt",
+         "boolean"},
+        {"{\"messages\":[" USER "],\"response_format\":{\"type\":\"json_schema\"}}",
+         "response_format", "json_schema"},
+        {"{\"messages\":[" USER "],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+         "{\"schema\":{}}}}", "response_format", "name"},
+        {"{\"messages\":[" USER "],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+         "{\"name\":\"n\",\"schema\":{\"type\":\"string\",\"pattern\":\"^a+$\"}}}}",
+         "response_format", "pattern"},
+        {"{\"prompt\":\"x\",\"tools\":[" TOOL_B "]}", "tools", "chat"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct ty_api_request r;
+        struct ty_api_error e;
+        enum ty_api_kind k = strstr(cases[i].body, "\"prompt\"") ? TY_API_COMPLETION : TY_API_CHAT;
+        int rc = parse(cases[i].body, k, &r, &e);
+        if (rc != TY_EINVAL || e.status != 400 || strcmp(e.param, cases[i].param) ||
+            !strstr(e.message, cases[i].says))
+            fail_msg("case %zu (%s): rc %d status %d param '%s' message '%s', want '%s' "
+                     "saying '%s'", i, cases[i].body, rc, e.status, e.param, e.message,
+                     cases[i].param, cases[i].says);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -303,6 +456,9 @@ int main(void)
         cmocka_unit_test(test_errors_name_param),
         cmocka_unit_test(test_utf8_and_error_json),
         cmocka_unit_test(test_parse_in_arena),
+        cmocka_unit_test(test_chat_tools_fields),
+        cmocka_unit_test(test_tool_choice_grammar),
+        cmocka_unit_test(test_tool_errors_name_param),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

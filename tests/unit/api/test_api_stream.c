@@ -46,6 +46,8 @@ static struct fake {
     uint64_t cancelled[MAX_SUB];
     uint32_t n_cancel;
     bool error_in_cancel; /* deliver ERROR(TY_ECANCELED) from inside cancel */
+    int grammar_kind;     /* the last request's grammar (0: none) */
+    char grammar[1024];
 } fk;
 
 static int fake_submit(void *ctx, const struct ty_serve_request *r)
@@ -53,6 +55,10 @@ static int fake_submit(void *ctx, const struct ty_serve_request *r)
     (void)ctx;
     if (fk.n_sub < MAX_SUB)
         fk.ids[fk.n_sub++] = r->id;
+    fk.grammar_kind = r->gen.grammar ? (int)r->gen.grammar->kind : 0;
+    if (r->gen.grammar)
+        snprintf(fk.grammar, sizeof(fk.grammar), "%.*s", (int)r->gen.grammar->schema_len,
+                 r->gen.grammar->schema ? r->gen.grammar->schema : "");
     return 0;
 }
 
@@ -604,6 +610,124 @@ static void test_own_time(void **state)
     stop();
 }
 
+
+/* ---- tool calls ----------------------------------------------------------------------------- */
+
+#define TOOLS_BODY(extra)                                                                         \
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}],\"tools\":[{\"type\":" \
+    "\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","  \
+    "\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}],\"tool_choice\":"\
+    "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}},\"max_tokens\":20" extra "}"
+
+static bool whole_end(const struct inbuf *b)
+{
+    const char *h = b->p ? strstr(b->p, "\r\n\r\n") : NULL, *cl;
+    if (!h || !(cl = strstr(b->p, "Content-Length: ")))
+        return false;
+    return b->n >= (size_t)(h + 4 - b->p) + strtoul(cl + 16, NULL, 10);
+}
+
+/* The named function's arguments, made as JSON in pieces that split its words, then the end. */
+static void emit_call_tokens(void)
+{
+    static const char *const pieces[] = {"{\"ci", "ty\": \"Pa", "ris\"", "}"};
+    struct ty_sample smp = {.id = 300};
+    for (uint32_t k = 0; k < 4; k++)
+        emit(fk.ids[0], TY_SERVE_EV_TOKEN, pieces[k], strlen(pieces[k]), &smp, TY_FINISH_NONE,
+             k + 1);
+    emit(fk.ids[0], TY_SERVE_EV_DONE, "", 0, NULL, TY_FINISH_EOS, 4);
+}
+
+/* choices[0] of an event with a tool call's id checked ("call_" + 24) and replaced by "ID". */
+static json_t *choice_of(const char *ev)
+{
+    json_t *o = json_loads(ev, 0, NULL);
+    assert_non_null(o);
+    json_t *c = json_incref(json_array_get(json_object_get(o, "choices"), 0));
+    json_decref(o);
+    json_t *calls = json_object_get(json_object_get(c, "delta"), "tool_calls");
+    if (!calls)
+        calls = json_object_get(json_object_get(c, "message"), "tool_calls");
+    json_t *id = json_object_get(json_array_get(calls, 0), "id");
+    if (id) {
+        assert_int_equal(strlen(json_string_value(id)), 29);
+        assert_memory_equal(json_string_value(id), "call_", 5);
+        json_object_set_new(json_array_get(calls, 0), "id", json_string("ID"));
+    }
+    return c;
+}
+
+static void expect_choice(const char *ev, const char *want_text)
+{
+    json_t *got = choice_of(ev), *want = json_loads(want_text, 0, NULL);
+    assert_non_null(want);
+    if (!json_equal(got, want)) {
+        char *g = json_dumps(got, JSON_COMPACT);
+        fprintf(stderr, "choice differs:\n got  %s\n want %s\n", g, want_text);
+        free(g);
+        fail();
+    }
+    json_decref(got);
+    json_decref(want);
+}
+
+/* tool_choice naming a function: the request carries that function's parameters as its
+ * grammar, and the JSON made becomes a tool call, streamed as OpenAI streams one (the header
+ * with id, type, name and empty arguments, then the arguments, then finish "tool_calls"), and
+ * whole with content null. */
+static void test_tool_call_named(void **state)
+{
+    (void)state;
+    start(0);
+    int fd = client(0);
+    post(fd, "/v1/chat/completions", TOOLS_BODY(",\"stream\":true"));
+    for (int t = 0; t < 2000 && fk.n_sub < 1; t++)
+        pump(1);
+    assert_int_equal(fk.n_sub, 1);
+    assert_int_equal(fk.grammar_kind, 2); /* TY_GRAMMAR_JSON_SCHEMA */
+    assert_string_equal(fk.grammar, "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":"
+                                    "\"string\"}},\"required\":[\"city\"]}");
+    emit_call_tokens();
+    struct inbuf b = {0};
+    read_until(fd, &b, chunked_end);
+    size_t len;
+    char *body = dechunk(&b, &len), *p = body;
+    expect_choice(next_event(&p), "{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":"
+                                  "\"\"},\"logprobs\":null,\"finish_reason\":null}");
+    expect_choice(next_event(&p), "{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":"
+                                  "\"ID\",\"type\":\"function\",\"function\":{\"name\":"
+                                  "\"get_weather\",\"arguments\":\"\"}}]},\"logprobs\":null,"
+                                  "\"finish_reason\":null}");
+    expect_choice(next_event(&p), "{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,"
+                                  "\"function\":{\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}}"
+                                  "]},\"logprobs\":null,\"finish_reason\":null}");
+    expect_choice(next_event(&p), "{\"index\":0,\"delta\":{},\"logprobs\":null,"
+                                  "\"finish_reason\":\"tool_calls\"}");
+    assert_string_equal(p, "data: [DONE]\n\n");
+    free(body);
+    free(b.p);
+    close(fd);
+    stop();
+
+    start(0);
+    fd = client(0);
+    post(fd, "/v1/chat/completions", TOOLS_BODY(""));
+    for (int t = 0; t < 2000 && fk.n_sub < 1; t++)
+        pump(1);
+    emit_call_tokens();
+    memset(&b, 0, sizeof(b));
+    read_until(fd, &b, whole_end);
+    assert_true(whole_end(&b));
+    expect_choice(strstr(b.p, "\r\n\r\n") + 4,
+                  "{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":null,"
+                  "\"tool_calls\":[{\"id\":\"ID\",\"type\":\"function\",\"function\":{\"name\":"
+                  "\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}}]},"
+                  "\"logprobs\":null,\"finish_reason\":\"tool_calls\"}");
+    free(b.p);
+    close(fd);
+    stop();
+}
+
 int main(void)
 {
     const char *data = getenv("TYCHO_TEST_DATA");
@@ -617,6 +741,7 @@ int main(void)
         cmocka_unit_test(test_chunk_bytes_completion), cmocka_unit_test(test_chunk_bytes_echo),
         cmocka_unit_test(test_chunk_bytes_chat),       cmocka_unit_test(test_backpressure),
         cmocka_unit_test(test_cancel_reentrant),       cmocka_unit_test(test_own_time),
+        cmocka_unit_test(test_tool_call_named),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ty_model_free(model);
