@@ -509,8 +509,11 @@ static int tool_grammar(struct ty_api_request *r, struct ty_api_error *err)
     json_decref(tools);
     if (!schema)
         return TY_ENOMEM;
-    if (!r->parallel_tool_calls && r->tool_choice == TY_API_TOOL_CHOICE_REQUIRED)
-        json_object_set_new(schema, "maxItems", json_integer(1));
+    /* required: at most one call per offered tool (one without parallel_tool_calls), so that a
+     * model repeating itself ends its array instead of running to max_tokens */
+    if (r->tool_choice == TY_API_TOOL_CHOICE_REQUIRED)
+        json_object_set_new(schema, "maxItems",
+                            json_integer(r->parallel_tool_calls ? (json_int_t)r->n_tools : 1));
     int rc = set_schema(r, schema);
     json_decref(schema);
     return rc ? rc : check_grammar(r, r->tool_name ? "tool_choice" : "tools", err);

@@ -583,10 +583,11 @@ char *ty__api_tools_schema(json_t *tools, const char *named)
             break;
         }
         if (!named)
-            json_array_append_new(any, json_pack("{s:{s:{s:s,s:[s]},s:o},s:[s,s]}", "properties",
-                                                 "name", "type", "string", "enum", name,
-                                                 "parameters", params_of(fn), "required",
-                                                 "name", "parameters"));
+            json_array_append_new(any, json_pack("{s:{s:{s:s,s:[s]},s:o},s:[s,s],s:b}",
+                                                 "properties", "name", "type", "string", "enum",
+                                                 name, "parameters", params_of(fn), "required",
+                                                 "name", "parameters", "additionalProperties",
+                                                 0));
     }
     if (!named)
         out = json_pack("{s:s,s:i,s:{s:s,s:O}}", "type", "array", "minItems", 1, "items", "type",

@@ -376,7 +376,8 @@ static void test_tool_choice_grammar(void **state)
                         "{\"type\":\"array\",\"minItems\":1,\"items\":{\"type\":\"object\","
                         "\"anyOf\":[{\"properties\":{\"name\":{\"type\":\"string\",\"enum\":"
                         "[\"now\"]},\"parameters\":{\"type\":\"object\",\"properties\":{}}},"
-                        "\"required\":[\"name\",\"parameters\"]}]},\"maxItems\":1}");
+                        "\"required\":[\"name\",\"parameters\"],\"additionalProperties\":false}]},"
+                        "\"maxItems\":1}");
     ty_api_request_clear(&r);
     /* response_format */
     assert_int_equal(parse("{\"messages\":[" USER "],\"response_format\":{\"type\":"

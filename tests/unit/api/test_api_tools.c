@@ -232,10 +232,11 @@ static void test_schema_and_ids(void **state)
     assert_string_equal(s, "{\"type\":\"array\",\"minItems\":1,\"items\":{\"type\":\"object\","
                            "\"anyOf\":[{\"properties\":{\"name\":{\"type\":\"string\",\"enum\":"
                            "[\"a\"]},\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":"
-                           "{\"type\":\"integer\"}}}},\"required\":[\"name\",\"parameters\"]},"
+                           "{\"type\":\"integer\"}}}},\"required\":[\"name\",\"parameters\"],"
+                           "\"additionalProperties\":false},"
                            "{\"properties\":{\"name\":{\"type\":\"string\",\"enum\":[\"b\"]},"
                            "\"parameters\":{\"type\":\"object\",\"properties\":{}}},"
-                           "\"required\":[\"name\",\"parameters\"]}]}}");
+                           "\"required\":[\"name\",\"parameters\"],\"additionalProperties\":false}]}}");
     free(s);
     s = ty__api_tools_schema(tools, "b");
     assert_string_equal(s, "{\"type\":\"object\",\"properties\":{}}");
