@@ -18,4 +18,10 @@ struct ty_cli_command {
 #define TY_CLI_EXIT_FAIL 1
 #define TY_CLI_EXIT_USAGE 2
 
+#include <stddef.h>
+struct ty_tokenizer;
+/* A tokenizer from a GGUF file (by its magic) or a tokenizer.json file or directory, as
+ * `tycho tokenize` and `tycho render-chat` take it. Returns 0 or a TY_E* with a message in eb. */
+int ty__cli_open_tokenizer(const char *path, struct ty_tokenizer **tok, char *eb, size_t el);
+
 #endif

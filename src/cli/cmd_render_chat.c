@@ -17,7 +17,6 @@
 
 #include "tycho/chat_template.h"
 #include "tycho/errors.h"
-#include "tycho/gguf.h"
 #include "tycho/tokenizer.h"
 
 struct rc_args {
@@ -62,31 +61,6 @@ static int parse_args(int argc, char **argv, struct rc_args *a)
         return TY_EINVAL;
     }
     return 0;
-}
-
-static bool is_gguf(const char *path)
-{
-    char magic[4] = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return false;
-    size_t n = fread(magic, 1, 4, f);
-    fclose(f);
-    return n == 4 && memcmp(magic, "GGUF", 4) == 0;
-}
-
-/* The same loading rule as `tycho tokenize`. */
-static int open_tokenizer(const char *path, ty_tokenizer_t **tok, char *eb, size_t el)
-{
-    if (!is_gguf(path))
-        return ty_tokenizer_load_json(tok, path, eb, el);
-    ty_gguf_t *g;
-    int rc = ty_gguf_open(&g, path, eb, el);
-    if (rc)
-        return rc;
-    rc = ty_tokenizer_new_from_gguf(tok, g, eb, el);
-    ty_gguf_close(g);
-    return rc;
 }
 
 /* Token ids of the prompt as a JSON array, or NULL on error (printed). */
@@ -167,7 +141,7 @@ static int run(int argc, char **argv)
     }
     char err[512] = "";
     ty_tokenizer_t *tok;
-    rc = open_tokenizer(a.model, &tok, err, sizeof(err));
+    rc = ty__cli_open_tokenizer(a.model, &tok, err, sizeof(err));
     if (rc) {
         if (!strstr(err, a.model)) /* the loader's message usually names the path */
             fprintf(stderr, "tycho render-chat: %s: %s\n", a.model, err[0] ? err : ty_strerror(rc));

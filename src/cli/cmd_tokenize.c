@@ -75,7 +75,7 @@ static bool is_gguf(const char *path)
     return n == 4 && memcmp(magic, "GGUF", 4) == 0;
 }
 
-static int open_tokenizer(const char *path, ty_tokenizer_t **tok, char *eb, size_t el)
+int ty__cli_open_tokenizer(const char *path, ty_tokenizer_t **tok, char *eb, size_t el)
 {
     if (!is_gguf(path))
         return ty_tokenizer_load_json(tok, path, eb, el);
@@ -183,7 +183,7 @@ static int run_tokenize(int argc, char **argv)
     ty_tokenizer_t *tok;
     if (parse_args(argc, argv, &a))
         return TY_CLI_EXIT_USAGE;
-    int rc = open_tokenizer(a.path, &tok, eb, sizeof(eb));
+    int rc = ty__cli_open_tokenizer(a.path, &tok, eb, sizeof(eb));
     if (rc) {
         fprintf(stderr, "tycho tokenize: %s: %s\n", a.path, eb[0] ? eb : ty_strerror(rc));
         return TY_CLI_EXIT_FAIL;
