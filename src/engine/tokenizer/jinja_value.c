@@ -654,11 +654,12 @@ int ty__jinja_from_json(struct jj_ctx *c, const json_t *j, jv *out, int depth)
     return 0;
 }
 
+/* Code points, counting a stray continuation byte at the start as one (as ty__jinja_iter splits) */
 size_t ty__jinja_utf8_len(const char *p, size_t n)
 {
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        k += ((unsigned char)p[i] & 0xC0) != 0x80;
+        k += i == 0 || ((unsigned char)p[i] & 0xC0) != 0x80;
     return k;
 }
 
@@ -666,7 +667,7 @@ size_t ty__jinja_utf8_off(const char *p, size_t n, size_t cp)
 {
     size_t k = 0, i = 0;
     for (; i < n; i++) {
-        if (((unsigned char)p[i] & 0xC0) != 0x80) {
+        if (i == 0 || ((unsigned char)p[i] & 0xC0) != 0x80) {
             if (k == cp)
                 return i;
             k++;

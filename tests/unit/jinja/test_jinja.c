@@ -314,12 +314,35 @@ static void run_shared(void)
     json_decref(vars);
 }
 
+/* Bytes Python could not hold (a stray UTF-8 continuation byte, as from a GGUF template):
+ * length, iteration and indexing agree, counting the stray byte as one character. The fuzzer
+ * found iteration writing past a list sized by a length that disagreed. */
+static void run_bytes(void)
+{
+    const char *src = "{% set s %}\x90" "a\xc3\xa9{% endset %}{{ s|length }}/{{ s|list|length }}/"
+                      "{{ s[1] }}/{{ s[2] }}/{{ s|batch(2)|list|length }}";
+    struct ty_jinja_error err;
+    ty_jinja_t *t;
+    int rc = ty_jinja_parse(&t, src, strlen(src), &err);
+    CHECK(rc == 0, "bytes: parse rc=%d: %s", rc, err.msg);
+    if (rc)
+        return;
+    char *out = NULL;
+    size_t n = 0;
+    rc = ty_jinja_render(t, NULL, &out, &n, &err);
+    CHECK(rc == 0 && out && strcmp(out, "3/3/a/\xc3\xa9/2") == 0, "bytes: rc=%d got [%s]", rc,
+          out ? out : "");
+    free(out);
+    ty_jinja_free(t);
+}
+
 int main(void)
 {
     setenv("TYCHO_FIXED_NOW", "2026-01-02T03:04:05Z", 1);
     run_cases();
     run_errors();
     run_shared();
+    run_bytes();
     if (failures)
         fprintf(stderr, "%d failure(s)\n", failures);
     return failures ? 1 : 0;
