@@ -77,6 +77,7 @@ struct ty_conductor_config {
     struct ty_conductor_key_class *api_key_classes; /* more keys, each bound to an SLO class */
     uint32_t n_api_key_classes;
     int log_level;                   /* enum ty_log_level */
+    int log_format;                  /* enum ty_log_format */
     uint64_t heartbeat_interval_ns;  /* told to nodes at registration */
     uint64_t heartbeat_timeout_ns;   /* a node silent this long is dead */
     uint64_t request_timeout_ns;     /* whole-request deadline (every party gives up after) */
@@ -88,6 +89,9 @@ struct ty_conductor_config {
     struct ty_sched_config scheduler;  /* placement, admission, SLOs (tycho/sched.h) */
     struct ty_conductor_cost_config cost;
     uint32_t expected_output_tokens;   /* the scheduler's guess when max_tokens is not set */
+    uint64_t node_answer_timeout_ns;   /* failure detection by outcome (ty_conductor_opts) */
+    uint32_t breaker_failures;
+    uint64_t breaker_open_ns;
     struct ty_conductor_pool_config kv_pool;
     struct ty_auth_config cluster; /* tycho-conductor: cluster_secret_file / insecure */
 };
@@ -131,6 +135,9 @@ extern const struct ty_config_struct ty_conductor_key_class_table, ty_conductor_
     {.key = "log_level", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(T, P log_level), .def = "info",     \
      .enum_names = ty_config_log_level_names, .flags = TY_CONFIG_RELOADABLE,                      \
      .help = "log threshold"},                                                                    \
+    {.key = "log_format", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(T, P log_format), .def = "text",   \
+     .enum_names = ty_config_log_format_names, .flags = TY_CONFIG_RELOADABLE,                     \
+     .help = TY_CONFIG_LOG_FORMAT_HELP},                                                          \
     {.key = "heartbeat_interval", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(T, P heartbeat_interval_ns),\
      .def = "500ms", .min = "10ms", .max = "1m", .help = "heartbeat period asked of the nodes"},  \
     {.key = "heartbeat_timeout", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(T, P heartbeat_timeout_ns),\
@@ -163,6 +170,15 @@ struct ty_conductor_opts {
     uint32_t heartbeat_interval_ms;
     uint32_t heartbeat_timeout_ms;
     uint32_t request_timeout_ms;
+    /* Failure detection by outcome: a decode node that has not answered a DecodeAssign (pages
+     * reserved) in node_answer_timeout_ms, or a prefill node whose KV is that much past its
+     * predicted time, failed the request, which is placed again on another node (once, only
+     * while no token has streamed). breaker_failures such failures in a row (0: 3) take a node
+     * out of placement for breaker_open_ms (0: 5000), doubling per failed probe up to 16x;
+     * then one request probes it, and its success puts the node back. 0: 10000. */
+    uint32_t node_answer_timeout_ms;
+    uint32_t breaker_failures;
+    uint32_t breaker_open_ms;
     uint32_t startup_wait_ms; /* requests before any node registered wait this long (first
                                * seconds after start only); 0: answer TY_EUNAVAIL at once */
     ty_serve_event_cb event_cb; /* loop thread */
@@ -179,12 +195,19 @@ struct ty_conductor_opts {
     const char *kv_pool_master;
 };
 
+/* A node's circuit breaker: closed (placed on), open (failed breaker_failures requests in a
+ * row: out of placement), half_open (its probe: one request may go to it). */
+enum ty_conductor_breaker { TY_BREAKER_CLOSED, TY_BREAKER_OPEN, TY_BREAKER_HALF_OPEN };
+const char *ty_conductor_breaker_name(int state);
+
 struct ty_conductor_node_info {
     char id[64];
     int role;
     char address[128];
     bool alive;
     uint32_t inflight;         /* requests the Conductor has on it now */
+    int breaker;               /* enum ty_conductor_breaker */
+    uint32_t failures;         /* requests it failed in a row */
     uint64_t served;           /* requests assigned to it so far */
     struct ty_node_load load;
 };

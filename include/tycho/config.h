@@ -208,5 +208,9 @@ int ty_config_split_hostport(const char *s, char *host, size_t cap, uint16_t *po
 /* Names for a TY_CONFIG_ENUM `log_level` setting, in enum ty_log_level order (NULL-terminated).
  * ty_daemon_new() sets the log threshold from such a setting. */
 extern const char *const ty_config_log_level_names[];
+extern const char *const ty_config_log_format_names[]; /* enum ty_log_format's */
+#define TY_CONFIG_LOG_FORMAT_HELP                                                                 \
+    "log lines on stderr: text, or json (one object per line: time, level, subsystem, "         \
+    "process, message, and the request ids it names, for log collectors)"
 
 #endif

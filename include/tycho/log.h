@@ -40,6 +40,16 @@ enum ty_log_level ty_log_get_level(void);
 int ty_log_level_parse(const char *s, enum ty_log_level *out);
 const char *ty_log_level_name(enum ty_log_level level);
 
+/* The stderr sink's line format: text (an ISO-8601 timestamp, or journald's "<N>" priority
+ * prefix under JOURNAL_STREAM) or json (one object per line: time, level, subsystem, process,
+ * message, and request / request_id when the message names a request as "request N [ID]").
+ * Default text, or $TYCHO_LOG_FORMAT; daemons set it from their log_format setting. */
+enum ty_log_format { TY_LOG_FORMAT_TEXT = 0, TY_LOG_FORMAT_JSON = 1 };
+void ty_log_set_format(enum ty_log_format f);
+enum ty_log_format ty_log_get_format(void);
+int ty_log_format_parse(const char *s, enum ty_log_format *out); /* 0 or TY_EINVAL */
+const char *ty_log_format_name(enum ty_log_format f);
+
 /* Replace the sink; NULL restores the stderr sink. */
 void ty_log_set_sink(ty_log_sink_cb sink, void *arg);
 

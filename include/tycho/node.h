@@ -70,6 +70,7 @@ struct ty_node_config {
     uint16_t transfer_port;          /* transfer engine; 0: ephemeral */
     char *model_path;
     int log_level;                   /* enum ty_log_level */
+    int log_format;                  /* enum ty_log_format */
     uint64_t heartbeat_interval_ns;
     uint32_t kv_block_tokens;
     uint32_t kv_pages;               /* pages per layer; 0: the engine default */
@@ -323,6 +324,12 @@ struct ty_node_role {
 /* A daemon's watchdog check of its engine (ty_daemon_alive_cb's shape): false, with `why`,
  * when the engine's current forward call has run `stall_ns` or longer. NULL e: alive. */
 bool ty_node_engine_alive(const ty_engine_t *e, uint64_t stall_ns, char *why, size_t cap);
+
+/* Test hook TYCHO_TEST_MUTE_FILE=PATH, for a request call (DecodeAssign, PrefillAssign) as its
+ * handler starts: while PATH exists the node takes the call and never answers it (a node that
+ * heartbeats but does not serve; its caller's cancel or the connection's loss ends it) and
+ * this returns true; otherwise false and nothing happens. */
+bool ty_node_test_mute(ty_rpc_call_t *call, const char *what);
 
 /* The daemon's main: settings from argv, the file and the environment (tycho/daemon.h; --help
  * exits 0); the model, the engine, the transfer engine (tcp) with the KV pages registered, the

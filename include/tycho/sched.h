@@ -258,6 +258,10 @@ int ty_sched_set_ttft_overhead(ty_sched_t *s, double us);
 /* Nodes. Ids are the caller's (< TY_SCHED_MAX_NODES); TY_EEXIST / TY_ENOTFOUND / TY_EINVAL. */
 int ty_sched_node_add(ty_sched_t *s, uint32_t id, const struct ty_sched_node_desc *d);
 int ty_sched_node_remove(ty_sched_t *s, uint32_t id);
+/* Take a present node out of placement (out = true) or put it back: an out node is never
+ * chosen, but keeps its prefix index, queue and the requests in flight to it (a Conductor's
+ * circuit breaker: the node is up but failing). TY_ENOTFOUND if absent. */
+int ty_sched_node_set_out(ty_sched_t *s, uint32_t id, bool out);
 /* A prefill node reports `queued_us` of work left at `now_us`. */
 int ty_sched_node_set_prefill_queue(ty_sched_t *s, uint32_t id, uint64_t queued_us,
                                     uint64_t now_us);

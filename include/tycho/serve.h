@@ -63,6 +63,8 @@ struct ty_serve_event {
     enum ty_finish finish;   /* DONE */
     uint32_t n_prompt, n_cached, n_output; /* usage, set on every event */
     int error;               /* ERROR: TY_ECANCELED, TY_ENOCAPACITY, TY_ERANGE, ... */
+    const char *message;     /* ERROR: what failed, for the client (NULL: the error's own
+                              * wording); valid during the callback */
     uint32_t relay_us;       /* TOKEN: the backend's own time on the request between submit
                               * and this token (the Conductor: the decode node's reply turned
                               * into the PrefillAssign), not counting the nodes' compute; 0:

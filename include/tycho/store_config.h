@@ -29,6 +29,7 @@ struct ty_store_config {
     uint32_t replicas;
     bool xfer_checksum;
     int log_level;
+    int log_format; /* enum ty_log_format */
     char *etcd; /* etcd endpoint: the master campaigns for leadership there */
     char *etcd_key;
     uint32_t etcd_ttl_s;

@@ -393,7 +393,8 @@ static void respond_whole(struct ty__api_gen *g)
     g->http = NULL;
 }
 
-static void backend_error(struct ty_api_error *e, int rc, const struct ty_serve_reject *rej)
+static void backend_error(struct ty_api_error *e, int rc, const struct ty_serve_reject *rej,
+                          const char *what)
 {
     if (rc == TY_EREJECTED && rej && rej->code[0]) {
         ty_api_error_set(e, 429, "rate_limit_exceeded", NULL, rej->code, "%s", rej->message);
@@ -404,12 +405,17 @@ static void backend_error(struct ty_api_error *e, int rc, const struct ty_serve_
     else if (rc == TY_ENOTFOUND && rej && rej->message[0])
         ty_api_error_set(e, 400, "invalid_request_error", "slo_class", "unknown_slo_class", "%s",
                          rej->message);
+    else if ((rc == TY_ESHUTDOWN || rc == TY_EUNAVAIL) && what && what[0])
+        ty_api_error_set(e, 503, "service_unavailable", NULL, "service_unavailable", "%s", what);
     else if (rc == TY_ESHUTDOWN || rc == TY_EUNAVAIL)
         ty_api_error_set(e, 503, "service_unavailable", NULL, "service_unavailable",
                          "no backend is available to serve the request");
     else if (rc == TY_ERANGE || rc == TY_ENOCAPACITY || rc == TY_EINVAL)
         ty_api_error_set(e, 400, "invalid_request_error", NULL, "context_length_exceeded",
                          "the request does not fit the model's context or KV cache (%s)",
+                         ty_strerror(rc));
+    else if (what && what[0])
+        ty_api_error_set(e, 500, "server_error", NULL, NULL, "generation failed: %s (%s)", what,
                          ty_strerror(rc));
     else
         ty_api_error_set(e, 500, "server_error", NULL, NULL, "generation failed: %s",
@@ -510,7 +516,7 @@ static void on_token(struct ty__api_gen *g, uint32_t i, const struct ty_serve_ev
 static void on_error(struct ty__api_gen *g, const struct ty_serve_event *ev)
 {
     struct ty_api_error e;
-    backend_error(&e, ev->error, NULL);
+    backend_error(&e, ev->error, NULL, ev->message);
     g->failed = true;
     cancel_choices(g);
     if (g->req.stream) {
@@ -755,7 +761,7 @@ void ty__api_handle_generate(ty_api_t *a, ty_http_req_t *r, enum ty_api_kind kin
     struct ty_serve_reject rej = {.code = ""};
     int rc = prepare(a, r, g, kind, &e);
     if (!rc && (rc = submit_all(a, g, &rej, ty_http_req_id(r))))
-        backend_error(&e, rc, &rej);
+        backend_error(&e, rc, &rej, NULL);
     if (rc) {
         ty__api_send_error(r, &e);
         gen_release(g);

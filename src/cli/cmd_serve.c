@@ -212,6 +212,7 @@ static void on_reload(ty_daemon_t *d, unsigned n_changed, void *arg)
 {
     struct serve *s = arg;
     ty_log_set_level((enum ty_log_level)s->cfg.conductor.log_level);
+    ty_log_set_format((enum ty_log_format)s->cfg.conductor.log_format);
     const char **keys, **classes;
     size_t n;
     if (ty_conductor_api_keys(&s->cfg.conductor, &keys, &classes, &n) == 0) {
@@ -434,6 +435,7 @@ static int run_serve(int argc, char **argv)
     if (ty_daemon_new(&s.d, &o, n_args, args, &code) != 0)
         return code;
     ty_log_set_level((enum ty_log_level)s.cfg.conductor.log_level);
+    ty_log_set_format((enum ty_log_format)s.cfg.conductor.log_format);
     signal(SIGPIPE, SIG_IGN); /* a client that vanished mid-write is an error code, not death */
     uv_loop_t *loop = uv_default_loop();
     int ret = TY_CLI_EXIT_FAIL;

@@ -178,7 +178,7 @@ static void print_scheduler(const json_t *s)
 
 static void print_nodes(const json_t *nodes)
 {
-    printf("\n%-20s %-8s %-22s %-5s %8s %8s %8s %8s %10s %7s %8s %9s\n", "node", "role",
+    printf("\n%-20s %-8s %-22s %-9s %8s %8s %8s %8s %10s %7s %8s %9s\n", "node", "role",
            "address", "state", "inflight", "served", "running", "queued", "queue s", "kv use",
            "preempt", "heartbeat");
     size_t i;
@@ -192,9 +192,15 @@ static void print_nodes(const json_t *nodes)
             snprintf(pre, sizeof(pre), "%.0f", num(n, "preemptions"));
         if (json_is_number(json_object_get(n, "heartbeat_age_s")))
             snprintf(hb, sizeof(hb), "%.1f s", num(n, "heartbeat_age_s"));
-        printf("%-20s %-8s %-22s %-5s %8.0f %8.0f %8.0f %8.0f %10s %6.1f%% %8s %9s\n",
+        /* up, down, or up but out of placement by its circuit breaker */
+        const char *brk = json_string_value(json_object_get(n, "breaker"));
+        const char *state = !json_is_true(json_object_get(n, "alive")) ? "down"
+                            : brk && !strcmp(brk, "open")            ? "failing"
+                            : brk && !strcmp(brk, "half_open")       ? "probing"
+                                                                     : "up";
+        printf("%-20s %-8s %-22s %-9s %8.0f %8.0f %8.0f %8.0f %10s %6.1f%% %8s %9s\n",
                str(n, "id"), str(n, "role"), str(n, "address"),
-               json_is_true(json_object_get(n, "alive")) ? "up" : "down", num(n, "in_flight"),
+               state, num(n, "in_flight"),
                num(n, "served"), num(n, "running"), num(n, "queued"), q,
                100 * num(n, "kv_usage"), pre, hb);
     }

@@ -17,6 +17,7 @@
 #include <strings.h>
 
 const char *const ty_config_log_level_names[] = {"error", "warn", "info", "debug", "trace", NULL};
+const char *const ty_config_log_format_names[] = {"text", "json", NULL}; /* enum ty_log_format */
 
 bool ty__cfg_is_scalar(enum ty_config_type t)
 {

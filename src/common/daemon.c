@@ -34,6 +34,9 @@ static void apply_log_level(ty_config_t *cfg)
     const int *lv = ty_config_lookup(cfg, "log_level", &t);
     if (lv && t == TY_CONFIG_ENUM)
         ty_log_set_level((enum ty_log_level)*lv);
+    const int *lf = ty_config_lookup(cfg, "log_format", &t);
+    if (lf && t == TY_CONFIG_ENUM)
+        ty_log_set_format((enum ty_log_format)*lf);
 }
 
 int ty_daemon_load_config(ty_config_t **out, const struct ty_config_struct *table, void *data,
@@ -199,7 +202,9 @@ int ty_daemon_new(ty_daemon_t **out, const struct ty_daemon_opts *opts, int argc
                                    d->n_args, &err);
         if (rc != 0)
             fprintf(stderr, "%s\n", err.msg);
-        else if (mode != MODE_DUMP)
+        else
+            apply_log_level(d->cfg); /* before anything below logs */
+        if (rc == 0 && mode != MODE_DUMP)
             rc = load_auth(d, mode);
         rc = rc != 0 ? TY_ECONFIG : finish_mode(d, mode, exit_code);
     }

@@ -46,12 +46,26 @@ struct ty__cnode {
     char transports[32];  /* its KV handoff paths, comma-separated */
     uint64_t session, last_hb_ms;
     ty_rpc_client_t *rpc; /* to the node's RPC server; NULL while dead */
+    /* its circuit breaker (breaker.c; state and failures in info): open until open_until_ms,
+     * for open_ms this time; probing: half open and its probe request is placed */
+    uint64_t open_until_ms;
+    uint32_t open_ms;
+    bool probing;
+    ty_metrics_child_t *m_breaker, *m_failed;
     bool lost;            /* connection dropped: reaped on the next tick */
     ty_conductor_t *c;
     /* its tycho_node_* metrics (NULL without a registry); pool counters as last reported */
     /* m_pool: KV pool blocks read, written, pool errors, then the node's preemptions */
     ty_metrics_child_t *m_up, *m_kv_usage, *m_queued, *m_running, *m_pool[4];
     uint64_t pool_seen[4];
+};
+
+struct ty__creq;
+/* One RPC call of a request to a node (the argument of its callbacks) */
+struct ty__call {
+    struct ty__creq *r;
+    struct ty__cnode *n;
+    bool stale; /* the request let go of it: its events are ignored, its end freed */
 };
 
 struct ty__creq {
@@ -70,6 +84,13 @@ struct ty__creq {
      * re-arm DecodeAssign (attempt > 1) is open */
     bool decode_pending, prefill_pending, stream_pending, finished, prefill_counted, assigned;
     uint64_t assign_by_ms;
+    /* the open DecodeAssign stream and PrefillAssign calls (remote.c); calls of a placement
+     * let go (the request placed again elsewhere) end later as stale, n_stale of them */
+    struct ty__call *stream_call, *prefill_call;
+    uint8_t n_stale;
+    uint8_t replaced;       /* placed again after a node failed it (at most once) */
+    uint64_t prefill_by_ms; /* its KV is due by then, else its prefill node failed it */
+    char why[192];          /* what failed, for the client (its ERROR event's message) */
     uint64_t wait_until_ms; /* no node yet (Conductor just started): dispatch when one comes */
     bool placed;            /* in the scheduler's flight table (until ty__place_done) */
     uint8_t prefill_tries;  /* PrefillAssigns sent (a dead prefill node's are sent again) */
@@ -155,8 +176,10 @@ struct ty_conductor {
     int n_closing;
     void (*close_cb)(void *);
     void *close_arg;
-    /* tycho_node_*: up, kv_usage, queued, running, KV pool blocks {read, written}, errors */
-    ty_metrics_family_t *node_fam[7];
+    /* tycho_node_*: up, kv_usage, queued, running, KV pool blocks {read, written}, errors,
+     * preemptions, breaker state, failed requests */
+    ty_metrics_family_t *node_fam[9];
+    ty_metrics_child_t *replaced; /* tycho_requests_replaced_total (NULL: no registry) */
     ty_metrics_child_t *prefill_retries; /* tycho_prefill_retries_total (NULL: no registry) */
     uint64_t preemptions; /* decode nodes' preemptions since this Conductor started */
     ty_metrics_child_t *name_conflicts; /* registrations refused: the name is held (or NULL) */
@@ -173,6 +196,22 @@ struct ty__cnode *ty__conductor_pick_except(ty_conductor_t *c, int role,
                                           const struct ty__cnode *except);
 /* Mark `n` dead: fail its requests, close its connection. */
 void ty__conductor_node_down(ty_conductor_t *c, struct ty__cnode *n, const char *why);
+
+/* breaker.c: failure detection by outcome (ty_conductor_opts.node_answer_timeout_ms). */
+/* A node (re)registered: closed, no failures. */
+void ty__breaker_reset(ty_conductor_t *c, struct ty__cnode *n);
+/* May a request be placed on n outside the scheduler (a prefill moved, a retry)? */
+bool ty__breaker_allows(const struct ty__cnode *n);
+/* A request was placed on n: a half-open node's probe is now out (no more until it ends). */
+void ty__breaker_placed(ty_conductor_t *c, struct ty__cnode *n);
+/* The node answered one of its requests / failed one (`what` says how, for the log). */
+void ty__breaker_ok(ty_conductor_t *c, struct ty__cnode *n);
+void ty__breaker_failed(ty_conductor_t *c, struct ty__cnode *n, const char *what);
+/* While `hold`, n is out of the scheduler's choice whatever its breaker says (a request's
+ * retry avoiding the node that failed it); then back as its breaker says. */
+void ty__breaker_avoid(ty_conductor_t *c, struct ty__cnode *n, bool hold);
+/* On the tick: open breakers whose time is up turn half open (one probe may go). */
+void ty__breaker_tick(ty_conductor_t *c, uint64_t now_ms);
 
 /* placement.c: every call on the loop thread. */
 int ty__place_init(ty_conductor_t *c, const struct ty_conductor_opts *o);
@@ -220,7 +259,7 @@ char *ty__conductor_status_json(void *ctx);
 /* remote.c */
 extern const struct ty_serve_backend_i ty__conductor_backend_iface;
 /* Fail every unfinished request that depends on node `n` (error `err`). */
-void ty__conductor_fail_node(ty_conductor_t *c, struct ty__cnode *n, int err);
+void ty__conductor_fail_node(ty_conductor_t *c, struct ty__cnode *n, int err, const char *why);
 void ty__conductor_fail_all(ty_conductor_t *c, int err);
 /* A node registered / the tick: dispatch or expire requests that wait for a first node, and
  * fail those whose decode node did not answer their DecodeAssign in time. */

@@ -81,6 +81,23 @@ static const struct ty_config_field conductor_fields[] = {
      TY_CONFIG_AT(struct ty_conductor_config, expected_output_tokens), .def = "256", .min = "1",
      .max = "1048576",
      .help = "output length the scheduler assumes for a request without max_tokens"},
+    {.key = "node_answer_timeout", .type = TY_CONFIG_DURATION,
+     TY_CONFIG_AT(struct ty_conductor_config, node_answer_timeout_ns), .def = "10s",
+     .min = "100ms", .max = "10m",
+     .help = "a decode node that has not taken a request (its pages reserved) in this long, or a "
+             "prefill node whose KV is this much later than predicted, has failed it: the "
+             "request is placed again on another node (once) and the failure counts against "
+             "the node's circuit breaker"},
+    {.key = "breaker_failures", .type = TY_CONFIG_UINT,
+     TY_CONFIG_AT(struct ty_conductor_config, breaker_failures), .def = "3", .min = "1",
+     .max = "1000",
+     .help = "requests failed in a row that take a node out of placement (its circuit breaker "
+             "opens)"},
+    {.key = "breaker_open", .type = TY_CONFIG_DURATION,
+     TY_CONFIG_AT(struct ty_conductor_config, breaker_open_ns), .def = "5s", .min = "10ms",
+     .max = "1h",
+     .help = "how long a node stays out of placement before one request probes it; each "
+             "failed probe doubles it, up to 16 times this"},
     {.key = "kv_pool", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(struct ty_conductor_config, kv_pool),
      .sub = &conductor_pool,
      .help = "the cluster KV pool the prefill nodes share: the scheduler follows its blocks"},

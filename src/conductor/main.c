@@ -45,6 +45,7 @@ static void on_reload(ty_daemon_t *d, unsigned n_changed, void *arg)
     (void)d;
     (void)n_changed;
     ty_log_set_level((enum ty_log_level)s->cfg.log_level);
+    ty_log_set_format((enum ty_log_format)s->cfg.log_format);
     const char **keys, **classes;
     size_t n;
     if (ty_conductor_api_keys(&s->cfg, &keys, &classes, &n) == 0) {
@@ -88,6 +89,9 @@ static int start(struct conductor *s, uv_loop_t *loop)
         .heartbeat_interval_ms = (uint32_t)(s->cfg.heartbeat_interval_ns / 1000000),
         .heartbeat_timeout_ms = (uint32_t)(s->cfg.heartbeat_timeout_ns / 1000000),
         .request_timeout_ms = (uint32_t)(s->cfg.request_timeout_ns / 1000000),
+        .node_answer_timeout_ms = (uint32_t)(s->cfg.node_answer_timeout_ns / 1000000),
+        .breaker_failures = s->cfg.breaker_failures,
+        .breaker_open_ms = (uint32_t)(s->cfg.breaker_open_ns / 1000000),
         .startup_wait_ms = (uint32_t)(s->cfg.startup_wait_ns / 1000000),
         .sched = &s->cfg.scheduler, .cost = &s->cfg.cost, /* events: the API's sink */
         .kv_pool_master = s->cfg.kv_pool.master,
@@ -149,6 +153,7 @@ int main(int argc, char **argv)
     if (ty_daemon_new(&s.d, &o, argc, argv, &code) != 0)
         return code;
     ty_log_set_level((enum ty_log_level)s.cfg.log_level);
+    ty_log_set_format((enum ty_log_format)s.cfg.log_format);
     signal(SIGPIPE, SIG_IGN); /* a peer gone mid-write is an error code, not a death */
     uv_loop_t *loop = uv_default_loop();
     int ret = 1;

@@ -32,7 +32,8 @@ struct ty__cnode *ty__conductor_pick_except(ty_conductor_t *c, int role,
     struct ty__cnode *best = NULL;
     for (size_t i = 0; i < c->n_nodes; i++) {
         struct ty__cnode *n = c->nodes[i];
-        if (n == except || !n->info.alive || n->lost || n->info.role != role || !n->rpc)
+        if (n == except || !n->info.alive || n->lost || n->info.role != role || !n->rpc ||
+            !ty__breaker_allows(n))
             continue;
         if (!best || n->info.inflight < best->info.inflight ||
             (n->info.inflight == best->info.inflight && n->info.served < best->info.served))
@@ -78,7 +79,18 @@ static void node_metrics_init(ty_conductor_t *c)
     ty_metrics_counter_new(reg, &c->node_fam[6], "tycho_node_preemptions_total",
                            "sequences a decode node preempted (KV pages taken back to let "
                            "older ones grow; recomputed on the node)", n1, 1);
+    ty_metrics_gauge_new(reg, &c->node_fam[7], "tycho_node_breaker_state",
+                         "the node's circuit breaker: 0 closed (placed on), 1 open (out of "
+                         "placement after failed requests), 2 half open (one request probes it)",
+                         nr, 2);
+    ty_metrics_counter_new(reg, &c->node_fam[8], "tycho_node_failed_requests_total",
+                           "requests the node failed (no answer in node_answer_timeout, a "
+                           "prefill that late, an error it did not mean as a refusal)", nr, 2);
     ty_metrics_family_t *f;
+    if (!ty_metrics_counter_new(reg, &f, "tycho_requests_replaced_total",
+                                "requests placed again on other nodes because a node failed "
+                                "them before any token streamed", NULL, 0))
+        ty_metrics_child_get(f, NULL, &c->replaced);
     if (!ty_metrics_counter_new(reg, &f, "tycho_prefill_retries_total",
                                 "prefills sent again to another prefill node because theirs was "
                                 "lost before the KV landed", NULL, 0))
@@ -105,6 +117,10 @@ static void node_metrics_bind(ty_conductor_t *c, struct ty__cnode *n)
     ty_metrics_child_get(c->node_fam[1], nr, &n->m_kv_usage);
     ty_metrics_child_get(c->node_fam[2], nr, &n->m_queued);
     ty_metrics_child_get(c->node_fam[3], nr, &n->m_running);
+    if (c->node_fam[7] && c->node_fam[8]) {
+        ty_metrics_child_get(c->node_fam[7], nr, &n->m_breaker);
+        ty_metrics_child_get(c->node_fam[8], nr, &n->m_failed);
+    }
     if (c->node_fam[4] && c->node_fam[5]) {
         ty_metrics_child_get(c->node_fam[4], rd, &n->m_pool[0]);
         ty_metrics_child_get(c->node_fam[4], wr, &n->m_pool[1]);
@@ -122,7 +138,8 @@ static void node_metrics_bind(ty_conductor_t *c, struct ty__cnode *n)
 static void node_metrics_unbind(struct ty__cnode *n)
 {
     ty_metrics_child_t **all[] = {&n->m_up, &n->m_kv_usage, &n->m_queued, &n->m_running,
-                                  &n->m_pool[0], &n->m_pool[1], &n->m_pool[2], &n->m_pool[3]};
+                                  &n->m_pool[0], &n->m_pool[1], &n->m_pool[2], &n->m_pool[3],
+                                  &n->m_breaker, &n->m_failed};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         ty_metrics_child_remove(*all[i]);
         *all[i] = NULL;
@@ -154,7 +171,7 @@ void ty__conductor_node_down(ty_conductor_t *c, struct ty__cnode *n, const char 
     n->info.alive = false;
     n->lost = false;
     ty__place_node_down(c, n);
-    ty__conductor_fail_node(c, n, TY_EUNAVAIL);
+    ty__conductor_fail_node(c, n, TY_EUNAVAIL, why);
     if (n->rpc) {
         ty_rpc_client_t *r = n->rpc;
         n->rpc = NULL;
@@ -366,6 +383,7 @@ static int node_register(ty_conductor_t *c, const Tycho__V1__RegisterNode *m, ch
     memset(&n->info.load, 0, sizeof(n->info.load));
     n->info.load.free_pages = m->capacity->kv_pages;
     node_metrics_bind(c, n);
+    ty__breaker_reset(c, n);
     *out = n;
     return 0;
 }
@@ -445,6 +463,7 @@ static void cluster_tick(uv_timer_t *t)
         else if (n->info.alive && now - n->last_hb_ms > c->o.heartbeat_timeout_ms)
             ty__conductor_node_down(c, n, "heartbeat timeout");
     }
+    ty__breaker_tick(c, now);
     ty__conductor_retry_waiting(c);
     ty__pool_tick(c);
     uint64_t af = ty_auth_failures();

@@ -27,9 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A decode node answers a DecodeAssign's first item (its pages reserved) within this; the
- * call itself, the token stream, lasts up to the request timeout. */
-#define ASSIGN_TIMEOUT_MS 10000
+#include <stdarg.h>
+#include <stdio.h>
 
 static void emit(ty_conductor_t *c, struct ty__creq *r, enum ty_serve_event_kind kind,
                  const struct ty_sample *smp, size_t text_end, enum ty_finish fin, int err)
@@ -43,13 +42,15 @@ static void emit(ty_conductor_t *c, struct ty__creq *r, enum ty_serve_event_kind
     ev.n_cached = r->n_cached;
     ev.n_output = r->n_out;
     ev.relay_us = kind == TY_SERVE_EV_TOKEN && r->n_out == 1 ? r->relay_us : 0;
+    ev.message = kind == TY_SERVE_EV_ERROR && r->why[0] ? r->why : NULL;
     if (c->o.event_cb)
         c->o.event_cb(c->o.event_arg, &ev);
 }
 
 static void req_maybe_free(ty_conductor_t *c, struct ty__creq *r)
 {
-    if (!r->finished || r->decode_pending || r->prefill_pending || r->stream_pending)
+    if (!r->finished || r->decode_pending || r->prefill_pending || r->stream_pending ||
+        r->n_stale)
         return; /* a call of it is still open: its end comes back here */
     for (struct ty__creq **pp = &c->reqs; *pp; pp = &(*pp)->next) {
         if (*pp == r) {
@@ -108,6 +109,55 @@ static void req_fail(ty_conductor_t *c, struct ty__creq *r, int err)
     emit(c, r, TY_SERVE_EV_ERROR, NULL, 0, TY_FINISH_NONE, err);
     req_end(c, r, false, false, err == TY_ECANCELED ? "cancelled" : ty_strerror(err));
     req_maybe_free(c, r);
+}
+
+/* req_fail with what failed, for the client's error message and the log */
+static void req_fail_why(ty_conductor_t *c, struct ty__creq *r, int err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void req_fail_why(ty_conductor_t *c, struct ty__creq *r, int err, const char *fmt, ...)
+{
+    if (r->finished)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->why, sizeof(r->why), fmt, ap);
+    va_end(ap);
+    req_fail(c, r, err);
+}
+
+/* An error a node's call ended with that says the node failed the request (its breaker
+ * counts it), not a refusal it meant, a cancellation or the loss of the node (which the
+ * registry handles). */
+static bool node_fault(int err)
+{
+    return err != TY_ECANCELED && err != TY_ECONNRESET && err != TY_EUNAVAIL &&
+           err != TY_ENOCAPACITY && err != TY_EREJECTED && err != TY_ESHUTDOWN &&
+           err != TY_ERANGE && err != TY_EINVAL && err != TY_ENOTSUP && err != TY_EALREADY;
+}
+
+static struct ty__call *call_new(struct ty__creq *r, struct ty__cnode *n)
+{
+    struct ty__call *k = calloc(1, sizeof(*k));
+    if (k)
+        k->r = r, k->n = n;
+    return k;
+}
+
+/* A call's event: the request and Conductor; NULL when the call is stale (let go of when the
+ * request was placed again), whose end is accounted and freed here. */
+static struct ty__creq *call_of(const struct ty_rpc_result *res, void *arg, ty_conductor_t **c)
+{
+    struct ty__call *k = arg;
+    struct ty__creq *r = k->r;
+    *c = k->n->c;
+    if (!k->stale)
+        return r;
+    if (res->event != TY_RPC_EVENT_ITEM) {
+        r->n_stale--;
+        free(k);
+        req_maybe_free(*c, r);
+    }
+    return NULL;
 }
 
 static void req_done(ty_conductor_t *c, struct ty__creq *r, enum ty_finish fin)
@@ -188,6 +238,10 @@ static void on_assigned(ty_conductor_t *c, struct ty__creq *r, const struct ty_r
         err = TY_ENOCAPACITY;
     else if (r->gen.grammar && !r->dreply->grammar)
         err = TY_ENOTSUP; /* a node that predates structured output would ignore it */
+    if (err == TY_EBADMSG)
+        ty__breaker_failed(c, r->dnode, "its DecodeAssign reply is malformed");
+    else
+        ty__breaker_ok(c, r->dnode); /* it answered (a refusal is an answer) */
     if (!err)
         err = start_prefill(c, r);
     r->relay_us = (uint32_t)((ty_clock_ns() - t0) / 1000);
@@ -196,12 +250,17 @@ static void on_assigned(ty_conductor_t *c, struct ty__creq *r, const struct ty_r
                     r->cid, r->dnode->info.id, ty_strerror(err),
                     r->dreply && r->dreply->reason[0] ? ": " : "",
                     r->dreply ? r->dreply->reason : "");
+        if (err == TY_EUNAVAIL)
+            snprintf(r->why, sizeof(r->why), "no prefill node is available");
         req_fail(c, r, err == TY_ECONNRESET || err == TY_ECANCELED ? TY_EUNAVAIL : err);
     }
 }
 
 /* r's DecodeAssign call ended before r did: refused before its first item (the node's error
  * is TY_EREMOTE's, as a refused assign always was), or broken after it. */
+static bool req_replace(ty_conductor_t *c, struct ty__creq *r, struct ty__cnode *bad,
+                        const char *why);
+
 static void on_stream_ended(ty_conductor_t *c, struct ty__creq *r, const struct ty_rpc_result *res)
 {
     int err = res->event == TY_RPC_EVENT_END ? TY_EPROTO : res->status;
@@ -211,14 +270,30 @@ static void on_stream_ended(ty_conductor_t *c, struct ty__creq *r, const struct 
                 r->assigned ? "token stream ended early from" : "DecodeAssign refused by",
                 r->dnode->info.id, ty_strerror(res->event == TY_RPC_EVENT_END ? err : res->status),
                 res->message[0] ? ": " : "", res->message);
-    req_fail(c, r, err == TY_ECONNRESET || err == TY_ECANCELED ? TY_EUNAVAIL : err);
+    if (r->assigned && node_fault(err))
+        ty__breaker_failed(c, r->dnode, "its token stream ended early");
+    if (err == TY_ECONNRESET || err == TY_ECANCELED || err == TY_EUNAVAIL) {
+        /* the node went (its registry entry follows): elsewhere if no token streamed yet */
+        char why[192];
+        snprintf(why, sizeof(why), "decode node %s went down (%s) after %u tokens of the request",
+                 r->dnode->info.id, ty_strerror(err), r->n_out);
+        if (!req_replace(c, r, r->dnode, why))
+            req_fail_why(c, r, TY_EUNAVAIL, "%s", why);
+        return;
+    }
+    req_fail_why(c, r, err, "decode node %s %s after %u tokens: %s%s%s", r->dnode->info.id,
+                 r->assigned ? "ended the token stream" : "refused the request", r->n_out,
+                 ty_strerror(res->event == TY_RPC_EVENT_END ? err : res->status),
+                 res->message[0] ? ": " : "", res->message);
 }
 
 /* r's DecodeAssign call: its DecodeAssignReply, then TokenChunks, then the end. */
 static void on_stream(const struct ty_rpc_result *res, void *arg)
 {
     ty_conductor_t *c;
-    struct ty__creq *r = req_of(arg, &c);
+    struct ty__creq *r = call_of(res, arg, &c);
+    if (!r)
+        return;
     if (res->event == TY_RPC_EVENT_ITEM) {
         if (r->finished)
             return; /* its Cancel went to the node: the end follows */
@@ -236,6 +311,8 @@ static void on_stream(const struct ty_rpc_result *res, void *arg)
         return;
     }
     r->stream_pending = false;
+    r->stream_call = NULL;
+    free(arg);
     if (!r->finished) {
         on_stream_ended(c, r, res);
         return; /* req_fail freed it if nothing else is pending */
@@ -311,13 +388,21 @@ static int prefill_elsewhere(ty_conductor_t *c, struct ty__creq *r)
     r->decode_pending = true;
     r->pnode = to;
     ty__place_moved(c, r, from);
+    ty__breaker_placed(c, to);
     return 0;
 }
+
+static bool req_replace(ty_conductor_t *c, struct ty__creq *r, struct ty__cnode *bad,
+                        const char *why);
 
 static void on_prefill_reply(const struct ty_rpc_result *res, void *arg)
 {
     ty_conductor_t *c;
-    struct ty__creq *r = req_of(arg, &c);
+    struct ty__creq *r = call_of(res, arg, &c);
+    if (!r)
+        return;
+    free(arg);
+    r->prefill_call = NULL;
     r->prefill_pending = false;
     if (r->prefill_counted && r->pnode->info.inflight)
         r->pnode->info.inflight--;
@@ -331,12 +416,21 @@ static void on_prefill_reply(const struct ty_rpc_result *res, void *arg)
         }
         if (prefill_node_lost(res, r) && !prefill_elsewhere(c, r))
             return;
-        TY_LOG_WARN("cluster", "request %llu [%s]: prefill on %s failed: %s%s%s",
-                    (unsigned long long)r->rid, r->cid, r->pnode->info.id, ty_strerror(res->status),
-                    res->message[0] ? ": " : "", res->message);
-        req_fail(c, r, err == TY_ECONNRESET || err == TY_ECANCELED ? TY_EUNAVAIL : err);
+        char why[192];
+        snprintf(why, sizeof(why), "prefill node %s failed: %s%s%s", r->pnode->info.id,
+                 ty_strerror(res->status), res->message[0] ? ": " : "", res->message);
+        TY_LOG_WARN("cluster", "request %llu [%s]: %s", (unsigned long long)r->rid, r->cid, why);
+        if (node_fault(err)) {
+            ty__breaker_failed(c, r->pnode, why);
+            if (req_replace(c, r, r->pnode, why))
+                return;
+        }
+        req_fail_why(c, r, err == TY_ECONNRESET || err == TY_ECANCELED ? TY_EUNAVAIL : err, "%s",
+                     why);
         return;
     }
+    if (res->event == TY_RPC_EVENT_REPLY)
+        ty__breaker_ok(c, r->pnode);
     if (!r->finished)
         ty__place_prefilled(c, r);
     req_maybe_free(c, r);
@@ -376,7 +470,7 @@ static int start_prefill(ty_conductor_t *c, struct ty__creq *r)
     if (!r->pnode || !r->pnode->info.alive || r->pnode->lost || !r->pnode->rpc) {
         /* the scheduler's choice died while the decode node reserved pages */
         struct ty__cnode *chosen = r->pnode;
-        r->pnode = ty__conductor_pick(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL);
+        r->pnode = ty__conductor_pick_except(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL, chosen);
         if (!r->pnode)
             return TY_EUNAVAIL;
         ty__place_moved(c, r, chosen);
@@ -389,8 +483,12 @@ static int start_prefill(ty_conductor_t *c, struct ty__creq *r)
 static int send_prefill(ty_conductor_t *c, struct ty__creq *r)
 {
     struct pb_sampling *ps = malloc(sizeof(*ps));
-    if (!ps)
+    struct ty__call *k = call_new(r, r->pnode);
+    if (!ps || !k) {
+        free(ps);
+        free(k);
         return TY_ENOMEM;
+    }
     fill_first_sampling(&r->gen, ps);
     Tycho__V1__PrefillAssign pa = TYCHO__V1__PREFILL_ASSIGN__INIT;
     pa.request_id = r->rid;
@@ -403,10 +501,17 @@ static int send_prefill(ty_conductor_t *c, struct ty__creq *r)
     pa.client_request_id = r->cid;
     struct ty_rpc_call_opts pco = {.timeout_ms = c->o.request_timeout_ms};
     int rc = ty_rpc_client_call_msg(r->pnode->rpc, TYCHO__V1__METHOD__METHOD_PREFILL_ASSIGN,
-                                    &pa.base, &pco, on_prefill_reply, r, NULL);
+                                    &pa.base, &pco, on_prefill_reply, k, NULL);
     free(ps); /* packed by the call */
-    if (rc)
+    if (rc) {
+        free(k);
         return rc;
+    }
+    r->prefill_call = k;
+    /* its KV is due: the predicted queue and prefill, four times over, plus the answer time */
+    r->prefill_by_ms = ty_clock_ms() + c->o.node_answer_timeout_ms +
+                       (uint64_t)(4 * (r->predicted_wait_us + r->predicted_prefill_us) / 1000);
+    ty__breaker_placed(c, r->pnode);
     r->prefill_pending = r->prefill_counted = true;
     r->prefill_tries++;
     r->pnode->info.inflight++;
@@ -451,8 +556,14 @@ static int dispatch(ty_conductor_t *c, struct ty__creq *r, struct ty_serve_rejec
         return rc;
     struct ty__cnode *d = r->dnode;
     struct pb_sampling *ps = malloc(sizeof(*ps));
-    if (!ps)
+    struct ty__call *k = call_new(r, d);
+    if (!ps || !k) {
+        free(ps);
+        free(k);
+        ty__place_done(c, r, false);
+        r->dnode = r->pnode = NULL;
         return TY_ENOMEM;
+    }
     fill_sampling(&r->gen, ps);
     Tycho__V1__DecodeAssign m = TYCHO__V1__DECODE_ASSIGN__INIT;
     m.request_id = r->rid;
@@ -465,15 +576,19 @@ static int dispatch(ty_conductor_t *c, struct ty__creq *r, struct ty_serve_rejec
     m.client_request_id = r->cid;
     struct ty_rpc_call_opts co = {.timeout_ms = c->o.request_timeout_ms, .stream = true};
     rc = ty_rpc_client_call_msg(d->rpc, TYCHO__V1__METHOD__METHOD_DECODE_ASSIGN, &m.base, &co,
-                                on_stream, r, NULL);
+                                on_stream, k, NULL);
     free(ps); /* packed by the call */
     if (rc) {
+        free(k);
         ty__place_done(c, r, false);
         r->dnode = r->pnode = NULL;
         return rc == TY_ESHUTDOWN ? TY_EUNAVAIL : rc;
     }
+    r->stream_call = k;
     r->stream_pending = true;
-    r->assign_by_ms = ty_clock_ms() + ASSIGN_TIMEOUT_MS;
+    ty__breaker_placed(c, d);
+    ty__breaker_placed(c, r->pnode);
+    r->assign_by_ms = ty_clock_ms() + c->o.node_answer_timeout_ms;
     r->wait_until_ms = 0;
     d->info.inflight++;
     d->info.served++;
@@ -486,15 +601,91 @@ static bool nodes_up(ty_conductor_t *c)
            ty__conductor_pick(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL);
 }
 
+/* Let go of r's placement (its nodes are told to drop it; the calls' ends come back stale)
+ * and place it again as an admitted request, the scheduler not choosing `bad`: once per
+ * request, and only while no token has streamed (the client sees nothing but the delay) and
+ * no prefill re-send is being arranged. false: it was not (the caller fails it). */
+static bool req_replace(ty_conductor_t *c, struct ty__creq *r, struct ty__cnode *bad,
+                        const char *why)
+{
+    if (r->finished || r->n_out || r->decode_pending || r->replaced || c->closing)
+        return false;
+    if (r->stream_call) {
+        r->stream_call->stale = true;
+        r->stream_call = NULL;
+        r->stream_pending = false;
+        r->n_stale++;
+    }
+    bool prefilling = r->prefill_pending && !r->prefilled;
+    if (r->prefill_call) {
+        r->prefill_call->stale = true;
+        r->prefill_call = NULL;
+        r->prefill_pending = false;
+        r->n_stale++;
+    }
+    send_cancel(r->dnode, r->rid, "placed again elsewhere");
+    if (prefilling)
+        send_cancel(r->pnode, r->rid, "placed again elsewhere");
+    if (r->dnode && r->dnode->info.inflight)
+        r->dnode->info.inflight--;
+    if (r->prefill_counted && r->pnode && r->pnode->info.inflight)
+        r->pnode->info.inflight--;
+    r->prefill_counted = false;
+    ty__place_done(c, r, false);
+    if (r->dreply)
+        tycho__v1__decode_assign_reply__free_unpacked(r->dreply, NULL);
+    r->dreply = NULL;
+    r->assigned = r->prefilled = false;
+    r->prefill_tries = 0;
+    r->prefill_by_ms = 0;
+    r->replaced++;
+    uint64_t old = r->rid;
+    r->rid = ++c->next_rid; /* the old nodes may still hold the old id */
+    r->dnode = r->pnode = NULL;
+    ty__breaker_avoid(c, bad, true);
+    int rc = dispatch(c, r, NULL, true);
+    ty__breaker_avoid(c, bad, false);
+    if (rc) {
+        TY_LOG_WARN("cluster", "request %llu [%s]: %s; no other node to place it on: %s",
+                    (unsigned long long)old, r->cid, why, ty_strerror(rc));
+        return false;
+    }
+    TY_LOG_WARN("cluster", "request %llu [%s]: %s; placed again as %llu: prefill %s, decode %s",
+                (unsigned long long)old, r->cid, why, (unsigned long long)r->rid,
+                r->pnode->info.id, r->dnode->info.id);
+    if (c->replaced)
+        ty_metrics_counter_inc(c->replaced);
+    return true;
+}
+
+/* r's node failed it (`bad`, said `why`): counted against the node, then r goes elsewhere or
+ * ends with 503 saying what failed. */
+static void node_failed_req(ty_conductor_t *c, struct ty__creq *r, struct ty__cnode *bad,
+                            const char *why)
+{
+    ty__breaker_failed(c, bad, why);
+    if (!req_replace(c, r, bad, why))
+        req_fail_why(c, r, TY_EUNAVAIL, "%s", why);
+}
+
 void ty__conductor_retry_waiting(ty_conductor_t *c)
 {
     uint64_t now = ty_clock_ms();
+    char why[192];
     for (struct ty__creq *r = c->reqs, *next; r; r = next) {
         next = r->next;
         if (!r->finished && r->stream_pending && !r->assigned && now > r->assign_by_ms) {
-            TY_LOG_WARN("cluster", "request %llu [%s]: %s did not answer its DecodeAssign in %d ms",
-                        (unsigned long long)r->rid, r->cid, r->dnode->info.id, ASSIGN_TIMEOUT_MS);
-            req_fail(c, r, TY_ETIMEDOUT); /* its Cancel lets the node end the call */
+            snprintf(why, sizeof(why), "decode node %s did not take the request in %u ms",
+                     r->dnode->info.id, c->o.node_answer_timeout_ms);
+            node_failed_req(c, r, r->dnode, why); /* its Cancel lets the node end the call */
+            continue;
+        }
+        if (!r->finished && r->prefill_pending && !r->prefilled && !r->n_out &&
+            r->prefill_by_ms && now > r->prefill_by_ms) {
+            snprintf(why, sizeof(why), "prefill node %s did not deliver the KV in time (%u ms "
+                     "past 4x its predicted queue and prefill)", r->pnode->info.id,
+                     c->o.node_answer_timeout_ms);
+            node_failed_req(c, r, r->pnode, why);
             continue;
         }
         if (r->finished || !r->wait_until_ms)
@@ -590,14 +781,20 @@ const struct ty_serve_backend_i ty__conductor_backend_iface = {
     .submit = cluster_submit, .cancel = cluster_cancel, .stats = cluster_stats,
     .status_json = ty__conductor_status_json, .set_sink = cluster_set_sink};
 
-void ty__conductor_fail_node(ty_conductor_t *c, struct ty__cnode *n, int err)
+void ty__conductor_fail_node(ty_conductor_t *c, struct ty__cnode *n, int err, const char *why)
 {
+    char msg[192];
     for (struct ty__creq *r = c->reqs, *next; r; r = next) {
         next = r->next;
         /* a request whose prefill node went is sent elsewhere (or, its KV landed, left to
-         * decode) when that call completes with the node's loss: on_prefill_reply */
-        if (!r->finished && r->dnode == n)
-            req_fail(c, r, err);
+         * decode) when that call completes with the node's loss: on_prefill_reply; one whose
+         * decode node went before any token streamed is placed again */
+        if (r->finished || r->dnode != n)
+            continue;
+        snprintf(msg, sizeof(msg), "decode node %s went down (%s) after %u tokens of the request",
+                 n->info.id, why, r->n_out);
+        if (!req_replace(c, r, n, msg))
+            req_fail_why(c, r, err, "%s", msg);
     }
 }
 
@@ -626,6 +823,12 @@ int ty_conductor_new(ty_conductor_t **out, const struct ty_conductor_opts *opts)
         c->o.heartbeat_timeout_ms = 3000;
     if (!c->o.request_timeout_ms)
         c->o.request_timeout_ms = 600000;
+    if (!c->o.node_answer_timeout_ms)
+        c->o.node_answer_timeout_ms = 10000;
+    if (!c->o.breaker_failures)
+        c->o.breaker_failures = 3;
+    if (!c->o.breaker_open_ms)
+        c->o.breaker_open_ms = 5000;
     c->tok = ty_model_tokenizer(opts->model);
     c->started_ms = ty_clock_ms();
     c->o.rpc_host = opts->rpc_host;

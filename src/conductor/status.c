@@ -82,6 +82,8 @@ static json_t *node_json(const struct ty__cnode *n, uint64_t now_ms)
     json_object_set_new(o, "backend", json_string(n->backend));
     json_object_set_new(o, "kv_device", json_string(n->kv_device));
     json_object_set_new(o, "transports", json_string(n->transports));
+    json_object_set_new(o, "breaker", json_string(ty_conductor_breaker_name(i->breaker)));
+    json_object_set_new(o, "failed_in_a_row", json_integer(i->failures));
     if (n->rpc) { /* calls the Conductor made to it since it registered (the request path) */
         struct ty_rpc_client_stats st;
         ty_rpc_client_stats(n->rpc, &st);

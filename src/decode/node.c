@@ -225,6 +225,8 @@ static void on_assign(ty_rpc_call_t *call, const void *msg, void *arg)
     const Tycho__V1__DecodeAssign *m = msg;
     char why[256] = "";
     struct dcmd *c = NULL;
+    if (ty_node_test_mute(call, "DecodeAssign"))
+        return;
     int rc = assign_build(n, m, &c, why, sizeof(why));
     struct lreq *r = NULL;
     if (!rc && c->kind == DCMD_ASSIGN && !(r = calloc(1, sizeof(*r)))) {

@@ -13,6 +13,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 struct node {
     const struct ty_node_role *role;
@@ -256,6 +258,22 @@ bool ty_node_engine_alive(const ty_engine_t *e, uint64_t stall_ns, char *why, si
     return false;
 }
 
+static void on_muted_cancel(ty_rpc_call_t *call, int reason, void *arg)
+{
+    (void)arg;
+    ty_rpc_call_fail(call, reason, "cancelled");
+}
+
+bool ty_node_test_mute(ty_rpc_call_t *call, const char *what)
+{
+    const char *path = getenv("TYCHO_TEST_MUTE_FILE");
+    if (!path || access(path, F_OK) != 0)
+        return false;
+    TY_LOG_WARN("node", "test hook TYCHO_TEST_MUTE_FILE: a %s is left unanswered", what);
+    ty_rpc_call_set_cancel_cb(call, on_muted_cancel, NULL);
+    return true;
+}
+
 static bool node_alive(void *arg, char *why, size_t cap)
 {
     struct node *s = arg;
@@ -274,6 +292,7 @@ int ty_node_main(const struct ty_node_role *role, int argc, char **argv)
     if (ty_daemon_new(&s.d, &o, argc, argv, &code) != 0)
         return code;
     ty_log_set_level((enum ty_log_level)s.cfg.log_level);
+    ty_log_set_format((enum ty_log_format)s.cfg.log_format);
     signal(SIGPIPE, SIG_IGN); /* a peer gone mid-write is an error code, not a death */
     uv_loop_t *loop = uv_default_loop();
     struct ty_node_shape sh = {0};

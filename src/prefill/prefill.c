@@ -657,6 +657,8 @@ static void on_assign(ty_rpc_call_t *call, const void *msg, void *arg)
     ty_prefill_t *p = arg;
     char why[256] = "";
     struct pjob *j = NULL;
+    if (ty_node_test_mute(call, "PrefillAssign"))
+        return;
     int rc = job_build(p, msg, &j, why, sizeof(why));
     pthread_mutex_lock(&p->mu);
     if (!rc && (p->stop || p->n_queued >= p->o.max_queue))

@@ -310,7 +310,7 @@ int ty_sched_pick(ty_sched_t *s, const struct ty_sched_request *r, uint64_t now_
         source = s->o.remote_node;
     }
     for (uint32_t i = 0; i < TY_SCHED_MAX_NODES && !s->o.remote_from_node; i++) {
-        if (s->prefix[i] > best_remote) {
+        if (s->prefix[i] > best_remote && !s->nodes[i].out) {
             best_remote = s->prefix[i];
             source = i;
         }

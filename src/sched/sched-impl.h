@@ -25,6 +25,7 @@ static inline uint64_t ty__sched_rand_next(uint64_t *state)
 
 struct node {
     bool present;
+    bool out; /* present but not chosen (ty_sched_node_set_out): not in prefill_ids/decode_ids */
     enum ty_sched_role role;
     uint32_t max_batch;
     uint64_t kv_cap;

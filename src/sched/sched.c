@@ -205,12 +205,27 @@ int ty_sched_node_remove(ty_sched_t *s, uint32_t id)
 {
     if (id >= TY_SCHED_MAX_NODES || !s->nodes[id].present)
         return TY_ENOTFOUND;
-    if (s->nodes[id].role == TY_SCHED_ROLE_PREFILL)
-        id_list_del(s->prefill_ids, &s->n_prefill, id);
-    else
-        id_list_del(s->decode_ids, &s->n_decode, id);
+    ty_sched_node_set_out(s, id, true);
     s->nodes[id].present = false;
     ty_sched_index_drop_node(s->ix, id);
+    return 0;
+}
+
+int ty_sched_node_set_out(ty_sched_t *s, uint32_t id, bool out)
+{
+    if (id >= TY_SCHED_MAX_NODES || !s->nodes[id].present)
+        return TY_ENOTFOUND;
+    struct node *n = &s->nodes[id];
+    if (n->out == out)
+        return 0;
+    n->out = out;
+    bool pf = n->role == TY_SCHED_ROLE_PREFILL;
+    if (out)
+        id_list_del(pf ? s->prefill_ids : s->decode_ids, pf ? &s->n_prefill : &s->n_decode, id);
+    else if (pf)
+        s->prefill_ids[s->n_prefill++] = id;
+    else
+        s->decode_ids[s->n_decode++] = id;
     return 0;
 }
 

@@ -155,6 +155,7 @@ int main(int argc, char **argv)
     if (ty_daemon_new(&a.d, &o, argc, argv, &code) != 0)
         return code;
     ty_log_set_level((enum ty_log_level)a.cfg.log_level);
+    ty_log_set_format((enum ty_log_format)a.cfg.log_format);
     if (!a.cfg.master && a.cfg.dram_bytes == 0) {
         fprintf(stderr, "tycho-store: nothing to run: set --master and/or --dram_bytes\n");
         ty_daemon_free(a.d);

@@ -801,6 +801,39 @@ static void test_names(void **st)
     assert_int_equal(ty_sched_admission_parse(NULL, &a), TY_EINVAL);
 }
 
+/* A node taken out of placement (a Conductor's circuit breaker) is never chosen, keeps its
+ * prefix index, and is chosen again once back; with every decode node out nothing is placed. */
+static void test_node_out(void **st)
+{
+    struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_KVCACHE_CENTRIC, TY_SCHED_ADMIT_BASELINE);
+    ty_sched_t *s = cluster(&o);
+    struct ty_sched_request r = req(1, 0);
+    struct ty_sched_decision d;
+    assert_int_equal(ty_sched_node_set_out(s, 1, true), 0);
+    assert_int_equal(ty_sched_node_set_out(s, 1, true), 0); /* twice: no change */
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
+    assert_int_not_equal(d.prefill_node, 1); /* node 1 (TTFT 800 us) would win */
+    assert_int_equal(ty_sched_node_set_out(s, 1, false), 0);
+    r.id = 2;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.prefill_node, 1);
+    assert_int_equal(d.local_prefix_blocks, 2); /* its index survived */
+    assert_int_equal(ty_sched_node_set_out(s, 10, true), 0);
+    r.id = 3;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_NO_NODE);
+    assert_int_equal(ty_sched_node_remove(s, 10), 0); /* removing an out node */
+    assert_int_equal(ty_sched_node_set_out(s, 10, false), TY_ENOTFOUND);
+    struct ty_sched_node_desc dd = {.role = TY_SCHED_ROLE_DECODE};
+    assert_int_equal(ty_sched_node_add(s, 10, &dd), 0); /* back in, chosen */
+    r.id = 4;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.decode_node, 10);
+    ty_sched_free(s);
+    (void)st;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -826,6 +859,7 @@ int main(void)
         cmocka_unit_test(test_interleave_lane),
         cmocka_unit_test(test_ttft_overhead),
         cmocka_unit_test(test_names),
+        cmocka_unit_test(test_node_out),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
