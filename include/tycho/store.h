@@ -45,6 +45,8 @@ struct ty_store_master_opts {
 /* Start a master listening on host:port. Returns 0, TY_EINVAL, or the bind error. */
 int ty_store_master_new(ty_store_master_t **out, const struct ty_store_master_opts *opts);
 uint16_t ty_store_master_port(const ty_store_master_t *m);
+/* Its metadata's counts (what `tycho store-stats` shows); loop thread. */
+void ty_store_master_stats(const ty_store_master_t *m, struct ty_store_meta_stats *out);
 /* Stop serving and free the master once its handles closed; then cb(arg) (may be NULL). */
 void ty_store_master_close(ty_store_master_t *m, ty_store_closed_cb cb, void *arg);
 
@@ -75,6 +77,18 @@ struct ty_store_node_opts {
 int ty_store_node_new(ty_store_node_t **out, const struct ty_store_node_opts *opts);
 uint16_t ty_store_node_rpc_port(const ty_store_node_t *n);
 const char *ty_store_node_segment(const ty_store_node_t *n);
+/* What a pool node holds and does (its /metrics); loop thread. */
+struct ty_store_node_stats {
+    uint64_t dram_bytes;               /* its DRAM segment */
+    uint64_t dram_blocks, dram_used;   /* blocks the master placed there, and their bytes */
+    bool registered;                   /* with a master now */
+    uint32_t jobs;                     /* master jobs (offload, load, replicate) running */
+    bool ssd;                          /* it has an SSD tier */
+    uint64_t ssd_bytes, ssd_blocks, ssd_used, ssd_checksum_errors, ssd_buckets_evicted;
+    uint64_t xfer_bytes_in, xfer_bytes_out; /* written into / read from it by peers */
+    uint64_t xfer_refused;             /* peer accesses outside its regions */
+};
+void ty_store_node_stats(ty_store_node_t *n, struct ty_store_node_stats *out);
 void ty_store_node_close(ty_store_node_t *n, ty_store_closed_cb cb, void *arg);
 
 /* ---- client -------------------------------------------------------------------------------- */

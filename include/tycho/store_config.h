@@ -33,7 +33,8 @@ struct ty_store_config {
     char *etcd; /* etcd endpoint: the master campaigns for leadership there */
     char *etcd_key;
     uint32_t etcd_ttl_s;
-    char *port_file; /* written "master=PORT node=PORT\n" once serving */
+    char *port_file; /* written "master=PORT node=PORT segment=S metrics=PORT\n" once serving */
+    uint16_t metrics_port; /* /metrics, /health, /ready over HTTP on listen_host; 0: ephemeral */
     struct ty_auth_config cluster; /* cluster_secret_file / insecure (tycho/auth.h) */
 };
 

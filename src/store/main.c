@@ -6,6 +6,8 @@
 #include "tycho/store_config.h"
 #include "tycho/store_elect.h"
 
+#include "store-metrics.h"
+
 #include <stdlib.h>
 
 #include <stdio.h>
@@ -18,6 +20,7 @@ struct app {
     ty_store_master_t *master;
     ty_store_node_t *node;
     ty_store_elect_t *elect;
+    ty_store_metrics_t *metrics;
     uv_loop_t *loop;
     int open;
 };
@@ -34,6 +37,8 @@ static void on_drain(ty_daemon_t *d, void *arg)
     struct app *a = arg;
     ty_store_elect_free(a->elect); /* a leader revokes its lease: a standby takes over now */
     a->elect = NULL;
+    ty__store_metrics_close(a->metrics);
+    a->metrics = NULL;
     a->open = (a->master != NULL) + (a->node != NULL);
     if (a->open == 0) {
         ty_daemon_stop(d);
@@ -125,16 +130,21 @@ static int start(struct app *a, uv_loop_t *loop)
         if ((rc = ty_store_node_new(&a->node, &no)) != 0)
             return rc;
     }
+    rc = ty__store_metrics_new(&a->metrics, loop, c->listen_host, c->metrics_port,
+                               c->master ? &a->master : NULL, a->node ? &a->node : NULL);
+    if (rc != 0)
+        return rc;
     if (c->port_file) {
         FILE *f = fopen(c->port_file, "w");
         if (!f)
             return ty_errno();
-        fprintf(f, "master=%u node=%u segment=%s\n",
+        fprintf(f, "master=%u node=%u segment=%s metrics=%u\n",
                 a->master   ? ty_store_master_port(a->master)
                 : c->master ? c->listen_port
                             : 0,
                 a->node ? ty_store_node_rpc_port(a->node) : 0,
-                a->node ? ty_store_node_segment(a->node) : "-");
+                a->node ? ty_store_node_segment(a->node) : "-",
+                ty__store_metrics_port(a->metrics));
         fclose(f);
     }
     return 0;

@@ -579,6 +579,11 @@ err_free:
     return rc;
 }
 
+void ty_store_master_stats(const ty_store_master_t *m, struct ty_store_meta_stats *out)
+{
+    ty_store_meta_stats(m->meta, out);
+}
+
 uint16_t ty_store_master_port(const ty_store_master_t *m)
 {
     return ty_rpc_server_port(m->srv);

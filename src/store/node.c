@@ -42,6 +42,8 @@ struct ty_store_node {
     uv_timer_t hb;
     uint32_t heartbeat_ms;
     struct ty__store_kmap blocks; /* key -> struct blk */
+    uint64_t blocks_bytes;        /* their lengths summed */
+    uint64_t ssd_bytes;           /* the SSD tier's capacity (0: none) */
     int jobs; /* on the thread pool */
     bool closing;
     int close_pending;
@@ -77,6 +79,7 @@ static void blk_set(ty_store_node_t *n, const PB(Event) * e)
         n->blocks.n++;
     }
     struct blk *b = (struct blk *)*pp;
+    n->blocks_bytes += e->length - b->length;
     b->offset = e->offset;
     b->length = e->length;
     b->checksum = e->checksum;
@@ -89,6 +92,7 @@ static void blk_del(ty_store_node_t *n, const char *key)
     if (!k)
         return;
     *pp = k->next;
+    n->blocks_bytes -= ((struct blk *)k)->length;
     free(k->key);
     free(k);
     n->blocks.n--;
@@ -425,6 +429,7 @@ static int node_setup(ty_store_node_t *n, const struct ty_store_node_opts *o)
             .dir = o->ssd_dir, .capacity = o->ssd_bytes, .direct = o->ssd_direct};
         if ((rc = ty_store_ssd_new(&n->ssd, &so)) != 0)
             return rc;
+        n->ssd_bytes = o->ssd_bytes;
     }
     struct ty_rpc_server_opts ro = {
         .loop = n->loop, .host = n->host, .port = o->rpc_port, .auth = n->auth};
@@ -491,6 +496,33 @@ uint16_t ty_store_node_rpc_port(const ty_store_node_t *n)
 {
     return ty_rpc_server_port(n->srv);
 }
+void ty_store_node_stats(ty_store_node_t *n, struct ty_store_node_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->dram_bytes = n->dram_bytes;
+    out->dram_blocks = n->blocks.n;
+    out->dram_used = n->blocks_bytes;
+    out->registered = n->registered;
+    out->jobs = n->jobs > 0 ? (uint32_t)n->jobs : 0;
+    if (n->ssd) {
+        struct ty_store_ssd_stats s;
+        ty_store_ssd_stats(n->ssd, &s);
+        out->ssd = true;
+        out->ssd_bytes = n->ssd_bytes;
+        out->ssd_blocks = s.blocks;
+        out->ssd_used = s.bytes_used;
+        out->ssd_checksum_errors = s.checksum_errors;
+        out->ssd_buckets_evicted = s.buckets_evicted;
+    }
+    if (n->xfer) {
+        struct ty_xfer_stats x;
+        ty_xfer_engine_stats(n->xfer, &x);
+        out->xfer_bytes_in = x.served_bytes_in;
+        out->xfer_bytes_out = x.served_bytes_out;
+        out->xfer_refused = x.refused_accesses;
+    }
+}
+
 const char *ty_store_node_segment(const ty_store_node_t *n)
 {
     return ty_xfer_engine_name(n->xfer);

@@ -1868,6 +1868,13 @@ def store_stats(cl):
     return json.loads(out.stdout) if out.returncode == 0 else {}
 
 
+def store_metrics(cl):
+    """cl's tycho-store /metrics (the metrics= port of its port file)."""
+    with open(cl.port_file("store")) as f:
+        port = int(dict(kv.split("=") for kv in f.read().split())["metrics"])
+    return scrape(port)
+
+
 def case_kv_f16():
     """f16 KV pages (kv_cache_dtype: f16) through the whole disaggregated path: prefill
     computes them, the transfer engine moves them to decode, the KV pool stores them and the
@@ -1998,6 +2005,25 @@ def case_kv_pool():
     ok &= check(all(up.get('tycho_node_up{node="%s",role="%s"}' % nr) == 1 for nr in
                     (("p0", "prefill"), ("p1", "prefill"), ("d0", "decode"))),
                 "tycho_node_up is 1 for every node")
+    # the pool's own /metrics (master and pool node in one tycho-store here) agree with
+    # tycho store-stats and show the blocks the prefill nodes wrote
+    ss = store_stats(cl)
+    sm = store_metrics(cl)
+    ok &= check(sm.get("tycho_store_master_serving") == 1 and
+                sm.get("tycho_pool_node_registered") == 1, "the store serves and is registered")
+    ok &= check(ss and sm.get("tycho_store_objects") == ss.get("objects") and
+                ss.get("objects", 0) > 0,
+                "tycho_store_objects %s = store-stats objects %s" %
+                (sm.get("tycho_store_objects"), ss.get("objects")))
+    ok &= check(sm.get('tycho_pool_node_blocks{tier="dram"}') == ss.get("objects") and
+                sm.get('tycho_pool_node_dram_bytes{state="used"}', 0) > 0 and
+                sm.get('tycho_pool_node_dram_bytes{state="capacity"}') == 64 << 20,
+                "the pool node holds them in its 64 MiB DRAM: %s" %
+                {k: v for k, v in sm.items() if k.startswith("tycho_pool_node_")})
+    ok &= check(all('tycho_pool_node_transfer_bytes_total{direction="%s"}' % d in sm
+                    for d in ("in", "out")),
+                "the pool node's network transfer series are there (on one host the prefill "
+                "nodes reach its DRAM through shared memory, not counted)")
     # the pool dies: prompts are computed, nothing fails
     cl.procs["store"].kill()
     cl.procs["store"].wait()
