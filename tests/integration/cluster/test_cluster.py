@@ -2558,6 +2558,58 @@ def case_json_logs():
     return ok
 
 
+def case_dashboard():
+    """deploy/grafana/tycho-dashboard.json: every metric its queries name is exported by a
+    running cluster (Conductor, prefill and decode nodes, tycho-store with the KV pool), and
+    every label it selects or groups by is one those metrics carry (a renamed metric or label
+    would leave a panel empty without an error)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "deploy",
+                        "grafana", "tycho-dashboard.json")
+    with open(path) as f:
+        dash = json.load(f)
+    cl = Cluster(1, 1, kv_pool=True, conductor_pool=True)
+    ok = True
+    for i in range(3):
+        st, _ = cl.post("/v1/completions", {"prompt": PROMPTS[i] + " " + LONG_A, "max_tokens": 8})
+        ok &= check(st == 200, "request %d served" % i)
+    time.sleep(1.0)  # heartbeats carry the nodes' figures to the Conductor
+    series = {}
+    for m in (cl.metrics(), node_metrics(cl, "p0"), node_metrics(cl, "d0"), store_metrics(cl)):
+        series.update(m)
+    labels = {}  # metric name -> label names seen
+    for k in series:
+        name, _, rest = k.partition("{")
+        labels.setdefault(name, set()).update(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="', rest))
+    base = {}  # histogram samples answer for their family name too
+    for name in labels:
+        for suf in ("_bucket", "_sum", "_count"):
+            if name.endswith(suf):
+                base.setdefault(name[:-len(suf)], set()).update(labels[name])
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    ok &= check(len(exprs) >= 20 and all(p.get("datasource", {}).get("uid") == "${datasource}"
+                                         for p in dash["panels"] if p["type"] != "row"),
+                "the dashboard has %d queries on the datasource variable" % len(exprs))
+    missing, bad_labels = set(), set()
+    for e in exprs:
+        names = set(re.findall(r"\b((?:tycho_|vllm:)[a-zA-Z0-9_:]*)", e))
+        for n in names:
+            if n not in labels and n not in base:
+                missing.add(n)
+        have = set()
+        for n in names:
+            have |= labels.get(n, set()) | base.get(n, set())
+        used = set(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=~?"', e))
+        for grp in re.findall(r"by \(([^)]*)\)", e):
+            used |= {x.strip() for x in grp.split(",") if x.strip()}
+        for lab in used - {"le", "instance", "job"}:
+            if lab not in have:
+                bad_labels.add((lab, e[:60]))
+    ok &= check(not missing, "every metric the dashboard queries is exported: missing %s" %
+                sorted(missing))
+    ok &= check(not bad_labels, "every label it uses is on its metrics: %s" % sorted(bad_labels))
+    return ok
+
+
 def case_gpu():
     """The cluster on a GPU (scripts/gpu-check.sh runs it; exit 77 without a CUDA device):
     Conductor + prefill (cuda) + decode (cuda) as separate processes on one GPU give the ids of
@@ -2690,7 +2742,7 @@ def main():
             "gpu": case_gpu, "watchdog": case_watchdog,
             "request_id": case_request_id, "auth": case_auth, "flood": case_flood, "fence": case_fence,
             "mute_decode": case_mute_decode, "mute_prefill": case_mute_prefill,
-            "json_logs": case_json_logs}[CASE]
+            "json_logs": case_json_logs, "dashboard": case_dashboard}[CASE]
     ok = False
     try:
         ok = case()
