@@ -50,6 +50,12 @@ bool ty_kv_events_batch_empty(const struct ty_kv_events_batch *b);
  * current state (later changes win); a reset batch makes the next take a reset again. Takes
  * the batch's arrays (*b is cleared). */
 void ty_kv_events_give_back(ty_kv_events_t *ev, struct ty_kv_events_batch *b);
+/* follower gets every note() of ev from now on, its mirror made ev's now and its next take a
+ * reset: one set per Conductor of a node that registers with several (each takes its own
+ * batches). At most 8 per set; a follower has none of its own. 0, TY_EINVAL or TY_ENOSPC.
+ * Unfollow before freeing the follower. */
+int ty_kv_events_follow(ty_kv_events_t *ev, ty_kv_events_t *follower);
+void ty_kv_events_unfollow(ty_kv_events_t *ev, ty_kv_events_t *follower);
 /* The Conductor forgot this node (registration, known=false): the next take is a reset. */
 void ty_kv_events_resync(ty_kv_events_t *ev);
 /* Free the arrays of a batch the Conductor applied. NULL-safe; *b is cleared. */

@@ -26,6 +26,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -831,6 +833,12 @@ int ty_conductor_new(ty_conductor_t **out, const struct ty_conductor_opts *opts)
         c->o.breaker_open_ms = 5000;
     c->tok = ty_model_tokenizer(opts->model);
     c->started_ms = ty_clock_ms();
+    /* request ids are unique across the Conductors a node serves (each starts at a random
+     * multiple of 2^32, below 2^53 so that JSON readers keep them exact) */
+    uint32_t r = 0;
+    if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
+        r = (uint32_t)(ty_clock_ns() ^ (uint64_t)getpid());
+    c->next_rid = (uint64_t)(r & 0x1fffff) << 32;
     c->o.rpc_host = opts->rpc_host;
     int rc = ty__place_init(c, opts);
     if (rc) {

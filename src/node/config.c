@@ -50,7 +50,9 @@ static const struct ty_config_field node_fields[] = {
     {.key = "name", .type = TY_CONFIG_STRING, TY_CONFIG_AT(N, name), .min = "1", .max = "63",
      .help = "node id, stable across restarts (default: role-host-pid)"},
     {.key = "conductor_address", .type = TY_CONFIG_STRING, TY_CONFIG_AT(N, conductor_address),
-     .def = "127.0.0.1:9000", .min = "3", .help = "host:port of the Conductor's RPC endpoint"},
+     .def = "127.0.0.1:9000", .min = "3",
+     .help = "host:port of the Conductor's RPC endpoint; a comma list: the node registers "
+             "with each of several Conductors that run side by side"},
     {.key = "listen_host", .type = TY_CONFIG_STRING, TY_CONFIG_AT(N, listen_host),
      .def = "127.0.0.1", .min = "1", .help = "address for RPC and KV transfers"},
     {.key = "listen_port", .type = TY_CONFIG_UINT, TY_CONFIG_AT(N, listen_port), .def = "0",

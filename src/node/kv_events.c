@@ -105,6 +105,8 @@ struct ty_kv_events {
     struct hset pending; /* PENDING_*; empty while need_reset (the snapshot covers it) */
     size_t max_pending;
     bool need_reset;
+    ty_kv_events_t *followers[8]; /* noted along (ty_kv_events_follow), under mu */
+    size_t n_followers;
 };
 
 int ty_kv_events_new(ty_kv_events_t **out, size_t max_pending)
@@ -138,9 +140,8 @@ static void check_overflow(ty_kv_events_t *ev)
     }
 }
 
-void ty_kv_events_note(ty_kv_events_t *ev, uint64_t hash, bool stored)
+static void note_locked(ty_kv_events_t *ev, uint64_t hash, bool stored)
 {
-    pthread_mutex_lock(&ev->mu);
     size_t i = hset_find(&ev->mirror, hash);
     if ((i != SIZE_MAX) == stored)
         goto out; /* no change */
@@ -161,6 +162,53 @@ void ty_kv_events_note(ty_kv_events_t *ev, uint64_t hash, bool stored)
                                                * it sends us the prompt), so send the removal */
     check_overflow(ev);
 out:
+    return;
+}
+
+void ty_kv_events_note(ty_kv_events_t *ev, uint64_t hash, bool stored)
+{
+    pthread_mutex_lock(&ev->mu);
+    note_locked(ev, hash, stored);
+    for (size_t k = 0; k < ev->n_followers; k++) { /* lock order: the set, then a follower */
+        pthread_mutex_lock(&ev->followers[k]->mu);
+        note_locked(ev->followers[k], hash, stored);
+        pthread_mutex_unlock(&ev->followers[k]->mu);
+    }
+    pthread_mutex_unlock(&ev->mu);
+}
+
+int ty_kv_events_follow(ty_kv_events_t *ev, ty_kv_events_t *follower)
+{
+    if (!ev || !follower || follower == ev || follower->n_followers)
+        return TY_EINVAL;
+    pthread_mutex_lock(&ev->mu);
+    int rc = ev->n_followers == sizeof(ev->followers) / sizeof(ev->followers[0]) ? TY_ENOSPC : 0;
+    if (!rc) {
+        pthread_mutex_lock(&follower->mu);
+        for (size_t i = 0; i < ev->mirror.cap; i++) /* from now on it sees what ev sees */
+            if (ev->mirror.val[i] != SLOT_EMPTY)
+                hset_set(&follower->mirror, ev->mirror.keys[i], SLOT_HELD);
+        hset_free(&follower->pending);
+        memset(&follower->pending, 0, sizeof(follower->pending));
+        follower->need_reset = true;
+        pthread_mutex_unlock(&follower->mu);
+        ev->followers[ev->n_followers++] = follower;
+    }
+    pthread_mutex_unlock(&ev->mu);
+    return rc;
+}
+
+void ty_kv_events_unfollow(ty_kv_events_t *ev, ty_kv_events_t *follower)
+{
+    if (!ev)
+        return;
+    pthread_mutex_lock(&ev->mu);
+    for (size_t k = 0; k < ev->n_followers; k++) {
+        if (ev->followers[k] == follower) {
+            ev->followers[k] = ev->followers[--ev->n_followers];
+            break;
+        }
+    }
     pthread_mutex_unlock(&ev->mu);
 }
 

@@ -137,7 +137,8 @@ class Cluster:
 
     def start_node(self, role, name, env=None, extra=()):
         self.start(name, [PREFILL if role == "prefill" else DECODE, "--model_path=" + self.model,
-                          "--name=" + name, "--conductor_address=127.0.0.1:%d" % self.rpc,
+                          "--name=" + name, "--conductor_address=" +
+                          getattr(self, "conductor_address", "127.0.0.1:%d" % self.rpc),
                           "--kv_block_tokens=16", "--heartbeat_interval=200ms",
                           "--chunk_tokens=32", *self.node_args,
                           *(self.decode_args if role == "decode" else []), *extra], env=env)
@@ -2610,6 +2611,113 @@ def case_dashboard():
     return ok
 
 
+def post_port(port, body, timeout=30):
+    """(status, parsed body or None) of POST /v1/completions on a loopback HTTP port; status 0
+    when the connection fails."""
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r.status, (json.loads(data) if r.status == 200 else None)
+    except (OSError, http.client.HTTPException):
+        return 0, None
+
+
+def case_two_conductors():
+    """Two Conductors side by side, every node registered with both (conductor_address lists
+    them): SIGKILL one under load; the other serves every request correctly and no node
+    registers with it again; the killed one, restarted on its ports, gets every node back and
+    serves."""
+    cl = Cluster(0, 0)
+    cl.start("conductor2", cl.conductor_argv + ["--listen_port=0", "--rpc_port=0"])
+    http2, rpc2 = read_ports(cl.port_file("conductor2"), time.time() + 20)
+    http1, rpc1 = cl.http, cl.rpc
+    cl.conductor_address = "127.0.0.1:%d,127.0.0.1:%d" % (rpc1, rpc2)
+    cl.start_node("prefill", "p0")
+    cl.start_node("decode", "d0")
+    ok = True
+    for name in ("conductor", "conductor2"):
+        for node in ("p0", "d0"):
+            ok &= check(cl.log_shows(name, "node %s registered" % node, 20),
+                        "%s registered with %s" % (node, name))
+    # each Conductor learns the prefill node's cached blocks through its own event stream,
+    # whichever of them sent the prompt
+    st, _ = post_port(http1, {"prompt": LONG_A, "max_tokens": 2})
+    ok &= check(st == 200, "a long prompt through the first Conductor")
+    end = time.time() + 5
+    idx = {}
+    while time.time() < end:
+        for port in (http1, http2):
+            nodes = json.loads(get_status(port, "/status")[1]).get("nodes", [])
+            idx[port] = [n.get("index_blocks", 0) for n in nodes if n["id"] == "p0"]
+        if all(v and v[0] > 0 for v in idx.values()):
+            break
+        time.sleep(0.1)
+    ok &= check(all(v and v[0] > 0 for v in idx.values()),
+                "both Conductors index p0's blocks: %s" % idx)
+    ref = generate(PROMPTS[0], 8)["output_ids"]
+    body = {"prompt": PROMPTS[0], "max_tokens": 8, "temperature": 0, "return_token_ids": True}
+    res, stop = [], [False]
+    t_kill = [None]
+
+    def load(k):
+        i = 0
+        while not stop[0]:
+            port = (http1, http2)[(i + k) % 2]
+            t = time.time()
+            st, out = post_port(port, body, 20)
+            res.append((port, t, st, out["choices"][0].get("token_ids") if out else None))
+            i += 1
+            if st == 0:
+                time.sleep(0.05)  # refused: do not spin
+
+    ths = [threading.Thread(target=load, args=(k,)) for k in range(2)]
+    for t in ths:
+        t.start()
+    time.sleep(2.0)
+    cl.procs["conductor"].send_signal(signal.SIGKILL)
+    cl.procs["conductor"].wait()
+    t_kill[0] = time.time()
+    time.sleep(3.0)
+    stop[0] = True
+    for t in ths:
+        t.join(30)
+    on2 = [r for r in res if r[0] == http2]
+    after1 = [r for r in res if r[0] == http1 and r[1] > t_kill[0]]
+    print("  %d requests: %d to the survivor (%d after the kill), %d to the dead one after it" %
+          (len(res), len(on2), len([r for r in on2 if r[1] > t_kill[0]]), len(after1)))
+    ok &= check(len([r for r in on2 if r[1] > t_kill[0]]) >= 3,
+                "the survivor got requests after the kill")
+    ok &= check(all(r[2] == 200 and r[3] == ref for r in on2),
+                "every request to the survivor answered 200 with the greedy ids: %s" %
+                [(r[2], r[3] == ref) for r in on2 if r[2] != 200 or r[3] != ref][:5])
+    ok &= check(all(r[2] == 0 for r in after1), "the dead one refuses connections")
+    log2 = open(cl.logs["conductor2"]).read()
+    ok &= check(log2.count("node p0 registered") == 1 and log2.count("node d0 registered") == 1,
+                "no node registered again with the survivor")
+    # the killed one comes back on its ports; the nodes register with it again
+    cl.start("conductor", cl.conductor_argv + ["--listen_port=%d" % http1,
+                                               "--rpc_port=%d" % rpc1])
+    end = time.time() + 20
+    while time.time() < end and not all(
+            open(cl.logs["conductor"]).read().count("node %s registered" % n) >= 2
+            for n in ("p0", "d0")):
+        time.sleep(0.1)
+    ok &= check(all(open(cl.logs["conductor"]).read().count("node %s registered" % n) >= 2
+                    for n in ("p0", "d0")), "both nodes registered with the restarted Conductor")
+    st, out = post_port(http1, body)
+    ok &= check(st == 200 and out["choices"][0].get("token_ids") == ref,
+                "the restarted Conductor serves (%d)" % st)
+    st, out = post_port(http2, body)
+    ok &= check(st == 200 and out["choices"][0].get("token_ids") == ref, "and so does the other")
+    log2 = open(cl.logs["conductor2"]).read()
+    ok &= check(log2.count("node p0 registered") == 1 and log2.count("node d0 registered") == 1,
+                "still no node registered again with the survivor")
+    return ok
+
+
 def case_gpu():
     """The cluster on a GPU (scripts/gpu-check.sh runs it; exit 77 without a CUDA device):
     Conductor + prefill (cuda) + decode (cuda) as separate processes on one GPU give the ids of
@@ -2742,7 +2850,8 @@ def main():
             "gpu": case_gpu, "watchdog": case_watchdog,
             "request_id": case_request_id, "auth": case_auth, "flood": case_flood, "fence": case_fence,
             "mute_decode": case_mute_decode, "mute_prefill": case_mute_prefill,
-            "json_logs": case_json_logs, "dashboard": case_dashboard}[CASE]
+            "json_logs": case_json_logs, "dashboard": case_dashboard,
+            "two_conductors": case_two_conductors}[CASE]
     ok = False
     try:
         ok = case()

@@ -310,6 +310,33 @@ static void test_timing_ring(void **state)
     ty_timing_ring_free(r);
 }
 
+/* A follower (the set of a second Conductor): it starts from the set's mirror as a reset, then
+ * sees every later note as its own changes, taken independently of the set's batches; after
+ * unfollow it sees no more. */
+static void test_follower(void **state)
+{
+    (void)state;
+    ty_kv_events_t *ev = mk(0), *f;
+    ty_kv_events_note(ev, 1, true);
+    ty_kv_events_note(ev, 2, true);
+    assert_int_equal(ty_kv_events_new(&f, 0), 0);
+    assert_int_equal(ty_kv_events_follow(ev, f), 0);
+    assert_int_equal(ty_kv_events_follow(ev, ev), TY_EINVAL);
+    uint64_t both[] = {1, 2};
+    expect(f, true, both, 2, NULL, 0); /* what the set held when it started following */
+    ty_kv_events_note(ev, 3, true);
+    ty_kv_events_note(ev, 1, false);
+    uint64_t s3[] = {3}, r1[] = {1};
+    expect(f, false, s3, 1, r1, 1);
+    expect(ev, false, (uint64_t[]){2, 3}, 2, r1, 1); /* the set's own: 1 stored and removed
+                                                       * unseen is sent as removed */
+    ty_kv_events_unfollow(ev, f);
+    ty_kv_events_note(ev, 4, true);
+    expect(f, false, NULL, 0, NULL, 0);
+    ty_kv_events_free(f);
+    ty_kv_events_free(ev);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -318,6 +345,7 @@ int main(void)
         cmocka_unit_test(test_overflow_and_resync),
         cmocka_unit_test(test_two_threads),
         cmocka_unit_test(test_timing_ring),
+        cmocka_unit_test(test_follower),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
