@@ -320,8 +320,21 @@ static int on_admit(void *arg, ty_breq_t *r)
         j->seg = NULL;
         return rc;
     }
-    if ((rc = dest_check_regions(p, j)))
-        return rc;
+    if (dest_check_regions(p, j)) {
+        /* the decode node may have restarted at the same address with its memory elsewhere:
+         * what the open segment knew is stale; open it afresh once and check again */
+        TY_LOG_INFO("prefill", "request %llu [%s]: opening segment %s again",
+                    (unsigned long long)j->rid, j->cid, j->segment);
+        j->seg_bad = true;
+        segment_unpin(p, j);
+        j->seg_bad = false;
+        if ((rc = segment_get(p, j->segment, &j->seg, &j->seg_slot))) {
+            j->seg = NULL;
+            return rc;
+        }
+        if ((rc = dest_check_regions(p, j)))
+            return rc;
+    }
     if ((rc = ty_xfer_batch_new(p->o.xfer, (size_t)p->n_layers * pages_of(p, j) * 2, &j->batch)))
         return rc;
     ty_xfer_batch_set_fence(j->batch, j->fence); /* the decode node takes only this attempt's */

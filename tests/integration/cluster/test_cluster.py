@@ -2718,6 +2718,43 @@ def case_two_conductors():
     return ok
 
 
+def case_decode_same_port():
+    """A decode node restarted on the same ports (as systemd restarts a unit with fixed ports)
+    has its KV memory elsewhere: the prefill node, which knew the segment by that name, opens
+    it afresh instead of refusing the new destination."""
+    cl = Cluster(1, 0)
+    ports = ["--listen_port=%d" % free_port(), "--transfer_port=%d" % free_port()]
+    cl.start_node("decode", "d0", extra=ports)
+    cl.wait_nodes(2)
+    ok = True
+    ref = generate(PROMPTS[0], 8)["output_ids"]
+    body = {"prompt": PROMPTS[0], "max_tokens": 8, "temperature": 0, "return_token_ids": True}
+    for turn in range(3):
+        st, data = cl.post("/v1/completions", body)
+        ids = json.loads(data)["choices"][0].get("token_ids") if st == 200 else None
+        ok &= check(st == 200 and ids == ref, "turn %d: served with the greedy ids (%d)" %
+                    (turn, st))
+        cl.procs["d0"].send_signal(signal.SIGKILL)
+        cl.procs["d0"].wait()
+        cl.start_node("decode", "d0", extra=ports)
+        end = time.time() + 15
+        while time.time() < end and open(cl.logs["conductor"]).read().count(
+                "node d0 registered") < turn + 2:
+            time.sleep(0.05)
+    st, data = cl.post("/v1/completions", body)
+    ok &= check(st == 200 and json.loads(data)["choices"][0].get("token_ids") == ref,
+                "after the last restart too (%d)" % st)
+    return ok
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
 def case_gpu():
     """The cluster on a GPU (scripts/gpu-check.sh runs it; exit 77 without a CUDA device):
     Conductor + prefill (cuda) + decode (cuda) as separate processes on one GPU give the ids of
@@ -2851,7 +2888,7 @@ def main():
             "request_id": case_request_id, "auth": case_auth, "flood": case_flood, "fence": case_fence,
             "mute_decode": case_mute_decode, "mute_prefill": case_mute_prefill,
             "json_logs": case_json_logs, "dashboard": case_dashboard,
-            "two_conductors": case_two_conductors}[CASE]
+            "two_conductors": case_two_conductors, "decode_same_port": case_decode_same_port}[CASE]
     ok = False
     try:
         ok = case()
