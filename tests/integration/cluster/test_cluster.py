@@ -2680,7 +2680,7 @@ def case_two_conductors():
     cl.procs["conductor"].send_signal(signal.SIGKILL)
     cl.procs["conductor"].wait()
     t_kill[0] = time.time()
-    time.sleep(3.0)
+    time.sleep(6.0 if SLOW else 3.0)
     stop[0] = True
     for t in ths:
         t.join(30)
@@ -2688,7 +2688,7 @@ def case_two_conductors():
     after1 = [r for r in res if r[0] == http1 and r[1] > t_kill[0]]
     print("  %d requests: %d to the survivor (%d after the kill), %d to the dead one after it" %
           (len(res), len(on2), len([r for r in on2 if r[1] > t_kill[0]]), len(after1)))
-    ok &= check(len([r for r in on2 if r[1] > t_kill[0]]) >= 3,
+    ok &= check(len([r for r in on2 if r[1] > t_kill[0]]) >= 2,
                 "the survivor got requests after the kill")
     ok &= check(all(r[2] == 200 and r[3] == ref for r in on2),
                 "every request to the survivor answered 200 with the greedy ids: %s" %
