@@ -62,6 +62,10 @@ void ty_metrics_child_remove(ty_metrics_child_t *c);
 /* Hot path: lock-free, any thread. Counters only go up: negative `v` is ignored. */
 void ty_metrics_counter_inc(ty_metrics_child_t *c);
 void ty_metrics_counter_add(ty_metrics_child_t *c, double v);
+/* Counter c follows a cumulative figure counted elsewhere (a node's, a library's): it grows by
+ * what `now` gained over *seen, then *seen = now. A smaller `now` (the counting side started
+ * again) adds nothing. c may be NULL (only *seen moves). */
+void ty_metrics_counter_follow(ty_metrics_child_t *c, uint64_t now, uint64_t *seen);
 void ty_metrics_gauge_set(ty_metrics_child_t *c, double v);
 void ty_metrics_gauge_add(ty_metrics_child_t *c, double v);
 void ty_metrics_histogram_observe(ty_metrics_child_t *c, double v);

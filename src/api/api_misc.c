@@ -389,9 +389,8 @@ void ty__api_handle_metrics(ty_api_t *a, ty_http_req_t *r)
     ty_metrics_gauge_set(a->m.running, st.running);
     ty_metrics_gauge_set(a->m.waiting, st.waiting);
     ty_metrics_gauge_set(a->m.kv_usage, st.kv_usage);
-    if (st.preemptions > a->m.preempt_seen) /* the backend counts; the counter follows */
-        ty_metrics_counter_add(a->m.preempt, (double)(st.preemptions - a->m.preempt_seen));
-    a->m.preempt_seen = st.preemptions; /* a cluster's sum drops when a node restarts */
+    /* the backend counts; a cluster's sum drops when a node restarts */
+    ty_metrics_counter_follow(a->m.preempt, st.preemptions, &a->m.preempt_seen);
     char *text = NULL;
     size_t len = 0;
     if (ty_metrics_render(a->o.metrics, &text, &len)) {

@@ -295,6 +295,13 @@ void ty_metrics_counter_add(ty_metrics_child_t *c, double v)
         atomic_add_double(&c->value, v);
 }
 
+void ty_metrics_counter_follow(ty_metrics_child_t *c, uint64_t now, uint64_t *seen)
+{
+    if (c && now > *seen)
+        ty_metrics_counter_add(c, (double)(now - *seen));
+    *seen = now;
+}
+
 void ty_metrics_gauge_set(ty_metrics_child_t *c, double v)
 {
     atomic_store_explicit(&c->value, dbits(v), memory_order_relaxed);

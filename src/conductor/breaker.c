@@ -30,8 +30,7 @@ static void sched_out(ty_conductor_t *c, struct ty__cnode *n, bool out)
         ty_sched_node_set_out(c->place.s, n->slot, out);
 }
 
-/* Whether the scheduler may choose n now. */
-static bool choosable(const struct ty__cnode *n)
+bool ty__breaker_allows(const struct ty__cnode *n)
 {
     return n->info.breaker == TY_BREAKER_CLOSED ||
            (n->info.breaker == TY_BREAKER_HALF_OPEN && !n->probing);
@@ -40,7 +39,7 @@ static bool choosable(const struct ty__cnode *n)
 static void set_state(ty_conductor_t *c, struct ty__cnode *n, int state)
 {
     n->info.breaker = state;
-    sched_out(c, n, !choosable(n));
+    sched_out(c, n, !ty__breaker_allows(n));
     if (n->m_breaker)
         ty_metrics_gauge_set(n->m_breaker, state);
 }
@@ -51,11 +50,6 @@ void ty__breaker_reset(ty_conductor_t *c, struct ty__cnode *n)
     n->probing = false;
     n->open_ms = 0;
     set_state(c, n, TY_BREAKER_CLOSED);
-}
-
-bool ty__breaker_allows(const struct ty__cnode *n)
-{
-    return choosable(n);
 }
 
 void ty__breaker_placed(ty_conductor_t *c, struct ty__cnode *n)
@@ -106,7 +100,7 @@ void ty__breaker_failed(ty_conductor_t *c, struct ty__cnode *n, const char *what
 void ty__breaker_avoid(ty_conductor_t *c, struct ty__cnode *n, bool hold)
 {
     if (n)
-        sched_out(c, n, hold || !choosable(n));
+        sched_out(c, n, hold || !ty__breaker_allows(n));
 }
 
 void ty__breaker_tick(ty_conductor_t *c, uint64_t now_ms)

@@ -467,9 +467,7 @@ static void cluster_tick(uv_timer_t *t)
     ty__conductor_retry_waiting(c);
     ty__pool_tick(c);
     uint64_t af = ty_auth_failures();
-    if (c->auth_failures && af != c->auth_seen)
-        ty_metrics_counter_add(c->auth_failures, (double)(af - c->auth_seen));
-    c->auth_seen = af;
+    ty_metrics_counter_follow(c->auth_failures, af, &c->auth_seen);
 }
 
 int ty__conductor_registry_start(ty_conductor_t *c)

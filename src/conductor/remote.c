@@ -137,6 +137,28 @@ static bool node_fault(int err)
            err != TY_ERANGE && err != TY_EINVAL && err != TY_ENOTSUP && err != TY_EALREADY;
 }
 
+static bool req_replace(ty_conductor_t *c, struct ty__creq *r, struct ty__cnode *bad,
+                        const char *why);
+
+/* r failed because of node `bad` (`why` says how): placed again elsewhere if it still can be
+ * (req_replace), else ended with `err` and that message. */
+static void replace_or_fail(ty_conductor_t *c, struct ty__creq *r, struct ty__cnode *bad, int err,
+                            const char *why)
+{
+    if (!req_replace(c, r, bad, why))
+        req_fail_why(c, r, err, "%s", why);
+}
+
+/* r's decode node n went down (`how`) */
+static void decode_gone(ty_conductor_t *c, struct ty__creq *r, struct ty__cnode *n, int err,
+                        const char *how)
+{
+    char why[192];
+    snprintf(why, sizeof(why), "decode node %s went down (%s) after %u tokens of the request",
+             n->info.id, how, r->n_out);
+    replace_or_fail(c, r, n, err, why);
+}
+
 static struct ty__call *call_new(struct ty__creq *r, struct ty__cnode *n)
 {
     struct ty__call *k = calloc(1, sizeof(*k));
@@ -260,9 +282,6 @@ static void on_assigned(ty_conductor_t *c, struct ty__creq *r, const struct ty_r
 
 /* r's DecodeAssign call ended before r did: refused before its first item (the node's error
  * is TY_EREMOTE's, as a refused assign always was), or broken after it. */
-static bool req_replace(ty_conductor_t *c, struct ty__creq *r, struct ty__cnode *bad,
-                        const char *why);
-
 static void on_stream_ended(ty_conductor_t *c, struct ty__creq *r, const struct ty_rpc_result *res)
 {
     int err = res->event == TY_RPC_EVENT_END ? TY_EPROTO : res->status;
@@ -276,11 +295,7 @@ static void on_stream_ended(ty_conductor_t *c, struct ty__creq *r, const struct 
         ty__breaker_failed(c, r->dnode, "its token stream ended early");
     if (err == TY_ECONNRESET || err == TY_ECANCELED || err == TY_EUNAVAIL) {
         /* the node went (its registry entry follows): elsewhere if no token streamed yet */
-        char why[192];
-        snprintf(why, sizeof(why), "decode node %s went down (%s) after %u tokens of the request",
-                 r->dnode->info.id, ty_strerror(err), r->n_out);
-        if (!req_replace(c, r, r->dnode, why))
-            req_fail_why(c, r, TY_EUNAVAIL, "%s", why);
+        decode_gone(c, r, r->dnode, TY_EUNAVAIL, ty_strerror(err));
         return;
     }
     req_fail_why(c, r, err, "decode node %s %s after %u tokens: %s%s%s", r->dnode->info.id,
@@ -394,9 +409,6 @@ static int prefill_elsewhere(ty_conductor_t *c, struct ty__creq *r)
     return 0;
 }
 
-static bool req_replace(ty_conductor_t *c, struct ty__creq *r, struct ty__cnode *bad,
-                        const char *why);
-
 static void on_prefill_reply(const struct ty_rpc_result *res, void *arg)
 {
     ty_conductor_t *c;
@@ -422,13 +434,13 @@ static void on_prefill_reply(const struct ty_rpc_result *res, void *arg)
         snprintf(why, sizeof(why), "prefill node %s failed: %s%s%s", r->pnode->info.id,
                  ty_strerror(res->status), res->message[0] ? ": " : "", res->message);
         TY_LOG_WARN("cluster", "request %llu [%s]: %s", (unsigned long long)r->rid, r->cid, why);
+        err = err == TY_ECONNRESET || err == TY_ECANCELED ? TY_EUNAVAIL : err;
         if (node_fault(err)) {
             ty__breaker_failed(c, r->pnode, why);
-            if (req_replace(c, r, r->pnode, why))
-                return;
+            replace_or_fail(c, r, r->pnode, err, why);
+        } else {
+            req_fail_why(c, r, err, "%s", why);
         }
-        req_fail_why(c, r, err == TY_ECONNRESET || err == TY_ECANCELED ? TY_EUNAVAIL : err, "%s",
-                     why);
         return;
     }
     if (res->event == TY_RPC_EVENT_REPLY)
@@ -666,8 +678,7 @@ static void node_failed_req(ty_conductor_t *c, struct ty__creq *r, struct ty__cn
                             const char *why)
 {
     ty__breaker_failed(c, bad, why);
-    if (!req_replace(c, r, bad, why))
-        req_fail_why(c, r, TY_EUNAVAIL, "%s", why);
+    replace_or_fail(c, r, bad, TY_EUNAVAIL, why);
 }
 
 void ty__conductor_retry_waiting(ty_conductor_t *c)
@@ -785,18 +796,13 @@ const struct ty_serve_backend_i ty__conductor_backend_iface = {
 
 void ty__conductor_fail_node(ty_conductor_t *c, struct ty__cnode *n, int err, const char *why)
 {
-    char msg[192];
     for (struct ty__creq *r = c->reqs, *next; r; r = next) {
         next = r->next;
         /* a request whose prefill node went is sent elsewhere (or, its KV landed, left to
          * decode) when that call completes with the node's loss: on_prefill_reply; one whose
          * decode node went before any token streamed is placed again */
-        if (r->finished || r->dnode != n)
-            continue;
-        snprintf(msg, sizeof(msg), "decode node %s went down (%s) after %u tokens of the request",
-                 n->info.id, why, r->n_out);
-        if (!req_replace(c, r, n, msg))
-            req_fail_why(c, r, err, "%s", msg);
+        if (!r->finished && r->dnode == n)
+            decode_gone(c, r, n, err, why);
     }
 }
 

@@ -304,22 +304,21 @@ static int sess_start(ty_node_agent_t *a, int i, const char *addr)
     uint16_t port;
     cs->agent = a;
     cs->interval_ms = a->o.heartbeat_interval_ms ? a->o.heartbeat_interval_ms : 500;
-    if (ty_config_split_hostport(addr, host, sizeof(host), &port)) {
-        TY_LOG_ERROR("agent", "conductor_address '%s' is not host:port", addr);
+    if (ty_config_split_hostport(addr, host, sizeof(host), &port)) /* checked by the caller */
         return TY_EINVAL;
-    }
     if (!(cs->conductor = strdup(addr)))
         return TY_ENOMEM;
     if (a->o.kv_events && i == 0) {
         cs->kv_events = a->o.kv_events;
     } else if (a->o.kv_events) {
         int rc = ty_kv_events_new(&cs->kv_events, 0);
-        if (!rc && (rc = ty_kv_events_follow(a->o.kv_events, cs->kv_events))) {
+        if (!rc && (rc = ty_kv_events_follow(a->o.kv_events, cs->kv_events)))
             ty_kv_events_free(cs->kv_events);
-            cs->kv_events = NULL;
-        }
-        if (rc)
+        if (rc) {
+            free(cs->conductor);
+            memset(cs, 0, sizeof(*cs));
             return rc;
+        }
         cs->own_events = true;
     }
     struct ty_rpc_client_opts co = {.loop = a->o.loop, .host = host, .port = port,

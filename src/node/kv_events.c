@@ -144,13 +144,13 @@ static void note_locked(ty_kv_events_t *ev, uint64_t hash, bool stored)
 {
     size_t i = hset_find(&ev->mirror, hash);
     if ((i != SIZE_MAX) == stored)
-        goto out; /* no change */
+        return; /* no change */
     if (stored)
         hset_set(&ev->mirror, hash, SLOT_HELD);
     else
         hset_del_at(&ev->mirror, i);
     if (ev->need_reset)
-        goto out;
+        return;
     size_t j = hset_find(&ev->pending, hash);
     if (j == SIZE_MAX)
         hset_set(&ev->pending, hash, PENDING_FLIPPED);
@@ -161,8 +161,6 @@ static void note_locked(ty_kv_events_t *ev, uint64_t hash, bool stored)
                                                * still have credited us with it (it does when
                                                * it sends us the prompt), so send the removal */
     check_overflow(ev);
-out:
-    return;
 }
 
 void ty_kv_events_note(ty_kv_events_t *ev, uint64_t hash, bool stored)

@@ -88,16 +88,12 @@ static void on_http(void *arg, ty_http_req_t *req)
         ty_metrics_gauge_set(m->preempted, (double)l.preemptions);
     }
     uint64_t af = ty_auth_failures();
-    ty_metrics_counter_add(m->auth_failures, (double)(af - m->auth_seen));
-    m->auth_seen = af;
+    ty_metrics_counter_follow(m->auth_failures, af, &m->auth_seen);
     if (m->xfer) {
         struct ty_xfer_stats xs;
         ty_xfer_engine_stats(m->xfer, &xs);
-        ty_metrics_counter_add(m->fenced, (double)(xs.fenced_writes - m->fenced_seen));
-        ty_metrics_counter_add(m->refused_conns,
-                               (double)(xs.refused_conns - m->refused_conns_seen));
-        m->fenced_seen = xs.fenced_writes;
-        m->refused_conns_seen = xs.refused_conns;
+        ty_metrics_counter_follow(m->fenced, xs.fenced_writes, &m->fenced_seen);
+        ty_metrics_counter_follow(m->refused_conns, xs.refused_conns, &m->refused_conns_seen);
     }
     char *body = NULL;
     size_t len = 0;

@@ -34,14 +34,6 @@ struct ty_store_metrics {
     uint64_t auth_seen;
 };
 
-/* Counter c follows a cumulative figure (*seen: its last value; a smaller one: restarted). */
-static void follow(ty_metrics_child_t *c, uint64_t now, uint64_t *seen)
-{
-    if (c && now > *seen)
-        ty_metrics_counter_add(c, (double)(now - *seen));
-    *seen = now;
-}
-
 static void refresh(ty_store_metrics_t *m)
 {
     const ty_store_master_t *ms = m->master ? *m->master : NULL;
@@ -57,7 +49,7 @@ static void refresh(ty_store_metrics_t *m)
         ty_metrics_gauge_set(m->m_dram_used, (double)st.dram_used);
         uint64_t now[N_MCOUNT] = {st.evictions, st.offloads, st.expired_puts, st.dead_nodes};
         for (int i = 0; i < N_MCOUNT; i++)
-            follow(m->mc[i], now[i], &m->mseen[i]);
+            ty_metrics_counter_follow(m->mc[i], now[i], &m->mseen[i]);
     }
     ty_store_node_t *n = m->node ? *m->node : NULL;
     if (n && m->registered) {
@@ -74,9 +66,9 @@ static void refresh(ty_store_metrics_t *m)
         uint64_t now[N_NCOUNT] = {st.ssd_checksum_errors, st.ssd_buckets_evicted,
                                   st.xfer_bytes_in, st.xfer_bytes_out, st.xfer_refused};
         for (int i = 0; i < N_NCOUNT; i++)
-            follow(m->nc[i], now[i], &m->nseen[i]);
+            ty_metrics_counter_follow(m->nc[i], now[i], &m->nseen[i]);
     }
-    follow(m->auth_failures, ty_auth_failures(), &m->auth_seen);
+    ty_metrics_counter_follow(m->auth_failures, ty_auth_failures(), &m->auth_seen);
 }
 
 static void respond(ty_http_req_t *req, int status, const char *text)

@@ -25,6 +25,14 @@ struct jj_arena {
 void *ty__jinja_alloc(struct jj_arena *a, size_t n); /* zeroed; NULL when over cap or no memory */
 void ty__jinja_arena_free(struct jj_arena *a);
 
+/* Return a non-zero code at once (every jinja_*.c) */
+#define TRY(x)                                                                                    \
+    do {                                                                                          \
+        int rc_ = (x);                                                                            \
+        if (rc_)                                                                                  \
+            return rc_;                                                                           \
+    } while (0)
+
 /* ---- values ---- */
 enum jv_type {
     JV_UNDEF, JV_NONE, JV_BOOL, JV_INT, JV_FLOAT, JV_STR, JV_LIST, JV_DICT,

@@ -6,13 +6,6 @@
 
 #include "jinja-impl.h"
 
-#define TRY(x)                                                                                    \
-    do {                                                                                          \
-        int rc_ = (x);                                                                            \
-        if (rc_)                                                                                  \
-            return rc_;                                                                           \
-    } while (0)
-
 static bool frame_get(const struct jj_frame *f, const char *name, size_t n, jv *out)
 {
     for (; f; f = f->parent)

@@ -10,13 +10,6 @@
 #include "jinja-impl.h"
 
 
-#define TRY(x)                                                                                    \
-    do {                                                                                          \
-        int rc_ = (x);                                                                            \
-        if (rc_)                                                                                  \
-            return rc_;                                                                           \
-    } while (0)
-
 static const char *const filter_names[JF__COUNT] = {
 #define XX(id, name) name,
     JJ_FILTER_MAP(XX)

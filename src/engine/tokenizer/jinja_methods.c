@@ -9,13 +9,6 @@
 
 #include "jinja-impl.h"
 
-#define TRY(x)                                                                                    \
-    do {                                                                                          \
-        int rc_ = (x);                                                                            \
-        if (rc_)                                                                                  \
-            return rc_;                                                                           \
-    } while (0)
-
 #define JJ_METHOD_MAP(XX)                                                                         \
     XX(STRIP, "strip") XX(LSTRIP, "lstrip") XX(RSTRIP, "rstrip") XX(SPLIT, "split")              \
     XX(RSPLIT, "rsplit") XX(STARTSWITH, "startswith") XX(ENDSWITH, "endswith")                   \

@@ -127,12 +127,6 @@ static void nv_attach(struct jnode *n, struct nvec *v)
 static int p_expr(struct parser *p, bool cond, struct jnode **out);
 static int p_unary(struct parser *p, bool filt, struct jnode **out);
 
-#define TRY(x)                                                                                    \
-    do {                                                                                          \
-        int rc_ = (x);                                                                            \
-        if (rc_)                                                                                  \
-            return rc_;                                                                           \
-    } while (0)
 #define NEW(var, kind, line)                                                                      \
     do {                                                                                          \
         if (!((var) = nn(p, (kind), (line))))                                                     \
