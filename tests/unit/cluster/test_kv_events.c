@@ -17,6 +17,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define UNIVERSE 1000
@@ -186,8 +187,10 @@ static void test_overflow_and_resync(void **state)
     ty_kv_events_free(ev);
 }
 
-#define ROUNDS      200
 #define ROUND_NOTES 1500
+/* Rounds of the two-thread stress: 200, or 40 on a sanitizer build (TYCHO_SANITIZER_SLOW=1),
+ * where the ping-pong between the threads runs 10-50x slower; the same checks */
+static int ROUNDS = 200;
 
 struct stress {
     ty_kv_events_t *ev;
@@ -234,6 +237,8 @@ static void *producer(void *arg)
  * forgot the node) and overflows (max_pending 100 of 1000 hashes) included. */
 static void test_two_threads(void **state)
 {
+    if (getenv("TYCHO_SANITIZER_SLOW"))
+        ROUNDS = 40;
     static struct stress st;
     static bool view[UNIVERSE];
     memset(&st, 0, sizeof(st));
@@ -282,7 +287,7 @@ static void test_two_threads(void **state)
     }
     pthread_join(t, NULL);
     print_message("%zu takes, %zu resets, %zu given back\n", takes, resets, lost);
-    assert_true(takes > 10 * ROUNDS && lost > ROUNDS && resets < takes / 20);
+    assert_true(takes > 10 * (size_t)ROUNDS && lost > (size_t)ROUNDS && resets < takes / 20);
     pthread_barrier_destroy(&st.idle);
     pthread_barrier_destroy(&st.resume);
     ty_kv_events_free(st.ev);
