@@ -105,6 +105,20 @@ struct ty_sim_opts {
      * next 64 queued that fit, as tycho-prefill does); the scheduler is told
      * (ty_sched_node_desc.interleaves). */
     bool prefill_interleave;
+    /* Colocated baseline (vLLM-style): n_colocated > 0 replaces the prefill and decode nodes
+     * by that many nodes that each prefill and decode. Every step of a node runs its decodes
+     * (one token each) and fills what is left of chunk_tokens with prompt chunks, oldest
+     * prompt first (continuous batching with chunked prefill); each node caches the blocks of
+     * the prompts it computed (cache_blocks, evict), and a request goes to the node where its
+     * predicted TTFT (queued prompt work, minus the prefix that node holds) is lowest. A step
+     * costs the decode step of its batch plus its prompt chunks' work, with one fixed cost
+     * (the larger of decode[0] and prefill[0]: weights are read once per step). A prompt
+     * starts only while the node's KV memory (decode_kv_tokens: prompt + output reserved)
+     * and decode_max_batch allow, in arrival order. As at a prefill node in every admission
+     * mode, a request whose predicted TTFT breaks its SLO is refused at arrival; nothing is
+     * refused for TBT (vLLM has no such check). */
+    uint32_t n_colocated;
+    uint32_t chunk_tokens;        /* tokens per step, decodes included (0: 512) */
     double speed;                 /* replay speed: arrival times divided by this */
     uint64_t sample_us;           /* load sample interval (0: 10 s) */
     size_t limit;                 /* first N requests only (0: all) */
@@ -167,5 +181,48 @@ struct ty_sim_result {
 int ty_sim_run(const struct ty_sim_trace *t, const struct ty_sim_opts *o,
                struct ty_sim_result *res);
 void ty_sim_result_fini(struct ty_sim_result *res);
+
+/* ---- effective request capacity --------------------------------------------------------- */
+
+/* The highest arrival rate at which at least `target` of the requests meet both their TTFT
+ * and TBT SLOs (a refusal is a miss): the trace replayed at speeds found by bisection (speed
+ * 1 first, doubled or halved until the attainment crosses the target, then halved intervals
+ * until they are within `precision`). Attainment is not strictly monotonic in the rate; the
+ * search reports the highest rate it ran that held the target below the lowest one it ran
+ * that did not (the bracket's ends only move inward, so none that held lies above). */
+struct ty_sim_capacity_opts {
+    double target;         /* 0: 0.9 */
+    double precision;      /* relative width of the final interval (0: 0.02) */
+    double min_speed, max_speed; /* search range (0: 1/256, 256) */
+};
+
+#define TY_SIM_CAPACITY_MAX_RUNS 48
+struct ty_sim_capacity_point {
+    double speed, rate_rps, attainment;
+    double ttft_p90, tbt_p90; /* seconds, served requests */
+};
+
+struct ty_sim_capacity {
+    double speed;      /* highest speed that held the target, 0: none down to min_speed */
+    double rate_rps;   /* requests per second at that speed (the capacity) */
+    double attainment; /* SLO attainment there */
+    double ttft_p90, tbt_p90; /* seconds, there */
+    size_t n_points;   /* every run of the search, by speed */
+    struct ty_sim_capacity_point points[TY_SIM_CAPACITY_MAX_RUNS];
+    double wall_s;
+    int rc;            /* < 0: a run failed (bad options) */
+};
+
+/* Mean arrival rate of the first n requests of t (limit 0: all) at speed 1, in requests/s. */
+double ty_sim_trace_rate(const struct ty_sim_trace *t, size_t limit);
+
+int ty_sim_capacity_find(const struct ty_sim_trace *t, const struct ty_sim_opts *o,
+                         const struct ty_sim_capacity_opts *co, struct ty_sim_capacity *out);
+
+/* Run n searches (opts[i] -> out[i]) on up to `threads` threads; done(arg, i) after each
+ * (from any of them, may be NULL). Returns the first failure's code, or 0. */
+int ty_sim_capacity_many(const struct ty_sim_trace *t, const struct ty_sim_opts *opts,
+                         const struct ty_sim_capacity_opts *co, struct ty_sim_capacity *out,
+                         size_t n, int threads, void (*done)(void *arg, size_t i), void *arg);
 
 #endif

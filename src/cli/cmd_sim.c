@@ -5,6 +5,7 @@
 #include "tycho/errors.h"
 #include "tycho/sim.h"
 #include "tycho/sim_config.h"
+#include "sim_capacity.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -36,9 +37,11 @@ struct pool {
 struct args {
     const char *trace, *config, *plot;
     char policies[1024], admissions[128], ratios[1024], caps[1024], ttfts[1024], tbts[1024];
-    double speed;
+    char chunks[1024];
+    double speed, target;
     size_t limit;
-    int json, sweep, jobs, dump;
+    unsigned nodes;
+    int json, sweep, jobs, dump, capacity;
     char *overrides[MAX_OVERRIDES];
     size_t n_overrides;
     const ty_sim_spec_t *spec; /* class names for the report */
@@ -57,12 +60,22 @@ static void usage(FILE *f)
             "  --speed X           replay speed (default: the config's, 1)\n"
             "  --limit N           first N requests only\n"
             "  --sweep             grid: policies x admissions x ratios x capacities x SLOs\n"
+            "  --capacity          effective request capacity: for each TBT SLO, the highest\n"
+            "                      arrival rate at which --target of the requests meet both\n"
+            "                      SLOs, disaggregated (best P:D split of --nodes) against\n"
+            "                      colocated (--nodes nodes, best of --chunks)\n"
+            "  --nodes N           node budget for --capacity (default 16)\n"
+            "  --chunks LIST       colocated tokens per step to try (default 256,512,1024,2048)\n"
+            "  --target X          SLO attainment the capacity holds (default 0.9)\n"
             "  --ratios LIST       prefill:decode node counts, e.g. 8:8,10:6\n"
             "  --capacities LIST   cache blocks per prefill node (0: unlimited)\n"
-            "  --ttft-slos LIST    TTFT SLOs in seconds for class 0\n"
-            "  --tbt-slos LIST     TBT SLOs in milliseconds for class 0\n"
+            "  --ttft-slos LIST    TTFT SLOs in seconds for class 0 (--capacity: one, default\n"
+            "                      the config's, else 30)\n"
+            "  --tbt-slos LIST     TBT SLOs in milliseconds for class 0 (--capacity default:\n"
+            "                      100,200,300)\n"
             "  --jobs N            simulations in parallel (default 2)\n"
-            "  --plot DIR          write TTFT CDF and load-over-time PNGs (gnuplot) to DIR\n"
+            "  --plot DIR          write TTFT CDF and load-over-time PNGs (gnuplot) to DIR;\n"
+            "                      --capacity: SLO attainment against rate, per TBT SLO\n"
             "  --json              JSON instead of a table\n"
             "  --dump-config       print the effective spec as YAML and exit\n");
 }
@@ -87,7 +100,9 @@ static int parse_args(int argc, char **argv, struct args *a)
         {"speed", required_argument, NULL, 's'},     {"limit", required_argument, NULL, 'l'},
         {"sweep", no_argument, NULL, 'S'},           {"ratios", required_argument, NULL, 'r'},
         {"capacities", required_argument, NULL, 'C'}, {"ttft-slos", required_argument, NULL, 'T'},
-        {"tbt-slos", required_argument, NULL, 'B'},
+        {"tbt-slos", required_argument, NULL, 'B'},  {"capacity", no_argument, NULL, 'K'},
+        {"nodes", required_argument, NULL, 'N'},     {"chunks", required_argument, NULL, 'k'},
+        {"target", required_argument, NULL, 'g'},
         {"jobs", required_argument, NULL, 'j'},      {"plot", required_argument, NULL, 'P'},
         {"json", no_argument, NULL, 'J'},            {"dump-config", no_argument, NULL, 'D'},
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0}};
@@ -126,6 +141,21 @@ static int parse_args(int argc, char **argv, struct args *a)
                 return TY_EINVAL;
             break;
         case 'P': a->plot = optarg; break;
+        case 'K': a->capacity = 1; break;
+        case 'k':
+            if (copy_list(a->chunks, sizeof(a->chunks), optarg))
+                return TY_EINVAL;
+            break;
+        case 'N':
+            a->nodes = (unsigned)strtoul(optarg, &end, 10);
+            if (*end || a->nodes < 2 || a->nodes > 256)
+                return TY_EINVAL;
+            break;
+        case 'g':
+            a->target = strtod(optarg, &end);
+            if (*end || !(a->target > 0 && a->target <= 1))
+                return TY_EINVAL;
+            break;
         case 'J': a->json = 1; break;
         case 'S': a->sweep = 1; break;
         case 'D': a->dump = 1; break;
@@ -271,7 +301,7 @@ struct grid {
 static int grid_build(struct args *a, const struct ty_sim_opts *base, struct grid *g)
 {
     if (!a->sweep && (a->ratios[0] || a->caps[0] || a->ttfts[0] || a->tbts[0]))
-        return TY_EINVAL; /* grid lists only with --sweep */
+        return TY_EINVAL; /* grid lists only with --sweep (or --capacity) */
     int rc = list_policies(a->policies, base->sched.policy, g->pol, &g->np);
     if (rc == 0)
         rc = list_admissions(a->admissions, base->sched.admission, g->adm, &g->na);
@@ -616,6 +646,73 @@ out_trace:
     return exit_code;
 }
 
+/* Unsigned list items (chunk sizes), each in [1, 1 << 20]. */
+static int list_uints(char *s, uint32_t *out, size_t *n)
+{
+    double v[MAX_LIST];
+    if (list_doubles(s, 0, v, n) < 0)
+        return TY_EINVAL;
+    for (size_t i = 0; i < *n; i++) {
+        if (!(v[i] >= 1 && v[i] <= (1 << 20)) || v[i] != (double)(uint32_t)v[i])
+            return TY_EINVAL;
+        out[i] = (uint32_t)v[i];
+    }
+    return 0;
+}
+
+/* --capacity: the study of sim_capacity.h over the trace. */
+static int capacity(struct args *a, const struct ty_sim_opts *base)
+{
+    struct ty_cap_study st = {.nodes = a->nodes ? a->nodes : 16, .jobs = a->jobs,
+                              .co = {.target = a->target}};
+    double ttft[MAX_LIST], caps[MAX_LIST];
+    size_t nt = 0, nc = 0;
+    char dflt_tbt[] = "100,200,300", dflt_chunks[] = "256,512,1024,2048";
+    int rc = list_doubles(a->tbts[0] ? a->tbts : dflt_tbt, 0, st.tbt_ms, &st.n_tbt);
+    if (rc == 0)
+        rc = list_doubles(a->ttfts, (double)base->sched.slo[0].ttft_us / 1e6, ttft, &nt);
+    if (rc == 0)
+        rc = list_uints(a->chunks[0] ? a->chunks : dflt_chunks, st.chunks, &st.n_chunks);
+    if (rc == 0 && a->ratios[0])
+        rc = list_ratios(a->ratios, base, st.splits, &st.n_splits);
+    if (rc == 0 && a->caps[0])
+        rc = list_doubles(a->caps, 0, caps, &nc);
+    for (size_t i = 0; rc == 0 && i < st.n_splits; i++)
+        if (st.splits[i][0] + st.splits[i][1] != st.nodes)
+            rc = TY_EINVAL;
+    if (rc < 0 || nt != 1 || a->policies[0] || a->admissions[0] || base->n_class_mix > 1) {
+        fprintf(stderr, "tycho sim: --capacity takes --tbt-slos LIST, one --ttft-slos, "
+                        "--chunks LIST, --capacities LIST and --ratios P:D whose nodes add up to "
+                        "--nodes (the policy and admission are the config's; one SLO class)\n");
+        return TY_CLI_EXIT_USAGE;
+    }
+    st.ttft_s = ttft[0] > 0 ? ttft[0] : 30;
+    for (size_t i = 0; i < nc; i++)
+        st.cache_blocks[i] = (uint64_t)caps[i];
+    st.n_cache_blocks = nc;
+    char err[1024] = "";
+    struct ty_sim_trace *t;
+    rc = ty_sim_trace_load(&t, a->trace, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "tycho sim: %s\n", err[0] ? err : ty_strerror(rc));
+        return rc == TY_EPARSE ? TY_CLI_EXIT_USAGE : TY_CLI_EXIT_FAIL;
+    }
+    int exit_code = TY_CLI_EXIT_FAIL;
+    rc = ty_cap_study_run(&st, t, base);
+    if (rc < 0) {
+        fprintf(stderr, "tycho sim: %s\n", ty_strerror(rc));
+    } else {
+        if (a->json)
+            ty_cap_print_json(&st, a->trace, stdout);
+        else
+            ty_cap_print_table(&st, stdout);
+        exit_code = a->plot && ty_cap_plot(&st, a->plot) < 0 ? TY_CLI_EXIT_FAIL : TY_CLI_EXIT_OK;
+    }
+    ty_cap_study_fini(&st);
+    ty_sim_trace_free(t);
+    return exit_code;
+}
+
 static int run_sim(int argc, char **argv)
 {
     struct args a;
@@ -645,7 +742,7 @@ static int run_sim(int argc, char **argv)
         base.speed = a.speed;
     base.limit = a.limit;
     a.spec = spec;
-    rc = simulate(&a, &base);
+    rc = a.capacity ? capacity(&a, &base) : simulate(&a, &base);
     ty_sim_spec_free(spec);
     return rc;
 }

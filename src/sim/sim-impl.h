@@ -6,7 +6,7 @@
 #include "tycho/sched.h"
 #include "tycho/sim.h"
 
-enum ev_kind { EV_PREFILL_DONE, EV_DECODE_ARRIVE, EV_DECODE_TICK, EV_SAMPLE };
+enum ev_kind { EV_PREFILL_DONE, EV_DECODE_ARRIVE, EV_DECODE_TICK, EV_SAMPLE, EV_COLOC_STEP };
 
 struct event {
     double t; /* us */
@@ -41,6 +41,20 @@ struct dnode {
     uint64_t version;
 };
 
+/* A colocated node (opts.n_colocated): prefill and decode in the same steps (coloc.c). */
+struct cnode {
+    uint32_t id;
+    ty_sim_pool_t *cache;
+    uint32_t *queue; /* requests whose prompt is not done, in arrival order */
+    size_t n_queue, cap_queue, n_started; /* the first n_started hold their KV memory */
+    uint32_t *run;   /* decoding */
+    size_t n_run, cap_run;
+    double v, sum_prompt, sum_vjoin, next_finish_v; /* decode's virtual token clock */
+    uint64_t kv_reserved;
+    double queued_us; /* predicted prompt work not yet computed (routing) */
+    bool busy;
+};
+
 struct rq { /* per request */
     struct ty_sched_decision d;
     double arrival, ttft, join, vjoin, prefill_us;
@@ -60,6 +74,8 @@ struct sim {
     ty_sched_t *sched;
     struct pnode *p;
     struct dnode *d;
+    struct cnode *c; /* opts.n_colocated */
+    size_t c_in_flight;
     struct rq *rq;
     struct event *ev;
     size_t n_ev, cap_ev;
@@ -79,6 +95,10 @@ void ty__sim_prefill_done(struct sim *s, struct pnode *p, double now);
 void ty__sim_decode_arrive(struct sim *s, uint32_t i, double now);
 void ty__sim_decode_tick(struct sim *s, struct dnode *d, double now);
 double ty__sim_prefill_queued_us(const struct sim *s, const struct pnode *p, double now);
+void ty__sim_coloc_setup(struct sim *s);
+void ty__sim_coloc_teardown(struct sim *s);
+void ty__sim_coloc_arrival(struct sim *s, size_t i, double now);
+void ty__sim_coloc_step_end(struct sim *s, struct cnode *c, double now);
 int ty__sim_summarize(struct sim *s, struct ty_sim_result *res);
 double ty__sim_wall_s(void);
 

@@ -60,6 +60,13 @@ static int sim_setup(struct sim *s, const struct ty_sim_trace *t, const struct t
     int rc = ty_sched_new(&s->sched, &o->sched);
     if (rc < 0)
         return rc;
+    if (o->n_colocated) {
+        s->rq = calloc(s->n ? s->n : 1, sizeof(*s->rq));
+        TY_ASSERT(s->rq);
+        assign_classes(s);
+        ty__sim_coloc_setup(s);
+        return 0;
+    }
     s->p = calloc(o->n_prefill, sizeof(*s->p));
     s->d = calloc(o->n_decode, sizeof(*s->d));
     s->rq = calloc(s->n ? s->n : 1, sizeof(*s->rq));
@@ -102,6 +109,7 @@ static void sim_teardown(struct sim *s)
     }
     for (uint32_t i = 0; s->d && i < s->o.n_decode; i++)
         free(s->d[i].reqs);
+    ty__sim_coloc_teardown(s);
     free(s->p);
     free(s->d);
     free(s->rq);
@@ -154,6 +162,11 @@ static struct event ev_pop(struct sim *s)
     return top;
 }
 
+static size_t in_flight(const struct sim *s)
+{
+    return s->o.n_colocated ? s->c_in_flight : ty_sched_in_flight(s->sched);
+}
+
 static void sample(struct sim *s, double now)
 {
     if (s->n_samples == s->cap_samples) {
@@ -162,15 +175,23 @@ static void sample(struct sim *s, double now)
         TY_ASSERT(s->samples);
     }
     double q = 0, b = 0;
-    for (uint32_t i = 0; i < s->o.n_prefill; i++)
+    uint32_t np = s->o.n_prefill, nd = s->o.n_decode;
+    if (s->o.n_colocated) {
+        np = nd = s->o.n_colocated;
+        for (uint32_t i = 0; i < np; i++) {
+            q += s->c[i].queued_us;
+            b += (double)s->c[i].n_run;
+        }
+    }
+    for (uint32_t i = 0; !s->o.n_colocated && i < np; i++)
         q += ty__sim_prefill_queued_us(s, &s->p[i], now);
-    for (uint32_t i = 0; i < s->o.n_decode; i++)
+    for (uint32_t i = 0; !s->o.n_colocated && i < nd; i++)
         b += s->d[i].n_reqs;
     s->samples[s->n_samples++] = (struct ty_sim_sample){
         .t_s = now / 1e6,
-        .prefill_queue_s = q / s->o.n_prefill / 1e6,
-        .decode_batch = b / s->o.n_decode,
-        .in_flight = (uint32_t)ty_sched_in_flight(s->sched),
+        .prefill_queue_s = q / np / 1e6,
+        .decode_batch = b / nd,
+        .in_flight = (uint32_t)in_flight(s),
     };
 }
 
@@ -187,9 +208,12 @@ static void dispatch(struct sim *s, const struct event *e)
         if (e->version == s->d[e->a].version)
             ty__sim_decode_tick(s, &s->d[e->a], e->t);
         break;
+    case EV_COLOC_STEP:
+        ty__sim_coloc_step_end(s, &s->c[e->a], e->t);
+        break;
     case EV_SAMPLE:
         sample(s, e->t);
-        if (s->next_arrival < s->n || ty_sched_in_flight(s->sched))
+        if (s->next_arrival < s->n || in_flight(s))
             ty__sim_push(s, e->t + (double)s->o.sample_us, EV_SAMPLE, 0, 0);
         break;
     }
@@ -210,7 +234,8 @@ static void run_loop(struct sim *s)
             dispatch(s, &e);
         } else {
             s->now = s->t_end = ta;
-            ty__sim_arrival(s, s->next_arrival++, ta);
+            (s->o.n_colocated ? ty__sim_coloc_arrival : ty__sim_arrival)(s, s->next_arrival++,
+                                                                         ta);
             if (s->o.progress && (s->next_arrival % 1000 == 0 || s->next_arrival == s->n))
                 s->o.progress(s->o.progress_arg, s->next_arrival, s->n);
         }
@@ -220,8 +245,9 @@ static void run_loop(struct sim *s)
 int ty_sim_run(const struct ty_sim_trace *t, const struct ty_sim_opts *o,
                struct ty_sim_result *res)
 {
-    if (!t || !o || !res || o->n_prefill == 0 || o->n_decode == 0 || !(o->speed > 0) ||
-        o->n_prefill + o->n_decode > TY_SCHED_MAX_NODES || o->n_class_mix > o->sched.n_classes ||
+    if (!t || !o || !res || (!o->n_colocated && (o->n_prefill == 0 || o->n_decode == 0)) ||
+        !(o->speed > 0) || o->n_prefill + o->n_decode > TY_SCHED_MAX_NODES ||
+        o->n_colocated > TY_SCHED_MAX_NODES || o->n_class_mix > o->sched.n_classes ||
         o->n_class_mix > TY_SCHED_MAX_CLASSES || o->prefill_batch > 4096 ||
         (o->prefill_interleave && o->prefill_batch_tokens < 2))
         return TY_EINVAL;

@@ -17,6 +17,8 @@ struct spec_cluster {
     uint32_t prefill_batch, prefill_batch_tokens;
     bool prefill_interleave;
     int eviction;
+    int mode;
+    uint32_t nodes, chunk_tokens;
 };
 
 struct spec_cost {
@@ -43,9 +45,20 @@ struct ty_sim_spec {
 };
 
 static const char *const evict_names[] = {"lru", "lfu", "length_aware", NULL};
+static const char *const mode_names[] = {"disaggregated", "colocated", NULL};
 
 #define K struct spec_cluster
 static const struct ty_config_field cluster_fields[] = {
+    {.key = "mode", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(K, mode), .def = "disaggregated",
+     .enum_names = mode_names,
+     .help = "disaggregated: prefill_nodes + decode_nodes; colocated: `nodes` that each "
+             "prefill and decode with chunked prefill (the vLLM-style baseline)"},
+    {.key = "nodes", .type = TY_CONFIG_UINT, TY_CONFIG_AT(K, nodes), .def = "16", .min = "1",
+     .max = "256", .help = "colocated nodes (mode: colocated)"},
+    {.key = "chunk_tokens", .type = TY_CONFIG_UINT, TY_CONFIG_AT(K, chunk_tokens), .def = "512",
+     .min = "1", .max = "1048576",
+     .help = "colocated: tokens per step, one per decoding sequence and the rest prompt "
+             "chunks (vLLM's max_num_batched_tokens)"},
     {.key = "prefill_nodes", .type = TY_CONFIG_UINT, TY_CONFIG_AT(K, prefill_nodes), .def = "8",
      .min = "1", .max = "128", .help = "simulated prefill nodes"},
     {.key = "decode_nodes", .type = TY_CONFIG_UINT, TY_CONFIG_AT(K, decode_nodes), .def = "8",
@@ -168,6 +181,8 @@ static int to_opts(ty_sim_spec_t *sp, struct ty_sim_opts *o, const char *origin,
     o->truth = o->sched.cost;
     o->n_prefill = v->cluster.prefill_nodes;
     o->n_decode = v->cluster.decode_nodes;
+    o->n_colocated = v->cluster.mode == 1 ? v->cluster.nodes : 0;
+    o->chunk_tokens = v->cluster.chunk_tokens;
     o->cache_blocks = v->cluster.cache_blocks_per_node;
     o->evict = (enum ty_sim_evict)v->cluster.eviction;
     o->decode_max_batch = v->cluster.decode_max_batch;
