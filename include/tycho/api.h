@@ -118,6 +118,7 @@ struct ty_api_error {
     char param[48]; /* "" renders as null */
     char code[48];  /* "" renders as null */
     uint32_t retry_after_s; /* 429/503: the Retry-After header (0: 1 s for 429, 5 s for 503) */
+    bool no_retry; /* 429: retrying cannot help: x-should-retry: false instead of Retry-After */
 };
 
 /* Parse and validate a request body, its strings and arrays allocated from `arena` (borrowed;

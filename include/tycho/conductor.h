@@ -50,6 +50,10 @@ struct ty_conductor_cost_config {
     double net_gbytes_per_s;         /* KV transfer bandwidth of a prefill node */
     bool refit;                      /* least-squares refit from the nodes' timing samples */
     uint32_t refit_window;           /* most recent samples each fit uses */
+    uint64_t refit_max_age_ns;       /* samples older than this leave the fit (8 stay); 0: no
+                                      * age limit */
+    uint64_t probe_interval_ns;      /* a node with no timing sample this long gets one probe
+                                      * request past a predicted SLO miss; 0: no probes */
 };
 
 /* tycho-conductor: the HTTP front door, the RPC endpoint nodes register with, the registry. */
@@ -89,6 +93,7 @@ struct ty_conductor_config {
     struct ty_sched_config scheduler;  /* placement, admission, SLOs (tycho/sched.h) */
     struct ty_conductor_cost_config cost;
     uint32_t expected_output_tokens;   /* the scheduler's guess when max_tokens is not set */
+    bool x_should_retry;               /* a refusal no retry can cure: x-should-retry: false */
     uint64_t node_answer_timeout_ns;   /* failure detection by outcome (ty_conductor_opts) */
     uint32_t breaker_failures;
     uint64_t breaker_open_ns;
@@ -189,6 +194,10 @@ struct ty_conductor_opts {
     const struct ty_conductor_cost_config *cost;
     const char *model_name;            /* picks the SLO entry of sched->models */
     uint32_t expected_output_tokens;   /* when a request has no max_tokens (0: 256) */
+    /* Every SLO refusal carries Retry-After, also one that no retry can cure (config
+     * x_should_retry: false); else such a refusal carries x-should-retry: false instead
+     * (ty_serve_reject.no_retry), which the OpenAI SDKs honour. */
+    bool retry_after_only;
     ty_metrics_registry_t *metrics;    /* optional: scheduler counters and gauges */
     /* The cluster KV pool's master, when the prefill nodes use one (their kv_pool.master):
      * the scheduler then knows the pool's blocks and plans prefixes read from it. */

@@ -173,10 +173,15 @@ struct ty_sched_opts {
      * holds the longest one (the simulator's nodes fetch from each other). */
     bool remote_from_node;
     uint32_t remote_node;
-    /* A request whose chosen prefill node is idle is admitted even when its predicted TTFT
-     * is over the SLO: queueing is not what breaks it, so refusing only makes the client
-     * retry something that will never fit, and a live cost model that predicts too high
-     * would never see the timings that correct it (the live Conductor sets this). */
+    /* Idle capacity always admits (the live Conductor sets this). A request whose chosen
+     * prefill node is idle is admitted even when its predicted TTFT is over the SLO:
+     * queueing is not what breaks it, so refusing only makes the client retry something that
+     * will never fit. One that would also be alone on its decode node (nothing reported
+     * running there, nothing reserved or in flight to it) is not refused for its predicted
+     * TBT either: only the hard limit (its KV over the node's capacity) holds. Either way a
+     * live cost model that predicts too high (refitted during a burst, say) sees the timings
+     * that correct it, where refusing would leave it with no new sample ever
+     * (decision.over_ttft / over_tbt say it happened). */
     bool admit_when_idle;
     /* The decode-stage check of ty_sched_request_at_decode() only reports: the request stays
      * in flight (the live cluster, where the decode node reserved its pages at assignment
@@ -221,6 +226,9 @@ struct ty_sched_request {
     uint32_t priority;      /* class index < n_classes */
     bool admitted;          /* already accepted by the caller: place it, never refuse it for
                              * an SLO (a request that waited for the first nodes) */
+    bool probe;             /* a probe of a cost model that may be stale: never refused for a
+                             * predicted SLO miss (TTFT, TBT), only for the decode node's hard
+                             * limits (max_batch, KV capacity) */
 };
 
 struct ty_sched_decision {
@@ -238,6 +246,14 @@ struct ty_sched_decision {
      * baseline: nothing, judged == false). Lets a caller measure the prediction's error. */
     bool judged;
     double judged_batch, judged_ctx;
+    /* Accepted although predicted over the class's TTFT / TBT SLO: the request was alone on
+     * idle nodes (admit_when_idle) or a probe. */
+    bool over_ttft, over_tbt;
+    /* Refused, and waiting cannot cure it: the request alone on idle nodes is predicted to
+     * miss the SLO it was refused for (its transfer + prefill alone over the TTFT SLO, one
+     * decode step of it alone over its class's TBT SLO) or it needs more KV than any decode
+     * node has. A retry could only be served best-effort, on an idle cluster. */
+    bool never_fits;
 };
 
 int ty_sched_new(ty_sched_t **out, const struct ty_sched_opts *opts);

@@ -28,6 +28,8 @@ struct ty_serve_reject {
     char code[48];          /* OpenAI-style error code, e.g. "ttft_slo" ("" : queue full) */
     char message[224];      /* for the client */
     uint32_t retry_after_s; /* when a retry may succeed (0: unknown) */
+    bool no_retry;          /* no retry can cure it: the API answers x-should-retry: false and
+                             * no Retry-After (the OpenAI SDKs would retry twice otherwise) */
 };
 
 /* One sequence to generate. The API turns an OpenAI request with n choices into n of these. */

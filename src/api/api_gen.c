@@ -399,6 +399,7 @@ static void backend_error(struct ty_api_error *e, int rc, const struct ty_serve_
     if (rc == TY_EREJECTED && rej && rej->code[0]) {
         ty_api_error_set(e, 429, "rate_limit_exceeded", NULL, rej->code, "%s", rej->message);
         e->retry_after_s = rej->retry_after_s;
+        e->no_retry = rej->no_retry;
     } else if (rc == TY_EREJECTED)
         ty_api_error_set(e, 429, "rate_limit_exceeded", NULL, "rate_limit_exceeded",
                          "the server is at capacity; retry later");

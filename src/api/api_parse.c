@@ -28,6 +28,7 @@ int ty_api_error_set(struct ty_api_error *e, int status, const char *type, const
     va_list ap;
     e->status = status;
     e->retry_after_s = 0;
+    e->no_retry = false;
     snprintf(e->type, sizeof(e->type), "%s", type ? type : "invalid_request_error");
     snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
     snprintf(e->code, sizeof(e->code), "%s", code ? code : "");

@@ -27,7 +27,11 @@ void ty__api_send_error(ty_http_req_t *r, const struct ty_api_error *e)
     char *s = ty_api_error_json(e);
     char retry[48];
     const char *extra = NULL;
-    if (e->status == 429 || e->status == 503) {
+    if (e->status == 429 && e->no_retry) {
+        /* no retry can cure it (the request alone misses its SLO): the OpenAI SDKs retry a
+         * 429 twice unless told not to, tripling the load of an overloaded server */
+        extra = "x-should-retry: false\r\n";
+    } else if (e->status == 429 || e->status == 503) {
         uint32_t s_after = e->retry_after_s ? e->retry_after_s : e->status == 429 ? 1 : 5;
         snprintf(retry, sizeof(retry), "Retry-After: %u\r\n", s_after);
         extra = retry;

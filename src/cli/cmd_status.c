@@ -174,6 +174,21 @@ static void print_scheduler(const json_t *s)
            num(cost, "kv_bytes_per_token"));
     printf("  first token   + %.1f ms (RPCs, KV handoff, the way back: learned from measured "
            "TTFTs)\n", num(cost, "ttft_overhead_us") / 1e3);
+    json_t *pred = json_object_get(cost, "prediction");
+    if (!pred)
+        return; /* an older Conductor */
+    char m[2][48];
+    for (int k = 0; k < 2; k++) {
+        const json_t *e = json_object_get(pred, k ? "tbt" : "ttft");
+        const json_t *r = json_object_get(e, "median_ratio");
+        if (json_is_number(r))
+            snprintf(m[k], sizeof(m[k]), "x%.3g (of %.0f)", json_number_value(r),
+                     num(e, "requests"));
+        else
+            snprintf(m[k], sizeof(m[k]), "-");
+    }
+    printf("  predicted     TTFT %s, TBT %s: median predicted / measured of the latest "
+           "requests; %.0f probes\n", m[0], m[1], num(cost, "probes"));
 }
 
 static void print_nodes(const json_t *nodes)

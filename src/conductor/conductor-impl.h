@@ -35,6 +35,9 @@ struct ty__cnode {
                                  * re-registration; a smaller one means it restarted) */
     uint64_t decode_ctx;  /* decode: context tokens of its batch, from its heartbeats */
     uint64_t index_est;   /* prefill: blocks its events added to the index, less removals */
+    /* when its last timing sample came (its registration before any) and when a probe
+     * last went to it (ty_clock_us) */
+    uint64_t last_sample_us, last_probe_us;
     double queued_prefill_us; /* prefill: predicted work of its placed, unprefilled requests */
     uint32_t n_queued;        /* how many requests that is */
     char segment[TY_XFER_NAME_MAX + 1];
@@ -105,6 +108,7 @@ struct ty__creq {
      * counted as cached, when (0: not placed yet) */
     double predicted_wait_us;
     uint32_t predicted_cached;
+    double predicted_ttft_us, predicted_tbt_us; /* as admission judged them */
     uint64_t placed_at_us;
     struct ty__cnode *queued_on; /* the prefill node whose queue counts it (until unqueued) */
     uint32_t relay_us;      /* the Conductor's own time turning the decode node's reply into
@@ -116,13 +120,25 @@ struct ty__creq {
  * load, KV block events, timing samples) and the requests' lifecycle. */
 struct ty__sample_ring {
     struct ty_sched_sample *v;
+    uint64_t *t;                    /* when each came (ty_clock_us): stale ones expire */
+    struct ty_sched_sample *scratch; /* the live samples in one piece, for a fit */
     uint32_t cap, len, head, fresh; /* fresh: added since the last refit */
     ty_metrics_child_t *count;
+};
+
+/* The most recent finished requests' predicted / measured TTFT or TBT (GET /status). */
+struct ty__ratio_ring {
+    double v[64];
+    uint32_t n, head;
+    uint64_t count;
 };
 
 struct ty__place {
     ty_sched_t *s;
     bool refit;
+    uint64_t max_age_us;   /* cost.refit_max_age (0: none) */
+    uint64_t probe_us;     /* cost.probe_interval (0: no probes) */
+    bool retry_after_only; /* ty_conductor_opts.retry_after_only */
     uint32_t block_tokens; /* B of the prefill nodes (0 until the first registered) */
     char kv_dtype[8];      /* KV element type of the nodes ("" until the first registered) */
     bool cost_auto;        /* the cost model is the auto (CPU) profile, made for f32 KV */
@@ -158,6 +174,12 @@ struct ty__place {
     ty_metrics_child_t *over_slo; /* admitted although predicted over the TTFT SLO (idle) */
     ty_metrics_child_t *coef[2][3];
     ty_metrics_child_t *predicted_ttft;
+    /* predicted / measured per finished request, [ttft, tbt]: the histograms
+     * tycho_scheduler_prediction_ratio{slo} and the latest 64 of each */
+    ty_metrics_child_t *ratio_hist[2];
+    struct ty__ratio_ring ratio[2];
+    ty_metrics_child_t *probes[2]; /* tycho_scheduler_probes_total{stage}: prefill, decode */
+    uint64_t n_probes;
     struct ty__pool *pool; /* the KV pool's blocks (pool_index.c); NULL: no pool */
 };
 
@@ -228,7 +250,8 @@ uint32_t ty__place_class(const ty_conductor_t *c, const char *name);
 int ty__place_class_find(const ty_conductor_t *c, const char *name, uint32_t *k, char *why,
                          size_t cap);
 /* Choose the prefill and decode nodes of r (r->pnode, r->dnode). Returns 0, TY_EREJECTED with
- * *rej filled (an SLO would be missed; never when `admitted`: r was accepted already),
+ * *rej filled (an SLO would be missed, and r is not due as a probe of a silent node; never
+ * when `admitted`: r was accepted already),
  * TY_EUNAVAIL (no node) or TY_ENOMEM. */
 int ty__place_pick(ty_conductor_t *c, struct ty__creq *r, struct ty_serve_reject *rej,
                    bool admitted);
@@ -252,6 +275,9 @@ void ty__pool_stop(ty_conductor_t *c);
 /* The pool's master address (NULL: no pool) and whether its block events are followed now. */
 const char *ty__pool_master(const ty_conductor_t *c);
 bool ty__pool_following(ty_conductor_t *c);
+
+/* The median of the latest predicted / measured ratios (k 0: TTFT, 1: TBT); NAN: none yet. */
+double ty__place_ratio_median(const struct ty__place *p, int k);
 
 /* status.c: the Conductor's members of GET /status (ty_serve_backend_i.status_json). */
 char *ty__conductor_status_json(void *ctx);

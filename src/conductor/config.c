@@ -56,6 +56,16 @@ static const struct ty_config_field cost_fields[] = {
      .help = "refit prefill and decode coefficients from the nodes' measured timings"},
     {.key = "refit_window", .type = TY_CONFIG_UINT, TY_CONFIG_AT(K, refit_window),
      .def = "256", .min = "8", .max = "65536", .help = "most recent samples each refit uses"},
+    {.key = "refit_max_age", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(K, refit_max_age_ns),
+     .def = "10s", .max = "1h",
+     .help = "timing samples older than this leave the refit (the newest 8 always stay), so a "
+             "model fitted during a burst follows what the nodes measure now; 0: no age limit"},
+    {.key = "probe_interval", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(K, probe_interval_ns),
+     .def = "5s", .max = "1h",
+     .help = "a node that sent no timing sample in this long gets one request (a probe) that "
+             "admission would refuse for a predicted SLO miss, at most one per node per "
+             "interval, so a stale model sees fresh timings; 0: no probes (none either with "
+             "refit: false)"},
 };
 #undef K
 static const struct ty_config_struct cost_struct =
@@ -81,6 +91,12 @@ static const struct ty_config_field conductor_fields[] = {
      TY_CONFIG_AT(struct ty_conductor_config, expected_output_tokens), .def = "256", .min = "1",
      .max = "1048576",
      .help = "output length the scheduler assumes for a request without max_tokens"},
+    {.key = "x_should_retry", .type = TY_CONFIG_BOOL,
+     TY_CONFIG_AT(struct ty_conductor_config, x_should_retry), .def = "true",
+     .help = "an SLO refusal that no retry can cure (the request alone on idle nodes is "
+             "predicted to miss the SLO, or needs more KV than a decode node has) answers 429 "
+             "with x-should-retry: false and no Retry-After, so OpenAI SDKs do not retry it; "
+             "false: every refusal carries Retry-After"},
     {.key = "node_answer_timeout", .type = TY_CONFIG_DURATION,
      TY_CONFIG_AT(struct ty_conductor_config, node_answer_timeout_ns), .def = "10s",
      .min = "100ms", .max = "10m",

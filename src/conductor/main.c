@@ -95,7 +95,8 @@ static int start(struct conductor *s, uv_loop_t *loop)
         .startup_wait_ms = (uint32_t)(s->cfg.startup_wait_ns / 1000000),
         .sched = &s->cfg.scheduler, .cost = &s->cfg.cost, /* events: the API's sink */
         .kv_pool_master = s->cfg.kv_pool.master,
-        .model_name = name, .expected_output_tokens = s->cfg.expected_output_tokens};
+        .model_name = name, .expected_output_tokens = s->cfg.expected_output_tokens,
+        .retry_after_only = !s->cfg.x_should_retry};
     model_name(s->cfg.model_path, name, sizeof(name));
     if ((rc = ty_metrics_registry_new(&s->reg)))
         return rc;

@@ -12,10 +12,15 @@
  *     its latest decode step read).
  *   - Cost model: a starting profile, refitted by non-negative least squares from the timing
  *     samples nodes put in their heartbeats (per-request prefill times, per-step decode
- *     times) over the most recent refit_window samples.
+ *     times) over the most recent refit_window samples, those older than refit_max_age
+ *     dropped (the newest 8 stay): a model fitted during a burst follows the fresh timings.
  *   - Admission at arrival: a request whose predicted TTFT (or decode TBT, per the admission
  *     mode) breaks its SLO is refused with a reason and a Retry-After, which the API turns
- *     into a 429. The decode node's own page reservation stays the hard limit, so the
+ *     into a 429 (x-should-retry: false instead when the request alone would miss it too).
+ *     Idle capacity always admits (ty_sched_opts.admit_when_idle), and a node that sent no
+ *     timing sample for probe_interval gets one refused request as a probe: refusals give no
+ *     timings, so a model that predicts too high could otherwise never learn it is wrong.
+ *     The decode node's own page reservation stays the hard limit, so the
  *     scheduler's decode-stage verdict is only counted (tycho_scheduler_decode_over_slo_total).
  * Prefill nodes cannot fetch a prefix from each other yet, so kvcache_centric plans with
  * local prefixes only (ty_sched_opts.local_prefix_only). */
@@ -122,16 +127,31 @@ int ty__place_class_find(const ty_conductor_t *c, const char *name, uint32_t *k,
     return TY_ENOTFOUND;
 }
 
+static void ring_free(struct ty__sample_ring *r)
+{
+    free(r->v);
+    free(r->t);
+    free(r->scratch);
+    r->v = r->scratch = NULL;
+    r->t = NULL;
+}
+
 static int ring_init(struct ty__sample_ring *r, uint32_t cap)
 {
     r->v = calloc(cap, sizeof(*r->v));
+    r->t = calloc(cap, sizeof(*r->t));
+    r->scratch = calloc(cap, sizeof(*r->scratch));
     r->cap = cap;
-    return r->v ? 0 : TY_ENOMEM;
+    if (r->v && r->t && r->scratch)
+        return 0;
+    ring_free(r);
+    return TY_ENOMEM;
 }
 
-static void ring_push(struct ty__sample_ring *r, double x0, double x1, double us)
+static void ring_push(struct ty__sample_ring *r, double x0, double x1, double us, uint64_t now)
 {
     r->v[r->head] = (struct ty_sched_sample){x0, x1, us};
+    r->t[r->head] = now;
     r->head = (r->head + 1) % r->cap;
     if (r->len < r->cap)
         r->len++;
@@ -181,10 +201,31 @@ static void metrics_init(struct ty__place *p, ty_metrics_registry_t *reg)
                                 "their KV landed (they still run)", NULL, 0))
         ty_metrics_child_get(f, NULL, &p->decode_over_slo);
     if (!ty_metrics_counter_new(reg, &f, "tycho_scheduler_admitted_over_slo_total",
-                                "requests admitted although predicted over the TTFT SLO, "
-                                "because their prefill node was idle (served best-effort)",
-                                NULL, 0))
+                                "requests admitted although predicted over the TTFT or TBT "
+                                "SLO: alone on idle nodes, or a probe of a stale cost model "
+                                "(served best-effort)", NULL, 0))
         ty_metrics_child_get(f, NULL, &p->over_slo);
+    if (!ty_metrics_counter_new(reg, &f, "tycho_scheduler_probes_total",
+                                "requests admission would have refused, let through because "
+                                "the node judged had sent no timing sample for "
+                                "cost.probe_interval (by the stage whose model refused)",
+                                kind, 1)) {
+        const char *pre = "prefill", *dec = "decode";
+        ty_metrics_child_get(f, &pre, &p->probes[0]);
+        ty_metrics_child_get(f, &dec, &p->probes[1]);
+    }
+    static const char *const slo1[] = {"slo"};
+    static const double ratio_bounds[] = {0.01, 0.03, 0.1, 0.3, 0.5, 0.8, 1.25,
+                                          2,    3.3,  10,  30,  100};
+    if (!ty_metrics_histogram_new(reg, &f, "tycho_scheduler_prediction_ratio",
+                                  "predicted / measured per finished request: TTFT (placement "
+                                  "to first token) and mean TBT; 1 is exact, (0.8, 1.25] close",
+                                  slo1, 1, ratio_bounds,
+                                  sizeof(ratio_bounds) / sizeof(ratio_bounds[0])))
+        for (int k = 0; k < 2; k++) {
+            const char *v = k ? "tbt" : "ttft";
+            ty_metrics_child_get(f, &v, &p->ratio_hist[k]);
+        }
     if (!ty_metrics_counter_new(reg, &f, "tycho_scheduler_cost_samples_total",
                                 "timing samples received from the nodes", kind, 1)) {
         const char *pre = "prefill", *dec = "decode";
@@ -322,6 +363,35 @@ static void overhead_observe(struct ty__place *p, const struct ty__creq *r)
     }
 }
 
+/* One finished request's predicted / measured TTFT (k 0) or TBT (k 1): how far off the
+ * model that admitted it was (a model refitted in a burst, a starting profile). */
+static void ratio_observe(struct ty__place *p, int k, double predicted_us, double measured_us)
+{
+    enum { CAP = sizeof(p->ratio[0].v) / sizeof(p->ratio[0].v[0]) };
+    if (!(predicted_us > 0) || !(measured_us > 0))
+        return;
+    struct ty__ratio_ring *g = &p->ratio[k];
+    double q = predicted_us / measured_us;
+    g->v[g->head] = q;
+    g->head = (g->head + 1) % CAP;
+    if (g->n < CAP)
+        g->n++;
+    g->count++;
+    if (p->ratio_hist[k])
+        ty_metrics_histogram_observe(p->ratio_hist[k], q);
+}
+
+double ty__place_ratio_median(const struct ty__place *p, int k)
+{
+    const struct ty__ratio_ring *g = &p->ratio[k];
+    double v[sizeof(g->v) / sizeof(g->v[0])];
+    if (!g->n)
+        return NAN;
+    memcpy(v, g->v, g->n * sizeof(v[0]));
+    qsort(v, g->n, sizeof(v[0]), cmp_dbl);
+    return g->n % 2 ? v[g->n / 2] : (v[g->n / 2 - 1] + v[g->n / 2]) / 2;
+}
+
 void ty__place_observe(ty_conductor_t *c, const struct ty__creq *r)
 {
     struct ty__place *p = &c->place;
@@ -330,6 +400,13 @@ void ty__place_observe(ty_conductor_t *c, const struct ty__creq *r)
         return; /* no token came */
     if (r->placed_at_us && p->refit) /* a fixed cost model (refit: false) stays as given */
         overhead_observe(p, r);
+    /* the prediction was made at placement (not at arrival: a request may have waited for
+     * the first nodes) */
+    if (r->placed_at_us && r->t_first_us > r->placed_at_us)
+        ratio_observe(p, 0, r->predicted_ttft_us, (double)(r->t_first_us - r->placed_at_us));
+    if (r->n_out >= 2 && r->t_last_us > r->t_first_us)
+        ratio_observe(p, 1, r->predicted_tbt_us,
+                      (double)(r->t_last_us - r->t_first_us) / (r->n_out - 1));
     if (r->priority >= so->n_classes)
         return; /* its class was reloaded away */
     struct ty__class_metrics *m = &p->cm[r->priority];
@@ -457,6 +534,10 @@ int ty__place_init(ty_conductor_t *c, const struct ty_conductor_opts *o)
     if (rc)
         return rc;
     p->refit = o->cost ? o->cost->refit : true;
+    /* without a config (tests, embedders): the table's defaults, 10 s and 5 s */
+    p->max_age_us = o->cost ? o->cost->refit_max_age_ns / 1000 : 10000000;
+    p->probe_us = o->cost ? o->cost->probe_interval_ns / 1000 : 5000000;
+    p->retry_after_only = o->retry_after_only;
     /* the auto profile assumed f32 KV: rescaled to the nodes' type when they register */
     p->cost_auto = !o->cost || !o->cost->profile || !*o->cost->profile ||
                    !strcmp(o->cost->profile, "auto");
@@ -464,8 +545,8 @@ int ty__place_init(ty_conductor_t *c, const struct ty_conductor_opts *o)
     p->expected_output = o->expected_output_tokens ? o->expected_output_tokens : 256;
     if ((rc = ring_init(&p->prefill, window)) || (rc = ring_init(&p->decode, window)) ||
         (rc = ty_sched_new(&p->s, &so))) {
-        free(p->prefill.v);
-        free(p->decode.v);
+        ring_free(&p->prefill);
+        ring_free(&p->decode);
         return rc;
     }
     metrics_init(p, o->metrics);
@@ -476,8 +557,8 @@ int ty__place_init(ty_conductor_t *c, const struct ty_conductor_opts *o)
         TY_LOG_ERROR("cluster", "KV pool client (master %s): %s", o->kv_pool_master,
                      ty_strerror(rc));
         ty_sched_free(p->s);
-        free(p->prefill.v);
-        free(p->decode.v);
+        ring_free(&p->prefill);
+        ring_free(&p->decode);
         return rc;
     }
     TY_LOG_INFO("cluster", "scheduler: %s placement, %s admission, TTFT SLO %.0f ms, TBT SLO "
@@ -494,8 +575,8 @@ void ty__place_fini(ty_conductor_t *c)
     struct ty__place *p = &c->place;
     ty__pool_stop(c);
     ty_sched_free(p->s);
-    free(p->prefill.v);
-    free(p->decode.v);
+    ring_free(&p->prefill);
+    ring_free(&p->decode);
     free(p->hashes);
     memset(p, 0, sizeof(*p));
 }
@@ -594,6 +675,8 @@ int ty__place_node_up(ty_conductor_t *c, struct ty__cnode *n, char *why, size_t 
         return rc;
     }
     n->in_sched = true;
+    n->last_sample_us = now_us(); /* a probe is due only after probe_interval of silence */
+    n->last_probe_us = 0;
     return 0;
 }
 
@@ -608,15 +691,53 @@ void ty__place_node_down(ty_conductor_t *c, struct ty__cnode *n)
 
 /* ---- heartbeats --------------------------------------------------------------------------- */
 
-static void refit(struct ty__place *p, struct ty__sample_ring *r, bool prefill)
+/* Samples older than max_age_us leave the ring, oldest first, while more than 8 stay (a fit
+ * needs them: under a light load the newest 8 are the evidence there is, however old).
+ * Returns how many left. */
+static uint32_t ring_expire(struct ty__sample_ring *r, uint64_t now, uint64_t max_age_us)
 {
-    /* refit once enough new evidence came in: every 16 samples, or at once while few */
-    if (!p->refit || r->len < 8 || (r->fresh < 16 && r->len > 16))
+    uint32_t gone = 0;
+    while (max_age_us && r->len > 8) {
+        uint32_t oldest = (r->head + r->cap - r->len) % r->cap;
+        if (r->t[oldest] + max_age_us >= now)
+            break;
+        r->len--;
+        gone++;
+    }
+    return gone;
+}
+
+/* The ring's samples in one piece (the ring itself when they do not wrap around). */
+static const struct ty_sched_sample *ring_live(struct ty__sample_ring *r)
+{
+    uint32_t oldest = (r->head + r->cap - r->len) % r->cap;
+    if (oldest + r->len <= r->cap)
+        return r->v + oldest;
+    uint32_t first = r->cap - oldest;
+    memcpy(r->scratch, r->v + oldest, first * sizeof(*r->v));
+    memcpy(r->scratch + first, r->v, (r->len - first) * sizeof(*r->v));
+    return r->scratch;
+}
+
+/* The rule (docs/arch/sched.md, "In the live Conductor"): a fit uses the samples of the last
+ * refit_max_age (at least the newest 8) among the newest refit_window. After a burst the
+ * samples it left describe a machine under a load that is gone; kept, they would outvote
+ * the few samples a quiet cluster gives (the robust fit even trims those as outliers), and
+ * the model would go on predicting burst timings. */
+static void refit(struct ty__place *p, struct ty__sample_ring *r, bool prefill, uint64_t now)
+{
+    if (!p->refit)
+        return;
+    uint32_t expired = ring_expire(r, now, p->max_age_us);
+    /* refit once enough new evidence came in: every 16 samples, at once while few, and at
+     * once when stale ones just left (the model must stop reflecting them) */
+    if (r->len < 8 || (r->fresh < 16 && r->len > 16 && !expired))
         return;
     r->fresh = 0;
     struct ty_sched_cost cost = ty_sched_opts_get(p->s)->cost;
-    int rc = prefill ? ty_sched_cost_refit_prefill(&cost, r->v, r->len)
-                     : ty_sched_cost_refit_decode(&cost, r->v, r->len);
+    const struct ty_sched_sample *v = ring_live(r);
+    int rc = prefill ? ty_sched_cost_refit_prefill(&cost, v, r->len)
+                     : ty_sched_cost_refit_decode(&cost, v, r->len);
     if (rc == 0 && ty_sched_set_cost(p->s, &cost) == 0) {
         const double *k = prefill ? cost.prefill : cost.decode;
         TY_LOG_DEBUG("cluster", "%s cost refitted from %u samples: %.1f us + %.4g us/token + "
@@ -628,10 +749,11 @@ static void refit(struct ty__place *p, struct ty__sample_ring *r, bool prefill)
     }
 }
 
-static void take_samples(struct ty__place *p, Tycho__V1__TimingSample **s, size_t n,
-                         bool prefill)
+static void take_samples(struct ty__place *p, struct ty__cnode *node,
+                         Tycho__V1__TimingSample **s, size_t n, bool prefill)
 {
     struct ty__sample_ring *r = prefill ? &p->prefill : &p->decode;
+    uint64_t now = now_us(), before = r->fresh;
     if (n > TY_NODE_MAX_TIMINGS) /* what an agent sends; more would let one node flood */
         n = TY_NODE_MAX_TIMINGS;
     for (size_t i = 0; i < n; i++) {
@@ -643,16 +765,18 @@ static void take_samples(struct ty__place *p, Tycho__V1__TimingSample **s, size_
             /* sum (L-P)(L+P) is at least the tokens computed, at most (sum L)^2 */
             if ((double)t->attn_work < t->n_tokens || (double)t->attn_work > all * all)
                 continue;
-            ring_push(r, t->n_tokens, (double)t->attn_work, (double)t->duration_us);
+            ring_push(r, t->n_tokens, (double)t->attn_work, (double)t->duration_us, now);
         }
         else if (prefill && t->batch_size <= 1) { /* one prompt: L = computed + cached */
             double pc = t->prefix_tokens;
-            ring_push(r, t->n_tokens, all * all - pc * pc, (double)t->duration_us);
+            ring_push(r, t->n_tokens, all * all - pc * pc, (double)t->duration_us, now);
         } else if (!prefill && t->batch_size)
-            ring_push(r, t->batch_size, t->prefix_tokens, (double)t->duration_us);
+            ring_push(r, t->batch_size, t->prefix_tokens, (double)t->duration_us, now);
     }
+    if (r->fresh != before) /* fresh evidence of this node's speed: no probe due there */
+        node->last_sample_us = now;
     if (n)
-        refit(p, r, prefill);
+        refit(p, r, prefill, now);
 }
 
 void ty__place_heartbeat(ty_conductor_t *c, struct ty__cnode *n, const Tycho__V1__Heartbeat *m)
@@ -698,39 +822,65 @@ void ty__place_heartbeat(ty_conductor_t *c, struct ty__cnode *n, const Tycho__V1
     }
     /* each kind from its own role only: a node cannot skew the other stage's model */
     if (is_prefill(n))
-        take_samples(p, m->prefill_timings, m->n_prefill_timings, true);
+        take_samples(p, n, m->prefill_timings, m->n_prefill_timings, true);
     else
-        take_samples(p, m->decode_timings, m->n_decode_timings, false);
+        take_samples(p, n, m->decode_timings, m->n_decode_timings, false);
 }
 
 /* ---- requests ----------------------------------------------------------------------------- */
 
+/* The 429 of a refusal: its code, a message saying why and whether retrying can help, and
+ * either Retry-After (the load is the cause: when it should have eased) or, when the request
+ * alone on idle nodes would miss the SLO too (d->never_fits), no_retry: the OpenAI SDKs retry
+ * a 429 twice unless told `x-should-retry: false`, tripling the load for nothing. ctx: the
+ * request's prompt + expected output tokens. */
 static void reject_fill(const struct ty__place *p, const struct ty_sched_decision *d,
-                        uint32_t priority, struct ty_serve_reject *rej)
+                        uint32_t priority, uint64_t ctx, struct ty_serve_reject *rej)
 {
     const struct ty_sched_slo *slo = &ty_sched_opts_get(p->s)->slo[priority];
     double retry_s = 1;
+    bool never = d->never_fits;
     switch (d->reject) {
     case TY_SCHED_REJECT_TTFT:
         snprintf(rej->code, sizeof(rej->code), "ttft_slo");
-        snprintf(rej->message, sizeof(rej->message),
-                 "predicted time to first token %.0f ms exceeds the SLO of %.0f ms (queue "
-                 "%.0f ms + prefill %.0f ms); retry later",
-                 d->ttft_us / 1e3, slo->ttft_us / 1e3, d->queue_us / 1e3,
-                 (d->prefill_us + d->transfer_us) / 1e3);
+        if (never)
+            snprintf(rej->message, sizeof(rej->message),
+                     "predicted time to first token %.0f ms exceeds the SLO of %.0f ms, and "
+                     "this prompt alone (%.0f ms) would exceed it on an idle node: retrying "
+                     "will not help (a shorter prompt or a laxer class may)",
+                     d->ttft_us / 1e3, slo->ttft_us / 1e3,
+                     (d->ttft_us - d->queue_us) / 1e3);
+        else
+            snprintf(rej->message, sizeof(rej->message),
+                     "predicted time to first token %.0f ms exceeds the SLO of %.0f ms (queue "
+                     "%.0f ms + prefill %.0f ms): the queue is the cause; retry later",
+                     d->ttft_us / 1e3, slo->ttft_us / 1e3, d->queue_us / 1e3,
+                     (d->prefill_us + d->transfer_us) / 1e3);
         retry_s = (d->ttft_us - (double)slo->ttft_us) / 1e6; /* the queue has to shrink by it */
         break;
     case TY_SCHED_REJECT_TBT:
     case TY_SCHED_REJECT_DECODE_FULL:
         snprintf(rej->code, sizeof(rej->code), "%s",
                  d->reject == TY_SCHED_REJECT_TBT ? "tbt_slo" : "decode_full");
-        if (d->reject == TY_SCHED_REJECT_TBT)
+        if (d->reject == TY_SCHED_REJECT_TBT && never)
+            snprintf(rej->message, sizeof(rej->message),
+                     "a decode step of this request alone is predicted over the "
+                     "time-between-tokens SLO of %.0f ms (predicted %.1f ms now): retrying "
+                     "will not help", slo->tbt_us / 1e3, d->tbt_us / 1e3);
+        else if (d->reject == TY_SCHED_REJECT_TBT)
             snprintf(rej->message, sizeof(rej->message),
                      "the decode nodes would exceed the time-between-tokens SLO of %.0f ms "
-                     "(predicted %.1f ms); retry later", slo->tbt_us / 1e3, d->tbt_us / 1e3);
+                     "(predicted %.1f ms) under their load; retry later", slo->tbt_us / 1e3,
+                     d->tbt_us / 1e3);
+        else if (never)
+            snprintf(rej->message, sizeof(rej->message),
+                     "this request needs %llu tokens of KV (prompt + max_tokens), more than "
+                     "any decode node holds: retrying will not help (lower max_tokens)",
+                     (unsigned long long)ctx);
         else
             snprintf(rej->message, sizeof(rej->message),
-                     "the decode nodes have no room for this request; retry later");
+                     "the decode nodes have no room for this request under their load; retry "
+                     "later");
         /* a running request leaves every D / batch on average */
         retry_s = ty_sched_decode_duration_us(p->s) / 1e6 /
                   (d->judged_batch > 1 ? d->judged_batch : 1);
@@ -741,6 +891,28 @@ static void reject_fill(const struct ty__place *p, const struct ty_sched_decisio
         break;
     }
     rej->retry_after_s = (uint32_t)fmin(60, fmax(1, ceil(retry_s)));
+    rej->no_retry = never && !p->retry_after_only;
+}
+
+/* A request refused for a predicted SLO miss goes ahead as a probe when the node that verdict
+ * was about (its prefill node for TTFT, its decode node for TBT) has sent no timing sample
+ * and got no probe for probe_interval: refused requests give no timings, so a model that
+ * predicts too high (fitted in a burst now over) would otherwise refuse forever. One probe
+ * per node per interval bounds what a model that is right costs: an SLO miss now and then.
+ * Returns the node to probe, or NULL. */
+static struct ty__cnode *probe_target(ty_conductor_t *c, const struct ty_sched_decision *d,
+                                      uint64_t now)
+{
+    const struct ty__place *p = &c->place;
+    if (!p->refit || !p->probe_us ||
+        (d->reject != TY_SCHED_REJECT_TTFT && d->reject != TY_SCHED_REJECT_TBT))
+        return NULL;
+    uint32_t id = d->reject == TY_SCHED_REJECT_TTFT ? d->prefill_node : d->decode_node;
+    struct ty__cnode *n = id < c->n_nodes ? c->nodes[id] : NULL;
+    if (!n || now < n->last_sample_us + p->probe_us ||
+        (n->last_probe_us && now < n->last_probe_us + p->probe_us))
+        return NULL;
+    return n;
 }
 
 static struct ty__cnode *node_of(ty_conductor_t *c, uint32_t id)
@@ -776,13 +948,38 @@ int ty__place_pick(ty_conductor_t *c, struct ty__creq *r, struct ty_serve_reject
     int rc = ty_sched_pick(p->s, &q, now, &d);
     if (rc)
         return rc;
+    uint64_t t_probe = now;
+    struct ty__cnode *probed = probe_target(c, &d, t_probe);
+    if (probed) {
+        enum ty_sched_reject was = d.reject;
+        double pred = was == TY_SCHED_REJECT_TTFT ? d.ttft_us : d.tbt_us;
+        q.probe = true;
+        if ((rc = ty_sched_pick(p->s, &q, now, &d)))
+            return rc;
+        if (d.reject != TY_SCHED_REJECT_NONE) {
+            probed = NULL;
+        } else {
+            bool pre = was == TY_SCHED_REJECT_TTFT;
+            probed->last_probe_us = t_probe;
+            p->n_probes++;
+            if (p->probes[pre ? 0 : 1])
+                ty_metrics_counter_inc(p->probes[pre ? 0 : 1]);
+            TY_LOG_INFO("cluster",
+                        "request %llu [%s] admitted as a probe: predicted %s %.2f ms is over "
+                        "the SLO, but node %s sent no timing sample for %.1f s (the %s cost "
+                        "model may be stale)",
+                        (unsigned long long)r->rid, r->cid, pre ? "TTFT" : "TBT", pred / 1e3,
+                        probed->info.id, (double)(t_probe - probed->last_sample_us) / 1e6,
+                        pre ? "prefill" : "decode");
+        }
+    }
     if (p->cm[q.priority].decisions[d.reject])
         ty_metrics_counter_inc(p->cm[q.priority].decisions[d.reject]);
     if (d.reject == TY_SCHED_REJECT_NO_NODE)
         return TY_EUNAVAIL;
     if (d.reject != TY_SCHED_REJECT_NONE) {
         if (rej)
-            reject_fill(p, &d, r->priority, rej);
+            reject_fill(p, &d, r->priority, (uint64_t)q.prompt_tokens + q.output_tokens, rej);
         TY_LOG_DEBUG("cluster",
                      "request %llu [%s] refused: %s (predicted TTFT %.1f ms, TBT %.2f ms)",
                      (unsigned long long)r->rid, r->cid, ty_sched_reject_name(d.reject),
@@ -794,6 +991,8 @@ int ty__place_pick(ty_conductor_t *c, struct ty__creq *r, struct ty_serve_reject
     r->placed = true;
     r->predicted_prefill_us = d.prefill_us + d.transfer_us;
     r->predicted_wait_us = d.queue_us + d.transfer_us;
+    r->predicted_ttft_us = d.ttft_us;
+    r->predicted_tbt_us = d.tbt_us;
     uint64_t cached = (uint64_t)d.used_prefix_blocks * B;
     r->predicted_cached = (uint32_t)(cached < r->n_prompt ? cached : r->n_prompt);
     r->placed_at_us = ty_clock_us();
@@ -819,8 +1018,7 @@ int ty__place_pick(ty_conductor_t *c, struct ty__creq *r, struct ty_serve_reject
             ty_sched_block_stored(p->s, d.prefill_node, r->credit, r->n_credit);
         }
     }
-    uint64_t slo = ty_sched_opts_get(p->s)->slo[r->priority].ttft_us;
-    if (slo && d.ttft_us > (double)slo && p->over_slo)
+    if ((d.over_ttft || d.over_tbt) && p->over_slo) /* alone on idle nodes, or a probe */
         ty_metrics_counter_inc(p->over_slo);
     if (p->prompt_blocks) {
         ty_metrics_counter_add(p->prompt_blocks, (double)nb);

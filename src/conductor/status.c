@@ -7,6 +7,7 @@
 #include "tycho/sched.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 
 static const char *role_name(int role)
@@ -54,6 +55,18 @@ static json_t *scheduler_json(const ty_conductor_t *c)
         "prefill_samples", (json_int_t)p->prefill.len, "decode_samples",
         (json_int_t)p->decode.len);
     json_object_set_new(cost, "ttft_overhead_us", json_real(so->ttft_overhead_us));
+    json_object_set_new(cost, "refit_max_age_s", json_real(p->max_age_us / 1e6));
+    json_object_set_new(cost, "probe_interval_s", json_real(p->probe_us / 1e6));
+    json_object_set_new(cost, "probes", json_integer((json_int_t)p->n_probes));
+    /* how far off the model was for the requests it admitted: predicted / measured */
+    json_t *pred = json_object();
+    for (int k = 0; k < 2; k++) {
+        double m = ty__place_ratio_median(p, k);
+        json_object_set_new(pred, k ? "tbt" : "ttft",
+                            json_pack("{s:I,s:o}", "requests", (json_int_t)p->ratio[k].count,
+                                      "median_ratio", isnan(m) ? json_null() : json_real(m)));
+    }
+    json_object_set_new(cost, "prediction", pred);
     return json_pack("{s:s,s:s,s:f,s:o,s:o,s:f,s:I,s:I}", "policy",
                      ty_sched_policy_name(so->policy), "admission",
                      ty_sched_admission_name(so->admission), "balancing_threshold",

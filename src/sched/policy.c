@@ -233,6 +233,53 @@ static enum ty_sched_reject admit_decode(ty_sched_t *s, const struct ty_sched_re
     return ty__sched_decode_check(s, n, batch + 1, kv + (double)ctx, r->priority, tbt);
 }
 
+/* Nothing is reported running on decode node n, nothing reserved there and no request
+ * placed is in flight to it: a request placed there now decodes alone. */
+static bool decode_empty(const struct node *n)
+{
+    if (n->batch || n->pending)
+        return false;
+    for (uint32_t k = 0; k < TY_SCHED_MAX_CLASSES; k++)
+        if (n->classes[k])
+            return false;
+    return true;
+}
+
+/* Whether r misses its TTFT SLO even alone: on every prefill node, its queue gone (all that
+ * waiting can buy), its transfer + prefill + the fixed overhead stay over the SLO. */
+static bool ttft_never_fits(ty_sched_t *s, const struct ty_sched_request *r, uint32_t best_remote,
+                            uint64_t now, uint64_t slo)
+{
+    bool remote_ok = s->o.policy == TY_SCHED_POLICY_KVCACHE_CENTRIC && !s->o.local_prefix_only;
+    for (uint32_t i = 0; i < s->n_prefill; i++) {
+        struct cand c = plan(s, r, s->prefill_ids[i], best_remote, remote_ok, now);
+        double alone = c.transfer + s->o.ttft_overhead_us +
+                       ty_sched_cost_prefill_us(&s->o.cost, r->prompt_tokens,
+                                                blocks_to_tokens(s, r, c.used));
+        if (alone <= (double)slo)
+            return false;
+    }
+    return true;
+}
+
+/* Whether a refusal on the decode side (reason `why`) would stand with r alone on an empty
+ * decode node: one step of it alone over its class's TBT SLO, or more KV than any decode
+ * node holds. */
+static bool decode_never_fits(const ty_sched_t *s, const struct ty_sched_request *r,
+                              enum ty_sched_reject why, uint64_t ctx)
+{
+    if (why == TY_SCHED_REJECT_TBT) {
+        uint64_t slo = s->o.slo[r->priority].tbt_us;
+        return slo && ty_sched_cost_step_us(&s->o.cost, 1, ctx) > (double)slo;
+    }
+    for (uint32_t i = 0; i < s->n_decode; i++) {
+        const struct node *n = &s->nodes[s->decode_ids[i]];
+        if (!n->kv_cap || ctx <= n->kv_cap)
+            return false;
+    }
+    return why == TY_SCHED_REJECT_DECODE_FULL;
+}
+
 static void commit(ty_sched_t *s, const struct ty_sched_request *r, const struct cand *c,
                    uint32_t d, uint64_t ctx, uint64_t now)
 {
@@ -326,17 +373,33 @@ int ty_sched_pick(ty_sched_t *s, const struct ty_sched_request *r, uint64_t now_
     d->prefill_us = c.prefill;
     d->ttft_us = c.ttft;
     uint64_t ttft_slo = s->o.slo[r->priority].ttft_us;
-    bool idle_pass = s->o.admit_when_idle && c.queue <= 0;
-    if (ttft_slo && c.ttft > (double)ttft_slo && !idle_pass && !r->admitted) {
+    bool over_ttft = ttft_slo && c.ttft > (double)ttft_slo;
+    bool idle = s->o.admit_when_idle && c.queue <= 0; /* waiting is not what breaks it */
+    if (over_ttft && !idle && !r->probe && !r->admitted) {
         d->reject = TY_SCHED_REJECT_TTFT;
+        d->never_fits = ttft_never_fits(s, r, best_remote, now_us, ttft_slo);
         return 0;
     }
     uint64_t ctx = (uint64_t)r->prompt_tokens + r->output_tokens;
     d->decode_node = choose_decode(s, ctx);
-    d->reject = admit_decode(s, r, d->decode_node, c.ttft, now_us, ctx, &d->tbt_us, d);
-    if (r->admitted)
+    enum ty_sched_reject why = admit_decode(s, r, d->decode_node, c.ttft, now_us, ctx,
+                                            &d->tbt_us, d);
+    const struct node *dn = &s->nodes[d->decode_node];
+    bool alone = idle && decode_empty(dn);
+    if (why != TY_SCHED_REJECT_NONE && alone) /* what the picture predicted is not there */
+        why = ty__sched_decode_check(s, dn, 1, (double)ctx, r->priority, &d->tbt_us);
+    /* alone on idle nodes (or a probe), a predicted TBT miss is served best-effort, and its
+     * timings correct the model that predicted it; only the hard limits refuse */
+    d->over_tbt = why == TY_SCHED_REJECT_TBT;
+    d->reject = why;
+    if (r->admitted || (d->over_tbt && (alone || r->probe)))
         d->reject = TY_SCHED_REJECT_NONE;
-    if (d->reject == TY_SCHED_REJECT_NONE)
-        commit(s, r, &c, d->decode_node, ctx, now_us);
+    if (d->reject != TY_SCHED_REJECT_NONE) {
+        d->over_tbt = false;
+        d->never_fits = decode_never_fits(s, r, d->reject, ctx);
+        return 0;
+    }
+    d->over_ttft = over_ttft;
+    commit(s, r, &c, d->decode_node, ctx, now_us);
     return 0;
 }

@@ -1432,7 +1432,9 @@ cost:
 def case_slo_reject():
     """Admission at arrival: while a prefill node has a queue, a request whose predicted TTFT
     breaks its class's TTFT SLO is refused with 429, an OpenAI-shaped error naming the reason
-    and a Retry-After, before any work is done; on an idle node the same request is served
+    and, its prefill alone being over the SLO too, x-should-retry: false instead of a
+    Retry-After (case overload_answers: one refused for the queue only gets Retry-After),
+    before any work is done; on an idle node the same request is served
     best-effort (refusing could never help it); a laxer class (service_tier) is admitted; the
     Conductor keeps serving."""
     cl = Cluster(1, 1, config=SLO_CONFIG, hb_timeout="10s")
@@ -1459,8 +1461,8 @@ def case_slo_reject():
     ok &= check(st == 429 and err.get("code") == "ttft_slo" and
                 err.get("type") == "rate_limit_exceeded" and "SLO" in err.get("message", ""),
                 "long prompt behind a queue refused: %d %s" % (st, err))
-    ok &= check(int(hdr.get("retry-after", "0")) >= 1,
-                "Retry-After: %s" % hdr.get("retry-after"))
+    ok &= check(hdr.get("x-should-retry") == "false" and "retry-after" not in hdr,
+                "over the SLO even alone: x-should-retry: false, no Retry-After (%s)" % hdr)
     ok &= check(res["stream"][3] == "http 429", "streamed long prompt refused before the "
                 "stream (%s)" % (res["stream"][3],))
     ok &= check(res.get("flex", (0,))[0] == 200,
@@ -1784,6 +1786,127 @@ def case_status():
     r = status("--api-key", "sk-open", "--timeout-ms", "2000")
     ok &= check(r.returncode == 1 and "cannot connect" in r.stderr,
                 "no server: exit 1, %s" % r.stderr.strip())
+    return ok
+
+
+OVERLOAD_CONFIG = """
+scheduler:
+  models:
+    - name: stories260K
+      slo:
+        - {class: default, ttft: 2s, tbt: 0s}
+cost:
+  refit: false
+  prefill: [1000, 50000, 0]   # 1 ms + 50 ms per uncached token
+"""
+
+
+def case_overload_answers():
+    """A 429 says whether retrying can help. Behind a held prefill node (a queue), a prompt
+    whose prefill alone is predicted over the 2 s TTFT SLO (45 tokens: 2.25 s) is refused with
+    x-should-retry: false and no Retry-After (the OpenAI SDKs would retry it twice for
+    nothing), its message saying so; one that fits alone (20 tokens: 1 s) but not behind the
+    queue gets Retry-After. With x_should_retry: false every refusal carries Retry-After."""
+    ok = True
+    a_ids = list(range(10, 40))     # 30 tokens: 1.5 s alone, admitted on the idle node
+    never = list(range(100, 145))   # 45 tokens: 2.25 s even alone
+    later = list(range(200, 220))   # 20 tokens: 1 s alone, 2.5 s behind a_ids
+    for knob in (True, False):
+        cfg = OVERLOAD_CONFIG + ("" if knob else "x_should_retry: false\n")
+        cl = Cluster(1, 1, config=cfg, hb_timeout="10s")
+        cl.procs["p0"].send_signal(signal.SIGSTOP)
+        res = {}
+        t = threading.Thread(target=lambda: res.update(a=cl.post(
+            "/v1/completions", {"prompt": a_ids, "max_tokens": 2, "temperature": 0})))
+        t.start()
+        time.sleep(0.1)  # placed: 1.5 s of predicted prefill queued on p0
+        h_never, h_later = {}, {}
+        st_n, body_n = cl.post("/v1/completions", {"prompt": never, "max_tokens": 2},
+                               headers=h_never)
+        st_l, body_l = cl.post("/v1/completions", {"prompt": later, "max_tokens": 2},
+                               headers=h_later)
+        cl.procs["p0"].send_signal(signal.SIGCONT)
+        t.join(30)
+        err_n = json.loads(body_n).get("error", {}) if body_n else {}
+        err_l = json.loads(body_l).get("error", {}) if body_l else {}
+        tag = "x_should_retry %s: " % ("true" if knob else "false")
+        ok &= check(res.get("a", (0,))[0] == 200, tag + "the first prompt, on the idle node, "
+                    "served (%s)" % (res.get("a", (None,))[0],))
+        ok &= check(st_n == 429 and err_n.get("code") == "ttft_slo" and
+                    "retrying will not help" in err_n.get("message", ""),
+                    tag + "a prompt over the SLO even alone refused, saying retrying will not "
+                    "help: %d %s" % (st_n, err_n))
+        if knob:
+            ok &= check(h_never.get("x-should-retry") == "false" and
+                        "retry-after" not in h_never,
+                        tag + "x-should-retry: false and no Retry-After (%s)" % h_never)
+        else:
+            ok &= check("x-should-retry" not in h_never and
+                        int(h_never.get("retry-after", "0")) >= 1,
+                        tag + "Retry-After and no x-should-retry (%s)" % h_never)
+        ok &= check(st_l == 429 and err_l.get("code") == "ttft_slo" and
+                    "retry later" in err_l.get("message", "") and
+                    "x-should-retry" not in h_later and
+                    int(h_later.get("retry-after", "0")) >= 1,
+                    tag + "a prompt refused for the queue only gets Retry-After: %d %s %s" %
+                    (st_l, err_l, h_later))
+        cl.stop()
+    return ok
+
+
+STALE_CONFIG = """
+scheduler:
+  models:
+    - name: stories260K
+      slo:
+        - {class: default, ttft: 0s, tbt: 5ms}
+cost:
+  refit: true
+  decode: [11000, 240, 0]   # what a burst taught: 11 ms + 0.24 ms per sequence
+"""
+
+
+def case_stale_model():
+    """A decode model that predicts 11 ms a step against a 5 ms TBT SLO (the real steps of
+    stories260K take well under a millisecond): the first request on the idle cluster is
+    admitted all the same (alone on idle nodes), its steps' timings refit the model, and
+    requests arriving together are admitted afterwards. The prediction error is on /metrics
+    (predicted / measured TBT far above 1 for the first) and in GET /status."""
+    cl = Cluster(1, 1, config=STALE_CONFIG)
+    ok = True
+    st, body = cl.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 24,
+                                           "temperature": 0, "ignore_eos": True})
+    ok &= check(st == 200, "alone on the idle cluster, admitted despite a predicted 11 ms "
+                "step (%d %s)" % (st, body[:200]))
+    time.sleep(0.8)  # its steps' timing samples arrive with the decode node's heartbeats
+    m = cl.metrics()
+    d0 = m.get('tycho_scheduler_cost_coefficient{stage="decode",term="0"}', -1)
+    d1 = m.get('tycho_scheduler_cost_coefficient{stage="decode",term="1"}', -1)
+    ok &= check(0 <= d0 + 3 * d1 < 5000, "the decode model follows the measured steps: "
+                "%.1f us + %.2f us per sequence" % (d0, d1))
+    res, threads = {}, []
+    for i in range(3):
+        t = threading.Thread(target=lambda i=i: res.update({i: cl.post(
+            "/v1/completions", {"prompt": PROMPTS[i], "max_tokens": 8, "temperature": 0})}))
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join(30)
+    codes = [res.get(i, (0,))[0] for i in range(3)]
+    ok &= check(codes == [200] * 3, "three requests together admitted afterwards (%s)" % codes)
+    m = cl.metrics()
+    n_tbt = m.get('tycho_scheduler_prediction_ratio_count{slo="tbt"}', 0)
+    under2 = m.get('tycho_scheduler_prediction_ratio_bucket{slo="tbt",le="2"}', -1)
+    n_ttft = m.get('tycho_scheduler_prediction_ratio_count{slo="ttft"}', 0)
+    ok &= check(n_tbt >= 4 and n_ttft >= 4 and 0 <= under2 < n_tbt,
+                "prediction ratios on /metrics: %d TTFT, %d TBT, %d TBT within 2x" %
+                (n_ttft, n_tbt, under2))
+    st, text = get_status(cl.http, "/status")
+    pred = json.loads(text).get("scheduler", {}).get("cost", {}).get("prediction", {}) \
+        if st == 200 else {}
+    ok &= check(pred.get("tbt", {}).get("requests", 0) >= 4 and
+                pred.get("tbt", {}).get("median_ratio") is not None,
+                "GET /status shows the prediction error: %s" % pred)
     return ok
 
 
@@ -2872,6 +2995,7 @@ def main():
             "kill_decode": case_kill_decode, "hung_decode": case_hung_decode,
             "prefix_routing": case_prefix_routing, "cache_events": case_cache_events,
             "slo_reject": case_slo_reject, "cost_refit": case_cost_refit,
+            "overload_answers": case_overload_answers, "stale_model": case_stale_model,
             "phantom_credit": case_phantom_credit, "kv_pool": case_kv_pool,
             "pool_sched": case_pool_sched, "pool_decode": case_pool_decode,
             "pool_streaming": case_pool_streaming,

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static ty_model_t *g_model;
 
@@ -274,6 +275,164 @@ static void test_moved_request(void **state)
     request_free(a);
 }
 
+/* A Conductor serving one class with a 5 ms TBT SLO (no TTFT SLO), predicted admission and a
+ * decode cost model of 11 ms + 0.24 ms per sequence, refitted from the nodes' timings: what a
+ * user's Conductor had learned in a burst. Probes after `probe_ns` of silence (0: none). */
+static int setup_stale(void **state, uint64_t probe_ns)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    struct ty_sched_slo_config slo = {.class_name = "default", .tbt_ns = 5000000};
+    struct ty_sched_model_config mc = {.name = "stories260K", .slo = &slo, .n_slo = 1};
+    struct ty_sched_config sc = {.policy = TY_SCHED_POLICY_KVCACHE_CENTRIC,
+                                 .admission = TY_SCHED_ADMIT_PREDICTED,
+                                 .kvcache_balancing_threshold = 1,
+                                 .decode_duration_ns = 10000000000ull, .seed = 1,
+                                 .models = &mc, .n_models = 1};
+    static double decode[3] = {11000, 240, 0};
+    struct ty_conductor_cost_config cc = {.profile = "auto", .decode = decode, .n_decode = 3,
+                                          .net_gbytes_per_s = 1, .refit = true,
+                                          .refit_window = 256,
+                                          .refit_max_age_ns = 10000000000ull,
+                                          .probe_interval_ns = probe_ns};
+    struct ty_conductor_opts o = {.loop = &f->loop, .rpc_host = "127.0.0.1", .model = g_model,
+                                  .max_ctx = 512, .event_cb = on_event, .sched = &sc,
+                                  .cost = &cc, .model_name = "stories260K"};
+    assert_int_equal(ty_conductor_new(&f->c, &o), 0);
+    *state = f;
+    return 0;
+}
+
+static int setup_stale_no_probe(void **state)
+{
+    return setup_stale(state, 0);
+}
+
+static int setup_stale_probe(void **state)
+{
+    return setup_stale(state, 50000000); /* 50 ms */
+}
+
+/* A decode node's heartbeat: `running` requests, n steps of `batch` sequences (0: 1 + i % 32,
+ * the spread a burst gives) taking d0 + d1 per sequence each. */
+static void decode_heartbeat(ty_conductor_t *c, struct ty__cnode *d, uint32_t running, size_t n,
+                             uint32_t batch, double d0, double d1)
+{
+    Tycho__V1__TimingSample buf[64], *v[64];
+    assert_true(n <= 64);
+    for (size_t i = 0; i < n; i++) {
+        tycho__v1__timing_sample__init(&buf[i]);
+        buf[i].batch_size = batch ? batch : 1 + (uint32_t)(i % 32);
+        buf[i].prefix_tokens = 40 + (uint32_t)(i * 37 % 500); /* context: no part of the time */
+        buf[i].duration_us = (uint64_t)(d0 + d1 * buf[i].batch_size);
+        v[i] = &buf[i];
+    }
+    Tycho__V1__Load load = TYCHO__V1__LOAD__INIT;
+    load.running_requests = running;
+    Tycho__V1__Heartbeat m = TYCHO__V1__HEARTBEAT__INIT;
+    m.load = &load;
+    m.n_decode_timings = n;
+    m.decode_timings = v;
+    ty__place_heartbeat(c, d, &m);
+}
+
+/* The decode samples the Conductor holds came `secs` earlier than they did. */
+static void age_samples(ty_conductor_t *c, double secs)
+{
+    struct ty__sample_ring *r = &c->place.decode;
+    uint64_t by = (uint64_t)(secs * 1e6);
+    for (uint32_t i = 0; i < r->cap; i++)
+        r->t[i] = r->t[i] > by ? r->t[i] - by : 0;
+}
+
+/* The burst: 64 steps of 1-32 sequences at 11 ms + 0.24 ms per sequence, refitted into the
+ * model in use; the cluster is idle afterwards. */
+static void burst(ty_conductor_t *c, struct ty__cnode *d)
+{
+    decode_heartbeat(c, d, 0, 64, 0, 11000, 240);
+    const double *k = ty_sched_opts_get(c->place.s)->cost.decode;
+    assert_true(fabs(k[0] - 11000) < 110 && fabs(k[1] - 240) < 2.4);
+}
+
+/* A user's report replayed: after a burst the decode model said 11 ms + 0.24 ms per sequence,
+ * the TBT SLO is 5 ms, the idle cluster really steps in 0.15 ms. Before, every request was
+ * refused ("predicted 11.3 ms") and, refusals giving no timings, for as long as the burst's
+ * samples filled the fit. Now the first request, alone on idle nodes, is admitted; one
+ * arriving beside it is refused (the model still says 11 ms, alone too: no retry helps);
+ * once the first one's steps come (the burst's samples a minute old by then) the model
+ * follows them and the same request beside it is admitted. */
+static void test_stale_model_recovers(void **state)
+{
+    struct fixture *f = *state;
+    struct ty__cnode *p = node(f->c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL, 16, 100, 0);
+    struct ty__cnode *d = node(f->c, TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE, 16, 1000, 0);
+    (void)p;
+    burst(f->c, d);
+    age_samples(f->c, 60);
+    struct ty__creq *a = request(1, 40);
+    struct ty_serve_reject rej = {.code = ""};
+    assert_int_equal(ty__place_pick(f->c, a, &rej, false), 0); /* alone: admitted */
+    assert_true(a->placed && a->dnode == d);
+    assert_true(a->predicted_tbt_us > 5000); /* admitted although predicted over */
+    struct ty__creq *b = request(2, 40);
+    assert_int_equal(ty__place_pick(f->c, b, &rej, false), TY_EREJECTED);
+    assert_string_equal(rej.code, "tbt_slo");
+    assert_true(rej.no_retry); /* one step alone is predicted at 11.24 ms */
+    assert_non_null(strstr(rej.message, "retrying will not help"));
+    assert_false(b->placed);
+    /* a's first steps: one sequence in 0.15 ms */
+    decode_heartbeat(f->c, d, 1, 16, 1, 150, 0);
+    const double *k = ty_sched_opts_get(f->c->place.s)->cost.decode;
+    double step2 = ty_sched_cost_step_us(&ty_sched_opts_get(f->c->place.s)->cost, 2, 100);
+    assert_true(k[0] < 1000);
+    assert_true(step2 < 5000);
+    assert_int_equal(f->c->place.decode.len, 16); /* the burst's samples left the fit */
+    b->rid = 3;
+    assert_int_equal(ty__place_pick(f->c, b, &rej, false), 0); /* beside a: admitted */
+    assert_true(b->placed && b->predicted_tbt_us < 5000);
+    ty__place_done(f->c, a, false);
+    ty__place_done(f->c, b, false);
+    request_free(a);
+    request_free(b);
+}
+
+/* Refusals give no timings: a node that sent none for probe_interval (50 ms here) gets one
+ * request admission refused, at most one per interval; none with refit off. */
+static void test_probe_stale_model(void **state)
+{
+    struct fixture *f = *state;
+    node(f->c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL, 16, 100, 0);
+    struct ty__cnode *d = node(f->c, TYCHO__V1__NODE_ROLE__NODE_ROLE_DECODE, 16, 1000, 0);
+    burst(f->c, d);
+    struct ty__creq *r[6];
+    for (uint64_t i = 0; i < 6; i++)
+        r[i] = request(i + 1, 40);
+    struct ty_serve_reject rej = {.code = ""};
+    assert_int_equal(ty__place_pick(f->c, r[0], &rej, false), 0); /* alone */
+    /* beside it: refused while d's samples are fresh */
+    assert_int_equal(ty__place_pick(f->c, r[1], &rej, false), TY_EREJECTED);
+    usleep(60000);
+    assert_int_equal(ty__place_pick(f->c, r[2], &rej, false), 0); /* the probe */
+    assert_int_equal(f->c->place.n_probes, 1);
+    assert_true(d->last_probe_us > 0);
+    assert_int_equal(ty__place_pick(f->c, r[3], &rej, false), TY_EREJECTED); /* one only */
+    usleep(60000);
+    assert_int_equal(ty__place_pick(f->c, r[3], &rej, false), 0); /* the next interval's */
+    assert_int_equal(f->c->place.n_probes, 2);
+    /* fresh samples from d: no probe is due there for another interval */
+    decode_heartbeat(f->c, d, 3, 4, 3, 11000, 240);
+    assert_int_equal(ty__place_pick(f->c, r[4], &rej, false), TY_EREJECTED);
+    f->c->place.refit = false; /* a fixed model learns nothing from a probe */
+    usleep(60000);
+    assert_int_equal(ty__place_pick(f->c, r[5], &rej, false), TY_EREJECTED);
+    assert_int_equal(f->c->place.n_probes, 2);
+    for (int i = 0; i < 6; i++) {
+        ty__place_done(f->c, r[i], false);
+        request_free(r[i]);
+    }
+}
+
 int main(void)
 {
     const char *data = getenv("TYCHO_TEST_DATA");
@@ -290,6 +449,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_block_size_rule, setup, teardown),
         cmocka_unit_test_setup_teardown(test_placement_credit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_moved_request, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stale_model_recovers, setup_stale_no_probe,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_probe_stale_model, setup_stale_probe, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ty_model_free(g_model);

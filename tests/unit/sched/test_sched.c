@@ -354,6 +354,95 @@ static void test_live_admission_options(void **st)
     ty_sched_free(s);
 }
 
+/* One idle prefill node (0) and one empty decode node (10, `kv` tokens of KV), predicted
+ * admission, idle capacity admitting: the live Conductor's setting. */
+static ty_sched_t *idle_cluster(struct ty_sched_opts *o, uint64_t kv)
+{
+    ty_sched_t *s;
+    assert_int_equal(ty_sched_new(&s, o), 0);
+    struct ty_sched_node_desc p = {.role = TY_SCHED_ROLE_PREFILL};
+    struct ty_sched_node_desc d = {.role = TY_SCHED_ROLE_DECODE, .kv_capacity_tokens = kv};
+    assert_int_equal(ty_sched_node_add(s, 0, &p), 0);
+    assert_int_equal(ty_sched_node_add(s, 10, &d), 0);
+    return s;
+}
+
+/* Idle capacity always admits: with a model that predicts one sequence alone over the TBT SLO
+ * (1000 + 100 us > 1050 us), the first request on an idle cluster is admitted (and says it
+ * was over); the next, behind it, is refused and told no retry can help (alone it is over
+ * too); a probe of that model goes ahead; more KV than the decode node has is refused even
+ * alone, probe or not. Without admit_when_idle the first is refused as before. TTFT: a
+ * prompt whose prefill alone is over the SLO never fits, one refused for the queue may. */
+static void test_idle_capacity_admits(void **st)
+{
+    (void)st;
+    struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_KVCACHE_CENTRIC, TY_SCHED_ADMIT_PREDICTED);
+    o.slo[0].tbt_us = 1050;
+    o.admit_when_idle = true;
+    ty_sched_t *s = idle_cluster(&o, 5000);
+    struct ty_sched_request r = req(1, 0);
+    struct ty_sched_decision d;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
+    assert_true(d.over_tbt && !d.over_ttft);
+    assert_true(fabs(d.tbt_us - 1100) < 1e-9); /* one step of it alone */
+    r.id = 2; /* the prefill node has 1000 us queued now, the decode node a request */
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_TBT);
+    assert_true(d.never_fits);
+    r.probe = true;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
+    assert_true(d.over_tbt);
+    assert_int_equal(ty_sched_in_flight(s), 2);
+    ty_sched_free(s);
+
+    /* 1000 + 10000 tokens of KV on a 5000-token node: refused alone, probe or not */
+    s = idle_cluster(&o, 5000);
+    r = req(3, 0);
+    r.output_tokens = 10000;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_DECODE_FULL);
+    assert_true(d.never_fits);
+    r.probe = true;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_DECODE_FULL);
+    ty_sched_free(s);
+
+    o.admit_when_idle = false; /* the option is what admits */
+    s = idle_cluster(&o, 5000);
+    r = req(4, 0);
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_TBT);
+    ty_sched_free(s);
+
+    /* TTFT: prefill of 1000 uncached tokens is 1000 us alone */
+    o.admit_when_idle = true;
+    o.slo[0].tbt_us = 0;
+    o.slo[0].ttft_us = 1500;
+    s = idle_cluster(&o, 0);
+    r = req(5, 0);
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0); /* idle: admitted */
+    assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
+    assert_false(d.over_ttft || d.over_tbt);
+    r.id = 6; /* 1000 us queued + 1000 us: over 1500, but it fits once the queue is gone */
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_TTFT);
+    assert_false(d.never_fits);
+    ty_sched_free(s);
+    o.slo[0].ttft_us = 500; /* over it even alone */
+    s = idle_cluster(&o, 0);
+    r = req(7, 0);
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
+    assert_true(d.over_ttft);
+    r.id = 8;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_TTFT);
+    assert_true(d.never_fits);
+    ty_sched_free(s);
+}
+
 /* TBT SLO 2000 us: a step of B sequences costs 1000 + 100 B, so at most 10 sequences. */
 static void test_early_rejection(void **st)
 {
@@ -845,6 +934,7 @@ int main(void)
         cmocka_unit_test(test_kvcache_centric_local_only),
         cmocka_unit_test(test_kvcache_centric_pool_source),
         cmocka_unit_test(test_live_admission_options),
+        cmocka_unit_test(test_idle_capacity_admits),
         cmocka_unit_test(test_round_robin_and_random),
         cmocka_unit_test(test_reject_ttft_and_no_node),
         cmocka_unit_test(test_early_rejection),
