@@ -1,5 +1,6 @@
-// Post-processing of the fused q|k|v projection, one kernel: optional bias, the HF rotate_half
-// row order undone, rotary embedding with ggml's angle recurrence (theta_0 = pos, theta_{i+1} =
+// Post-processing of the fused q|k|v projection, one kernel: optional bias, optional per-head
+// RMSNorm of q and k (Qwen3; f32 sum of squares, then x * scale * w as ggml's rms_norm and mul),
+// the HF rotate_half row order undone, rotary embedding with ggml's angle recurrence (theta_0 = pos, theta_{i+1} =
 // theta_i * theta_scale in f32, angle_i = theta_i / freq_div[i]; what the CPU backend and
 // llama.cpp compute), q written densely and K/V stored straight into their page slots.
 // One block per (token, head of q|k|v); the head is staged in shared memory so the in-place
@@ -13,8 +14,31 @@ namespace {
 
 struct qkv_params {
     int n_heads, n_kv_heads, head_dim, page_tokens, neox, hf_order;
-    float theta_scale;
+    float theta_scale, norm_eps;
 };
+
+constexpr int kMaxWarps = 4; // qkv_launch uses at most 128 threads
+
+// head[0, hd) *= rsqrt(mean(head^2) + eps) * w, by the whole block; head is in shared memory
+// and red holds kMaxWarps partial sums.
+__device__ void rmsnorm_head(float *head, float *red, const float *w, int hd, float eps)
+{
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x)
+        ss = __fadd_rn(ss, __fmul_rn(head[i], head[i]));
+    for (int off = 16; off > 0; off >>= 1)
+        ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if ((threadIdx.x & 31) == 0)
+        red[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    float total = 0.0f;
+    for (int i = 0; i < (int)(blockDim.x + 31) / 32; i++)
+        total += red[i];
+    const float scale = 1.0f / sqrtf(__fadd_rn(__fdiv_rn(total, (float)hd), eps));
+    for (int i = threadIdx.x; i < hd; i += blockDim.x)
+        head[i] = __fmul_rn(__fmul_rn(head[i], scale), w[i]);
+    __syncthreads();
+}
 
 // Index, in the projection's row order, of element j of the interleaved head.
 __device__ __forceinline__ int src_index(const qkv_params &p, int j)
@@ -32,16 +56,20 @@ __device__ __forceinline__ T *pool_row(T *pool, const qkv_params &p, int slot, i
 
 template <typename T>
 __global__ void qkv_kernel(float *q_out, T *k_pool, T *v_pool, const float *qkv,
-                           const float *bias, const float *freq_div, const int32_t *pos,
-                           const int32_t *slots, qkv_params p)
+                           const float *bias, const float *freq_div, const float *q_norm,
+                           const float *k_norm, const int32_t *pos, const int32_t *slots,
+                           qkv_params p)
 {
-    extern __shared__ float head[];
+    extern __shared__ float head[]; // (head_dim) then kMaxWarps partial sums
     const int t = blockIdx.x, h = blockIdx.y, hd = p.head_dim, half = hd / 2;
     const size_t ld = (size_t)(p.n_heads + 2 * p.n_kv_heads) * hd;
     const float *src = qkv + t * ld + (size_t)h * hd;
     for (int i = threadIdx.x; i < hd; i += blockDim.x)
         head[i] = bias ? __fadd_rn(src[i], bias[(size_t)h * hd + i]) : src[i];
     __syncthreads();
+    const float *norm_w = h < p.n_heads ? q_norm : h < p.n_heads + p.n_kv_heads ? k_norm : nullptr;
+    if (norm_w) // uniform over the block: every thread reaches the barriers inside
+        rmsnorm_head(head, head + hd, norm_w, hd, p.norm_eps);
     const int slot = slots[t];
     if (h >= p.n_heads + p.n_kv_heads) { // V: stored as is
         if (slot < 0)
@@ -78,13 +106,16 @@ __global__ void qkv_kernel(float *q_out, T *k_pool, T *v_pool, const float *qkv,
 
 template <typename T>
 int qkv_launch(float *q_out, void *k_pool, void *v_pool, const float *qkv, const float *bias,
-               const float *freq_div, const int32_t *pos, const int32_t *slots, int n_tokens,
-               const qkv_params &p, cudaStream_t st)
+               const struct ty_cuda_qkv *q, const int32_t *pos, const int32_t *slots,
+               int n_tokens, const qkv_params &p, cudaStream_t st)
 {
     dim3 grid((unsigned)n_tokens, (unsigned)(p.n_heads + 2 * p.n_kv_heads));
-    int threads = p.head_dim / 2 < 32 ? 32 : (p.head_dim / 2 > 128 ? 128 : p.head_dim / 2);
-    qkv_kernel<T><<<grid, threads, p.head_dim * sizeof(float), st>>>(
-        q_out, (T *)k_pool, (T *)v_pool, qkv, bias, freq_div, pos, slots, p);
+    int threads = p.head_dim / 2 < 32 ? 32 : (p.head_dim / 2 > 32 * kMaxWarps ? 32 * kMaxWarps
+                                                                                : p.head_dim / 2);
+    threads = (threads + 31) / 32 * 32; // whole warps: the norm's shuffles use full masks
+    qkv_kernel<T><<<grid, threads, (p.head_dim + kMaxWarps) * sizeof(float), st>>>(
+        q_out, (T *)k_pool, (T *)v_pool, qkv, bias, q->freq_div, q->q_norm, q->k_norm, pos,
+        slots, p);
     return TY_CUDA_LAUNCH_CHECK("qkv_rope_store");
 }
 
@@ -99,14 +130,15 @@ extern "C" int ty_cuda_qkv_rope_store(float *q_out, void *k_pool, void *v_pool,
     if (!l || !q || !q->freq_div || n_tokens < 0 || n_tokens > 65535 * 1024 || q->n_heads <= 0 ||
         q->n_kv_heads <= 0 || q->n_heads % q->n_kv_heads || q->head_dim <= 0 ||
         q->head_dim % 2 || q->head_dim > 1024 || l->n_kv_heads != q->n_kv_heads ||
-        l->head_dim != q->head_dim || l->page_tokens <= 0 || !(q->theta_scale > 0.0f))
+        l->head_dim != q->head_dim || l->page_tokens <= 0 || !(q->theta_scale > 0.0f) ||
+        !q->q_norm != !q->k_norm || (q->q_norm && !(q->norm_eps > 0.0f)))
         return TY_EINVAL;
     if (q->n_heads + 2 * q->n_kv_heads > 65535)
         return TY_EINVAL;
     if (n_tokens == 0)
         return 0;
     qkv_params p = {q->n_heads, q->n_kv_heads, q->head_dim, l->page_tokens, q->neox != 0,
-                    q->hf_order != 0, q->theta_scale};
-    return TY_DTYPE_DISPATCH(l->type, qkv_launch, q_out, k_pool, v_pool, qkv, bias, q->freq_div,
-                             pos, slots, n_tokens, p, (cudaStream_t)stream);
+                    q->hf_order != 0, q->theta_scale, q->norm_eps};
+    return TY_DTYPE_DISPATCH(l->type, qkv_launch, q_out, k_pool, v_pool, qkv, bias, q, pos,
+                             slots, n_tokens, p, (cudaStream_t)stream);
 }

@@ -122,10 +122,16 @@ struct ty_cuda_qkv {
                             * (reordered before rotating, as the CPU backend does) */
     float theta_scale;     /* rope_theta^(-2/head_dim) */
     const float *freq_div; /* device (head_dim/2): per-pair divisors (1 = no scaling) */
+    /* Qwen3's per-head RMSNorm of q and k before rope: device (head_dim) weights each, both
+     * NULL for none; applied after the bias and before any reordering (the weights follow
+     * the projection's row order) */
+    const float *q_norm, *k_norm;
+    float norm_eps;
 };
 
 /* From the fused projection qkv (n_tokens, Q + 2*KV) f32, Q = n_heads*head_dim and KV =
- * n_kv_heads*head_dim, plus an optional bias (Q + 2*KV; NULL = none): writes q_out
+ * n_kv_heads*head_dim, plus an optional bias (Q + 2*KV; NULL = none) and optional q/k norms:
+ * writes q_out
  * (n_tokens, n_heads, head_dim) rotated, and K (rotated) and V into the pool arrays at
  * slots[t] (negative: skipped). Pair i of token t rotates by angle theta_i / freq_div[i] with
  * theta_0 = pos[t], theta_{i+1} = theta_i * theta_scale computed in f32 (ggml's recurrence, so

@@ -2,8 +2,9 @@
  *
  * Sources: a GGUF file, or a Hugging Face directory (config.json + model.safetensors or a
  * sharded model.safetensors.index.json, tokenizer.json, generation_config.json). Architectures:
- * the Llama family (Llama 2/3 with llama3 rope scaling, Mistral, TinyLlama, SmolLM) and Qwen2
- * (q/k/v bias); tied or untied output; GQA. Weights stay in the file mappings (F32/F16/BF16/Q8_0).
+ * the Llama family (Llama 2/3 with llama3 rope scaling, Mistral, TinyLlama, SmolLM), Qwen2
+ * (q/k/v bias) and Qwen3 dense (per-head q/k RMSNorm, head_dim free of dim/heads); tied or
+ * untied output; GQA. Weights stay in the file mappings (F32/F16/BF16/Q8_0).
  * A ty_model_t is immutable after ty_model_load() and may be shared by any threads; it must
  * outlive every engine, pool or backend that uses it.
  */
@@ -20,6 +21,7 @@ struct ty_tokenizer;
 enum ty_model_arch {
     TY_MODEL_ARCH_LLAMA = 0, /* also Mistral, TinyLlama, SmolLM */
     TY_MODEL_ARCH_QWEN2 = 1,
+    TY_MODEL_ARCH_QWEN3 = 2,
 };
 
 enum ty_rope_kind {
@@ -44,6 +46,7 @@ struct ty_model_config {
      * to the interleaved layout so that KV bytes equal those of the GGUF of the same model. */
     bool qk_hf_order;
     bool qkv_bias;
+    bool qk_norm; /* Qwen3: q and k RMS-normed per head (weights of head_dim) before rope */
     bool tied_output;
     uint32_t weight_type; /* enum ty_ggml_type of the largest matrices (for display) */
 };

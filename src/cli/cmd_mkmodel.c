@@ -1,21 +1,27 @@
-/* `tycho mkmodel`: write a random-weight Llama GGUF of a given shape, with the tokenizer
- * metadata copied from an existing GGUF so the file loads in llama.cpp too. Used to measure
- * speed at real sizes against other engines on the very same file. */
+/* `tycho mkmodel`: write a random-weight GGUF of a given shape and architecture (llama, qwen2,
+ * qwen3, with llama.cpp's names and metadata), the tokenizer metadata copied from an existing
+ * GGUF or a built-in byte vocabulary, so that the file loads in llama.cpp too; optionally the
+ * same weights as a Hugging Face directory. Used to measure speed at real sizes against other
+ * engines on the very same file, and to check each architecture against llama.cpp. */
 #include "cli.h"
 
 #include "tycho/errors.h"
 #include "tycho/gguf.h"
 #include "tycho/hash.h"
 
+#include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 struct dims {
     uint32_t dim, layers, heads, kv_heads, ffn, vocab, ctx;
     bool tied;
+    uint32_t head_dim; /* 0: dim / heads */
 };
 
 static const struct {
@@ -23,18 +29,51 @@ static const struct {
     struct dims d;
 } presets[] = {
     /* ~110M: llama2.c's stories110M shape, tied embeddings over the 32k Llama-2 vocab */
-    {"110m", {768, 12, 12, 12, 2048, 32000, 1024, true}},
+    {"110m", {768, 12, 12, 12, 2048, 32000, 1024, true, 0}},
     /* ~1.1B: TinyLlama-1.1B shape (GQA 32/4) */
-    {"1b", {2048, 22, 32, 4, 5632, 32000, 2048, false}},
+    {"1b", {2048, 22, 32, 4, 5632, 32000, 2048, false, 0}},
     /* a small file for tests */
-    {"tiny", {64, 2, 4, 2, 128, 32000, 256, true}},
+    {"tiny", {64, 2, 4, 2, 128, 32000, 256, true, 0}},
+};
+
+/* An architecture as llama.cpp names it in GGUF (general.architecture and the key prefix) and
+ * as Hugging Face names it (config.json), with the tensors it adds to the Llama layer. */
+struct arch_spec {
+    const char *name, *hf_class;
+    bool qkv_bias, qk_norm;
+    bool hf_permute; /* HF keeps llama's q/k rows permuted for rotate_half (see write_hf) */
+    float rms_eps;
+};
+
+static const struct arch_spec arches[] = {
+    {"llama", "LlamaForCausalLM", false, false, true, 1e-5f},
+    {"qwen2", "Qwen2ForCausalLM", true, false, false, 1e-6f},
+    {"qwen3", "Qwen3ForCausalLM", false, true, false, 1e-6f},
+};
+
+/* How a tensor's values are drawn. Matrices are uniform with std 1/sqrt(row length) so that
+ * every layer's output is as large as its input (real models' scale): each position's
+ * context then changes the logits and greedy output varies, as it would not with tiny
+ * weights, where the residual stream stays the current token's embedding. */
+enum tkind {
+    TK_MATRIX, /* std 1/sqrt(cols) */
+    TK_ONES,   /* RMSNorm weights */
+    TK_BIAS,   /* uniform in [-0.5, 0.5] */
+    TK_QKNORM, /* uniform in [0.5, 1.5]: a per-element gain that matters */
+};
+
+/* One tensor of the file: GGUF name and ne (ne[0] = row length), Hugging Face name. */
+struct tspec {
+    char gguf[64], hf[96];
+    uint32_t type, nd;
+    uint64_t ne[2];
+    enum tkind kind;
+    uint32_t permute_heads; /* HF: rows in rotate_half order, this many heads (0: as is) */
 };
 
 struct fill_ctx {
     uint64_t seed;
-    uint32_t type; /* of matrices */
-    uint64_t *kinds; /* per tensor: 0 matrix (random), 1 norm (ones) */
-    float scale;
+    const struct tspec *t;
 };
 
 static uint16_t float_to_half(float f)
@@ -53,10 +92,23 @@ static uint16_t float_to_half(float f)
     return (uint16_t)h;
 }
 
-static float rand_weight(const struct fill_ctx *c, uint64_t i, uint64_t e)
+/* Uniform in [-1, 1], a function of (seed, tensor, element) only. */
+static float rand_unit(const struct fill_ctx *c, uint64_t i, uint64_t e)
 {
     uint64_t r = ty_hash_mix64(c->seed ^ (i << 40) ^ e * 0x9e3779b97f4a7c15ull);
-    return ((float)(r >> 40) / (float)(1u << 24) * 2.0f - 1.0f) * c->scale;
+    return (float)(r >> 40) / (float)(1u << 24) * 2.0f - 1.0f;
+}
+
+/* Element e of tensor i, by its kind. */
+static float rand_weight(const struct fill_ctx *c, uint64_t i, uint64_t e)
+{
+    const struct tspec *t = &c->t[i];
+    switch (t->kind) {
+    case TK_ONES: return 1.0f;
+    case TK_BIAS: return 0.5f * rand_unit(c, i, e);
+    case TK_QKNORM: return 1.0f + 0.5f * rand_unit(c, i, e);
+    default: return rand_unit(c, i, e) * sqrtf(3.0f / (float)t->ne[0]);
+    }
 }
 
 /* Q8_0 bytes [off, off + len) of tensor i: blocks of 32 elements quantized as ggml does
@@ -82,19 +134,19 @@ static void fill_q8_0(const struct fill_ctx *c, uint64_t i, uint64_t off, unsign
     }
 }
 
-/* Element e of tensor i: uniform in [-scale, scale] (std scale/sqrt 3), or 1 for norms. */
+/* Bytes [off, off + len) of tensor i (the GGUF writer's callback; write_hf's too). */
 static int fill(void *arg, uint64_t i, uint64_t off, void *buf, size_t len)
 {
     struct fill_ctx *c = arg;
-    bool norm = c->kinds[i] == 1;
-    if (!norm && c->type == TY_GGML_Q8_0) {
+    uint32_t type = c->t[i].type;
+    if (type == TY_GGML_Q8_0) {
         fill_q8_0(c, i, off, buf, len);
         return 0;
     }
-    size_t esz = norm || c->type == TY_GGML_F32 ? 4 : 2;
+    size_t esz = type == TY_GGML_F32 ? 4 : 2;
     uint64_t e0 = off / esz;
     for (size_t k = 0; k < len / esz; k++) {
-        float v = norm ? 1.0f : rand_weight(c, i, e0 + k);
+        float v = rand_weight(c, i, e0 + k);
         if (esz == 4) {
             memcpy((char *)buf + k * 4, &v, 4);
         } else {
@@ -105,22 +157,37 @@ static int fill(void *arg, uint64_t i, uint64_t off, void *buf, size_t len)
     return 0;
 }
 
-static int add_kv(ty_gguf_writer_t *w, const struct dims *d, uint32_t type)
+static uint32_t head_dim(const struct dims *d)
 {
+    return d->head_dim ? d->head_dim : d->dim / d->heads;
+}
+
+/* The hyper-parameters llama.cpp reads for the architecture (llama_model::load_hparams). */
+static int add_kv(ty_gguf_writer_t *w, const struct dims *d, const struct arch_spec *a,
+                  uint32_t type)
+{
+    char key[96];
     int rc = 0;
-    rc |= ty_gguf_writer_kv_str(w, "general.architecture", "llama");
+    uint32_t hd = head_dim(d);
+#define KV_U32(k, v) (snprintf(key, sizeof(key), "%s." k, a->name), ty_gguf_writer_kv_u32(w, key, v))
+#define KV_F32(k, v) (snprintf(key, sizeof(key), "%s." k, a->name), ty_gguf_writer_kv_f32(w, key, v))
+    rc |= ty_gguf_writer_kv_str(w, "general.architecture", a->name);
     rc |= ty_gguf_writer_kv_str(w, "general.name", "tycho-mkmodel random");
     rc |= ty_gguf_writer_kv_u32(w, "general.file_type",
                                 type == TY_GGML_F16 ? 1 : type == TY_GGML_Q8_0 ? 7 : 0);
-    rc |= ty_gguf_writer_kv_u32(w, "llama.context_length", d->ctx);
-    rc |= ty_gguf_writer_kv_u32(w, "llama.embedding_length", d->dim);
-    rc |= ty_gguf_writer_kv_u32(w, "llama.block_count", d->layers);
-    rc |= ty_gguf_writer_kv_u32(w, "llama.feed_forward_length", d->ffn);
-    rc |= ty_gguf_writer_kv_u32(w, "llama.attention.head_count", d->heads);
-    rc |= ty_gguf_writer_kv_u32(w, "llama.attention.head_count_kv", d->kv_heads);
-    rc |= ty_gguf_writer_kv_u32(w, "llama.rope.dimension_count", d->dim / d->heads);
-    rc |= ty_gguf_writer_kv_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    rc |= ty_gguf_writer_kv_f32(w, "llama.rope.freq_base", 10000.0f);
+    rc |= KV_U32("context_length", d->ctx);
+    rc |= KV_U32("embedding_length", d->dim);
+    rc |= KV_U32("block_count", d->layers);
+    rc |= KV_U32("feed_forward_length", d->ffn);
+    rc |= KV_U32("attention.head_count", d->heads);
+    rc |= KV_U32("attention.head_count_kv", d->kv_heads);
+    rc |= KV_U32("attention.key_length", hd);
+    rc |= KV_U32("attention.value_length", hd);
+    rc |= KV_U32("rope.dimension_count", hd);
+    rc |= KV_F32("attention.layer_norm_rms_epsilon", a->rms_eps);
+    rc |= KV_F32("rope.freq_base", 10000.0f);
+#undef KV_U32
+#undef KV_F32
     return rc ? TY_ENOMEM : 0;
 }
 
@@ -240,39 +307,62 @@ static int builtin_vocab(ty_gguf_writer_t *w, uint32_t *n_vocab)
     return rc ? TY_ENOMEM : 0;
 }
 
-static int add_tensors(ty_gguf_writer_t *w, const struct dims *d, uint32_t type, uint64_t *kinds)
+static void spec(struct tspec *t, const char *gguf, const char *hf, uint32_t type, uint64_t cols,
+                 uint64_t rows, enum tkind kind)
 {
-    uint32_t hd = d->dim / d->heads, kv = d->kv_heads * hd;
-    uint64_t n = 0;
-    int rc = 0;
-#define T(name, ty, nd, a, b, kind)                                                               \
-    do {                                                                                          \
-        uint64_t ne[2] = {(a), (b)};                                                              \
-        kinds[n++] = (kind);                                                                      \
-        rc = rc ? rc : ty_gguf_writer_tensor(w, name, ty, nd, ne);                                \
-    } while (0)
-    T("token_embd.weight", type, 2, d->dim, d->vocab, 0);
-    T("output_norm.weight", TY_GGML_F32, 1, d->dim, 1, 1);
+    snprintf(t->gguf, sizeof(t->gguf), "%s", gguf);
+    snprintf(t->hf, sizeof(t->hf), "%s", hf);
+    t->type = kind == TK_MATRIX ? type : TY_GGML_F32; /* norms and biases stay F32 */
+    t->nd = rows > 1 ? 2 : 1;
+    t->ne[0] = cols;
+    t->ne[1] = rows;
+    t->kind = kind;
+    t->permute_heads = 0;
+}
+
+/* Every tensor of the model, in file order, into t (room for 5 + 14 per layer); returns the
+ * count. Names follow llama.cpp (GGUF) and transformers (HF). */
+static size_t build_specs(struct tspec *t, const struct dims *d, const struct arch_spec *a,
+                          uint32_t type)
+{
+    uint32_t hd = head_dim(d), q = d->heads * hd, kv = d->kv_heads * hd;
+    size_t n = 0;
+    char g[64], h[96];
+    spec(&t[n++], "token_embd.weight", "model.embed_tokens.weight", type, d->dim, d->vocab,
+         TK_MATRIX);
+    spec(&t[n++], "output_norm.weight", "model.norm.weight", type, d->dim, 1, TK_ONES);
     if (!d->tied)
-        T("output.weight", type, 2, d->dim, d->vocab, 0);
-    char nm[64];
+        spec(&t[n++], "output.weight", "lm_head.weight", type, d->dim, d->vocab, TK_MATRIX);
     for (uint32_t l = 0; l < d->layers; l++) {
-#define LT(suffix, ty, nd, a, b, kind)                                                            \
-    snprintf(nm, sizeof(nm), "blk.%u.%s", l, suffix);                                             \
-    T(nm, ty, nd, a, b, kind)
-        LT("attn_norm.weight", TY_GGML_F32, 1, d->dim, 1, 1);
-        LT("attn_q.weight", type, 2, d->dim, d->dim, 0);
-        LT("attn_k.weight", type, 2, d->dim, kv, 0);
-        LT("attn_v.weight", type, 2, d->dim, kv, 0);
-        LT("attn_output.weight", type, 2, d->dim, d->dim, 0);
-        LT("ffn_norm.weight", TY_GGML_F32, 1, d->dim, 1, 1);
-        LT("ffn_gate.weight", type, 2, d->dim, d->ffn, 0);
-        LT("ffn_down.weight", type, 2, d->ffn, d->dim, 0);
-        LT("ffn_up.weight", type, 2, d->dim, d->ffn, 0);
+#define LT(gs, hs, cols, rows, kind)                                                              \
+    do {                                                                                          \
+        snprintf(g, sizeof(g), "blk.%u.%s", l, gs);                                               \
+        snprintf(h, sizeof(h), "model.layers.%u.%s", l, hs);                                      \
+        spec(&t[n++], g, h, type, cols, rows, kind);                                              \
+    } while (0)
+        LT("attn_norm.weight", "input_layernorm.weight", d->dim, 1, TK_ONES);
+        LT("attn_q.weight", "self_attn.q_proj.weight", d->dim, q, TK_MATRIX);
+        t[n - 1].permute_heads = a->hf_permute ? d->heads : 0;
+        LT("attn_k.weight", "self_attn.k_proj.weight", d->dim, kv, TK_MATRIX);
+        t[n - 1].permute_heads = a->hf_permute ? d->kv_heads : 0;
+        LT("attn_v.weight", "self_attn.v_proj.weight", d->dim, kv, TK_MATRIX);
+        if (a->qkv_bias) {
+            LT("attn_q.bias", "self_attn.q_proj.bias", q, 1, TK_BIAS);
+            LT("attn_k.bias", "self_attn.k_proj.bias", kv, 1, TK_BIAS);
+            LT("attn_v.bias", "self_attn.v_proj.bias", kv, 1, TK_BIAS);
+        }
+        if (a->qk_norm) {
+            LT("attn_q_norm.weight", "self_attn.q_norm.weight", hd, 1, TK_QKNORM);
+            LT("attn_k_norm.weight", "self_attn.k_norm.weight", hd, 1, TK_QKNORM);
+        }
+        LT("attn_output.weight", "self_attn.o_proj.weight", q, d->dim, TK_MATRIX);
+        LT("ffn_norm.weight", "post_attention_layernorm.weight", d->dim, 1, TK_ONES);
+        LT("ffn_gate.weight", "mlp.gate_proj.weight", d->dim, d->ffn, TK_MATRIX);
+        LT("ffn_down.weight", "mlp.down_proj.weight", d->ffn, d->dim, TK_MATRIX);
+        LT("ffn_up.weight", "mlp.up_proj.weight", d->dim, d->ffn, TK_MATRIX);
 #undef LT
     }
-#undef T
-    return rc;
+    return n;
 }
 
 static int parse_dims(const char *s, struct dims *d)
@@ -291,42 +381,201 @@ static int parse_dims(const char *s, struct dims *d)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: tycho mkmodel (--preset 110m|1b|tiny | --dims D,LAYERS,HEADS,KV_HEADS,FFN)\n"
-               "         --vocab-from TOKENIZER.gguf|bytes --out FILE.gguf [--type f32|f16|q8_0] [--seed S]\n"
-               "  --vocab-from bytes: a built-in 259-token byte-fallback vocabulary (no donor file)\n");
+               "         --vocab-from TOKENIZER.gguf|bytes --out FILE.gguf [--type f32|f16|q8_0]\n"
+               "         [--arch llama|qwen2|qwen3] [--head-dim N] [--untied] [--seed S]\n"
+               "         [--hf DIR]\n"
+               "  --vocab-from bytes: a built-in 259-token byte-fallback vocabulary (no donor file)\n"
+               "  --arch: the GGUF architecture (llama.cpp's names and tensors): llama (default),\n"
+               "          qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm)\n"
+               "  --head-dim: attention head size when not D/HEADS (as Qwen3 models have)\n"
+               "  --untied: a separate output matrix instead of the embeddings\n"
+               "  --hf DIR: also write the same weights as a Hugging Face directory\n"
+               "            (config.json + model.safetensors; f32 or f16; no tokenizer files)\n");
 }
 
-static int write_model(const struct dims *d, uint32_t type, const char *vocab, const char *out,
-                       uint64_t seed)
+/* ---- the Hugging Face copy ------------------------------------------------------------------ */
+
+/* HF llama q/k rows are in rotate_half order (transformers' convert_llama_weights_to_hf.py
+ * permute()): row j*half + i of a head holds the GGUF (interleaved) row 2i + j. */
+static void permute_rows(unsigned char *dst, const unsigned char *src, uint32_t heads,
+                         uint32_t hd, size_t row_bytes)
 {
-    ty_gguf_writer_t *w;
+    uint32_t half = hd / 2;
+    for (uint32_t h = 0; h < heads; h++)
+        for (uint32_t j = 0; j < 2; j++)
+            for (uint32_t i = 0; i < half; i++)
+                memcpy(dst + ((size_t)h * hd + j * half + i) * row_bytes,
+                       src + ((size_t)h * hd + 2 * i + j) * row_bytes, row_bytes);
+}
+
+static int write_hf_config(const char *dir, const struct dims *d, const struct arch_spec *a,
+                           uint32_t type)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -errno;
+    fprintf(f,
+            "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
+            "  \"hidden_size\": %u,\n  \"intermediate_size\": %u,\n"
+            "  \"num_hidden_layers\": %u,\n  \"num_attention_heads\": %u,\n"
+            "  \"num_key_value_heads\": %u,\n  \"head_dim\": %u,\n  \"vocab_size\": %u,\n"
+            "  \"max_position_embeddings\": %u,\n  \"rms_norm_eps\": %.9g,\n"
+            "  \"rope_theta\": 10000.0,\n  \"attention_bias\": %s,\n"
+            "  \"tie_word_embeddings\": %s,\n  \"hidden_act\": \"silu\",\n"
+            "  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"torch_dtype\": \"%s\"\n}\n",
+            a->hf_class, a->name, d->dim, d->ffn, d->layers, d->heads, d->kv_heads,
+            head_dim(d), d->vocab, d->ctx, (double)a->rms_eps, a->qkv_bias ? "true" : "false",
+            d->tied ? "true" : "false", type == TY_GGML_F16 ? "float16" : "float32");
+    return fclose(f) ? -errno : 0;
+}
+
+/* The safetensors header (huggingface/safetensors README): tensors back to back in file
+ * order, the JSON padded with spaces to a multiple of 8 bytes. */
+static char *st_header(const struct tspec *t, size_t n, uint64_t *hlen)
+{
+    json_t *o = json_object();
+    uint64_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t bytes = ty_ggml_type_nbytes(t[i].type, t[i].ne[0] * t[i].ne[1]);
+        json_t *shape = t[i].nd == 2 ? json_pack("[II]", (json_int_t)t[i].ne[1],
+                                                 (json_int_t)t[i].ne[0])
+                                     : json_pack("[I]", (json_int_t)t[i].ne[0]);
+        json_object_set_new(o, t[i].hf,
+                            json_pack("{s:s, s:o, s:[II]}", "dtype",
+                                      t[i].type == TY_GGML_F16 ? "F16" : "F32", "shape", shape,
+                                      "data_offsets", (json_int_t)off, (json_int_t)(off + bytes)));
+        off += bytes;
+    }
+    char *js = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    if (!js)
+        abort(); /* small metadata: OOM aborts (STYLE.md) */
+    size_t len = strlen(js), padded = (len + 7) / 8 * 8;
+    char *h = realloc(js, padded + 1);
+    if (!h)
+        abort();
+    memset(h + len, ' ', padded - len);
+    h[padded] = 0;
+    *hlen = padded;
+    return h;
+}
+
+/* DIR/config.json and DIR/model.safetensors holding exactly the GGUF's values (the same
+ * fill), q/k rows permuted where HF's layout differs. */
+static int write_hf(const char *dir, const struct tspec *t, size_t n, const struct dims *d,
+                    const struct arch_spec *a, uint32_t type, struct fill_ctx *fc)
+{
+    char path[4096];
+    uint64_t hlen;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return -errno;
+    int rc = write_hf_config(dir, d, a, type);
+    if (rc)
+        return rc;
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -errno;
+    char *h = st_header(t, n, &hlen);
+    unsigned char le[8];
+    for (int i = 0; i < 8; i++)
+        le[i] = (unsigned char)(hlen >> (8 * i));
+    if (fwrite(le, 1, 8, f) != 8 || fwrite(h, 1, hlen, f) != hlen)
+        rc = TY_EIO;
+    free(h);
+    for (size_t i = 0; i < n && !rc; i++) {
+        size_t bytes = ty_ggml_type_nbytes(t[i].type, t[i].ne[0] * t[i].ne[1]);
+        size_t row = bytes / t[i].ne[1];
+        unsigned char *buf = malloc(bytes), *perm = t[i].permute_heads ? malloc(bytes) : NULL;
+        if (!buf || (t[i].permute_heads && !perm)) {
+            rc = TY_ENOMEM;
+        } else {
+            fill(fc, i, 0, buf, bytes);
+            if (perm)
+                permute_rows(perm, buf, t[i].permute_heads, head_dim(d), row);
+            if (fwrite(perm ? perm : buf, 1, bytes, f) != bytes)
+                rc = TY_EIO;
+        }
+        free(buf);
+        free(perm);
+    }
+    if (fclose(f) && !rc)
+        rc = TY_EIO;
+    return rc;
+}
+
+/* ---- the GGUF ------------------------------------------------------------------------------ */
+
+static int write_model(const struct dims *d, const struct arch_spec *a, uint32_t type,
+                       const char *vocab, const char *out, const char *hf, uint64_t seed)
+{
+    ty_gguf_writer_t *w = NULL;
     struct dims dd = *d;
-    uint64_t *kinds = calloc(16 + 9 * (size_t)d->layers, sizeof(uint64_t));
-    int rc = ty_gguf_writer_new(&w);
-    if (rc || !kinds)
+    size_t n = 0;
+    struct tspec *t = calloc(5 + 14 * (size_t)d->layers, sizeof(*t));
+    int rc = t ? ty_gguf_writer_new(&w) : TY_ENOMEM;
+    if (rc)
         goto out;
     rc = strcmp(vocab, "bytes") == 0 ? builtin_vocab(w, &dd.vocab) : copy_vocab(w, vocab, &dd.vocab);
-    if (rc || (rc = add_kv(w, &dd, type)) ||
-        (rc = add_tensors(w, &dd, type, kinds)))
+    if (rc || (rc = add_kv(w, &dd, a, type)))
         goto out;
-    struct fill_ctx fc = {seed, type, kinds, 0.02f * sqrtf(3.0f)};
-    rc = ty_gguf_writer_write(w, out, fill, &fc);
+    n = build_specs(t, &dd, a, type);
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = ty_gguf_writer_tensor(w, t[i].gguf, t[i].type, t[i].nd, t[i].ne);
+    struct fill_ctx fc = {seed, t};
+    if (!rc)
+        rc = ty_gguf_writer_write(w, out, fill, &fc);
+    if (!rc && hf)
+        rc = write_hf(hf, t, n, &dd, a, type, &fc);
 out:
     ty_gguf_writer_free(w);
-    free(kinds);
-    return rc ? rc : (kinds ? 0 : TY_ENOMEM);
+    free(t);
+    return rc;
+}
+
+static const struct arch_spec *find_arch(const char *name)
+{
+    for (size_t i = 0; i < sizeof(arches) / sizeof(arches[0]); i++)
+        if (strcmp(arches[i].name, name) == 0)
+            return &arches[i];
+    return NULL;
+}
+
+/* Shape checks that depend on the options together; 0 or a message on stderr. */
+static int check_shape(const struct dims *d, uint32_t type, const char *hf)
+{
+    uint32_t hd = head_dim(d);
+    if (hd == 0 || hd % 2 || hd > 1024) {
+        fprintf(stderr, "tycho mkmodel: --head-dim must be even, 2..1024\n");
+        return TY_CLI_EXIT_USAGE;
+    }
+    if (type == TY_GGML_Q8_0 && (d->dim % 32 || d->ffn % 32 || (d->heads * hd) % 32)) {
+        fprintf(stderr, "tycho mkmodel: q8_0 needs dim, ffn and heads*head_dim to be multiples "
+                        "of 32\n");
+        return TY_CLI_EXIT_USAGE;
+    }
+    if (hf && type == TY_GGML_Q8_0) {
+        fprintf(stderr, "tycho mkmodel: --hf needs --type f32 or f16 (safetensors has no Q8_0)\n");
+        return TY_CLI_EXIT_USAGE;
+    }
+    return 0;
 }
 
 static int run_mkmodel(int argc, char **argv)
 {
-    static const struct option opts[] = {{"preset", 1, 0, 'p'}, {"dims", 1, 0, 'd'},
-                                         {"vocab-from", 1, 0, 'v'}, {"out", 1, 0, 'o'},
-                                         {"type", 1, 0, 't'}, {"seed", 1, 0, 's'},
-                                         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"preset", 1, 0, 'p'}, {"dims", 1, 0, 'd'},     {"vocab-from", 1, 0, 'v'},
+        {"out", 1, 0, 'o'},    {"type", 1, 0, 't'},     {"seed", 1, 0, 's'},
+        {"arch", 1, 0, 'a'},   {"head-dim", 1, 0, 'H'}, {"untied", 0, 0, 'U'},
+        {"hf", 1, 0, 'F'},     {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
     struct dims d = {0};
-    const char *vocab = NULL, *out = NULL;
-    uint32_t type = TY_GGML_F32;
+    const char *vocab = NULL, *out = NULL, *hf = NULL;
+    const struct arch_spec *arch = &arches[0];
+    uint32_t type = TY_GGML_F32, hd = 0;
     uint64_t seed = 1;
-    bool have = false;
+    bool have = false, untied = false;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -349,6 +598,8 @@ static int run_mkmodel(int argc, char **argv)
             break;
         case 'v': vocab = optarg; break;
         case 'o': out = optarg; break;
+        case 'F': hf = optarg; break;
+        case 'U': untied = true; break;
         case 't':
             if (strcmp(optarg, "f32") && strcmp(optarg, "f16") && strcmp(optarg, "q8_0")) {
                 fprintf(stderr, "tycho mkmodel: --type is f32, f16 or q8_0\n");
@@ -357,6 +608,19 @@ static int run_mkmodel(int argc, char **argv)
             type = strcmp(optarg, "f16") == 0    ? TY_GGML_F16
                    : strcmp(optarg, "q8_0") == 0 ? TY_GGML_Q8_0
                                                  : TY_GGML_F32;
+            break;
+        case 'a':
+            if (!(arch = find_arch(optarg))) {
+                fprintf(stderr, "tycho mkmodel: --arch is llama, qwen2 or qwen3\n");
+                return TY_CLI_EXIT_USAGE;
+            }
+            break;
+        case 'H':
+            hd = (uint32_t)strtoul(optarg, NULL, 10);
+            if (hd == 0) {
+                fprintf(stderr, "tycho mkmodel: bad --head-dim '%s'\n", optarg);
+                return TY_CLI_EXIT_USAGE;
+            }
             break;
         case 's': seed = strtoull(optarg, NULL, 10); break;
         case 'h': usage(stdout); return TY_CLI_EXIT_OK;
@@ -367,17 +631,18 @@ static int run_mkmodel(int argc, char **argv)
         usage(stderr);
         return TY_CLI_EXIT_USAGE;
     }
-    if (type == TY_GGML_Q8_0 && (d.dim % 32 || d.ffn % 32)) {
-        fprintf(stderr, "tycho mkmodel: q8_0 needs dim and ffn to be multiples of 32\n");
-        return TY_CLI_EXIT_USAGE;
-    }
-    int rc = write_model(&d, type, vocab, out, seed);
+    d.head_dim = hd ? hd : d.head_dim;
+    d.tied = d.tied && !untied;
+    int rc = check_shape(&d, type, hf);
+    if (rc)
+        return rc;
+    rc = write_model(&d, arch, type, vocab, out, hf, seed);
     if (rc) {
-        fprintf(stderr, "tycho mkmodel: writing %s: %s\n", out, ty_strerror(rc));
+        fprintf(stderr, "tycho mkmodel: writing %s: %s\n", hf ? hf : out, ty_strerror(rc));
         return TY_CLI_EXIT_FAIL;
     }
     return TY_CLI_EXIT_OK;
 }
 
 const struct ty_cli_command ty_cli_cmd_mkmodel = {
-    "mkmodel", "write a random-weight Llama GGUF of a given shape", run_mkmodel};
+    "mkmodel", "write a random-weight GGUF (llama, qwen2, qwen3) of a given shape", run_mkmodel};

@@ -231,6 +231,21 @@ const char *ty_ggml_type_name(uint32_t type)
     }
 }
 
+/* ggml's names of the types this reader refuses (ggml.h enum ggml_type), so that the refusal
+ * says which quantization a file uses. */
+static const char *unsupported_type_name(uint32_t type)
+{
+    static const char *const names[] = {
+        [2] = "Q4_0",   [3] = "Q4_1",    [6] = "Q5_0",    [7] = "Q5_1",    [9] = "Q8_1",
+        [10] = "Q2_K",  [11] = "Q3_K",   [12] = "Q4_K",   [13] = "Q5_K",   [14] = "Q6_K",
+        [15] = "Q8_K",  [16] = "IQ2_XXS", [17] = "IQ2_XS", [18] = "IQ3_XXS", [19] = "IQ1_S",
+        [20] = "IQ4_NL", [21] = "IQ3_S", [22] = "IQ2_S",  [23] = "IQ4_XS", [24] = "I8",
+        [25] = "I16",   [26] = "I32",    [27] = "I64",    [28] = "F64",    [29] = "IQ1_M",
+        [34] = "TQ1_0", [35] = "TQ2_0",  [39] = "MXFP4",
+    };
+    return type < sizeof(names) / sizeof(names[0]) && names[type] ? names[type] : "unknown";
+}
+
 static int parse_tensor_info(struct cursor *c, struct ty_gguf_tensor *t, uint64_t *rel_off,
                              const char **name, uint64_t *nlen)
 {
@@ -260,8 +275,8 @@ static int parse_tensor_info(struct cursor *c, struct ty_gguf_tensor *t, uint64_
         return rc;
     t->nbytes = ty_ggml_type_nbytes(t->type, count);
     if (t->nbytes == 0)
-        return fail(c, "tensor '%.*s': unsupported or unknown ggml type %u", (int)*nlen, *name,
-                    t->type);
+        return fail(c, "tensor '%.*s': unsupported ggml type %u (%s; supported: F32, F16, BF16, "
+                       "Q8_0)", (int)*nlen, *name, t->type, unsupported_type_name(t->type));
     if (t->type == TY_GGML_Q8_0 && t->ne[0] % 32)
         return fail(c, "tensor '%.*s': Q8_0 row length %llu is not a multiple of 32", (int)*nlen,
                     *name, (unsigned long long)t->ne[0]);

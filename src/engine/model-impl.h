@@ -18,6 +18,7 @@ struct ty_layer_weights {
     struct ty_weight attn_norm;      /* (dim) */
     struct ty_weight wq, wk, wv, wo; /* (n_heads*hd, dim) (n_kv*hd, dim) x2 (dim, n_heads*hd) */
     struct ty_weight bq, bk, bv;     /* Qwen2 biases, (n_heads*hd) (n_kv*hd) x2 */
+    struct ty_weight q_norm, k_norm; /* Qwen3 per-head RMSNorm weights, (hd) each */
     struct ty_weight ffn_norm;       /* (dim) */
     struct ty_weight w_gate, w_up;   /* (ffn, dim) */
     struct ty_weight w_down;         /* (dim, ffn) */
@@ -31,6 +32,19 @@ struct ty__layer_tensor {
 };
 extern const struct ty__layer_tensor ty__layer_tensors[];
 extern const size_t ty__n_layer_tensors;
+
+/* What an architecture name (GGUF general.architecture, HF config.json model_type) means to
+ * the forward pass. One table serves both loaders. */
+struct ty__arch {
+    const char *name;
+    enum ty_model_arch arch;
+    enum ty_rope_kind rope; /* as llama.cpp applies it to the GGUF layout */
+    bool qkv_bias, qk_norm;
+};
+/* The entry named by the len bytes at `name`, or NULL when the architecture is not supported. */
+const struct ty__arch *ty__model_arch_find(const char *name, size_t len);
+/* "llama, mistral, qwen2, qwen3": for messages refusing an architecture. */
+const char *ty__model_arch_list(void);
 
 struct ty_mapping {
     void *addr;

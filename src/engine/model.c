@@ -24,6 +24,8 @@ const struct ty__layer_tensor ty__layer_tensors[] = {
     {"attn_q.bias", "self_attn.q_proj.bias", LW(bq)},
     {"attn_k.bias", "self_attn.k_proj.bias", LW(bk)},
     {"attn_v.bias", "self_attn.v_proj.bias", LW(bv)},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight", LW(q_norm)},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight", LW(k_norm)},
     {"ffn_norm.weight", "post_attention_layernorm.weight", LW(ffn_norm)},
     {"ffn_gate.weight", "mlp.gate_proj.weight", LW(w_gate)},
     {"ffn_up.weight", "mlp.up_proj.weight", LW(w_up)},
@@ -31,6 +33,36 @@ const struct ty__layer_tensor ty__layer_tensors[] = {
 };
 #undef LW
 const size_t ty__n_layer_tensors = sizeof(ty__layer_tensors) / sizeof(ty__layer_tensors[0]);
+
+/* llama.cpp's rope type per architecture (llama_model_rope_type): NORM for the Llama family,
+ * NEOX for Qwen2 and Qwen3, whose converters keep HF's rotate_half row order. */
+static const struct ty__arch arches[] = {
+    {"llama", TY_MODEL_ARCH_LLAMA, TY_ROPE_NORM, false, false},
+    {"mistral", TY_MODEL_ARCH_LLAMA, TY_ROPE_NORM, false, false},
+    {"qwen2", TY_MODEL_ARCH_QWEN2, TY_ROPE_NEOX, true, false},
+    {"qwen3", TY_MODEL_ARCH_QWEN3, TY_ROPE_NEOX, false, true},
+};
+
+const struct ty__arch *ty__model_arch_find(const char *name, size_t len)
+{
+    for (size_t i = 0; i < sizeof(arches) / sizeof(arches[0]); i++)
+        if (strlen(arches[i].name) == len && memcmp(arches[i].name, name, len) == 0)
+            return &arches[i];
+    return NULL;
+}
+
+const char *ty__model_arch_list(void)
+{
+    return "llama, mistral, qwen2, qwen3";
+}
+
+static const char *arch_name(enum ty_model_arch a)
+{
+    for (size_t i = 0; i < sizeof(arches) / sizeof(arches[0]); i++)
+        if (arches[i].arch == a)
+            return arches[i].name;
+    return "?";
+}
 
 #define MAX_DIM (1u << 16)
 #define MAX_LAYERS 512u
@@ -97,7 +129,19 @@ static int check_layer(const struct ty_model *m, uint32_t l, char *errbuf, size_
         (rc = check_w(&L->bk, "attn_k.bias", l, 1, kv, !need_bias, errbuf, errlen)) ||
         (rc = check_w(&L->bv, "attn_v.bias", l, 1, kv, !need_bias, errbuf, errlen)))
         return rc;
-    const struct ty_weight *norms[] = {&L->attn_norm, &L->ffn_norm, &L->bq, &L->bk, &L->bv};
+    /* A q/k norm in a file whose architecture has none would be ignored by the forward pass,
+     * computing another model than the file's: refused. */
+    if (c->qk_norm) {
+        if ((rc = check_w(&L->q_norm, "attn_q_norm", l, 1, c->head_dim, false, errbuf, errlen)) ||
+            (rc = check_w(&L->k_norm, "attn_k_norm", l, 1, c->head_dim, false, errbuf, errlen)))
+            return rc;
+    } else if (L->q_norm.data || L->k_norm.data) {
+        snprintf(errbuf, errlen, "layer %u: q/k norm tensors in a %s model, which has none", l,
+                 arch_name(c->arch));
+        return TY_EFORMAT;
+    }
+    const struct ty_weight *norms[] = {&L->attn_norm, &L->ffn_norm, &L->bq, &L->bk, &L->bv,
+                                       &L->q_norm, &L->k_norm};
     for (size_t i = 0; i < sizeof(norms) / sizeof(norms[0]); i++)
         if (norms[i]->data && norms[i]->type != TY_GGML_F32) {
             snprintf(errbuf, errlen, "layer %u: norm and bias tensors must be F32 (got %s)", l,
@@ -172,7 +216,7 @@ int ty__model_finish(struct ty_model *m, char *errbuf, size_t errlen)
         return rc;
     c->weight_type = m->layers[0].wq.type;
     snprintf(m->desc, sizeof(m->desc), "%s %uL d%u h%u/%u hd%u ff%u v%u %s%s",
-             c->arch == TY_MODEL_ARCH_QWEN2 ? "qwen2" : "llama", c->n_layers, c->dim, c->n_heads,
+             arch_name(c->arch), c->n_layers, c->dim, c->n_heads,
              c->n_kv_heads, c->head_dim, c->ffn_dim, c->n_vocab, ty_ggml_type_name(c->weight_type),
              c->tied_output ? " tied" : "");
     return 0;
@@ -278,6 +322,7 @@ uint64_t ty_model_weight_bytes(const ty_model_t *m)
         const struct ty_layer_weights *L = &m->layers[l];
         b += wbytes(&L->attn_norm) + wbytes(&L->wq) + wbytes(&L->wk) + wbytes(&L->wv) +
              wbytes(&L->wo) + wbytes(&L->bq) + wbytes(&L->bk) + wbytes(&L->bv) +
+             wbytes(&L->q_norm) + wbytes(&L->k_norm) +
              wbytes(&L->ffn_norm) + wbytes(&L->w_gate) + wbytes(&L->w_up) + wbytes(&L->w_down);
     }
     return b;

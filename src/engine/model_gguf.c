@@ -1,5 +1,5 @@
 /* GGUF model loader: llama-style tensor names (blk.N.attn_q.weight, ...), hyper-parameters
- * from <arch>.* keys, tokenizer from tokenizer.ggml.* keys (llama.cpp's conventions). */
+ * from <arch>.* keys (head_dim from <arch>.attention.key_length where given, as Qwen3's), tokenizer from tokenizer.ggml.* keys (llama.cpp's conventions). */
 #include "model-impl.h"
 
 #include "tycho/errors.h"
@@ -96,18 +96,18 @@ static int read_hparams(struct ty_model *m, char *errbuf, size_t errlen)
         snprintf(errbuf, errlen, "missing general.architecture");
         return TY_EFORMAT;
     }
-    if (alen >= sizeof(arch) || (!(alen == 5 && memcmp(a, "llama", 5) == 0) &&
-                                 !(alen == 5 && memcmp(a, "qwen2", 5) == 0) &&
-                                 !(alen == 7 && memcmp(a, "mistral", 7) == 0))) {
-        snprintf(errbuf, errlen, "unsupported architecture '%.*s' (llama, mistral, qwen2)",
-                 (int)(alen > 64 ? 64 : alen), a);
+    const struct ty__arch *ai = ty__model_arch_find(a, alen);
+    if (!ai) {
+        snprintf(errbuf, errlen, "unsupported architecture '%.*s' (%s)",
+                 (int)(alen > 64 ? 64 : alen), a, ty__model_arch_list());
         return TY_ENOTSUP;
     }
-    memcpy(arch, a, alen);
+    memcpy(arch, a, alen); /* a table name: shorter than arch */
     arch[alen] = 0;
-    c->arch = strcmp(arch, "qwen2") == 0 ? TY_MODEL_ARCH_QWEN2 : TY_MODEL_ARCH_LLAMA;
-    c->rope = c->arch == TY_MODEL_ARCH_QWEN2 ? TY_ROPE_NEOX : TY_ROPE_NORM;
-    c->qkv_bias = c->arch == TY_MODEL_ARCH_QWEN2;
+    c->arch = ai->arch;
+    c->rope = ai->rope;
+    c->qkv_bias = ai->qkv_bias;
+    c->qk_norm = ai->qk_norm;
     if (!key_u32(m->gguf, arch, "embedding_length", &c->dim) ||
         !key_u32(m->gguf, arch, "block_count", &c->n_layers) ||
         !key_u32(m->gguf, arch, "attention.head_count", &c->n_heads) ||

@@ -1,5 +1,5 @@
 /* Hugging Face directory loader: config.json (LlamaForCausalLM, MistralForCausalLM,
- * Qwen2ForCausalLM), model.safetensors or model.safetensors.index.json shards, and the
+ * Qwen2ForCausalLM, Qwen3ForCausalLM), model.safetensors or model.safetensors.index.json shards, and the
  * tokenizer through ty_tokenizer_load_json(). Safetensors (huggingface/safetensors README):
  * u64 LE header length N, N bytes of JSON {name: {dtype, shape, data_offsets: [begin, end]}},
  * then the data; offsets are relative to the end of the header. */
@@ -181,16 +181,19 @@ static int read_config(struct ty_model *m, json_t *cfg, char *errbuf, size_t err
 {
     struct ty_model_config *c = &m->cfg;
     const char *mt = json_string_value(json_object_get(cfg, "model_type"));
-    if (!mt || (strcmp(mt, "llama") && strcmp(mt, "mistral") && strcmp(mt, "qwen2"))) {
-        snprintf(errbuf, errlen, "unsupported model_type '%s' (llama, mistral, qwen2)",
-                 mt ? mt : "(missing)");
+    const struct ty__arch *ai = mt ? ty__model_arch_find(mt, strlen(mt)) : NULL;
+    if (!ai) {
+        snprintf(errbuf, errlen, "unsupported model_type '%s' (%s)", mt ? mt : "(missing)",
+                 ty__model_arch_list());
         return TY_ENOTSUP;
     }
-    c->arch = strcmp(mt, "qwen2") == 0 ? TY_MODEL_ARCH_QWEN2 : TY_MODEL_ARCH_LLAMA;
-    /* Qwen2 is rotate_half natively; HF llama rows are permuted from the interleaved
-     * original (convert_llama_weights_to_hf.py permute()). */
-    c->rope = c->arch == TY_MODEL_ARCH_QWEN2 ? TY_ROPE_NEOX : TY_ROPE_NORM;
-    c->qk_hf_order = c->arch == TY_MODEL_ARCH_LLAMA;
+    c->arch = ai->arch;
+    c->rope = ai->rope;
+    /* HF keeps q/k rows in rotate_half order. The NEOX architectures rotate exactly that;
+     * the llama family's rows were permuted from the interleaved original
+     * (convert_llama_weights_to_hf.py permute()), which the engine undoes. */
+    c->qk_hf_order = ai->rope == TY_ROPE_NORM;
+    c->qk_norm = ai->qk_norm;
     c->dim = cfg_u32(cfg, "hidden_size", 0);
     c->n_layers = cfg_u32(cfg, "num_hidden_layers", 0);
     c->n_heads = cfg_u32(cfg, "num_attention_heads", 0);
@@ -201,8 +204,7 @@ static int read_config(struct ty_model *m, json_t *cfg, char *errbuf, size_t err
     c->ctx_len = cfg_u32(cfg, "max_position_embeddings", 2048);
     c->rms_eps = cfg_f32(cfg, "rms_norm_eps", 1e-6f);
     c->rope_theta = cfg_f32(cfg, "rope_theta", 10000.0f);
-    c->qkv_bias = c->arch == TY_MODEL_ARCH_QWEN2 ||
-                  json_is_true(json_object_get(cfg, "attention_bias"));
+    c->qkv_bias = ai->qkv_bias || json_is_true(json_object_get(cfg, "attention_bias"));
     c->tied_output = json_is_true(json_object_get(cfg, "tie_word_embeddings"));
     if (c->n_layers == 0 || c->n_layers > 512) {
         snprintf(errbuf, errlen, "config.json: num_hidden_layers %u out of range", c->n_layers);

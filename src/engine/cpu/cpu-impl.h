@@ -33,7 +33,8 @@ typedef struct ty_cpu_pool ty_cpu_pool_t;
 /* y (T, w->rows) = x (T, w->cols) · w^T. F32 weights go straight to OpenBLAS; F16, BF16 and
  * Q8_0 weights with few tokens (decode) through ty__cpu_gemv on `pool` (may be NULL: the
  * calling thread alone); otherwise converted a tile of rows at a time into `scratch`
- * (scratch_floats) for BLAS. */
+ * (scratch_floats) for BLAS, Q8_0 against inputs rounded as 8-bit (ty__cpu_q8_0_round_inputs;
+ * without memory for them, the f32 inputs). */
 void ty__cpu_matmul(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x, float *y,
                     uint32_t T, float *scratch, size_t scratch_floats);
 /* Scratch floats ty__cpu_matmul needs for a weight with `cols` inputs. */
@@ -44,11 +45,15 @@ size_t ty__cpu_matmul_scratch(uint64_t cols);
  * 8-bit quantized inputs (as llama.cpp does), kept in `scratch` (scratch_floats; allocated
  * when too small or NULL). Returns 0, or TY_ENOMEM with y untouched. */
 #define TY_CPU_GEMV_MAX_T 8
+/* xr (T, cols) = x as a Q8_0 input has it (the quantization above, dequantized): what the tile
+ * path multiplies Q8_0 weights with, so that many-token calls agree with few-token ones and
+ * with llama.cpp, which quantizes every input of a Q8_0 matmul. cols % 32 == 0. */
+void ty__cpu_q8_0_round_inputs(const float *x, float *xr, uint64_t cols, uint32_t T);
 bool ty__cpu_gemv_supported(const struct ty_weight *w, uint32_t T);
 int ty__cpu_gemv(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x, float *y,
                  uint32_t T, float *scratch, size_t scratch_floats);
 
-/* out (n) = x (n) / rms(x) * g (n) */
+/* out (n) = x (n) / rms(x) * g (n); out may be x */
 void ty__cpu_rmsnorm(float *out, const float *x, const float *g, uint32_t n, float eps);
 /* Rotate one head vector x (head_dim) at position pos (ggml_rope NORM or NEOX). */
 void ty__cpu_rope(float *x, uint32_t head_dim, uint32_t pos, const struct ty_model *m);

@@ -212,7 +212,20 @@ static void add_bias(float *y, const struct ty_weight *b, uint32_t T, uint64_t n
             y[t * n + i] += bv[i];
 }
 
-/* q, k, v projections, rope, and the new K/V written to each token's page slot. */
+/* q (n_heads, hd) and k (n_kv_heads, hd) of one token, each head through RMSNorm with the
+ * layer's q_norm or k_norm weights, in place. */
+static void norm_heads(float *q, float *k, const struct ty_layer_weights *L,
+                       const struct ty_model_config *c)
+{
+    uint32_t hd = c->head_dim;
+    for (uint32_t h = 0; h < c->n_heads; h++)
+        ty__cpu_rmsnorm(q + h * hd, q + h * hd, L->q_norm.data, hd, c->rms_eps);
+    for (uint32_t h = 0; h < c->n_kv_heads; h++)
+        ty__cpu_rmsnorm(k + h * hd, k + h * hd, L->k_norm.data, hd, c->rms_eps);
+}
+
+/* q, k, v projections (+ bias, + q/k norm), rope, and the new K/V written to each token's page
+ * slot. */
 static void qkv_and_store(struct fwd *f, const struct ty_layer_weights *L)
 {
     const struct ty_model_config *c = &f->m->cfg;
@@ -226,6 +239,8 @@ static void qkv_and_store(struct fwd *f, const struct ty_layer_weights *L)
     add_bias(f->v, &L->bv, T, nkv);
     for (uint32_t t = 0; t < T; t++) {
         float *qt = f->q + t * nq, *kt = f->k + t * nkv, *vt = f->v + t * nkv;
+        if (L->q_norm.data) /* Qwen3: each head RMS-normed before rope (llama.cpp, HF alike) */
+            norm_heads(qt, kt, L, c);
         if (c->qk_hf_order) {
             ty__cpu_unpermute_heads(qt, c->n_heads, hd, f->att);
             ty__cpu_unpermute_heads(kt, c->n_kv_heads, hd, f->att);

@@ -8,8 +8,8 @@
  * f32, as in the tile path.
  *
  * Q8_0 weights meet 8-bit inputs, as in llama.cpp: each input is quantized once per call in
- * blocks of 32 (d = max|x| / 127 rounded to f16, q = round(x / d)), and a block's product is an
- * exact int8 x int8 sum scaled by d_w * d_x. */
+ * blocks of 32 (d = max|x| / 127 rounded to f16, q = x * 127 / max|x| rounded half to even),
+ * and a block's product is an exact int8 x int8 sum scaled by d_w * d_x. */
 #include "cpu-impl.h"
 
 #include "tycho/gguf.h"
@@ -279,7 +279,9 @@ static uint16_t to_half(float f)
 }
 
 /* Inputs x (T, cols) to Q8_0 form: per block of 32, d = max |x| / 127 kept at f16 precision,
- * q = round(x / d) (halves away from zero). */
+ * q = x * (127 / max |x|) rounded to nearest, halves to even: ggml's x86 quantize_row_q8_0
+ * (AVX2), what llama.cpp runs on the machines Tycho is compared on (its scalar reference
+ * divides by d and rounds halves away from zero: a rare one-step difference). */
 static void quantize_inputs(const float *x, uint64_t cols, uint32_t T, const float *h2f,
                             int8_t *xq, float *xd)
 {
@@ -288,10 +290,22 @@ static void quantize_inputs(const float *x, uint64_t cols, uint32_t T, const flo
         float amax = 0;
         for (int j = 0; j < 32; j++)
             amax = fabsf(v[j]) > amax ? fabsf(v[j]) : amax;
-        float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+        float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
         xd[b] = h2f[to_half(d)];
         for (int j = 0; j < 32; j++)
-            xq[b * 32 + j] = (int8_t)roundf(v[j] * id);
+            xq[b * 32 + j] = (int8_t)nearbyintf(v[j] * id);
+    }
+}
+
+void ty__cpu_q8_0_round_inputs(const float *x, float *xr, uint64_t cols, uint32_t T)
+{
+    const float *h2f = ty__cpu_f16_table();
+    for (uint64_t b = 0; b < T * (cols / 32); b++) {
+        int8_t q[32];
+        float d;
+        quantize_inputs(x + b * 32, 32, 1, h2f, q, &d);
+        for (int j = 0; j < 32; j++)
+            xr[b * 32 + j] = d * (float)q[j];
     }
 }
 

@@ -8,6 +8,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define TILE_FLOATS (64u * 1024u) /* 256 KiB of f32 per converted tile: stays in L2 */
@@ -122,6 +123,12 @@ void ty__cpu_matmul(ty_cpu_pool_t *pool, const struct ty_weight *w, const float 
         return;
     }
     /* Converted tiles: trade conversion work per call for no resident f32 copy. */
+    float *xr = NULL;
+    if (w->type == TY_GGML_Q8_0 && cols % 32 == 0 &&
+        (xr = malloc((size_t)T * (size_t)cols * sizeof(float)))) {
+        ty__cpu_q8_0_round_inputs(x, xr, (uint64_t)cols, T);
+        x = xr;
+    }
     int tile = (int)(scratch_floats / (size_t)cols);
     for (int r0 = 0; r0 < rows; r0 += tile) {
         int nr = rows - r0 < tile ? rows - r0 : tile;
@@ -137,6 +144,7 @@ void ty__cpu_matmul(ty_cpu_pool_t *pool, const struct ty_weight *w, const float 
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, nr, cols, 1.0f, x, cols,
                         scratch, cols, 0.0f, y + r0, rows);
     }
+    free(xr);
 }
 
 void ty__cpu_rmsnorm(float *out, const float *x, const float *g, uint32_t n, float eps)

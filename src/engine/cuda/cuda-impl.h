@@ -54,6 +54,7 @@ struct cuda_layer {
     struct cuda_mat wdown; /* (D, F) */
     float *attn_norm, *ffn_norm; /* (D) */
     float *bqkv;                 /* (Q + 2 KV) or NULL */
+    float *q_norm, *k_norm;      /* (head_dim) each, or NULL (Qwen3's per-head q/k norm) */
 };
 
 /* Device copy of one model (uploaded once, reused while the backend runs that model). */

@@ -250,7 +250,7 @@ static int layer_forward(struct pass *ps, uint32_t l)
     uint32_t T = ps->p->T, D = m->dim, F = m->ffn_dim;
     struct ty_cuda_qkv q = {(int)m->n_heads, (int)m->n_kv_heads, (int)m->head_dim,
                             m->rope == TY_ROPE_NEOX, m->qk_hf_order, src->rope_theta_scale,
-                            ps->cm->freq_div};
+                            ps->cm->freq_div, L->q_norm, L->k_norm, m->rms_eps};
     int rc = TY_KL(c, ty_cuda_rmsnorm_f32(b->xb, b->x, L->attn_norm, (int)T, (int)D, m->rms_eps,
                                           c->stream));
     if (!rc)

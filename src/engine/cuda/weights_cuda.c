@@ -1,5 +1,6 @@
 /* Device copies of a model's weights, made once per model: q|k|v and gate|up fused row-wise
- * (one GEMM each), 16-bit or f32 matrices, f32 norms, biases and rope divisors. A matrix whose
+ * (one GEMM each), 16-bit or f32 matrices, f32 norms (q/k norms too), biases and rope
+ * divisors. A matrix whose
  * file type equals the device type is copied as is; any other is converted on the host to f32
  * rows (the CPU backend's ty__cpu_row_to_f32, so Q8_0 and F16 read exactly as on the CPU),
  * staged through pinned memory and rounded to the device type on the device. */
@@ -129,6 +130,9 @@ static int upload_layer(struct upload *u, struct cuda_model *cm, uint32_t l)
         rc = vec_upload(c, cm, &cl->ffn_norm, L->ffn_norm.data, D);
     if (!rc)
         rc = upload_biases(c, cm, cl, L, nq, nkv);
+    if (!rc && L->q_norm.data && L->k_norm.data &&
+        !(rc = vec_upload(c, cm, &cl->q_norm, L->q_norm.data, cfg->head_dim)))
+        rc = vec_upload(c, cm, &cl->k_norm, L->k_norm.data, cfg->head_dim);
     return rc;
 }
 
@@ -186,8 +190,8 @@ void ty__cuda_model_free(struct cuda_ctx *c)
         mat_free(&cl->wo);
         mat_free(&cl->wgu);
         mat_free(&cl->wdown);
-        float *v[] = {cl->attn_norm, cl->ffn_norm, cl->bqkv};
-        for (int i = 0; i < 3; i++)
+        float *v[] = {cl->attn_norm, cl->ffn_norm, cl->bqkv, cl->q_norm, cl->k_norm};
+        for (int i = 0; i < 5; i++)
             if (v[i])
                 TY_CU_QUIET(cudaFree(v[i]));
     }

@@ -1,5 +1,5 @@
 /* ty_cuda_qkv_rope_store against a double-precision loop written from its definition: bias,
- * HF rotate_half order undone, rotary pairs (GGUF interleaved or NeoX), llama-style frequency
+ * per-head q/k RMSNorm (Qwen3), HF rotate_half order undone, rotary pairs (GGUF interleaved or NeoX), llama-style frequency
  * divisors, q dense, K/V into page slots (f32, f16, bf16 pools; a negative slot writes
  * nothing). Outputs poisoned with NaN first; pool pages not addressed must stay poisoned. */
 #include "gpu_test_util.h"
@@ -7,7 +7,21 @@
 struct qcase {
     int n_tokens, n_heads, n_kv, hd, B, neox, hf, bias;
     enum ty_cuda_dtype type;
+    int norm; /* q/k RMSNorm weights */
 };
+
+#define NORM_EPS 1e-6f
+
+/* head (hd) = head / sqrt(mean(head^2) + eps) * w, in double (RMSNorm's definition). */
+static void ref_norm(float *head, const float *w, int hd)
+{
+    double ss = 0;
+    for (int i = 0; i < hd; i++)
+        ss += (double)head[i] * head[i];
+    double scale = 1.0 / sqrt(ss / hd + NORM_EPS);
+    for (int i = 0; i < hd; i++)
+        head[i] = (float)(head[i] * scale * w[i]);
+}
 
 /* Element j (interleaved layout) of head vector src, after the HF reorder when hf. */
 static double src_at(const float *src, int hd, int hf, int j)
@@ -52,6 +66,9 @@ static void run_case(const struct qcase *c, uint64_t *rng)
     size_t page_elems = (size_t)c->n_kv * c->B * hd, pool_elems = page_elems * n_pages;
     size_t es = gt_dtype_size(c->type);
     float *qkv = malloc((size_t)T * ld * 4), *bias = malloc((size_t)ld * 4);
+    float *qn = malloc((size_t)hd * 4), *kn = malloc((size_t)hd * 4);
+    gt_fill(qn, hd, rng, 0.5f, 1.5f);
+    gt_fill(kn, hd, rng, 0.5f, 1.5f);
     float div[512], scale = powf(10000.0f, -2.0f / hd);
     int32_t *pos = malloc(T * 4), *slots = malloc(T * 4);
     gt_fill(qkv, (size_t)T * ld, rng, -2, 2);
@@ -64,13 +81,15 @@ static void run_case(const struct qcase *c, uint64_t *rng)
     }
     float *dq = gt_upload(qkv, (size_t)T * ld * 4), *db = gt_upload(bias, (size_t)ld * 4);
     float *ddiv = gt_upload(div, sizeof(div)), *dqo = gt_dev((size_t)T * Q * 4);
+    float *dqn = gt_upload(qn, (size_t)hd * 4), *dkn = gt_upload(kn, (size_t)hd * 4);
     int32_t *dpos = gt_upload(pos, T * 4), *dslot = gt_upload(slots, T * 4);
     void *kp = gt_dev(pool_elems * es), *vp = gt_dev(pool_elems * es);
     gt_poison(dqo, (size_t)T * Q * 4);
     gt_poison(kp, pool_elems * es);
     gt_poison(vp, pool_elems * es);
     struct ty_cuda_kv_layout l = {c->type, c->n_kv, c->B, hd, n_pages};
-    struct ty_cuda_qkv p = {c->n_heads, c->n_kv, hd, c->neox, c->hf, scale, ddiv};
+    struct ty_cuda_qkv p = {c->n_heads, c->n_kv, hd, c->neox, c->hf, scale, ddiv,
+                            c->norm ? dqn : NULL, c->norm ? dkn : NULL, NORM_EPS};
     assert_int_equal(ty_cuda_qkv_rope_store(dqo, kp, vp, &l, dq, c->bias ? db : NULL, dpos,
                                             dslot, T, &p, NULL), 0);
     float *q = malloc((size_t)T * Q * 4);
@@ -83,6 +102,8 @@ static void run_case(const struct qcase *c, uint64_t *rng)
     for (int t = 0; t < T; t++) {
         for (int i = 0; i < ld; i++)
             src[i] = qkv[(size_t)t * ld + i] + (c->bias ? bias[i] : 0.0f);
+        for (int h = 0; c->norm && h < c->n_heads + c->n_kv; h++)
+            ref_norm(src + h * hd, h < c->n_heads ? qn : kn, hd);
         for (int h = 0; h < c->n_heads + 2 * c->n_kv; h++) {
             bool isq = h < c->n_heads, isv = h >= c->n_heads + c->n_kv;
             if (isv)
@@ -92,7 +113,8 @@ static void run_case(const struct qcase *c, uint64_t *rng)
                 ref_head(want, src + h * hd, c, pos[t], div, scale);
             if (isq) {
                 GT_EXPECT_NERR(q + ((size_t)t * c->n_heads + h) * hd, want, hd, 2e-6,
-                               "q t%d h%d hd%d neox%d hf%d", t, h, hd, c->neox, c->hf);
+                               "q t%d h%d hd%d neox%d hf%d norm%d", t, h, hd, c->neox, c->hf,
+                               c->norm);
                 continue;
             }
             if (slots[t] < 0)
@@ -111,6 +133,7 @@ static void run_case(const struct qcase *c, uint64_t *rng)
     size_t skip = (((size_t)(sk / c->B) * c->n_kv) * c->B + sk % c->B) * hd;
     if (T > 1)
         assert_true(isnan(read_pool(kh, c->type, skip)) && isnan(read_pool(vh, c->type, skip)));
+    free(qn), free(kn), cudaFree(dqn), cudaFree(dkn);
     free(qkv), free(bias), free(pos), free(slots), free(q), free(kh), free(vh), free(want),
         free(src), free(got);
     cudaFree(dq), cudaFree(db), cudaFree(ddiv), cudaFree(dqo), cudaFree(dpos), cudaFree(dslot),
@@ -120,9 +143,13 @@ static void run_case(const struct qcase *c, uint64_t *rng)
 static void test_qkv_rope_store(void **state)
 {
     static const struct qcase cases[] = {
-        {5, 8, 4, 8, 16, 0, 0, 0, TY_CUDA_F32},   {9, 4, 4, 64, 7, 0, 1, 0, TY_CUDA_F32},
-        {3, 14, 2, 64, 64, 1, 0, 1, TY_CUDA_F32}, {17, 32, 8, 128, 16, 0, 1, 0, TY_CUDA_F16},
-        {2, 2, 1, 256, 32, 1, 0, 1, TY_CUDA_BF16}, {1, 12, 12, 80, 16, 0, 0, 1, TY_CUDA_F32},
+        {5, 8, 4, 8, 16, 0, 0, 0, TY_CUDA_F32, 0},   {9, 4, 4, 64, 7, 0, 1, 0, TY_CUDA_F32, 0},
+        {3, 14, 2, 64, 64, 1, 0, 1, TY_CUDA_F32, 0}, {17, 32, 8, 128, 16, 0, 1, 0, TY_CUDA_F16, 0},
+        {2, 2, 1, 256, 32, 1, 0, 1, TY_CUDA_BF16, 0}, {1, 12, 12, 80, 16, 0, 0, 1, TY_CUDA_F32, 0},
+        /* Qwen3: q/k norm, NeoX, no bias; head_dim 128 (4 warps) and 80 (2 warps, one partly
+         * idle in the rope) */
+        {6, 16, 8, 128, 16, 1, 0, 0, TY_CUDA_F32, 1}, {4, 4, 2, 80, 16, 1, 0, 0, TY_CUDA_F16, 1},
+        {3, 8, 2, 64, 16, 1, 0, 1, TY_CUDA_F32, 1},
     };
     uint64_t rng = 42;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
@@ -133,12 +160,16 @@ static void test_qkv_rejects_bad_shapes(void **state)
 {
     struct ty_cuda_kv_layout l = {TY_CUDA_F32, 2, 16, 8, 4};
     float div[4] = {1, 1, 1, 1};
-    struct ty_cuda_qkv p = {4, 2, 8, 0, 0, 0.5f, div};
+    struct ty_cuda_qkv p = {4, 2, 8, 0, 0, 0.5f, div, NULL, NULL, 0.0f};
     p.n_heads = 3; /* not a multiple of n_kv_heads */
     assert_int_equal(ty_cuda_qkv_rope_store(NULL, NULL, NULL, &l, NULL, NULL, NULL, NULL, 1, &p,
                                             NULL), TY_EINVAL);
     p.n_heads = 4;
     p.head_dim = 7;
+    assert_int_equal(ty_cuda_qkv_rope_store(NULL, NULL, NULL, &l, NULL, NULL, NULL, NULL, 1, &p,
+                                            NULL), TY_EINVAL);
+    p.head_dim = 8;
+    p.q_norm = div; /* a q norm without a k norm */
     assert_int_equal(ty_cuda_qkv_rope_store(NULL, NULL, NULL, &l, NULL, NULL, NULL, NULL, 1, &p,
                                             NULL), TY_EINVAL);
 }

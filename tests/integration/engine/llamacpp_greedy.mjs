@@ -4,6 +4,9 @@
 // prompt_ids are llama.cpp's tokenization (BOS added as the model asks), output_ids the
 // greedy continuation of exactly N_TOKENS tokens (end-of-generation tokens do not stop it).
 // LLAMACPP_KV=F16 gives llama.cpp's default KV cache type instead of F32.
+// LLAMACPP_PROBS=1 adds, from llama.cpp's full next-token distribution at each step,
+// "first_logprobs" (the first step's log-probability of every token id, an array) and "top2"
+// (per step the two most likely [id, logprob] pairs), for near-tie and logit checks.
 // NODE_PATH-less import: set LLAMACPP_PREFIX to the npm --prefix folder.
 import {createRequire} from "node:module";
 import {readFileSync} from "node:fs";
@@ -30,12 +33,28 @@ for (const line of lines) {
     const body = model.tokenize(text, false);
     const prompt = model.tokens.shouldPrependBosToken && model.tokens.bos != null
         ? [model.tokens.bos, ...body] : body;
-    const out = [];
-    for await (const tok of seq.evaluate(prompt, {temperature: 0})) {
-        out.push(tok);
-        if (out.length >= nTokens) break;
+    const out = [], top2 = [];
+    let first = null;
+    if (process.env.LLAMACPP_PROBS === "1") {
+        for await (const r of seq.evaluateWithMetadata(prompt, {probabilities: true},
+                                                       {temperature: 0, yieldEogToken: true})) {
+            if (!first) {
+                first = new Array(model.tokens.length ?? r.probabilities.size).fill(null);
+                for (const [id, p] of r.probabilities) first[id] = Math.log(p);
+            }
+            top2.push([...r.probabilities].slice(0, 2).map(([id, p]) => [id, Math.log(p)]));
+            out.push(r.token);
+            if (out.length >= nTokens) break;
+        }
+    } else {
+        for await (const tok of seq.evaluate(prompt, {temperature: 0, yieldEogToken: true})) {
+            out.push(tok);
+            if (out.length >= nTokens) break;
+        }
     }
-    process.stdout.write(JSON.stringify({text, prompt_ids: prompt, output_ids: out}) + "\n");
+    const rec = {text, prompt_ids: prompt, output_ids: out};
+    if (first) Object.assign(rec, {first_logprobs: first, top2});
+    process.stdout.write(JSON.stringify(rec) + "\n");
     await ctx.dispose();
 }
 await model.dispose();

@@ -205,7 +205,11 @@ static void test_corrupt_kinds(void **state)
     free(b);
     b = copy(), put64(b, L.q_ne1, 32), expect_rejected("shape", b, orig_len, "shape"), free(b);
     b = copy(), memcpy(b + L.arch_val, "gpt9x", 5),
-    expect_rejected("arch", b, orig_len, "architecture"), free(b);
+    expect_rejected("arch", b, orig_len, "architecture 'gpt9x'"), free(b);
+    /* a real quantization this build does not read: refused by name, not misread */
+    b = copy(), put32(b, L.q_type, 12),
+    expect_rejected("dtype_q4k", b, orig_len, "blk.0.attn_q.weight': unsupported ggml type 12 (Q4_K"),
+    free(b);
     b = copy(), memcpy(b + L.q_name + 9, "x", 1),
     expect_rejected("missing_tensor", b, orig_len, "missing"), free(b);
     b = copy(), put32(b, L.emb_len_val, 1u << 30),
