@@ -33,6 +33,8 @@ void ty_sim_spec_free(ty_sim_spec_t *spec);
 int ty_sim_spec_dump(const ty_sim_spec_t *spec, FILE *out);
 /* Name of the served model and of class `i` (NULL when out of range). */
 const char *ty_sim_spec_model(const ty_sim_spec_t *spec);
+/* The cluster's cost profile name (cluster.profile). */
+const char *ty_sim_spec_profile(const ty_sim_spec_t *spec);
 const char *ty_sim_spec_class(const ty_sim_spec_t *spec, uint32_t i);
 
 #endif

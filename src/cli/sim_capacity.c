@@ -92,6 +92,7 @@ int ty_cap_study_run(struct ty_cap_study *st, const struct ty_sim_trace *t,
                                          .cache_blocks = caches[c], .o = o};
                 r->o.n_colocated = st->nodes;
                 r->o.chunk_tokens = st->chunks[i];
+                r->o.prefill_interleave = false; /* (prefill nodes' settings) */
             }
             for (size_t i = 0; !st->no_disaggregated && i < st->n_splits; i++)
                 for (size_t j = 0; j < n_pchunks; j++) {

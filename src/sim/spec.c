@@ -284,6 +284,11 @@ const char *ty_sim_spec_model(const ty_sim_spec_t *spec)
     return spec->m ? spec->m->name : "default";
 }
 
+const char *ty_sim_spec_profile(const ty_sim_spec_t *spec)
+{
+    return spec->v.cluster.profile;
+}
+
 const char *ty_sim_spec_class(const ty_sim_spec_t *spec, uint32_t i)
 {
     return spec->m && i < spec->m->n_slo ? spec->m->slo[i].class_name : NULL;
