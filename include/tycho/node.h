@@ -86,6 +86,7 @@ struct ty_node_config {
     uint32_t chunk_tokens;           /* prefill: chunked-prefill chunk */
     uint32_t prefill_batch;          /* prefill: prompts per forward call (within chunk_tokens) */
     uint64_t kv_wait_timeout_ns;     /* decode: reserved pages wait this long for their KV */
+    uint64_t peer_fetch_timeout_ns;  /* prefill: a peer's pin of planned blocks, at most */
     char *port_file;                 /* write "rpc transfer metrics" ports here once listening */
     struct ty_node_pool_config kv_pool; /* prefill */
     struct ty_node_transfer_config transfer;
@@ -274,6 +275,13 @@ void ty_node_metrics_set_load(ty_node_metrics_t *m, ty_node_load_cb load, void *
  * peer, is not counted), `bytes` in `us` microseconds. NULL m is a no-op. Any thread. */
 void ty_node_metrics_kv(ty_node_metrics_t *m, bool sent, const char *transport, uint64_t bytes,
                         uint64_t us);
+/* Peer reads (prefill): `bytes` of planned prefix blocks read from another prefill node's
+ * cache over `transport` in `us`; blocks of such plans read / failed (computed instead); a
+ * peer's pin request answered with `pinned` blocks (0: refused). NULL m: no-op. Any thread. */
+void ty_node_metrics_peer_read(ty_node_metrics_t *m, const char *transport, uint64_t bytes,
+                               uint64_t us);
+void ty_node_metrics_peer_blocks(ty_node_metrics_t *m, uint32_t read, uint32_t failed);
+void ty_node_metrics_peer_pins(ty_node_metrics_t *m, uint32_t pinned);
 /* One forward call (a ty_timing_ring observer: arg is the metrics). Any thread. */
 void ty_node_metrics_step(void *arg, const struct ty_timing_sample *s);
 /* Stop serving (the loop then closes the port). NULL: no-op. */

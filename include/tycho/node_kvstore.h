@@ -51,10 +51,11 @@ int ty_node_kvstore_new(struct ty_node_kvstore **out, const struct ty_node_kvsto
 void ty_node_kvstore_free(struct ty_node_kvstore *s);
 
 /* `seq` holds the local prefix of `tokens` (cached tokens, a multiple of B). Append the blocks
- * that follow it from the pool, leaving at least one token of the prompt to compute. Returns
- * the number of tokens appended (a multiple of B, 0 on any miss or failure). */
+ * that follow it from the pool, up to block max_blocks (UINT32_MAX: no limit; the Conductor's
+ * plan), leaving at least one token of the prompt to compute. Returns the number of tokens
+ * appended (a multiple of B, 0 on any miss or failure). */
 uint32_t ty_node_kvstore_fetch(struct ty_node_kvstore *s, ty_kvseq_t *seq, const uint32_t *tokens,
-                               uint32_t n);
+                               uint32_t n, uint32_t max_blocks);
 
 /* `seq` holds the KV of all n tokens; the first `known` tokens' blocks are in the pool already
  * (fetched from it, or local: written when they were computed). Write the other full blocks:

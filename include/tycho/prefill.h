@@ -1,6 +1,9 @@
 /* The prefill node (DESIGN.md §5 step 5): takes PrefillAssign requests over RPC (their KV
  * destination checked first: page ids, per-layer bases and stride, the decode node's
- * registered memory), computes the prompt's KV in chunks on its engine and, as soon as each
+ * registered memory), reuses the prefix the Conductor planned (its page cache, the KV pool,
+ * or another prefill node's cache, which that node pins while we read it: KvFetch; what fails
+ * to arrive is computed, and the reply says what was reused), computes the rest of the
+ * prompt's KV in chunks on its engine and, as soon as each
  * layer of a chunk is done, posts that layer's K/V page writes (base + page id * stride) to the
  * decode node through the transfer engine; after the last
  * layer it samples the first token and sends a KvReady notification (delivered after the
@@ -43,11 +46,18 @@ struct ty_prefill_opts {
      * (tycho/node_kvstore.h: the node runtime's, which outlives the prefill node). */
     struct ty_node_kvstore *kvstore;
     struct ty_node_metrics *metrics; /* optional, borrowed: KV handoffs are counted there */
+    /* A PrefillAssign whose plan (cached_prefix) names another prefill node's cache: that
+     * node is asked (KvFetch) to pin the blocks before the job queues, within this; what is
+     * not pinned in time, or not read before the pin's lease ends, is computed. 0: 1000. */
+    uint32_t peer_timeout_ms;
 };
 
 struct ty_prefill_stats {
     uint64_t pool_lookups, pool_hit_blocks, pool_stored_blocks, pool_errors, pool_skipped;
     uint64_t pool_dropped; /* blocks not written (the writer was behind, or the pool down) */
+    /* peer reads: blocks read from other prefill nodes' caches, planned ones that failed
+     * (computed instead); pins of our blocks taken for peers, and requests for none held */
+    uint64_t peer_read_blocks, peer_failed_blocks, pins_taken, pins_refused;
 };
 /* Counters of the KV pool's use (zero without a pool); any thread. */
 void ty_prefill_stats(const ty_prefill_t *p, struct ty_prefill_stats *out);

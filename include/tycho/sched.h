@@ -173,6 +173,10 @@ struct ty_sched_opts {
      * holds the longest one (the simulator's nodes fetch from each other). */
     bool remote_from_node;
     uint32_t remote_node;
+    /* remote_node is an index-only source (the live cluster's KV pool) even without
+     * remote_from_node: its blocks may be reset though no node has its id, and it competes
+     * with the nodes as the source of a remote prefix. */
+    bool has_remote_node;
     /* Idle capacity always admits (the live Conductor sets this). A request whose chosen
      * prefill node is idle is admitted even when its predicted TTFT is over the SLO:
      * queueing is not what breaks it, so refusing only makes the client retry something that

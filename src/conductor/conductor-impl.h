@@ -110,6 +110,15 @@ struct ty__creq {
     uint32_t predicted_cached;
     double predicted_ttft_us, predicted_tbt_us; /* as admission judged them */
     uint64_t placed_at_us;
+    /* the prefix its prefill node was planned to reuse (PrefillAssign.cached_prefix): blocks
+     * [0, plan_local) from its own page cache, [plan_local, plan_blocks) from plan_src (a
+     * Tycho__V1__PrefixSource: the pool, or the cache of the prefill node plan_peer_* names,
+     * copied here: a node's slot may be reused meanwhile); plan_node: the node it is for (a
+     * prefill moved elsewhere goes without a plan) */
+    uint32_t plan_local, plan_blocks;
+    int plan_src;
+    const struct ty__cnode *plan_node;
+    char plan_peer_id[64], plan_peer_addr[128], plan_peer_seg[TY_XFER_NAME_MAX + 1];
     struct ty__cnode *queued_on; /* the prefill node whose queue counts it (until unqueued) */
     uint32_t relay_us;      /* the Conductor's own time turning the decode node's reply into
                              * the PrefillAssign (its first token's event carries it) */
@@ -179,6 +188,11 @@ struct ty__place {
     ty_metrics_child_t *ratio_hist[2];
     struct ty__ratio_ring ratio[2];
     ty_metrics_child_t *probes[2]; /* tycho_scheduler_probes_total{stage}: prefill, decode */
+    /* planned vs used prefix blocks per source (local, pool, peer), from the prefill nodes'
+     * replies: tycho_prefix_{planned,used}_blocks_total{source}, tycho_prefix_used_ratio
+     * {source}; the counts for GET /status */
+    uint64_t plan_blocks[3], used_blocks[3], plan_failed, plan_replies;
+    ty_metrics_child_t *m_plan[3], *m_used[3], *m_ratio[3], *m_failed;
     uint64_t n_probes;
     struct ty__pool *pool; /* the KV pool's blocks (pool_index.c); NULL: no pool */
 };
@@ -263,6 +277,12 @@ void ty__place_moved(ty_conductor_t *c, struct ty__creq *r, struct ty__cnode *fr
 void ty__place_prefilled(ty_conductor_t *c, struct ty__creq *r);
 /* r finished (natural: EOS, length or a stop string), failed or was cancelled. */
 void ty__place_done(ty_conductor_t *c, struct ty__creq *r, bool natural);
+/* r's prefill node replied with what it reused (PrefillAssignReply): compared with r's plan
+ * (planned / used counters per source). */
+void ty__place_reused(ty_conductor_t *c, const struct ty__creq *r,
+                      const Tycho__V1__PrefillAssignReply *m);
+/* The names of the prefix sources, in the counters' order: "local", "pool", "peer". */
+extern const char *const ty__prefix_source_names[3];
 /* r finished naturally: its TTFT and mean TBT as the Conductor saw them, against its class's
  * SLOs (metrics). */
 void ty__place_observe(ty_conductor_t *c, const struct ty__creq *r);

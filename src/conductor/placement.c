@@ -22,8 +22,9 @@
  *     timings, so a model that predicts too high could otherwise never learn it is wrong.
  *     The decode node's own page reservation stays the hard limit, so the
  *     scheduler's decode-stage verdict is only counted (tycho_scheduler_decode_over_slo_total).
- * Prefill nodes cannot fetch a prefix from each other yet, so kvcache_centric plans with
- * local prefixes only (ty_sched_opts.local_prefix_only). */
+ *   - Prefix plans: kvcache_centric may plan a prefill node's prefix from another prefill
+ *     node's page cache or from the KV pool (the best single source); the plan goes in the
+ *     PrefillAssign (remote.c), and the node's reply says what it reused (ty__place_reused). */
 #include "conductor-impl.h"
 
 #include "tycho/clock.h"
@@ -160,6 +161,36 @@ static void ring_push(struct ty__sample_ring *r, double x0, double x1, double us
         ty_metrics_counter_inc(r->count);
 }
 
+const char *const ty__prefix_source_names[3] = {"local", "pool", "peer"};
+
+/* Planned vs used prefix blocks per source (ty__place_reused). */
+static void plan_metrics_init(struct ty__place *p, ty_metrics_registry_t *reg)
+{
+    static const char *const src[] = {"source"};
+    ty_metrics_family_t *fp, *fu, *fr, *ff;
+    if (ty_metrics_counter_new(reg, &fp, "tycho_prefix_planned_blocks_total",
+                               "prefix blocks the scheduler planned to reuse, by where they "
+                               "come from: the prefill node's own cache (local), the KV pool, "
+                               "another prefill node's cache (peer)", src, 1) ||
+        ty_metrics_counter_new(reg, &fu, "tycho_prefix_used_blocks_total",
+                               "prefix blocks the prefill nodes reused, by source (a plan "
+                               "whose fetch failed is computed instead; local may exceed "
+                               "the plan)", src, 1) ||
+        ty_metrics_gauge_new(reg, &fr, "tycho_prefix_used_ratio",
+                             "used / planned prefix blocks so far, by source", src, 1) ||
+        ty_metrics_counter_new(reg, &ff, "tycho_prefix_fetch_failed_blocks_total",
+                               "planned remote prefix blocks that did not arrive (computed "
+                               "instead)", NULL, 0))
+        return;
+    for (int k = 0; k < 3; k++) {
+        const char *v = ty__prefix_source_names[k];
+        ty_metrics_child_get(fp, &v, &p->m_plan[k]);
+        ty_metrics_child_get(fu, &v, &p->m_used[k]);
+        ty_metrics_child_get(fr, &v, &p->m_ratio[k]);
+    }
+    ty_metrics_child_get(ff, NULL, &p->m_failed);
+}
+
 static void metrics_init(struct ty__place *p, ty_metrics_registry_t *reg)
 {
     static const char *const result[] = {"class", "result"}, *const kind[] = {"stage"};
@@ -214,6 +245,7 @@ static void metrics_init(struct ty__place *p, ty_metrics_registry_t *reg)
         ty_metrics_child_get(f, &pre, &p->probes[0]);
         ty_metrics_child_get(f, &dec, &p->probes[1]);
     }
+    plan_metrics_init(p, reg);
     static const char *const slo1[] = {"slo"};
     static const double ratio_bounds[] = {0.01, 0.03, 0.1, 0.3, 0.5, 0.8, 1.25,
                                           2,    3.3,  10,  30,  100};
@@ -512,7 +544,11 @@ int ty__place_init(ty_conductor_t *c, const struct ty_conductor_opts *o)
     struct ty__place *p = &c->place;
     struct ty_sched_opts so;
     ty_sched_opts_default(&so);
-    so.local_prefix_only = true;
+    /* prefill nodes fetch a planned prefix from each other's page caches and, with a pool
+     * (indexed under TY__POOL_NODE), from the pool: the best single source wins */
+    so.local_prefix_only = false;
+    so.has_remote_node = true;
+    so.remote_node = TY__POOL_NODE;
     so.admit_when_idle = true;
     so.decode_check_advisory = true;
     const struct ty_sched_config *sc = o->sched;
@@ -520,11 +556,6 @@ int ty__place_init(ty_conductor_t *c, const struct ty_conductor_opts *o)
         if (sc->decode_duration_ns)
             so.decode_duration_us = sc->decode_duration_ns / 1000;
         so.seed = sc->seed ? sc->seed : 1;
-    }
-    if (o->kv_pool_master) { /* prefill nodes read prefixes from the pool */
-        so.local_prefix_only = false;
-        so.remote_from_node = true;
-        so.remote_node = TY__POOL_NODE;
     }
     snprintf(p->model_name, sizeof(p->model_name), "%s", o->model_name ? o->model_name : "");
     tuned_init(sc, o->model_name, &so, p->class_names);
@@ -920,6 +951,73 @@ static struct ty__cnode *node_of(ty_conductor_t *c, uint32_t id)
     return id < c->n_nodes ? c->nodes[id] : NULL;
 }
 
+/* Keep the decision's prefix plan in r for its PrefillAssign: local blocks, then the remote
+ * ones from the pool or a peer prefill node (its id, RPC address and segment). */
+static void plan_keep(ty_conductor_t *c, struct ty__creq *r, const struct ty_sched_decision *d)
+{
+    r->plan_node = node_of(c, d->prefill_node);
+    r->plan_local = d->local_prefix_blocks < d->used_prefix_blocks ? d->local_prefix_blocks
+                                                                    : d->used_prefix_blocks;
+    r->plan_blocks = d->used_prefix_blocks;
+    r->plan_src = TYCHO__V1__PREFIX_SOURCE__PREFIX_SOURCE_NONE;
+    r->plan_peer_id[0] = r->plan_peer_addr[0] = r->plan_peer_seg[0] = 0;
+    const struct ty__cnode *src = node_of(c, d->prefix_source);
+    if (d->prefix_source == TY__POOL_NODE) {
+        r->plan_src = TYCHO__V1__PREFIX_SOURCE__PREFIX_SOURCE_POOL;
+    } else if (src && src->info.alive && src->segment[0]) {
+        r->plan_src = TYCHO__V1__PREFIX_SOURCE__PREFIX_SOURCE_PEER;
+        snprintf(r->plan_peer_id, sizeof(r->plan_peer_id), "%s", src->info.id);
+        snprintf(r->plan_peer_addr, sizeof(r->plan_peer_addr), "%s", src->info.address);
+        snprintf(r->plan_peer_seg, sizeof(r->plan_peer_seg), "%s", src->segment);
+    } else {
+        r->plan_blocks = r->plan_local; /* no source to name: local only */
+    }
+}
+
+static void ratio_publish(struct ty__place *p, int k)
+{
+    if (p->m_ratio[k] && p->plan_blocks[k])
+        ty_metrics_gauge_set(p->m_ratio[k],
+                             (double)p->used_blocks[k] / (double)p->plan_blocks[k]);
+}
+
+void ty__place_reused(ty_conductor_t *c, const struct ty__creq *r,
+                      const Tycho__V1__PrefillAssignReply *m)
+{
+    struct ty__place *p = &c->place;
+    if (!m->has_reuse || r->plan_node != r->pnode)
+        return; /* an older node, or a prefill moved off its plan */
+    uint32_t remote = r->plan_blocks - r->plan_local;
+    uint32_t plan[3] = {r->plan_local, 0, 0};
+    if (r->plan_src == TYCHO__V1__PREFIX_SOURCE__PREFIX_SOURCE_POOL)
+        plan[1] = remote;
+    else if (r->plan_src == TYCHO__V1__PREFIX_SOURCE__PREFIX_SOURCE_PEER)
+        plan[2] = remote;
+    uint32_t used[3] = {m->local_blocks, m->pool_blocks, m->peer_blocks};
+    p->plan_replies++;
+    p->plan_failed += m->fetch_failed_blocks;
+    for (int k = 0; k < 3; k++) {
+        p->plan_blocks[k] += plan[k];
+        p->used_blocks[k] += used[k];
+        if (p->m_plan[k]) {
+            ty_metrics_counter_add(p->m_plan[k], plan[k]);
+            ty_metrics_counter_add(p->m_used[k], used[k]);
+        }
+        ratio_publish(p, k);
+    }
+    if (p->m_failed)
+        ty_metrics_counter_add(p->m_failed, m->fetch_failed_blocks);
+    if (plan[1] + plan[2] != used[1] + used[2] || used[0] != plan[0])
+        TY_LOG_DEBUG("cluster",
+                     "request %llu [%s] on %s: planned %u local + %u %s blocks, used %u local, "
+                     "%u pool, %u peer (%u failed to arrive)",
+                     (unsigned long long)r->rid, r->cid, r->pnode->info.id, plan[0], remote,
+                     r->plan_src == TYCHO__V1__PREFIX_SOURCE__PREFIX_SOURCE_POOL   ? "pool"
+                     : r->plan_src == TYCHO__V1__PREFIX_SOURCE__PREFIX_SOURCE_PEER ? r->plan_peer_id
+                                                                                   : "remote",
+                     used[0], used[1], used[2], m->fetch_failed_blocks);
+}
+
 int ty__place_pick(ty_conductor_t *c, struct ty__creq *r, struct ty_serve_reject *rej,
                    bool admitted)
 {
@@ -995,6 +1093,7 @@ int ty__place_pick(ty_conductor_t *c, struct ty__creq *r, struct ty_serve_reject
     r->predicted_tbt_us = d.tbt_us;
     uint64_t cached = (uint64_t)d.used_prefix_blocks * B;
     r->predicted_cached = (uint32_t)(cached < r->n_prompt ? cached : r->n_prompt);
+    plan_keep(c, r, &d);
     r->placed_at_us = ty_clock_us();
     if (r->pnode) {
         r->queued_on = r->pnode;

@@ -443,8 +443,15 @@ static void on_prefill_reply(const struct ty_rpc_result *res, void *arg)
         }
         return;
     }
-    if (res->event == TY_RPC_EVENT_REPLY)
+    if (res->event == TY_RPC_EVENT_REPLY) {
         ty__breaker_ok(c, r->pnode);
+        Tycho__V1__PrefillAssignReply *m =
+            tycho__v1__prefill_assign_reply__unpack(NULL, res->len, res->payload);
+        if (m) { /* what it reused, against the plan */
+            ty__place_reused(c, r, m);
+            tycho__v1__prefill_assign_reply__free_unpacked(m, NULL);
+        }
+    }
     if (!r->finished)
         ty__place_prefilled(c, r);
     req_maybe_free(c, r);
@@ -513,6 +520,20 @@ static int send_prefill(ty_conductor_t *c, struct ty__creq *r)
     pa.decode_node_id = r->dnode->info.id;
     pa.attempt = r->prefill_tries + 1u;
     pa.client_request_id = r->cid;
+    Tycho__V1__PrefixLocation plan = TYCHO__V1__PREFIX_LOCATION__INIT;
+    if (r->plan_node == r->pnode) { /* the node it was planned for (not a node moved to) */
+        plan.n_blocks = r->plan_blocks;
+        plan.local_blocks = r->plan_local;
+        plan.source = r->plan_src;
+        plan.tier = r->plan_src == TYCHO__V1__PREFIX_SOURCE__PREFIX_SOURCE_POOL
+                        ? TYCHO__V1__STORAGE_TIER__STORAGE_TIER_DRAM
+                        : TYCHO__V1__STORAGE_TIER__STORAGE_TIER_UNSPECIFIED;
+        plan.node_id = r->plan_peer_id;
+        plan.address = r->plan_peer_addr;
+        plan.segment = r->plan_peer_seg;
+        plan.pool_planned = ty__pool_following(c);
+        pa.cached_prefix = &plan;
+    }
     struct ty_rpc_call_opts pco = {.timeout_ms = c->o.request_timeout_ms};
     int rc = ty_rpc_client_call_msg(r->pnode->rpc, TYCHO__V1__METHOD__METHOD_PREFILL_ASSIGN,
                                     &pa.base, &pco, on_prefill_reply, k, NULL);

@@ -30,6 +30,27 @@ static json_t *coefs(const double k[3])
     return json_pack("[f,f,f]", k[0], k[1], k[2]);
 }
 
+/* Planned vs used prefix blocks per source, over the prefill replies that reported them. */
+static json_t *plan_json(const struct ty__place *p)
+{
+    json_t *o = json_object(), *planned = json_object(), *used = json_object(),
+           *ratio = json_object();
+    for (int k = 0; k < 3; k++) {
+        const char *n = ty__prefix_source_names[k];
+        json_object_set_new(planned, n, json_integer((json_int_t)p->plan_blocks[k]));
+        json_object_set_new(used, n, json_integer((json_int_t)p->used_blocks[k]));
+        json_object_set_new(ratio, n, p->plan_blocks[k] ? json_real((double)p->used_blocks[k] /
+                                                                    (double)p->plan_blocks[k])
+                                                        : json_null());
+    }
+    json_object_set_new(o, "requests", json_integer((json_int_t)p->plan_replies));
+    json_object_set_new(o, "planned_blocks", planned);
+    json_object_set_new(o, "used_blocks", used);
+    json_object_set_new(o, "used_ratio", ratio);
+    json_object_set_new(o, "fetch_failed_blocks", json_integer((json_int_t)p->plan_failed));
+    return o;
+}
+
 static json_t *scheduler_json(const ty_conductor_t *c)
 {
     const struct ty__place *p = &c->place;
@@ -67,13 +88,15 @@ static json_t *scheduler_json(const ty_conductor_t *c)
                                       "median_ratio", isnan(m) ? json_null() : json_real(m)));
     }
     json_object_set_new(cost, "prediction", pred);
-    return json_pack("{s:s,s:s,s:f,s:o,s:o,s:f,s:I,s:I}", "policy",
+    json_t *sch = json_pack("{s:s,s:s,s:f,s:o,s:o,s:f,s:I,s:I}", "policy",
                      ty_sched_policy_name(so->policy), "admission",
                      ty_sched_admission_name(so->admission), "balancing_threshold",
                      so->balancing_threshold, "classes", classes, "cost", cost,
                      "decode_duration_s", ty_sched_decode_duration_us(p->s) / 1e6, "in_flight",
                      (json_int_t)ty_sched_in_flight(p->s), "index_blocks",
                      (json_int_t)ty_sched_index_size(ty_sched_index(p->s)));
+    json_object_set_new(sch, "prefix_plan", plan_json(p));
+    return sch;
 }
 
 static json_t *node_json(const struct ty__cnode *n, uint64_t now_ms)

@@ -82,6 +82,10 @@ static const struct ty_config_field node_fields[] = {
     {.key = "kv_wait_timeout", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(N, kv_wait_timeout_ns),
      .def = "30s", .min = "10ms", .max = "1h",
      .help = "decode: reserved pages are released if their KV has not landed by then"},
+    {.key = "peer_fetch_timeout", .type = TY_CONFIG_DURATION,
+     TY_CONFIG_AT(N, peer_fetch_timeout_ns), .def = "1s", .min = "1ms", .max = "1m",
+     .help = "prefill: a prefix planned from another prefill node's cache waits this long for "
+             "that node to pin it; then (or when its read fails) it is computed"},
     {.key = "metrics_port", .type = TY_CONFIG_UINT, TY_CONFIG_AT(N, metrics_port), .def = "0",
      .max = "65535", .help = "Prometheus /metrics (and /health) over HTTP on listen_host; 0: "
                              "ephemeral"},

@@ -31,6 +31,9 @@ struct ty_node_metrics {
     uint64_t auth_seen;
     ty_xfer_engine_t *xfer;
     ty_metrics_child_t *fenced, *refused_conns; /* the transfer engine's (on scrape) */
+    /* prefill: prefix blocks read from other prefill nodes' caches ([transport] bytes, blocks
+     * read and failed), and pins of our blocks for peers' reads (blocks pinned, refused) */
+    ty_metrics_child_t *peer_bytes[N_XPORT], *peer_blocks[2], *peer_pins[2];
     uint64_t fenced_seen, refused_conns_seen;
 };
 
@@ -105,6 +108,34 @@ static void on_http(void *arg, ty_http_req_t *req)
     free(body);
 }
 
+/* Peer reads between prefill nodes' page caches (ty_node_metrics_peer_*). */
+static int peer_families(ty_node_metrics_t *m)
+{
+    static const char *const xl[] = {"transport"}, *const rl[] = {"result"};
+    ty_metrics_family_t *bytes, *blocks, *pins;
+    int rc;
+    if ((rc = ty_metrics_counter_new(m->reg, &bytes, "tycho_node_peer_fetch_bytes_total",
+                                     "KV bytes of planned prefix blocks read from other prefill "
+                                     "nodes' page caches, by transport.", xl, 1)) ||
+        (rc = ty_metrics_counter_new(m->reg, &blocks, "tycho_node_peer_fetch_blocks_total",
+                                     "Planned prefix blocks from other prefill nodes' caches: "
+                                     "read, or failed (not pinned there, timed out, a read "
+                                     "error: computed instead).", rl, 1)) ||
+        (rc = ty_metrics_counter_new(m->reg, &pins, "tycho_node_peer_pins_total",
+                                     "Peers' requests to pin blocks of this node's cache for "
+                                     "their reads: pinned, or refused (no block held).", rl, 1)))
+        return rc;
+    for (int x = 0; x < N_XPORT; x++)
+        if ((rc = child(bytes, xports[x], NULL, &m->peer_bytes[x])))
+            return rc;
+    if ((rc = child(blocks, "read", NULL, &m->peer_blocks[0])) ||
+        (rc = child(blocks, "failed", NULL, &m->peer_blocks[1])) ||
+        (rc = child(pins, "pinned", NULL, &m->peer_pins[0])) ||
+        (rc = child(pins, "refused", NULL, &m->peer_pins[1])))
+        return rc;
+    return 0;
+}
+
 static int families(ty_node_metrics_t *m, const struct ty_node_metrics_opts *o)
 {
     ty_metrics_family_t *af;
@@ -156,6 +187,8 @@ static int families(ty_node_metrics_t *m, const struct ty_node_metrics_opts *o)
                 (rc = child(seconds, dir, xports[x], &m->kv_seconds[d][x])))
                 return rc;
         }
+    if ((rc = peer_families(m)))
+        return rc;
     if ((rc = ty_metrics_gauge_new(m->reg, &f, "tycho_node_kv_pages",
                                    "KV pages per layer on the device, by state (used: held by "
                                    "requests; free: free or cached prefixes).", state, 2)) ||
@@ -243,6 +276,32 @@ void ty_node_metrics_kv(ty_node_metrics_t *m, bool sent, const char *transport, 
     ty_metrics_counter_add(m->kv_bytes[d][x], (double)bytes);
     ty_metrics_counter_inc(m->kv_handoffs[d][x]);
     ty_metrics_histogram_observe(m->kv_seconds[d][x], (double)us / 1e6);
+}
+
+void ty_node_metrics_peer_read(ty_node_metrics_t *m, const char *transport, uint64_t bytes,
+                               uint64_t us)
+{
+    (void)us;
+    if (!m || !transport)
+        return;
+    for (int x = 0; x < N_XPORT; x++)
+        if (!strcmp(transport, xports[x]))
+            ty_metrics_counter_add(m->peer_bytes[x], (double)bytes);
+}
+
+void ty_node_metrics_peer_blocks(ty_node_metrics_t *m, uint32_t read, uint32_t failed)
+{
+    if (!m)
+        return;
+    ty_metrics_counter_add(m->peer_blocks[0], read);
+    ty_metrics_counter_add(m->peer_blocks[1], failed);
+}
+
+void ty_node_metrics_peer_pins(ty_node_metrics_t *m, uint32_t pinned)
+{
+    if (!m)
+        return;
+    ty_metrics_counter_inc(m->peer_pins[pinned ? 0 : 1]);
 }
 
 void ty_node_metrics_step(void *arg, const struct ty_timing_sample *s)

@@ -275,10 +275,12 @@ static int block_copy(struct ty_node_kvstore *s, const ty_kvseq_t *seq, uint32_t
 }
 
 uint32_t ty_node_kvstore_fetch(struct ty_node_kvstore *s, ty_kvseq_t *seq, const uint32_t *tokens,
-                               uint32_t n)
+                               uint32_t n, uint32_t max_blocks)
 {
     uint32_t B = s->B, have = ty_kvseq_n_tokens(seq) / B;
     uint32_t nb = n ? (n - 1) / B : 0; /* one token is always left to compute */
+    if (nb > max_blocks)
+        nb = max_blocks;
     if (have >= nb || !pool_up(s) || !scratch(s, nb))
         return 0;
     atomic_fetch_add(&s->lookups, 1);

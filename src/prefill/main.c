@@ -23,7 +23,8 @@ static int start(const struct ty_node_runtime *rt, void **server, uint16_t *rpc_
         .loop = rt->loop, .engine = rt->engine, .xfer = rt->xfer, .rpc_host = rt->cfg->listen_host,
         .rpc_port = rt->cfg->listen_port, .timings = rt->timings,
         .max_batch = rt->cfg->prefill_batch, .kvstore = rt->kvstore,
-        .metrics = rt->metrics, .auth = rt->auth};
+        .metrics = rt->metrics, .auth = rt->auth,
+        .peer_timeout_ms = (uint32_t)(rt->cfg->peer_fetch_timeout_ns / 1000000)};
     ty_prefill_t *p;
     int rc = ty_prefill_new(&p, &po);
     if (rc)
@@ -44,6 +45,11 @@ static void stop(void *server, const struct ty_node_runtime *rt)
                     (unsigned long long)st.pool_stored_blocks,
                     (unsigned long long)st.pool_dropped, (unsigned long long)st.pool_errors,
                     (unsigned long long)st.pool_skipped);
+    if (st.peer_read_blocks || st.peer_failed_blocks || st.pins_taken || st.pins_refused)
+        TY_LOG_INFO("prefill", "peer reads: %llu blocks read, %llu failed; pins for peers: "
+                    "%llu taken, %llu refused", (unsigned long long)st.peer_read_blocks,
+                    (unsigned long long)st.peer_failed_blocks,
+                    (unsigned long long)st.pins_taken, (unsigned long long)st.pins_refused);
     ty_prefill_close(server, NULL, NULL);
 }
 

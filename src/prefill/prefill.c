@@ -17,6 +17,7 @@
 #include "tycho/batcher.h"
 
 #include "tycho/clock.h"
+#include "tycho/config.h"
 #include "tycho/proto.h"
 #include "tycho/errors.h"
 #include "tycho/hash.h"
@@ -33,6 +34,8 @@
 #include <time.h>
 
 #define MAX_BATCH 64 /* prompts in one forward call, at most (opts.max_batch) */
+#define PIN_LEASE_MS 10000 /* a pin for a peer's read lapses after this (the peer gone) */
+#define MAX_PEERS 16       /* RPC clients to peer prefill nodes kept open */
 
 struct pjob {
     struct pjob *next;
@@ -77,6 +80,48 @@ struct pjob {
     uint32_t pool_tokens;   /* of which read from the KV pool */
     size_t seg_slot;        /* worker: its segment's slot in ty_prefill.segs (pinned) */
     bool seg_bad;           /* worker: the segment failed: dropped once the job is done */
+    /* The Conductor's plan (PrefillAssign.cached_prefix; has_plan false: an older Conductor,
+     * the node looks the pool up itself): blocks [0, plan_local) from the page cache,
+     * [plan_local, plan_blocks) from plan_src (Tycho__V1__PrefixSource) */
+    bool has_plan, pool_planned;
+    int plan_src;
+    uint32_t plan_local, plan_blocks;
+    /* plan_src PEER: the peer's pin of our blocks (KvFetchReply), taken before the job was
+     * queued: pin_n blocks at its pages pin_pages, per layer at pin_k / pin_v + page * stride
+     * in segment peer_seg; valid until pin_t0 + pin_lease_ms (our clock: the peer's lease
+     * started later) */
+    char peer_addr[128];
+    char peer_seg[TY_XFER_NAME_MAX + 1];
+    uint64_t pin, pin_t0_us, pin_stride;
+    uint32_t pin_n, pin_lease_ms;
+    uint32_t *pin_pages;
+    uint64_t *pin_k, *pin_v;
+    atomic_bool pin_released;
+    /* what the prompt reused, in blocks: own cache, pool, peer; planned remote blocks that
+     * did not arrive (computed instead) */
+    uint32_t used_local, used_pool, used_peer, fetch_failed;
+};
+
+/* A KvFetch for the worker: pin the leading blocks of `tokens` for a peer's read, or release
+ * pin `release`. */
+struct pin_cmd {
+    struct pin_cmd *next;
+    ty_prefill_t *p;
+    ty_rpc_call_t *call;   /* NULL: a release (answered at once) */
+    uint64_t rid, release;
+    uint32_t *tokens;
+    uint32_t n_tokens, n_blocks;
+    /* the worker's answer */
+    uint64_t pin;
+    uint32_t n_pinned;
+    uint32_t *pages;
+};
+
+/* Blocks of our page cache a peer reads (worker): attached to a sequence of their own, so
+ * no eviction takes their pages until the peer releases the pin or its lease lapses. */
+struct pin {
+    uint64_t id, expires_ms;
+    ty_kvseq_t *seq;
 };
 
 struct ty_prefill {
@@ -110,15 +155,36 @@ struct ty_prefill {
         char name[TY_XFER_NAME_MAX + 1];
         ty_xfer_segment_t *seg;
         uint32_t pins; /* jobs of the running batch using it: never evicted while > 0 */
-    } segs[32]; /* worker: open decode-node segments, reused across requests */
+    } segs[32]; /* worker: open decode-node (and peer) segments, reused across requests */
+    /* peer reads: KvFetch commands for the worker (under mu), the pins it holds (worker) */
+    struct pin_cmd *pin_q, **pin_tail;
+    struct pin *pins;
+    size_t n_pins, cap_pins;
+    uint64_t next_pin;
+    /* our page arrays, for KvFetchReply (fixed from start on: read by the loop) */
+    uint64_t *own_k, *own_v;
+    uint32_t pool_pages;
+    struct {
+        char addr[128];
+        ty_rpc_client_t *c;
+    } peers[MAX_PEERS]; /* loop: RPC clients to peer prefill nodes (KvFetch) */
+    uint32_t peer_rr;   /* loop: the next slot to recycle */
+    _Atomic uint64_t peer_read_blocks, peer_failed_blocks, pins_taken, pins_refused;
     void (*close_cb)(void *);
     void *close_arg;
 };
+
+static void peer_release(ty_prefill_t *p, const char *addr, uint64_t pin);
 
 static void job_free(struct pjob *j)
 {
     if (!j)
         return;
+    if (j->pin && !j->p->stop && /* (stopping: it lapses) */
+        !atomic_exchange(&j->pin_released, true)) /* never read: let it go */
+        peer_release(j->p, j->peer_addr, j->pin);
+    free(j->pin_pages);
+    free(j->pin_k);
     free(j->tokens);
     free(j->grammar_schema);
     free(j->dest_pages);
@@ -233,18 +299,23 @@ static int segment_get(ty_prefill_t *p, const char *name, ty_xfer_segment_t **ou
 
 /* The batch is done with the job's segment; one that failed is forgotten (its node may have
  * restarted at the same address) once no other job of the batch uses it. */
-static void segment_unpin(ty_prefill_t *p, struct pjob *j)
+static void segment_put(ty_prefill_t *p, size_t slot, bool bad)
 {
-    if (!j->seg)
-        return;
-    size_t slot = j->seg_slot;
-    TY_ASSERT(p->segs[slot].seg == j->seg && p->segs[slot].pins > 0);
-    if (j->seg_bad)
+    TY_ASSERT(p->segs[slot].seg && p->segs[slot].pins > 0);
+    if (bad)
         p->segs[slot].name[0] = 0; /* no later job finds it by name */
     if (--p->segs[slot].pins == 0 && !p->segs[slot].name[0]) {
         ty_xfer_segment_close(p->o.xfer, p->segs[slot].seg);
         p->segs[slot].seg = NULL;
     }
+}
+
+static void segment_unpin(ty_prefill_t *p, struct pjob *j)
+{
+    if (!j->seg)
+        return;
+    TY_ASSERT(p->segs[j->seg_slot].seg == j->seg);
+    segment_put(p, j->seg_slot, j->seg_bad);
     j->seg = NULL;
 }
 
@@ -299,8 +370,119 @@ static int dest_check_regions(ty_prefill_t *p, struct pjob *j)
     return rc;
 }
 
-/* r is admitted (batcher hook): its decode node's segment, a write batch, and what the KV
- * pool has of its prompt after the page cache's match, read into its reserved pages. */
+/* Read blocks [have, want) of j's prompt from the peer's pinned pages into seq's pages
+ * (reserved here) with the transfer engine, and commit them. Returns 0 or the error that made
+ * them fail (then nothing is committed: the prompt computes them). Worker. */
+static int peer_read_blocks(ty_prefill_t *p, struct pjob *j, ty_kvseq_t *seq, uint32_t have,
+                            uint32_t want, uint64_t *bytes)
+{
+    ty_kvpool_t *pool = ty_engine_pool(p->o.engine);
+    uint64_t t0 = ty_clock_us();
+    if (t0 - j->pin_t0_us + 100000 >= (uint64_t)j->pin_lease_ms * 1000)
+        return TY_ETIMEDOUT; /* the pin may have lapsed while the job queued */
+    ty_xfer_segment_t *seg;
+    size_t slot;
+    int rc = segment_get(p, j->peer_seg, &seg, &slot);
+    if (rc)
+        return rc;
+    ty_xfer_batch_t *b = NULL;
+    if ((rc = ty_kvpool_seq_reserve(pool, seq, (want - have) * p->B)) ||
+        (rc = ty_xfer_batch_new(p->o.xfer, (size_t)(want - have) * p->n_layers * 2, &b))) {
+        segment_put(p, slot, false);
+        return rc;
+    }
+    const uint32_t *pages = ty_kvseq_pages(seq);
+    for (uint32_t i = have; i < want && !rc; i++) {
+        uint64_t at = (uint64_t)j->pin_pages[i] * j->pin_stride;
+        for (uint32_t l = 0; l < p->n_layers && !rc; l++) {
+            struct ty_xfer_request rq[2] = {
+                {TY_XFER_OP_READ, ty_kvpool_k(pool, l, pages[i]), seg, j->pin_k[l] + at,
+                 p->page_bytes},
+                {TY_XFER_OP_READ, ty_kvpool_v(pool, l, pages[i]), seg, j->pin_v[l] + at,
+                 p->page_bytes}};
+            rc = ty_xfer_batch_submit(b, rq, 2);
+        }
+    }
+    int wrc = ty_xfer_batch_wait(b, p->o.peer_timeout_ms);
+    if (!rc)
+        rc = wrc;
+    while (ty_xfer_batch_free(b) == TY_EBUSY) /* no byte may land after we move on */
+        ty_xfer_batch_wait(b, 1000);
+    /* the peer's lease must have covered the whole read, else its pages may have changed */
+    if (!rc && ty_clock_us() - j->pin_t0_us >= (uint64_t)j->pin_lease_ms * 1000)
+        rc = TY_ETIMEDOUT;
+    if (!rc)
+        rc = ty_kvpool_seq_commit(pool, seq, j->tokens + (size_t)have * p->B, (want - have) * p->B);
+    if (!rc) {
+        *bytes = (uint64_t)(want - have) * p->n_layers * 2 * p->page_bytes;
+        ty_node_metrics_peer_read(p->o.metrics, ty_xfer_segment_transport(seg), *bytes,
+                                  ty_clock_us() - t0);
+    }
+    segment_put(p, slot, rc && rc != TY_ENOCAPACITY);
+    return rc;
+}
+
+/* The planned peer blocks that follow what the page cache gave (the peer pinned them before
+ * the job was queued), then the pin goes back. Failures are counted and computed. Worker. */
+static void peer_fetch(ty_prefill_t *p, struct pjob *j, ty_kvseq_t *seq)
+{
+    uint32_t have = ty_kvseq_n_tokens(seq) / p->B, cap = (j->n - 1) / p->B;
+    uint32_t planned = j->plan_blocks < cap ? j->plan_blocks : cap;
+    uint32_t want = j->pin_n < planned ? j->pin_n : planned;
+    uint64_t bytes = 0;
+    int rc = 0;
+    if (want > have && (rc = peer_read_blocks(p, j, seq, have, want, &bytes)))
+        want = have;
+    if (want > have)
+        j->used_peer = want - have;
+    uint32_t failed = planned > have + j->used_peer ? planned - have - j->used_peer : 0;
+    j->fetch_failed += failed;
+    atomic_fetch_add(&p->peer_read_blocks, j->used_peer);
+    atomic_fetch_add(&p->peer_failed_blocks, failed);
+    ty_node_metrics_peer_blocks(p->o.metrics, j->used_peer, failed);
+    if (failed)
+        TY_LOG_DEBUG("prefill",
+                     "request %llu [%s]: %u of %u planned blocks from peer %s not read (%s): "
+                     "computed",
+                     (unsigned long long)j->rid, j->cid, failed, planned, j->peer_addr,
+                     rc ? ty_strerror(rc) : j->pin ? "not pinned there" : "no pin");
+    if (j->pin && !atomic_exchange(&j->pin_released, true))
+        peer_release(p, j->peer_addr, j->pin); /* (posts to the loop) */
+}
+
+/* What the plan says of the prefix (local match already done): the peer's or the pool's
+ * blocks; without a plan (an older Conductor) or one made without the pool's contents, the
+ * pool is asked for whatever follows. Worker. */
+static void fetch_prefix(ty_prefill_t *p, struct pjob *j, ty_breq_t *r)
+{
+    ty_kvseq_t *seq = ty_breq_seq(r);
+    j->used_local = ty_kvseq_n_tokens(seq) / p->B;
+    if (j->has_plan && j->plan_src == TYCHO__V1__PREFIX_SOURCE__PREFIX_SOURCE_PEER)
+        peer_fetch(p, j, seq);
+    uint32_t before = ty_kvseq_n_tokens(seq);
+    if (p->kvstore && (!j->has_plan || !j->pool_planned)) {
+        j->pool_tokens = ty_node_kvstore_fetch(p->kvstore, seq, j->tokens, j->n, UINT32_MAX);
+    } else if (p->kvstore && j->plan_src == TYCHO__V1__PREFIX_SOURCE__PREFIX_SOURCE_POOL) {
+        uint32_t cap = (j->n - 1) / p->B;
+        uint32_t planned = j->plan_blocks < cap ? j->plan_blocks : cap;
+        j->pool_tokens = ty_node_kvstore_fetch(p->kvstore, seq, j->tokens, j->n, planned);
+        uint32_t have = before / p->B + j->pool_tokens / p->B;
+        if (planned > have) {
+            j->fetch_failed += planned - have;
+            TY_LOG_DEBUG("prefill", "request %llu [%s]: %u planned blocks not in the KV pool: "
+                         "computed", (unsigned long long)j->rid, j->cid, planned - have);
+        }
+    } else if (j->plan_src == TYCHO__V1__PREFIX_SOURCE__PREFIX_SOURCE_POOL) {
+        uint32_t cap = (j->n - 1) / p->B;
+        uint32_t planned = j->plan_blocks < cap ? j->plan_blocks : cap;
+        if (planned > before / p->B) /* planned from a pool this node does not use */
+            j->fetch_failed += planned - before / p->B;
+    }
+    j->used_pool = j->pool_tokens / p->B;
+}
+
+/* r is admitted (batcher hook): its decode node's segment, a write batch, and what the plan
+ * (or the KV pool) has of its prompt after the page cache's match, read into its pages. */
 static int on_admit(void *arg, ty_breq_t *r)
 {
     ty_prefill_t *p = arg;
@@ -338,8 +520,7 @@ static int on_admit(void *arg, ty_breq_t *r)
     if ((rc = ty_xfer_batch_new(p->o.xfer, (size_t)p->n_layers * pages_of(p, j) * 2, &j->batch)))
         return rc;
     ty_xfer_batch_set_fence(j->batch, j->fence); /* the decode node takes only this attempt's */
-    if (p->kvstore)
-        j->pool_tokens = ty_node_kvstore_fetch(p->kvstore, ty_breq_seq(r), j->tokens, j->n);
+    fetch_prefix(p, j, r);
     j->cached = ty_kvseq_n_tokens(ty_breq_seq(r));
     return 0;
 }
@@ -440,9 +621,97 @@ static void on_job_done(void *arg)
         Tycho__V1__PrefillAssignReply r = TYCHO__V1__PREFILL_ASSIGN_REPLY__INIT;
         r.request_id = j->rid;
         r.accepted = true;
+        r.has_reuse = true; /* what it reused, for the Conductor's plan-vs-used counters */
+        r.local_blocks = j->used_local;
+        r.pool_blocks = j->used_pool;
+        r.peer_blocks = j->used_peer;
+        r.fetch_failed_blocks = j->fetch_failed;
         ty_rpc_call_reply_msg(j->call, (const ProtobufCMessage *)&r);
     }
     job_free(j);
+}
+
+/* ---- worker: pins of our blocks for peers' reads ------------------------------------------- */
+
+static void on_pin_done(void *arg);
+
+static void pin_drop(ty_prefill_t *p, size_t i)
+{
+    ty_kvpool_seq_free(ty_engine_pool(p->o.engine), p->pins[i].seq);
+    p->pins[i] = p->pins[--p->n_pins];
+}
+
+/* Attach the leading blocks of c's tokens that the page cache holds to a pin of their own
+ * (their pages are then held: nothing evicts them under the peer's read). None held: nothing
+ * pinned, the peer computes them. */
+static void pin_take(ty_prefill_t *p, struct pin_cmd *c)
+{
+    ty_kvpool_t *pool = ty_engine_pool(p->o.engine);
+    ty_kvseq_t *seq = NULL;
+    if (p->n_pins == p->cap_pins) {
+        size_t cap = p->cap_pins ? 2 * p->cap_pins : 16;
+        struct pin *np = realloc(p->pins, cap * sizeof(*np));
+        if (!np)
+            return;
+        p->pins = np;
+        p->cap_pins = cap;
+    }
+    if (ty_kvpool_seq_new(pool, &seq))
+        return;
+    int got = ty_kvpool_seq_match_prefix(pool, seq, c->tokens, c->n_tokens);
+    uint32_t n = got > 0 ? (uint32_t)got / p->B : 0;
+    if (n > c->n_blocks)
+        n = c->n_blocks;
+    c->pages = n ? malloc(n * sizeof(uint32_t)) : NULL;
+    if (!n || !c->pages) {
+        ty_kvpool_seq_free(pool, seq);
+        return;
+    }
+    memcpy(c->pages, ty_kvseq_pages(seq), n * sizeof(uint32_t));
+    c->pin = ++p->next_pin;
+    c->n_pinned = n;
+    p->pins[p->n_pins++] = (struct pin){.id = c->pin, .seq = seq,
+                                        .expires_ms = ty_clock_ms() + PIN_LEASE_MS};
+}
+
+/* The KvFetch commands queued for the worker: pins taken (answered through the mailbox) or
+ * released; pins past their lease dropped. Returns whether pins are held. Worker. */
+static bool pins_run(ty_prefill_t *p)
+{
+    pthread_mutex_lock(&p->mu);
+    struct pin_cmd *c = p->pin_q;
+    p->pin_q = NULL;
+    p->pin_tail = &p->pin_q;
+    pthread_mutex_unlock(&p->mu);
+    for (struct pin_cmd *next; c; c = next) {
+        next = c->next;
+        if (c->release) {
+            for (size_t i = 0; i < p->n_pins; i++)
+                if (p->pins[i].id == c->release) {
+                    pin_drop(p, i);
+                    break;
+                }
+            free(c->tokens);
+            free(c);
+            continue;
+        }
+        pin_take(p, c);
+        atomic_fetch_add(c->n_pinned ? &p->pins_taken : &p->pins_refused, 1);
+        ty_rpc_mailbox_post(p->mb, on_pin_done, c);
+    }
+    uint64_t now = ty_clock_ms();
+    for (size_t i = 0; i < p->n_pins;) {
+        if (p->pins[i].expires_ms <= now) {
+            TY_LOG_DEBUG("prefill", "pin %llu of a peer's read lapsed: released",
+                         (unsigned long long)p->pins[i].id);
+            pin_drop(p, i);
+        } else {
+            i++;
+        }
+    }
+    if (p->n_pins)
+        publish_pages(p);
+    return p->n_pins > 0;
 }
 
 /* Hand the queued jobs to the batcher, end the cancelled ones, run a forward call; returns
@@ -497,16 +766,27 @@ static int work(ty_prefill_t *p, struct pjob *in)
 static void *worker_main(void *arg)
 {
     ty_prefill_t *p = arg;
+    bool pinned = false;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->stop && !p->queue && !p->jobs)
-            pthread_cond_wait(&p->cv, &p->mu);
+        while (!p->stop && !p->queue && !p->jobs && !p->pin_q) {
+            if (!pinned) {
+                pthread_cond_wait(&p->cv, &p->mu);
+                continue;
+            }
+            struct timespec ts; /* pins held: wake to let the lapsed ones go */
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            if (pthread_cond_timedwait(&p->cv, &p->mu, &ts))
+                break;
+        }
         if (p->stop)
             break;
         struct pjob *in = p->queue;
         p->queue = NULL;
         p->tail = &p->queue;
         pthread_mutex_unlock(&p->mu);
+        pinned = pins_run(p); /* between forward calls: a peer's pin waits one call at most */
         int n = work(p, in);
         pthread_mutex_lock(&p->mu);
         if (!n && !p->queue && !p->stop) { /* nothing could start: wait a little for pages */
@@ -520,6 +800,8 @@ static void *worker_main(void *arg)
     }
     pthread_mutex_unlock(&p->mu);
     ty_batcher_end_all(p->b, TY_ESHUTDOWN); /* (what is queued is failed by the loop) */
+    while (p->n_pins)
+        pin_drop(p, p->n_pins - 1);
     return NULL;
 }
 
@@ -657,6 +939,240 @@ static int job_build(ty_prefill_t *p, const Tycho__V1__PrefillAssign *m, struct 
     return 0;
 }
 
+/* ---- loop thread: peer reads ------------------------------------------------------------- */
+
+/* Our answer to a peer's KvFetch (the worker pinned c->n_pinned blocks, or none). */
+static void on_pin_done(void *arg)
+{
+    struct pin_cmd *c = arg;
+    ty_prefill_t *p = c->p;
+    Tycho__V1__KvFetchReply r = TYCHO__V1__KV_FETCH_REPLY__INIT;
+    Tycho__V1__KvDestination src = TYCHO__V1__KV_DESTINATION__INIT;
+    Tycho__V1__LayerDestination *lp = NULL, **lpp = NULL;
+    if (c->n_pinned && (lp = calloc(p->n_layers, sizeof(*lp))) &&
+        (lpp = calloc(p->n_layers, sizeof(*lpp)))) {
+        for (uint32_t l = 0; l < p->n_layers; l++) {
+            tycho__v1__layer_destination__init(&lp[l]);
+            lp[l].layer = l;
+            lp[l].k_base = p->own_k[l];
+            lp[l].v_base = p->own_v[l];
+            lpp[l] = &lp[l];
+        }
+        src.segment = (char *)ty_xfer_engine_name(p->o.xfer);
+        src.n_page_ids = c->n_pinned;
+        src.page_ids = c->pages;
+        src.n_layers = p->n_layers;
+        src.layers = lpp;
+        src.block_tokens = p->B;
+        src.page_bytes = p->page_bytes;
+        src.page_stride = p->page_bytes;
+        src.pool_pages = p->pool_pages;
+        r.pin = c->pin;
+        r.n_blocks = c->n_pinned;
+        r.source = &src;
+        r.lease_ms = PIN_LEASE_MS;
+    } else if (c->n_pinned) { /* no memory to answer: the peer computes, the pin lapses */
+        c->n_pinned = 0;
+    }
+    ty_node_metrics_peer_pins(p->o.metrics, c->n_pinned);
+    ty_rpc_call_reply_msg(c->call, &r.base);
+    free(lp);
+    free(lpp);
+    free(c->pages);
+    free(c->tokens);
+    free(c);
+}
+
+/* KvFetch from a peer prefill node: a pin for the worker to take (answered once taken), or
+ * a pin to release (answered at once). */
+static void on_kv_fetch(ty_rpc_call_t *call, const void *msg, void *arg)
+{
+    ty_prefill_t *p = arg;
+    const Tycho__V1__KvFetch *m = msg;
+    Tycho__V1__KvFetchReply none = TYCHO__V1__KV_FETCH_REPLY__INIT;
+    if (!m->release && (!m->n_blocks || m->n_tokens < (size_t)m->n_blocks * p->B ||
+                        m->n_tokens > ty_engine_max_ctx(p->o.engine))) {
+        ty_rpc_call_fail(call, TY_EINVAL, "KvFetch: %zu tokens for %u blocks of %u", m->n_tokens,
+                         m->n_blocks, p->B);
+        return;
+    }
+    for (size_t i = 0; i < m->n_tokens; i++)
+        if (m->tokens[i] >= p->V) {
+            ty_rpc_call_fail(call, TY_EINVAL, "KvFetch: token id %u out of range", m->tokens[i]);
+            return;
+        }
+    struct pin_cmd *c = calloc(1, sizeof(*c));
+    if (c && m->n_tokens && !(c->tokens = malloc(m->n_tokens * sizeof(uint32_t)))) {
+        free(c);
+        c = NULL;
+    }
+    if (!c) {
+        ty_rpc_call_fail(call, TY_ENOMEM, "KvFetch: out of memory");
+        return;
+    }
+    c->p = p;
+    c->rid = m->request_id;
+    c->release = m->release;
+    c->n_blocks = m->n_blocks;
+    c->n_tokens = (uint32_t)m->n_tokens;
+    if (m->n_tokens)
+        memcpy(c->tokens, m->tokens, m->n_tokens * sizeof(uint32_t));
+    c->call = m->release ? NULL : call;
+    pthread_mutex_lock(&p->mu);
+    bool stop = p->stop;
+    if (!stop) {
+        *p->pin_tail = c;
+        p->pin_tail = &c->next;
+        pthread_cond_signal(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (stop) {
+        free(c->tokens);
+        free(c);
+        ty_rpc_call_fail(call, TY_ESHUTDOWN, "prefill node shutting down");
+    } else if (m->release) {
+        ty_rpc_call_reply_msg(call, &none.base);
+    }
+}
+
+/* The RPC client to the peer prefill node at addr ("host:port"), made on first use; the
+ * oldest is recycled past MAX_PEERS. NULL: a bad address or no memory. Loop thread. */
+static ty_rpc_client_t *peer_client(ty_prefill_t *p, const char *addr)
+{
+    for (size_t i = 0; i < MAX_PEERS; i++)
+        if (p->peers[i].c && !strcmp(p->peers[i].addr, addr))
+            return p->peers[i].c;
+    char host[128];
+    uint16_t port;
+    if (ty_config_split_hostport(addr, host, sizeof(host), &port))
+        return NULL;
+    size_t k = p->peer_rr++ % MAX_PEERS;
+    if (p->peers[k].c)
+        ty_rpc_client_close(p->peers[k].c, NULL, NULL);
+    p->peers[k].c = NULL;
+    struct ty_rpc_client_opts co = {.loop = p->o.loop, .host = host, .port = port,
+                                    .auth = p->o.auth, .connect_timeout_ms = 1000,
+                                    .backoff_max_ms = 1000};
+    if (ty_rpc_client_new(&p->peers[k].c, &co))
+        return p->peers[k].c = NULL;
+    snprintf(p->peers[k].addr, sizeof(p->peers[k].addr), "%s", addr);
+    return p->peers[k].c;
+}
+
+struct release_msg {
+    ty_prefill_t *p;
+    uint64_t pin;
+    char addr[128];
+};
+
+static void on_release_post(void *arg)
+{
+    struct release_msg *rm = arg;
+    ty_rpc_client_t *c = rm->p->stop ? NULL : peer_client(rm->p, rm->addr);
+    Tycho__V1__KvFetch m = TYCHO__V1__KV_FETCH__INIT;
+    m.release = rm->pin;
+    struct ty_rpc_call_opts co = {.timeout_ms = 5000};
+    if (c) /* fire and forget: a lost one lapses with its lease */
+        ty_rpc_client_call_msg(c, TYCHO__V1__METHOD__METHOD_KV_FETCH, &m.base, &co, NULL, NULL,
+                               NULL);
+    free(rm);
+}
+
+/* Give the peer at addr its pin back. Any thread (posts to the loop). */
+static void peer_release(ty_prefill_t *p, const char *addr, uint64_t pin)
+{
+    struct release_msg *rm = malloc(sizeof(*rm));
+    if (!rm)
+        return; /* it lapses */
+    rm->p = p;
+    rm->pin = pin;
+    snprintf(rm->addr, sizeof(rm->addr), "%s", addr);
+    ty_rpc_mailbox_post(p->mb, on_release_post, rm);
+}
+
+static void job_queue(ty_prefill_t *p, struct pjob *j);
+
+/* The peer's answer to our pin request: the job keeps where the blocks are and is queued
+ * (whatever came: what is not pinned is computed). Loop thread. */
+static void on_pin_reply(const struct ty_rpc_result *res, void *arg)
+{
+    struct pjob *j = arg;
+    ty_prefill_t *p = j->p;
+    Tycho__V1__KvFetchReply *m = NULL;
+    if (res->event == TY_RPC_EVENT_REPLY)
+        m = tycho__v1__kv_fetch_reply__unpack(NULL, res->len, res->payload);
+    const Tycho__V1__KvDestination *d = m ? m->source : NULL;
+    if (m && m->pin)
+        j->pin = m->pin; /* from here on released whatever happens (job_free) */
+    if (m && m->pin && d && m->n_blocks && d->n_page_ids >= m->n_blocks &&
+        d->n_layers == p->n_layers && d->page_bytes == p->page_bytes && d->block_tokens == p->B &&
+        d->page_stride >= d->page_bytes) {
+        j->pin_lease_ms = m->lease_ms;
+        j->pin_stride = d->page_stride;
+        j->pin_pages = malloc(m->n_blocks * sizeof(uint32_t));
+        j->pin_k = malloc(2 * (size_t)p->n_layers * sizeof(uint64_t));
+        bool ok = j->pin_pages && j->pin_k;
+        for (uint32_t l = 0; ok && l < p->n_layers; l++) {
+            ok = d->layers[l] && d->layers[l]->layer == l;
+            if (ok) {
+                j->pin_k[l] = d->layers[l]->k_base;
+                j->pin_k[p->n_layers + l] = d->layers[l]->v_base;
+            }
+        }
+        if (ok) {
+            j->pin_v = j->pin_k + p->n_layers;
+            memcpy(j->pin_pages, d->page_ids, m->n_blocks * sizeof(uint32_t));
+            j->pin_n = m->n_blocks;
+        }
+    } else if (res->event != TY_RPC_EVENT_REPLY) {
+        TY_LOG_DEBUG("prefill", "request %llu [%s]: pin request to peer %s failed (%s%s%s): "
+                     "computing its blocks", (unsigned long long)j->rid, j->cid, j->peer_addr,
+                     ty_strerror(res->status), res->message[0] ? ": " : "", res->message);
+    }
+    if (m)
+        tycho__v1__kv_fetch_reply__free_unpacked(m, NULL);
+    job_queue(p, j);
+}
+
+/* j's plan names a peer: ask it to pin the blocks before the job queues (so the worker
+ * never waits on another node), within peer_timeout_ms. Returns 0 when asked (the job is
+ * queued by the answer), else nothing was sent. Loop thread. */
+static int peer_pin(ty_prefill_t *p, struct pjob *j)
+{
+    ty_rpc_client_t *c = peer_client(p, j->peer_addr);
+    if (!c)
+        return TY_EINVAL;
+    uint32_t n = j->plan_blocks * p->B + 1; /* one more token: the match leaves one to compute */
+    Tycho__V1__KvFetch m = TYCHO__V1__KV_FETCH__INIT;
+    m.request_id = j->rid;
+    m.n_blocks = j->plan_blocks;
+    m.n_tokens = n < j->n ? n : j->n;
+    m.tokens = j->tokens;
+    struct ty_rpc_call_opts co = {.timeout_ms = p->o.peer_timeout_ms};
+    j->pin_t0_us = ty_clock_us();
+    return ty_rpc_client_call_msg(c, TYCHO__V1__METHOD__METHOD_KV_FETCH, &m.base, &co,
+                                  on_pin_reply, j, NULL);
+}
+
+/* The plan in PrefillAssign.cached_prefix (none: the node decides for itself). */
+static void take_plan(ty_prefill_t *p, const Tycho__V1__PrefixLocation *pl, struct pjob *j)
+{
+    if (!pl)
+        return;
+    uint32_t cap = (j->n - 1) / p->B;
+    j->has_plan = true;
+    j->pool_planned = pl->pool_planned;
+    j->plan_src = pl->source;
+    j->plan_blocks = pl->n_blocks < cap ? pl->n_blocks : cap;
+    j->plan_local = pl->local_blocks < j->plan_blocks ? pl->local_blocks : j->plan_blocks;
+    if (j->plan_src == TYCHO__V1__PREFIX_SOURCE__PREFIX_SOURCE_PEER &&
+        (!pl->address[0] || strlen(pl->address) >= sizeof(j->peer_addr) || !pl->segment[0] ||
+         strlen(pl->segment) > TY_XFER_NAME_MAX))
+        j->plan_src = TYCHO__V1__PREFIX_SOURCE__PREFIX_SOURCE_NONE; /* nothing to fetch from */
+    snprintf(j->peer_addr, sizeof(j->peer_addr), "%s", pl->address);
+    snprintf(j->peer_seg, sizeof(j->peer_seg), "%s", pl->segment);
+}
+
 static void on_call_cancel(ty_rpc_call_t *call, int reason, void *arg)
 {
     struct pjob *j = arg;
@@ -665,19 +1181,14 @@ static void on_call_cancel(ty_rpc_call_t *call, int reason, void *arg)
     atomic_store(&j->cancelled, true);
 }
 
-static void on_assign(ty_rpc_call_t *call, const void *msg, void *arg)
+/* Hand j to the worker (or refuse it: stopping, or the queue full). Loop thread. */
+static void job_queue(ty_prefill_t *p, struct pjob *j)
 {
-    ty_prefill_t *p = arg;
-    char why[256] = "";
-    struct pjob *j = NULL;
-    if (ty_node_test_mute(call, "PrefillAssign"))
-        return;
-    int rc = job_build(p, msg, &j, why, sizeof(why));
+    int rc = 0;
     pthread_mutex_lock(&p->mu);
-    if (!rc && (p->stop || p->n_queued >= p->o.max_queue))
+    if (p->stop || p->n_queued >= p->o.max_queue)
         rc = p->stop ? TY_ESHUTDOWN : TY_EREJECTED;
     if (!rc) {
-        j->call = call;
         *p->tail = j;
         p->tail = &j->next;
         p->n_queued++;
@@ -686,12 +1197,34 @@ static void on_assign(ty_rpc_call_t *call, const void *msg, void *arg)
     }
     pthread_mutex_unlock(&p->mu);
     if (rc) {
+        TY_LOG_WARN("prefill", "PrefillAssign refused: %s", ty_strerror(rc));
+        ty_rpc_call_fail(j->call, rc, "%s", ty_strerror(rc));
+        job_free(j);
+    }
+}
+
+static void on_assign(ty_rpc_call_t *call, const void *msg, void *arg)
+{
+    ty_prefill_t *p = arg;
+    const Tycho__V1__PrefillAssign *m = msg;
+    char why[256] = "";
+    struct pjob *j = NULL;
+    if (ty_node_test_mute(call, "PrefillAssign"))
+        return;
+    int rc = job_build(p, m, &j, why, sizeof(why));
+    if (rc) {
         TY_LOG_WARN("prefill", "PrefillAssign refused: %s (%s)", ty_strerror(rc), why);
         ty_rpc_call_fail(call, rc, "%s", why[0] ? why : ty_strerror(rc));
-        job_free(j);
         return;
     }
+    j->call = call;
     ty_rpc_call_set_cancel_cb(call, on_call_cancel, j);
+    take_plan(p, m->cached_prefix, j);
+    /* a plan from a peer's cache: its pin first (the answer queues the job) */
+    if (j->plan_src == TYCHO__V1__PREFIX_SOURCE__PREFIX_SOURCE_PEER &&
+        j->plan_blocks > j->plan_local && !p->stop && peer_pin(p, j) == 0)
+        return;
+    job_queue(p, j);
 }
 
 static void on_cancel(ty_rpc_call_t *call, const void *msg, void *arg)
@@ -738,7 +1271,11 @@ void ty_prefill_stats(const ty_prefill_t *p, struct ty_prefill_stats *out)
     *out = (struct ty_prefill_stats){.pool_lookups = k.lookups, .pool_hit_blocks = k.hit_blocks,
                                      .pool_stored_blocks = k.stored_blocks,
                                      .pool_errors = k.errors, .pool_skipped = k.skipped,
-                                     .pool_dropped = k.dropped};
+                                     .pool_dropped = k.dropped,
+                                     .peer_read_blocks = atomic_load(&p->peer_read_blocks),
+                                     .peer_failed_blocks = atomic_load(&p->peer_failed_blocks),
+                                     .pins_taken = atomic_load(&p->pins_taken),
+                                     .pins_refused = atomic_load(&p->pins_refused)};
 }
 
 uint16_t ty_prefill_rpc_port(const ty_prefill_t *p)
@@ -753,6 +1290,7 @@ static void on_closed(void *arg);
 static const struct ty_node_handler handlers[] = {
     {TYCHO__V1__METHOD__METHOD_PREFILL_ASSIGN, &tycho__v1__prefill_assign__descriptor, on_assign},
     {TYCHO__V1__METHOD__METHOD_CANCEL, &tycho__v1__cancel__descriptor, on_cancel},
+    {TYCHO__V1__METHOD__METHOD_KV_FETCH, &tycho__v1__kv_fetch__descriptor, on_kv_fetch},
 };
 
 int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
@@ -772,6 +1310,8 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
         p->o.xfer_timeout_ms = 10000;
     if (!p->o.max_batch)
         p->o.max_batch = 8;
+    if (!p->o.peer_timeout_ms)
+        p->o.peer_timeout_ms = 1000;
     if (p->o.max_batch > MAX_BATCH) {
         free(p);
         return TY_EINVAL;
@@ -786,6 +1326,18 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
     p->page_bytes = ty_kvpool_page_bytes(ty_engine_pool(opts->engine));
     p->pages_used = ty_kvpool_pages_used(ty_engine_pool(opts->engine)); /* before the worker */
     p->tail = &p->queue;
+    p->pin_tail = &p->pin_q;
+    p->pool_pages = ty_kvpool_pages_total(ty_engine_pool(opts->engine));
+    p->own_k = malloc(2 * (size_t)p->n_layers * sizeof(uint64_t));
+    if (!p->own_k) {
+        free(p);
+        return TY_ENOMEM;
+    }
+    p->own_v = p->own_k + p->n_layers;
+    for (uint32_t l = 0; l < p->n_layers; l++) { /* our page arrays, for peers' reads */
+        p->own_k[l] = (uint64_t)(uintptr_t)ty_kvpool_k(ty_engine_pool(opts->engine), l, 0);
+        p->own_v[l] = (uint64_t)(uintptr_t)ty_kvpool_v(ty_engine_pool(opts->engine), l, 0);
+    }
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     struct ty_node_service_opts so = {.loop = opts->loop, .auth = opts->auth,
@@ -805,6 +1357,7 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
         rc = ty_node_service_new(&p->svc, &so);
     if (rc) {
         ty_batcher_free(p->b);
+        free(p->own_k);
         free(p);
         return rc;
     }
@@ -838,6 +1391,19 @@ static void on_drained(void *arg)
         job_free(j);
     }
     p->queue = NULL;
+    for (struct pin_cmd *c = p->pin_q, *n; c; c = n) { /* pins never taken */
+        n = c->next;
+        if (c->call)
+            ty_rpc_call_fail(c->call, TY_ESHUTDOWN, "prefill node shutting down");
+        free(c->tokens);
+        free(c);
+    }
+    p->pin_q = NULL;
+    for (size_t i = 0; i < MAX_PEERS; i++) /* a pin request pending fails its job (stop) */
+        if (p->peers[i].c) {
+            ty_rpc_client_close(p->peers[i].c, NULL, NULL);
+            p->peers[i].c = NULL;
+        }
 }
 
 static void on_closed(void *arg)
@@ -848,6 +1414,8 @@ static void on_closed(void *arg)
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     ty_batcher_free(p->b);
+    free(p->pins);
+    free(p->own_k);
     free(p);
     if (cb)
         cb(cb_arg);

@@ -72,7 +72,7 @@ static int opts_check(const struct ty_sched_opts *o)
     if (o->cost.block_tokens == 0 || !(o->balancing_threshold >= 0) ||
         !(o->ttft_overhead_us >= 0) || !isfinite(o->ttft_overhead_us))
         return TY_EINVAL;
-    if (o->remote_from_node && o->remote_node >= TY_SCHED_MAX_NODES)
+    if ((o->remote_from_node || o->has_remote_node) && o->remote_node >= TY_SCHED_MAX_NODES)
         return TY_EINVAL;
     for (int k = 0; k < 3; k++)
         if (!isfinite(o->cost.prefill[k]) || !isfinite(o->cost.decode[k]))
@@ -271,7 +271,7 @@ int ty_sched_block_removed(ty_sched_t *s, uint32_t node, const uint64_t *hashes,
 
 int ty_sched_blocks_reset(ty_sched_t *s, uint32_t node)
 {
-    bool source = s->o.remote_from_node && node == s->o.remote_node;
+    bool source = (s->o.remote_from_node || s->o.has_remote_node) && node == s->o.remote_node;
     if (node >= TY_SCHED_MAX_NODES || (!s->nodes[node].present && !source))
         return TY_ENOTFOUND;
     ty_sched_index_drop_node(s->ix, node);

@@ -1380,6 +1380,131 @@ def case_prefix_routing():
     return ok
 
 
+PEER_CONFIG = """cost:
+  refit: false
+  prefill: [200000, 1000, 0]   # 200 ms per forward call: a muted request keeps p0 busy
+node_answer_timeout: 6s
+"""
+
+
+def peer_case(stop_source):
+    """Reuse from another prefill node's page cache (no KV pool). Turn 1 of a conversation is
+    computed on p0; then p0 looks busy to the Conductor (a request it is muted on, test hook
+    TYCHO_TEST_MUTE_FILE) and turn 2, which shares turn 1's full blocks, is planned on p1 with
+    its prefix fetched from p0 (PrefillAssign.cached_prefix names p0). stop_source False: p1
+    reads the blocks from p0's pinned pages through the transfer engine (usage cached_tokens,
+    p1's peer fetch bytes, p0's pins, the Conductor's planned == used peer blocks). True: p0
+    is stopped (SIGSTOP) first, its pin never comes, p1 computes the prompt after
+    peer_fetch_timeout, and the Conductor's counters show the planned blocks unused. Either
+    way the answer is tycho generate's."""
+    cl = Cluster(0, 1, config=PEER_CONFIG, hb_timeout="20s",
+                 node_args=["--log_level=debug", "--peer_fetch_timeout=500ms"])
+    mute = os.path.join(cl.dir, "mute")
+    cl.start_node("prefill", "p0", env=dict(os.environ, TYCHO_TEST_MUTE_FILE=mute))
+    cl.wait_nodes(2)
+    ok = True
+    t1, t2 = LONG_A, LONG_A + " Then they went home."
+    ids1, ref2 = generate(t1, 1)["prompt_ids"], generate(t2, 6)
+    ids2 = ref2["prompt_ids"]
+    common = 0
+    while common < min(len(ids1), len(ids2)) and ids1[common] == ids2[common]:
+        common += 1
+    k = min(common // 16, (len(ids1) - 1) // 16, (len(ids2) - 1) // 16)
+    st, body = cl.post("/v1/completions", {"prompt": t1, "max_tokens": 4, "temperature": 0})
+    ok &= check(st == 200 and cached_of(body) == 0, "turn 1 on p0: %d, cached %s" %
+                (st, cached_of(body) if st == 200 else body[:200]))
+    cl.start_node("prefill", "p1")
+    cl.wait_nodes(3)
+    time.sleep(0.5)  # heartbeats: p0's blocks are indexed
+    open(mute, "w").close()
+    held = {}
+
+    def muted():  # placed on p0 (ties go to the first node), left unanswered there
+        held["r"] = cl.post("/v1/completions", {"prompt": LONG_B, "max_tokens": 2,
+                                                "temperature": 0}, timeout=40)
+    th = threading.Thread(target=muted)
+    th.start()
+    ok &= check(cl.log_shows("p0", "is left unanswered", 10), "p0 holds a request (muted)")
+    if stop_source:
+        cl.procs["p0"].send_signal(signal.SIGSTOP)
+    m0, n0 = cl.metrics(), node_metrics(cl, "p1")
+    t = time.time()
+    st, body = cl.post("/v1/completions", {"prompt": t2, "max_tokens": 6, "temperature": 0,
+                                           "return_token_ids": True})
+    took = time.time() - t
+    if stop_source:
+        cl.procs["p0"].send_signal(signal.SIGCONT)
+    os.unlink(mute)
+    got = json.loads(body)["choices"][0]["token_ids"] if st == 200 else body[:300]
+    ok &= check(st == 200 and got == ref2["output_ids"],
+                "turn 2 answered as tycho generate does: %d %s" % (st, got))
+    # the prefill node's reply (what it reused) may come after the answer's last token
+    end = time.time() + 5
+    while True:
+        m, n1 = cl.metrics(), node_metrics(cl, "p1")
+        if m.get('tycho_prefix_planned_blocks_total{source="peer"}', 0) > \
+                m0.get('tycho_prefix_planned_blocks_total{source="peer"}', 0) or time.time() > end:
+            break
+        time.sleep(0.05)
+    log = open(cl.logs["p1"]).read()
+
+    def delta(name, mm=m, mb=m0):
+        return mm.get(name, 0) - mb.get(name, 0)
+    planned = delta('tycho_prefix_planned_blocks_total{source="peer"}')
+    used = delta('tycho_prefix_used_blocks_total{source="peer"}')
+    failed = delta("tycho_prefix_fetch_failed_blocks_total")
+    peer_bytes = sum(n1.get('tycho_node_peer_fetch_bytes_total{transport="%s"}' % x, 0) -
+                     n0.get('tycho_node_peer_fetch_bytes_total{transport="%s"}' % x, 0)
+                     for x in ("tcp", "local", "rdma", "cuda_ipc"))
+    read = delta('tycho_node_peer_fetch_blocks_total{result="read"}', n1, n0)
+    nfail = delta('tycho_node_peer_fetch_blocks_total{result="failed"}', n1, n0)
+    print("  %d shared blocks; turn 2 in %.2f s: cached %s, planned %d peer blocks, used %d, "
+          "failed %d; p1 read %d blocks (%d bytes), failed %d" %
+          (k, took, cached_of(body) if st == 200 else "-", planned, used, failed, read,
+           peer_bytes, nfail))
+    ok &= check(k >= 3, "turn 2 shares %d full blocks with turn 1 (want >= 3)" % k)
+    ok &= check(planned == k, "the Conductor planned turn 2's %d blocks from p0's cache (%d)"
+                % (k, planned))
+    st_s, sbody = get_status(cl.http, "/status")
+    plan = json.loads(sbody).get("scheduler", {}).get("prefix_plan", {})
+    if not stop_source:
+        ok &= check(cached_of(body) == 16 * k, "usage cached_tokens %s = the %d blocks read "
+                    "from p0" % (cached_of(body) if st == 200 else "-", k))
+        ok &= check(used == k and failed == 0, "the Conductor: %d peer blocks used of %d "
+                    "planned, %d failed" % (used, planned, failed))
+        ok &= check(read == k and peer_bytes > 0, "p1 read %d blocks (%d bytes) from p0's "
+                    "cache" % (read, peer_bytes))
+        pins = node_metrics(cl, "p0").get('tycho_node_peer_pins_total{result="pinned"}', 0)
+        ok &= check(pins >= 1, "p0 pinned the blocks for p1's read (%d pins)" % pins)
+        ok &= check(plan.get("used_blocks", {}).get("peer") == plan.get("planned_blocks", {}).get(
+            "peer") == k and plan.get("used_ratio", {}).get("peer") == 1.0,
+            "/status scheduler.prefix_plan: %s" % plan)
+        ok &= check("pin request to peer" not in log, "no failed pin on p1")
+    else:
+        ok &= check(cached_of(body) == 0, "nothing reused: cached_tokens %s" %
+                    (cached_of(body) if st == 200 else "-"))
+        ok &= check(used == 0 and failed == k, "the Conductor's counters show the miss: %d of "
+                    "%d planned peer blocks used, %d failed" % (used, planned, failed))
+        ok &= check(read == 0 and nfail == k and peer_bytes == 0,
+                    "p1 counted %d failed peer blocks, read %d" % (nfail, read))
+        ok &= check("pin request to peer" in log, "p1 logged the failed pin at debug")
+        ok &= check(plan.get("used_ratio", {}).get("peer") == 0.0 and
+                    plan.get("fetch_failed_blocks") == k, "/status scheduler.prefix_plan: %s"
+                    % plan)
+    th.join(40)
+    ok &= check(held.get("r", (0,))[0] == 200, "the muted request was placed again and "
+                "answered: %s" % (held.get("r", (0,))[0],))
+    return ok
+
+
+def case_peer_fetch():
+    return peer_case(False)
+
+
+def case_peer_fetch_miss():
+    return peer_case(True)
+
+
 def case_cache_events():
     """A prefill node tells the Conductor which blocks its page cache evicted: with room for
     only 12 pages, after many distinct prompts the Conductor's prefix index holds no more
@@ -3012,7 +3137,8 @@ def main():
             "request_id": case_request_id, "auth": case_auth, "flood": case_flood, "fence": case_fence,
             "mute_decode": case_mute_decode, "mute_prefill": case_mute_prefill,
             "json_logs": case_json_logs, "dashboard": case_dashboard,
-            "two_conductors": case_two_conductors, "decode_same_port": case_decode_same_port}[CASE]
+            "two_conductors": case_two_conductors, "decode_same_port": case_decode_same_port,
+            "peer_fetch": case_peer_fetch, "peer_fetch_miss": case_peer_fetch_miss}[CASE]
     ok = False
     try:
         ok = case()

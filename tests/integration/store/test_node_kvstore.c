@@ -116,7 +116,7 @@ static uint32_t fetch(struct side *s, const uint32_t *tokens, uint32_t n)
 {
     ty_kvseq_t *q;
     assert_int_equal(ty_kvpool_seq_new(s->pool, &q), 0);
-    uint32_t got = ty_node_kvstore_fetch(s->ks, q, tokens, n);
+    uint32_t got = ty_node_kvstore_fetch(s->ks, q, tokens, n, UINT32_MAX);
     assert_int_equal(ty_kvseq_n_tokens(q), got);
     ty_kvpool_seq_free(s->pool, q);
     return got;
@@ -145,7 +145,7 @@ static void test_share_blocks(void **state)
     /* b never saw the prompt: it reads all 4 full blocks ((19 - 1) / 4), byte for byte */
     ty_kvseq_t *sb;
     assert_int_equal(ty_kvpool_seq_new(b.pool, &sb), 0);
-    assert_int_equal(ty_node_kvstore_fetch(b.ks, sb, t, 19), 16);
+    assert_int_equal(ty_node_kvstore_fetch(b.ks, sb, t, 19, UINT32_MAX), 16);
     assert_blocks_equal(a.pool, sa, b.pool, sb, 4);
     ty_kvpool_seq_free(b.pool, sb);
     /* ... and now holds them in its own page cache, found by the usual prefix match */
@@ -155,6 +155,13 @@ static void test_share_blocks(void **state)
     /* a prompt of exactly 4 blocks leaves its last one to compute */
     struct side c = mk_side(32, 42, 5000);
     assert_int_equal(fetch(&c, t, 16), 12);
+    /* the Conductor's plan caps what is read: 2 blocks planned, 2 read (of the 4 there) */
+    struct side e = mk_side(32, 42, 5000);
+    ty_kvseq_t *se;
+    assert_int_equal(ty_kvpool_seq_new(e.pool, &se), 0);
+    assert_int_equal(ty_node_kvstore_fetch(e.ks, se, t, 19, 2), 8);
+    assert_int_equal(ty_kvseq_n_tokens(se), 8);
+    ty_kvpool_seq_free(e.pool, se);
     /* a prompt that diverges in block 2 shares blocks 0 and 1 only (chained hashes) */
     uint32_t u[19];
     memcpy(u, t, sizeof(u));
@@ -176,6 +183,7 @@ static void test_share_blocks(void **state)
     free_side(&b);
     free_side(&c);
     free_side(&d);
+    free_side(&e);
 }
 
 static void test_bad_value_and_full_cache(void **state)

@@ -251,6 +251,43 @@ static void test_kvcache_centric_pool_source(void **st)
     assert_int_equal(ty_sched_new(&s, &o), TY_EINVAL);
 }
 
+/* The live Conductor (has_remote_node): the pool (index node 255) and the prefill nodes'
+ * caches are all sources of a remote prefix; the longest one wins, a peer before the pool
+ * on a tie; the pool's blocks can be reset though 255 is no node. */
+static void test_kvcache_centric_peer_or_pool(void **st)
+{
+    struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_KVCACHE_CENTRIC, TY_SCHED_ADMIT_BASELINE);
+    o.has_remote_node = true;
+    o.remote_node = 255;
+    ty_sched_t *s = cluster(&o);
+    struct ty_sched_request r = req(1, 0);
+    struct ty_sched_decision d;
+    /* the pool holds blocks 0-5, node 0 blocks 0-7: node 1 fetches 6 blocks from node 0 */
+    assert_int_equal(ty_sched_block_stored(s, 255, H, 6), 0);
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.prefill_node, 1);
+    assert_int_equal(d.prefix_source, 0);
+    assert_int_equal(d.local_prefix_blocks, 2);
+    assert_int_equal(d.used_prefix_blocks, 8);
+    ty_sched_free(s);
+    /* the pool holds all 10 blocks: it is the longest source */
+    s = cluster(&o);
+    assert_int_equal(ty_sched_block_stored(s, 255, H, 10), 0);
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.prefix_source, 255);
+    assert_int_equal(d.used_prefix_blocks, 10);
+    assert_int_equal(ty_sched_blocks_reset(s, 255), 0);
+    assert_int_equal(ty_sched_blocks_reset(s, 254), TY_ENOTFOUND);
+    /* a node out of placement is no source: node 0 out, the pool empty, nothing to fetch */
+    assert_int_equal(ty_sched_node_set_out(s, 0, true), 0);
+    r.id = 2;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.prefix_source, TY_SCHED_NODE_NONE);
+    ty_sched_free(s);
+    o.remote_node = TY_SCHED_MAX_NODES;
+    assert_int_equal(ty_sched_new(&s, &o), TY_EINVAL);
+}
+
 static void test_round_robin_and_random(void **st)
 {
     struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_ROUND_ROBIN, TY_SCHED_ADMIT_BASELINE);
@@ -950,6 +987,7 @@ int main(void)
         cmocka_unit_test(test_ttft_overhead),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_node_out),
+        cmocka_unit_test(test_kvcache_centric_peer_or_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
