@@ -49,7 +49,7 @@ struct ty_backend_cpu_opts {
     uint32_t n_threads; /* worker threads including the caller; 0 = 1 */
 };
 
-/* The CPU reference backend: OpenBLAS GEMMs, f32 activations and KV, F16/BF16/Q8_0 weights
+/* The CPU reference backend: OpenBLAS GEMMs, f32 activations and KV, F16/BF16/quantized weights
  * converted to f32 tile by tile (a few hundred KiB of scratch, no full f32 copy). */
 int ty_backend_cpu_new(ty_backend_t **out, const struct ty_backend_cpu_opts *opts);
 

@@ -30,11 +30,16 @@ enum ty_gguf_vtype {
     TY_GGUF_FLOAT64 = 12,
 };
 
-/* ggml tensor types Tycho reads (values as in ggml.h). */
+/* ggml tensor types Tycho reads (values as in ggml.h; block layouts as ggml-common.h's
+ * block_q4_0, block_q8_0, block_q4_K, block_q5_K, block_q6_K: include/tycho/quant.h). */
 enum ty_ggml_type {
     TY_GGML_F32 = 0,
     TY_GGML_F16 = 1,
+    TY_GGML_Q4_0 = 2,
     TY_GGML_Q8_0 = 8,
+    TY_GGML_Q4_K = 12,
+    TY_GGML_Q5_K = 13,
+    TY_GGML_Q6_K = 14,
     TY_GGML_BF16 = 30,
 };
 
@@ -76,6 +81,9 @@ const struct ty_gguf_tensor *ty_gguf_tensor_at(const ty_gguf_t *g, uint64_t i);
  * a multiple of the block size for block types), or 0 for an unknown type. */
 uint64_t ty_ggml_type_nbytes(uint32_t type, uint64_t n);
 const char *ty_ggml_type_name(uint32_t type);
+/* Elements per block of `type`: 1 for F32/F16/BF16, 32 for Q4_0/Q8_0, 256 for the K-quants,
+ * 0 for a type this reader refuses. A tensor's row length (ne[0]) is a multiple of it. */
+uint32_t ty_ggml_type_block(uint32_t type);
 
 /* Metadata entries in file order: key (NUL-terminated copy), value type, and the raw bytes of
  * the whole entry as serialised in the file (key, type and value), for copying into a writer. */

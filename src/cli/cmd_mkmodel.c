@@ -8,6 +8,7 @@
 #include "tycho/errors.h"
 #include "tycho/gguf.h"
 #include "tycho/hash.h"
+#include "tycho/quant.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -50,6 +51,27 @@ static const struct arch_spec arches[] = {
     {"qwen2", "Qwen2ForCausalLM", true, false, false, 1e-6f},
     {"qwen3", "Qwen3ForCausalLM", false, true, false, 1e-6f},
 };
+
+/* --type: the matrices' ggml type, or a llama.cpp-style mix. q4_k_m is llama.cpp's Q4_K_M
+ * (llama_tensor_get_type): Q4_K matrices, Q6_K for the output and for attn_v and ffn_down in
+ * the layers use_more_bits picks (the first and last eighth, every third in between). */
+struct ftype {
+    const char *name;
+    uint32_t type, more;  /* matrices; the mix's wider type (0: none) */
+    uint32_t file_type;   /* general.file_type (llama_ftype) */
+};
+
+static const struct ftype ftypes[] = {
+    {"f32", TY_GGML_F32, 0, 0},   {"f16", TY_GGML_F16, 0, 1},   {"q8_0", TY_GGML_Q8_0, 0, 7},
+    {"q4_0", TY_GGML_Q4_0, 0, 2}, {"q4_k", TY_GGML_Q4_K, 0, 14}, {"q5_k", TY_GGML_Q5_K, 0, 16},
+    {"q6_k", TY_GGML_Q6_K, 0, 18}, {"q4_k_m", TY_GGML_Q4_K, TY_GGML_Q6_K, 15},
+};
+
+static bool use_more_bits(uint32_t layer, uint32_t n_layers)
+{
+    return layer < n_layers / 8 || layer >= 7 * n_layers / 8 ||
+           (layer >= n_layers / 8 && (layer - n_layers / 8) % 3 == 2);
+}
 
 /* How a tensor's values are drawn. Matrices are uniform with std 1/sqrt(row length) so that
  * every layer's output is as large as its input (real models' scale): each position's
@@ -111,26 +133,23 @@ static float rand_weight(const struct fill_ctx *c, uint64_t i, uint64_t e)
     }
 }
 
-/* Q8_0 bytes [off, off + len) of tensor i: blocks of 32 elements quantized as ggml does
- * (d = max |x| / 127 stored as f16, q = round(x / d)), each block made whole, then cut. */
-static void fill_q8_0(const struct fill_ctx *c, uint64_t i, uint64_t off, unsigned char *buf,
-                      size_t len)
+/* Block-quantized bytes [off, off + len) of tensor i (tycho/quant.h: ggml's block layouts,
+ * quantized from the block's range as ggml's reference quantizers do): each block made whole,
+ * then cut to the writer's chunk. */
+static void fill_blocks(const struct fill_ctx *c, uint64_t i, uint64_t off, unsigned char *buf,
+                        size_t len)
 {
-    for (uint64_t b = off / 34; b * 34 < off + len; b++) {
-        unsigned char blk[34];
-        float x[32], amax = 0;
-        for (int j = 0; j < 32; j++) {
-            x[j] = rand_weight(c, i, b * 32 + (uint64_t)j);
-            amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
-        }
-        float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
-        uint16_t dh = float_to_half(d);
-        memcpy(blk, &dh, 2);
-        for (int j = 0; j < 32; j++)
-            blk[2 + j] = (unsigned char)(int8_t)lrintf(x[j] * id);
-        uint64_t from = off > b * 34 ? off - b * 34 : 0;
-        uint64_t to = off + len < (b + 1) * 34 ? off + len - b * 34 : 34;
-        memcpy(buf + (b * 34 + from - off), blk + from, to - from);
+    uint32_t type = c->t[i].type, n = ty_ggml_type_block(type);
+    uint64_t bytes = ty_ggml_type_nbytes(type, n);
+    for (uint64_t b = off / bytes; b * bytes < off + len; b++) {
+        unsigned char blk[256];
+        float x[256];
+        for (uint32_t j = 0; j < n; j++)
+            x[j] = rand_weight(c, i, b * n + j);
+        ty_quant_row_quantize(type, x, blk, n);
+        uint64_t from = off > b * bytes ? off - b * bytes : 0;
+        uint64_t to = off + len < (b + 1) * bytes ? off + len - b * bytes : bytes;
+        memcpy(buf + (b * bytes + from - off), blk + from, to - from);
     }
 }
 
@@ -139,8 +158,8 @@ static int fill(void *arg, uint64_t i, uint64_t off, void *buf, size_t len)
 {
     struct fill_ctx *c = arg;
     uint32_t type = c->t[i].type;
-    if (type == TY_GGML_Q8_0) {
-        fill_q8_0(c, i, off, buf, len);
+    if (ty_quant_is_block(type)) {
+        fill_blocks(c, i, off, buf, len);
         return 0;
     }
     size_t esz = type == TY_GGML_F32 ? 4 : 2;
@@ -164,7 +183,7 @@ static uint32_t head_dim(const struct dims *d)
 
 /* The hyper-parameters llama.cpp reads for the architecture (llama_model::load_hparams). */
 static int add_kv(ty_gguf_writer_t *w, const struct dims *d, const struct arch_spec *a,
-                  uint32_t type)
+                  const struct ftype *ft)
 {
     char key[96];
     int rc = 0;
@@ -173,8 +192,7 @@ static int add_kv(ty_gguf_writer_t *w, const struct dims *d, const struct arch_s
 #define KV_F32(k, v) (snprintf(key, sizeof(key), "%s." k, a->name), ty_gguf_writer_kv_f32(w, key, v))
     rc |= ty_gguf_writer_kv_str(w, "general.architecture", a->name);
     rc |= ty_gguf_writer_kv_str(w, "general.name", "tycho-mkmodel random");
-    rc |= ty_gguf_writer_kv_u32(w, "general.file_type",
-                                type == TY_GGML_F16 ? 1 : type == TY_GGML_Q8_0 ? 7 : 0);
+    rc |= ty_gguf_writer_kv_u32(w, "general.file_type", ft->file_type);
     rc |= KV_U32("context_length", d->ctx);
     rc |= KV_U32("embedding_length", d->dim);
     rc |= KV_U32("block_count", d->layers);
@@ -323,29 +341,32 @@ static void spec(struct tspec *t, const char *gguf, const char *hf, uint32_t typ
 /* Every tensor of the model, in file order, into t (room for 5 + 14 per layer); returns the
  * count. Names follow llama.cpp (GGUF) and transformers (HF). */
 static size_t build_specs(struct tspec *t, const struct dims *d, const struct arch_spec *a,
-                          uint32_t type)
+                          const struct ftype *ft)
 {
-    uint32_t hd = head_dim(d), q = d->heads * hd, kv = d->kv_heads * hd;
+    uint32_t hd = head_dim(d), q = d->heads * hd, kv = d->kv_heads * hd, type = ft->type;
+    uint32_t wide = ft->more ? ft->more : type;
     size_t n = 0;
     char g[64], h[96];
     spec(&t[n++], "token_embd.weight", "model.embed_tokens.weight", type, d->dim, d->vocab,
          TK_MATRIX);
     spec(&t[n++], "output_norm.weight", "model.norm.weight", type, d->dim, 1, TK_ONES);
     if (!d->tied)
-        spec(&t[n++], "output.weight", "lm_head.weight", type, d->dim, d->vocab, TK_MATRIX);
+        spec(&t[n++], "output.weight", "lm_head.weight", wide, d->dim, d->vocab, TK_MATRIX);
     for (uint32_t l = 0; l < d->layers; l++) {
-#define LT(gs, hs, cols, rows, kind)                                                              \
+        uint32_t more = use_more_bits(l, d->layers) ? wide : type;
+#define LT_TYPE(gs, hs, ty, cols, rows, kind)                                                     \
     do {                                                                                          \
         snprintf(g, sizeof(g), "blk.%u.%s", l, gs);                                               \
         snprintf(h, sizeof(h), "model.layers.%u.%s", l, hs);                                      \
-        spec(&t[n++], g, h, type, cols, rows, kind);                                              \
+        spec(&t[n++], g, h, ty, cols, rows, kind);                                                \
     } while (0)
+#define LT(gs, hs, cols, rows, kind) LT_TYPE(gs, hs, type, cols, rows, kind)
         LT("attn_norm.weight", "input_layernorm.weight", d->dim, 1, TK_ONES);
         LT("attn_q.weight", "self_attn.q_proj.weight", d->dim, q, TK_MATRIX);
         t[n - 1].permute_heads = a->hf_permute ? d->heads : 0;
         LT("attn_k.weight", "self_attn.k_proj.weight", d->dim, kv, TK_MATRIX);
         t[n - 1].permute_heads = a->hf_permute ? d->kv_heads : 0;
-        LT("attn_v.weight", "self_attn.v_proj.weight", d->dim, kv, TK_MATRIX);
+        LT_TYPE("attn_v.weight", "self_attn.v_proj.weight", more, d->dim, kv, TK_MATRIX);
         if (a->qkv_bias) {
             LT("attn_q.bias", "self_attn.q_proj.bias", q, 1, TK_BIAS);
             LT("attn_k.bias", "self_attn.k_proj.bias", kv, 1, TK_BIAS);
@@ -358,9 +379,10 @@ static size_t build_specs(struct tspec *t, const struct dims *d, const struct ar
         LT("attn_output.weight", "self_attn.o_proj.weight", q, d->dim, TK_MATRIX);
         LT("ffn_norm.weight", "post_attention_layernorm.weight", d->dim, 1, TK_ONES);
         LT("ffn_gate.weight", "mlp.gate_proj.weight", d->dim, d->ffn, TK_MATRIX);
-        LT("ffn_down.weight", "mlp.down_proj.weight", d->ffn, d->dim, TK_MATRIX);
+        LT_TYPE("ffn_down.weight", "mlp.down_proj.weight", more, d->ffn, d->dim, TK_MATRIX);
         LT("ffn_up.weight", "mlp.up_proj.weight", d->dim, d->ffn, TK_MATRIX);
 #undef LT
+#undef LT_TYPE
     }
     return n;
 }
@@ -381,9 +403,12 @@ static int parse_dims(const char *s, struct dims *d)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: tycho mkmodel (--preset 110m|1b|tiny | --dims D,LAYERS,HEADS,KV_HEADS,FFN)\n"
-               "         --vocab-from TOKENIZER.gguf|bytes --out FILE.gguf [--type f32|f16|q8_0]\n"
+               "         --vocab-from TOKENIZER.gguf|bytes --out FILE.gguf\n"
+               "         [--type f32|f16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m]\n"
                "         [--arch llama|qwen2|qwen3] [--head-dim N] [--untied] [--seed S]\n"
                "         [--hf DIR]\n"
+               "  --type: the matrices' ggml type (norms and biases stay f32); q4_k_m is\n"
+               "          llama.cpp's mix (Q4_K, Q6_K output and some attn_v / ffn_down)\n"
                "  --vocab-from bytes: a built-in 259-token byte-fallback vocabulary (no donor file)\n"
                "  --arch: the GGUF architecture (llama.cpp's names and tensors): llama (default),\n"
                "          qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm)\n"
@@ -508,7 +533,7 @@ static int write_hf(const char *dir, const struct tspec *t, size_t n, const stru
 
 /* ---- the GGUF ------------------------------------------------------------------------------ */
 
-static int write_model(const struct dims *d, const struct arch_spec *a, uint32_t type,
+static int write_model(const struct dims *d, const struct arch_spec *a, const struct ftype *ft,
                        const char *vocab, const char *out, const char *hf, uint64_t seed)
 {
     ty_gguf_writer_t *w = NULL;
@@ -519,16 +544,16 @@ static int write_model(const struct dims *d, const struct arch_spec *a, uint32_t
     if (rc)
         goto out;
     rc = strcmp(vocab, "bytes") == 0 ? builtin_vocab(w, &dd.vocab) : copy_vocab(w, vocab, &dd.vocab);
-    if (rc || (rc = add_kv(w, &dd, a, type)))
+    if (rc || (rc = add_kv(w, &dd, a, ft)))
         goto out;
-    n = build_specs(t, &dd, a, type);
+    n = build_specs(t, &dd, a, ft);
     for (size_t i = 0; i < n && !rc; i++)
         rc = ty_gguf_writer_tensor(w, t[i].gguf, t[i].type, t[i].nd, t[i].ne);
     struct fill_ctx fc = {seed, t};
     if (!rc)
         rc = ty_gguf_writer_write(w, out, fill, &fc);
     if (!rc && hf)
-        rc = write_hf(hf, t, n, &dd, a, type, &fc);
+        rc = write_hf(hf, t, n, &dd, a, ft->type, &fc);
 out:
     ty_gguf_writer_free(w);
     free(t);
@@ -544,23 +569,33 @@ static const struct arch_spec *find_arch(const char *name)
 }
 
 /* Shape checks that depend on the options together; 0 or a message on stderr. */
-static int check_shape(const struct dims *d, uint32_t type, const char *hf)
+static int check_shape(const struct dims *d, const struct ftype *ft, const char *hf)
 {
-    uint32_t hd = head_dim(d);
+    uint32_t hd = head_dim(d), block = ty_ggml_type_block(ft->type);
     if (hd == 0 || hd % 2 || hd > 1024) {
         fprintf(stderr, "tycho mkmodel: --head-dim must be even, 2..1024\n");
         return TY_CLI_EXIT_USAGE;
     }
-    if (type == TY_GGML_Q8_0 && (d->dim % 32 || d->ffn % 32 || (d->heads * hd) % 32)) {
-        fprintf(stderr, "tycho mkmodel: q8_0 needs dim, ffn and heads*head_dim to be multiples "
-                        "of 32\n");
+    /* every matrix row (dim, ffn or heads*head_dim long) holds whole blocks */
+    if (d->dim % block || d->ffn % block || (d->heads * hd) % block) {
+        fprintf(stderr, "tycho mkmodel: %s needs dim, ffn and heads*head_dim to be multiples "
+                        "of %u\n", ft->name, block);
         return TY_CLI_EXIT_USAGE;
     }
-    if (hf && type == TY_GGML_Q8_0) {
-        fprintf(stderr, "tycho mkmodel: --hf needs --type f32 or f16 (safetensors has no Q8_0)\n");
+    if (hf && block > 1) {
+        fprintf(stderr, "tycho mkmodel: --hf needs --type f32 or f16 (safetensors has no %s)\n",
+                ft->name);
         return TY_CLI_EXIT_USAGE;
     }
     return 0;
+}
+
+static const struct ftype *find_ftype(const char *name)
+{
+    for (size_t i = 0; i < sizeof(ftypes) / sizeof(ftypes[0]); i++)
+        if (strcmp(ftypes[i].name, name) == 0)
+            return &ftypes[i];
+    return NULL;
 }
 
 static int run_mkmodel(int argc, char **argv)
@@ -573,7 +608,8 @@ static int run_mkmodel(int argc, char **argv)
     struct dims d = {0};
     const char *vocab = NULL, *out = NULL, *hf = NULL;
     const struct arch_spec *arch = &arches[0];
-    uint32_t type = TY_GGML_F32, hd = 0;
+    const struct ftype *ft = &ftypes[0];
+    uint32_t hd = 0;
     uint64_t seed = 1;
     bool have = false, untied = false;
     int c;
@@ -601,13 +637,11 @@ static int run_mkmodel(int argc, char **argv)
         case 'F': hf = optarg; break;
         case 'U': untied = true; break;
         case 't':
-            if (strcmp(optarg, "f32") && strcmp(optarg, "f16") && strcmp(optarg, "q8_0")) {
-                fprintf(stderr, "tycho mkmodel: --type is f32, f16 or q8_0\n");
+            if (!(ft = find_ftype(optarg))) {
+                fprintf(stderr, "tycho mkmodel: --type is f32, f16, q8_0, q4_0, q4_k, q5_k, "
+                                "q6_k or q4_k_m\n");
                 return TY_CLI_EXIT_USAGE;
             }
-            type = strcmp(optarg, "f16") == 0    ? TY_GGML_F16
-                   : strcmp(optarg, "q8_0") == 0 ? TY_GGML_Q8_0
-                                                 : TY_GGML_F32;
             break;
         case 'a':
             if (!(arch = find_arch(optarg))) {
@@ -633,10 +667,10 @@ static int run_mkmodel(int argc, char **argv)
     }
     d.head_dim = hd ? hd : d.head_dim;
     d.tied = d.tied && !untied;
-    int rc = check_shape(&d, type, hf);
+    int rc = check_shape(&d, ft, hf);
     if (rc)
         return rc;
-    rc = write_model(&d, arch, type, vocab, out, hf, seed);
+    rc = write_model(&d, arch, ft, vocab, out, hf, seed);
     if (rc) {
         fprintf(stderr, "tycho mkmodel: writing %s: %s\n", hf ? hf : out, ty_strerror(rc));
         return TY_CLI_EXIT_FAIL;

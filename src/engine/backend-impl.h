@@ -23,9 +23,9 @@ struct ty_backend {
 struct ty_weight;
 
 /* Row `row` of weight `w` as w->cols f32 values in `out`, from any file type the engine loads
- * (F32, F16, BF16, Q8_0; zeros for others). The CPU backend's reading (cpu/ops.c); the CUDA
- * backend converts weights of another type than its device type with it, so they read exactly
- * as on the CPU. Thread-safe. */
+ * (F32, F16, BF16 and the block types of tycho/quant.h; zeros for others). The CPU
+ * backend's reading (cpu/ops.c); the CUDA backend converts weights of another type than its
+ * device type with it, so they read exactly as on the CPU. Thread-safe. */
 void ty__cpu_row_to_f32(const struct ty_weight *w, uint64_t row, float *out);
 
 #endif

@@ -200,35 +200,48 @@ static int parse_kv(struct cursor *c, struct gguf_kv *kv)
     return rc;
 }
 
+/* The types this reader accepts: ggml's name, elements per block, bytes per block
+ * (ggml-common.h: block_q4_0 = f16 d + 16 bytes of nibbles, block_q8_0 = f16 d + 32 int8,
+ * block_q4_K = f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles,
+ * block_q5_K = the same + 32 bytes of fifth bits, block_q6_K = 128 + 64 bytes of low/high
+ * bits, 16 int8 scales, f16 d). */
+static const struct {
+    uint32_t type;
+    const char *name;
+    uint32_t block, bytes;
+} ggml_types[] = {
+    {TY_GGML_F32, "F32", 1, 4},       {TY_GGML_F16, "F16", 1, 2},
+    {TY_GGML_BF16, "BF16", 1, 2},     {TY_GGML_Q8_0, "Q8_0", 32, 34},
+    {TY_GGML_Q4_0, "Q4_0", 32, 18},   {TY_GGML_Q4_K, "Q4_K", 256, 144},
+    {TY_GGML_Q5_K, "Q5_K", 256, 176}, {TY_GGML_Q6_K, "Q6_K", 256, 210},
+};
+
+static int type_index(uint32_t type)
+{
+    for (size_t i = 0; i < sizeof(ggml_types) / sizeof(ggml_types[0]); i++)
+        if (ggml_types[i].type == type)
+            return (int)i;
+    return -1;
+}
+
 uint64_t ty_ggml_type_nbytes(uint32_t type, uint64_t n)
 {
-    switch (type) {
-    case TY_GGML_F32:
-        return n * 4;
-    case TY_GGML_F16:
-    case TY_GGML_BF16:
-        return n * 2;
-    case TY_GGML_Q8_0:
-        return n % 32 ? 0 : n / 32 * 34;
-    default:
+    int i = type_index(type);
+    if (i < 0 || n % ggml_types[i].block)
         return 0;
-    }
+    return n / ggml_types[i].block * ggml_types[i].bytes;
+}
+
+uint32_t ty_ggml_type_block(uint32_t type)
+{
+    int i = type_index(type);
+    return i < 0 ? 0 : ggml_types[i].block;
 }
 
 const char *ty_ggml_type_name(uint32_t type)
 {
-    switch (type) {
-    case TY_GGML_F32:
-        return "F32";
-    case TY_GGML_F16:
-        return "F16";
-    case TY_GGML_BF16:
-        return "BF16";
-    case TY_GGML_Q8_0:
-        return "Q8_0";
-    default:
-        return "unknown";
-    }
+    int i = type_index(type);
+    return i < 0 ? "unknown" : ggml_types[i].name;
 }
 
 /* ggml's names of the types this reader refuses (ggml.h enum ggml_type), so that the refusal
@@ -236,9 +249,8 @@ const char *ty_ggml_type_name(uint32_t type)
 static const char *unsupported_type_name(uint32_t type)
 {
     static const char *const names[] = {
-        [2] = "Q4_0",   [3] = "Q4_1",    [6] = "Q5_0",    [7] = "Q5_1",    [9] = "Q8_1",
-        [10] = "Q2_K",  [11] = "Q3_K",   [12] = "Q4_K",   [13] = "Q5_K",   [14] = "Q6_K",
-        [15] = "Q8_K",  [16] = "IQ2_XXS", [17] = "IQ2_XS", [18] = "IQ3_XXS", [19] = "IQ1_S",
+        [3] = "Q4_1",   [6] = "Q5_0",    [7] = "Q5_1",    [9] = "Q8_1",    [10] = "Q2_K",
+        [11] = "Q3_K",  [15] = "Q8_K",  [16] = "IQ2_XXS", [17] = "IQ2_XS", [18] = "IQ3_XXS", [19] = "IQ1_S",
         [20] = "IQ4_NL", [21] = "IQ3_S", [22] = "IQ2_S",  [23] = "IQ4_XS", [24] = "I8",
         [25] = "I16",   [26] = "I32",    [27] = "I64",    [28] = "F64",    [29] = "IQ1_M",
         [34] = "TQ1_0", [35] = "TQ2_0",  [39] = "MXFP4",
@@ -273,13 +285,16 @@ static int parse_tensor_info(struct cursor *c, struct ty_gguf_tensor *t, uint64_
     }
     if ((rc = rd_u32(c, &t->type, "tensor type")) || (rc = rd_u64(c, rel_off, "tensor offset")))
         return rc;
-    t->nbytes = ty_ggml_type_nbytes(t->type, count);
-    if (t->nbytes == 0)
+    uint32_t block = ty_ggml_type_block(t->type);
+    if (block == 0)
         return fail(c, "tensor '%.*s': unsupported ggml type %u (%s; supported: F32, F16, BF16, "
-                       "Q8_0)", (int)*nlen, *name, t->type, unsupported_type_name(t->type));
-    if (t->type == TY_GGML_Q8_0 && t->ne[0] % 32)
-        return fail(c, "tensor '%.*s': Q8_0 row length %llu is not a multiple of 32", (int)*nlen,
-                    *name, (unsigned long long)t->ne[0]);
+                       "Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)", (int)*nlen, *name, t->type,
+                    unsupported_type_name(t->type));
+    /* blocks never straddle rows: readers index a row as row * (ne[0] / block) blocks */
+    if (t->ne[0] % block)
+        return fail(c, "tensor '%.*s': %s row length %llu is not a multiple of %u", (int)*nlen,
+                    *name, ty_ggml_type_name(t->type), (unsigned long long)t->ne[0], block);
+    t->nbytes = ty_ggml_type_nbytes(t->type, count);
     return 0;
 }
 

@@ -31,27 +31,76 @@ void ty__cpu_axpy_half(float a, const uint16_t *v, float *y, uint32_t n);
 typedef struct ty_cpu_pool ty_cpu_pool_t;
 
 /* y (T, w->rows) = x (T, w->cols) · w^T. F32 weights go straight to OpenBLAS; F16, BF16 and
- * Q8_0 weights with few tokens (decode) through ty__cpu_gemv on `pool` (may be NULL: the
- * calling thread alone); otherwise converted a tile of rows at a time into `scratch`
- * (scratch_floats) for BLAS, Q8_0 against inputs rounded as 8-bit (ty__cpu_q8_0_round_inputs;
- * without memory for them, the f32 inputs). */
+ * block-quantized weights with few tokens (decode) through ty__cpu_gemv on `pool` (may be
+ * NULL: the calling thread alone); otherwise converted a tile of rows at a time into
+ * `scratch` (scratch_floats) for BLAS, block types against inputs rounded as their 8-bit
+ * input format (ty__cpu_round_inputs; without memory for them, the f32 inputs). */
 void ty__cpu_matmul(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x, float *y,
                     uint32_t T, float *scratch, size_t scratch_floats);
 /* Scratch floats ty__cpu_matmul needs for a weight with `cols` inputs. */
 size_t ty__cpu_matmul_scratch(uint64_t cols);
 
 /* Few-token matmul read straight from the weights' own type (gemv.c): supported when w and T
- * qualify (F16, BF16, Q8_0 with cols % 32 == 0; 1 <= T <= TY_CPU_GEMV_MAX_T). Q8_0 multiplies
- * 8-bit quantized inputs (as llama.cpp does), kept in `scratch` (scratch_floats; allocated
- * when too small or NULL). Returns 0, or TY_ENOMEM with y untouched. */
+ * qualify (F16, BF16, and the block types of tycho/quant.h; 1 <= T <= TY_CPU_GEMV_MAX_T).
+ * Block types multiply 8-bit quantized inputs (as llama.cpp does: ty__cpu_quantize_inputs),
+ * kept in `scratch` (scratch_floats; allocated when too small or NULL). Returns 0, or
+ * TY_ENOMEM with y untouched. */
 #define TY_CPU_GEMV_MAX_T 8
-/* xr (T, cols) = x as a Q8_0 input has it (the quantization above, dequantized): what the tile
- * path multiplies Q8_0 weights with, so that many-token calls agree with few-token ones and
- * with llama.cpp, which quantizes every input of a Q8_0 matmul. cols % 32 == 0. */
-void ty__cpu_q8_0_round_inputs(const float *x, float *xr, uint64_t cols, uint32_t T);
 bool ty__cpu_gemv_supported(const struct ty_weight *w, uint32_t T);
 int ty__cpu_gemv(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x, float *y,
                  uint32_t T, float *scratch, size_t scratch_floats);
+
+/* ---- block dot products (qdot.c) ---------------------------------------------------------- */
+
+/* The input format a block weight type is multiplied with, as in llama.cpp (its vec_dot_type):
+ * Q8_0 (blocks of 32: d = max|x|/127 at f16 precision, q = x * 127/max|x| rounded half to even,
+ * ggml's x86 quantize_row_q8_0) for Q8_0 and Q4_0; Q8_K (blocks of 256: the value of largest
+ * magnitude maps to -127, d = 1/scale kept in f32, plus the sum of every 16 quants: ggml's
+ * quantize_row_q8_K) for Q4_K, Q5_K and Q6_K. Returns the input block size (32 or 256), or 0
+ * for a type that is not a block type. */
+uint32_t ty__cpu_input_block(uint32_t weight_type);
+
+/* One input row quantized for a block type: q (cols) int8, d (cols / input block) scales,
+ * s (cols / 16) sums of 16 quants for Q8_K (NULL for Q8_0). */
+struct ty_cpu_qin {
+    const int8_t *q;
+    const float *d;
+    const int16_t *s;
+};
+
+/* Quantize n values (a multiple of the input block of weight_type; rows of inputs may be
+ * quantized together when each is) into q, d and, for Q8_K, s (as struct ty_cpu_qin). */
+void ty__cpu_quantize_inputs(uint32_t weight_type, const float *x, uint64_t n, int8_t *q,
+                             float *d, int16_t *s);
+/* xr (T, cols) = x as a quantized input has it (the quantization above, widened): what the
+ * tile path multiplies block weights with, so that many-token calls agree with few-token
+ * ones and with llama.cpp, which quantizes every input of a quantized matmul. cols must be a
+ * multiple of the input block. */
+void ty__cpu_round_inputs(uint32_t weight_type, const float *x, float *xr, uint64_t cols,
+                          uint32_t T);
+
+/* w (nb blocks of one weight row) . x, the block products exact in int32, scaled per block
+ * into an f32 sum. Q8_0 rows are gemv.c's own (four inputs per weight load). */
+typedef float (*ty_cpu_qdot_fn)(const unsigned char *w, const struct ty_cpu_qin *x,
+                                uint64_t nb);
+/* The kernel for a Q4_0, Q4_K, Q5_K or Q6_K row: AVX2 (needs ty__cpu_have_avx2()) or the
+ * scalar reference; NULL for other types. */
+ty_cpu_qdot_fn ty__cpu_qdot_kernel(uint32_t weight_type, bool avx2);
+
+/* Q4_K / Q5_K: the eight 6-bit scales and mins packed in 12 bytes (ggml's get_scale_min_k4):
+ * j < 4 in the low 6 bits of bytes j (scale) and j + 4 (min); j >= 4 in the nibbles of byte
+ * j + 4 with the top bits in the high 2 bits of bytes j - 4 (scale) and j (min). */
+static inline void ty__cpu_k_scales(const unsigned char *s, uint8_t sc[8], uint8_t mn[8])
+{
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+    }
+    for (int j = 4; j < 8; j++) {
+        sc[j] = (uint8_t)((s[j + 4] & 15) | (s[j - 4] >> 6) << 4);
+        mn[j] = (uint8_t)((s[j + 4] >> 4) | (s[j] >> 6) << 4);
+    }
+}
 
 /* out (n) = x (n) / rms(x) * g (n); out may be x */
 void ty__cpu_rmsnorm(float *out, const float *x, const float *g, uint32_t n, float eps);

@@ -1,4 +1,4 @@
-/* Few-token matmul straight from F16, BF16 and Q8_0 weights (cpu-impl.h).
+/* Few-token matmul straight from F16, BF16 and block-quantized weights (cpu-impl.h).
  *
  * Decode multiplies each weight once per token, so converting a whole tile of rows to f32 and
  * handing it to BLAS moves every weight three times (read 2 bytes, write and read 4) for one
@@ -7,9 +7,11 @@
  * F16C takes the vector kernels (checked at run time); other machines a scalar loop. Sums are
  * f32, as in the tile path.
  *
- * Q8_0 weights meet 8-bit inputs, as in llama.cpp: each input is quantized once per call in
- * blocks of 32 (d = max|x| / 127 rounded to f16, q = x * 127 / max|x| rounded half to even),
- * and a block's product is an exact int8 x int8 sum scaled by d_w * d_x. */
+ * Block-quantized weights meet 8-bit inputs, as in llama.cpp: each input is quantized once
+ * per call in the weight type's input format (ty__cpu_quantize_inputs: Q8_0 for Q8_0 and Q4_0,
+ * Q8_K for the K-quants), and a block's product is an exact integer sum scaled by the block
+ * factors. Q8_0 rows are multiplied here, four inputs per weight load; Q4_0 and the K-quants
+ * through qdot.c's kernels, one input at a time (the row stays in L1 between inputs). */
 #include "cpu-impl.h"
 
 #include "tycho/gguf.h"
@@ -32,10 +34,28 @@ struct gemv {
     float *y;
     uint32_t T;
     const float *h2f; /* f16 -> f32 table */
-    const int8_t *xq; /* Q8_0: the inputs quantized, (T, cols) */
-    const float *xd;  /* Q8_0: their block scales, (T, cols / 32) */
-    bool avx2;        /* take the AVX2 + FMA + F16C kernels */
+    const int8_t *xq;   /* block types: the inputs quantized, (T, cols) */
+    const float *xd;    /* their block scales, (T, cols / input block) */
+    const int16_t *xs;  /* Q8_K inputs: sums of 16 quants, (T, cols / 16) */
+    ty_cpu_qdot_fn dot; /* Q4_0, K-quants: the row kernel */
+    bool avx2;          /* take the AVX2 + FMA + F16C kernels */
 };
+
+/* Rows of Q4_0 / K-quant weights, each against every input through g->dot. */
+static void rows_qdot(const struct gemv *g, uint32_t r0, uint32_t r1)
+{
+    const struct ty_weight *w = g->w;
+    uint64_t cols = w->cols, ib = ty__cpu_input_block(w->type);
+    uint64_t nb = cols / ty_ggml_type_block(w->type), rb = ty_ggml_type_nbytes(w->type, cols);
+    for (uint32_t r = r0; r < r1; r++) {
+        const unsigned char *row = (const unsigned char *)w->data + r * rb;
+        for (uint32_t t = 0; t < g->T; t++) {
+            struct ty_cpu_qin in = {g->xq + (size_t)t * cols, g->xd + (size_t)t * (cols / ib),
+                                    g->xs ? g->xs + (size_t)t * (cols / 16) : NULL};
+            g->y[(size_t)t * w->rows + r] = g->dot(row, &in, nb);
+        }
+    }
+}
 
 /* ---- scalar ------------------------------------------------------------------------------- */
 
@@ -237,6 +257,10 @@ static void task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
 {
     (void)thread;
     const struct gemv *g = arg;
+    if (g->dot) {
+        rows_qdot(g, begin, end);
+        return;
+    }
 #if defined(__x86_64__)
     if (g->avx2) {
         if (g->w->type == TY_GGML_Q8_0)
@@ -253,60 +277,10 @@ bool ty__cpu_gemv_supported(const struct ty_weight *w, uint32_t T)
 {
     if (T == 0 || T > TY_CPU_GEMV_MAX_T)
         return false;
-    if (w->type == TY_GGML_Q8_0)
-        return w->cols % 32 == 0;
+    uint32_t ib = ty__cpu_input_block(w->type);
+    if (ib)
+        return w->cols % ib == 0 && w->cols % ty_ggml_type_block(w->type) == 0;
     return w->type == TY_GGML_F16 || w->type == TY_GGML_BF16;
-}
-
-/* Nearest IEEE half of a non-negative finite f (round to nearest even, subnormal halves
- * included; huge values saturate), as F16C's conversion gives it. */
-static uint16_t to_half(float f)
-{
-    if (f < 6.103515625e-05f) /* below 2^-14: a subnormal half, m * 2^-24 (exact scaling) */
-        return (uint16_t)nearbyintf(f * 16777216.0f); /* 1024 rounds up to 2^-14: still right */
-    uint32_t b;
-    memcpy(&b, &f, 4);
-    int32_t exp = (int32_t)((b >> 23) & 0xff) - 127 + 15;
-    uint32_t man = b & 0x7fffff;
-    if (exp >= 31)
-        return 0x7bff;
-    if (exp <= 0)
-        return 0;
-    uint32_t h = ((uint32_t)exp << 10) | (man >> 13), rest = man & 0x1fff;
-    if (rest > 0x1000 || (rest == 0x1000 && (h & 1)))
-        h++;
-    return (uint16_t)h;
-}
-
-/* Inputs x (T, cols) to Q8_0 form: per block of 32, d = max |x| / 127 kept at f16 precision,
- * q = x * (127 / max |x|) rounded to nearest, halves to even: ggml's x86 quantize_row_q8_0
- * (AVX2), what llama.cpp runs on the machines Tycho is compared on (its scalar reference
- * divides by d and rounds halves away from zero: a rare one-step difference). */
-static void quantize_inputs(const float *x, uint64_t cols, uint32_t T, const float *h2f,
-                            int8_t *xq, float *xd)
-{
-    for (uint64_t b = 0; b < T * (cols / 32); b++) {
-        const float *v = x + b * 32;
-        float amax = 0;
-        for (int j = 0; j < 32; j++)
-            amax = fabsf(v[j]) > amax ? fabsf(v[j]) : amax;
-        float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        xd[b] = h2f[to_half(d)];
-        for (int j = 0; j < 32; j++)
-            xq[b * 32 + j] = (int8_t)nearbyintf(v[j] * id);
-    }
-}
-
-void ty__cpu_q8_0_round_inputs(const float *x, float *xr, uint64_t cols, uint32_t T)
-{
-    const float *h2f = ty__cpu_f16_table();
-    for (uint64_t b = 0; b < T * (cols / 32); b++) {
-        int8_t q[32];
-        float d;
-        quantize_inputs(x + b * 32, 32, 1, h2f, q, &d);
-        for (int j = 0; j < 32; j++)
-            xr[b * 32 + j] = d * (float)q[j];
-    }
 }
 
 int ty__cpu_gemv(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x, float *y,
@@ -315,15 +289,22 @@ int ty__cpu_gemv(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x,
     struct gemv g = {.w = w, .x = x, .y = y, .T = T, .h2f = ty__cpu_f16_table(),
                      .avx2 = ty__cpu_have_avx2()};
     float *own = NULL;
-    if (w->type == TY_GGML_Q8_0) {
-        /* quantized inputs in the caller's scratch: T * cols/32 scales, then T * cols int8 */
-        size_t nd = (size_t)T * (w->cols / 32), need = nd + ((size_t)T * w->cols + 3) / 4;
+    uint32_t ib = ty__cpu_input_block(w->type);
+    if (ib) {
+        /* quantized inputs in the caller's scratch: T * cols/ib scales, T * cols/16 int16
+         * sums (Q8_K), then T * cols int8 */
+        size_t n = (size_t)T * w->cols, nd = n / ib, ns = ib == 256 ? n / 32 : 0;
+        size_t need = nd + ns + (n + 3) / 4;
         float *buf = scratch;
         if (need > scratch_floats && !(buf = own = malloc(need * sizeof(float))))
             return TY_ENOMEM;
-        quantize_inputs(x, w->cols, T, g.h2f, (int8_t *)(buf + nd), buf);
+        int16_t *xs = ns ? (int16_t *)(buf + nd) : NULL;
+        int8_t *xq = (int8_t *)(buf + nd + ns);
+        ty__cpu_quantize_inputs(w->type, x, n, xq, buf, xs);
         g.xd = buf;
-        g.xq = (const int8_t *)(buf + nd);
+        g.xs = xs;
+        g.xq = xq;
+        g.dot = ty__cpu_qdot_kernel(w->type, g.avx2); /* NULL for Q8_0: rows below */
     }
     if (pool)
         ty__cpu_pool_run(pool, (uint32_t)w->rows, task, &g);

@@ -4,6 +4,7 @@
 #include "cpu-impl.h"
 
 #include "tycho/gguf.h"
+#include "tycho/quant.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -68,21 +69,11 @@ void ty__cpu_row_to_f32(const struct ty_weight *w, uint64_t row, float *out)
         }
         break;
     }
-    case TY_GGML_Q8_0: {
-        /* blocks of 32: f16 scale d, then 32 int8; x = d * q (ggml block_q8_0) */
-        pthread_once(&f16_once, f16_init);
-        const unsigned char *p = base + row * (n / 32) * 34;
-        for (uint64_t b = 0; b < n / 32; b++, p += 34) {
-            uint16_t d16;
-            memcpy(&d16, p, 2);
-            float d = f16_table[d16];
-            for (int j = 0; j < 32; j++)
-                out[b * 32 + j] = d * (float)(int8_t)p[2 + j];
-        }
-        break;
-    }
     default:
-        memset(out, 0, n * 4);
+        /* block types (tycho/quant.h); zeros for a type no loader lets through */
+        if (ty_quant_row_dequantize(w->type, base + row * ty_ggml_type_nbytes(w->type, n), out,
+                                    n))
+            memset(out, 0, n * 4);
     }
 }
 
@@ -124,9 +115,9 @@ void ty__cpu_matmul(ty_cpu_pool_t *pool, const struct ty_weight *w, const float 
     }
     /* Converted tiles: trade conversion work per call for no resident f32 copy. */
     float *xr = NULL;
-    if (w->type == TY_GGML_Q8_0 && cols % 32 == 0 &&
-        (xr = malloc((size_t)T * (size_t)cols * sizeof(float)))) {
-        ty__cpu_q8_0_round_inputs(x, xr, (uint64_t)cols, T);
+    uint32_t ib = ty__cpu_input_block(w->type);
+    if (ib && cols % ib == 0 && (xr = malloc((size_t)T * (size_t)cols * sizeof(float)))) {
+        ty__cpu_round_inputs(w->type, x, xr, (uint64_t)cols, T);
         x = xr;
     }
     int tile = (int)(scratch_floats / (size_t)cols);

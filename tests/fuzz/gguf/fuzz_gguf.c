@@ -4,7 +4,9 @@
  * Each input is the whole file. It lives in a memfd opened by path (/proc/self/fd/N), so the
  * reader and the loader take their usual path: open, fstat, mmap. Checked on every input:
  *  - everything ty_gguf_open accepts can be read back through every accessor: every tensor's
- *    bytes (first and last touched), every metadata entry's raw bytes, every string of every
+ *    bytes (first and last touched; a block-quantized tensor's first and last rows
+ *    widened through tycho/quant.h, which reads exactly the bytes of its blocks), every
+ *    metadata entry's raw bytes, every string of every
  *    string array; scalar getters agree with each other on integers;
  *  - an accepted file written again with the project's writer (gguf_write.c: raw metadata,
  *    same tensors and bytes) reads back identically (reader and writer agree);
@@ -13,6 +15,7 @@
 #include "tycho/errors.h"
 #include "tycho/gguf.h"
 #include "tycho/model.h"
+#include "tycho/quant.h"
 #include "tycho/tokenizer.h"
 
 #include <stdint.h>
@@ -47,6 +50,21 @@ static void put_file(int fd, const uint8_t *data, size_t size)
     }
 }
 
+/* The first and last rows of a block-quantized tensor as f32: a row is whole blocks (the
+ * reader checks ne[0]), so the last row ends at the tensor's last byte. */
+static void read_rows(const struct ty_gguf_tensor *t, uint64_t count)
+{
+    uint64_t n = t->ne[0], rows = count / n, rb = ty_ggml_type_nbytes(t->type, n);
+    check(rb > 0 && rows * rb == t->nbytes);
+    float *row = malloc(n * sizeof(float));
+    check(row != NULL);
+    check(ty_quant_row_dequantize(t->type, t->data, row, n) == 0);
+    check(ty_quant_row_dequantize(t->type, (const unsigned char *)t->data + (rows - 1) * rb, row,
+                                  n) == 0);
+    g_sink ^= (unsigned char)(row[0] != row[n - 1]);
+    free(row);
+}
+
 static void read_everything(const ty_gguf_t *g)
 {
     for (uint64_t i = 0; i < ty_gguf_n_tensors(g); i++) {
@@ -58,6 +76,8 @@ static void read_everything(const ty_gguf_t *g)
         check(t->nbytes == ty_ggml_type_nbytes(t->type, count));
         const unsigned char *p = t->data;
         g_sink ^= p[0] ^ p[t->nbytes - 1];
+        if (ty_quant_is_block(t->type))
+            read_rows(t, count);
         check(ty_gguf_find_tensor(g, t->name) == t); /* names are unique */
     }
     for (uint64_t i = 0; i < ty_gguf_n_kv(g); i++) {

@@ -3,8 +3,10 @@
  *   qwen2_bpe_f16.gguf   1-layer Qwen2, F16 matrices, q/k/v biases, untied output,
  *                        rope_freqs, GPT-2 BPE tokenizer with merges, chat template
  *   llama_q8_0.gguf      1-layer Llama with Q8_0 matrices (dim 32), linear rope scaling
+ *   llama_q4_0.gguf      the same with Q4_0 matrices
  *   all_types.gguf       one metadata entry of every GGUF value type and array element type,
- *                        tensors of 1 to 4 dimensions in F32/F16/BF16/Q8_0, no model keys
+ *                        tensors of 1 to 4 dimensions in F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K,
+ *                        no model keys
  * Usage: gen_gguf_seeds OUT_DIR. Tensor bytes are a fixed pseudo-random pattern (F32/F16/BF16
  * values kept finite and small). Every file stays well under 64 KiB. */
 #include "tycho/gguf.h"
@@ -204,6 +206,17 @@ static int llama_q8(const char *dir)
     return write_seed(w, dir, "llama_q8_0.gguf");
 }
 
+static int llama_q4(const char *dir)
+{
+    ty_gguf_writer_t *w;
+    if (ty_gguf_writer_new(&w))
+        return -1;
+    hparams(w, "llama", 32, 2, 1, 32, 4);
+    if (layer_tensors(w, TY_GGML_Q4_0, 32, 32, 16, 32, 4, 0, 0))
+        return -1;
+    return write_seed(w, dir, "llama_q4_0.gguf");
+}
+
 static int all_types(const char *dir)
 {
     ty_gguf_writer_t *w;
@@ -254,8 +267,12 @@ static int all_types(const char *dir)
         {"m2", TY_GGML_F16, 2, {4, 3}},
         {"c3", TY_GGML_BF16, 3, {2, 2, 2}},
         {"q4", TY_GGML_Q8_0, 4, {32, 1, 2, 1}},
+        {"q40", TY_GGML_Q4_0, 2, {64, 2}},
+        {"q4k", TY_GGML_Q4_K, 1, {256}},
+        {"q5k", TY_GGML_Q5_K, 2, {256, 1}},
+        {"q6k", TY_GGML_Q6_K, 3, {256, 1, 2}},
     };
-    if (add_tensors(w, t, 4))
+    if (add_tensors(w, t, 8))
         return -1;
     return write_seed(w, dir, "all_types.gguf");
 }
@@ -266,5 +283,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: gen_gguf_seeds OUT_DIR\n");
         return 2;
     }
-    return llama_spm(argv[1]) || qwen2_bpe(argv[1]) || llama_q8(argv[1]) || all_types(argv[1]);
+    return llama_spm(argv[1]) || qwen2_bpe(argv[1]) || llama_q8(argv[1]) || llama_q4(argv[1]) ||
+           all_types(argv[1]);
 }

@@ -207,8 +207,12 @@ static void test_corrupt_kinds(void **state)
     b = copy(), memcpy(b + L.arch_val, "gpt9x", 5),
     expect_rejected("arch", b, orig_len, "architecture 'gpt9x'"), free(b);
     /* a real quantization this build does not read: refused by name, not misread */
+    b = copy(), put32(b, L.q_type, 10),
+    expect_rejected("dtype_q2k", b, orig_len, "blk.0.attn_q.weight': unsupported ggml type 10 (Q2_K"),
+    free(b);
+    /* a block type whose blocks would straddle rows (dim 64, Q4_K blocks of 256) */
     b = copy(), put32(b, L.q_type, 12),
-    expect_rejected("dtype_q4k", b, orig_len, "blk.0.attn_q.weight': unsupported ggml type 12 (Q4_K"),
+    expect_rejected("q4k_row", b, orig_len, "Q4_K row length 64 is not a multiple of 256"),
     free(b);
     b = copy(), memcpy(b + L.q_name + 9, "x", 1),
     expect_rejected("missing_tensor", b, orig_len, "missing"), free(b);

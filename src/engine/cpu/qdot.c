@@ -1,0 +1,405 @@
+/* Block dot products for quantized weights (cpu-impl.h): inputs quantized to llama.cpp's 8-bit
+ * formats (Q8_0 for Q8_0/Q4_0 weights, Q8_K for the K-quants), and one weight row times one
+ * quantized input for Q4_0, Q4_K, Q5_K and Q6_K, a scalar reference and an AVX2 kernel each.
+ * Both sum each block's (or sub-block's) integer products exactly in int32 and scale them by
+ * the block's f32 factors; they differ only in the order of the f32 sums. Block layouts: see
+ * src/engine/quant.c. */
+#include "cpu-impl.h"
+
+#include "tycho/gguf.h"
+
+#include <math.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+uint32_t ty__cpu_input_block(uint32_t weight_type)
+{
+    switch (weight_type) {
+    case TY_GGML_Q8_0:
+    case TY_GGML_Q4_0:
+        return 32;
+    case TY_GGML_Q4_K:
+    case TY_GGML_Q5_K:
+    case TY_GGML_Q6_K:
+        return 256;
+    default:
+        return 0;
+    }
+}
+
+/* ---- input quantization -------------------------------------------------------------------- */
+
+/* Nearest IEEE half of a non-negative finite f (round to nearest even, subnormal halves
+ * included; huge values saturate), as F16C's conversion gives it. */
+static uint16_t to_half(float f)
+{
+    if (f < 6.103515625e-05f) /* below 2^-14: a subnormal half, m * 2^-24 (exact scaling) */
+        return (uint16_t)nearbyintf(f * 16777216.0f); /* 1024 rounds up to 2^-14: still right */
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    int32_t exp = (int32_t)((b >> 23) & 0xff) - 127 + 15;
+    uint32_t man = b & 0x7fffff;
+    if (exp >= 31)
+        return 0x7bff;
+    if (exp <= 0)
+        return 0;
+    uint32_t h = ((uint32_t)exp << 10) | (man >> 13), rest = man & 0x1fff;
+    if (rest > 0x1000 || (rest == 0x1000 && (h & 1)))
+        h++;
+    return (uint16_t)h;
+}
+
+/* Q8_0: d = max |x| / 127 kept at f16 precision, q = x * (127 / max |x|) rounded to nearest,
+ * halves to even: ggml's x86 quantize_row_q8_0 (AVX2), what llama.cpp runs on the machines
+ * Tycho is compared on (its scalar reference divides by d and rounds halves away from zero:
+ * a rare one-step difference). */
+static void quantize_q8_0(const float *x, uint64_t n, int8_t *q, float *d, const float *h2f)
+{
+    for (uint64_t b = 0; b < n / 32; b++) {
+        const float *v = x + b * 32;
+        float amax = 0;
+        for (int j = 0; j < 32; j++)
+            amax = fabsf(v[j]) > amax ? fabsf(v[j]) : amax;
+        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        d[b] = h2f[to_half(amax / 127.0f)];
+        for (int j = 0; j < 32; j++)
+            q[b * 32 + j] = (int8_t)nearbyintf(v[j] * id);
+    }
+}
+
+/* Q8_K (ggml's quantize_row_q8_K, the reference llama.cpp also runs on x86): the value of
+ * largest magnitude maps to -127 (scale -127 / max), the others round to nearest (halves to
+ * even), d = 1 / scale in f32; s = the sums of every 16 quants. */
+static void quantize_q8_k(const float *x, uint64_t n, int8_t *q, float *d, int16_t *s)
+{
+    for (uint64_t b = 0; b < n / 256; b++) {
+        const float *v = x + b * 256;
+        float amax = 0, max = 0;
+        for (int j = 0; j < 256; j++)
+            if (fabsf(v[j]) > amax)
+                amax = fabsf(v[j]), max = v[j];
+        int8_t *qb = q + b * 256;
+        if (amax == 0) {
+            d[b] = 0;
+            memset(qb, 0, 256);
+            memset(s + b * 16, 0, 16 * sizeof(int16_t));
+            continue;
+        }
+        float is = -127.0f / max;
+        for (int j = 0; j < 256; j++) {
+            int r = (int)nearbyintf(is * v[j]);
+            qb[j] = (int8_t)(r > 127 ? 127 : r);
+        }
+        for (int g = 0; g < 16; g++) {
+            int sum = 0;
+            for (int j = 0; j < 16; j++)
+                sum += qb[g * 16 + j];
+            s[b * 16 + g] = (int16_t)sum;
+        }
+        d[b] = 1 / is;
+    }
+}
+
+void ty__cpu_quantize_inputs(uint32_t weight_type, const float *x, uint64_t n, int8_t *q, float *d,
+                             int16_t *s)
+{
+    if (ty__cpu_input_block(weight_type) == 256)
+        quantize_q8_k(x, n, q, d, s);
+    else
+        quantize_q8_0(x, n, q, d, ty__cpu_f16_table());
+}
+
+void ty__cpu_round_inputs(uint32_t weight_type, const float *x, float *xr, uint64_t cols,
+                          uint32_t T)
+{
+    uint32_t ib = ty__cpu_input_block(weight_type);
+    for (uint64_t b = 0; b < T * (cols / ib); b++) {
+        int8_t q[256];
+        int16_t s[16];
+        float d;
+        ty__cpu_quantize_inputs(weight_type, x + b * ib, ib, q, &d, s);
+        for (uint32_t j = 0; j < ib; j++)
+            xr[b * ib + j] = d * (float)q[j];
+    }
+}
+
+/* ---- scalar reference ---------------------------------------------------------------------- */
+
+static float half_at(const float *h2f, const unsigned char *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return h2f[h];
+}
+
+static float dot_q4_0(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb)
+{
+    const float *h2f = ty__cpu_f16_table();
+    float sum = 0;
+    for (uint64_t b = 0; b < nb; b++, w += 18) {
+        const int8_t *q = x->q + b * 32;
+        int32_t s = 0;
+        for (int j = 0; j < 16; j++)
+            s += ((w[2 + j] & 15) - 8) * q[j] + ((w[2 + j] >> 4) - 8) * q[j + 16];
+        sum += half_at(h2f, w) * x->d[b] * (float)s;
+    }
+    return sum;
+}
+
+/* Q4_K and Q5_K: per 256 values, sum_s sc_s * (q . x over sub-block s) and
+ * sum_s m_s * (sum of x's quants over s, from the 16-sums) in int32, then
+ * d * dx * the first - dmin * dx * the second. */
+static float dot_k45(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb, bool q5)
+{
+    const float *h2f = ty__cpu_f16_table();
+    uint32_t bytes = q5 ? 176 : 144;
+    float sum = 0;
+    for (uint64_t b = 0; b < nb; b++, w += bytes) {
+        const unsigned char *qh = w + 16, *qs = w + (q5 ? 48 : 16);
+        const int8_t *q = x->q + b * 256;
+        const int16_t *bs = x->s + b * 16;
+        uint8_t sc[8], mn[8];
+        ty__cpu_k_scales(w + 4, sc, mn);
+        int32_t sumi = 0, summ = 0;
+        for (int s = 0; s < 8; s++) {
+            int32_t dot = 0;
+            for (int l = 0; l < 32; l++) {
+                int v = s % 2 ? qs[32 * (s / 2) + l] >> 4 : qs[32 * (s / 2) + l] & 15;
+                if (q5)
+                    v += (qh[l] >> s & 1) << 4;
+                dot += v * q[32 * s + l];
+            }
+            sumi += sc[s] * dot;
+            summ += mn[s] * (bs[2 * s] + bs[2 * s + 1]);
+        }
+        sum +=
+            half_at(h2f, w) * x->d[b] * (float)sumi - half_at(h2f, w + 2) * x->d[b] * (float)summ;
+    }
+    return sum;
+}
+
+static float dot_q4_k(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb)
+{
+    return dot_k45(w, x, nb, false);
+}
+
+static float dot_q5_k(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb)
+{
+    return dot_k45(w, x, nb, true);
+}
+
+/* The 6-bit value (0..63, before the -32) of element i (0..255) of a Q6_K block. */
+static int q6_value(const unsigned char *w, int i)
+{
+    int h = i / 128, r = i % 128, k = r / 32, l = r % 32;
+    const unsigned char *ql = w + 64 * h, *qh = w + 128 + 32 * h;
+    int lo = k % 2 ? ql[l + 32] : ql[l];
+    lo = k / 2 ? lo >> 4 : lo & 15;
+    return lo | (qh[l] >> (2 * k) & 3) << 4;
+}
+
+static float dot_q6_k(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb)
+{
+    const float *h2f = ty__cpu_f16_table();
+    float sum = 0;
+    for (uint64_t b = 0; b < nb; b++, w += 210) {
+        const int8_t *q = x->q + b * 256, *sc = (const int8_t *)(w + 192);
+        int32_t sumi = 0;
+        for (int s = 0; s < 16; s++) {
+            int32_t dot = 0;
+            for (int j = 0; j < 16; j++)
+                dot += (q6_value(w, 16 * s + j) - 32) * q[16 * s + j];
+            sumi += sc[s] * dot;
+        }
+        sum += half_at(h2f, w + 208) * x->d[b] * (float)sumi;
+    }
+    return sum;
+}
+
+/* ---- AVX2 ---------------------------------------------------------------------------------- */
+
+#if defined(__x86_64__)
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+AVX2 static float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+AVX2 static float half_f16c(const unsigned char *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* Q4_0: the 16 bytes widen to 32 nibbles (low nibbles in the low lane: values 0..15), less
+ * 8, then signed x signed through maddubs (|w| with x carrying w's sign). */
+AVX2 static float dot_q4_0_avx2(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), eight = _mm256_set1_epi8(8);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (uint64_t b = 0; b < nb; b++, w += 18) {
+        __m128i raw = _mm_loadu_si128((const __m128i *)(w + 2));
+        __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
+        v = _mm256_sub_epi8(v, eight);
+        __m256i q = _mm256_loadu_si256((const __m256i *)(x->q + b * 32));
+        __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(q, v));
+        __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+        __m256 d = _mm256_set1_ps(half_f16c(w) * x->d[b]);
+        if (b % 2)
+            acc1 = _mm256_fmadd_ps(d, f, acc1);
+        else
+            acc0 = _mm256_fmadd_ps(d, f, acc0);
+    }
+    return hsum8(_mm256_add_ps(acc0, acc1));
+}
+
+/* sum_s m_s * (16-sums 2s + 2s + 1) of a K block: the mins' share, in int32. */
+static int32_t k_min_sum(const uint8_t mn[8], const int16_t *bs)
+{
+    int32_t summ = 0;
+    for (int s = 0; s < 8; s++)
+        summ += mn[s] * (bs[2 * s] + bs[2 * s + 1]);
+    return summ;
+}
+
+/* Q4_K / Q5_K: each 32-byte run of nibbles gives two sub-blocks of 32 unsigned values (plus
+ * 16 for a set fifth bit); maddubs (unsigned values x signed inputs, no saturation: 31 * 127 *
+ * 2 < 2^15), madd by the sub-block's scale into int32 lanes summed over the block. */
+__attribute__((always_inline)) AVX2 static inline float
+dot_k45_avx2(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb, bool q5)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), sixteen = _mm256_set1_epi8(16);
+    uint32_t bytes = q5 ? 176 : 144;
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0;
+    for (uint64_t b = 0; b < nb; b++, w += bytes) {
+        const unsigned char *qs = w + (q5 ? 48 : 16);
+        const int8_t *q = x->q + b * 256;
+        uint8_t sc[8], mn[8];
+        ty__cpu_k_scales(w + 4, sc, mn);
+        __m256i qh = q5 ? _mm256_loadu_si256((const __m256i *)(w + 16)) : _mm256_setzero_si256();
+        __m256i sumi = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+            __m256i lo = _mm256_and_si256(raw, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            if (q5) {
+                __m256i b0 = _mm256_set1_epi8((char)(1 << (2 * c)));
+                __m256i b1 = _mm256_set1_epi8((char)(2 << (2 * c)));
+                lo = _mm256_or_si256(
+                    lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), sixteen));
+                hi = _mm256_or_si256(
+                    hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), sixteen));
+            }
+            __m256i p0 =
+                _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q + 64 * c)));
+            __m256i p1 =
+                _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q + 64 * c + 32)));
+            p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * c]));
+            p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * c + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        }
+        acc =
+            _mm256_fmadd_ps(_mm256_set1_ps(half_f16c(w) * x->d[b]), _mm256_cvtepi32_ps(sumi), acc);
+        accm += half_f16c(w + 2) * x->d[b] * (float)k_min_sum(mn, x->s + b * 16);
+    }
+    return hsum8(acc) - accm;
+}
+
+AVX2 static float dot_q4_k_avx2(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb)
+{
+    return dot_k45_avx2(w, x, nb, false);
+}
+
+AVX2 static float dot_q5_k_avx2(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb)
+{
+    return dot_k45_avx2(w, x, nb, true);
+}
+
+/* Q6_K: the unsigned 6-bit values (0..63) through maddubs (63 * 127 * 2 < 2^15), madd by the
+ * two 16-value scales of each 32-value load; the -32 comes back as 32 * sum_s sc_s * 16-sum_s. */
+AVX2 static float dot_q6_k_avx2(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0;
+    for (uint64_t b = 0; b < nb; b++, w += 210) {
+        const int8_t *q = x->q + b * 256, *sc = (const int8_t *)(w + 192);
+        const int16_t *bs = x->s + b * 16;
+        __m256i sumi = _mm256_setzero_si256();
+        int32_t corr = 0;
+        for (int s = 0; s < 16; s++)
+            corr += sc[s] * bs[s];
+        for (int h = 0; h < 2; h++) {
+            const unsigned char *ql = w + 64 * h;
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * h));
+            __m256i v[4] = {
+                _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)),
+                _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                _mm256_and_si256(hb, m30)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)),
+            };
+            for (int k = 0; k < 4; k++) {
+                int s = 8 * h + 2 * k;
+                __m256i p = _mm256_maddubs_epi16(
+                    v[k], _mm256_loadu_si256((const __m256i *)(q + 128 * h + 32 * k)));
+                __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[s + 1]), _mm_set1_epi16(sc[s]));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scv));
+            }
+        }
+        float d = half_f16c(w + 208) * x->d[b];
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        accm += d * (float)(32 * corr);
+    }
+    return hsum8(acc) - accm;
+}
+#endif
+
+ty_cpu_qdot_fn ty__cpu_qdot_kernel(uint32_t weight_type, bool avx2)
+{
+#if defined(__x86_64__)
+    if (avx2) {
+        switch (weight_type) {
+        case TY_GGML_Q4_0:
+            return dot_q4_0_avx2;
+        case TY_GGML_Q4_K:
+            return dot_q4_k_avx2;
+        case TY_GGML_Q5_K:
+            return dot_q5_k_avx2;
+        case TY_GGML_Q6_K:
+            return dot_q6_k_avx2;
+        default:
+            return NULL;
+        }
+    }
+#else
+    (void)avx2;
+#endif
+    switch (weight_type) {
+    case TY_GGML_Q4_0:
+        return dot_q4_0;
+    case TY_GGML_Q4_K:
+        return dot_q4_k;
+    case TY_GGML_Q5_K:
+        return dot_q5_k;
+    case TY_GGML_Q6_K:
+        return dot_q6_k;
+    default:
+        return NULL;
+    }
+}
