@@ -119,6 +119,10 @@ struct ty_sim_opts {
      * refused for TBT (vLLM has no such check). */
     uint32_t n_colocated;
     uint32_t chunk_tokens;        /* tokens per step, decodes included (0: 512) */
+    /* Judge SLO attainment against these thresholds instead of each request's class SLOs
+     * (0: the class's), as a benchmark client's goodput does; admission still uses the
+     * class SLOs (0 there: nothing refused). */
+    struct ty_sched_slo judge;
     double speed;                 /* replay speed: arrival times divided by this */
     uint64_t sample_us;           /* load sample interval (0: 10 s) */
     size_t limit;                 /* first N requests only (0: all) */

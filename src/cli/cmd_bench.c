@@ -254,8 +254,16 @@ static int cmp_d(const void *a, const void *b)
 }
 
 struct dist {
-    double mean, median, p99;
+    double mean, median, p90, p99;
 };
+
+/* numpy's percentile (linear) of sorted v[0..n), n > 0 */
+static double pct_linear(const double *v, size_t n, double q)
+{
+    double pos = q * (double)(n - 1);
+    size_t lo = (size_t)pos;
+    return lo + 1 < n ? v[lo] + (v[lo + 1] - v[lo]) * (pos - (double)lo) : v[lo];
+}
 
 static struct dist dist_of(double *v, size_t n)
 {
@@ -267,9 +275,8 @@ static struct dist dist_of(double *v, size_t n)
         d.mean += v[i];
     d.mean /= (double)n;
     d.median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-    double pos = 0.99 * (double)(n - 1); /* numpy percentile, linear */
-    size_t lo = (size_t)pos;
-    d.p99 = lo + 1 < n ? v[lo] + (v[lo + 1] - v[lo]) * (pos - (double)lo) : v[lo];
+    d.p90 = pct_linear(v, n, 0.90);
+    d.p99 = pct_linear(v, n, 0.99);
     return d;
 }
 
@@ -291,6 +298,8 @@ static void section(const char *title, const char *key, struct dist d, json_t *j
     json_object_set_new(j, k, json_real(d.mean * 1e3));
     snprintf(k, sizeof(k), "median_%s_ms", jk);
     json_object_set_new(j, k, json_real(d.median * 1e3));
+    snprintf(k, sizeof(k), "p90_%s_ms", jk); /* (JSON only: vLLM's block has no P90 row) */
+    json_object_set_new(j, k, json_real(d.p90 * 1e3));
     snprintf(k, sizeof(k), "p99_%s_ms", jk);
     json_object_set_new(j, k, json_real(d.p99 * 1e3));
 }
@@ -340,6 +349,8 @@ static void report(struct bench *b, double dur)
     if (b->goodput_ttft || b->goodput_tpot) {
         ROW_F("Request goodput (req/s):", good / dur);
         json_object_set_new(j, "request_goodput", json_real(good / dur));
+        /* the share of all requests sent (a failed one is a miss) that met the goodput SLOs */
+        json_object_set_new(j, "slo_attainment", json_real(b->n ? (double)good / b->n : 0));
     }
     ROW_F("Output token throughput (tok/s):", out / dur);
     ROW_F("Total Token throughput (tok/s):", (in + out) / dur);

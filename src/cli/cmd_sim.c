@@ -38,7 +38,7 @@ struct args {
     const char *trace, *config, *plot;
     char policies[1024], admissions[128], ratios[1024], caps[1024], ttfts[1024], tbts[1024];
     char chunks[1024];
-    double speed, target;
+    double speed, target, judge_ttft_ms, judge_tbt_ms;
     size_t limit;
     unsigned nodes;
     int json, sweep, jobs, dump, capacity;
@@ -67,6 +67,8 @@ static void usage(FILE *f)
             "  --nodes N           node budget for --capacity (default 16)\n"
             "  --chunks LIST       colocated tokens per step to try (default 256,512,1024,2048)\n"
             "  --target X          SLO attainment the capacity holds (default 0.9)\n"
+            "  --goodput ttft:MS,tbt:MS  judge SLO attainment by these thresholds (as `tycho\n"
+            "                      bench serve --goodput`), not the classes' (admission keeps them)\n"
             "  --ratios LIST       prefill:decode node counts, e.g. 8:8,10:6\n"
             "  --capacities LIST   cache blocks per prefill node (0: unlimited)\n"
             "  --ttft-slos LIST    TTFT SLOs in seconds for class 0 (--capacity: one, default\n"
@@ -102,7 +104,7 @@ static int parse_args(int argc, char **argv, struct args *a)
         {"capacities", required_argument, NULL, 'C'}, {"ttft-slos", required_argument, NULL, 'T'},
         {"tbt-slos", required_argument, NULL, 'B'},  {"capacity", no_argument, NULL, 'K'},
         {"nodes", required_argument, NULL, 'N'},     {"chunks", required_argument, NULL, 'k'},
-        {"target", required_argument, NULL, 'g'},
+        {"target", required_argument, NULL, 'g'},    {"goodput", required_argument, NULL, 'G'},
         {"jobs", required_argument, NULL, 'j'},      {"plot", required_argument, NULL, 'P'},
         {"json", no_argument, NULL, 'J'},            {"dump-config", no_argument, NULL, 'D'},
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0}};
@@ -142,6 +144,17 @@ static int parse_args(int argc, char **argv, struct args *a)
             break;
         case 'P': a->plot = optarg; break;
         case 'K': a->capacity = 1; break;
+        case 'G': {
+            char tmp[128], *save = NULL;
+            snprintf(tmp, sizeof(tmp), "%s", optarg);
+            for (char *w = strtok_r(tmp, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+                double *dst = !strncmp(w, "ttft:", 5) ? &a->judge_ttft_ms
+                              : !strncmp(w, "tbt:", 4) ? &a->judge_tbt_ms : NULL;
+                if (!dst || (*dst = strtod(strchr(w, ':') + 1, &end), *end) || !(*dst > 0))
+                    return TY_EINVAL;
+            }
+            break;
+        }
         case 'k':
             if (copy_list(a->chunks, sizeof(a->chunks), optarg))
                 return TY_EINVAL;
@@ -741,6 +754,8 @@ static int run_sim(int argc, char **argv)
     if (a.speed > 0)
         base.speed = a.speed;
     base.limit = a.limit;
+    base.judge.ttft_us = (uint64_t)(a.judge_ttft_ms * 1e3);
+    base.judge.tbt_us = (uint64_t)(a.judge_tbt_ms * 1e3);
     a.spec = spec;
     rc = a.capacity ? capacity(&a, &base) : simulate(&a, &base);
     ty_sim_spec_free(spec);

@@ -36,9 +36,11 @@ static void stats(double *v, size_t n, double *mean, double *p50, double *p90, d
 static bool slo_ok(const struct sim *s, const struct rq *q)
 {
     const struct ty_sched_slo *slo = &s->o.sched.slo[q->cls];
-    if (slo->ttft_us && q->ttft > (double)slo->ttft_us)
+    uint64_t ttft = s->o.judge.ttft_us ? s->o.judge.ttft_us : slo->ttft_us;
+    uint64_t tbt = s->o.judge.tbt_us ? s->o.judge.tbt_us : slo->tbt_us;
+    if (ttft && q->ttft > (double)ttft)
         return false;
-    return !(slo->tbt_us && q->tbt > (double)slo->tbt_us);
+    return !(tbt && q->tbt > (double)tbt);
 }
 
 /* Prefill reuse accounting of one served request. */

@@ -99,4 +99,15 @@ if command -v gnuplot > /dev/null; then
         --plot "$TMP" > /dev/null 2>&1 || fail "capacity --plot exited $?"
     [ -s "$TMP/capacity_tbt200.png" ] || fail "no capacity_tbt200.png"
 fi
+# --goodput judges attainment by the given thresholds without refusing anything: a TTFT bound
+# below every request's TTFT makes it 0 with every request still served
+"$TYCHO" sim --trace "$TMP/trace.jsonl" --goodput ttft:0.001,tbt:1000 --json > "$TMP/g.json" \
+    || fail "--goodput exited $?"
+python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))['runs'][0]
+assert r['served'] == 400 and r['slo_attainment'] == 0, r
+" "$TMP/g.json" || fail "--goodput output"
+rc=0; "$TYCHO" sim --trace "$TMP/trace.jsonl" --goodput ttft:x > /dev/null 2>&1 || rc=$?
+[ "$rc" = 2 ] || fail "--goodput ttft:x exited $rc, want 2"
 echo "test_sim_cli: ok"
