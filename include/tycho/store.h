@@ -47,6 +47,10 @@ int ty_store_master_new(ty_store_master_t **out, const struct ty_store_master_op
 uint16_t ty_store_master_port(const ty_store_master_t *m);
 /* Its metadata's counts (what `tycho store-stats` shows); loop thread. */
 void ty_store_master_stats(const ty_store_master_t *m, struct ty_store_meta_stats *out);
+/* Pool node `id` as its metadata knows it (name, DRAM, reads it was named first for); loop
+ * thread. Returns 0, TY_ENOTFOUND (a free slot) or TY_EINVAL (id past the last slot). */
+int ty_store_master_node_info(const ty_store_master_t *m, uint32_t id,
+                              struct ty_store_node_info *out);
 /* Stop serving and free the master once its handles closed; then cb(arg) (may be NULL). */
 void ty_store_master_close(ty_store_master_t *m, ty_store_closed_cb cb, void *arg);
 

@@ -27,6 +27,9 @@ struct ty_store_config {
     double high_watermark, low_watermark;
     uint64_t lease_ns, put_timeout_ns, node_timeout_ns;
     uint32_t replicas;
+    double hot_reads_per_s; /* hot blocks (store_meta.h); 0: off */
+    uint32_t hot_replicas, hot_blocks_max;
+    uint64_t hot_half_life_ns;
     bool xfer_checksum;
     int log_level;
     int log_format; /* enum ty_log_format */

@@ -65,7 +65,25 @@ struct ty_store_meta_opts {
     uint64_t node_timeout_ms;  /* a node silent this long is dead; 0: 5000 */
     uint32_t default_replicas; /* replicas of a put that asks for 0; 0: 1 */
     uint64_t align;            /* DRAM allocation unit, a power of two; 0: 64 */
+    /* Hot blocks (FAST'25 Mooncake section 6.2, cache load balancing): a committed key whose
+     * decayed read rate reaches hot_reads_per_s gets hot_replicas DRAM replicas (REPLICATE
+     * jobs); once it falls below half of that, its extra replicas are evicted first. */
+    double hot_reads_per_s;    /* 0: off */
+    uint32_t hot_replicas;     /* DRAM replicas of a hot key (2..TY_STORE_REPLICAS_MAX); 0: 2 */
+    uint32_t hot_max;          /* keys hot at once (the rest wait); 0: 1024 */
+    uint64_t hot_half_life_ms; /* half-life of the read rate; 0: 1000 */
 };
+
+/* An exponentially decayed read count: each read adds 1, the sum halves every half-life, so a
+ * steady rate r (reads/s) makes it r * half_life / ln 2; O(1) per read. Pure. */
+struct ty_store_heat {
+    double count;
+    uint64_t at; /* ms of the last update */
+};
+/* Count one read at `now` (ms; earlier times count as `at`). */
+void ty_store_heat_add(struct ty_store_heat *h, uint64_t now, uint64_t half_life_ms);
+/* The read rate (reads/s) the count stands for at `now`. */
+double ty_store_heat_rate(const struct ty_store_heat *h, uint64_t now, uint64_t half_life_ms);
 
 const char *ty_store_policy_name(enum ty_store_policy p);
 
@@ -103,7 +121,10 @@ struct ty_store_node_info {
     uint64_t dram_bytes, dram_used;
     bool has_ssd;
     uint64_t last_heartbeat;
+    uint64_t reads; /* gets answered with a replica here first (the one the client reads) */
 };
+/* Node ids run 0..slots-1; ty_store_meta_node_info says TY_ENOTFOUND for a free slot. */
+uint32_t ty_store_meta_node_slots(const ty_store_meta_t *m);
 int ty_store_meta_node_info(const ty_store_meta_t *m, uint32_t id, struct ty_store_node_info *out);
 
 /* ---- objects -------------------------------------------------------------------------------- */
@@ -125,7 +146,9 @@ int ty_store_meta_put_commit(ty_store_meta_t *m, const char *key, uint64_t check
 int ty_store_meta_put_abort(ty_store_meta_t *m, const char *key);
 
 /* Look up a committed key, count an access and extend its lease to now + lease_ms (*lease_until).
- * out gets the COMPLETE replicas, DRAM first. When only SSD replicas exist a load to DRAM is
+ * out gets the COMPLETE replicas, DRAM first; with several DRAM replicas the first one (the one
+ * a client reads) rotates from get to get, so readers spread over them. A get answered from DRAM
+ * counts towards the key's heat (hot_reads_per_s). When only SSD replicas exist a load to DRAM is
  * started and TY_EAGAIN returned (ask again shortly). TY_ENOTFOUND when absent or pending. */
 int ty_store_meta_get(ty_store_meta_t *m, const char *key, uint64_t now,
                       struct ty_store_placement *out, uint64_t *lease_until);
@@ -142,8 +165,9 @@ int ty_store_meta_remove(ty_store_meta_t *m, const char *key, uint64_t now);
 int ty_store_meta_pin(ty_store_meta_t *m, const char *key);
 int ty_store_meta_unpin(ty_store_meta_t *m, const char *key);
 
-/* Want `n` DRAM replicas of a hot key on distinct nodes (1..TY_STORE_REPLICAS_MAX); the missing
- * ones come out as REPLICATE jobs from tick. Returns 0, TY_ENOTFOUND or TY_EINVAL. */
+/* Want `n` DRAM replicas of a key on distinct nodes (1..TY_STORE_REPLICAS_MAX); the missing
+ * ones come out as REPLICATE jobs from tick (on the emptiest live nodes without one). A key that
+ * turns hot gets max(n, hot_replicas). Returns 0, TY_ENOTFOUND or TY_EINVAL. */
 int ty_store_meta_set_replicas(ty_store_meta_t *m, const char *key, uint32_t n);
 
 /* Expire uncommitted puts and ended leases' deferred frees, remove dead nodes, evict nodes over
@@ -202,6 +226,11 @@ struct ty_store_meta_stats {
     uint64_t objects, pending_puts, nodes_alive;
     uint64_t dram_bytes, dram_used;
     uint64_t evictions, offloads, expired_puts, dead_nodes, deferred_frees;
+    uint64_t hot_blocks;           /* keys hot now (their read rate crossed hot_reads_per_s) */
+    uint64_t replications_started; /* REPLICATE jobs queued */
+    uint64_t replications_done;    /* ... that made a readable replica */
+    uint64_t replications_failed;  /* ... that did not (retried after 1 s while wanted) */
+    uint64_t cold_evictions;       /* extra replicas of cooled keys evicted (before LRU) */
 };
 void ty_store_meta_stats(const ty_store_meta_t *m, struct ty_store_meta_stats *out);
 

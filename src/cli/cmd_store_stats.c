@@ -75,12 +75,17 @@ static int run_store_stats(int argc, char **argv)
         printf("{\"master\": \"%s\", \"epoch\": %llu, \"objects\": %llu, \"pending_puts\": %llu, "
                "\"nodes_alive\": %llu, \"dram_bytes\": %llu, \"dram_used\": %llu, "
                "\"evictions\": %llu, \"offloads\": %llu, \"expired_puts\": %llu, "
-               "\"dead_nodes\": %llu}\n",
+               "\"dead_nodes\": %llu, \"hot_blocks\": %llu, \"replications_started\": %llu, "
+               "\"replications_done\": %llu, \"replications_failed\": %llu, "
+               "\"cold_evictions\": %llu}\n",
                master, (unsigned long long)epoch, (unsigned long long)st.objects,
                (unsigned long long)st.pending_puts, (unsigned long long)st.nodes_alive,
                (unsigned long long)st.dram_bytes, (unsigned long long)st.dram_used,
                (unsigned long long)st.evictions, (unsigned long long)st.offloads,
-               (unsigned long long)st.expired_puts, (unsigned long long)st.dead_nodes);
+               (unsigned long long)st.expired_puts, (unsigned long long)st.dead_nodes,
+               (unsigned long long)st.hot_blocks, (unsigned long long)st.replications_started,
+               (unsigned long long)st.replications_done,
+               (unsigned long long)st.replications_failed, (unsigned long long)st.cold_evictions);
         return TY_CLI_EXIT_OK;
     }
     double used = st.dram_bytes ? 100.0 * (double)st.dram_used / (double)st.dram_bytes : 0;
@@ -94,6 +99,11 @@ static int run_store_stats(int argc, char **argv)
     printf("evictions      %llu (%llu offloaded to SSD)\n", (unsigned long long)st.evictions,
            (unsigned long long)st.offloads);
     printf("expired puts   %llu\n", (unsigned long long)st.expired_puts);
+    printf("hot blocks     %llu now; replications %llu started, %llu done, %llu failed; "
+           "%llu cold replicas evicted\n",
+           (unsigned long long)st.hot_blocks, (unsigned long long)st.replications_started,
+           (unsigned long long)st.replications_done, (unsigned long long)st.replications_failed,
+           (unsigned long long)st.cold_evictions);
     return TY_CLI_EXIT_OK;
 }
 

@@ -927,6 +927,11 @@ int ty_store_client_master_stats(ty_store_client_t *c, struct ty_store_meta_stat
     out->offloads = r->offloads;
     out->expired_puts = r->expired_puts;
     out->dead_nodes = r->dead_nodes;
+    out->hot_blocks = r->hot_blocks;
+    out->replications_started = r->replications_started;
+    out->replications_done = r->replications_done;
+    out->replications_failed = r->replications_failed;
+    out->cold_evictions = r->cold_evictions;
     if (epoch)
         *epoch = r->epoch;
     PB_FN(stats__free_unpacked)(r, NULL);

@@ -1,7 +1,9 @@
 /* The master's metadata: eviction policies, jobs for pool nodes, the periodic tick
  * (store_meta.h). Eviction follows Mooncake Store: it starts when a node's DRAM use passes the
  * high watermark and frees down to the low one; leased objects and objects a job works on are
- * never chosen; soft-pinned objects only when nothing else is left. */
+ * never chosen; soft-pinned objects only when nothing else is left. Extra replicas of keys that
+ * were hot and cooled down go before anything else (section 6.2: hot blocks get replicas while
+ * hot; the copies are the cheapest loss once they are not). */
 #include "meta-impl.h"
 
 #include "tycho/errors.h"
@@ -10,7 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EXPIRY_SCAN_MS 100
+#define EXPIRY_SCAN_MS     100
+#define REPLICATE_RETRY_MS 1000 /* after a failed REPLICATE job */
 
 struct cand {
     struct meta_object *o;
@@ -59,18 +62,39 @@ static int evictable(const struct meta_object *o, uint32_t id, uint64_t now)
     return i;
 }
 
-/* Candidates on node id, unpinned first (soft pins), each group in policy order. */
-static struct cand *collect(ty_store_meta_t *m, uint32_t id, uint64_t now, size_t *n_out,
-                            size_t *n_unpinned)
+/* Whether replica i of o is an extra one of a cooled key with another readable DRAM replica:
+ * the first to go on eviction, never offloaded. */
+static bool cold_extra(const struct meta_object *o, int i)
+{
+    if (o->hot || !o->rep[i].extra)
+        return false;
+    for (uint32_t k = 0; k < o->n; k++)
+        if ((int)k != i && o->rep[k].r.tier == TY_STORE_TIER_DRAM &&
+            o->rep[k].r.state == TY_STORE_REPLICA_COMPLETE)
+            return true;
+    return false;
+}
+
+/* Eviction group of o's replica i: 0 cold extra, 1 unpinned, 2 soft-pinned. */
+static int cand_group(const struct meta_object *o, int i)
+{
+    if (o->pins > 0)
+        return 2;
+    return cold_extra(o, i) ? 0 : 1;
+}
+
+/* Candidates on node id by group (cand_group), each group in policy order. */
+static struct cand *collect(ty_store_meta_t *m, uint32_t id, uint64_t now, size_t *n_out)
 {
     size_t n = 0, cap = 256;
     struct cand *c = malloc(cap * sizeof(*c));
     TY_ASSERT(c != NULL);
-    for (int pinned = 0; pinned < 2; pinned++) {
+    for (int grp = 0; grp < 3; grp++) {
         size_t start = n;
         for (size_t b = 0; b < m->n_buckets; b++)
             for (struct meta_object *o = m->buckets[b]; o; o = o->next) {
-                if ((o->pins > 0) != (pinned == 1) || evictable(o, id, now) < 0)
+                int i = evictable(o, id, now);
+                if (i < 0 || cand_group(o, i) != grp)
                     continue;
                 if (n == cap) {
                     cap *= 2;
@@ -82,8 +106,6 @@ static struct cand *collect(ty_store_meta_t *m, uint32_t id, uint64_t now, size_
                 n++;
             }
         qsort(c + start, n - start, sizeof(*c), cand_cmp);
-        if (pinned == 0)
-            *n_unpinned = n;
     }
     *n_out = n;
     return c;
@@ -114,15 +136,16 @@ uint64_t ty__store_meta_evict_node(ty_store_meta_t *m, uint32_t id, uint64_t nee
         target = need > size ? 0 : size - need;
     if (ty_store_alloc_used(n->alloc) <= target)
         return 0;
-    size_t nc, nu;
-    struct cand *c = collect(m, id, now, &nc, &nu);
+    size_t nc;
+    struct cand *c = collect(m, id, now, &nc);
     uint64_t freed = 0, planned = 0;
     for (size_t k = 0; k < nc && ty_store_alloc_used(n->alloc) > target + planned; k++) {
         struct meta_object *o = c[k].o;
         int i = evictable(o, id, now);
         if (i < 0)
             continue;
-        if (n->has_ssd && ty__store_meta_find_replica(o, id, TY_STORE_TIER_SSD) < 0 &&
+        bool cold = cold_extra(o, i);
+        if (!cold && n->has_ssd && ty__store_meta_find_replica(o, id, TY_STORE_TIER_SSD) < 0 &&
             o->n < TY_STORE_REPLICAS_MAX) {
             offload(m, o, i, now);
             planned += o->length;
@@ -130,6 +153,7 @@ uint64_t ty__store_meta_evict_node(ty_store_meta_t *m, uint32_t id, uint64_t nee
         }
         freed += o->length;
         m->st.evictions++;
+        m->st.cold_evictions += cold;
         ty__store_meta_drop_replica(m, o, (uint32_t)i, now);
         if (o->n == 0)
             ty__store_meta_delete(m, o); /* c[] holds no other pointer to o: one per object */
@@ -212,6 +236,14 @@ static void done_copy(ty_store_meta_t *m, struct meta_object *o, const struct ty
     int src = j->kind == TY_STORE_JOB_LOAD ? job_replica(o, j->id, TY_STORE_TIER_SSD) : -1;
     if (src >= 0)
         o->rep[src].job = 0;
+    if (j->kind == TY_STORE_JOB_REPLICATE) {
+        if (status == 0 && dst >= 0) {
+            m->st.replications_done++;
+        } else {
+            m->st.replications_failed++;
+            o->repl_retry_at = now + REPLICATE_RETRY_MS;
+        }
+    }
     if (dst >= 0) {
         o->rep[dst].job = 0;
         if (status == 0) {
@@ -274,6 +306,26 @@ static void expire_puts(ty_store_meta_t *m, uint64_t now)
         m->next_expiry_scan = earliest;
 }
 
+/* The emptiest live node without a DRAM replica of o that has room for it, or -1. */
+static int replicate_target(ty_store_meta_t *m, const struct meta_object *o)
+{
+    int best = -1;
+    uint64_t best_free = 0;
+    for (uint32_t id = 0; id < m->n_nodes; id++) {
+        struct meta_node *n = &m->nodes[id];
+        uint64_t free_b = n->used && n->alive ? ty__store_meta_node_free(n) : 0;
+        if (free_b < o->length || free_b <= best_free ||
+            ty__store_meta_find_replica(o, id, TY_STORE_TIER_DRAM) >= 0)
+            continue;
+        best = (int)id;
+        best_free = free_b;
+    }
+    return best;
+}
+
+/* Queue one REPLICATE job when o has fewer DRAM replicas than it wants: the emptiest node
+ * without one pulls the bytes from a complete replica (no eviction for it: a copy is not worth
+ * another block). */
 static void replicate_one(ty_store_meta_t *m, struct meta_object *o, uint64_t now)
 {
     uint32_t have = 0;
@@ -284,34 +336,45 @@ static void replicate_one(ty_store_meta_t *m, struct meta_object *o, uint64_t no
             if (o->rep[i].r.state == TY_STORE_REPLICA_COMPLETE && o->rep[i].job == 0)
                 src = (int)i;
         }
-    if (!o->committed || have >= o->want_replicas || src < 0 || o->n >= TY_STORE_REPLICAS_MAX)
+    if (!o->committed || have >= o->want_replicas || src < 0 || o->n >= TY_STORE_REPLICAS_MAX ||
+        now < o->repl_retry_at)
         return;
-    for (uint32_t id = 0; id < m->n_nodes; id++) {
-        struct meta_node *n = &m->nodes[id];
-        uint64_t off;
-        if (!n->used || !n->alive || ty__store_meta_find_replica(o, id, TY_STORE_TIER_DRAM) >= 0 ||
-            ty_store_alloc_take(n->alloc, o->length, &off) != 0)
-            continue;
-        struct ty_store_job j = {.kind = TY_STORE_JOB_REPLICATE,
-                                 .node = id,
-                                 .src_node = o->rep[src].r.node,
-                                 .src_offset = o->rep[src].r.offset,
-                                 .dst_offset = off,
-                                 .length = o->length,
-                                 .checksum = o->checksum};
-        strcpy(j.key, o->key);
-        uint64_t jid = ty__store_meta_job_push(m, &j);
-        o->rep[o->n++] = (struct meta_replica){.r = {.node = id,
-                                                     .tier = TY_STORE_TIER_DRAM,
-                                                     .state = TY_STORE_REPLICA_PENDING,
-                                                     .offset = off,
-                                                     .length = o->length,
-                                                     .checksum = o->checksum},
-                                               .job = jid};
-        if (o->lease_until < now + m->o.lease_ms) /* the source is read meanwhile */
-            o->lease_until = now + m->o.lease_ms;
+    int id = replicate_target(m, o);
+    uint64_t off;
+    if (id < 0 || ty_store_alloc_take(m->nodes[id].alloc, o->length, &off) != 0)
         return;
-    }
+    struct ty_store_job j = {.kind = TY_STORE_JOB_REPLICATE,
+                             .node = (uint32_t)id,
+                             .src_node = o->rep[src].r.node,
+                             .src_offset = o->rep[src].r.offset,
+                             .dst_offset = off,
+                             .length = o->length,
+                             .checksum = o->checksum};
+    strcpy(j.key, o->key);
+    uint64_t jid = ty__store_meta_job_push(m, &j);
+    m->st.replications_started++;
+    o->rep[o->n++] = (struct meta_replica){.r = {.node = (uint32_t)id,
+                                                 .tier = TY_STORE_TIER_DRAM,
+                                                 .state = TY_STORE_REPLICA_PENDING,
+                                                 .offset = off,
+                                                 .length = o->length,
+                                                 .checksum = o->checksum},
+                                           .job = jid,
+                                           .extra = o->hot && have >= o->want_set};
+    if (o->lease_until < now + m->o.lease_ms) /* the source is read meanwhile */
+        o->lease_until = now + m->o.lease_ms;
+}
+
+/* A hot key whose rate fell below half the threshold cools: its target goes back to what
+ * set_replicas asked (its extra replicas stay, first in line for eviction). */
+static void cool(ty_store_meta_t *m, struct meta_object *o, uint64_t now)
+{
+    if (!o->hot ||
+        ty_store_heat_rate(&o->heat, now, m->o.hot_half_life_ms) >= m->o.hot_reads_per_s / 2)
+        return;
+    o->hot = false;
+    m->st.hot_blocks--;
+    o->want_replicas = o->want_set;
 }
 
 static void replicate_hot(ty_store_meta_t *m, uint64_t now)
@@ -319,6 +382,8 @@ static void replicate_hot(ty_store_meta_t *m, uint64_t now)
     size_t w = 0;
     for (size_t i = 0; i < m->n_hot; i++) {
         struct meta_object *o = ty__store_meta_lookup(m, m->hot[i]);
+        if (o)
+            cool(m, o, now);
         if (!o || o->want_replicas == 0) {
             free(m->hot[i]);
             continue;

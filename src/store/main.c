@@ -63,7 +63,11 @@ static int master_start(struct app *a)
                                                .put_timeout_ms = c->put_timeout_ns / 1000000,
                                                .lease_ms = c->lease_ns / 1000000,
                                                .node_timeout_ms = c->node_timeout_ns / 1000000,
-                                               .default_replicas = c->replicas}};
+                                               .default_replicas = c->replicas,
+                                               .hot_reads_per_s = c->hot_reads_per_s,
+                                               .hot_replicas = c->hot_replicas,
+                                               .hot_max = c->hot_blocks_max,
+                                               .hot_half_life_ms = c->hot_half_life_ns / 1000000}};
     return ty_store_master_new(&a->master, &mo);
 }
 

@@ -291,6 +291,11 @@ static void h_stats(ty_rpc_call_t *call, const void *msg, void *arg)
     r.offloads = st.offloads;
     r.expired_puts = st.expired_puts;
     r.dead_nodes = st.dead_nodes;
+    r.hot_blocks = st.hot_blocks;
+    r.replications_started = st.replications_started;
+    r.replications_done = st.replications_done;
+    r.replications_failed = st.replications_failed;
+    r.cold_evictions = st.cold_evictions;
     r.epoch = m->epoch;
     ty_rpc_call_reply_msg(call, &r.base);
 }
@@ -582,6 +587,14 @@ err_free:
 void ty_store_master_stats(const ty_store_master_t *m, struct ty_store_meta_stats *out)
 {
     ty_store_meta_stats(m->meta, out);
+}
+
+int ty_store_master_node_info(const ty_store_master_t *m, uint32_t id,
+                              struct ty_store_node_info *out)
+{
+    if (id >= ty_store_meta_node_slots(m->meta))
+        return TY_EINVAL;
+    return ty_store_meta_node_info(m->meta, id, out);
 }
 
 uint16_t ty_store_master_port(const ty_store_master_t *m)

@@ -9,6 +9,7 @@
 struct meta_replica {
     struct ty_store_replica r;
     uint64_t job; /* id of the job working on this replica (offload source, load target), 0 */
+    bool extra;   /* made because the key was hot: once it cools, evicted before anything else */
 };
 
 struct meta_object {
@@ -21,7 +22,12 @@ struct meta_object {
     uint64_t accesses;     /* lfu */
     uint64_t lease_until;  /* nothing of the object is freed before this */
     uint32_t pins;
-    uint32_t want_replicas; /* DRAM replicas wanted (set_replicas); 0: no target */
+    uint32_t want_replicas; /* DRAM replicas wanted now (set_replicas, heat); 0: no target */
+    uint32_t want_set;      /* the set_replicas target alone; 0: none */
+    bool hot;               /* read rate crossed hot_reads_per_s, not yet below half of it */
+    struct ty_store_heat heat;
+    uint32_t rr;            /* rotates the replica a get names first */
+    uint64_t repl_retry_at; /* a REPLICATE job failed: no new one before this */
     uint32_t n;
     struct meta_replica rep[TY_STORE_REPLICAS_MAX];
     struct meta_object *next; /* hash chain */
@@ -32,6 +38,7 @@ struct meta_node {
     char name[TY_STORE_NODE_NAME_MAX + 1];
     bool has_ssd;
     uint64_t last_heartbeat;
+    uint64_t reads; /* gets answered with a replica here first */
     ty_store_alloc_t *alloc;
 };
 
@@ -56,7 +63,7 @@ struct ty_store_meta {
     uint64_t next_expiry_scan;     /* pending puts are looked for at most every 100 ms */
     struct ty_store_event *events; /* ring */
     size_t ev_head, ev_len, ev_cap;
-    char **hot; /* keys with a replica target (set_replicas) */
+    char **hot; /* keys with a replica target (set_replicas, heat) */
     size_t n_hot, cap_hot;
     struct ty_store_meta_stats st;
 };
@@ -86,5 +93,11 @@ void ty__store_meta_drop_all(ty_store_meta_t *m, struct meta_object *o, uint64_t
  * When drop_only, victims are dropped even if the node has an SSD tier. Returns bytes freed now. */
 uint64_t ty__store_meta_evict_node(ty_store_meta_t *m, uint32_t id, uint64_t need, uint64_t now);
 uint64_t ty__store_meta_job_push(ty_store_meta_t *m, const struct ty_store_job *j);
+
+/* meta_ops.c */
+/* Put key on the list tick walks for replica targets (once). */
+void ty__store_meta_hot_list_add(ty_store_meta_t *m, const char *key);
+/* Free DRAM bytes of a node. */
+uint64_t ty__store_meta_node_free(const struct meta_node *n);
 
 #endif

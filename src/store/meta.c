@@ -5,6 +5,7 @@
 #include "tycho/hash.h"
 #include "tycho/log.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,7 +51,14 @@ int ty_store_meta_new(ty_store_meta_t **out, const struct ty_store_meta_opts *op
         o.default_replicas = 1;
     if (o.align == 0)
         o.align = 64;
-    if (o.default_replicas > TY_STORE_REPLICAS_MAX || (o.align & (o.align - 1)) != 0)
+    if (o.hot_replicas == 0)
+        o.hot_replicas = 2;
+    if (o.hot_max == 0)
+        o.hot_max = 1024;
+    if (o.hot_half_life_ms == 0)
+        o.hot_half_life_ms = 1000;
+    if (o.default_replicas > TY_STORE_REPLICAS_MAX || (o.align & (o.align - 1)) != 0 ||
+        o.hot_replicas > TY_STORE_REPLICAS_MAX || !(o.hot_reads_per_s >= 0))
         return TY_EINVAL;
     ty_store_meta_t *m = calloc(1, sizeof(*m));
     TY_ASSERT(m != NULL);
@@ -88,6 +96,28 @@ void ty_store_meta_free(ty_store_meta_t *m)
     free(m->hot);
     free(m->events);
     free(m);
+}
+
+/* ---- heat ------------------------------------------------------------------------------------ */
+
+static double heat_at(const struct ty_store_heat *h, uint64_t now, uint64_t half_life_ms)
+{
+    if (now <= h->at || h->count == 0)
+        return h->count;
+    return h->count * exp2(-(double)(now - h->at) / (double)half_life_ms);
+}
+
+void ty_store_heat_add(struct ty_store_heat *h, uint64_t now, uint64_t half_life_ms)
+{
+    h->count = heat_at(h, now, half_life_ms) + 1;
+    if (now > h->at)
+        h->at = now;
+}
+
+double ty_store_heat_rate(const struct ty_store_heat *h, uint64_t now, uint64_t half_life_ms)
+{
+    /* sum of r dt 2^(-t/H) over t >= 0 is r H / ln 2 */
+    return heat_at(h, now, half_life_ms) * 0.69314718055994530942 * 1000.0 / (double)half_life_ms;
 }
 
 /* ---- key map ------------------------------------------------------------------------------- */
@@ -159,6 +189,8 @@ void ty__store_meta_delete(ty_store_meta_t *m, struct meta_object *o)
     *pp = o->next;
     if (!o->committed)
         m->n_pending--;
+    if (o->hot)
+        m->st.hot_blocks--;
     m->n_objects--;
     free(o->key);
     free(o);
@@ -425,7 +457,13 @@ int ty_store_meta_node_info(const ty_store_meta_t *m, uint32_t id, struct ty_sto
     out->dram_used = ty_store_alloc_used(n->alloc);
     out->has_ssd = n->has_ssd;
     out->last_heartbeat = n->last_heartbeat;
+    out->reads = n->reads;
     return 0;
+}
+
+uint32_t ty_store_meta_node_slots(const ty_store_meta_t *m)
+{
+    return m->n_nodes;
 }
 
 int ty__store_meta_find_replica(const struct meta_object *o, uint32_t node, enum ty_store_tier tier)

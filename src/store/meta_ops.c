@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t node_free(const struct meta_node *n)
+uint64_t ty__store_meta_node_free(const struct meta_node *n)
 {
     return ty_store_alloc_size(n->alloc) - ty_store_alloc_used(n->alloc);
 }
@@ -26,7 +26,7 @@ static uint32_t placement_order(const ty_store_meta_t *m, const char *writer, ui
         while (j > 0) {
             const struct meta_node *nj = &m->nodes[ids[j - 1]];
             bool wj = writer && strcmp(nj->name, writer) == 0;
-            if (wj || (!wv && node_free(nj) >= node_free(nv)))
+            if (wj || (!wv && ty__store_meta_node_free(nj) >= ty__store_meta_node_free(nv)))
                 break;
             ids[j] = ids[j - 1];
             j--;
@@ -169,6 +169,43 @@ static void start_load(ty_store_meta_t *m, struct meta_object *o, uint64_t now)
     }
 }
 
+/* Count a read towards o's heat; at hot_reads_per_s the key turns hot and wants hot_replicas
+ * DRAM replicas (section 6.2: hot blocks are replicated so their readers spread). */
+static void heat_read(ty_store_meta_t *m, struct meta_object *o, uint64_t now)
+{
+    if (m->o.hot_reads_per_s <= 0)
+        return;
+    ty_store_heat_add(&o->heat, now, m->o.hot_half_life_ms);
+    if (o->hot || m->st.hot_blocks >= m->o.hot_max ||
+        ty_store_heat_rate(&o->heat, now, m->o.hot_half_life_ms) < m->o.hot_reads_per_s)
+        return;
+    o->hot = true;
+    m->st.hot_blocks++;
+    if (o->want_replicas < m->o.hot_replicas)
+        o->want_replicas = m->o.hot_replicas;
+    ty__store_meta_hot_list_add(m, o->key);
+}
+
+/* Rotate the first k replicas of out (the DRAM ones) so that gets name each first in turn;
+ * count the read against the node named first (the one the client reads). */
+static void spread_readers(ty_store_meta_t *m, struct meta_object *o,
+                           struct ty_store_placement *out)
+{
+    uint32_t k = 0;
+    while (k < out->n && out->r[k].tier == TY_STORE_TIER_DRAM)
+        k++;
+    if (k > 1) {
+        struct ty_store_replica tmp[TY_STORE_REPLICAS_MAX];
+        uint32_t first = o->rr++ % k;
+        for (uint32_t i = 0; i < k; i++)
+            tmp[i] = out->r[(first + i) % k];
+        memcpy(out->r, tmp, k * sizeof(tmp[0]));
+    }
+    struct meta_node *n = k > 0 ? ty__store_meta_node(m, out->r[0].node) : NULL;
+    if (n)
+        n->reads++;
+}
+
 int ty_store_meta_get(ty_store_meta_t *m, const char *key, uint64_t now,
                       struct ty_store_placement *out, uint64_t *lease_until)
 {
@@ -181,8 +218,11 @@ int ty_store_meta_get(ty_store_meta_t *m, const char *key, uint64_t now,
         o->lease_until = now + m->o.lease_ms;
     *lease_until = o->lease_until;
     placement_fill(o, true, out);
-    if (out->n > 0 && out->r[0].tier == TY_STORE_TIER_DRAM)
+    spread_readers(m, o, out);
+    if (out->n > 0 && out->r[0].tier == TY_STORE_TIER_DRAM) {
+        heat_read(m, o, now); /* a read served, not a client polling for a load (TY_EAGAIN) */
         return 0;
+    }
     if (out->n == 0)
         return TY_ENOTFOUND;
     start_load(m, o, now);
@@ -236,10 +276,17 @@ int ty_store_meta_set_replicas(ty_store_meta_t *m, const char *key, uint32_t n)
         return TY_ENOTFOUND;
     if (n == 0 || n > TY_STORE_REPLICAS_MAX)
         return TY_EINVAL;
-    o->want_replicas = n;
+    o->want_set = n;
+    o->want_replicas = o->hot && m->o.hot_replicas > n ? m->o.hot_replicas : n;
+    ty__store_meta_hot_list_add(m, key);
+    return 0;
+}
+
+void ty__store_meta_hot_list_add(ty_store_meta_t *m, const char *key)
+{
     for (size_t i = 0; i < m->n_hot; i++)
         if (strcmp(m->hot[i], key) == 0)
-            return 0;
+            return;
     if (m->n_hot == m->cap_hot) {
         m->cap_hot = m->cap_hot ? m->cap_hot * 2 : 16;
         m->hot = realloc(m->hot, m->cap_hot * sizeof(*m->hot));
@@ -248,7 +295,6 @@ int ty_store_meta_set_replicas(ty_store_meta_t *m, const char *key, uint32_t n)
     m->hot[m->n_hot] = strdup(key);
     TY_ASSERT(m->hot[m->n_hot] != NULL);
     m->n_hot++;
-    return 0;
 }
 
 void ty_store_meta_stats(const ty_store_meta_t *m, struct ty_store_meta_stats *out)

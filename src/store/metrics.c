@@ -13,7 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { M_EVICT, M_OFFLOAD, M_EXPIRED, M_DEAD, N_MCOUNT };
+enum { M_EVICT, M_OFFLOAD, M_EXPIRED, M_DEAD, M_REPL_START, M_REPL_DONE, M_REPL_FAIL, M_COLD,
+       N_MCOUNT };
 enum { N_SSD_CSUM, N_SSD_EVICT, N_XIN, N_XOUT, N_XREF, N_NCOUNT };
 
 struct ty_store_metrics {
@@ -23,8 +24,15 @@ struct ty_store_metrics {
     ty_store_node_t *const *node;
     /* master */
     ty_metrics_child_t *leader, *objects, *pending, *nodes_alive, *m_dram_cap, *m_dram_used;
-    ty_metrics_child_t *mc[N_MCOUNT];
+    ty_metrics_child_t *mc[N_MCOUNT], *hot;
     uint64_t mseen[N_MCOUNT];
+    ty_metrics_family_t *reads_fam; /* tycho_store_reads_total{node} */
+    struct node_reads {
+        char name[TY_STORE_NODE_NAME_MAX + 1];
+        ty_metrics_child_t *c;
+        uint64_t seen;
+    } *reads;
+    size_t n_reads;
     /* pool node */
     ty_metrics_child_t *registered, *dram_cap, *dram_used, *blocks_dram, *blocks_ssd, *ssd_cap,
         *ssd_used, *jobs;
@@ -33,6 +41,33 @@ struct ty_store_metrics {
     ty_metrics_child_t *auth_failures;
     uint64_t auth_seen;
 };
+
+/* Reads the master named each pool node for, by node name (a node gone keeps its series). */
+static void refresh_reads(ty_store_metrics_t *m, const ty_store_master_t *ms)
+{
+    struct ty_store_node_info ni;
+    int rc;
+    for (uint32_t id = 0; (rc = ty_store_master_node_info(ms, id, &ni)) != TY_EINVAL; id++) {
+        if (rc != 0)
+            continue;
+        size_t k = 0;
+        while (k < m->n_reads && strcmp(m->reads[k].name, ni.name) != 0)
+            k++;
+        if (k == m->n_reads) {
+            const char *v[] = {ni.name};
+            ty_metrics_child_t *c;
+            if (ty_metrics_child_get(m->reads_fam, v, &c) != 0)
+                continue;
+            m->reads = realloc(m->reads, (m->n_reads + 1) * sizeof(*m->reads));
+            TY_ASSERT(m->reads != NULL);
+            memset(&m->reads[k], 0, sizeof(m->reads[k]));
+            strcpy(m->reads[k].name, ni.name);
+            m->reads[k].c = c;
+            m->n_reads++;
+        }
+        ty_metrics_counter_follow(m->reads[k].c, ni.reads, &m->reads[k].seen);
+    }
+}
 
 static void refresh(ty_store_metrics_t *m)
 {
@@ -47,9 +82,19 @@ static void refresh(ty_store_metrics_t *m)
         ty_metrics_gauge_set(m->nodes_alive, (double)st.nodes_alive);
         ty_metrics_gauge_set(m->m_dram_cap, (double)st.dram_bytes);
         ty_metrics_gauge_set(m->m_dram_used, (double)st.dram_used);
-        uint64_t now[N_MCOUNT] = {st.evictions, st.offloads, st.expired_puts, st.dead_nodes};
+        ty_metrics_gauge_set(m->hot, (double)st.hot_blocks);
+        uint64_t now[N_MCOUNT] = {st.evictions,
+                                  st.offloads,
+                                  st.expired_puts,
+                                  st.dead_nodes,
+                                  st.replications_started,
+                                  st.replications_done,
+                                  st.replications_failed,
+                                  st.cold_evictions};
         for (int i = 0; i < N_MCOUNT; i++)
             ty_metrics_counter_follow(m->mc[i], now[i], &m->mseen[i]);
+        if (m->reads_fam)
+            refresh_reads(m, ms);
     }
     ty_store_node_t *n = m->node ? *m->node : NULL;
     if (n && m->registered) {
@@ -135,6 +180,35 @@ static int fam(ty_metrics_registry_t *reg, char kind, const char *name, const ch
     return rc;
 }
 
+/* The master's hot-block families: hot blocks, replications by outcome, cold evictions, reads
+ * per node (readers spread over a hot block's replicas). */
+static int hot_families(ty_store_metrics_t *m)
+{
+    ty_metrics_registry_t *r = m->reg;
+    static const char *const state[] = {"state"}, *const node[] = {"node"};
+    static const char *const sv[] = {"started", "done", "failed"};
+    ty_metrics_family_t *f;
+    int rc = fam(r, 'g', "tycho_store_hot_blocks",
+                 "blocks whose decayed read rate crossed hot_reads_per_s (replicated to "
+                 "hot_replicas pool nodes)", NULL, NULL, &m->hot, NULL, NULL) ||
+             fam(r, 'c', "tycho_store_cold_evictions_total",
+                 "extra replicas of blocks no longer hot, evicted before other blocks", NULL,
+                 NULL, &m->mc[M_COLD], NULL, NULL);
+    if (!rc)
+        rc = ty_metrics_counter_new(r, &f, "tycho_store_replications_total",
+                                    "REPLICATE jobs (a pool node copies a block from another): "
+                                    "queued (started), made a readable replica (done), or not "
+                                    "(failed)", state, 1);
+    for (int i = 0; !rc && i < 3; i++)
+        rc = ty_metrics_child_get(f, &sv[i], &m->mc[M_REPL_START + i]);
+    if (!rc)
+        rc = ty_metrics_counter_new(r, &m->reads_fam, "tycho_store_reads_total",
+                                    "gets the master answered with this pool node's replica "
+                                    "first (the one the client reads; a block's replicas take "
+                                    "turns)", node, 1);
+    return rc;
+}
+
 static int families(ty_store_metrics_t *m, bool master, bool node)
 {
     ty_metrics_registry_t *r = m->reg;
@@ -163,7 +237,8 @@ static int families(ty_store_metrics_t *m, bool master, bool node)
                  &m->mc[M_EXPIRED], NULL, NULL) ||
              fam(r, 'c', "tycho_store_dead_nodes_total",
                  "pool nodes declared dead (missed heartbeats for node_timeout)", NULL, NULL,
-                 &m->mc[M_DEAD], NULL, NULL);
+                 &m->mc[M_DEAD], NULL, NULL) ||
+             hot_families(m);
     if (!rc && node)
         rc = fam(r, 'g', "tycho_pool_node_registered",
                  "1 while this pool node is registered with a master", NULL, NULL,
@@ -227,6 +302,7 @@ static void on_http_closed(void *arg)
 {
     ty_store_metrics_t *m = arg;
     ty_metrics_registry_free(m->reg);
+    free(m->reads);
     free(m);
 }
 

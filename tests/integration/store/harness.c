@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -147,4 +148,62 @@ unsigned harness_free_port(void)
     }
     close(fd);
     return ntohs(a.sin_port);
+}
+
+/* The whole answer of GET /metrics on 127.0.0.1:port (malloc'ed, NUL-terminated) or NULL. */
+static char *http_metrics(unsigned port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct timeval tv = {.tv_sec = 2};
+    if (fd < 0)
+        return NULL;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    const char req[] = "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        write(fd, req, sizeof(req) - 1) != (ssize_t)(sizeof(req) - 1)) {
+        close(fd);
+        return NULL;
+    }
+    size_t len = 0, cap = 1 << 16;
+    char *buf = malloc(cap);
+    ssize_t got;
+    while (buf && (got = read(fd, buf + len, cap - len - 1)) > 0) {
+        len += (size_t)got;
+        if (len + 1 == cap)
+            buf = realloc(buf, cap *= 2);
+    }
+    close(fd);
+    if (buf)
+        buf[len] = 0;
+    return buf;
+}
+
+int harness_metric(const struct proc *p, const char *series, double *out)
+{
+    unsigned port = 0;
+    char line[512];
+    FILE *f = fopen(p->port_file, "r");
+    if (!f)
+        return -1;
+    char *ok = fgets(line, sizeof(line), f);
+    fclose(f);
+    const char *mp = ok ? strstr(line, "metrics=") : NULL;
+    if (!mp || sscanf(mp, "metrics=%u", &port) != 1)
+        return -1;
+    char *body = http_metrics(port);
+    if (!body)
+        return -1;
+    size_t sl = strlen(series);
+    int rc = -1;
+    for (char *l = body; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (strncmp(l, series, sl) == 0 && l[sl] == ' ') {
+            *out = strtod(l + sl + 1, NULL);
+            rc = 0;
+            break;
+        }
+    free(body);
+    return rc;
 }

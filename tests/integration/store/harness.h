@@ -29,6 +29,10 @@ unsigned harness_free_port(void);
 /* Send sig and reap. */
 void harness_stop(struct proc *p, int sig);
 
+/* The value of one series of p's /metrics (the metrics= port of its port file), e.g.
+ * `tycho_store_reads_total{node="A"}`. Returns 0 and *out, or -1 (no such series, no answer). */
+int harness_metric(const struct proc *p, const char *series, double *out);
+
 /* Deterministic value bytes of a key of length n (xorshift seeded by key and version). */
 void harness_fill(uint8_t *buf, size_t n, const char *key, uint32_t version);
 

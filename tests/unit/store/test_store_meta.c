@@ -358,9 +358,18 @@ static void test_replica_target(void **state)
     uint64_t lease;
     assert_int_equal(ty_store_meta_get(m, "hot", 6, &g, &lease), 0);
     assert_int_equal(g.n, 2);
-    ty_store_meta_tick(m, 6); /* the failed copy is tried again */
+    ty_store_meta_tick(m, 6); /* a failed copy waits a second before it is tried again */
+    assert_int_equal(ty_store_meta_job_next(m, &j3), TY_EAGAIN);
+    for (uint32_t i = 0; i < 3; i++)
+        ty_store_meta_node_heartbeat(m, i, 1005);
+    ty_store_meta_tick(m, 1005);
     assert_int_equal(ty_store_meta_job_next(m, &j3), 0);
     assert_int_equal(j3.node, j2.node);
+    struct ty_store_meta_stats st;
+    ty_store_meta_stats(m, &st);
+    assert_int_equal(st.replications_started, 3);
+    assert_int_equal(st.replications_done, 1);
+    assert_int_equal(st.replications_failed, 1);
     ty_store_meta_free(m);
 }
 
@@ -518,6 +527,178 @@ static void test_random_leases(void **state)
     ty_store_meta_free(m);
 }
 
+/* ---- hot blocks (section 6.2) --------------------------------------------------------------- */
+
+static void test_heat_rate(void **state)
+{
+    struct ty_store_heat h = {0};
+    ty_store_heat_add(&h, 0, 1000);
+    assert_float_equal(ty_store_heat_rate(&h, 0, 1000), 0.6931, 1e-3);
+    assert_float_equal(ty_store_heat_rate(&h, 1000, 1000), 0.6931 / 2, 1e-3); /* one half-life */
+    assert_float_equal(ty_store_heat_rate(&h, 3000, 1000), 0.6931 / 8, 1e-3);
+    /* a steady 100 reads/s reads as about 100/s (discrete sum: within 1 %) */
+    h = (struct ty_store_heat){0};
+    for (uint64_t t = 0; t < 20000; t += 10)
+        ty_store_heat_add(&h, t, 1000);
+    double r = ty_store_heat_rate(&h, 19990, 1000);
+    assert_true(r > 99 && r < 101.5);
+    assert_float_equal(ty_store_heat_rate(&h, 20990, 1000), r / 2, 0.01 * r);
+    /* a read stamped before the last one counts undecayed, the clock does not go back */
+    ty_store_heat_add(&h, 100, 1000);
+    assert_int_equal(h.at, 19990);
+    assert_float_equal(ty_store_heat_rate(&h, 19990, 1000), r + 0.6931, 1e-3);
+}
+
+static ty_store_meta_t *mk_hot(double thr, uint32_t replicas)
+{
+    struct ty_store_meta_opts o = {.high_watermark = 0.9,
+                                   .low_watermark = 0.89,
+                                   .lease_ms = 10,
+                                   .node_timeout_ms = 100000,
+                                   .align = U,
+                                   .hot_reads_per_s = thr,
+                                   .hot_replicas = replicas,
+                                   .hot_half_life_ms = 100};
+    ty_store_meta_t *m;
+    assert_int_equal(ty_store_meta_new(&m, &o), 0);
+    return m;
+}
+
+static uint32_t first_node(ty_store_meta_t *m, const char *key, uint64_t now, uint32_t *n)
+{
+    struct ty_store_placement g;
+    uint64_t lease;
+    assert_int_equal(ty_store_meta_get(m, key, now, &g, &lease), 0);
+    *n = g.n;
+    return g.r[0].node;
+}
+
+static uint64_t reads(ty_store_meta_t *m, uint32_t id)
+{
+    struct ty_store_node_info ni;
+    assert_int_equal(ty_store_meta_node_info(m, id, &ni), 0);
+    return ni.reads;
+}
+
+/* Reads past hot_reads_per_s make REPLICATE jobs up to hot_replicas on distinct nodes; gets then
+ * name the replicas first in turn; the key cools once its rate is below half. */
+static void test_hot_replicates_and_spreads(void **state)
+{
+    ty_store_meta_t *m = mk_hot(50, 3);
+    uint32_t a, b, c, n;
+    struct ty_store_meta_stats st;
+    assert_int_equal(ty_store_meta_node_add(m, "A", 100 * U, false, 0, &a), 0);
+    assert_int_equal(ty_store_meta_node_add(m, "B", 100 * U, false, 0, &b), 0);
+    assert_int_equal(ty_store_meta_node_add(m, "C", 100 * U, false, 0, &c), 0);
+    put(m, "h", U, 1, "B", 1);
+    put(m, "cold", U, 1, "B", 1);
+    /* 5 reads in 5 ms: rate 5 ln2 / 0.1 s = 35/s, under 50 */
+    for (uint64_t t = 10; t < 15; t++)
+        assert_int_equal(first_node(m, "h", t, &n), b);
+    ty_store_meta_tick(m, 15);
+    struct ty_store_job j[3];
+    assert_int_equal(ty_store_meta_job_next(m, &j[0]), TY_EAGAIN);
+    ty_store_meta_stats(m, &st);
+    assert_int_equal(st.hot_blocks, 0);
+    for (uint64_t t = 15; t < 20; t++) /* 10 reads: ~65/s */
+        first_node(m, "h", t, &n);
+    get_at(m, "cold", 20); /* one read: no heat to speak of */
+    ty_store_meta_stats(m, &st);
+    assert_int_equal(st.hot_blocks, 1);
+    ty_store_meta_tick(m, 20);
+    ty_store_meta_tick(m, 21);
+    ty_store_meta_tick(m, 22);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(ty_store_meta_job_next(m, &j[i]), 0);
+        assert_int_equal(j[i].kind, TY_STORE_JOB_REPLICATE);
+        assert_int_equal(j[i].src_node, b);
+        assert_string_equal(j[i].key, "h");
+    }
+    assert_int_equal(ty_store_meta_job_next(m, &j[2]), TY_EAGAIN); /* 3 replicas: no more */
+    assert_true(j[0].node != b && j[1].node != b && j[0].node != j[1].node);
+    assert_int_equal(ty_store_meta_job_done(m, j[0].id, 0, 0, 23), 0);
+    assert_int_equal(ty_store_meta_job_done(m, j[1].id, 0, 0, 23), 0);
+    ty_store_meta_stats(m, &st);
+    assert_int_equal(st.replications_started, 2);
+    assert_int_equal(st.replications_done, 2);
+    /* readers spread: three gets name three different nodes first */
+    uint64_t r0[3] = {reads(m, a), reads(m, b), reads(m, c)};
+    bool seen[3] = {false, false, false};
+    for (uint64_t t = 24; t < 27; t++) {
+        uint32_t f = first_node(m, "h", t, &n);
+        assert_int_equal(n, 3);
+        seen[f] = true;
+    }
+    assert_true(seen[a] && seen[b] && seen[c]);
+    assert_int_equal(reads(m, a), r0[0] + 1);
+    assert_int_equal(reads(m, b), r0[1] + 1);
+    assert_int_equal(reads(m, c), r0[2] + 1);
+    /* a single replica is always named first */
+    assert_int_equal(first_node(m, "cold", 27, &n), b);
+    assert_int_equal(first_node(m, "cold", 28, &n), b);
+    /* cooling: still hot a half-life later (rate ~ 105/s -> ~50/s > 25), cold after four */
+    ty_store_meta_tick(m, 130);
+    ty_store_meta_stats(m, &st);
+    assert_int_equal(st.hot_blocks, 1);
+    ty_store_meta_tick(m, 430);
+    ty_store_meta_stats(m, &st);
+    assert_int_equal(st.hot_blocks, 0);
+    assert_int_equal(ty_store_meta_job_next(m, &j[2]), TY_EAGAIN); /* nothing to re-replicate */
+    ty_store_meta_free(m);
+}
+
+/* Node B holds 16 blocks of one unit, older than everything else, and the extra replica of h
+ * (2 units) that was hot and cooled: over the watermark B loses h's copy first, where LRU alone
+ * would take old0; h stays readable on A. */
+static void test_cold_extra_evicted_first(void **state)
+{
+    ty_store_meta_t *m = mk_hot(50, 2);
+    uint32_t a, b, n;
+    assert_int_equal(ty_store_meta_node_add(m, "A", 20 * U, false, 0, &a), 0);
+    assert_int_equal(ty_store_meta_node_add(m, "B", 20 * U, false, 0, &b), 0);
+    for (int i = 0; i < 16; i++) {
+        char k[8];
+        snprintf(k, sizeof(k), "old%d", i);
+        put(m, k, U, 1, "B", 1);
+    }
+    put(m, "h", 2 * U, 1, "A", 2);
+    for (uint64_t t = 10; t < 30; t++)
+        first_node(m, "h", t, &n);
+    ty_store_meta_tick(m, 30);
+    struct ty_store_job j;
+    assert_int_equal(ty_store_meta_job_next(m, &j), 0);
+    assert_int_equal(j.node, b);
+    assert_int_equal(ty_store_meta_job_done(m, j.id, 0, 0, 31), 0);
+    assert_int_equal(used(m, b), 18 * U);
+    /* while hot (and leased) nothing of h is a candidate; put keeps B at the watermark */
+    ty_store_meta_tick(m, 700); /* cooled, lease over */
+    struct ty_store_meta_stats st;
+    ty_store_meta_stats(m, &st);
+    assert_int_equal(st.hot_blocks, 0);
+    struct ty_store_event ev[64];
+    ty_store_meta_events_take(m, ev, 64);
+    put(m, "new0", U, 1, "B", 701); /* 19 units > 0.9 x 20 */
+    ty_store_meta_tick(m, 702);
+    size_t ne = ty_store_meta_events_take(m, ev, 64);
+    size_t removed = 0;
+    for (size_t i = 0; i < ne; i++) {
+        if (ev[i].kind != TY_STORE_EVENT_REMOVED)
+            continue;
+        removed++;
+        assert_string_equal(ev[i].key, "h");
+        assert_int_equal(ev[i].node, b);
+    }
+    assert_int_equal(removed, 1);
+    assert_true(ty_store_meta_exists(m, "old0"));
+    assert_true(ty_store_meta_exists(m, "h")); /* A's copy */
+    ty_store_meta_stats(m, &st);
+    assert_int_equal(st.evictions, 1);
+    assert_int_equal(st.cold_evictions, 1);
+    assert_int_equal(used(m, b), 17 * U);
+    /* h's last copy on A is no extra: on A, LRU decides as usual */
+    ty_store_meta_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -534,6 +715,9 @@ int main(void)
         cmocka_unit_test(test_ssd_offload_and_load),
         cmocka_unit_test(test_restart_and_announce),
         cmocka_unit_test(test_random_leases),
+        cmocka_unit_test(test_heat_rate),
+        cmocka_unit_test(test_hot_replicates_and_spreads),
+        cmocka_unit_test(test_cold_extra_evicted_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
