@@ -40,6 +40,13 @@ __device__ __forceinline__ void load_tile(float *dst, int ld, const T *src, int 
     }
 }
 
+// First key position of a sliding window of `window` tokens (0 = none) whose last query is at
+// position len - 1: keys before it are masked for that query and every earlier one.
+__device__ __forceinline__ int window_first(int len, int window)
+{
+    return window > 0 && len > window ? len - window : 0;
+}
+
 // Start of token `pos`'s row for kv head kh in a pool array.
 template <typename T>
 __device__ __forceinline__ const T *kv_row(const T *pool, const int32_t *table, int pos, int kh,
@@ -55,7 +62,8 @@ static inline int ty__attn_check(const ty_cuda_kv_layout *l, const ty_cuda_attn_
 {
     if (!l || !s || s->n_heads <= 0 || s->n_kv_heads <= 0 || s->n_heads % s->n_kv_heads)
         return TY_EINVAL;
-    if (s->head_dim <= 0 || s->head_dim > 256 || s->head_dim % 4 || s->max_pages <= 0)
+    if (s->head_dim <= 0 || s->head_dim > 256 || s->head_dim % 4 || s->max_pages <= 0 ||
+        s->window < 0)
         return TY_EINVAL;
     if (l->n_kv_heads != s->n_kv_heads || l->head_dim != s->head_dim || l->page_tokens <= 0)
         return TY_EINVAL;

@@ -35,6 +35,7 @@ struct decode_args {
     const int32_t *tables;
     const int32_t *lens;
     int n_heads, n_kv, hd, page_tokens, max_pages, n_groups, n_splits, split_tokens;
+    int window; // sliding window (0: none): splits start no earlier than len - window
     float scale;
 };
 
@@ -179,7 +180,8 @@ __global__ void __launch_bounds__(kThreads, 4)
     const int h0 = kh * G + grp * kMaxG, ng = min(kMaxG, G - grp * kMaxG);
     decode_smem_t s = carve((float *)smem4, hd);
     const int len = a.lens[seq];
-    const int begin = split * a.split_tokens, end = min(len, begin + a.split_tokens);
+    const int end = min(len, (split + 1) * a.split_tokens);
+    const int begin = max(split * a.split_tokens, ty::window_first(len, a.window));
     const int32_t *table = a.tables + (size_t)seq * a.max_pages;
 
     for (int i = threadIdx.x; i < ng * hd; i += kThreads)
@@ -409,7 +411,8 @@ __global__ void __launch_bounds__(kThreads, MINB)
     const int h0 = kh * group + grp * G, ng = min(G, group - grp * G); // heads h0 .. h0+ng-1
     const int pt = a.page_tokens;
     const int len = a.lens[seq];
-    const int begin = split * a.split_tokens, end = min(len, begin + a.split_tokens);
+    const int end = min(len, (split + 1) * a.split_tokens);
+    const int begin = max(split * a.split_tokens, ty::window_first(len, a.window));
     // The warp's run [wb, we): a multiple of TPI tokens, except where it is cut by `end`.
     const int per = ((max(end - begin, 0) + kFastWarps - 1) / kFastWarps + TPI - 1) / TPI * TPI;
     const int wb = begin + warp * per, we = min(end, wb + per);
@@ -712,7 +715,8 @@ __global__ void __launch_bounds__(kThreads, (tc_min_blocks<HD, QS>()))
     const int h0 = kh * group + grp * gb, ng = min(gb, group - grp * gb);
     const int pt = a.page_tokens;
     const int len = a.lens[seq];
-    const int begin = split * a.split_tokens, end = min(len, begin + a.split_tokens);
+    const int end = min(len, (split + 1) * a.split_tokens);
+    const int begin = max(split * a.split_tokens, ty::window_first(len, a.window));
     const int per =
         ((max(end - begin, 0) + kFastWarps - 1) / kFastWarps + kTcTPI - 1) / kTcTPI * kTcTPI;
     const int wb = begin + warp * per, we = min(end, wb + per);
@@ -1185,6 +1189,7 @@ extern "C" int ty_cuda_attn_decode(float *out, const float *q, const void *k_poo
     a.hd = s->head_dim;
     a.page_tokens = l->page_tokens;
     a.max_pages = s->max_pages;
+    a.window = s->window;
     a.scale = s->scale;
     const decode_plan p = plan_decode(s, n_seqs, max_seq_len);
     // The fast kernels read K/V with 16-byte loads; a pool that is not 16-byte aligned (never

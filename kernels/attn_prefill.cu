@@ -21,7 +21,7 @@ struct prefill_args {
     float *out;
     const float *q;
     const int32_t *tables, *q_starts, *q_lens, *kv_lens;
-    int n_heads, n_kv, hd, page_tokens, max_pages;
+    int n_heads, n_kv, hd, page_tokens, max_pages, window;
     float scale;
 };
 
@@ -30,10 +30,11 @@ size_t prefill_smem(int hd)
     return sizeof(float) * (2 * kRows * (hd + 4) + kTile * hd + kRows * (kTile + 1));
 }
 
-// Scores of row r against the tile (columns sub, sub+4, ...), masked causally, and the
+// Scores of row r against the tile (columns sub, sub+4, ...), masked causally and to the
+// sliding window (window 0: none; llama.cpp masks qpos - key >= window), and the
 // online-softmax update of the row's m and l; leaves p in ps and returns alpha.
 __device__ float row_scores(const float *qs, const float *ks, float *ps, int hd, int r, int sub,
-                            int n, int p0, int qpos, bool valid, float &m, float &l)
+                            int n, int p0, int qpos, int window, bool valid, float &m, float &l)
 {
     const int ld = hd + 4;
     float sc[kTile / 4];
@@ -42,7 +43,7 @@ __device__ float row_scores(const float *qs, const float *ks, float *ps, int hd,
     for (int j = 0; j < kTile / 4; j++) {
         const int c = sub + 4 * j;
         float acc = -INFINITY;
-        if (valid && c < n && p0 + c <= qpos) {
+        if (valid && c < n && p0 + c <= qpos && (window == 0 || qpos - (p0 + c) < window)) {
             acc = 0.0f;
             for (int d = 0; d < hd; d += 4)
                 acc += ty::dot4(*(const float4 *)(qs + r * ld + d),
@@ -102,13 +103,14 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < kChunks; j++)
         acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
-    for (int p0 = 0; p0 < kv_end;) {
+    // keys before the window of the block's first row are masked for all its rows
+    for (int p0 = ty::window_first(first_pos + i0 + 1, a.window); p0 < kv_end;) {
         const int n = min(min(kTile, a.page_tokens - p0 % a.page_tokens), kv_end - p0);
         __syncthreads();
         ty::load_tile(ks, ld, ty::kv_row(k_pool, table, p0, kh, a.n_kv, a.page_tokens, hd), n, hd);
         ty::load_tile(vs, hd, ty::kv_row(v_pool, table, p0, kh, a.n_kv, a.page_tokens, hd), n, hd);
         __syncthreads();
-        const float alpha = row_scores(qs, ks, ps, hd, r, sub, n, p0, qpos, valid, m, l);
+        const float alpha = row_scores(qs, ks, ps, hd, r, sub, n, p0, qpos, a.window, valid, m, l);
         __syncwarp();
 #pragma unroll
         for (int j = 0; j < kChunks; j++) {
@@ -168,7 +170,7 @@ extern "C" int ty_cuda_attn_prefill(float *out, const float *q, const void *k_po
     if (n_chunks == 0 || max_q_len == 0)
         return 0;
     cudaStream_t st = (cudaStream_t)stream;
-    if (ty__attn_prefill_tc_applies(l, s))
+    if (s->window == 0 && ty__attn_prefill_tc_applies(l, s)) // no window in the TC path yet
         return ty__attn_prefill_tc(out, q, k_pool, v_pool, l, s, block_tables, q_starts, q_lens,
                                    kv_lens, n_chunks, max_q_len, st);
     prefill_args a;
@@ -183,6 +185,7 @@ extern "C" int ty_cuda_attn_prefill(float *out, const float *q, const void *k_po
     a.hd = s->head_dim;
     a.page_tokens = l->page_tokens;
     a.max_pages = s->max_pages;
+    a.window = s->window;
     a.scale = s->scale;
     return TY_DTYPE_DISPATCH(l->type, prefill_launch, a, k_pool, v_pool, n_chunks, max_q_len, st);
 }

@@ -149,6 +149,9 @@ struct ty_cuda_attn_shape {
     int head_dim;       /* multiple of 4, <= 256 */
     float scale;        /* usually 1/sqrt(head_dim) */
     int max_pages;      /* row length of block_tables */
+    int window;         /* sliding window: a query at position p sees keys p - window + 1 .. p
+                         * (llama.cpp's mask); 0 = all. Keys before it are never read, so their
+                         * block-table entries may name any page. */
 };
 
 /* Decode attention (one new query token per sequence), split over the context for long
@@ -164,7 +167,7 @@ int ty_cuda_attn_decode(float *out, const float *q, const void *k_pool, const vo
                         const int32_t *block_tables, const int32_t *seq_lens, int n_seqs,
                         int max_seq_len, void *workspace, ty_cuda_stream_t stream);
 
-/* Prefill attention, causal, over a batch of query chunks (FlashAttention-2 style online
+/* Prefill attention, causal (and within s->window), over a batch of query chunks (FlashAttention-2 style online
  * softmax, Dao 2023). Chunk s has q_lens[s] query rows starting at row q_starts[s] of q/out and
  * attends to the first kv_lens[s] tokens of its sequence (which already include its own new
  * tokens): query row i of chunk s has position kv_lens[s] - q_lens[s] + i and sees positions

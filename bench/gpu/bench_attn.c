@@ -130,7 +130,7 @@ static void dcase_make(struct dcase *c, int n_seqs, int ctx)
     c->q = dev_f32(c->nq, 1.0f);
     CK(cudaMalloc((void **)&c->out, c->nq * 4));
     c->l = (struct ty_cuda_kv_layout){TY_CUDA_BF16, KVH, B, HD, n_seqs * pps};
-    c->s = (struct ty_cuda_attn_shape){H, KVH, HD, 1.0f / sqrtf(HD), pps};
+    c->s = (struct ty_cuda_attn_shape){H, KVH, HD, 1.0f / sqrtf(HD), pps, 0};
 }
 
 static void dcase_free(struct dcase *c)
@@ -212,7 +212,7 @@ static int bench_prefill_out(int n_seqs, int L, float *out_h, const char *tag)
     float *q = dev_f32((size_t)n_seqs * L * H * HD, 1.0f), *out;
     CK(cudaMalloc((void **)&out, (size_t)n_seqs * L * H * HD * 4));
     struct ty_cuda_kv_layout l = {TY_CUDA_BF16, KVH, B, HD, n_seqs * pps};
-    struct ty_cuda_attn_shape s = {H, KVH, HD, 1.0f / sqrtf(HD), pps};
+    struct ty_cuda_attn_shape s = {H, KVH, HD, 1.0f / sqrtf(HD), pps, 0};
     cudaEvent_t a, b;
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));

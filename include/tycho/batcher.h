@@ -84,6 +84,9 @@ struct ty_batcher_opts {
                             * when they fit (0: strict order) */
     bool no_grow;          /* every request reserves all it computes at admission (prefill
                             * only: max_tokens 1); nothing is ever preempted */
+    bool trim_window;      /* sliding-window models: after each call, release the pages no
+                            * layer reads again (ty_engine_seq_trim); not where a request's
+                            * KV is exported later (prefill, decode's KV pool writes) */
     struct ty_batcher_hooks hooks;
 };
 

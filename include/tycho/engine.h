@@ -79,6 +79,14 @@ uint32_t ty_engine_max_batch_tokens(const ty_engine_t *e);
  * TY_ENOCAPACITY (pool full), TY_ERANGE (beyond max_ctx), TY_EINVAL or TY_ENOMEM. */
 int ty_engine_forward(ty_engine_t *e, const struct ty_batch *batch, float *logits);
 
+/* Sliding-window models (model config kv_window > 0): give back the pages of `s` that no
+ * layer reads for its next token (before position n_tokens + 1 - kv_window), so a long
+ * generation holds a bounded number of pages. Returns the pages released (0 for other
+ * models). Only for sequences whose KV is not exported afterwards: ty_engine_generate and the
+ * batcher with opts.trim_window call it; prefill nodes do not (their pages go to decode).
+ * The engine's thread. */
+uint32_t ty_engine_seq_trim(ty_engine_t *e, ty_kvseq_t *s);
+
 enum ty_finish {
     TY_FINISH_NONE = 0,
     TY_FINISH_LENGTH, /* max_tokens */

@@ -125,6 +125,18 @@ int ty_kvpool_seq_reserve(ty_kvpool_t *p, ty_kvseq_t *s, uint32_t n_new);
 /* Record that KV for the next `n` tokens has been written; full blocks become shareable. */
 int ty_kvpool_seq_commit(ty_kvpool_t *p, ty_kvseq_t *s, const uint32_t *tokens, uint32_t n);
 
+/* Sliding-window attention: release the pages of `s` that hold only positions before `pos`
+ * (whole committed blocks; no layer reads them any more). Their block table entries become
+ * TY_KVPOOL_NO_PAGE, so positions keep their page index. A released full block that no one
+ * else holds stays cached like any other (its KV is the same for every sequence with that
+ * prefix, so a later prompt may still match it; a match stops at the first block not indexed).
+ * A sequence with released pages can no longer be exported (layer ranges, seq_export:
+ * TY_EINVAL). Returns the pages released by this call. */
+#define TY_KVPOOL_NO_PAGE UINT32_MAX
+uint32_t ty_kvpool_seq_release_before(ty_kvpool_t *p, ty_kvseq_t *s, uint32_t pos);
+/* Leading block table entries released by ty_kvpool_seq_release_before(). */
+uint32_t ty_kvseq_n_released(const ty_kvseq_t *s);
+
 uint32_t ty_kvseq_n_tokens(const ty_kvseq_t *s);
 const uint32_t *ty_kvseq_tokens(const ty_kvseq_t *s);
 uint32_t ty_kvseq_n_pages(const ty_kvseq_t *s);
@@ -141,7 +153,8 @@ struct ty_kv_range {
     void *ptr;
     size_t len;
 };
-/* Fill `out` (capacity `cap`, needs 2 * n_pages) for `layer`; returns the count or TY_ERANGE. */
+/* Fill `out` (capacity `cap`, needs 2 * n_pages) for `layer`; returns the count, TY_ERANGE, or
+ * TY_EINVAL (bad layer, or pages released). */
 int ty_kvpool_seq_layer_ranges(ty_kvpool_t *p, const ty_kvseq_t *s, uint32_t layer,
                                struct ty_kv_range *out, size_t cap);
 /* Prepare an empty sequence to receive `n` tokens of KV (pages reserved, tokens recorded,

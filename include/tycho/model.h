@@ -48,6 +48,14 @@ struct ty_model_config {
     bool qkv_bias;
     bool qk_norm; /* Qwen3: q and k RMS-normed per head (weights of head_dim) before rope */
     bool tied_output;
+    /* Sliding-window attention (Mistral; GGUF <arch>.attention.sliding_window, HF
+     * sliding_window): a query at position p of a sliding layer sees keys p - W + 1 .. p, as
+     * llama.cpp masks (p - k >= W is masked). 0 = full attention everywhere. Which layers slide
+     * is per layer in the model (all of them for Mistral). */
+    uint32_t sliding_window;
+    /* Keys older than kv_window - 1 positions are read by no layer (every layer slides, the
+     * widest window): their KV pages may be released. 0 = some layer reads everything. */
+    uint32_t kv_window;
     uint32_t weight_type; /* enum ty_ggml_type of the largest matrices (for display) */
 };
 

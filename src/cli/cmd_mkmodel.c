@@ -23,6 +23,7 @@ struct dims {
     uint32_t dim, layers, heads, kv_heads, ffn, vocab, ctx;
     bool tied;
     uint32_t head_dim; /* 0: dim / heads */
+    uint32_t window;   /* sliding-window attention on every layer; 0: none */
 };
 
 static const struct {
@@ -30,11 +31,11 @@ static const struct {
     struct dims d;
 } presets[] = {
     /* ~110M: llama2.c's stories110M shape, tied embeddings over the 32k Llama-2 vocab */
-    {"110m", {768, 12, 12, 12, 2048, 32000, 1024, true, 0}},
+    {"110m", {768, 12, 12, 12, 2048, 32000, 1024, true, 0, 0}},
     /* ~1.1B: TinyLlama-1.1B shape (GQA 32/4) */
-    {"1b", {2048, 22, 32, 4, 5632, 32000, 2048, false, 0}},
+    {"1b", {2048, 22, 32, 4, 5632, 32000, 2048, false, 0, 0}},
     /* a small file for tests */
-    {"tiny", {64, 2, 4, 2, 128, 32000, 256, true, 0}},
+    {"tiny", {64, 2, 4, 2, 128, 32000, 256, true, 0, 0}},
 };
 
 /* An architecture as llama.cpp names it in GGUF (general.architecture and the key prefix) and
@@ -204,6 +205,8 @@ static int add_kv(ty_gguf_writer_t *w, const struct dims *d, const struct arch_s
     rc |= KV_U32("rope.dimension_count", hd);
     rc |= KV_F32("attention.layer_norm_rms_epsilon", a->rms_eps);
     rc |= KV_F32("rope.freq_base", 10000.0f);
+    if (d->window) /* the key llama.cpp names LLM_KV_ATTENTION_SLIDING_WINDOW */
+        rc |= KV_U32("attention.sliding_window", d->window);
 #undef KV_U32
 #undef KV_F32
     return rc ? TY_ENOMEM : 0;
@@ -406,7 +409,7 @@ static void usage(FILE *f)
                "         --vocab-from TOKENIZER.gguf|bytes --out FILE.gguf\n"
                "         [--type f32|f16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m]\n"
                "         [--arch llama|qwen2|qwen3] [--head-dim N] [--untied] [--seed S]\n"
-               "         [--hf DIR]\n"
+               "         [--sliding-window N] [--hf DIR]\n"
                "  --type: the matrices' ggml type (norms and biases stay f32); q4_k_m is\n"
                "          llama.cpp's mix (Q4_K, Q6_K output and some attn_v / ffn_down)\n"
                "  --vocab-from bytes: a built-in 259-token byte-fallback vocabulary (no donor file)\n"
@@ -414,6 +417,9 @@ static void usage(FILE *f)
                "          qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm)\n"
                "  --head-dim: attention head size when not D/HEADS (as Qwen3 models have)\n"
                "  --untied: a separate output matrix instead of the embeddings\n"
+               "  --sliding-window N: Mistral-style attention over the last N tokens on every\n"
+               "          layer (<arch>.attention.sliding_window; llama.cpp reads it only for\n"
+               "          architectures with SWA, not for llama, qwen2 or qwen3)\n"
                "  --hf DIR: also write the same weights as a Hugging Face directory\n"
                "            (config.json + model.safetensors; f32 or f16; no tokenizer files)\n");
 }
@@ -449,10 +455,14 @@ static int write_hf_config(const char *dir, const struct dims *d, const struct a
             "  \"max_position_embeddings\": %u,\n  \"rms_norm_eps\": %.9g,\n"
             "  \"rope_theta\": 10000.0,\n  \"attention_bias\": %s,\n"
             "  \"tie_word_embeddings\": %s,\n  \"hidden_act\": \"silu\",\n"
-            "  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"torch_dtype\": \"%s\"\n}\n",
+            "  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"torch_dtype\": \"%s\"",
             a->hf_class, a->name, d->dim, d->ffn, d->layers, d->heads, d->kv_heads,
             head_dim(d), d->vocab, d->ctx, (double)a->rms_eps, a->qkv_bias ? "true" : "false",
             d->tied ? "true" : "false", type == TY_GGML_F16 ? "float16" : "float32");
+    if (d->window) /* Mistral's key; Qwen2-style configs also need use_sliding_window */
+        fprintf(f, ",\n  \"sliding_window\": %u,\n  \"use_sliding_window\": true,\n"
+                   "  \"max_window_layers\": 0", d->window);
+    fprintf(f, "\n}\n");
     return fclose(f) ? -errno : 0;
 }
 
@@ -604,12 +614,13 @@ static int run_mkmodel(int argc, char **argv)
         {"preset", 1, 0, 'p'}, {"dims", 1, 0, 'd'},     {"vocab-from", 1, 0, 'v'},
         {"out", 1, 0, 'o'},    {"type", 1, 0, 't'},     {"seed", 1, 0, 's'},
         {"arch", 1, 0, 'a'},   {"head-dim", 1, 0, 'H'}, {"untied", 0, 0, 'U'},
-        {"hf", 1, 0, 'F'},     {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
+        {"hf", 1, 0, 'F'},     {"help", 0, 0, 'h'},     {"sliding-window", 1, 0, 'W'},
+        {0, 0, 0, 0}};
     struct dims d = {0};
     const char *vocab = NULL, *out = NULL, *hf = NULL;
     const struct arch_spec *arch = &arches[0];
     const struct ftype *ft = &ftypes[0];
-    uint32_t hd = 0;
+    uint32_t hd = 0, window = 0;
     uint64_t seed = 1;
     bool have = false, untied = false;
     int c;
@@ -656,6 +667,13 @@ static int run_mkmodel(int argc, char **argv)
                 return TY_CLI_EXIT_USAGE;
             }
             break;
+        case 'W':
+            window = (uint32_t)strtoul(optarg, NULL, 10);
+            if (window == 0) {
+                fprintf(stderr, "tycho mkmodel: bad --sliding-window '%s'\n", optarg);
+                return TY_CLI_EXIT_USAGE;
+            }
+            break;
         case 's': seed = strtoull(optarg, NULL, 10); break;
         case 'h': usage(stdout); return TY_CLI_EXIT_OK;
         default: usage(stderr); return TY_CLI_EXIT_USAGE;
@@ -666,6 +684,7 @@ static int run_mkmodel(int argc, char **argv)
         return TY_CLI_EXIT_USAGE;
     }
     d.head_dim = hd ? hd : d.head_dim;
+    d.window = window;
     d.tied = d.tied && !untied;
     int rc = check_shape(&d, ft, hf);
     if (rc)

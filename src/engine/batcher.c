@@ -571,6 +571,8 @@ int ty_batcher_step(ty_batcher_t *b)
     b->call_n = 0;
     b->steps++;
     b->call = &call;
+    for (uint32_t i = 0; i < n && !rc && b->o.trim_window; i++)
+        ty_engine_seq_trim(b->e, who[i]->seq);
     for (uint32_t i = 0; i < n; i++) {
         struct ty_breq *r = who[i];
         if (rc)

@@ -236,6 +236,14 @@ int ty_engine_forward(ty_engine_t *e, const struct ty_batch *b, float *logits)
     return rc;
 }
 
+uint32_t ty_engine_seq_trim(ty_engine_t *e, ty_kvseq_t *s)
+{
+    uint32_t w = ty_model_config(e->m)->kv_window, next = ty_kvseq_n_tokens(s);
+    if (!w || next + 1 <= w)
+        return 0;
+    return ty_kvpool_seq_release_before(e->pool, s, next + 1 - w);
+}
+
 uint64_t ty_engine_busy_ns(const ty_engine_t *e)
 {
     uint64_t since = atomic_load(&((ty_engine_t *)e)->busy_since_ns);

@@ -130,6 +130,8 @@ static int step(ty_engine_t *e, struct gen_seq *gs, size_t n, const struct ty_ge
     struct ty_batch b = {.seqs = bs, .n_seqs = nb};
     if (nb && (rc = ty_engine_forward(e, &b, logits)))
         goto out;
+    for (uint32_t k = 0; k < nb; k++) /* sliding window: pages no layer reads again */
+        ty_engine_seq_trim(e, bs[k].seq);
     rc = 0;
     for (uint32_t k = 0; k < nb && !rc; k++) {
         struct gen_seq *g = &gs[map[k]];

@@ -15,16 +15,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NO_PAGE UINT32_MAX
+#define NO_PAGE TY_KVPOOL_NO_PAGE
 
 struct ty_kvseq {
     uint32_t *pages; /* block table */
     uint32_t n_pages, cap_pages;
     uint32_t *tokens; /* tokens whose KV is (or is being) stored */
     uint32_t n_tokens, cap_tokens;
-    uint32_t n_hashed;  /* full blocks whose chain hash is known */
-    uint64_t last_hash; /* chain hash of block n_hashed - 1 */
-    uint32_t n_pending; /* import: tokens reserved but not yet valid */
+    uint32_t n_hashed;   /* full blocks whose chain hash is known */
+    uint64_t last_hash;  /* chain hash of block n_hashed - 1 */
+    uint32_t n_pending;  /* import: tokens reserved but not yet valid */
+    uint32_t n_released; /* leading block table entries given back (NO_PAGE) */
 };
 
 struct slot {
@@ -369,7 +370,7 @@ void ty_kvpool_seq_free(ty_kvpool_t *p, ty_kvseq_t *s)
         return;
     /* deepest block first: a prefix's first blocks are then the most recently released, the
      * last to be evicted (a block is only found through the ones before it) */
-    for (uint32_t i = s->n_pages; i-- > 0;)
+    for (uint32_t i = s->n_pages; i-- > s->n_released;)
         page_unref(p, s->pages[i]);
     free(s->pages);
     free(s->tokens);
@@ -379,9 +380,9 @@ void ty_kvpool_seq_free(ty_kvpool_t *p, ty_kvseq_t *s)
 /* Back to an empty sequence: pages released, no tokens. */
 static void seq_clear(ty_kvpool_t *p, ty_kvseq_t *s)
 {
-    for (uint32_t i = s->n_pages; i-- > 0;) /* deepest first, as in ty_kvpool_seq_free */
+    for (uint32_t i = s->n_pages; i-- > s->n_released;) /* deepest first, as in seq_free */
         page_unref(p, s->pages[i]);
-    s->n_pages = s->n_tokens = s->n_pending = s->n_hashed = 0;
+    s->n_pages = s->n_tokens = s->n_pending = s->n_hashed = s->n_released = 0;
     s->last_hash = 0;
 }
 
@@ -478,6 +479,22 @@ int ty_kvpool_seq_commit(ty_kvpool_t *p, ty_kvseq_t *s, const uint32_t *tokens, 
     return 0;
 }
 
+uint32_t ty_kvpool_seq_release_before(ty_kvpool_t *p, ty_kvseq_t *s, uint32_t pos)
+{
+    uint32_t B = p->o.block_tokens, upto = (pos < s->n_tokens ? pos : s->n_tokens) / B;
+    uint32_t n = 0;
+    for (; s->n_released < upto; s->n_released++, n++) {
+        page_unref(p, s->pages[s->n_released]);
+        s->pages[s->n_released] = NO_PAGE;
+    }
+    return n;
+}
+
+uint32_t ty_kvseq_n_released(const ty_kvseq_t *s)
+{
+    return s->n_released;
+}
+
 uint32_t ty_kvseq_n_tokens(const ty_kvseq_t *s)
 {
     return s->n_tokens;
@@ -503,7 +520,7 @@ const uint32_t *ty_kvseq_pages(const ty_kvseq_t *s)
 int ty_kvpool_seq_layer_ranges(ty_kvpool_t *p, const ty_kvseq_t *s, uint32_t layer,
                                struct ty_kv_range *out, size_t cap)
 {
-    if (layer >= p->o.n_layers)
+    if (layer >= p->o.n_layers || s->n_released)
         return TY_EINVAL;
     if (cap < 2 * (size_t)s->n_pages)
         return TY_ERANGE;
@@ -551,6 +568,8 @@ int ty_kvpool_seq_export(ty_kvpool_t *p, const ty_kvseq_t *s, void **buf, size_t
     struct kv_header h = {KV_MAGIC, 2, p->o.n_layers, p->o.n_kv_heads, p->o.head_dim,
                           p->o.block_tokens, s->n_tokens, s->n_pages, (uint32_t)p->o.dtype, 0};
     size_t pb = ty_kvpool_page_bytes(p);
+    if (s->n_released)
+        return TY_EINVAL;
     size_t total = sizeof(h) + (size_t)s->n_tokens * 4 + (size_t)p->o.n_layers * s->n_pages * 2 * pb;
     unsigned char *b = malloc(total);
     struct ty_kv_range *r = malloc((2 * (size_t)s->n_pages + 1) * sizeof(*r));

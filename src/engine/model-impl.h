@@ -22,6 +22,7 @@ struct ty_layer_weights {
     struct ty_weight ffn_norm;       /* (dim) */
     struct ty_weight w_gate, w_up;   /* (ffn, dim) */
     struct ty_weight w_down;         /* (dim, ffn) */
+    uint32_t window;                 /* sliding-window attention: keys a query sees, 0 = all */
 };
 
 /* A layer's tensors by file format: the name after "blk.N." (GGUF) and after
@@ -69,6 +70,10 @@ struct ty_model {
     float rope_factor, rope_low_freq, rope_high_freq;
     uint32_t rope_orig_ctx;
     const float *rope_freqs;   /* GGUF rope_freqs.weight (head_dim/2), divides frequencies */
+    /* sliding window as read from the file: layers swa_first_layer.. slide over swa_window
+     * tokens (HF Qwen2's max_window_layers; 0 for Mistral); ty__model_finish() sets each
+     * layer's window and cfg.kv_window */
+    uint32_t swa_window, swa_first_layer;
     struct ty_tokenizer *tok;
     uint32_t eog[TY_MODEL_MAX_EOG];
     uint32_t n_eog;

@@ -186,6 +186,21 @@ static int make_rope(struct ty_model *m)
     return 0;
 }
 
+/* Each layer's window from the loader's description; kv_window = the widest window when every
+ * layer slides (a window of at least the context is no window). */
+static void set_windows(struct ty_model *m)
+{
+    struct ty_model_config *c = &m->cfg;
+    uint32_t w = m->swa_window < c->ctx_len || !c->ctx_len ? m->swa_window : 0;
+    c->sliding_window = c->kv_window = 0;
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        m->layers[l].window = l >= m->swa_first_layer ? w : 0;
+        c->sliding_window = m->layers[l].window ? w : c->sliding_window;
+    }
+    if (m->swa_first_layer == 0)
+        c->kv_window = c->sliding_window; /* every layer slides */
+}
+
 int ty__model_finish(struct ty_model *m, char *errbuf, size_t errlen)
 {
     struct ty_model_config *c = &m->cfg;
@@ -214,11 +229,15 @@ int ty__model_finish(struct ty_model *m, char *errbuf, size_t errlen)
     }
     if ((rc = make_rope(m)))
         return rc;
+    set_windows(m);
     c->weight_type = m->layers[0].wq.type;
-    snprintf(m->desc, sizeof(m->desc), "%s %uL d%u h%u/%u hd%u ff%u v%u %s%s",
+    char swa[24] = "";
+    if (c->sliding_window)
+        snprintf(swa, sizeof(swa), " swa%u", c->sliding_window);
+    snprintf(m->desc, sizeof(m->desc), "%s %uL d%u h%u/%u hd%u ff%u v%u %s%s%s",
              arch_name(c->arch), c->n_layers, c->dim, c->n_heads,
              c->n_kv_heads, c->head_dim, c->ffn_dim, c->n_vocab, ty_ggml_type_name(c->weight_type),
-             c->tied_output ? " tied" : "");
+             c->tied_output ? " tied" : "", swa);
     return 0;
 }
 

@@ -124,6 +124,9 @@ static int read_hparams(struct ty_model *m, char *errbuf, size_t errlen)
         c->ctx_len = 2048;
     if (!key_f32(m->gguf, arch, "attention.layer_norm_rms_epsilon", &c->rms_eps))
         c->rms_eps = 1e-5f;
+    /* the key llama.cpp's converters write (LLM_KV_ATTENTION_SLIDING_WINDOW); every layer */
+    if (!key_u32(m->gguf, arch, "attention.sliding_window", &m->swa_window))
+        m->swa_window = 0;
     if (!key_f32(m->gguf, arch, "rope.freq_base", &c->rope_theta))
         c->rope_theta = 10000.0f;
     const struct ty_gguf_tensor *emb = ty_gguf_find_tensor(m->gguf, "token_embd.weight");

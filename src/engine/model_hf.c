@@ -177,6 +177,19 @@ static int read_rope_scaling(struct ty_model *m, json_t *cfg, char *errbuf, size
     return 0;
 }
 
+/* Mistral: sliding_window (int, or null for none) on every layer. Qwen2-style configs add
+ * use_sliding_window (false: no window) and max_window_layers (HF Qwen2 slides the layers from
+ * that index on). */
+static void read_sliding_window(struct ty_model *m, json_t *cfg)
+{
+    json_t *use = json_object_get(cfg, "use_sliding_window");
+    m->swa_window = cfg_u32(cfg, "sliding_window", 0);
+    if (use && !json_is_true(use))
+        m->swa_window = 0;
+    if (m->swa_window && use)
+        m->swa_first_layer = cfg_u32(cfg, "max_window_layers", 0);
+}
+
 static int read_config(struct ty_model *m, json_t *cfg, char *errbuf, size_t errlen)
 {
     struct ty_model_config *c = &m->cfg;
@@ -210,6 +223,7 @@ static int read_config(struct ty_model *m, json_t *cfg, char *errbuf, size_t err
         snprintf(errbuf, errlen, "config.json: num_hidden_layers %u out of range", c->n_layers);
         return TY_EFORMAT;
     }
+    read_sliding_window(m, cfg);
     return read_rope_scaling(m, cfg, errbuf, errlen);
 }
 

@@ -336,6 +336,7 @@ int ty_serve_worker_new(ty_serve_worker_t **out, const struct ty_serve_worker_op
     w->stats.kv_pages_total = ty_kvpool_pages_total(ty_engine_pool(w->e));
     struct ty_batcher_opts bo = {
         .engine = w->e, .max_running = w->o.max_running, .step_tokens = w->o.step_tokens,
+        .trim_window = true, /* no one exports a served request's KV */
         .hooks = {.arg = w, .on_token = on_token, .on_end = on_end, .on_preempt = on_preempt}};
     int rc = ty_batcher_new(&w->b, &bo);
     if (rc) {

@@ -71,8 +71,16 @@ static void kv_store(const struct fwd *f, void *chunk, size_t r, const float *x)
         memcpy((float *)chunk + r * hd, x, hd * sizeof(float));
 }
 
+/* First key position a query at `pos` sees in this layer: pos - W + 1 for a sliding window of
+ * W (llama.cpp masks pos - k >= W), else 0. Pages wholly before it may have been released. */
+static uint32_t first_key(const struct fwd *f, uint32_t pos)
+{
+    uint32_t w = f->m->layers[f->layer].window;
+    return w && pos >= w ? pos - w + 1 : 0;
+}
+
 /* Attention for tasks [begin, end) of T * n_heads (token t, head h), causal over positions
- * 0..pos[t] of t's sequence, all of which are in the pool by now. */
+ * first_key(pos[t])..pos[t] of t's sequence, all of which are in the pool by now. */
 static void attn_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
 {
     struct fwd *f = arg;
@@ -82,13 +90,14 @@ static void attn_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
     float *sc = f->scores + (size_t)thread * f->max_ctx; /* (max_ctx) */
     for (uint32_t task = begin; task < end; task++) {
         uint32_t t = task / c->n_heads, h = task % c->n_heads, kvh = h / group, n = f->pos[t] + 1;
+        uint32_t lo = first_key(f, f->pos[t]);
         if (f->batch->seqs[f->seq_of[t]].n > 1)
             continue; /* prefill chunks go through attn_prefill() */
         const uint32_t *pages = ty_kvseq_pages(f->batch->seqs[f->seq_of[t]].seq);
         const float *qv = f->q + ((size_t)t * c->n_heads + h) * hd;
         float *out = f->att + ((size_t)t * c->n_heads + h) * hd;
         float mx = -INFINITY;
-        for (uint32_t j = 0; j < n; j++) {
+        for (uint32_t j = lo; j < n; j++) {
             const void *kc = ty_kvpool_k(f->kv, f->layer, pages[j / B]);
             size_t r = (size_t)kvh * B + j % B;
             float d = 0;
@@ -103,13 +112,13 @@ static void attn_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
             mx = sc[j] > mx ? sc[j] : mx;
         }
         double sum = 0;
-        for (uint32_t j = 0; j < n; j++) {
+        for (uint32_t j = lo; j < n; j++) {
             sc[j] = expf(sc[j] - mx);
             sum += sc[j];
         }
         float inv = (float)(1.0 / sum);
         memset(out, 0, hd * sizeof(float));
-        for (uint32_t j = 0; j < n; j++) {
+        for (uint32_t j = lo; j < n; j++) {
             const void *vc = ty_kvpool_v(f->kv, f->layer, pages[j / B]);
             size_t r = (size_t)kvh * B + j % B;
             float a = sc[j] * inv;
@@ -124,12 +133,13 @@ static void attn_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
     }
 }
 
-/* Gather the first `ctx` positions of kv head `kvh` from the sequence's pages into
- * contiguous (ctx, hd) arrays. */
-static void gather_kv(struct fwd *f, const uint32_t *pages, uint32_t kvh, uint32_t ctx, float *kc,
-                      float *vc)
+/* Gather positions base..base+ctx-1 (base a multiple of B) of kv head `kvh` from the
+ * sequence's pages into contiguous (ctx, hd) arrays. */
+static void gather_kv(struct fwd *f, const uint32_t *pages, uint32_t kvh, uint32_t base,
+                      uint32_t ctx, float *kc, float *vc)
 {
     uint32_t hd = f->m->cfg.head_dim, B = f->B;
+    pages += base / B;
     for (uint32_t j = 0; j < ctx; j += B) {
         uint32_t n = ctx - j < B ? ctx - j : B;
         size_t off = (size_t)kvh * B * hd;
@@ -145,12 +155,34 @@ static void gather_kv(struct fwd *f, const uint32_t *pages, uint32_t kvh, uint32
     }
 }
 
-/* Attention of one prefill chunk (n > 1 new tokens at rows t0.., positions p0..) as GEMMs:
- * S (n, ctx) = Q_h K^T * scale, causal mask, softmax rows, out (n, hd) = S V. */
+/* Softmax of row[lo..end) in place (max in f32, sum in double), zeros elsewhere in [0, len). */
+static void softmax_row(float *row, uint32_t len, uint32_t lo, uint32_t end)
+{
+    float mx = -INFINITY;
+    for (uint32_t j = lo; j < end; j++)
+        mx = row[j] > mx ? row[j] : mx;
+    double sum = 0;
+    for (uint32_t j = lo; j < end; j++) {
+        row[j] = expf(row[j] - mx);
+        sum += row[j];
+    }
+    float inv = (float)(1.0 / sum);
+    for (uint32_t j = lo; j < end; j++)
+        row[j] *= inv;
+    for (uint32_t j = 0; j < lo; j++)
+        row[j] = 0.0f;
+    for (uint32_t j = end; j < len; j++)
+        row[j] = 0.0f;
+}
+
+/* Attention of one prefill chunk (n > 1 new tokens at rows t0.., positions p0..) as GEMMs
+ * over the keys from the page holding the first row's first key (`base`) on:
+ * S (n, ctx) = Q_h K^T * scale, causal (and window) mask, softmax rows, out (n, hd) = S V. */
 static int attn_prefill(struct fwd *f, struct cpu_ctx *cc, uint32_t t0, uint32_t n)
 {
     const struct ty_model_config *c = &f->m->cfg;
-    uint32_t hd = c->head_dim, p0 = f->pos[t0], ctx = p0 + n, group = c->n_heads / c->n_kv_heads;
+    uint32_t hd = c->head_dim, p0 = f->pos[t0], group = c->n_heads / c->n_kv_heads;
+    uint32_t base = first_key(f, p0) / f->B * f->B, ctx = p0 + n - base;
     size_t Q = (size_t)c->n_heads * hd, need = 2 * (size_t)ctx * hd + (size_t)n * ctx;
     if (need > cc->abuf_floats) {
         float *nb = realloc(cc->abuf, need * sizeof(float));
@@ -162,27 +194,14 @@ static int attn_prefill(struct fwd *f, struct cpu_ctx *cc, uint32_t t0, uint32_t
     float *kc = cc->abuf, *vc = kc + (size_t)ctx * hd, *S = vc + (size_t)ctx * hd;
     const uint32_t *pages = ty_kvseq_pages(f->batch->seqs[f->seq_of[t0]].seq);
     for (uint32_t kvh = 0; kvh < c->n_kv_heads; kvh++) {
-        gather_kv(f, pages, kvh, ctx, kc, vc);
+        gather_kv(f, pages, kvh, base, ctx, kc, vc);
         for (uint32_t h = kvh * group; h < (kvh + 1) * group; h++) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)ctx, (int)hd,
                         1.0f / sqrtf((float)hd), f->q + t0 * Q + (size_t)h * hd, (int)Q, kc,
                         (int)hd, 0.0f, S, (int)ctx);
-            for (uint32_t i = 0; i < n; i++) {
-                float *row = S + (size_t)i * ctx, mx = -INFINITY;
-                uint32_t valid = p0 + i + 1;
-                for (uint32_t j = 0; j < valid; j++)
-                    mx = row[j] > mx ? row[j] : mx;
-                double sum = 0;
-                for (uint32_t j = 0; j < valid; j++) {
-                    row[j] = expf(row[j] - mx);
-                    sum += row[j];
-                }
-                float inv = (float)(1.0 / sum);
-                for (uint32_t j = 0; j < valid; j++)
-                    row[j] *= inv;
-                for (uint32_t j = valid; j < ctx; j++)
-                    row[j] = 0.0f;
-            }
+            for (uint32_t i = 0; i < n; i++)
+                softmax_row(S + (size_t)i * ctx, ctx, first_key(f, p0 + i) - base,
+                            p0 + i + 1 - base);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)hd, (int)ctx,
                         1.0f, S, (int)ctx, vc, (int)hd, 0.0f, f->att + t0 * Q + (size_t)h * hd,
                         (int)Q);

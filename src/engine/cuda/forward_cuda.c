@@ -87,7 +87,8 @@ static void fill_table(int32_t *row, uint32_t width, const ty_kvseq_t *seq)
     uint32_t n = ty_kvseq_n_pages(seq);
     const uint32_t *pg = ty_kvseq_pages(seq);
     for (uint32_t i = 0; i < width; i++)
-        row[i] = i < n ? (int32_t)pg[i] : 0; /* padding is never read: beyond the length */
+        row[i] = i < n && pg[i] != TY_KVPOOL_NO_PAGE ? (int32_t)pg[i] : 0; /* padding and
+        * released pages (before a sliding window) are never read */
 }
 
 /* Tokens of sequence s at internal rows r0.. : ids, positions, slots. */
@@ -217,14 +218,15 @@ static int gemm(struct cuda_ctx *c, float *y, const float *x, const struct cuda_
                                  (int)w->rows));
 }
 
-static int attention(struct pass *ps, uint32_t layer)
+static int attention(struct pass *ps, uint32_t layer, uint32_t window)
 {
     struct cuda_ctx *c = ps->c;
     const struct plan *p = ps->p;
     const struct ty_model_config *m = ps->cfg;
     const void *k = ty_kvpool_k(ps->pool, layer, 0), *v = ty_kvpool_v(ps->pool, layer, 0);
     struct ty_cuda_attn_shape sh = {(int)m->n_heads, (int)m->n_kv_heads, (int)m->head_dim,
-                                    1.0f / sqrtf((float)m->head_dim), (int)p->maxp_d};
+                                    1.0f / sqrtf((float)m->head_dim), (int)p->maxp_d,
+                                    (int)window};
     const int32_t *md = c->meta_d;
     int rc = 0;
     if (p->nd)
@@ -261,7 +263,7 @@ static int layer_forward(struct pass *ps, uint32_t l)
                                              L->bqkv, c->meta_d + ps->p->o_pos,
                                              c->meta_d + ps->p->o_slot, (int)T, &q, c->stream));
     if (!rc)
-        rc = attention(ps, l);
+        rc = attention(ps, l, ps->cm->src->layers[l].window);
     if (!rc)
         rc = gemm(c, b->xb, b->att, &L->wo, T);
     if (!rc)
@@ -388,7 +390,7 @@ static int prepare(struct cuda_ctx *c, const ty_model_t *m, ty_kvpool_t *pool,
         return rc;
     if (p->nd) {
         struct ty_cuda_attn_shape sh = {(int)cfg->n_heads, (int)cfg->n_kv_heads,
-                                        (int)cfg->head_dim, 1.0f, (int)p->maxp_d};
+                                        (int)cfg->head_dim, 1.0f, (int)p->maxp_d, 0};
         size_t ws = ty_cuda_attn_decode_workspace(&sh, (int)p->nd, (int)p->len_d);
         if ((rc = ty__cuda_grow(c, &c->ws, &c->ws_cap, ws)))
             return rc;

@@ -2,7 +2,9 @@
  * prefill attention (chunks with cached prefixes, GQA/MQA/MHA, head dims 8..256, page sizes
  * 7..64, f32/f16/bf16 pools) against a double-precision softmax(q k^T * scale) v written from
  * the definition. Pages of every sequence are drawn at random from the pool, so a kernel that
- * ignores the block table or the page layout reads the wrong tokens and fails. */
+ * ignores the block table or the page layout reads the wrong tokens and fails. With a sliding
+ * window the block table entries of pages wholly before it (released by the engine) name a
+ * page of NaNs, so a kernel that reads them fails too. */
 #include "gpu_test_util.h"
 
 struct pool {
@@ -15,9 +17,10 @@ struct pool {
 };
 
 /* A pool with enough pages for `lens`, filled with random K/V, and random distinct pages per
- * sequence. */
+ * sequence; with `first` (may be NULL), the pages of sequence i wholly before position
+ * first[i] are all one page of NaNs (what the engine's released pages are to a kernel). */
 static void pool_make(struct pool *p, enum ty_cuda_dtype dt, int n_kv, int B, int hd,
-                      const int *lens, int n_seqs, uint64_t *s)
+                      const int *lens, const int *first, int n_seqs, uint64_t *s)
 {
     int total = 0, maxp = 1;
     for (int i = 0; i < n_seqs; i++) {
@@ -28,16 +31,10 @@ static void pool_make(struct pool *p, enum ty_cuda_dtype dt, int n_kv, int B, in
     total += 3; /* pages nobody owns */
     p->l = (struct ty_cuda_kv_layout){dt, n_kv, B, hd, total};
     p->max_pages = maxp;
-    size_t n = (size_t)total * n_kv * B * hd, es = gt_dtype_size(dt);
+    size_t n = (size_t)total * n_kv * B * hd, es = gt_dtype_size(dt), page = n / total;
     p->k = malloc(n * 4), p->v = malloc(n * 4);
     gt_fill(p->k, n, s, -1, 1);
     gt_fill(p->v, n, s, -1, 1);
-    void *enc = malloc(n * 4);
-    gt_encode(enc, p->k, n, dt);
-    p->dk = gt_upload(enc, n * es);
-    gt_encode(enc, p->v, n, dt);
-    p->dv = gt_upload(enc, n * es);
-    free(enc);
     int32_t *perm = malloc(total * 4);
     for (int i = 0; i < total; i++)
         perm[i] = i;
@@ -45,12 +42,29 @@ static void pool_make(struct pool *p, enum ty_cuda_dtype dt, int n_kv, int B, in
         int j = gt_randint(s, 0, i), t = perm[i];
         perm[i] = perm[j], perm[j] = t;
     }
+    const int nan_page = perm[total - 1]; /* owned by no sequence */
+    for (size_t i = 0; first && i < page; i++)
+        p->k[nan_page * page + i] = p->v[nan_page * page + i] = NAN;
     p->tables = malloc((size_t)n_seqs * maxp * 4);
     for (int i = 0, next = 0; i < n_seqs; i++)
-        for (int j = 0; j < maxp; j++)
-            p->tables[i * maxp + j] = j < (lens[i] + B - 1) / B ? perm[next++] : -1;
+        for (int j = 0; j < maxp; j++) {
+            int pg = j < (lens[i] + B - 1) / B ? perm[next++] : -1;
+            p->tables[i * maxp + j] = first && (j + 1) * B <= first[i] ? nan_page : pg;
+        }
     p->dtables = gt_upload(p->tables, (size_t)n_seqs * maxp * 4);
     free(perm);
+    void *enc = malloc(n * 4);
+    gt_encode(enc, p->k, n, dt);
+    p->dk = gt_upload(enc, n * es);
+    gt_encode(enc, p->v, n, dt);
+    p->dv = gt_upload(enc, n * es);
+    free(enc);
+}
+
+/* First position a query at `pos` sees through a window of w (0: all), llama.cpp's mask. */
+static int win_first(int pos, int w)
+{
+    return w && pos >= w ? pos - w + 1 : 0;
 }
 
 static void pool_free(struct pool *p)
@@ -67,13 +81,14 @@ static const float *ref_row(const struct pool *p, const float *arr, int seq, int
                      l->head_dim;
 }
 
-/* out[d] = sum_{pos < n_vis} softmax_pos(scale * q.k_pos) v_pos[d] for one query head. */
-static void ref_attend(const struct pool *p, int seq, int kh, const float *q, int n_vis,
+/* out[d] = sum_{lo <= pos < n_vis} softmax_pos(scale * q.k_pos) v_pos[d] for one query
+ * head. */
+static void ref_attend(const struct pool *p, int seq, int kh, const float *q, int lo, int n_vis,
                        float scale, double *out, double *sc)
 {
     const int hd = p->l.head_dim;
     double m = -INFINITY, z = 0;
-    for (int pos = 0; pos < n_vis; pos++) {
+    for (int pos = lo; pos < n_vis; pos++) {
         const float *k = ref_row(p, p->k, seq, pos, kh);
         double a = 0;
         for (int d = 0; d < hd; d++)
@@ -83,7 +98,7 @@ static void ref_attend(const struct pool *p, int seq, int kh, const float *q, in
     }
     for (int d = 0; d < hd; d++)
         out[d] = 0;
-    for (int pos = 0; pos < n_vis; pos++) {
+    for (int pos = lo; pos < n_vis; pos++) {
         double w = exp(sc[pos] - m);
         z += w;
         const float *v = ref_row(p, p->v, seq, pos, kh);
@@ -99,10 +114,13 @@ struct dcase {
     int lens[8];
 };
 
-static void check_decode(const struct dcase *c, enum ty_cuda_dtype dt, uint64_t *s)
+static void check_decode(const struct dcase *c, enum ty_cuda_dtype dt, int window, uint64_t *s)
 {
     struct pool p;
-    pool_make(&p, dt, c->n_kv, c->B, c->hd, c->lens, c->n_seqs, s);
+    int first[8];
+    for (int i = 0; i < c->n_seqs; i++)
+        first[i] = win_first(c->lens[i] - 1, window);
+    pool_make(&p, dt, c->n_kv, c->B, c->hd, c->lens, window ? first : NULL, c->n_seqs, s);
     const int H = c->n_heads, hd = c->hd, G = H / c->n_kv;
     int max_len = 0;
     for (int i = 0; i < c->n_seqs; i++)
@@ -114,9 +132,9 @@ static void check_decode(const struct dcase *c, enum ty_cuda_dtype dt, uint64_t 
     const float scale = 1.0f / sqrtf((float)hd);
     for (int i = 0; i < c->n_seqs; i++)
         for (int h = 0; h < H; h++)
-            ref_attend(&p, i, h / G, q + ((size_t)i * H + h) * hd, c->lens[i], scale,
+            ref_attend(&p, i, h / G, q + ((size_t)i * H + h) * hd, first[i], c->lens[i], scale,
                        want + ((size_t)i * H + h) * hd, sc);
-    struct ty_cuda_attn_shape sh = {H, c->n_kv, hd, scale, p.max_pages};
+    struct ty_cuda_attn_shape sh = {H, c->n_kv, hd, scale, p.max_pages, window};
     size_t ws = ty_cuda_attn_decode_workspace(&sh, c->n_seqs, max_len);
     void *dws = ws ? gt_dev(ws) : NULL;
     float *dq = gt_upload(q, nq * 4), *dout = gt_dev(nq * 4);
@@ -128,8 +146,9 @@ static void check_decode(const struct dcase *c, enum ty_cuda_dtype dt, uint64_t 
                                          c->n_seqs, max_len, dws, NULL),
                      0);
     gt_download(got, dout, nq * 4);
-    GT_EXPECT_NERR(got, want, nq, 2e-5, "decode %s H=%d kv=%d hd=%d B=%d seqs=%d max_len=%d ws=%zu",
-                   gt_dtype_name(dt), H, c->n_kv, hd, c->B, c->n_seqs, max_len, ws);
+    GT_EXPECT_NERR(got, want, nq, 2e-5,
+                   "decode %s H=%d kv=%d hd=%d B=%d seqs=%d max_len=%d ws=%zu window=%d",
+                   gt_dtype_name(dt), H, c->n_kv, hd, c->B, c->n_seqs, max_len, ws, window);
     if (dws)
         cudaFree(dws);
     cudaFree(dq), cudaFree(dout), cudaFree(dlens);
@@ -166,7 +185,25 @@ static void test_decode(void **state)
     uint64_t s = 21;
     for (int dt = TY_CUDA_F32; dt <= TY_CUDA_BF16; dt++)
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-            check_decode(&cases[i], (enum ty_cuda_dtype)dt, &s);
+            check_decode(&cases[i], (enum ty_cuda_dtype)dt, 0, &s);
+}
+
+/* Sliding windows (Mistral): shorter and longer than the contexts, across page and split
+ * boundaries, on the general and the bandwidth paths. */
+static void test_decode_window(void **state)
+{
+    static const struct dcase cases[] = {
+        {8, 4, 8, 16, 3, {1, 17, 300}},
+        {32, 8, 128, 64, 5, {4097, 1, 65, 2000, 5000}},
+        {12, 4, 64, 16, 3, {100, 777, 3}},
+        {8, 2, 64, 7, 3, {1, 50, 700}},
+    };
+    static const int windows[] = {1, 32, 33, 1000};
+    uint64_t s = 23;
+    for (int dt = TY_CUDA_F32; dt <= TY_CUDA_BF16; dt++)
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+            for (size_t w = 0; w < sizeof(windows) / sizeof(windows[0]); w++)
+                check_decode(&cases[i], (enum ty_cuda_dtype)dt, windows[w], &s);
 }
 
 struct pcase {
@@ -174,10 +211,13 @@ struct pcase {
     int q_lens[6], kv_lens[6];
 };
 
-static void check_prefill(const struct pcase *c, enum ty_cuda_dtype dt, uint64_t *s)
+static void check_prefill(const struct pcase *c, enum ty_cuda_dtype dt, int window, uint64_t *s)
 {
     struct pool p;
-    pool_make(&p, dt, c->n_kv, c->B, c->hd, c->kv_lens, c->n_chunks, s);
+    int first[6];
+    for (int i = 0; i < c->n_chunks; i++) /* what the chunk's first row sees */
+        first[i] = win_first(c->kv_lens[i] - c->q_lens[i], window);
+    pool_make(&p, dt, c->n_kv, c->B, c->hd, c->kv_lens, window ? first : NULL, c->n_chunks, s);
     const int H = c->n_heads, hd = c->hd, G = H / c->n_kv;
     int rows = 0, max_q = 0, max_kv = 0, starts[6];
     for (int i = 0; i < c->n_chunks; i++) {
@@ -196,9 +236,10 @@ static void check_prefill(const struct pcase *c, enum ty_cuda_dtype dt, uint64_t
             for (int h = 0; h < H; h++) {
                 size_t o = ((size_t)(starts[i] + r) * H + h) * hd;
                 int vis = c->kv_lens[i] - c->q_lens[i] + r + 1; /* causal */
-                ref_attend(&p, i, h / G, q + o, vis, scale, want + o, sc);
+                ref_attend(&p, i, h / G, q + o, win_first(vis - 1, window), vis, scale,
+                           want + o, sc);
             }
-    struct ty_cuda_attn_shape sh = {H, c->n_kv, hd, scale, p.max_pages};
+    struct ty_cuda_attn_shape sh = {H, c->n_kv, hd, scale, p.max_pages, window};
     float *dq = gt_upload(q, nq * 4), *dout = gt_dev(nq * 4);
     int32_t *dst = gt_upload(starts, c->n_chunks * 4), *dql = gt_upload(c->q_lens, c->n_chunks * 4);
     int32_t *dkl = gt_upload(c->kv_lens, c->n_chunks * 4);
@@ -209,11 +250,12 @@ static void check_prefill(const struct pcase *c, enum ty_cuda_dtype dt, uint64_t
     gt_download(got, dout, nq * 4);
     /* 16-bit pools with head_dim 64/128 run on tensor cores, which round q and the softmax
      * weights to the pool's type too (as FlashAttention does): f16 keeps 11 significant bits,
-     * bf16 8. Every other shape computes in f32. */
-    const bool tc = dt != TY_CUDA_F32 && (hd == 64 || hd == 128);
+     * bf16 8. Every other shape (and every window: no tensor-core path yet) computes in f32. */
+    const bool tc = dt != TY_CUDA_F32 && (hd == 64 || hd == 128) && !window;
     const double tol = !tc ? 2e-5 : dt == TY_CUDA_F16 ? 2e-3 : 1e-2;
-    GT_EXPECT_NERR(got, want, nq, tol, "prefill %s H=%d kv=%d hd=%d B=%d chunks=%d rows=%d",
-                   gt_dtype_name(dt), H, c->n_kv, hd, c->B, c->n_chunks, rows);
+    GT_EXPECT_NERR(got, want, nq, tol,
+                   "prefill %s H=%d kv=%d hd=%d B=%d chunks=%d rows=%d window=%d",
+                   gt_dtype_name(dt), H, c->n_kv, hd, c->B, c->n_chunks, rows, window);
     cudaFree(dq), cudaFree(dout), cudaFree(dst), cudaFree(dql), cudaFree(dkl);
     free(q), free(got), free(want), free(sc);
     pool_free(&p);
@@ -237,24 +279,44 @@ static void test_prefill(void **state)
     uint64_t s = 22;
     for (int dt = TY_CUDA_F32; dt <= TY_CUDA_BF16; dt++)
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-            check_prefill(&cases[i], (enum ty_cuda_dtype)dt, &s);
+            check_prefill(&cases[i], (enum ty_cuda_dtype)dt, 0, &s);
+}
+
+static void test_prefill_window(void **state)
+{
+    static const struct pcase cases[] = {
+        {8, 4, 8, 16, 2, {1, 37}, {1, 37}},
+        {8, 2, 64, 16, 4, {20, 130, 1, 64}, {100, 130, 77, 64}},
+        {16, 4, 128, 16, 3, {200, 64, 1}, {700, 64, 300}},
+        {6, 3, 4, 7, 2, {13, 50}, {20, 50}},
+    };
+    static const int windows[] = {1, 16, 33, 500};
+    uint64_t s = 24;
+    for (int dt = TY_CUDA_F32; dt <= TY_CUDA_BF16; dt++)
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+            for (size_t w = 0; w < sizeof(windows) / sizeof(windows[0]); w++)
+                check_prefill(&cases[i], (enum ty_cuda_dtype)dt, windows[w], &s);
 }
 
 static void test_rejects_bad_shapes(void **state)
 {
     struct ty_cuda_kv_layout l = {TY_CUDA_F16, 4, 16, 64, 10};
-    struct ty_cuda_attn_shape sh = {6, 4, 64, 0.125f, 4}; /* 6 heads over 4 kv heads */
+    struct ty_cuda_attn_shape sh = {6, 4, 64, 0.125f, 4, 0}; /* 6 heads over 4 kv heads */
     assert_int_equal(ty_cuda_attn_decode(NULL, NULL, NULL, NULL, &l, &sh, NULL, NULL, 1, 10,
                                          NULL, NULL),
                      TY_EINVAL);
-    sh = (struct ty_cuda_attn_shape){8, 4, 66, 0.125f, 4}; /* head_dim not a multiple of 4 */
+    sh = (struct ty_cuda_attn_shape){8, 4, 66, 0.125f, 4, 0}; /* head_dim not a multiple of 4 */
     assert_int_equal(ty_cuda_attn_prefill(NULL, NULL, NULL, NULL, &l, &sh, NULL, NULL, NULL, NULL,
                                           1, 10, NULL),
                      TY_EINVAL);
-    sh = (struct ty_cuda_attn_shape){8, 4, 64, 0.125f, 4};
+    sh = (struct ty_cuda_attn_shape){8, 4, 64, 0.125f, 4, 0};
     assert_int_equal(ty_cuda_attn_decode(NULL, NULL, NULL, NULL, &l, &sh, NULL, NULL, 1, 65,
                                          NULL, NULL),
                      TY_EINVAL); /* max_seq_len beyond max_pages * page_tokens */
+    sh = (struct ty_cuda_attn_shape){8, 4, 64, 0.125f, 4, -1}; /* negative window */
+    assert_int_equal(ty_cuda_attn_prefill(NULL, NULL, NULL, NULL, &l, &sh, NULL, NULL, NULL, NULL,
+                                          1, 10, NULL),
+                     TY_EINVAL);
 }
 
 int main(void)
@@ -263,6 +325,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode),
         cmocka_unit_test(test_prefill),
+        cmocka_unit_test(test_decode_window),
+        cmocka_unit_test(test_prefill_window),
         cmocka_unit_test(test_rejects_bad_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -553,6 +553,30 @@ def case_prefill_interleave():
     return ok
 
 
+def case_sliding_window():
+    """A Mistral-style model (every layer attends to its last 32 tokens; mkmodel
+    --sliding-window 32): prompts longer than the window and answers far past it, prefill and
+    decode in separate nodes, give generate's ids (which release the pages before the window;
+    the prefill node sends every page and the decode node keeps them: only the masks slide)."""
+    tmp = tempfile.mkdtemp(prefix="tycho-model-")
+    TMPDIRS.append(tmp)
+    swa = os.path.join(tmp, "swa.gguf")
+    subprocess.run([TYCHO, "mkmodel", "--dims", "128,3,8,4,384", "--untied", "--sliding-window",
+                    "32", "--vocab-from", MODEL, "--out", swa], check=True, capture_output=True)
+    cl = Cluster(1, 1, model=swa)
+    ok = True
+    for n in (40, 90):
+        ids = [100 + (i * 37 + n) % 400 for i in range(n)]
+        want = generate(None, 64, swa, ("--prompt-ids", ",".join(map(str, ids)),
+                                        "--ignore-eos"))["output_ids"]
+        st, body = cl.post("/v1/completions", {"prompt": ids, "max_tokens": 64, "temperature": 0,
+                                               "ignore_eos": True, "return_token_ids": True})
+        got = json.loads(body)["choices"][0]["token_ids"] if st == 200 else st
+        ok &= check(got == want, "prompt of %d ids, 64 tokens: ids equal generate's (%s)" %
+                    (n, "equal" if got == want else "%s vs %s" % (got, want)))
+    return ok
+
+
 RR_CONFIG = """
 scheduler:
   policy: round_robin
@@ -3131,6 +3155,7 @@ def main():
             "slo_class": case_slo_class,
             "status": case_status, "preempt": case_preempt,
             "kill_prefill": case_kill_prefill, "prefill_interleave": case_prefill_interleave,
+            "sliding_window": case_sliding_window,
             "local_cluster": case_local_cluster, "handshake": case_handshake,
             "bad_destination": case_bad_destination, "transports": case_transports,
             "gpu": case_gpu, "watchdog": case_watchdog,

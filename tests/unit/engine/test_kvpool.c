@@ -303,6 +303,62 @@ static void test_block_events_churn(void **state)
     ty_kvpool_free(p);
 }
 
+/* Sliding window: pages wholly before a position go back (free, or cached when indexed),
+ * their block table entries read TY_KVPOOL_NO_PAGE, the rest of the table keeps its
+ * positions; a released sequence is not exported; a new prompt still matches the cached
+ * blocks (their KV is its prefix's) and stops where a block is gone. */
+static void test_release_before(void **state)
+{
+    ty_kvpool_t *p = mk(8);
+    uint32_t t[14] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
+    ty_kvseq_t *a, *b;
+    ty_kvpool_seq_new(p, &a);
+    fill(p, a, t, 14); /* 3 full blocks + 2 tokens: 4 pages */
+    uint32_t pages[4];
+    memcpy(pages, ty_kvseq_pages(a), sizeof(pages));
+    assert_int_equal(ty_kvpool_seq_release_before(p, a, 3), 0); /* no whole block before 3 */
+    assert_int_equal(ty_kvpool_seq_release_before(p, a, 9), 2); /* blocks 0, 1 */
+    assert_int_equal(ty_kvpool_seq_release_before(p, a, 9), 0); /* idempotent */
+    assert_int_equal(ty_kvseq_n_released(a), 2);
+    assert_int_equal(ty_kvseq_n_pages(a), 4);
+    assert_int_equal(ty_kvseq_pages(a)[0], TY_KVPOOL_NO_PAGE);
+    assert_int_equal(ty_kvseq_pages(a)[1], TY_KVPOOL_NO_PAGE);
+    assert_int_equal(ty_kvseq_pages(a)[2], pages[2]);
+    assert_int_equal(ty_kvpool_pages_used(p), 2);
+    assert_int_equal(ty_kvpool_pages_cached(p), 2); /* indexed full blocks stay cached */
+    /* never beyond the committed tokens */
+    assert_int_equal(ty_kvpool_seq_release_before(p, a, 100), 1); /* block 2 (12 committed) */
+    assert_int_equal(ty_kvseq_n_released(a), 3);
+    struct ty_kv_range r[8];
+    void *buf;
+    size_t len;
+    assert_int_equal(ty_kvpool_seq_layer_ranges(p, a, 0, r, 8), TY_EINVAL);
+    assert_int_equal(ty_kvpool_seq_export(p, a, &buf, &len), TY_EINVAL);
+    /* the table grows on, positions keep their pages */
+    assert_int_equal(ty_kvpool_seq_reserve(p, a, 4), 0);
+    assert_int_equal(ty_kvpool_seq_commit(p, a, t, 4), 0);
+    assert_int_equal(ty_kvseq_n_pages(a), 5);
+    assert_int_equal(ty_kvpool_pages_used(p), 2);
+    /* a new prompt takes the cached blocks back (all three) */
+    ty_kvpool_seq_new(p, &b);
+    assert_int_equal(ty_kvpool_seq_match_prefix(p, b, t, 14), 12);
+    assert_memory_equal(ty_kvseq_pages(b), pages, 3 * sizeof(uint32_t));
+    ty_kvpool_seq_free(p, b);
+    ty_kvpool_seq_free(p, a);
+    assert_int_equal(ty_kvpool_pages_used(p), 0);
+    /* evict block 0 (fill the pool with other tokens): a match then finds nothing */
+    ty_kvpool_seq_new(p, &b);
+    uint32_t other[32];
+    for (uint32_t i = 0; i < 32; i++)
+        other[i] = 100 + i;
+    fill(p, b, other, 32);
+    ty_kvpool_seq_free(p, b);
+    ty_kvpool_seq_new(p, &b);
+    assert_int_equal(ty_kvpool_seq_match_prefix(p, b, t, 14), 0);
+    ty_kvpool_seq_free(p, b);
+    ty_kvpool_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -313,6 +369,7 @@ int main(void)
         cmocka_unit_test(test_export_roundtrip),
         cmocka_unit_test(test_block_events),
         cmocka_unit_test(test_block_events_churn),
+        cmocka_unit_test(test_release_before),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
