@@ -396,10 +396,15 @@ static int by_capacity(const void *x, const void *y)
     return a->cap.rate_rps > b->cap.rate_rps ? -1 : a->cap.rate_rps < b->cap.rate_rps;
 }
 
-/* The disaggregated runs of a study, best first. */
-static size_t ranked(const struct ty_cap_study *st, const struct ty_cap_run **out)
+/* The disaggregated runs of a study, best first, in *out (malloc'd, the caller frees; NULL
+ * and 0 when out of memory). */
+static size_t ranked(const struct ty_cap_study *st, const struct ty_cap_run ***outp)
 {
     size_t n = 0;
+    const struct ty_cap_run **out = malloc((st->n_runs ? st->n_runs : 1) * sizeof(*out));
+    *outp = out;
+    if (!out)
+        return 0;
     for (size_t i = 0; i < st->n_runs; i++)
         if (!st->runs[i].colocated)
             out[n++] = &st->runs[i];
@@ -427,20 +432,23 @@ static void print_tables(const struct plan *p)
            b->cap.rate_rps < p->workload_rps ? " (TOO SMALL: more nodes or looser SLOs)" : "",
            p->a.nodes, p->colocated ? p->colocated->chunk : 0,
            p->colocated ? p->colocated->cap.rate_rps : 0);
-    const struct ty_cap_run *r[1024];
-    size_t n = ranked(&p->split, r);
+    const struct ty_cap_run **r;
+    size_t n = ranked(&p->split, &r);
     printf("1. split and prefill chunk (the best 8 of %zu)\n%4s  %-9s %7s %10s %7s\n", n, "rank",
            "P:D", "chunk", "req/s", "of best");
     for (size_t i = 0; i < n && i < 8; i++)
         printf("%4zu  %3u:%-5u %7u %10.3f %6.0f%%\n", i + 1, r[i]->prefill, r[i]->decode,
-               r[i]->chunk, r[i]->cap.rate_rps, 100 * r[i]->cap.rate_rps / r[0]->cap.rate_rps);
-    n = ranked(&p->cache, r);
+               r[i]->chunk, r[i]->cap.rate_rps,
+               r[0]->cap.rate_rps > 0 ? 100 * r[i]->cap.rate_rps / r[0]->cap.rate_rps : 0);
+    free(r);
+    n = ranked(&p->cache, &r);
     printf("\n2. cache per prefill node (the smallest within 2%% of the best wins)\n"
            "%12s %9s %10s %7s\n", "blocks", "GiB", "req/s", "of best");
     for (size_t i = 0; i < n; i++)
         printf("%12llu %9.1f %10.3f %6.0f%%\n", (unsigned long long)r[i]->cache_blocks,
                cache_gib(p, r[i]->cache_blocks), r[i]->cap.rate_rps,
-               100 * r[i]->cap.rate_rps / r[0]->cap.rate_rps);
+               r[0]->cap.rate_rps > 0 ? 100 * r[i]->cap.rate_rps / r[0]->cap.rate_rps : 0);
+    free(r);
     printf("\n3. admission\n%-10s %10s %8s %9s %9s\n", "mode", "req/s", "slo%", "ttft_p90",
            "tbt_p90");
     for (int m = 0; m < TY_SCHED_ADMIT_COUNT_; m++) {
@@ -453,14 +461,15 @@ static void print_tables(const struct plan *p)
 
 static void json_candidates(const struct ty_cap_study *st, const char *name, bool last)
 {
-    const struct ty_cap_run *r[1024];
-    size_t n = ranked(st, r);
+    const struct ty_cap_run **r;
+    size_t n = ranked(st, &r);
     printf("{\"stage\": \"%s\", \"candidates\": [", name);
     for (size_t i = 0; i < n; i++)
         printf("%s{\"prefill_nodes\": %u, \"decode_nodes\": %u, \"prefill_chunk_tokens\": %u, "
                "\"cache_blocks_per_node\": %llu, \"capacity_rps\": %.4f}",
                i ? ", " : "", r[i]->prefill, r[i]->decode, r[i]->chunk,
                (unsigned long long)r[i]->cache_blocks, r[i]->cap.rate_rps);
+    free(r);
     printf("]}%s", last ? "" : ", ");
 }
 
