@@ -57,7 +57,8 @@ static void usage(FILE *f)
             "  --ttft-slo S          TTFT SLO, seconds\n"
             "  --tbt-slo MS          TBT SLO, milliseconds\n"
             "  --target X            share of requests that meet both SLOs (default 0.9)\n"
-            "  --chunks LIST         prefill chunk tokens to try (default 512,2048,8192)\n"
+            "  --chunks LIST         prefill chunk tokens to try (default 0,512,2048,8192;\n"
+            "                        0: one whole prompt per forward call)\n"
             "  --cache-blocks LIST   cache blocks per prefill node to try (default: 1/8, 1/4,\n"
             "                        1/2 and all of what the workload's blocks need)\n"
             "  --out DIR             write conductor.yaml, prefill.yaml, decode.yaml there\n"
@@ -318,10 +319,15 @@ static int search(struct plan *p)
     study_init(p, st);
     uint64_t v[TY_CAP_MAX_LIST];
     size_t n;
-    if (list_u64(p->a.chunks[0] ? p->a.chunks : "512,2048,8192", v, &n, 2) < 0) {
-        fprintf(stderr, "tycho plan: --chunks: a list of token counts >= 2\n");
+    if (list_u64(p->a.chunks[0] ? p->a.chunks : "0,512,2048,8192", v, &n, 0) < 0) {
+        fprintf(stderr, "tycho plan: --chunks: a list of token counts (0, or >= 2)\n");
         return TY_EINVAL;
     }
+    for (size_t i = 0; i < n; i++)
+        if (v[i] == 1) {
+            fprintf(stderr, "tycho plan: --chunks: a list of token counts (0, or >= 2)\n");
+            return TY_EINVAL;
+        }
     for (size_t i = 0; i < n; i++)
         st->prefill_chunks[i] = (uint32_t)(v[i] < (1u << 20) ? v[i] : 1u << 20);
     st->n_prefill_chunks = n;
@@ -412,6 +418,16 @@ static size_t ranked(const struct ty_cap_study *st, const struct ty_cap_run ***o
     return n;
 }
 
+/* A prefill chunk as the tables show it (0: whole prompts). Static buffer: one at a time. */
+static const char *chunk_name(uint32_t chunk)
+{
+    static char buf[16];
+    if (!chunk)
+        return "whole";
+    snprintf(buf, sizeof(buf), "%u", chunk);
+    return buf;
+}
+
 static void print_tables(const struct plan *p)
 {
     const struct ty_cap_run *b = p->best;
@@ -423,9 +439,10 @@ static void print_tables(const struct plan *p)
     if (b->cache_blocks)
         snprintf(cache, sizeof(cache), "%llu blocks (%.1f GiB of KV)",
                  (unsigned long long)b->cache_blocks, cache_gib(p, b->cache_blocks));
-    printf("Recommended: %u prefill + %u decode nodes, prefill chunk %u tokens, cache %s per "
+    printf("Recommended: %u prefill + %u decode nodes, prefill chunk %s, cache %s per "
            "prefill node, admission %s\n",
-           b->prefill, b->decode, b->chunk, cache, ty_sched_admission_name(p->best_adm));
+           b->prefill, b->decode, b->chunk ? chunk_name(b->chunk) : "none (one whole prompt per call)",
+           cache, ty_sched_admission_name(p->best_adm));
     printf("  capacity %.3f req/s = %.2fx the workload's rate%s; colocated on %u nodes (best "
            "chunk %u): %.3f req/s\n\n",
            b->cap.rate_rps, p->workload_rps > 0 ? b->cap.rate_rps / p->workload_rps : 0,
@@ -437,8 +454,8 @@ static void print_tables(const struct plan *p)
     printf("1. split and prefill chunk (the best 8 of %zu)\n%4s  %-9s %7s %10s %7s\n", n, "rank",
            "P:D", "chunk", "req/s", "of best");
     for (size_t i = 0; i < n && i < 8; i++)
-        printf("%4zu  %3u:%-5u %7u %10.3f %6.0f%%\n", i + 1, r[i]->prefill, r[i]->decode,
-               r[i]->chunk, r[i]->cap.rate_rps,
+        printf("%4zu  %3u:%-5u %7s %10.3f %6.0f%%\n", i + 1, r[i]->prefill, r[i]->decode,
+               chunk_name(r[i]->chunk), r[i]->cap.rate_rps,
                r[0]->cap.rate_rps > 0 ? 100 * r[i]->cap.rate_rps / r[0]->cap.rate_rps : 0);
     free(r);
     n = ranked(&p->cache, &r);
@@ -551,9 +568,12 @@ static int write_yaml(const struct plan *p)
         return TY_EIO;
     fprintf(f, "# role: prefill\n%s# one per prefill machine: %u of them (name: prefill-0 .. "
                "prefill-%u)\ncluster_secret_file: %s\nconductor_address: %s\nlisten_port: 9100\n"
-               "transfer_port: 9101\nmetrics_port: 9102\nmodel_path: %s\nchunk_tokens: %u\n",
-            summary, b->prefill, b->prefill - 1, p->a.secret, p->a.conductor, p->a.model,
-            b->chunk);
+               "transfer_port: 9101\nmetrics_port: 9102\nmodel_path: %s\n",
+            summary, b->prefill, b->prefill - 1, p->a.secret, p->a.conductor, p->a.model);
+    if (b->chunk)
+        fprintf(f, "chunk_tokens: %u\n", b->chunk);
+    else /* one whole prompt per call: no other prompt joins it */
+        fprintf(f, "chunk_tokens: 8192\nprefill_batch: 1\n");
     if (b->cache_blocks)
         fprintf(f, "kv_cache_memory: %.0fM   # %llu blocks of %u tokens\n",
                 ceil(cache_gib(p, b->cache_blocks) * 1024), (unsigned long long)b->cache_blocks,

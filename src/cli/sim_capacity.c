@@ -108,6 +108,8 @@ int ty_cap_study_run(struct ty_cap_study *st, const struct ty_sim_trace *t,
                     r->o.prefill_batch_tokens = pchunks[j];
                     if (r->o.prefill_interleave && pchunks[j] < 2)
                         r->o.prefill_interleave = false;
+                    if (st->n_prefill_chunks && !pchunks[j])
+                        r->o.prefill_batch = 1; /* a listed 0: one whole prompt per call */
                 }
         }
     struct ty_sim_opts *opts = malloc(st->n_runs * sizeof(*opts));

@@ -31,7 +31,8 @@ struct ty_cap_study {
     uint32_t splits[TY_CAP_MAX_LIST][2]; /* disaggregated P:D (0: every split of nodes) */
     size_t n_splits;
     uint32_t prefill_chunks[TY_CAP_MAX_LIST]; /* disaggregated prefill_batch_tokens to try
-                                                 (0 entries: the base's) */
+                                                 (0 entries: the base's; a listed 0: one
+                                                 whole prompt per forward call) */
     size_t n_prefill_chunks;
     uint64_t cache_blocks[TY_CAP_MAX_LIST]; /* per node to try (0 entries: the base's) */
     size_t n_cache_blocks;
