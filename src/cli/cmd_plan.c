@@ -441,8 +441,9 @@ static void print_tables(const struct plan *p)
                  (unsigned long long)b->cache_blocks, cache_gib(p, b->cache_blocks));
     printf("Recommended: %u prefill + %u decode nodes, prefill chunk %s, cache %s per "
            "prefill node, admission %s\n",
-           b->prefill, b->decode, b->chunk ? chunk_name(b->chunk) : "none (one whole prompt per call)",
-           cache, ty_sched_admission_name(p->best_adm));
+           b->prefill, b->decode,
+           b->chunk ? chunk_name(b->chunk) : "none (one whole prompt per call)", cache,
+           ty_sched_admission_name(p->best_adm));
     printf("  capacity %.3f req/s = %.2fx the workload's rate%s; colocated on %u nodes (best "
            "chunk %u): %.3f req/s\n\n",
            b->cap.rate_rps, p->workload_rps > 0 ? b->cap.rate_rps / p->workload_rps : 0,
@@ -649,8 +650,9 @@ static int run_plan(int argc, char **argv)
             goto out;
         }
         /* A capacity is a steady state only if the replay at that rate lasts many request
-         * lifetimes (TTFT + answer at the TBT SLO: 5 of them here); otherwise it measures how large a burst
-         * the cluster absorbs. A generated workload is made long enough and searched again. */
+         * lifetimes (TTFT + answer at the TBT SLO: 5 of them here); otherwise it measures how
+         * large a burst the cluster absorbs. A generated workload is made long enough and
+         * searched again. */
         double life_s = p.a.ttft_s + p.a.tbt_ms / 1e3 * (p.a.outlen.lo + p.a.outlen.hi) / 2.0;
         double need = p.best->cap.rate_rps * 5 * life_s * 1.2;
         if (p.a.trace || pass || (double)t->n >= need || t->n >= 40000)

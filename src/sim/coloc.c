@@ -13,19 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct ty_sim_request *req(const struct sim *s, size_t i)
-{
-    return &s->t->reqs[i];
-}
-
 static uint32_t chunk_tokens(const struct sim *s)
 {
     return s->o.chunk_tokens ? s->o.chunk_tokens : 512;
-}
-
-static double out_tokens(const struct ty_sim_request *r)
-{
-    return r->output_tokens ? (double)r->output_tokens : 1.0;
 }
 
 void ty__sim_coloc_setup(struct sim *s)
@@ -60,16 +50,11 @@ static void push(uint32_t **v, size_t *n, size_t *cap, uint32_t x)
     (*v)[(*n)++] = x;
 }
 
-/* Prompt work of tokens [start, start + n), the call's fixed cost apart. */
-static double piece_us(const struct sim *s, uint64_t start, uint64_t n)
-{
-    return ty_sched_cost_prefill_us(&s->o.truth, start + n, start) - s->o.truth.prefill[0];
-}
-
 /* Cached prefix of request i on node c, in tokens (the last prompt token is always computed). */
-static uint32_t cached_tokens(const struct sim *s, const struct cnode *c, size_t i, uint32_t *blocks)
+static uint32_t cached_tokens(const struct sim *s, const struct cnode *c, size_t i,
+                              uint32_t *blocks)
 {
-    const struct ty_sim_request *r = req(s, i);
+    const struct ty_sim_request *r = ty__sim_req(s, i);
     size_t b = ty_sim_pool_prefix(c->cache, r->blocks, r->n_blocks);
     uint64_t t = (uint64_t)b * s->o.truth.block_tokens;
     if (blocks)
@@ -81,7 +66,7 @@ static uint32_t cached_tokens(const struct sim *s, const struct cnode *c, size_t
  * and output reserved, so no sequence is ever preempted) and decode_max_batch. */
 static bool can_start(const struct sim *s, const struct cnode *c, size_t k)
 {
-    const struct ty_sim_request *r = req(s, c->queue[k]);
+    const struct ty_sim_request *r = ty__sim_req(s, c->queue[k]);
     uint64_t need = (uint64_t)r->input_tokens + r->output_tokens;
     if (s->o.decode_kv_tokens && c->kv_reserved + need > s->o.decode_kv_tokens &&
         c->kv_reserved > 0)
@@ -103,7 +88,7 @@ static void step_start(struct sim *s, struct cnode *c, double now)
         if (k >= c->n_started) {
             if (!can_start(s, c, k))
                 break;
-            const struct ty_sim_request *r = req(s, i);
+            const struct ty_sim_request *r = ty__sim_req(s, i);
             c->n_started++;
             c->kv_reserved += (uint64_t)r->input_tokens + r->output_tokens;
             uint32_t blocks;
@@ -112,10 +97,10 @@ static void step_start(struct sim *s, struct cnode *c, double now)
             q->done = 0;
         }
         uint64_t start = (uint64_t)q->cached_tok + q->done;
-        uint64_t rest = req(s, i)->input_tokens - start;
+        uint64_t rest = ty__sim_req(s, i)->input_tokens - start;
         q->piece = (uint32_t)(rest < budget ? rest : budget);
         budget -= q->piece;
-        double w = piece_us(s, start, q->piece);
+        double w = ty__sim_piece_us(s, start, q->piece);
         q->prefill_us += w;
         work += w;
         prompt = true;
@@ -143,15 +128,15 @@ static void finish_decodes(struct sim *s, struct cnode *c, double now)
     for (size_t k = 0; k < c->n_run;) {
         uint32_t i = c->run[k];
         struct rq *q = &s->rq[i];
-        const struct ty_sim_request *r = req(s, i);
-        double end = q->vjoin + out_tokens(r);
+        const struct ty_sim_request *r = ty__sim_req(s, i);
+        double end = q->vjoin + ty__sim_out_tokens(r);
         if (end - c->v > 1e-9) {
             c->next_finish_v = fmin(c->next_finish_v, end);
             k++;
             continue;
         }
         q->state = 1;
-        q->tbt = (now - q->join) / out_tokens(r);
+        q->tbt = (now - q->join) / ty__sim_out_tokens(r);
         c->sum_prompt -= r->input_tokens;
         c->sum_vjoin -= q->vjoin;
         c->kv_reserved -= (uint64_t)r->input_tokens + r->output_tokens;
@@ -172,13 +157,14 @@ void ty__sim_coloc_step_end(struct sim *s, struct cnode *c, double now)
     for (size_t k = 0; k < c->n_queue; k++) {
         uint32_t i = c->queue[k];
         struct rq *q = &s->rq[i];
-        const struct ty_sim_request *r = req(s, i);
+        const struct ty_sim_request *r = ty__sim_req(s, i);
         if (k >= started || !q->piece) {
             c->queue[kept++] = i;
             continue;
         }
         q->done += q->piece;
-        c->queued_us -= piece_us(s, (uint64_t)q->cached_tok + q->done - q->piece, q->piece);
+        c->queued_us -=
+            ty__sim_piece_us(s, (uint64_t)q->cached_tok + q->done - q->piece, q->piece);
         q->piece = 0;
         uint64_t at = (uint64_t)q->cached_tok + q->done;
         if (at < r->input_tokens) { /* its full blocks so far are cached, as on a node */
@@ -193,7 +179,7 @@ void ty__sim_coloc_step_end(struct sim *s, struct cnode *c, double now)
         q->vjoin = c->v;
         c->sum_prompt += r->input_tokens;
         c->sum_vjoin += c->v;
-        c->next_finish_v = fmin(c->next_finish_v, c->v + out_tokens(r));
+        c->next_finish_v = fmin(c->next_finish_v, c->v + ty__sim_out_tokens(r));
         push(&c->run, &c->n_run, &c->cap_run, i);
         c->n_started--;
     }
@@ -207,7 +193,7 @@ void ty__sim_coloc_step_end(struct sim *s, struct cnode *c, double now)
  * there plus its own, less the prefix that node caches (ties: the smaller batch). */
 void ty__sim_coloc_arrival(struct sim *s, size_t i, double now)
 {
-    const struct ty_sim_request *r = req(s, i);
+    const struct ty_sim_request *r = ty__sim_req(s, i);
     struct rq *q = &s->rq[i];
     q->arrival = now;
     uint32_t best = 0;
@@ -215,7 +201,7 @@ void ty__sim_coloc_arrival(struct sim *s, size_t i, double now)
     for (uint32_t n = 0; n < s->o.n_colocated; n++) {
         const struct cnode *c = &s->c[n];
         uint32_t cached = cached_tokens(s, c, i, NULL);
-        double own = piece_us(s, cached, r->input_tokens - cached);
+        double own = ty__sim_piece_us(s, cached, r->input_tokens - cached);
         double us = c->queued_us + own;
         if (us < best_us || (us == best_us && c->n_run < s->c[best].n_run)) {
             best = n;

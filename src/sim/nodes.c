@@ -16,11 +16,6 @@ double ty__sim_wall_s(void)
     return (double)ty_clock_ns() / 1e9;
 }
 
-static const struct ty_sim_request *req(const struct sim *s, size_t i)
-{
-    return &s->t->reqs[i];
-}
-
 double ty__sim_prefill_queued_us(const struct sim *s, const struct pnode *p, double now)
 {
     double q = p->queued_us + (p->busy ? p->cont_left_us : 0);
@@ -41,7 +36,7 @@ static void report_queue(struct sim *s, struct pnode *p, double now)
 static double prefill_admit(struct sim *s, struct pnode *p, uint32_t i)
 {
     struct rq *q = &s->rq[i];
-    const struct ty_sim_request *r = req(s, i);
+    const struct ty_sim_request *r = ty__sim_req(s, i);
     p->queued_us -= q->d.prefill_us + q->d.transfer_us;
     if (p->queued_us < 0 || p->len == 0)
         p->queued_us = 0;
@@ -74,7 +69,7 @@ static double prefill_take(struct sim *s, struct pnode *p)
     p->len--;
     struct rq *q = &s->rq[i];
     double xfer = prefill_admit(s, p, i);
-    q->prefill_us = xfer + ty_sched_cost_prefill_us(&s->o.truth, req(s, i)->input_tokens,
+    q->prefill_us = xfer + ty_sched_cost_prefill_us(&s->o.truth, ty__sim_req(s, i)->input_tokens,
                                                     q->cached_tok);
     p->cur[p->n_cur++] = i;
     return q->prefill_us;
@@ -98,13 +93,13 @@ static uint32_t member(const struct pnode *p, uint32_t m)
 static bool joins_at(const struct sim *s, const struct pnode *p, size_t k, uint64_t tokens,
                      uint64_t cap)
 {
-    const struct ty_sim_request *r = req(s, p->fifo[(p->head + k) % p->cap]);
+    const struct ty_sim_request *r = ty__sim_req(s, p->fifo[(p->head + k) % p->cap]);
     if (tokens + r->input_tokens > cap)
         return false;
     if (!r->n_blocks || ty_sim_pool_prefix(p->cache, r->blocks, 1))
         return true;
     for (uint32_t m = 0; m < members(p); m++) {
-        const struct ty_sim_request *o = req(s, member(p, m));
+        const struct ty_sim_request *o = ty__sim_req(s, member(p, m));
         if (o->n_blocks && o->blocks[0] == r->blocks[0])
             return false;
     }
@@ -124,10 +119,10 @@ static bool prefill_joins(const struct sim *s, const struct pnode *p, uint64_t t
 static void prefill_start(struct sim *s, struct pnode *p, double now)
 {
     p->n_cur = 0;
-    uint64_t tokens = req(s, p->fifo[p->head])->input_tokens;
+    uint64_t tokens = ty__sim_req(s, p->fifo[p->head])->input_tokens;
     double dur = prefill_take(s, p);
     while (prefill_joins(s, p, tokens)) {
-        tokens += req(s, p->fifo[p->head])->input_tokens;
+        tokens += ty__sim_req(s, p->fifo[p->head])->input_tokens;
         double c = prefill_take(s, p) - s->o.truth.prefill[0];
         s->rq[p->cur[p->n_cur - 1]].prefill_us = c > 0 ? c : 0;
         dur += c > 0 ? c : 0;
@@ -147,12 +142,6 @@ static uint32_t fifo_take_at(struct pnode *p, size_t k)
         p->fifo[(p->head + m) % p->cap] = p->fifo[(p->head + m + 1) % p->cap];
     p->len--;
     return i;
-}
-
-/* Work of computing prompt tokens [start, start + n) in a call (the call's fixed cost apart). */
-static double piece_us(const struct sim *s, uint64_t start, uint64_t n)
-{
-    return ty_sched_cost_prefill_us(&s->o.truth, start + n, start) - s->o.truth.prefill[0];
 }
 
 /* One forward call of an interleaving node: a long prompt's next chunk (or the queue's head)
@@ -176,7 +165,7 @@ static void prefill_start_interleaved(struct sim *s, struct pnode *p, double now
         q->prefill_us = xfer;
         q->done = 0;
         dur += xfer;
-        tokens += req(s, i)->input_tokens;
+        tokens += ty__sim_req(s, i)->input_tokens;
         p->cur[p->n_cur++] = i;
     }
     uint64_t left = budget;
@@ -185,14 +174,14 @@ static void prefill_start_interleaved(struct sim *s, struct pnode *p, double now
         uint32_t i = member(p, m);
         struct rq *q = &s->rq[i];
         uint64_t start = (uint64_t)q->cached_tok + q->done;
-        uint64_t rest = req(s, i)->input_tokens - start;
+        uint64_t rest = ty__sim_req(s, i)->input_tokens - start;
         q->piece = (uint32_t)(rest < left ? rest : left);
         left -= q->piece;
-        double w = q->piece ? piece_us(s, start, q->piece) : 0;
+        double w = q->piece ? ty__sim_piece_us(s, start, q->piece) : 0;
         q->prefill_us += w + (m == 0 ? s->o.truth.prefill[0] : 0);
         dur += w;
         if (q->piece < rest) /* what is left of it after this call */
-            p->cont_left_us += piece_us(s, start + q->piece, rest - q->piece);
+            p->cont_left_us += ty__sim_piece_us(s, start + q->piece, rest - q->piece);
     }
     p->busy = true;
     p->cur_end = now + dur;
@@ -218,7 +207,7 @@ static void fifo_push(struct pnode *p, uint32_t i)
 
 void ty__sim_arrival(struct sim *s, size_t i, double now)
 {
-    const struct ty_sim_request *r = req(s, i);
+    const struct ty_sim_request *r = ty__sim_req(s, i);
     struct rq *q = &s->rq[i];
     q->arrival = now;
     struct ty_sched_request sr = {.id = i, .block_hashes = r->blocks, .n_blocks = r->n_blocks,
@@ -248,9 +237,9 @@ static void prefill_done_interleaved(struct sim *s, struct pnode *p)
         uint32_t i = m < p->n_cur ? p->cur[m] : cont;
         struct rq *q = &s->rq[i];
         q->done += q->piece;
-        uint64_t at = (uint64_t)q->cached_tok + q->done, len = req(s, i)->input_tokens;
+        uint64_t at = (uint64_t)q->cached_tok + q->done, len = ty__sim_req(s, i)->input_tokens;
         if (at < len) { /* its full blocks computed so far are in the cache, as on the node */
-            const struct ty_sim_request *r = req(s, i);
+            const struct ty_sim_request *r = ty__sim_req(s, i);
             uint64_t full = at / s->o.truth.block_tokens;
             ty_sim_pool_access(p->cache, r->blocks, full < r->n_blocks ? full : r->n_blocks);
             p->has_cont = true;
@@ -268,7 +257,7 @@ void ty__sim_prefill_done(struct sim *s, struct pnode *p, double now)
         prefill_done_interleaved(s, p);
     for (uint32_t k = 0; k < p->n_cur; k++) {
         uint32_t i = p->cur[k];
-        const struct ty_sim_request *r = req(s, i);
+        const struct ty_sim_request *r = ty__sim_req(s, i);
         s->rq[i].ttft = now - s->rq[i].arrival;
         /* the node keeps every block of the prompt, fetched ones included: hot blocks
          * replicate */
@@ -290,11 +279,6 @@ static void decode_advance(struct dnode *d, double now)
     d->last_t = now;
 }
 
-static double decode_tokens(const struct ty_sim_request *r)
-{
-    return r->output_tokens ? (double)r->output_tokens : 1.0;
-}
-
 /* After a batch change: new step time, next finish event, report the load. */
 static void decode_replan(struct sim *s, struct dnode *d)
 {
@@ -309,7 +293,7 @@ static void decode_replan(struct sim *s, struct dnode *d)
     double left = INFINITY;
     for (size_t k = 0; k < d->n_reqs; k++) {
         const struct rq *q = &s->rq[d->reqs[k]];
-        double rem = q->vjoin + decode_tokens(req(s, d->reqs[k])) - d->v;
+        double rem = q->vjoin + ty__sim_out_tokens(ty__sim_req(s, d->reqs[k])) - d->v;
         left = fmin(left, rem);
     }
     ty__sim_push(s, d->last_t + fmax(left, 0) * d->step_us, EV_DECODE_TICK,
@@ -355,7 +339,7 @@ void ty__sim_decode_arrive(struct sim *s, uint32_t i, double now)
     d->reqs[d->n_reqs++] = i;
     q->join = now;
     q->vjoin = d->v;
-    d->sum_prompt += req(s, i)->input_tokens;
+    d->sum_prompt += ty__sim_req(s, i)->input_tokens;
     d->sum_vjoin += d->v;
     decode_replan(s, d);
 }
@@ -366,14 +350,14 @@ void ty__sim_decode_tick(struct sim *s, struct dnode *d, double now)
     for (size_t k = 0; k < d->n_reqs;) {
         uint32_t i = d->reqs[k];
         struct rq *q = &s->rq[i];
-        double n = decode_tokens(req(s, i));
+        double n = ty__sim_out_tokens(ty__sim_req(s, i));
         if (q->vjoin + n - d->v > 1e-6) {
             k++;
             continue;
         }
         q->state = 1;
         q->tbt = (now - q->join) / n;
-        d->sum_prompt -= req(s, i)->input_tokens;
+        d->sum_prompt -= ty__sim_req(s, i)->input_tokens;
         d->sum_vjoin -= q->vjoin;
         d->reqs[k] = d->reqs[--d->n_reqs];
         ty_sched_request_done(s->sched, i, (uint64_t)now);

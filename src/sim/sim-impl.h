@@ -89,6 +89,25 @@ struct sim {
     double judged_bias_batch, judged_abs_batch, judged_bias_ctx, judged_abs_ctx, landed_batch;
 };
 
+/* Request i of the trace. */
+static inline const struct ty_sim_request *ty__sim_req(const struct sim *s, size_t i)
+{
+    return &s->t->reqs[i];
+}
+
+/* True work of computing prompt tokens [start, start + n) in a call, the call's fixed cost
+ * apart (prefill nodes' interleaved calls, colocated steps). */
+static inline double ty__sim_piece_us(const struct sim *s, uint64_t start, uint64_t n)
+{
+    return ty_sched_cost_prefill_us(&s->o.truth, start + n, start) - s->o.truth.prefill[0];
+}
+
+/* Tokens a request decodes (at least one: its first token). */
+static inline double ty__sim_out_tokens(const struct ty_sim_request *r)
+{
+    return r->output_tokens ? (double)r->output_tokens : 1.0;
+}
+
 void ty__sim_push(struct sim *s, double t, enum ev_kind kind, uint32_t a, uint64_t version);
 void ty__sim_arrival(struct sim *s, size_t i, double now);
 void ty__sim_prefill_done(struct sim *s, struct pnode *p, double now);

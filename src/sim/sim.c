@@ -182,11 +182,12 @@ static void sample(struct sim *s, double now)
             q += s->c[i].queued_us;
             b += (double)s->c[i].n_run;
         }
+    } else {
+        for (uint32_t i = 0; i < np; i++)
+            q += ty__sim_prefill_queued_us(s, &s->p[i], now);
+        for (uint32_t i = 0; i < nd; i++)
+            b += s->d[i].n_reqs;
     }
-    for (uint32_t i = 0; !s->o.n_colocated && i < np; i++)
-        q += ty__sim_prefill_queued_us(s, &s->p[i], now);
-    for (uint32_t i = 0; !s->o.n_colocated && i < nd; i++)
-        b += s->d[i].n_reqs;
     s->samples[s->n_samples++] = (struct ty_sim_sample){
         .t_s = now / 1e6,
         .prefill_queue_s = q / np / 1e6,

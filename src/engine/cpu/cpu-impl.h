@@ -102,6 +102,18 @@ static inline void ty__cpu_k_scales(const unsigned char *s, uint8_t sc[8], uint8
     }
 }
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* The sum of v's eight lanes (for AVX2 kernels: gemv.c, qdot.c). */
+__attribute__((target("avx2"))) static inline float ty__cpu_hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+#endif
+
 /* out (n) = x (n) / rms(x) * g (n); out may be x */
 void ty__cpu_rmsnorm(float *out, const float *x, const float *g, uint32_t n, float eps);
 /* Rotate one head vector x (head_dim) at position pos (ggml_rope NORM or NEOX). */

@@ -106,14 +106,6 @@ static void rows_scalar(const struct gemv *g, uint32_t r0, uint32_t r1)
 #if defined(__x86_64__)
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
-AVX2 static float hsum(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    return _mm_cvtss_f32(s);
-}
-
 /* Eight 16-bit weights at p, widened to f32. */
 AVX2 static __m256 load8(const uint16_t *p, bool bf16)
 {
@@ -158,7 +150,7 @@ __attribute__((always_inline)) AVX2 static inline void row16(const uint16_t *p, 
         __m256 v = _mm256_add_ps(a[t][0], a[t][1]);
         if (n == 1)
             v = _mm256_add_ps(v, _mm256_add_ps(a[t][2], a[t][3]));
-        float sum = hsum(v);
+        float sum = ty__cpu_hsum8(v);
         for (uint64_t c = c32; c < cols; c++)
             sum += (bf16 ? bf16_to_float(p[c]) : h2f[p[c]]) * xt[c];
         out[(size_t)t * ostride] = sum;
@@ -223,7 +215,7 @@ AVX2 static void rows_q8_avx2(const struct gemv *g, uint32_t r0, uint32_t r1)
                 }
             }
             for (uint32_t t = 0; t < n; t++)
-                g->y[(size_t)(t0 + t) * w->rows + r] = hsum(a[t]);
+                g->y[(size_t)(t0 + t) * w->rows + r] = ty__cpu_hsum8(a[t]);
         }
     }
 }

@@ -32,26 +32,6 @@ uint32_t ty__cpu_input_block(uint32_t weight_type)
 
 /* ---- input quantization -------------------------------------------------------------------- */
 
-/* Nearest IEEE half of a non-negative finite f (round to nearest even, subnormal halves
- * included; huge values saturate), as F16C's conversion gives it. */
-static uint16_t to_half(float f)
-{
-    if (f < 6.103515625e-05f) /* below 2^-14: a subnormal half, m * 2^-24 (exact scaling) */
-        return (uint16_t)nearbyintf(f * 16777216.0f); /* 1024 rounds up to 2^-14: still right */
-    uint32_t b;
-    memcpy(&b, &f, 4);
-    int32_t exp = (int32_t)((b >> 23) & 0xff) - 127 + 15;
-    uint32_t man = b & 0x7fffff;
-    if (exp >= 31)
-        return 0x7bff;
-    if (exp <= 0)
-        return 0;
-    uint32_t h = ((uint32_t)exp << 10) | (man >> 13), rest = man & 0x1fff;
-    if (rest > 0x1000 || (rest == 0x1000 && (h & 1)))
-        h++;
-    return (uint16_t)h;
-}
-
 /* Q8_0: d = max |x| / 127 kept at f16 precision, q = x * (127 / max |x|) rounded to nearest,
  * halves to even: ggml's x86 quantize_row_q8_0 (AVX2), what llama.cpp runs on the machines
  * Tycho is compared on (its scalar reference divides by d and rounds halves away from zero:
@@ -64,7 +44,7 @@ static void quantize_q8_0(const float *x, uint64_t n, int8_t *q, float *d, const
         for (int j = 0; j < 32; j++)
             amax = fabsf(v[j]) > amax ? fabsf(v[j]) : amax;
         float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        d[b] = h2f[to_half(amax / 127.0f)];
+        d[b] = h2f[ty__cpu_f32_to_half1(amax / 127.0f)];
         for (int j = 0; j < 32; j++)
             q[b * 32 + j] = (int8_t)nearbyintf(v[j] * id);
     }
@@ -224,14 +204,6 @@ static float dot_q6_k(const unsigned char *w, const struct ty_cpu_qin *x, uint64
 #if defined(__x86_64__)
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
-AVX2 static float hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    return _mm_cvtss_f32(s);
-}
-
 AVX2 static float half_f16c(const unsigned char *p)
 {
     uint16_t h;
@@ -259,7 +231,7 @@ AVX2 static float dot_q4_0_avx2(const unsigned char *w, const struct ty_cpu_qin 
         else
             acc0 = _mm256_fmadd_ps(d, f, acc0);
     }
-    return hsum8(_mm256_add_ps(acc0, acc1));
+    return ty__cpu_hsum8(_mm256_add_ps(acc0, acc1));
 }
 
 /* sum_s m_s * (16-sums 2s + 2s + 1) of a K block: the mins' share, in int32. */
@@ -312,7 +284,7 @@ dot_k45_avx2(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb, bo
             _mm256_fmadd_ps(_mm256_set1_ps(half_f16c(w) * x->d[b]), _mm256_cvtepi32_ps(sumi), acc);
         accm += half_f16c(w + 2) * x->d[b] * (float)k_min_sum(mn, x->s + b * 16);
     }
-    return hsum8(acc) - accm;
+    return ty__cpu_hsum8(acc) - accm;
 }
 
 AVX2 static float dot_q4_k_avx2(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb)
@@ -366,7 +338,7 @@ AVX2 static float dot_q6_k_avx2(const unsigned char *w, const struct ty_cpu_qin 
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
         accm += d * (float)(32 * corr);
     }
-    return hsum8(acc) - accm;
+    return ty__cpu_hsum8(acc) - accm;
 }
 #endif
 

@@ -391,16 +391,15 @@ static void test_live_admission_options(void **st)
     ty_sched_free(s);
 }
 
-/* One idle prefill node (0) and one empty decode node (10, `kv` tokens of KV), predicted
- * admission, idle capacity admitting: the live Conductor's setting. */
-static ty_sched_t *idle_cluster(struct ty_sched_opts *o, uint64_t kv)
+/* One prefill node (0) and one decode node (1) with the given KV capacity, toy costs. */
+static ty_sched_t *pair(const struct ty_sched_opts *o, uint64_t kv_cap)
 {
     ty_sched_t *s;
     assert_int_equal(ty_sched_new(&s, o), 0);
     struct ty_sched_node_desc p = {.role = TY_SCHED_ROLE_PREFILL};
-    struct ty_sched_node_desc d = {.role = TY_SCHED_ROLE_DECODE, .kv_capacity_tokens = kv};
+    struct ty_sched_node_desc dn = {.role = TY_SCHED_ROLE_DECODE, .kv_capacity_tokens = kv_cap};
     assert_int_equal(ty_sched_node_add(s, 0, &p), 0);
-    assert_int_equal(ty_sched_node_add(s, 10, &d), 0);
+    assert_int_equal(ty_sched_node_add(s, 1, &dn), 0);
     return s;
 }
 
@@ -416,7 +415,7 @@ static void test_idle_capacity_admits(void **st)
     struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_KVCACHE_CENTRIC, TY_SCHED_ADMIT_PREDICTED);
     o.slo[0].tbt_us = 1050;
     o.admit_when_idle = true;
-    ty_sched_t *s = idle_cluster(&o, 5000);
+    ty_sched_t *s = pair(&o, 5000);
     struct ty_sched_request r = req(1, 0);
     struct ty_sched_decision d;
     assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
@@ -435,7 +434,7 @@ static void test_idle_capacity_admits(void **st)
     ty_sched_free(s);
 
     /* 1000 + 10000 tokens of KV on a 5000-token node: refused alone, probe or not */
-    s = idle_cluster(&o, 5000);
+    s = pair(&o, 5000);
     r = req(3, 0);
     r.output_tokens = 10000;
     assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
@@ -447,7 +446,7 @@ static void test_idle_capacity_admits(void **st)
     ty_sched_free(s);
 
     o.admit_when_idle = false; /* the option is what admits */
-    s = idle_cluster(&o, 5000);
+    s = pair(&o, 5000);
     r = req(4, 0);
     assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
     assert_int_equal(d.reject, TY_SCHED_REJECT_TBT);
@@ -457,7 +456,7 @@ static void test_idle_capacity_admits(void **st)
     o.admit_when_idle = true;
     o.slo[0].tbt_us = 0;
     o.slo[0].ttft_us = 1500;
-    s = idle_cluster(&o, 0);
+    s = pair(&o, 0);
     r = req(5, 0);
     assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0); /* idle: admitted */
     assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
@@ -468,7 +467,7 @@ static void test_idle_capacity_admits(void **st)
     assert_false(d.never_fits);
     ty_sched_free(s);
     o.slo[0].ttft_us = 500; /* over it even alone */
-    s = idle_cluster(&o, 0);
+    s = pair(&o, 0);
     r = req(7, 0);
     assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
     assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
@@ -592,18 +591,6 @@ static void decoding(ty_sched_t *s, struct ty_sched_request r, uint64_t t_pick, 
     assert_int_equal(ty_sched_request_at_decode(s, r.id, t_land, &rej), 0);
     assert_int_equal(rej, TY_SCHED_REJECT_NONE);
     assert_int_equal(ty_sched_node_set_decode_load(s, 1, batch, ctx), 0);
-}
-
-/* One prefill node (0) and one decode node (1) with the given KV capacity, toy costs. */
-static ty_sched_t *pair(const struct ty_sched_opts *o, uint64_t kv_cap)
-{
-    ty_sched_t *s;
-    assert_int_equal(ty_sched_new(&s, o), 0);
-    struct ty_sched_node_desc p = {.role = TY_SCHED_ROLE_PREFILL};
-    struct ty_sched_node_desc dn = {.role = TY_SCHED_ROLE_DECODE, .kv_capacity_tokens = kv_cap};
-    assert_int_equal(ty_sched_node_add(s, 0, &p), 0);
-    assert_int_equal(ty_sched_node_add(s, 1, &dn), 0);
-    return s;
 }
 
 /* Decode KV memory is part of the decode load in both arrival-time modes, each on its own
