@@ -37,7 +37,7 @@ static void usage(FILE *f)
             "                      [--kv-dtype auto|f32|f16] [--out FILE] [--json]\n"
             "\n"
             "Times prefill calls (16 tokens .. --max-prompt, whole and with half cached) and\n"
-            "decode steps (1 .. --max-batch sequences at two contexts) on this machine's\n"
+            "decode steps (1 .. --max-batch sequences at three contexts) on this machine's\n"
             "engine and fits the scheduler's cost model to them:\n"
             "  prefill(L, P) = c0 + c1 (L - P) + c2 (L^2 - P^2)      microseconds\n"
             "  step(B, C)    = d0 + d1 B + d2 C                       (C: context tokens)\n"
@@ -181,12 +181,15 @@ static int time_prefill(struct bench *b, const struct fit_args *a, struct sample
     return 0;
 }
 
-/* Decode: B sequences of context c each (prefilled untimed), then 4 timed steps. */
+/* Decode: B sequences of context c each (prefilled untimed), then timed steps. */
 static int time_decode(struct bench *b, const struct fit_args *a, struct samples *s)
 {
-    uint32_t ctxs[2] = {64, a->max_prompt / 2 > 64 ? a->max_prompt / 2 : 128};
+    /* contexts far apart, so that the per-sequence and per-context-token terms separate even
+     * when the machine is noisy (B and B * C move together at one context) */
+    uint32_t ctxs[3] = {16, a->max_prompt / 4 > 16 ? a->max_prompt / 4 : 16,
+                        a->max_prompt >= 64 ? a->max_prompt - 32 : a->max_prompt};
     for (uint32_t B = 1; B <= a->max_batch; B = B < 4 ? B + 1 : B * 2) {
-        for (int ci = 0; ci < 2; ci++) {
+        for (int ci = 0; ci < 3; ci++) {
             ty_kvseq_t *q[256] = {0};
             uint32_t start[256], n[256];
             int rc = 0;
