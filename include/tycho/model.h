@@ -3,7 +3,8 @@
  * Sources: a GGUF file, or a Hugging Face directory (config.json + model.safetensors or a
  * sharded model.safetensors.index.json, tokenizer.json, generation_config.json). Architectures:
  * the Llama family (Llama 2/3 with llama3 rope scaling, Mistral, TinyLlama, SmolLM), Qwen2
- * (q/k/v bias) and Qwen3 dense (per-head q/k RMSNorm, head_dim free of dim/heads); tied or
+ * (q/k/v bias), Qwen3 dense (per-head q/k RMSNorm, head_dim free of dim/heads), and the
+ * mixtures of experts Qwen3-MoE and Mixtral (GGUF llama with experts); tied or
  * untied output; GQA. Weights stay in the file mappings (F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K).
  * A ty_model_t is immutable after ty_model_load() and may be shared by any threads; it must
  * outlive every engine, pool or backend that uses it.
@@ -22,6 +23,7 @@ enum ty_model_arch {
     TY_MODEL_ARCH_LLAMA = 0, /* also Mistral, TinyLlama, SmolLM */
     TY_MODEL_ARCH_QWEN2 = 1,
     TY_MODEL_ARCH_QWEN3 = 2,
+    TY_MODEL_ARCH_QWEN3MOE = 3, /* Qwen3 attention, mixture-of-experts FFN */
 };
 
 enum ty_rope_kind {
@@ -37,7 +39,14 @@ struct ty_model_config {
     uint32_t n_heads;
     uint32_t n_kv_heads; /* GQA: n_heads % n_kv_heads == 0 */
     uint32_t head_dim;
-    uint32_t ffn_dim;    /* intermediate size */
+    uint32_t ffn_dim;    /* intermediate size (of each expert in a mixture of experts) */
+    /* Mixture of experts (Qwen3-MoE, Mixtral): every layer's FFN is n_experts SwiGLU experts
+     * of ffn_dim, n_experts_used per token picked by a router: softmax over the router logits,
+     * the top n_experts_used, their probabilities renormalised to sum 1 when moe_norm_topk
+     * (Mixtral, Qwen3-MoE with norm_topk_prob; llama.cpp always), the experts' outputs summed
+     * with those weights. 0 = a dense FFN. */
+    uint32_t n_experts, n_experts_used;
+    bool moe_norm_topk;
     uint32_t ctx_len;    /* trained context length */
     float rms_eps;
     float rope_theta;
@@ -76,7 +85,8 @@ bool ty_model_is_eog(const ty_model_t *m, uint32_t id);
 size_t ty_model_eog_list(const ty_model_t *m, uint32_t *out, size_t cap);
 /* The Jinja chat template text from the model, or NULL. Borrowed. */
 const char *ty_model_chat_template(const ty_model_t *m);
-/* Bytes of weights the forward pass reads per token (all matrices and norms). */
+/* Bytes of weights the forward pass reads per token (all matrices and norms; of a mixture of
+ * experts, the router and n_experts_used experts per layer). */
 uint64_t ty_model_weight_bytes(const ty_model_t *m);
 /* A short description: "llama 5L d64 h8/4 ff172 v512 F32". Borrowed. */
 const char *ty_model_desc(const ty_model_t *m);

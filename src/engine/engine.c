@@ -38,6 +38,13 @@ static int make_backend_and_pool(ty_engine_t *e, const struct ty_engine_opts *o)
     int rc = ty_backend_new_by_name(&e->be, o->backend, &bo, &go);
     if (rc)
         return rc;
+    /* Mixture-of-experts layers (routing, per-expert matmuls) exist in the CPU forward pass
+     * only: another backend would compute a dense FFN that the model does not have. */
+    if (c->n_experts && strcmp(ty_backend_name(e->be), "cpu") != 0) {
+        TY_LOG_ERROR("engine", "the %s backend does not support mixture-of-experts models "
+                     "(%s): use the cpu backend", ty_backend_name(e->be), ty_model_desc(e->m));
+        return TY_ENOTSUP;
+    }
     int dev = ty_backend_kv_storage(e->be, &st);
     if (dev < 0)
         return dev;

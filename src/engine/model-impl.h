@@ -22,11 +22,18 @@ struct ty_layer_weights {
     struct ty_weight ffn_norm;       /* (dim) */
     struct ty_weight w_gate, w_up;   /* (ffn, dim) */
     struct ty_weight w_down;         /* (dim, ffn) */
+    /* Mixture of experts (cfg.n_experts > 0) instead of w_gate/w_up/w_down: the router and
+     * each expert's matrices, n_experts of each (views into the model's `experts` array; GGUF's
+     * 3-D blk.N.ffn_*_exps tensors sliced per expert, HF's per-expert tensors). */
+    struct ty_weight router;         /* (n_experts, dim) */
+    struct ty_weight *exp_gate, *exp_up, *exp_down; /* (ffn, dim) x2, (dim, ffn) */
     uint32_t window;                 /* sliding-window attention: keys a query sees, 0 = all */
 };
 
 /* A layer's tensors by file format: the name after "blk.N." (GGUF) and after
- * "model.layers.N." (Hugging Face safetensors), and the member of ty_layer_weights it fills. */
+ * "model.layers.N." (Hugging Face safetensors; NULL where the architecture names it, as the
+ * expert router), and the member of ty_layer_weights it fills. The experts' 3-D tensors are
+ * the GGUF loader's own (one view per expert). */
 struct ty__layer_tensor {
     const char *gguf, *hf;
     size_t off;
@@ -41,11 +48,22 @@ struct ty__arch {
     enum ty_model_arch arch;
     enum ty_rope_kind rope; /* as llama.cpp applies it to the GGUF layout */
     bool qkv_bias, qk_norm;
+    /* Mixture of experts: required (qwen3moe, mixtral), else optional (GGUF llama with
+     * <arch>.expert_count, as llama.cpp writes Mixtral). HF tensor names after
+     * "model.layers.N.": the router, and each expert's gate, up and down (%u = expert). */
+    bool moe;
+    const char *hf_router, *hf_expert[3];
 };
 /* The entry named by the len bytes at `name`, or NULL when the architecture is not supported. */
 const struct ty__arch *ty__model_arch_find(const char *name, size_t len);
 /* "llama, mistral, qwen2, qwen3": for messages refusing an architecture. */
 const char *ty__model_arch_list(void);
+/* Experts a model may have, and may use per token. */
+#define TY_MODEL_MAX_EXPERTS 256u
+#define TY_MODEL_MAX_EXPERTS_USED 16u
+/* Point every layer's exp_gate/exp_up/exp_down at its part of m->experts (allocated here for
+ * cfg.n_layers x cfg.n_experts); 0 or TY_ENOMEM. */
+int ty__model_alloc_experts(struct ty_model *m);
 
 struct ty_mapping {
     void *addr;
@@ -61,6 +79,7 @@ struct ty_model {
     struct ty_weight out_norm; /* (dim) */
     struct ty_weight output;   /* (n_vocab, dim); == tok_embd when tied */
     struct ty_layer_weights *layers;
+    struct ty_weight *experts; /* (n_layers, 3, n_experts): the layers' expert matrices */
     /* rope, computed as llama.cpp does (ggml_rope_cache_init): theta_0 = pos,
      * theta_{i+1} = theta_i * rope_theta_scale in float, each divided by rope_div[i] */
     float rope_theta_scale; /* rope_theta^(-2/head_dim) */

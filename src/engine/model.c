@@ -30,18 +30,32 @@ const struct ty__layer_tensor ty__layer_tensors[] = {
     {"ffn_gate.weight", "mlp.gate_proj.weight", LW(w_gate)},
     {"ffn_up.weight", "mlp.up_proj.weight", LW(w_up)},
     {"ffn_down.weight", "mlp.down_proj.weight", LW(w_down)},
+    {"ffn_gate_inp.weight", NULL, LW(router)}, /* HF: the architecture's hf_router */
 };
 #undef LW
 const size_t ty__n_layer_tensors = sizeof(ty__layer_tensors) / sizeof(ty__layer_tensors[0]);
 
 /* llama.cpp's rope type per architecture (llama_model_rope_type): NORM for the Llama family,
- * NEOX for Qwen2 and Qwen3, whose converters keep HF's rotate_half row order. */
+ * NEOX for Qwen2 and Qwen3, whose converters keep HF's rotate_half row order. qwen3moe is
+ * llama.cpp's GGUF name, qwen3_moe and mixtral transformers' model_type (Mixtral's GGUF is
+ * llama with experts). */
+#define QWEN3MOE_HF "mlp.gate.weight", \
+    {"mlp.experts.%u.gate_proj.weight", "mlp.experts.%u.up_proj.weight", \
+     "mlp.experts.%u.down_proj.weight"}
+#define MIXTRAL_HF "block_sparse_moe.gate.weight", \
+    {"block_sparse_moe.experts.%u.w1.weight", "block_sparse_moe.experts.%u.w3.weight", \
+     "block_sparse_moe.experts.%u.w2.weight"}
 static const struct ty__arch arches[] = {
-    {"llama", TY_MODEL_ARCH_LLAMA, TY_ROPE_NORM, false, false},
-    {"mistral", TY_MODEL_ARCH_LLAMA, TY_ROPE_NORM, false, false},
-    {"qwen2", TY_MODEL_ARCH_QWEN2, TY_ROPE_NEOX, true, false},
-    {"qwen3", TY_MODEL_ARCH_QWEN3, TY_ROPE_NEOX, false, true},
+    {"llama", TY_MODEL_ARCH_LLAMA, TY_ROPE_NORM, false, false, false, NULL, {NULL}},
+    {"mistral", TY_MODEL_ARCH_LLAMA, TY_ROPE_NORM, false, false, false, NULL, {NULL}},
+    {"qwen2", TY_MODEL_ARCH_QWEN2, TY_ROPE_NEOX, true, false, false, NULL, {NULL}},
+    {"qwen3", TY_MODEL_ARCH_QWEN3, TY_ROPE_NEOX, false, true, false, NULL, {NULL}},
+    {"qwen3moe", TY_MODEL_ARCH_QWEN3MOE, TY_ROPE_NEOX, false, true, true, QWEN3MOE_HF},
+    {"qwen3_moe", TY_MODEL_ARCH_QWEN3MOE, TY_ROPE_NEOX, false, true, true, QWEN3MOE_HF},
+    {"mixtral", TY_MODEL_ARCH_LLAMA, TY_ROPE_NORM, false, false, true, MIXTRAL_HF},
 };
+#undef QWEN3MOE_HF
+#undef MIXTRAL_HF
 
 const struct ty__arch *ty__model_arch_find(const char *name, size_t len)
 {
@@ -53,7 +67,22 @@ const struct ty__arch *ty__model_arch_find(const char *name, size_t len)
 
 const char *ty__model_arch_list(void)
 {
-    return "llama, mistral, qwen2, qwen3";
+    return "llama (with or without experts), mistral, mixtral, qwen2, qwen3, qwen3moe, qwen3_moe";
+}
+
+int ty__model_alloc_experts(struct ty_model *m)
+{
+    uint32_t E = m->cfg.n_experts;
+    m->experts = calloc((size_t)m->cfg.n_layers * 3 * E, sizeof(*m->experts));
+    if (!m->experts)
+        return TY_ENOMEM;
+    for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
+        struct ty_weight *w = m->experts + (size_t)l * 3 * E;
+        m->layers[l].exp_gate = w;
+        m->layers[l].exp_up = w + E;
+        m->layers[l].exp_down = w + 2 * E;
+    }
+    return 0;
 }
 
 static const char *arch_name(enum ty_model_arch a)
@@ -100,10 +129,57 @@ static int check_config(const struct ty_model_config *c, char *errbuf, size_t er
                  c->n_vocab);
         return TY_EFORMAT;
     }
+    if (c->n_experts > TY_MODEL_MAX_EXPERTS ||
+        (c->n_experts && (c->n_experts_used == 0 || c->n_experts_used > c->n_experts ||
+                          c->n_experts_used > TY_MODEL_MAX_EXPERTS_USED))) {
+        snprintf(errbuf, errlen, "unsupported mixture of experts: %u experts, %u used per token "
+                 "(at most %u experts and %u used)", c->n_experts, c->n_experts_used,
+                 TY_MODEL_MAX_EXPERTS, TY_MODEL_MAX_EXPERTS_USED);
+        return TY_ENOTSUP;
+    }
     if (!(c->rms_eps > 0 && c->rms_eps < 1) || !(c->rope_theta > 0) || !isfinite(c->rope_theta)) {
         snprintf(errbuf, errlen, "invalid rms_eps %g or rope_theta %g", c->rms_eps,
                  c->rope_theta);
         return TY_EFORMAT;
+    }
+    return 0;
+}
+
+/* A dense FFN, or (n_experts > 0) the router and every expert, and not the other kind. */
+static int check_ffn(const struct ty_model *m, uint32_t l, char *errbuf, size_t errlen)
+{
+    const struct ty_model_config *c = &m->cfg;
+    const struct ty_layer_weights *L = &m->layers[l];
+    int rc;
+    if (!c->n_experts) {
+        if (L->router.data) {
+            snprintf(errbuf, errlen, "layer %u: an expert router (ffn_gate_inp) in a model "
+                     "without expert_count", l);
+            return TY_EFORMAT;
+        }
+        if ((rc = check_w(&L->w_gate, "ffn_gate", l, c->ffn_dim, c->dim, false, errbuf, errlen)) ||
+            (rc = check_w(&L->w_up, "ffn_up", l, c->ffn_dim, c->dim, false, errbuf, errlen)))
+            return rc;
+        return check_w(&L->w_down, "ffn_down", l, c->dim, c->ffn_dim, false, errbuf, errlen);
+    }
+    if (L->w_gate.data || L->w_up.data || L->w_down.data) {
+        snprintf(errbuf, errlen, "layer %u: a dense FFN in a mixture-of-experts model (dense "
+                 "layers among expert layers are not supported)", l);
+        return TY_ENOTSUP;
+    }
+    if ((rc = check_w(&L->router, "ffn_gate_inp (expert router)", l, c->n_experts, c->dim,
+                      false, errbuf, errlen)))
+        return rc;
+    for (uint32_t e = 0; e < c->n_experts; e++) {
+        char what[3][48];
+        snprintf(what[0], sizeof(what[0]), "ffn_gate of expert %u", e);
+        snprintf(what[1], sizeof(what[1]), "ffn_up of expert %u", e);
+        snprintf(what[2], sizeof(what[2]), "ffn_down of expert %u", e);
+        if ((rc = check_w(&L->exp_gate[e], what[0], l, c->ffn_dim, c->dim, false, errbuf,
+                          errlen)) ||
+            (rc = check_w(&L->exp_up[e], what[1], l, c->ffn_dim, c->dim, false, errbuf, errlen)) ||
+            (rc = check_w(&L->exp_down[e], what[2], l, c->dim, c->ffn_dim, false, errbuf, errlen)))
+            return rc;
     }
     return 0;
 }
@@ -120,9 +196,7 @@ static int check_layer(const struct ty_model *m, uint32_t l, char *errbuf, size_
         (rc = check_w(&L->wv, "attn_v", l, kv, c->dim, false, errbuf, errlen)) ||
         (rc = check_w(&L->wo, "attn_output", l, c->dim, q, false, errbuf, errlen)) ||
         (rc = check_w(&L->ffn_norm, "ffn_norm", l, 1, c->dim, false, errbuf, errlen)) ||
-        (rc = check_w(&L->w_gate, "ffn_gate", l, c->ffn_dim, c->dim, false, errbuf, errlen)) ||
-        (rc = check_w(&L->w_up, "ffn_up", l, c->ffn_dim, c->dim, false, errbuf, errlen)) ||
-        (rc = check_w(&L->w_down, "ffn_down", l, c->dim, c->ffn_dim, false, errbuf, errlen)))
+        (rc = check_ffn(m, l, errbuf, errlen)))
         return rc;
     bool need_bias = c->qkv_bias;
     if ((rc = check_w(&L->bq, "attn_q.bias", l, 1, q, !need_bias, errbuf, errlen)) ||
@@ -231,12 +305,14 @@ int ty__model_finish(struct ty_model *m, char *errbuf, size_t errlen)
         return rc;
     set_windows(m);
     c->weight_type = m->layers[0].wq.type;
-    char swa[24] = "";
+    char swa[24] = "", moe[24] = "";
     if (c->sliding_window)
         snprintf(swa, sizeof(swa), " swa%u", c->sliding_window);
-    snprintf(m->desc, sizeof(m->desc), "%s %uL d%u h%u/%u hd%u ff%u v%u %s%s%s",
-             arch_name(c->arch), c->n_layers, c->dim, c->n_heads,
-             c->n_kv_heads, c->head_dim, c->ffn_dim, c->n_vocab, ty_ggml_type_name(c->weight_type),
+    if (c->n_experts)
+        snprintf(moe, sizeof(moe), " e%u/%u", c->n_experts_used, c->n_experts);
+    snprintf(m->desc, sizeof(m->desc), "%s %uL d%u h%u/%u hd%u ff%u%s v%u %s%s%s",
+             arch_name(c->arch), c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->head_dim,
+             c->ffn_dim, moe, c->n_vocab, ty_ggml_type_name(c->weight_type),
              c->tied_output ? " tied" : "", swa);
     return 0;
 }
@@ -282,6 +358,7 @@ void ty_model_free(ty_model_t *m)
     ty_tokenizer_free(m->tok);
 #endif
     free(m->layers);
+    free(m->experts);
     free(m->rope_div);
     free(m->chat_template);
     ty_gguf_close(m->gguf);
@@ -343,6 +420,10 @@ uint64_t ty_model_weight_bytes(const ty_model_t *m)
              wbytes(&L->wo) + wbytes(&L->bq) + wbytes(&L->bk) + wbytes(&L->bv) +
              wbytes(&L->q_norm) + wbytes(&L->k_norm) +
              wbytes(&L->ffn_norm) + wbytes(&L->w_gate) + wbytes(&L->w_up) + wbytes(&L->w_down);
+        if (m->cfg.n_experts) /* experts are alike: the first stands for each used one */
+            b += wbytes(&L->router) + m->cfg.n_experts_used * (wbytes(&L->exp_gate[0]) +
+                                                               wbytes(&L->exp_up[0]) +
+                                                               wbytes(&L->exp_down[0]));
     }
     return b;
 }

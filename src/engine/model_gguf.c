@@ -1,5 +1,6 @@
 /* GGUF model loader: llama-style tensor names (blk.N.attn_q.weight, ...), hyper-parameters
- * from <arch>.* keys (head_dim from <arch>.attention.key_length where given, as Qwen3's), tokenizer from tokenizer.ggml.* keys (llama.cpp's conventions). */
+ * from <arch>.* keys (head_dim from <arch>.attention.key_length where given, as Qwen3's), tokenizer from tokenizer.ggml.* keys (llama.cpp's conventions). Mixtures of experts
+ * (qwen3moe, llama with expert_count) keep each layer's experts in 3-D tensors. */
 #include "model-impl.h"
 
 #include "tycho/errors.h"
@@ -33,6 +34,38 @@ static int get_w(const ty_gguf_t *g, struct ty_weight *w, const char *name, char
     return weight_from(w, ty_gguf_find_tensor(g, name), errbuf, errlen);
 }
 
+/* blk.l.ffn_{gate,up,down}_exps.weight (ne {cols, rows, n_experts}, experts back to back)
+ * as one view per expert; a shared expert (blk.l.ffn_*_shexp) is refused. */
+static int load_experts(struct ty_model *m, uint32_t l, char *errbuf, size_t errlen)
+{
+    static const char *const names[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    struct ty_layer_weights *L = &m->layers[l];
+    struct ty_weight *out[3] = {L->exp_gate, L->exp_up, L->exp_down};
+    char name[96];
+    uint32_t E = m->cfg.n_experts;
+    snprintf(name, sizeof(name), "blk.%u.ffn_gate_inp_shexp.weight", l);
+    if (ty_gguf_find_tensor(m->gguf, name)) {
+        snprintf(errbuf, errlen, "layer %u: shared experts (%s) are not supported", l, name);
+        return TY_ENOTSUP;
+    }
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof(name), "blk.%u.%s.weight", l, names[i]);
+        const struct ty_gguf_tensor *t = ty_gguf_find_tensor(m->gguf, name);
+        if (!t)
+            continue; /* the shape check names what is missing */
+        if (!E || t->n_dims != 3 || t->ne[2] != E) {
+            snprintf(errbuf, errlen, "tensor '%s' must have 3 dimensions, the last %u (the "
+                     "model's expert_count)", name, E);
+            return TY_EFORMAT;
+        }
+        uint64_t bytes = ty_ggml_type_nbytes(t->type, t->ne[0] * t->ne[1]);
+        for (uint32_t e = 0; e < E; e++)
+            out[i][e] = (struct ty_weight){(const unsigned char *)t->data + e * bytes, t->type,
+                                           t->ne[1], t->ne[0]};
+    }
+    return 0;
+}
+
 static int load_layer(struct ty_model *m, uint32_t l, char *errbuf, size_t errlen)
 {
     char name[96];
@@ -44,7 +77,7 @@ static int load_layer(struct ty_model *m, uint32_t l, char *errbuf, size_t errle
         if (rc)
             return rc;
     }
-    return 0;
+    return load_experts(m, l, errbuf, errlen);
 }
 
 static bool key_u32(const ty_gguf_t *g, const char *arch, const char *key, uint32_t *v)
@@ -86,6 +119,49 @@ static int read_rope_scaling(struct ty_model *m, const char *arch, char *errbuf,
     return 0;
 }
 
+/* <arch>.expert_count and friends (llama.cpp's LLM_KV_EXPERT_*): softmax gating over every
+ * expert, the top expert_used_count renormalised (llama.cpp's build_moe_ffn for llama and
+ * qwen3moe), no shared experts, no weight scale. */
+static int read_experts(struct ty_model *m, const struct ty__arch *ai, const char *arch,
+                        char *errbuf, size_t errlen)
+{
+    struct ty_model_config *c = &m->cfg;
+    uint32_t v;
+    float f;
+    if (!key_u32(m->gguf, arch, "expert_count", &c->n_experts))
+        c->n_experts = 0;
+    if (ai->moe && !c->n_experts) {
+        snprintf(errbuf, errlen, "%s model without %s.expert_count", arch, arch);
+        return TY_EFORMAT;
+    }
+    if (!c->n_experts)
+        return 0;
+    c->moe_norm_topk = true;
+    if (!key_u32(m->gguf, arch, "expert_used_count", &c->n_experts_used)) {
+        snprintf(errbuf, errlen, "missing %s.expert_used_count", arch);
+        return TY_EFORMAT;
+    }
+    if (key_u32(m->gguf, arch, "expert_feed_forward_length", &v))
+        c->ffn_dim = v; /* qwen3moe: the experts' size; feed_forward_length a dense one's */
+    if (key_u32(m->gguf, arch, "expert_shared_count", &v) && v) {
+        snprintf(errbuf, errlen, "%u shared experts (%s.expert_shared_count): not supported", v,
+                 arch);
+        return TY_ENOTSUP;
+    }
+    /* llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax, 2 sigmoid, 3 softmax of top-k */
+    if (key_u32(m->gguf, arch, "expert_gating_func", &v) && v != 1) {
+        snprintf(errbuf, errlen, "expert gating function %u (%s.expert_gating_func): only "
+                 "softmax (1) is supported", v, arch);
+        return TY_ENOTSUP;
+    }
+    if (key_f32(m->gguf, arch, "expert_weights_scale", &f) && f != 0.0f && f != 1.0f) {
+        snprintf(errbuf, errlen, "expert weight scale %g (%s.expert_weights_scale): not "
+                 "supported", (double)f, arch);
+        return TY_ENOTSUP;
+    }
+    return 0;
+}
+
 static int read_hparams(struct ty_model *m, char *errbuf, size_t errlen)
 {
     const char *a;
@@ -111,11 +187,15 @@ static int read_hparams(struct ty_model *m, char *errbuf, size_t errlen)
     if (!key_u32(m->gguf, arch, "embedding_length", &c->dim) ||
         !key_u32(m->gguf, arch, "block_count", &c->n_layers) ||
         !key_u32(m->gguf, arch, "attention.head_count", &c->n_heads) ||
-        !key_u32(m->gguf, arch, "feed_forward_length", &c->ffn_dim)) {
+        (!key_u32(m->gguf, arch, "feed_forward_length", &c->ffn_dim) &&
+         !key_u32(m->gguf, arch, "expert_feed_forward_length", &c->ffn_dim))) {
         snprintf(errbuf, errlen, "missing %s.{embedding_length,block_count,attention.head_count,"
                                  "feed_forward_length}", arch);
         return TY_EFORMAT;
     }
+    int rc = read_experts(m, ai, arch, errbuf, errlen);
+    if (rc)
+        return rc;
     if (!key_u32(m->gguf, arch, "attention.head_count_kv", &c->n_kv_heads))
         c->n_kv_heads = c->n_heads;
     if (!key_u32(m->gguf, arch, "attention.key_length", &c->head_dim))
@@ -164,6 +244,13 @@ int ty__model_load_gguf(struct ty_model *m, const char *path, char *errbuf, size
     m->layers = calloc(m->cfg.n_layers, sizeof(*m->layers));
     if (!m->layers)
         return TY_ENOMEM;
+    if (m->cfg.n_experts > TY_MODEL_MAX_EXPERTS) {
+        snprintf(errbuf, errlen, "unsupported mixture of experts: %u experts (at most %u)",
+                 m->cfg.n_experts, TY_MODEL_MAX_EXPERTS);
+        return TY_ENOTSUP;
+    }
+    if (m->cfg.n_experts && (rc = ty__model_alloc_experts(m)))
+        return rc;
     if ((rc = get_w(m->gguf, &m->tok_embd, "token_embd.weight", errbuf, errlen)) ||
         (rc = get_w(m->gguf, &m->out_norm, "output_norm.weight", errbuf, errlen)) ||
         (rc = get_w(m->gguf, &m->output, "output.weight", errbuf, errlen)))

@@ -1,5 +1,5 @@
 /* Hugging Face directory loader: config.json (LlamaForCausalLM, MistralForCausalLM,
- * Qwen2ForCausalLM, Qwen3ForCausalLM), model.safetensors or model.safetensors.index.json shards, and the
+ * Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM), model.safetensors or model.safetensors.index.json shards, and the
  * tokenizer through ty_tokenizer_load_json(). Safetensors (huggingface/safetensors README):
  * u64 LE header length N, N bytes of JSON {name: {dtype, shape, data_offsets: [begin, end]}},
  * then the data; offsets are relative to the end of the header. */
@@ -126,18 +126,44 @@ static int get_w(struct hf_ctx *h, struct ty_weight *w, const char *name)
     return 0; /* absent: the shape check reports missing required tensors */
 }
 
-static int load_layers(struct hf_ctx *h)
+/* Layer l's router and experts, by the architecture's names. */
+static int load_experts(struct hf_ctx *h, const struct ty__arch *ai, uint32_t l)
+{
+    struct ty_layer_weights *L = &h->m->layers[l];
+    struct ty_weight *out[3] = {L->exp_gate, L->exp_up, L->exp_down};
+    char name[160], fmt[128];
+    snprintf(name, sizeof(name), "model.layers.%u.%s", l, ai->hf_router);
+    int rc = get_w(h, &L->router, name);
+    for (uint32_t e = 0; e < h->m->cfg.n_experts && !rc; e++)
+        for (int i = 0; i < 3 && !rc; i++) {
+            snprintf(fmt, sizeof(fmt), "model.layers.%%u.%s", ai->hf_expert[i]);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral" /* the arch table's own formats */
+            snprintf(name, sizeof(name), fmt, l, e);
+#pragma GCC diagnostic pop
+            rc = get_w(h, &out[i][e], name);
+        }
+    return rc;
+}
+
+static int load_layers(struct hf_ctx *h, const struct ty__arch *ai)
 {
     char name[128];
-    for (uint32_t l = 0; l < h->m->cfg.n_layers; l++)
+    for (uint32_t l = 0; l < h->m->cfg.n_layers; l++) {
         for (size_t i = 0; i < ty__n_layer_tensors; i++) {
             const struct ty__layer_tensor *t = &ty__layer_tensors[i];
+            if (!t->hf)
+                continue;
             snprintf(name, sizeof(name), "model.layers.%u.%s", l, t->hf);
             struct ty_weight *w = (struct ty_weight *)((char *)&h->m->layers[l] + t->off);
             int rc = get_w(h, w, name);
             if (rc)
                 return rc;
         }
+        int rc = h->m->cfg.n_experts ? load_experts(h, ai, l) : 0;
+        if (rc)
+            return rc;
+    }
     return 0;
 }
 
@@ -190,7 +216,42 @@ static void read_sliding_window(struct ty_model *m, json_t *cfg)
         m->swa_first_layer = cfg_u32(cfg, "max_window_layers", 0);
 }
 
-static int read_config(struct ty_model *m, json_t *cfg, char *errbuf, size_t errlen)
+/* transformers' Qwen3MoeConfig (num_experts, num_experts_per_tok, moe_intermediate_size,
+ * norm_topk_prob default false; every layer sparse unless decoder_sparse_step or
+ * mlp_only_layers say otherwise) and MixtralConfig (num_local_experts default 8,
+ * num_experts_per_tok default 2, experts of intermediate_size, always renormalised). */
+static int read_moe(struct ty_model *m, const struct ty__arch *ai, json_t *cfg, char *errbuf,
+                    size_t errlen)
+{
+    struct ty_model_config *c = &m->cfg;
+    if (!ai->moe)
+        return 0;
+    if (ai->arch == TY_MODEL_ARCH_QWEN3MOE) {
+        c->n_experts = cfg_u32(cfg, "num_experts", 0);
+        c->n_experts_used = cfg_u32(cfg, "num_experts_per_tok", 0);
+        c->ffn_dim = cfg_u32(cfg, "moe_intermediate_size", 0);
+        c->moe_norm_topk = json_is_true(json_object_get(cfg, "norm_topk_prob"));
+        json_t *dense = json_object_get(cfg, "mlp_only_layers");
+        if (cfg_u32(cfg, "decoder_sparse_step", 1) != 1 || json_array_size(dense)) {
+            snprintf(errbuf, errlen, "config.json: dense layers among expert layers "
+                     "(decoder_sparse_step, mlp_only_layers) are not supported");
+            return TY_ENOTSUP;
+        }
+    } else {
+        c->n_experts = cfg_u32(cfg, "num_local_experts", 8);
+        c->n_experts_used = cfg_u32(cfg, "num_experts_per_tok", 2);
+        c->moe_norm_topk = true;
+    }
+    if (c->n_experts == 0 || c->n_experts > TY_MODEL_MAX_EXPERTS) {
+        snprintf(errbuf, errlen, "config.json: %u experts out of range (1..%u)", c->n_experts,
+                 TY_MODEL_MAX_EXPERTS);
+        return c->n_experts ? TY_ENOTSUP : TY_EFORMAT;
+    }
+    return 0;
+}
+
+static int read_config(struct ty_model *m, json_t *cfg, const struct ty__arch **arch,
+                       char *errbuf, size_t errlen)
 {
     struct ty_model_config *c = &m->cfg;
     const char *mt = json_string_value(json_object_get(cfg, "model_type"));
@@ -200,6 +261,7 @@ static int read_config(struct ty_model *m, json_t *cfg, char *errbuf, size_t err
                  ty__model_arch_list());
         return TY_ENOTSUP;
     }
+    *arch = ai;
     c->arch = ai->arch;
     c->rope = ai->rope;
     /* HF keeps q/k rows in rotate_half order. The NEOX architectures rotate exactly that;
@@ -224,7 +286,8 @@ static int read_config(struct ty_model *m, json_t *cfg, char *errbuf, size_t err
         return TY_EFORMAT;
     }
     read_sliding_window(m, cfg);
-    return read_rope_scaling(m, cfg, errbuf, errlen);
+    int rc = read_moe(m, ai, cfg, errbuf, errlen);
+    return rc ? rc : read_rope_scaling(m, cfg, errbuf, errlen);
 }
 
 static void add_eos_json(struct ty_model *m, json_t *v)
@@ -283,7 +346,7 @@ static int map_weights(struct hf_ctx *h, const char *dir)
     return rc;
 }
 
-static int load_weights(struct hf_ctx *h, const char *dir)
+static int load_weights(struct hf_ctx *h, const char *dir, const struct ty__arch *ai)
 {
     struct ty_model *m = h->m;
     int rc = map_weights(h, dir);
@@ -291,9 +354,11 @@ static int load_weights(struct hf_ctx *h, const char *dir)
         return rc;
     if (!(m->layers = calloc(m->cfg.n_layers, sizeof(*m->layers))))
         return TY_ENOMEM;
+    if (m->cfg.n_experts && (rc = ty__model_alloc_experts(m)))
+        return rc;
     if ((rc = get_w(h, &m->tok_embd, "model.embed_tokens.weight")) ||
         (rc = get_w(h, &m->out_norm, "model.norm.weight")) ||
-        (rc = get_w(h, &m->output, "lm_head.weight")) || (rc = load_layers(h)))
+        (rc = get_w(h, &m->output, "lm_head.weight")) || (rc = load_layers(h, ai)))
         return rc;
     if (!m->output.data) {
         m->output = m->tok_embd;
@@ -325,7 +390,8 @@ int ty__model_load_hf(struct ty_model *m, const char *dir, char *errbuf, size_t 
             snprintf(errbuf, errlen, "%s/config.json: not a JSON object", dir);
         goto out;
     }
-    if ((rc = read_config(m, cfg, errbuf, errlen)) || (rc = load_weights(&h, dir)))
+    const struct ty__arch *ai = NULL;
+    if ((rc = read_config(m, cfg, &ai, errbuf, errlen)) || (rc = load_weights(&h, dir, ai)))
         goto out;
     read_tokenizer_side(m, dir, cfg);
 #ifdef TY_HAVE_TOKENIZER

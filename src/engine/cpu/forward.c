@@ -39,6 +39,13 @@ struct fwd {
     float *k, *v;     /* (T, KV) */
     float *att;       /* (T, Q) attention output */
     float *hb, *hb2;  /* (T, F) */
+    /* mixture of experts: router logits (T, n_experts); expert inputs gathered (T, D) and
+     * outputs (T, D); each token's weighted expert outputs (T, n_used, D); the routing */
+    float *logits, *xg, *yg, *yslot;
+    float *route_w;      /* (T, n_used) weights of the picked experts */
+    uint32_t *route_e;   /* (T, n_used) the picked experts, most probable first */
+    uint32_t *by_expert; /* (T * n_used) token*n_used+slot, grouped by expert */
+    uint32_t *exp_start; /* (n_experts + 1) each expert's range in by_expert */
     float *scores;    /* (n_threads, max_ctx) */
     bool half;        /* the pool holds f16 */
     ty_cpu_pool_t *pool; /* the backend's workers (few-token matmuls, attention) */
@@ -277,6 +284,95 @@ static void qkv_and_store(struct fwd *f, const struct ty_layer_weights *L)
     }
 }
 
+/* hb (n) = silu(hb) * hb2: SwiGLU, in place */
+static void swiglu(float *hb, const float *hb2, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float g = hb[i];
+        hb[i] = g / (1.0f + expf(-g)) * hb2[i];
+    }
+}
+
+/* Each token's experts as llama.cpp's build_moe_ffn picks them (softmax gating): softmax over
+ * the router logits, the n_used most probable (ties to the lower index), their
+ * probabilities divided by their sum (at least 2^-14, as llama.cpp clamps) when
+ * moe_norm_topk; then the (token, slot) pairs grouped by expert (counting sort). */
+static void moe_route(struct fwd *f, const struct ty_layer_weights *L)
+{
+    const struct ty_model_config *c = &f->m->cfg;
+    uint32_t T = f->T, E = c->n_experts, K = c->n_experts_used;
+    ty__cpu_matmul(f->pool, &L->router, f->xb, f->logits, T, f->tile, f->tile_floats);
+    memset(f->exp_start, 0, (E + 1) * sizeof(uint32_t));
+    for (uint32_t t = 0; t < T; t++) {
+        float *p = f->logits + (size_t)t * E, *w = f->route_w + (size_t)t * K, sum = 0;
+        uint32_t *sel = f->route_e + (size_t)t * K;
+        softmax_row(p, E, 0, E);
+        for (uint32_t k = 0; k < K; k++) {
+            uint32_t best = 0;
+            for (uint32_t e = 1; e < E; e++)
+                best = p[e] > p[best] ? e : best;
+            sel[k] = best;
+            w[k] = p[best];
+            sum += w[k];
+            p[best] = -1.0f; /* taken */
+            f->exp_start[best + 1]++;
+        }
+        if (c->moe_norm_topk) {
+            sum = sum > 6.103515625e-5f ? sum : 6.103515625e-5f;
+            for (uint32_t k = 0; k < K; k++)
+                w[k] /= sum;
+        }
+    }
+    for (uint32_t e = 0; e < E; e++)
+        f->exp_start[e + 1] += f->exp_start[e];
+    /* fill each expert's range in token order; logits rows are free now: their first E
+     * floats of scratch stand for the fill cursors */
+    uint32_t *cur = (uint32_t *)f->logits;
+    memcpy(cur, f->exp_start, E * sizeof(uint32_t));
+    for (uint32_t i = 0; i < T * K; i++)
+        f->by_expert[cur[f->route_e[i]]++] = i;
+}
+
+/* The mixture-of-experts FFN of the normed rows xb, added to x: the tokens routed to each
+ * expert gathered into one matrix and pushed through that expert's gate, up, SwiGLU and down
+ * as batched matmuls (whatever the weight type: ty__cpu_matmul), each output row scaled by its
+ * routing weight into its token's slot; then each token's slots summed in slot order (as
+ * llama.cpp adds the experts' views). */
+static void moe_ffn(struct fwd *f, const struct ty_layer_weights *L)
+{
+    const struct ty_model_config *c = &f->m->cfg;
+    uint32_t D = c->dim, F = c->ffn_dim, K = c->n_experts_used;
+    moe_route(f, L);
+    for (uint32_t e = 0; e < c->n_experts; e++) {
+        uint32_t n = f->exp_start[e + 1] - f->exp_start[e];
+        const uint32_t *rows = f->by_expert + f->exp_start[e];
+        if (!n)
+            continue;
+        for (uint32_t i = 0; i < n; i++)
+            memcpy(f->xg + (size_t)i * D, f->xb + (size_t)(rows[i] / K) * D, D * sizeof(float));
+        ty__cpu_matmul(f->pool, &L->exp_gate[e], f->xg, f->hb, n, f->tile, f->tile_floats);
+        ty__cpu_matmul(f->pool, &L->exp_up[e], f->xg, f->hb2, n, f->tile, f->tile_floats);
+        swiglu(f->hb, f->hb2, (size_t)n * F);
+        ty__cpu_matmul(f->pool, &L->exp_down[e], f->hb, f->yg, n, f->tile, f->tile_floats);
+        for (uint32_t i = 0; i < n; i++) {
+            float w = f->route_w[rows[i]], *dst = f->yslot + (size_t)rows[i] * D;
+            const float *src = f->yg + (size_t)i * D;
+            for (uint32_t d = 0; d < D; d++)
+                dst[d] = src[d] * w;
+        }
+    }
+    for (uint32_t t = 0; t < f->T; t++) {
+        float *x = f->x + (size_t)t * D, *acc = f->xb + (size_t)t * D;
+        const float *y = f->yslot + (size_t)t * K * D;
+        memcpy(acc, y, D * sizeof(float));
+        for (uint32_t k = 1; k < K; k++)
+            for (uint32_t d = 0; d < D; d++)
+                acc[d] += y[(size_t)k * D + d];
+        for (uint32_t d = 0; d < D; d++)
+            x[d] += acc[d];
+    }
+}
+
 static int layer_forward(struct fwd *f, struct cpu_ctx *cc)
 {
     const struct ty_model_config *c = &f->m->cfg;
@@ -295,12 +391,13 @@ static int layer_forward(struct fwd *f, struct cpu_ctx *cc)
     for (uint32_t t = 0; t < T; t++)
         ty__cpu_rmsnorm(f->xb + (size_t)t * D, f->x + (size_t)t * D, L->ffn_norm.data, D,
                         c->rms_eps);
+    if (c->n_experts) {
+        moe_ffn(f, L);
+        return 0;
+    }
     ty__cpu_matmul(f->pool, &L->w_gate, f->xb, f->hb, T, f->tile, f->tile_floats);
     ty__cpu_matmul(f->pool, &L->w_up, f->xb, f->hb2, T, f->tile, f->tile_floats);
-    for (size_t i = 0; i < (size_t)T * F; i++) {
-        float g = f->hb[i];
-        f->hb[i] = g / (1.0f + expf(-g)) * f->hb2[i]; /* SwiGLU: silu(gate) * up */
-    }
+    swiglu(f->hb, f->hb2, (size_t)T * F);
     ty__cpu_matmul(f->pool, &L->w_down, f->hb, f->xb, T, f->tile, f->tile_floats);
     for (size_t i = 0; i < (size_t)T * D; i++)
         f->x[i] += f->xb[i];
@@ -342,8 +439,10 @@ static int carve(struct cpu_ctx *cc, struct fwd *f, uint32_t T, uint32_t max_ctx
     size_t D = c->dim, Q = (size_t)c->n_heads * c->head_dim, KV = (size_t)c->n_kv_heads * c->head_dim;
     size_t F = c->ffn_dim;
     f->tile_floats = ty__cpu_matmul_scratch(D > F ? (D > Q ? D : Q) : F);
+    size_t E = c->n_experts, K = c->n_experts_used;
+    size_t moe = E ? T * (E + 2 * D + K * D + 2 * K) + T * K + E + 1 : 0;
     size_t need = T * (2 * D + 2 * Q + 2 * KV + 2 * F) + (size_t)cc->n_threads * max_ctx +
-                  f->tile_floats;
+                  f->tile_floats + moe;
     if (need > cc->buf_floats) {
         float *nb = realloc(cc->buf, need * sizeof(float));
         if (!nb)
@@ -361,6 +460,16 @@ static int carve(struct cpu_ctx *cc, struct fwd *f, uint32_t T, uint32_t max_ctx
     f->hb = p, p += T * F;
     f->hb2 = p, p += T * F;
     f->scores = p, p += (size_t)cc->n_threads * max_ctx;
+    if (E) { /* the routing's integers share the float scratch (same size) */
+        f->logits = p, p += T * E;
+        f->xg = p, p += T * D;
+        f->yg = p, p += T * D;
+        f->yslot = p, p += T * K * D;
+        f->route_w = p, p += T * K;
+        f->route_e = (uint32_t *)p, p += T * K;
+        f->by_expert = (uint32_t *)p, p += T * K;
+        f->exp_start = (uint32_t *)p, p += E + 1;
+    }
     f->tile = p;
     return 0;
 }
