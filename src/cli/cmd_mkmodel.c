@@ -1,5 +1,5 @@
 /* `tycho mkmodel`: write a random-weight GGUF of a given shape and architecture (llama, qwen2,
- * qwen3, with llama.cpp's names and metadata), the tokenizer metadata copied from an existing
+ * qwen3, and the mixtures of experts qwen3moe and mixtral, with llama.cpp's names and metadata), the tokenizer metadata copied from an existing
  * GGUF or a built-in byte vocabulary, so that the file loads in llama.cpp too; optionally the
  * same weights as a Hugging Face directory. Used to measure speed at real sizes against other
  * engines on the very same file, and to check each architecture against llama.cpp. */
@@ -24,6 +24,7 @@ struct dims {
     bool tied;
     uint32_t head_dim; /* 0: dim / heads */
     uint32_t window;   /* sliding-window attention on every layer; 0: none */
+    uint32_t experts, experts_used; /* mixture of experts (an --arch with them); ffn each */
 };
 
 static const struct {
@@ -31,26 +32,43 @@ static const struct {
     struct dims d;
 } presets[] = {
     /* ~110M: llama2.c's stories110M shape, tied embeddings over the 32k Llama-2 vocab */
-    {"110m", {768, 12, 12, 12, 2048, 32000, 1024, true, 0, 0}},
+    {"110m", {768, 12, 12, 12, 2048, 32000, 1024, true, 0, 0, 0, 0}},
     /* ~1.1B: TinyLlama-1.1B shape (GQA 32/4) */
-    {"1b", {2048, 22, 32, 4, 5632, 32000, 2048, false, 0, 0}},
+    {"1b", {2048, 22, 32, 4, 5632, 32000, 2048, false, 0, 0, 0, 0}},
     /* a small file for tests */
-    {"tiny", {64, 2, 4, 2, 128, 32000, 256, true, 0, 0}},
+    {"tiny", {64, 2, 4, 2, 128, 32000, 256, true, 0, 0, 0, 0}},
 };
 
-/* An architecture as llama.cpp names it in GGUF (general.architecture and the key prefix) and
- * as Hugging Face names it (config.json), with the tensors it adds to the Llama layer. */
+/* An architecture: the --arch name, as llama.cpp names it in GGUF (general.architecture and
+ * the key prefix) and as Hugging Face names it (config.json model_type and class), with the
+ * tensors it adds to the Llama layer. A mixture of experts replaces the FFN by a router and
+ * 3-D expert tensors (GGUF) or per-expert matrices (HF, names with %u for the expert). */
+enum moe_kind { MOE_NONE, MOE_QWEN3, MOE_MIXTRAL };
 struct arch_spec {
-    const char *name, *hf_class;
+    const char *name, *gguf, *hf_type, *hf_class;
     bool qkv_bias, qk_norm;
     bool hf_permute; /* HF keeps llama's q/k rows permuted for rotate_half (see write_hf) */
     float rms_eps;
+    enum moe_kind moe;
+    const char *hf_router, *hf_exp[3]; /* gate, up, down */
 };
 
 static const struct arch_spec arches[] = {
-    {"llama", "LlamaForCausalLM", false, false, true, 1e-5f},
-    {"qwen2", "Qwen2ForCausalLM", true, false, false, 1e-6f},
-    {"qwen3", "Qwen3ForCausalLM", false, true, false, 1e-6f},
+    {"llama", "llama", "llama", "LlamaForCausalLM", false, false, true, 1e-5f, MOE_NONE, NULL,
+     {NULL}},
+    {"qwen2", "qwen2", "qwen2", "Qwen2ForCausalLM", true, false, false, 1e-6f, MOE_NONE, NULL,
+     {NULL}},
+    {"qwen3", "qwen3", "qwen3", "Qwen3ForCausalLM", false, true, false, 1e-6f, MOE_NONE, NULL,
+     {NULL}},
+    {"qwen3moe", "qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM", false, true, false, 1e-6f,
+     MOE_QWEN3, "mlp.gate.weight",
+     {"mlp.experts.%u.gate_proj.weight", "mlp.experts.%u.up_proj.weight",
+      "mlp.experts.%u.down_proj.weight"}},
+    /* llama.cpp converts Mixtral to a llama GGUF with experts */
+    {"mixtral", "llama", "mixtral", "MixtralForCausalLM", false, false, true, 1e-5f, MOE_MIXTRAL,
+     "block_sparse_moe.gate.weight",
+     {"block_sparse_moe.experts.%u.w1.weight", "block_sparse_moe.experts.%u.w3.weight",
+      "block_sparse_moe.experts.%u.w2.weight"}},
 };
 
 /* --type: the matrices' ggml type, or a llama.cpp-style mix. q4_k_m is llama.cpp's Q4_K_M
@@ -83,13 +101,15 @@ enum tkind {
     TK_ONES,   /* RMSNorm weights */
     TK_BIAS,   /* uniform in [-0.5, 0.5] */
     TK_QKNORM, /* uniform in [0.5, 1.5]: a per-element gain that matters */
+    TK_ROUTER, /* std 2/sqrt(cols): router logits of std ~2, picks far from ties */
 };
 
-/* One tensor of the file: GGUF name and ne (ne[0] = row length), Hugging Face name. */
+/* One tensor of the file: GGUF name and ne (ne[0] = row length; ne[2] experts of a 3-D
+ * expert tensor), Hugging Face name (per expert: a format with %u for the expert). */
 struct tspec {
     char gguf[64], hf[96];
     uint32_t type, nd;
-    uint64_t ne[2];
+    uint64_t ne[3];
     enum tkind kind;
     uint32_t permute_heads; /* HF: rows in rotate_half order, this many heads (0: as is) */
 };
@@ -130,6 +150,7 @@ static float rand_weight(const struct fill_ctx *c, uint64_t i, uint64_t e)
     case TK_ONES: return 1.0f;
     case TK_BIAS: return 0.5f * rand_unit(c, i, e);
     case TK_QKNORM: return 1.0f + 0.5f * rand_unit(c, i, e);
+    case TK_ROUTER: return rand_unit(c, i, e) * sqrtf(12.0f / (float)t->ne[0]);
     default: return rand_unit(c, i, e) * sqrtf(3.0f / (float)t->ne[0]);
     }
 }
@@ -189,9 +210,9 @@ static int add_kv(ty_gguf_writer_t *w, const struct dims *d, const struct arch_s
     char key[96];
     int rc = 0;
     uint32_t hd = head_dim(d);
-#define KV_U32(k, v) (snprintf(key, sizeof(key), "%s." k, a->name), ty_gguf_writer_kv_u32(w, key, v))
-#define KV_F32(k, v) (snprintf(key, sizeof(key), "%s." k, a->name), ty_gguf_writer_kv_f32(w, key, v))
-    rc |= ty_gguf_writer_kv_str(w, "general.architecture", a->name);
+#define KV_U32(k, v) (snprintf(key, sizeof(key), "%s." k, a->gguf), ty_gguf_writer_kv_u32(w, key, v))
+#define KV_F32(k, v) (snprintf(key, sizeof(key), "%s." k, a->gguf), ty_gguf_writer_kv_f32(w, key, v))
+    rc |= ty_gguf_writer_kv_str(w, "general.architecture", a->gguf);
     rc |= ty_gguf_writer_kv_str(w, "general.name", "tycho-mkmodel random");
     rc |= ty_gguf_writer_kv_u32(w, "general.file_type", ft->file_type);
     rc |= KV_U32("context_length", d->ctx);
@@ -207,6 +228,12 @@ static int add_kv(ty_gguf_writer_t *w, const struct dims *d, const struct arch_s
     rc |= KV_F32("rope.freq_base", 10000.0f);
     if (d->window) /* the key llama.cpp names LLM_KV_ATTENTION_SLIDING_WINDOW */
         rc |= KV_U32("attention.sliding_window", d->window);
+    if (a->moe) { /* LLM_KV_EXPERT_COUNT, _USED_COUNT, _FEED_FORWARD_LENGTH (qwen3moe's) */
+        rc |= KV_U32("expert_count", d->experts);
+        rc |= KV_U32("expert_used_count", d->experts_used);
+        if (a->moe == MOE_QWEN3)
+            rc |= KV_U32("expert_feed_forward_length", d->ffn);
+    }
 #undef KV_U32
 #undef KV_F32
     return rc ? TY_ENOMEM : 0;
@@ -337,6 +364,7 @@ static void spec(struct tspec *t, const char *gguf, const char *hf, uint32_t typ
     t->nd = rows > 1 ? 2 : 1;
     t->ne[0] = cols;
     t->ne[1] = rows;
+    t->ne[2] = 1;
     t->kind = kind;
     t->permute_heads = 0;
 }
@@ -381,6 +409,17 @@ static size_t build_specs(struct tspec *t, const struct dims *d, const struct ar
         }
         LT("attn_output.weight", "self_attn.o_proj.weight", q, d->dim, TK_MATRIX);
         LT("ffn_norm.weight", "post_attention_layernorm.weight", d->dim, 1, TK_ONES);
+        if (a->moe) { /* the router stays F32, as llama.cpp's quantizer keeps ffn_gate_inp */
+            LT_TYPE("ffn_gate_inp.weight", a->hf_router, TY_GGML_F32, d->dim, d->experts,
+                    TK_ROUTER);
+            LT("ffn_gate_exps.weight", a->hf_exp[0], d->dim, d->ffn, TK_MATRIX);
+            t[n - 1].nd = 3, t[n - 1].ne[2] = d->experts;
+            LT_TYPE("ffn_down_exps.weight", a->hf_exp[2], more, d->ffn, d->dim, TK_MATRIX);
+            t[n - 1].nd = 3, t[n - 1].ne[2] = d->experts;
+            LT("ffn_up_exps.weight", a->hf_exp[1], d->dim, d->ffn, TK_MATRIX);
+            t[n - 1].nd = 3, t[n - 1].ne[2] = d->experts;
+            continue;
+        }
         LT("ffn_gate.weight", "mlp.gate_proj.weight", d->dim, d->ffn, TK_MATRIX);
         LT_TYPE("ffn_down.weight", "mlp.down_proj.weight", more, d->ffn, d->dim, TK_MATRIX);
         LT("ffn_up.weight", "mlp.up_proj.weight", d->dim, d->ffn, TK_MATRIX);
@@ -408,18 +447,22 @@ static void usage(FILE *f)
     fprintf(f, "usage: tycho mkmodel (--preset 110m|1b|tiny | --dims D,LAYERS,HEADS,KV_HEADS,FFN)\n"
                "         --vocab-from TOKENIZER.gguf|bytes --out FILE.gguf\n"
                "         [--type f32|f16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m]\n"
-               "         [--arch llama|qwen2|qwen3] [--head-dim N] [--untied] [--seed S]\n"
-               "         [--sliding-window N] [--hf DIR]\n"
+               "         [--arch llama|qwen2|qwen3|qwen3moe|mixtral] [--head-dim N] [--untied]\n"
+               "         [--seed S] [--sliding-window N] [--experts N] [--experts-used K]\n"
+               "         [--hf DIR]\n"
                "  --type: the matrices' ggml type (norms and biases stay f32); q4_k_m is\n"
                "          llama.cpp's mix (Q4_K, Q6_K output and some attn_v / ffn_down)\n"
                "  --vocab-from bytes: a built-in 259-token byte-fallback vocabulary (no donor file)\n"
                "  --arch: the GGUF architecture (llama.cpp's names and tensors): llama (default),\n"
-               "          qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm)\n"
+               "          qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm); mixtures of\n"
+               "          experts: qwen3moe (Qwen3-MoE), mixtral (GGUF llama with experts)\n"
                "  --head-dim: attention head size when not D/HEADS (as Qwen3 models have)\n"
                "  --untied: a separate output matrix instead of the embeddings\n"
                "  --sliding-window N: Mistral-style attention over the last N tokens on every\n"
                "          layer (<arch>.attention.sliding_window; llama.cpp reads it only for\n"
                "          architectures with SWA, not for llama, qwen2 or qwen3)\n"
+               "  --experts N, --experts-used K: a mixture of experts' size (8 and 2), each\n"
+               "          expert an FFN of the FFN size; the router stays f32\n"
                "  --hf DIR: also write the same weights as a Hugging Face directory\n"
                "            (config.json + model.safetensors; f32 or f16; no tokenizer files)\n");
 }
@@ -456,14 +499,41 @@ static int write_hf_config(const char *dir, const struct dims *d, const struct a
             "  \"rope_theta\": 10000.0,\n  \"attention_bias\": %s,\n"
             "  \"tie_word_embeddings\": %s,\n  \"hidden_act\": \"silu\",\n"
             "  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"torch_dtype\": \"%s\"",
-            a->hf_class, a->name, d->dim, d->ffn, d->layers, d->heads, d->kv_heads,
+            a->hf_class, a->hf_type, d->dim, d->ffn, d->layers, d->heads, d->kv_heads,
             head_dim(d), d->vocab, d->ctx, (double)a->rms_eps, a->qkv_bias ? "true" : "false",
             d->tied ? "true" : "false", type == TY_GGML_F16 ? "float16" : "float32");
     if (d->window) /* Mistral's key; Qwen2-style configs also need use_sliding_window */
         fprintf(f, ",\n  \"sliding_window\": %u,\n  \"use_sliding_window\": true,\n"
                    "  \"max_window_layers\": 0", d->window);
+    if (a->moe == MOE_QWEN3) /* transformers' Qwen3MoeConfig: every layer sparse */
+        fprintf(f, ",\n  \"num_experts\": %u,\n  \"num_experts_per_tok\": %u,\n"
+                   "  \"moe_intermediate_size\": %u,\n  \"norm_topk_prob\": true,\n"
+                   "  \"decoder_sparse_step\": 1,\n  \"mlp_only_layers\": []",
+                d->experts, d->experts_used, d->ffn);
+    if (a->moe == MOE_MIXTRAL)
+        fprintf(f, ",\n  \"num_local_experts\": %u,\n  \"num_experts_per_tok\": %u",
+                d->experts, d->experts_used);
     fprintf(f, "\n}\n");
     return fclose(f) ? -errno : 0;
+}
+
+/* Safetensors tensors of spec t: one, or one per expert of a 3-D expert tensor. */
+static uint64_t st_count(const struct tspec *t)
+{
+    return t->nd == 3 ? t->ne[2] : 1;
+}
+
+/* Tensor e of spec t (st_count): its name, and its bytes (each expert's the same). */
+static uint64_t st_tensor(const struct tspec *t, uint64_t e, char *name, size_t cap)
+{
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral" /* arches[]' names, %u = the expert */
+    if (t->nd == 3)
+        snprintf(name, cap, t->hf, (unsigned)e);
+    else
+        snprintf(name, cap, "%s", t->hf);
+#pragma GCC diagnostic pop
+    return ty_ggml_type_nbytes(t->type, t->ne[0] * t->ne[1]);
 }
 
 /* The safetensors header (huggingface/safetensors README): tensors back to back in file
@@ -472,17 +542,20 @@ static char *st_header(const struct tspec *t, size_t n, uint64_t *hlen)
 {
     json_t *o = json_object();
     uint64_t off = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t bytes = ty_ggml_type_nbytes(t[i].type, t[i].ne[0] * t[i].ne[1]);
-        json_t *shape = t[i].nd == 2 ? json_pack("[II]", (json_int_t)t[i].ne[1],
-                                                 (json_int_t)t[i].ne[0])
-                                     : json_pack("[I]", (json_int_t)t[i].ne[0]);
-        json_object_set_new(o, t[i].hf,
-                            json_pack("{s:s, s:o, s:[II]}", "dtype",
-                                      t[i].type == TY_GGML_F16 ? "F16" : "F32", "shape", shape,
-                                      "data_offsets", (json_int_t)off, (json_int_t)(off + bytes)));
-        off += bytes;
-    }
+    char name[128];
+    for (size_t i = 0; i < n; i++)
+        for (uint64_t e = 0; e < st_count(&t[i]); e++) {
+            uint64_t bytes = st_tensor(&t[i], e, name, sizeof(name));
+            json_t *shape = t[i].nd >= 2 ? json_pack("[II]", (json_int_t)t[i].ne[1],
+                                                     (json_int_t)t[i].ne[0])
+                                         : json_pack("[I]", (json_int_t)t[i].ne[0]);
+            json_object_set_new(o, name,
+                                json_pack("{s:s, s:o, s:[II]}", "dtype",
+                                          t[i].type == TY_GGML_F16 ? "F16" : "F32", "shape",
+                                          shape, "data_offsets", (json_int_t)off,
+                                          (json_int_t)(off + bytes)));
+            off += bytes;
+        }
     char *js = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(o);
     if (!js)
@@ -498,11 +571,12 @@ static char *st_header(const struct tspec *t, size_t n, uint64_t *hlen)
 }
 
 /* DIR/config.json and DIR/model.safetensors holding exactly the GGUF's values (the same
- * fill), q/k rows permuted where HF's layout differs. */
+ * fill; each expert of a 3-D tensor its own matrix), q/k rows permuted where HF's layout
+ * differs. */
 static int write_hf(const char *dir, const struct tspec *t, size_t n, const struct dims *d,
                     const struct arch_spec *a, uint32_t type, struct fill_ctx *fc)
 {
-    char path[4096];
+    char path[4096], name[128];
     uint64_t hlen;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return -errno;
@@ -520,22 +594,22 @@ static int write_hf(const char *dir, const struct tspec *t, size_t n, const stru
     if (fwrite(le, 1, 8, f) != 8 || fwrite(h, 1, hlen, f) != hlen)
         rc = TY_EIO;
     free(h);
-    for (size_t i = 0; i < n && !rc; i++) {
-        size_t bytes = ty_ggml_type_nbytes(t[i].type, t[i].ne[0] * t[i].ne[1]);
-        size_t row = bytes / t[i].ne[1];
-        unsigned char *buf = malloc(bytes), *perm = t[i].permute_heads ? malloc(bytes) : NULL;
-        if (!buf || (t[i].permute_heads && !perm)) {
-            rc = TY_ENOMEM;
-        } else {
-            fill(fc, i, 0, buf, bytes);
-            if (perm)
-                permute_rows(perm, buf, t[i].permute_heads, head_dim(d), row);
-            if (fwrite(perm ? perm : buf, 1, bytes, f) != bytes)
-                rc = TY_EIO;
+    for (size_t i = 0; i < n && !rc; i++)
+        for (uint64_t e = 0; e < st_count(&t[i]) && !rc; e++) {
+            size_t bytes = st_tensor(&t[i], e, name, sizeof(name)), row = bytes / t[i].ne[1];
+            unsigned char *buf = malloc(bytes), *perm = t[i].permute_heads ? malloc(bytes) : NULL;
+            if (!buf || (t[i].permute_heads && !perm)) {
+                rc = TY_ENOMEM;
+            } else {
+                fill(fc, i, e * bytes, buf, bytes);
+                if (perm)
+                    permute_rows(perm, buf, t[i].permute_heads, head_dim(d), row);
+                if (fwrite(perm ? perm : buf, 1, bytes, f) != bytes)
+                    rc = TY_EIO;
+            }
+            free(buf);
+            free(perm);
         }
-        free(buf);
-        free(perm);
-    }
     if (fclose(f) && !rc)
         rc = TY_EIO;
     return rc;
@@ -549,7 +623,7 @@ static int write_model(const struct dims *d, const struct arch_spec *a, const st
     ty_gguf_writer_t *w = NULL;
     struct dims dd = *d;
     size_t n = 0;
-    struct tspec *t = calloc(5 + 14 * (size_t)d->layers, sizeof(*t));
+    struct tspec *t = calloc(5 + 16 * (size_t)d->layers, sizeof(*t));
     int rc = t ? ty_gguf_writer_new(&w) : TY_ENOMEM;
     if (rc)
         goto out;
@@ -615,12 +689,12 @@ static int run_mkmodel(int argc, char **argv)
         {"out", 1, 0, 'o'},    {"type", 1, 0, 't'},     {"seed", 1, 0, 's'},
         {"arch", 1, 0, 'a'},   {"head-dim", 1, 0, 'H'}, {"untied", 0, 0, 'U'},
         {"hf", 1, 0, 'F'},     {"help", 0, 0, 'h'},     {"sliding-window", 1, 0, 'W'},
-        {0, 0, 0, 0}};
+        {"experts", 1, 0, 'E'}, {"experts-used", 1, 0, 'K'}, {0, 0, 0, 0}};
     struct dims d = {0};
     const char *vocab = NULL, *out = NULL, *hf = NULL;
     const struct arch_spec *arch = &arches[0];
     const struct ftype *ft = &ftypes[0];
-    uint32_t hd = 0, window = 0;
+    uint32_t hd = 0, window = 0, experts = 0, experts_used = 0;
     uint64_t seed = 1;
     bool have = false, untied = false;
     int c;
@@ -656,7 +730,8 @@ static int run_mkmodel(int argc, char **argv)
             break;
         case 'a':
             if (!(arch = find_arch(optarg))) {
-                fprintf(stderr, "tycho mkmodel: --arch is llama, qwen2 or qwen3\n");
+                fprintf(stderr, "tycho mkmodel: --arch is llama, qwen2, qwen3, qwen3moe or "
+                                "mixtral\n");
                 return TY_CLI_EXIT_USAGE;
             }
             break;
@@ -674,6 +749,8 @@ static int run_mkmodel(int argc, char **argv)
                 return TY_CLI_EXIT_USAGE;
             }
             break;
+        case 'E': experts = (uint32_t)strtoul(optarg, NULL, 10); break;
+        case 'K': experts_used = (uint32_t)strtoul(optarg, NULL, 10); break;
         case 's': seed = strtoull(optarg, NULL, 10); break;
         case 'h': usage(stdout); return TY_CLI_EXIT_OK;
         default: usage(stderr); return TY_CLI_EXIT_USAGE;
@@ -685,6 +762,17 @@ static int run_mkmodel(int argc, char **argv)
     }
     d.head_dim = hd ? hd : d.head_dim;
     d.window = window;
+    if ((experts || experts_used) && !arch->moe) {
+        fprintf(stderr, "tycho mkmodel: --experts needs a mixture-of-experts --arch\n");
+        return TY_CLI_EXIT_USAGE;
+    }
+    d.experts = arch->moe ? (experts ? experts : 8) : 0;
+    d.experts_used = arch->moe ? (experts_used ? experts_used : 2) : 0;
+    if (arch->moe && (d.experts > 256 || d.experts_used > d.experts || d.experts_used > 16)) {
+        fprintf(stderr, "tycho mkmodel: --experts 1..256, --experts-used 1..16 and at most "
+                        "--experts\n");
+        return TY_CLI_EXIT_USAGE;
+    }
     d.tied = d.tied && !untied;
     int rc = check_shape(&d, ft, hf);
     if (rc)
@@ -698,4 +786,4 @@ static int run_mkmodel(int argc, char **argv)
 }
 
 const struct ty_cli_command ty_cli_cmd_mkmodel = {
-    "mkmodel", "write a random-weight GGUF (llama, qwen2, qwen3) of a given shape", run_mkmodel};
+    "mkmodel", "write a random-weight GGUF (llama, qwen2, qwen3, qwen3moe, mixtral) of a given shape", run_mkmodel};
