@@ -176,6 +176,9 @@ static void use_model(const ty_model_t *m)
     const struct ty_model_config *c = ty_model_config(m);
     check(c->dim >= 1 && c->n_layers >= 1 && c->n_heads >= 1 && c->n_kv_heads >= 1);
     check(c->n_heads % c->n_kv_heads == 0 && c->head_dim % 2 == 0 && c->n_vocab >= 1);
+    /* a mixture of experts uses at least one and at most all of its experts */
+    check(c->n_experts == 0 ? c->n_experts_used == 0
+                            : c->n_experts_used >= 1 && c->n_experts_used <= c->n_experts);
     check(ty_model_desc(m)[0] != 0 && ty_model_weight_bytes(m) > 0);
     for (uint32_t id = 0; id < c->n_vocab && id < 64; id++)
         ty_model_is_eog(m, id);

@@ -4,6 +4,8 @@
  *                        rope_freqs, GPT-2 BPE tokenizer with merges, chat template
  *   llama_q8_0.gguf      1-layer Llama with Q8_0 matrices (dim 32), linear rope scaling
  *   llama_q4_0.gguf      the same with Q4_0 matrices
+ *   qwen3moe_q8_0.gguf   1-layer Qwen3-MoE (q/k norms, head_dim 16), an F32 router over 4
+ *                        experts, 2 used, 3-D Q8_0 expert tensors (ffn_{gate,up,down}_exps)
  *   all_types.gguf       one metadata entry of every GGUF value type and array element type,
  *                        tensors of 1 to 4 dimensions in F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K,
  *                        no model keys
@@ -217,6 +219,37 @@ static int llama_q4(const char *dir)
     return write_seed(w, dir, "llama_q4_0.gguf");
 }
 
+static int qwen3moe_q8(const char *dir)
+{
+    ty_gguf_writer_t *w;
+    if (ty_gguf_writer_new(&w))
+        return -1;
+    hparams(w, "qwen3moe", 32, 2, 1, 32, 4);
+    ty_gguf_writer_kv_u32(w, "qwen3moe.attention.key_length", 16);
+    ty_gguf_writer_kv_u32(w, "qwen3moe.expert_count", 4);
+    ty_gguf_writer_kv_u32(w, "qwen3moe.expert_used_count", 2);
+    ty_gguf_writer_kv_u32(w, "qwen3moe.expert_feed_forward_length", 32);
+    struct tdesc t[] = {
+        {"token_embd.weight", TY_GGML_Q8_0, 2, {32, 4}},
+        {"output_norm.weight", TY_GGML_F32, 1, {32}},
+        {"blk.0.attn_norm.weight", TY_GGML_F32, 1, {32}},
+        {"blk.0.attn_q.weight", TY_GGML_Q8_0, 2, {32, 32}},
+        {"blk.0.attn_k.weight", TY_GGML_Q8_0, 2, {32, 16}},
+        {"blk.0.attn_v.weight", TY_GGML_Q8_0, 2, {32, 16}},
+        {"blk.0.attn_output.weight", TY_GGML_Q8_0, 2, {32, 32}},
+        {"blk.0.attn_q_norm.weight", TY_GGML_F32, 1, {16}},
+        {"blk.0.attn_k_norm.weight", TY_GGML_F32, 1, {16}},
+        {"blk.0.ffn_norm.weight", TY_GGML_F32, 1, {32}},
+        {"blk.0.ffn_gate_inp.weight", TY_GGML_F32, 2, {32, 4}},
+        {"blk.0.ffn_gate_exps.weight", TY_GGML_Q8_0, 3, {32, 32, 4}},
+        {"blk.0.ffn_up_exps.weight", TY_GGML_Q8_0, 3, {32, 32, 4}},
+        {"blk.0.ffn_down_exps.weight", TY_GGML_Q8_0, 3, {32, 32, 4}},
+    };
+    if (add_tensors(w, t, sizeof(t) / sizeof(t[0])))
+        return -1;
+    return write_seed(w, dir, "qwen3moe_q8_0.gguf");
+}
+
 static int all_types(const char *dir)
 {
     ty_gguf_writer_t *w;
@@ -284,5 +317,5 @@ int main(int argc, char **argv)
         return 2;
     }
     return llama_spm(argv[1]) || qwen2_bpe(argv[1]) || llama_q8(argv[1]) || llama_q4(argv[1]) ||
-           all_types(argv[1]);
+           qwen3moe_q8(argv[1]) || all_types(argv[1]);
 }
