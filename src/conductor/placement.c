@@ -49,7 +49,10 @@ static void cpu_cost_of(const ty_model_t *m, struct ty_sched_cost *out)
     const struct ty_model_config *mc = ty_model_config(m);
     double dim = mc->dim, kv_dim = (double)mc->n_kv_heads * mc->head_dim;
     double attn = (double)mc->n_heads * mc->head_dim;
-    double per_layer = dim * attn * 2 + dim * kv_dim * 2 + 3.0 * dim * mc->ffn_dim;
+    /* a mixture of experts computes its router and the used experts per token */
+    double ffns = mc->n_experts ? mc->n_experts_used : 1;
+    double per_layer = dim * attn * 2 + dim * kv_dim * 2 + 3.0 * dim * mc->ffn_dim * ffns +
+                       dim * mc->n_experts;
     struct ty_sched_model_shape sh = {
         .params = per_layer * mc->n_layers + (double)mc->n_vocab * dim,
         .weight_bytes = (double)ty_model_weight_bytes(m), /* as stored: F32, F16, Q8_0 */
