@@ -66,6 +66,7 @@ static const struct ftype ftypes[] = {
     {"f32", TY_GGML_F32, 0, 0},   {"f16", TY_GGML_F16, 0, 1},   {"q8_0", TY_GGML_Q8_0, 0, 7},
     {"q4_0", TY_GGML_Q4_0, 0, 2}, {"q4_k", TY_GGML_Q4_K, 0, 14}, {"q5_k", TY_GGML_Q5_K, 0, 16},
     {"q6_k", TY_GGML_Q6_K, 0, 18}, {"q4_k_m", TY_GGML_Q4_K, TY_GGML_Q6_K, 15},
+    {"mxfp4", TY_GGML_MXFP4, 0, 38}, /* llama.cpp's MXFP4_MOE file type; here every matrix */
 };
 
 static bool use_more_bits(uint32_t layer, uint32_t n_layers)
@@ -407,7 +408,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: tycho mkmodel (--preset 110m|1b|tiny | --dims D,LAYERS,HEADS,KV_HEADS,FFN)\n"
                "         --vocab-from TOKENIZER.gguf|bytes --out FILE.gguf\n"
-               "         [--type f32|f16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m]\n"
+               "         [--type f32|f16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|mxfp4]\n"
                "         [--arch llama|qwen2|qwen3] [--head-dim N] [--untied] [--seed S]\n"
                "         [--sliding-window N] [--hf DIR]\n"
                "  --type: the matrices' ggml type (norms and biases stay f32); q4_k_m is\n"
@@ -650,7 +651,7 @@ static int run_mkmodel(int argc, char **argv)
         case 't':
             if (!(ft = find_ftype(optarg))) {
                 fprintf(stderr, "tycho mkmodel: --type is f32, f16, q8_0, q4_0, q4_k, q5_k, "
-                                "q6_k or q4_k_m\n");
+                                "q6_k, q4_k_m or mxfp4\n");
                 return TY_CLI_EXIT_USAGE;
             }
             break;

@@ -41,6 +41,12 @@ void ty__cpu_f32_to_kv16(int dtype, const float *x, uint16_t *y, size_t n);
 float ty__cpu_dot_kv16(int dtype, const float *q, const uint16_t *k, uint32_t n);
 void ty__cpu_axpy_kv16(int dtype, float a, const uint16_t *v, float *y, uint32_t n);
 
+/* MXFP4 (quant.c): the 16 FP4 (E2M1) codes as twice their value (0, 1, 2, 3, 4, 6, 8, 12
+ * and negatives: integers, as ggml keeps them), and a block's E8M0 exponent e as the matching
+ * scale 2^(e - 128) (half the E8M0 value). */
+extern const int8_t ty__mxfp4_values[16];
+float ty__mxfp4_scale(uint8_t e);
+
 typedef struct ty_cpu_pool ty_cpu_pool_t;
 
 /* y (T, w->rows) = x (T, w->cols) · w^T. F32 weights go straight to OpenBLAS; F16, BF16 and

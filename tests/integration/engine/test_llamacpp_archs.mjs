@@ -45,6 +45,7 @@ const types = [
     {type: "f32", dims: DIMS}, {type: "q8_0", dims: DIMS}, {type: "q4_0", dims: DIMS, loose: true},
     {type: "q4_k", dims: KDIMS, seed: 7, loose: true}, {type: "q5_k", dims: KDIMS, seed: 7, loose: true},
     {type: "q6_k", dims: KDIMS, seed: 7, loose: true}, {type: "q4_k_m", dims: KDIMS, seed: 7, loose: true},
+    {type: "mxfp4", dims: DIMS, seed: 2, loose: true},
 ];
 // A sanitizer build (TYCHO_SANITIZER_SLOW) runs every architecture on one plain and one
 // K-quant type: all seven took longer than the test's deadline under ThreadSanitizer.
