@@ -24,6 +24,8 @@ struct dims {
     bool tied;
     uint32_t head_dim; /* 0: dim / heads */
     uint32_t window;   /* sliding-window attention on every layer; 0: none */
+    float yarn_factor; /* YaRN rope scaling by this factor (0: none) ... */
+    uint32_t yarn_orig; /* ... of an original context of this many tokens */
 };
 
 static const struct {
@@ -31,11 +33,11 @@ static const struct {
     struct dims d;
 } presets[] = {
     /* ~110M: llama2.c's stories110M shape, tied embeddings over the 32k Llama-2 vocab */
-    {"110m", {768, 12, 12, 12, 2048, 32000, 1024, true, 0, 0}},
+    {"110m", {768, 12, 12, 12, 2048, 32000, 1024, true, 0, 0, 0, 0}},
     /* ~1.1B: TinyLlama-1.1B shape (GQA 32/4) */
-    {"1b", {2048, 22, 32, 4, 5632, 32000, 2048, false, 0, 0}},
+    {"1b", {2048, 22, 32, 4, 5632, 32000, 2048, false, 0, 0, 0, 0}},
     /* a small file for tests */
-    {"tiny", {64, 2, 4, 2, 128, 32000, 256, true, 0, 0}},
+    {"tiny", {64, 2, 4, 2, 128, 32000, 256, true, 0, 0, 0, 0}},
 };
 
 /* An architecture as llama.cpp names it in GGUF (general.architecture and the key prefix) and
@@ -208,6 +210,12 @@ static int add_kv(ty_gguf_writer_t *w, const struct dims *d, const struct arch_s
     rc |= KV_F32("rope.freq_base", 10000.0f);
     if (d->window) /* the key llama.cpp names LLM_KV_ATTENTION_SLIDING_WINDOW */
         rc |= KV_U32("attention.sliding_window", d->window);
+    if (d->yarn_factor > 0) {
+        snprintf(key, sizeof(key), "%s.rope.scaling.type", a->name);
+        rc |= ty_gguf_writer_kv_str(w, key, "yarn");
+        rc |= KV_F32("rope.scaling.factor", d->yarn_factor);
+        rc |= KV_U32("rope.scaling.original_context_length", d->yarn_orig);
+    }
 #undef KV_U32
 #undef KV_F32
     return rc ? TY_ENOMEM : 0;
@@ -410,7 +418,7 @@ static void usage(FILE *f)
                "         --vocab-from TOKENIZER.gguf|bytes --out FILE.gguf\n"
                "         [--type f32|f16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|mxfp4]\n"
                "         [--arch llama|qwen2|qwen3] [--head-dim N] [--untied] [--seed S]\n"
-               "         [--sliding-window N] [--hf DIR]\n"
+               "         [--sliding-window N] [--yarn FACTOR,ORIG_CTX] [--hf DIR]\n"
                "  --type: the matrices' ggml type (norms and biases stay f32); q4_k_m is\n"
                "          llama.cpp's mix (Q4_K, Q6_K output and some attn_v / ffn_down)\n"
                "  --vocab-from bytes: a built-in 259-token byte-fallback vocabulary (no donor file)\n"
@@ -421,6 +429,8 @@ static void usage(FILE *f)
                "  --sliding-window N: Mistral-style attention over the last N tokens on every\n"
                "          layer (<arch>.attention.sliding_window; llama.cpp reads it only for\n"
                "          architectures with SWA, not for llama, qwen2 or qwen3)\n"
+               "  --yarn FACTOR,ORIG_CTX: YaRN rope scaling (<arch>.rope.scaling.*, HF rope_scaling)\n"
+               "          by FACTOR over an original context of ORIG_CTX tokens\n"
                "  --hf DIR: also write the same weights as a Hugging Face directory\n"
                "            (config.json + model.safetensors; f32 or f16; no tokenizer files)\n");
 }
@@ -463,6 +473,10 @@ static int write_hf_config(const char *dir, const struct dims *d, const struct a
     if (d->window) /* Mistral's key; Qwen2-style configs also need use_sliding_window */
         fprintf(f, ",\n  \"sliding_window\": %u,\n  \"use_sliding_window\": true,\n"
                    "  \"max_window_layers\": 0", d->window);
+    if (d->yarn_factor > 0)
+        fprintf(f, ",\n  \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": %.9g, "
+                   "\"original_max_position_embeddings\": %u}", (double)d->yarn_factor,
+                d->yarn_orig);
     fprintf(f, "\n}\n");
     return fclose(f) ? -errno : 0;
 }
@@ -616,7 +630,9 @@ static int run_mkmodel(int argc, char **argv)
         {"out", 1, 0, 'o'},    {"type", 1, 0, 't'},     {"seed", 1, 0, 's'},
         {"arch", 1, 0, 'a'},   {"head-dim", 1, 0, 'H'}, {"untied", 0, 0, 'U'},
         {"hf", 1, 0, 'F'},     {"help", 0, 0, 'h'},     {"sliding-window", 1, 0, 'W'},
-        {0, 0, 0, 0}};
+        {"yarn", 1, 0, 'Y'},   {0, 0, 0, 0}};
+    float yarn_factor = 0;
+    uint32_t yarn_orig = 0;
     struct dims d = {0};
     const char *vocab = NULL, *out = NULL, *hf = NULL;
     const struct arch_spec *arch = &arches[0];
@@ -675,6 +691,17 @@ static int run_mkmodel(int argc, char **argv)
                 return TY_CLI_EXIT_USAGE;
             }
             break;
+        case 'Y': {
+            char *end;
+            yarn_factor = strtof(optarg, &end);
+            yarn_orig = *end == ',' ? (uint32_t)strtoul(end + 1, &end, 10) : 0;
+            if (!(yarn_factor >= 1 && yarn_factor <= 1024) || yarn_orig == 0 || *end) {
+                fprintf(stderr, "tycho mkmodel: bad --yarn '%s' (FACTOR,ORIG_CTX: a factor of 1 "
+                                "to 1024 and a context)\n", optarg);
+                return TY_CLI_EXIT_USAGE;
+            }
+            break;
+        }
         case 's': seed = strtoull(optarg, NULL, 10); break;
         case 'h': usage(stdout); return TY_CLI_EXIT_OK;
         default: usage(stderr); return TY_CLI_EXIT_USAGE;
@@ -686,6 +713,8 @@ static int run_mkmodel(int argc, char **argv)
     }
     d.head_dim = hd ? hd : d.head_dim;
     d.window = window;
+    d.yarn_factor = yarn_factor;
+    d.yarn_orig = yarn_orig;
     d.tied = d.tied && !untied;
     int rc = check_shape(&d, ft, hf);
     if (rc)

@@ -213,6 +213,11 @@ int ty__cuda_model_use(struct cuda_ctx *c, const struct ty_model *m)
 {
     if (c->model && c->model->src == m)
         return 0;
+    if (m->rope_mix) { /* the rope kernels know frequency divisors, not YaRN's ramp */
+        TY_LOG_ERROR("cuda", "%s: yarn rope scaling is not supported by the cuda backend",
+                     m->desc);
+        return TY_ENOTSUP;
+    }
     ty__cuda_model_free(c);
     struct cuda_model *cm = calloc(1, sizeof(*cm));
     struct upload u = {.c = c};

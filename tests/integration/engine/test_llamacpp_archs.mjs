@@ -55,6 +55,12 @@ const archs = [
     {arch: "llama", args: ["--untied"]},
     {arch: "qwen2", args: ["--untied"]},
     {arch: "qwen3", args: ["--untied", "--head-dim", "64"]},
+    // YaRN rope scaling (ggml's ramp between the corrector dims, and its magnitude scale): an
+    // original context of 64 puts the ramp's corners at pairs 0 and 9 of 32 for Qwen3's head
+    // of 64, so extrapolated, ramped and interpolated pairs all occur
+    {arch: "qwen3", name: "qwen3-yarn", args: ["--untied", "--head-dim", "64", "--yarn", "4,64"],
+     types: ["f32", "q8_0"]},
+    {arch: "llama", name: "llama-yarn", args: ["--untied", "--yarn", "8,48"], types: ["f32"]},
 ];
 const tmp = mkdtempSync(path.join(os.tmpdir(), "tycho-archs-"));
 const same = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
@@ -135,10 +141,11 @@ function checkPrompt(tag, model, hf, r, extra, loose) {
 }
 
 try {
-    for (const {arch, args} of archs) {
+    for (const {arch, name, args, types: archTypes} of archs) {
         for (const {type, dims, seed, loose} of types) {
             if (only && !only.includes(type)) continue;
-            const tag = `${arch}-${type}`;
+            if (archTypes && !archTypes.includes(type)) continue;
+            const tag = `${name || arch}-${type}`;
             const model = path.join(tmp, `${tag}.gguf`), hf = type === "f32" ? path.join(tmp, `${tag}-hf`) : null;
             run(tycho, ["mkmodel", "--arch", arch, "--dims", dims, ...args, "--type", type,
                         "--seed", String(seed || 1),
