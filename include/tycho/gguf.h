@@ -31,7 +31,8 @@ enum ty_gguf_vtype {
 };
 
 /* ggml tensor types Tycho reads (values as in ggml.h; block layouts as ggml-common.h's
- * block_q4_0, block_q8_0, block_q4_K, block_q5_K, block_q6_K: include/tycho/quant.h). */
+ * block_q4_0, block_q8_0, block_q4_K, block_q5_K, block_q6_K, block_mxfp4:
+ * include/tycho/quant.h). */
 enum ty_ggml_type {
     TY_GGML_F32 = 0,
     TY_GGML_F16 = 1,
@@ -41,6 +42,7 @@ enum ty_ggml_type {
     TY_GGML_Q5_K = 13,
     TY_GGML_Q6_K = 14,
     TY_GGML_BF16 = 30,
+    TY_GGML_MXFP4 = 39,
 };
 
 struct ty_gguf_tensor {

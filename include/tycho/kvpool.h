@@ -1,5 +1,6 @@
 /* KV page pool: per layer, K and V arrays laid out [page][kv_head][token][head_dim] (f32, or
- * IEEE f16 with opts.dtype = TY_KV_F16: half the memory and half the bytes moved per page),
+ * IEEE f16 / bfloat16 with opts.dtype = TY_KV_F16 / TY_KV_BF16: half the memory and half the
+ * bytes moved per page),
  * pages of B = block_tokens tokens (DESIGN.md §4). Page memory is host memory, or memory a
  * backend supplies through struct ty_kvpool_storage (device memory of a GPU backend); the
  * bookkeeping is the same either way. A sequence owns a block table (page ids) and
@@ -52,11 +53,12 @@ typedef void (*ty_kvpool_block_cb)(void *arg, uint64_t hash, bool stored);
 /* Element type of page memory. */
 enum ty_kv_dtype {
     TY_KV_F32 = 0,
-    TY_KV_F16 = 1, /* IEEE half, rounded to nearest even when stored */
+    TY_KV_F16 = 1,  /* IEEE half, rounded to nearest even when stored */
+    TY_KV_BF16 = 2, /* bfloat16 (f32's top 16 bits), rounded to nearest even when stored */
 };
-/* "f32" / "f16" (the name in configs, node registrations and ty_hash_prefix_seed()). */
+/* "f32" / "f16" / "bf16" (the name in configs, node registrations and ty_hash_prefix_seed()). */
 const char *ty_kv_dtype_name(enum ty_kv_dtype t);
-/* Parse "f32" or "f16"; returns 0 or TY_EINVAL. */
+/* Parse "f32", "f16" or "bf16"; returns 0 or TY_EINVAL. */
 int ty_kv_dtype_parse(const char *s, enum ty_kv_dtype *out);
 /* Bytes of one element. */
 size_t ty_kv_dtype_size(enum ty_kv_dtype t);

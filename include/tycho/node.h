@@ -112,8 +112,9 @@ extern const struct ty_config_struct ty_node_config_table; /* prefill and decode
                          "size, so f16 pages give twice the tokens; 0: kv_pages decides"},        \
     {.key = "kv_cache_dtype", .type = TY_CONFIG_ENUM, TY_CONFIG_AT(T, kv_cache_dtype),            \
      .def = "auto", .enum_names = ty_engine_kv_dtype_names,                                       \
-     .help = "KV cache elements: f32, f16 (half the memory and transfer), auto (f16 for a "       \
-             "16-bit or quantized model, else f32; same on every node)"},                         \
+     .help = "KV cache elements: f32, f16 or bf16 (half the memory and transfer; bf16 on "    \
+             "the cpu backend), auto (f16 for a 16-bit or quantized model, else f32; same on "    \
+             "every node)"},                                                                      \
     {.key = "max_batch_size", .type = TY_CONFIG_UINT, TY_CONFIG_AT(T, max_batch_size),            \
      .def = "64", .min = "1", .max = "4096",                                                      \
      .help = "sequences decoded together (decode node, tycho serve)"},                        \

@@ -34,7 +34,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: tycho fit-cost --model PATH [--threads N] [--max-prompt T] [--max-batch B]\n"
             "                      [--chunk-tokens C] [--repeat R] [--block-tokens K]\n"
-            "                      [--kv-dtype auto|f32|f16] [--out FILE] [--json]\n"
+            "                      [--kv-dtype auto|f32|f16|bf16] [--out FILE] [--json]\n"
             "\n"
             "Times prefill calls (16 tokens .. --max-prompt, whole and with half cached) and\n"
             "decode steps (1 .. --max-batch sequences at three contexts) on this machine's\n"

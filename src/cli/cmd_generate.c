@@ -29,7 +29,7 @@ static void usage(FILE *f)
             "         [--temp T] [--seed S] [--top-k K] [--top-p P] [--min-p P]\n"
             "         [--repeat-penalty R] [--presence-penalty P] [--frequency-penalty F]\n"
             "         [--stop STR]... [--logprobs N] [--ignore-eos] [--chat] [--json] [--raw]\n"
-            "         [--threads N] [--kv-block B] [--kv-dtype auto|f32|f16] [--batch-tokens N]\n"
+            "         [--threads N] [--kv-block B] [--kv-dtype auto|f32|f16|bf16] [--batch-tokens N]\n"
             "         [--backend cpu|cuda] [--device N] [--weights auto|f32|f16|bf16]\n"
             "         [--no-graphs] [--logit-bias ID:BIAS]... [--stop-token-id ID]...\n"
             "         [--min-tokens N]\n"

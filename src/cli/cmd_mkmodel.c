@@ -25,6 +25,8 @@ struct dims {
     uint32_t head_dim; /* 0: dim / heads */
     uint32_t window;   /* sliding-window attention on every layer; 0: none */
     uint32_t experts, experts_used; /* mixture of experts (an --arch with them); ffn each */
+    float yarn_factor; /* YaRN rope scaling by this factor (0: none) ... */
+    uint32_t yarn_orig; /* ... of an original context of this many tokens */
 };
 
 static const struct {
@@ -32,11 +34,11 @@ static const struct {
     struct dims d;
 } presets[] = {
     /* ~110M: llama2.c's stories110M shape, tied embeddings over the 32k Llama-2 vocab */
-    {"110m", {768, 12, 12, 12, 2048, 32000, 1024, true, 0, 0, 0, 0}},
+    {"110m", {768, 12, 12, 12, 2048, 32000, 1024, true, 0, 0, 0, 0, 0, 0}},
     /* ~1.1B: TinyLlama-1.1B shape (GQA 32/4) */
-    {"1b", {2048, 22, 32, 4, 5632, 32000, 2048, false, 0, 0, 0, 0}},
+    {"1b", {2048, 22, 32, 4, 5632, 32000, 2048, false, 0, 0, 0, 0, 0, 0}},
     /* a small file for tests */
-    {"tiny", {64, 2, 4, 2, 128, 32000, 256, true, 0, 0, 0, 0}},
+    {"tiny", {64, 2, 4, 2, 128, 32000, 256, true, 0, 0, 0, 0, 0, 0}},
 };
 
 /* An architecture: the --arch name, as llama.cpp names it in GGUF (general.architecture and
@@ -84,6 +86,7 @@ static const struct ftype ftypes[] = {
     {"f32", TY_GGML_F32, 0, 0},   {"f16", TY_GGML_F16, 0, 1},   {"q8_0", TY_GGML_Q8_0, 0, 7},
     {"q4_0", TY_GGML_Q4_0, 0, 2}, {"q4_k", TY_GGML_Q4_K, 0, 14}, {"q5_k", TY_GGML_Q5_K, 0, 16},
     {"q6_k", TY_GGML_Q6_K, 0, 18}, {"q4_k_m", TY_GGML_Q4_K, TY_GGML_Q6_K, 15},
+    {"mxfp4", TY_GGML_MXFP4, 0, 38}, /* llama.cpp's MXFP4_MOE file type; here every matrix */
 };
 
 static bool use_more_bits(uint32_t layer, uint32_t n_layers)
@@ -233,6 +236,12 @@ static int add_kv(ty_gguf_writer_t *w, const struct dims *d, const struct arch_s
         rc |= KV_U32("expert_used_count", d->experts_used);
         if (a->moe == MOE_QWEN3)
             rc |= KV_U32("expert_feed_forward_length", d->ffn);
+    }
+    if (d->yarn_factor > 0) {
+        snprintf(key, sizeof(key), "%s.rope.scaling.type", a->gguf);
+        rc |= ty_gguf_writer_kv_str(w, key, "yarn");
+        rc |= KV_F32("rope.scaling.factor", d->yarn_factor);
+        rc |= KV_U32("rope.scaling.original_context_length", d->yarn_orig);
     }
 #undef KV_U32
 #undef KV_F32
@@ -446,10 +455,10 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: tycho mkmodel (--preset 110m|1b|tiny | --dims D,LAYERS,HEADS,KV_HEADS,FFN)\n"
                "         --vocab-from TOKENIZER.gguf|bytes --out FILE.gguf\n"
-               "         [--type f32|f16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m]\n"
+               "         [--type f32|f16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|mxfp4]\n"
                "         [--arch llama|qwen2|qwen3|qwen3moe|mixtral] [--head-dim N] [--untied]\n"
-               "         [--seed S] [--sliding-window N] [--experts N] [--experts-used K]\n"
-               "         [--hf DIR]\n"
+               "         [--seed S] [--sliding-window N] [--yarn FACTOR,ORIG_CTX]\n"
+               "         [--experts N] [--experts-used K] [--hf DIR]\n"
                "  --type: the matrices' ggml type (norms and biases stay f32); q4_k_m is\n"
                "          llama.cpp's mix (Q4_K, Q6_K output and some attn_v / ffn_down)\n"
                "  --vocab-from bytes: a built-in 259-token byte-fallback vocabulary (no donor file)\n"
@@ -463,6 +472,8 @@ static void usage(FILE *f)
                "          architectures with SWA, not for llama, qwen2 or qwen3)\n"
                "  --experts N, --experts-used K: a mixture of experts' size (8 and 2), each\n"
                "          expert an FFN of the FFN size; the router stays f32\n"
+               "  --yarn FACTOR,ORIG_CTX: YaRN rope scaling (<arch>.rope.scaling.*, HF rope_scaling)\n"
+               "          by FACTOR over an original context of ORIG_CTX tokens\n"
                "  --hf DIR: also write the same weights as a Hugging Face directory\n"
                "            (config.json + model.safetensors; f32 or f16; no tokenizer files)\n");
 }
@@ -513,6 +524,10 @@ static int write_hf_config(const char *dir, const struct dims *d, const struct a
     if (a->moe == MOE_MIXTRAL)
         fprintf(f, ",\n  \"num_local_experts\": %u,\n  \"num_experts_per_tok\": %u",
                 d->experts, d->experts_used);
+    if (d->yarn_factor > 0)
+        fprintf(f, ",\n  \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": %.9g, "
+                   "\"original_max_position_embeddings\": %u}", (double)d->yarn_factor,
+                d->yarn_orig);
     fprintf(f, "\n}\n");
     return fclose(f) ? -errno : 0;
 }
@@ -689,7 +704,10 @@ static int run_mkmodel(int argc, char **argv)
         {"out", 1, 0, 'o'},    {"type", 1, 0, 't'},     {"seed", 1, 0, 's'},
         {"arch", 1, 0, 'a'},   {"head-dim", 1, 0, 'H'}, {"untied", 0, 0, 'U'},
         {"hf", 1, 0, 'F'},     {"help", 0, 0, 'h'},     {"sliding-window", 1, 0, 'W'},
-        {"experts", 1, 0, 'E'}, {"experts-used", 1, 0, 'K'}, {0, 0, 0, 0}};
+        {"yarn", 1, 0, 'Y'},   {"experts", 1, 0, 'E'}, {"experts-used", 1, 0, 'K'},
+        {0, 0, 0, 0}};
+    float yarn_factor = 0;
+    uint32_t yarn_orig = 0;
     struct dims d = {0};
     const char *vocab = NULL, *out = NULL, *hf = NULL;
     const struct arch_spec *arch = &arches[0];
@@ -724,7 +742,7 @@ static int run_mkmodel(int argc, char **argv)
         case 't':
             if (!(ft = find_ftype(optarg))) {
                 fprintf(stderr, "tycho mkmodel: --type is f32, f16, q8_0, q4_0, q4_k, q5_k, "
-                                "q6_k or q4_k_m\n");
+                                "q6_k, q4_k_m or mxfp4\n");
                 return TY_CLI_EXIT_USAGE;
             }
             break;
@@ -751,6 +769,17 @@ static int run_mkmodel(int argc, char **argv)
             break;
         case 'E': experts = (uint32_t)strtoul(optarg, NULL, 10); break;
         case 'K': experts_used = (uint32_t)strtoul(optarg, NULL, 10); break;
+        case 'Y': {
+            char *end;
+            yarn_factor = strtof(optarg, &end);
+            yarn_orig = *end == ',' ? (uint32_t)strtoul(end + 1, &end, 10) : 0;
+            if (!(yarn_factor >= 1 && yarn_factor <= 1024) || yarn_orig == 0 || *end) {
+                fprintf(stderr, "tycho mkmodel: bad --yarn '%s' (FACTOR,ORIG_CTX: a factor of 1 "
+                                "to 1024 and a context)\n", optarg);
+                return TY_CLI_EXIT_USAGE;
+            }
+            break;
+        }
         case 's': seed = strtoull(optarg, NULL, 10); break;
         case 'h': usage(stdout); return TY_CLI_EXIT_OK;
         default: usage(stderr); return TY_CLI_EXIT_USAGE;
@@ -773,6 +802,8 @@ static int run_mkmodel(int argc, char **argv)
                         "--experts\n");
         return TY_CLI_EXIT_USAGE;
     }
+    d.yarn_factor = yarn_factor;
+    d.yarn_orig = yarn_orig;
     d.tied = d.tied && !untied;
     int rc = check_shape(&d, ft, hf);
     if (rc)

@@ -1,5 +1,5 @@
 /* Backend interface table (ggml-backend-impl.h style) and the pieces the backends share. name,
- * free and forward are required; kv_storage (NULL: the pool uses host memory) and healthy
+ * free, forward and kv_dtypes are required; kv_storage (NULL: the pool uses host memory) and healthy
  * (NULL: always healthy) are optional. */
 #ifndef TYCHO_ENGINE_BACKEND_IMPL_H
 #define TYCHO_ENGINE_BACKEND_IMPL_H
@@ -13,6 +13,7 @@ struct ty_backend_i {
                    const struct ty_batch *batch, float *logits);
     int (*kv_storage)(ty_backend_t *b, struct ty_kvpool_storage *out);
     bool (*healthy)(const ty_backend_t *b);
+    uint32_t kv_dtypes; /* 1u << enum ty_kv_dtype for each KV page type forward reads */
 };
 
 struct ty_backend {

@@ -1,6 +1,7 @@
 /* Engine: chunked batched forward over the pool, and the generation loop. */
 #include "tycho/engine.h"
 
+#include "backend-impl.h"
 #include "model-impl.h"
 
 #include "tycho/clock.h"
@@ -55,6 +56,11 @@ static int make_backend_and_pool(ty_engine_t *e, const struct ty_engine_opts *o)
         dt = c->weight_type != TY_GGML_F32 ? TY_KV_F16 : TY_KV_F32;
     else if (ty_kv_dtype_parse(o->kv_dtype, &dt))
         return TY_EINVAL;
+    if (!(e->be->iface->kv_dtypes & 1u << dt)) {
+        TY_LOG_ERROR("engine", "kv_cache_dtype %s is not supported by the %s backend",
+                     ty_kv_dtype_name(dt), ty_backend_name(e->be));
+        return TY_EINVAL;
+    }
     uint32_t n_pages = o->kv_pages;
     if (!n_pages) { /* a memory budget: K and V of every layer per page */
         uint64_t page = 2ull * c->n_layers * c->n_kv_heads * o->kv_block_tokens * c->head_dim *
@@ -93,7 +99,7 @@ static int make_backend_and_pool(ty_engine_t *e, const struct ty_engine_opts *o)
     return 0;
 }
 
-const char *const ty_engine_kv_dtype_names[] = {"auto", "f32", "f16", NULL};
+const char *const ty_engine_kv_dtype_names[] = {"auto", "f32", "f16", "bf16", NULL};
 const char *const ty_engine_backend_names[] = {"cpu", "cuda", NULL};
 const char *const ty_engine_cuda_weights_names[] = {"auto", "f32", "f16", "bf16", NULL};
 

@@ -204,7 +204,8 @@ static int parse_kv(struct cursor *c, struct gguf_kv *kv)
  * (ggml-common.h: block_q4_0 = f16 d + 16 bytes of nibbles, block_q8_0 = f16 d + 32 int8,
  * block_q4_K = f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles,
  * block_q5_K = the same + 32 bytes of fifth bits, block_q6_K = 128 + 64 bytes of low/high
- * bits, 16 int8 scales, f16 d). */
+ * bits, 16 int8 scales, f16 d, block_mxfp4 = an E8M0 exponent byte + 16 bytes of FP4
+ * nibbles). */
 static const struct {
     uint32_t type;
     const char *name;
@@ -214,6 +215,7 @@ static const struct {
     {TY_GGML_BF16, "BF16", 1, 2},     {TY_GGML_Q8_0, "Q8_0", 32, 34},
     {TY_GGML_Q4_0, "Q4_0", 32, 18},   {TY_GGML_Q4_K, "Q4_K", 256, 144},
     {TY_GGML_Q5_K, "Q5_K", 256, 176}, {TY_GGML_Q6_K, "Q6_K", 256, 210},
+    {TY_GGML_MXFP4, "MXFP4", 32, 17},
 };
 
 static int type_index(uint32_t type)
@@ -253,7 +255,7 @@ static const char *unsupported_type_name(uint32_t type)
         [11] = "Q3_K",  [15] = "Q8_K",  [16] = "IQ2_XXS", [17] = "IQ2_XS", [18] = "IQ3_XXS", [19] = "IQ1_S",
         [20] = "IQ4_NL", [21] = "IQ3_S", [22] = "IQ2_S",  [23] = "IQ4_XS", [24] = "I8",
         [25] = "I16",   [26] = "I32",    [27] = "I64",    [28] = "F64",    [29] = "IQ1_M",
-        [34] = "TQ1_0", [35] = "TQ2_0",  [39] = "MXFP4",
+        [34] = "TQ1_0", [35] = "TQ2_0",
     };
     return type < sizeof(names) / sizeof(names[0]) && names[type] ? names[type] : "unknown";
 }
@@ -288,7 +290,7 @@ static int parse_tensor_info(struct cursor *c, struct ty_gguf_tensor *t, uint64_
     uint32_t block = ty_ggml_type_block(t->type);
     if (block == 0)
         return fail(c, "tensor '%.*s': unsupported ggml type %u (%s; supported: F32, F16, BF16, "
-                       "Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)", (int)*nlen, *name, t->type,
+                       "Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, MXFP4)", (int)*nlen, *name, t->type,
                     unsupported_type_name(t->type));
     /* blocks never straddle rows: readers index a row as row * (ne[0] / block) blocks */
     if (t->ne[0] % block)

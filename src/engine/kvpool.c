@@ -53,7 +53,7 @@ struct ty_kvpool {
 
 const char *ty_kv_dtype_name(enum ty_kv_dtype t)
 {
-    return t == TY_KV_F16 ? "f16" : "f32";
+    return t == TY_KV_F16 ? "f16" : t == TY_KV_BF16 ? "bf16" : "f32";
 }
 
 int ty_kv_dtype_parse(const char *s, enum ty_kv_dtype *out)
@@ -62,6 +62,8 @@ int ty_kv_dtype_parse(const char *s, enum ty_kv_dtype *out)
         *out = TY_KV_F32;
     else if (s && !strcmp(s, "f16"))
         *out = TY_KV_F16;
+    else if (s && !strcmp(s, "bf16"))
+        *out = TY_KV_BF16;
     else
         return TY_EINVAL;
     return 0;
@@ -69,7 +71,7 @@ int ty_kv_dtype_parse(const char *s, enum ty_kv_dtype *out)
 
 size_t ty_kv_dtype_size(enum ty_kv_dtype t)
 {
-    return t == TY_KV_F16 ? 2 : 4;
+    return t == TY_KV_F32 ? 4 : 2;
 }
 
 static void *page_alloc(ty_kvpool_t *p, size_t bytes)
@@ -92,7 +94,7 @@ int ty_kvpool_new(ty_kvpool_t **out, const struct ty_kvpool_opts *opts)
     if (!o.block_tokens)
         o.block_tokens = 64;
     if (!o.n_layers || !o.n_kv_heads || !o.head_dim || !o.n_pages || o.n_pages > (1u << 28) ||
-        o.block_tokens > 65536 || (o.dtype != TY_KV_F32 && o.dtype != TY_KV_F16) ||
+        o.block_tokens > 65536 || (uint32_t)o.dtype > TY_KV_BF16 ||
         (o.storage && (!o.storage->alloc || !o.storage->free ||
                        (!o.storage->copy && !o.storage->host))))
         return TY_EINVAL;

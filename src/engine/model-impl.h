@@ -84,9 +84,18 @@ struct ty_model {
      * theta_{i+1} = theta_i * rope_theta_scale in float, each divided by rope_div[i] */
     float rope_theta_scale; /* rope_theta^(-2/head_dim) */
     float *rope_div;        /* (head_dim/2) frequency divisors from scaling; 1 = none */
+    /* YaRN (rope_scaling 3), as ggml's rope_yarn: t_extrap = theta_i / rope_div[i],
+     * t = rope_freq_scale * t_extrap * (1 - rope_mix[i]) + t_extrap * rope_mix[i], and cos/sin
+     * times rope_mscale; rope_mix is NULL without YaRN */
+    float *rope_mix;
+    float rope_freq_scale, rope_mscale;
     /* rope scaling as read from the file, turned into inv_freq by ty__model_finish() */
-    int rope_scaling;          /* 0 none, 1 linear, 2 llama3 */
+    int rope_scaling;          /* 0 none, 1 linear, 2 llama3, 3 yarn */
     float rope_factor, rope_low_freq, rope_high_freq;
+    float rope_beta_fast, rope_beta_slow; /* YaRN's ramp corners (0: 32 and 1) */
+    float rope_attn_factor;               /* YaRN: GGUF rope.scaling.attn_factor (0: 1) */
+    float rope_attention_factor;          /* YaRN: HF attention_factor, the cos/sin scale as is
+                                           * (0: from the factor, as llama.cpp computes it) */
     uint32_t rope_orig_ctx;
     const float *rope_freqs;   /* GGUF rope_freqs.weight (head_dim/2), divides frequencies */
     /* sliding window as read from the file: layers swa_first_layer.. slide over swa_window

@@ -225,6 +225,40 @@ static int check_layer(const struct ty_model *m, uint32_t l, char *errbuf, size_
     return 0;
 }
 
+/* YaRN's per-pair mix and magnitude, in ggml's float arithmetic (ggml_rope_yarn_corr_dims,
+ * rope_yarn_ramp with ext_factor 1, and llama.cpp's yarn_attn_factor: get_mscale(factor, 1),
+ * its cancel 1 / (1 + 0.1 ln factor), times rope.scaling.attn_factor, then rope_yarn's own
+ * 1 + 0.1 ln(1 / freq_scale)). Pairs below the fast corner keep their frequency (mix 1), those
+ * above the slow one are interpolated by 1 / factor (mix 0), a linear ramp between. */
+static int make_yarn(struct ty_model *m)
+{
+    uint32_t half = m->cfg.head_dim / 2;
+    float n_dims = (float)m->cfg.head_dim, base = m->cfg.rope_theta, orig = (float)m->rope_orig_ctx;
+    float fast = m->rope_beta_fast > 0 ? m->rope_beta_fast : 32.0f;
+    float slow = m->rope_beta_slow > 0 ? m->rope_beta_slow : 1.0f;
+    float start = floorf(n_dims * logf(orig / (fast * 2 * (float)M_PI)) / (2 * logf(base)));
+    float end = ceilf(n_dims * logf(orig / (slow * 2 * (float)M_PI)) / (2 * logf(base)));
+    float lo = start > 0 ? start : 0, hi = end < n_dims - 1 ? end : n_dims - 1;
+    m->rope_mix = malloc(half * sizeof(float));
+    if (!m->rope_mix)
+        return TY_ENOMEM;
+    for (uint32_t i = 0; i < half; i++) {
+        float y = ((float)i - lo) / (hi - lo > 0.001f ? hi - lo : 0.001f);
+        m->rope_mix[i] = 1 - (y < 0 ? 0 : y > 1 ? 1 : y);
+    }
+    float f = m->rope_factor;
+    m->rope_freq_scale = 1.0f / f;
+    if (m->rope_attention_factor > 0) {
+        m->rope_mscale = m->rope_attention_factor;
+    } else {
+        float a = f <= 1.0f ? 1.0f : 0.1f * logf(f) + 1.0f;
+        a *= 1.0f / (1.0f + 0.1f * logf(f));
+        a *= m->rope_attn_factor > 0 ? m->rope_attn_factor : 1.0f;
+        m->rope_mscale = a * (1.0f + 0.1f * logf(1.0f / m->rope_freq_scale));
+    }
+    return 0;
+}
+
 /* Rope frequency divisors per pair i. llama3 scaling as in Meta's reference (apply_scaling
  * in llama/model.py) and HF's _compute_llama3_parameters: long wavelengths are divided by
  * `factor`, short ones kept, the band between interpolated. */
@@ -257,7 +291,7 @@ static int make_rope(struct ty_model *m)
         }
         m->rope_div[i] = (float)(f / nf);
     }
-    return 0;
+    return m->rope_scaling == 3 ? make_yarn(m) : 0;
 }
 
 /* Each layer's window from the loader's description; kv_window = the widest window when every
@@ -299,6 +333,14 @@ int ty__model_finish(struct ty_model *m, char *errbuf, size_t errlen)
     }
     if (m->rope_scaling == 1 && !(m->rope_factor > 0)) {
         snprintf(errbuf, errlen, "invalid linear rope scaling factor");
+        return TY_EFORMAT;
+    }
+    if (m->rope_scaling == 3 &&
+        !(m->rope_factor >= 1 && m->rope_factor <= 1024 && m->rope_orig_ctx >= 1 &&
+          m->rope_beta_fast >= 0 && m->rope_beta_slow >= 0 && m->rope_attn_factor >= 0 &&
+          m->rope_attention_factor >= 0 && isfinite(m->rope_attention_factor))) {
+        snprintf(errbuf, errlen, "invalid yarn rope scaling: factor %g (1 to 1024), original "
+                 "context %u", m->rope_factor, m->rope_orig_ctx);
         return TY_EFORMAT;
     }
     if ((rc = make_rope(m)))
@@ -360,6 +402,7 @@ void ty_model_free(ty_model_t *m)
     free(m->layers);
     free(m->experts);
     free(m->rope_div);
+    free(m->rope_mix);
     free(m->chat_template);
     ty_gguf_close(m->gguf);
     for (uint32_t i = 0; i < m->n_maps; i++)

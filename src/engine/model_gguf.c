@@ -100,12 +100,32 @@ static int read_rope_scaling(struct ty_model *m, const char *arch, char *errbuf,
     const char *s;
     uint64_t len;
     snprintf(full, sizeof(full), "%s.rope.scaling.type", arch);
-    if (ty_gguf_get_str(m->gguf, full, &s, &len) && len == 6 && memcmp(s, "linear", 6) == 0) {
-        m->rope_scaling = 1;
+    if (!ty_gguf_get_str(m->gguf, full, &s, &len) || (len == 4 && memcmp(s, "none", 4) == 0)) {
+        /* no scaling */
+    } else if ((len == 6 && memcmp(s, "linear", 6) == 0) || (len == 4 && memcmp(s, "yarn", 4) == 0)) {
+        m->rope_scaling = len == 4 ? 3 : 1;
         if (!key_f32(m->gguf, arch, "rope.scaling.factor", &m->rope_factor)) {
-            snprintf(errbuf, errlen, "linear rope scaling without %s.rope.scaling.factor", arch);
+            snprintf(errbuf, errlen, "%.*s rope scaling without %s.rope.scaling.factor", (int)len,
+                     s, arch);
             return TY_EFORMAT;
         }
+        if (m->rope_scaling == 3) {
+            m->rope_orig_ctx = m->cfg.ctx_len; /* llama.cpp's n_ctx_orig_yarn default */
+            key_u32(m->gguf, arch, "rope.scaling.original_context_length", &m->rope_orig_ctx);
+            key_f32(m->gguf, arch, "rope.scaling.attn_factor", &m->rope_attn_factor);
+            key_f32(m->gguf, arch, "rope.scaling.yarn_beta_fast", &m->rope_beta_fast);
+            key_f32(m->gguf, arch, "rope.scaling.yarn_beta_slow", &m->rope_beta_slow);
+            float mul;
+            if (key_f32(m->gguf, arch, "rope.scaling.yarn_log_multiplier", &mul) && mul != 0) {
+                snprintf(errbuf, errlen, "yarn rope scaling with %s.rope.scaling."
+                         "yarn_log_multiplier (DeepSeek's mscale) is not supported", arch);
+                return TY_ENOTSUP;
+            }
+        }
+    } else {
+        snprintf(errbuf, errlen, "unsupported rope scaling type '%.*s' (%s; supported: none, "
+                 "linear, yarn)", (int)(len > 32 ? 32 : len), s, full);
+        return TY_ENOTSUP;
     }
     const struct ty_gguf_tensor *rf = ty_gguf_find_tensor(m->gguf, "rope_freqs.weight");
     if (rf) {

@@ -196,6 +196,19 @@ static int read_rope_scaling(struct ty_model *m, json_t *cfg, char *errbuf, size
         m->rope_orig_ctx = cfg_u32(rs, "original_max_position_embeddings", 0);
     } else if (type && strcmp(type, "linear") == 0) {
         m->rope_scaling = 1;
+    } else if (type && strcmp(type, "yarn") == 0) {
+        /* transformers' _compute_yarn_parameters: the same ramp and magnitude as llama.cpp's
+         * unless attention_factor is given; mscale / mscale_all_dim (DeepSeek) are not */
+        m->rope_scaling = 3;
+        m->rope_orig_ctx = cfg_u32(rs, "original_max_position_embeddings", m->cfg.ctx_len);
+        m->rope_beta_fast = cfg_f32(rs, "beta_fast", 0);
+        m->rope_beta_slow = cfg_f32(rs, "beta_slow", 0);
+        m->rope_attention_factor = cfg_f32(rs, "attention_factor", 0);
+        if (json_object_get(rs, "mscale") || json_object_get(rs, "mscale_all_dim")) {
+            snprintf(errbuf, errlen, "yarn rope_scaling with mscale / mscale_all_dim "
+                     "(DeepSeek's) is not supported");
+            return TY_ENOTSUP;
+        }
     } else if (!type || strcmp(type, "default") != 0) {
         snprintf(errbuf, errlen, "unsupported rope_scaling type '%s'", type ? type : "?");
         return TY_ENOTSUP;

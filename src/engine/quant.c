@@ -16,6 +16,9 @@
  *         32 high bytes: values l, l + 32, l + 64, l + 96 (l < 32) are the low nibble of byte
  *         l, of byte l + 32, the high nibble of byte l, of byte l + 32, with bit pairs 0-1,
  *         2-3, 4-5, 6-7 of high byte l on top; x = d * sc * (q - 32)
+ *   MXFP4 32 values,  17 bytes: e (E8M0), 16 bytes of FP4 (E2M1) codes laid out as Q4_0's
+ *         nibbles; x = ty__mxfp4_values[code] * 2^(e - 128) (the table holds twice each E2M1
+ *         value: 0, 1, 2, 3, 4, 6, 8, 12 and their negatives, as ggml keeps them)
  * The widening evaluates each value in ggml's order (d * sc first, then times q, less the
  * min), so an embedding row read here is what llama.cpp's dequantize_row gives. */
 #include "tycho/quant.h"
@@ -30,7 +33,18 @@
 bool ty_quant_is_block(uint32_t type)
 {
     return type == TY_GGML_Q8_0 || type == TY_GGML_Q4_0 || type == TY_GGML_Q4_K ||
-           type == TY_GGML_Q5_K || type == TY_GGML_Q6_K;
+           type == TY_GGML_Q5_K || type == TY_GGML_Q6_K || type == TY_GGML_MXFP4;
+}
+
+const int8_t ty__mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+float ty__mxfp4_scale(uint8_t e)
+{
+    /* 2^(e - 128): f32 exponent field e - 1, or the subnormals 2^-128 and 2^-127 */
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
 }
 
 static float half_at(const float *h2f, const unsigned char *p)
@@ -53,6 +67,15 @@ static void deq_q8_0(const unsigned char *p, float *y, const float *h2f)
     float d = half_at(h2f, p);
     for (int j = 0; j < 32; j++)
         y[j] = d * (float)(int8_t)p[2 + j];
+}
+
+static void deq_mxfp4(const unsigned char *p, float *y)
+{
+    float d = ty__mxfp4_scale(p[0]);
+    for (int j = 0; j < 16; j++) {
+        y[j] = (float)ty__mxfp4_values[p[1 + j] & 15] * d;
+        y[j + 16] = (float)ty__mxfp4_values[p[1 + j] >> 4] * d;
+    }
 }
 
 static void deq_q4_0(const unsigned char *p, float *y, const float *h2f)
@@ -119,6 +142,9 @@ int ty_quant_row_dequantize(uint32_t type, const void *in, float *out, uint64_t 
         case TY_GGML_Q4_0:
             deq_q4_0(p, out, h2f);
             break;
+        case TY_GGML_MXFP4:
+            deq_mxfp4(p, out);
+            break;
         case TY_GGML_Q4_K:
             deq_k45(p, NULL, p + 16, out, h2f);
             break;
@@ -167,6 +193,32 @@ static void q_q4_0(const float *x, unsigned char *p)
         int a = clampi((int)floorf(x[j] * id + 8.5f), 0, 15);
         int b = clampi((int)floorf(x[j + 16] * id + 8.5f), 0, 15);
         p[2 + j] = (unsigned char)(a | b << 4);
+    }
+}
+
+/* MXFP4 as ggml's reference quantizer: e = floor(log2 max|x|) - 2 + 127 (0 for an all-zero
+ * block), so the largest magnitude is 4 to 8 times 2^(e - 127) (E2M1 reaches 6; above that
+ * it saturates), then each value takes the nearest level (the first on a tie). */
+static void q_mxfp4(const float *x, unsigned char *p)
+{
+    float amax = 0;
+    for (int j = 0; j < 32; j++)
+        amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+    uint8_t e = amax > 0 ? (uint8_t)(floorf(log2f(amax)) - 2 + 127) : 0;
+    float d = ty__mxfp4_scale(e);
+    p[0] = e;
+    for (int j = 0; j < 32; j++) {
+        int best = 0;
+        float err = fabsf((float)ty__mxfp4_values[0] * d - x[j]);
+        for (int i = 1; i < 16; i++) {
+            float e2 = fabsf((float)ty__mxfp4_values[i] * d - x[j]);
+            if (e2 < err)
+                best = i, err = e2;
+        }
+        if (j < 16)
+            p[1 + j] = (unsigned char)best;
+        else
+            p[1 + j - 16] |= (unsigned char)(best << 4);
     }
 }
 
@@ -273,6 +325,9 @@ int ty_quant_row_quantize(uint32_t type, const float *x, void *out, uint64_t n)
             break;
         case TY_GGML_Q4_0:
             q_q4_0(x, p);
+            break;
+        case TY_GGML_MXFP4:
+            q_mxfp4(x, p);
             break;
         case TY_GGML_Q4_K:
             q_k45(x, p, 15);

@@ -27,6 +27,25 @@ uint16_t ty__cpu_f32_to_half1(float f);
  * sum runs in eight lanes and four accumulators, so its last bits differ from in-order. */
 float ty__cpu_dot_half(const float *q, const uint16_t *k, uint32_t n);
 void ty__cpu_axpy_half(float a, const uint16_t *v, float *y, uint32_t n);
+/* The same for bfloat16 (f32's top 16 bits): widening is exact; narrowing rounds to nearest
+ * even (NaN stays a quiet NaN, overflow rounds to inf), the same bits with or without AVX2. */
+void ty__cpu_bf16_to_f32(const uint16_t *x, float *y, size_t n);
+void ty__cpu_f32_to_bf16(const float *x, uint16_t *y, size_t n);
+uint16_t ty__cpu_f32_to_bf16_1(float f);
+float ty__cpu_dot_bf16(const float *q, const uint16_t *k, uint32_t n);
+void ty__cpu_axpy_bf16(float a, const uint16_t *v, float *y, uint32_t n);
+/* KV page rows of a 16-bit pool dtype (TY_KV_F16 or TY_KV_BF16, enum ty_kv_dtype): the
+ * functions above by dtype, for the forward pass. */
+void ty__cpu_kv16_to_f32(int dtype, const uint16_t *x, float *y, size_t n);
+void ty__cpu_f32_to_kv16(int dtype, const float *x, uint16_t *y, size_t n);
+float ty__cpu_dot_kv16(int dtype, const float *q, const uint16_t *k, uint32_t n);
+void ty__cpu_axpy_kv16(int dtype, float a, const uint16_t *v, float *y, uint32_t n);
+
+/* MXFP4 (quant.c): the 16 FP4 (E2M1) codes as twice their value (0, 1, 2, 3, 4, 6, 8, 12
+ * and negatives: integers, as ggml keeps them), and a block's E8M0 exponent e as the matching
+ * scale 2^(e - 128) (half the E8M0 value). */
+extern const int8_t ty__mxfp4_values[16];
+float ty__mxfp4_scale(uint8_t e);
 
 typedef struct ty_cpu_pool ty_cpu_pool_t;
 

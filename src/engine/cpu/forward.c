@@ -47,7 +47,7 @@ struct fwd {
     uint32_t *by_expert; /* (T * n_used) token*n_used+slot, grouped by expert */
     uint32_t *exp_start; /* (n_experts + 1) each expert's range in by_expert */
     float *scores;    /* (n_threads, max_ctx) */
-    bool half;        /* the pool holds f16 */
+    int kvt;          /* the pool's enum ty_kv_dtype */
     ty_cpu_pool_t *pool; /* the backend's workers (few-token matmuls, attention) */
     float *tile;      /* (tile_floats) matmul conversion scratch */
     size_t tile_floats;
@@ -68,12 +68,12 @@ static void cpu_free(ty_backend_t *b)
     free(b);
 }
 
-/* Store one f32 row into row `r` of a page chunk, narrowed for an f16 pool. */
+/* Store one f32 row into row `r` of a page chunk, narrowed for a 16-bit pool. */
 static void kv_store(const struct fwd *f, void *chunk, size_t r, const float *x)
 {
     uint32_t hd = f->m->cfg.head_dim;
-    if (f->half)
-        ty__cpu_f32_to_half(x, (uint16_t *)chunk + r * hd, hd);
+    if (f->kvt != TY_KV_F32)
+        ty__cpu_f32_to_kv16(f->kvt, x, (uint16_t *)chunk + r * hd, hd);
     else
         memcpy((float *)chunk + r * hd, x, hd * sizeof(float));
 }
@@ -108,8 +108,8 @@ static void attn_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
             const void *kc = ty_kvpool_k(f->kv, f->layer, pages[j / B]);
             size_t r = (size_t)kvh * B + j % B;
             float d = 0;
-            if (f->half) {
-                d = ty__cpu_dot_half(qv, (const uint16_t *)kc + r * hd, hd);
+            if (f->kvt != TY_KV_F32) {
+                d = ty__cpu_dot_kv16(f->kvt, qv, (const uint16_t *)kc + r * hd, hd);
             } else {
                 const float *kp = (const float *)kc + r * hd;
                 for (uint32_t i = 0; i < hd; i++)
@@ -129,8 +129,8 @@ static void attn_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
             const void *vc = ty_kvpool_v(f->kv, f->layer, pages[j / B]);
             size_t r = (size_t)kvh * B + j % B;
             float a = sc[j] * inv;
-            if (f->half) {
-                ty__cpu_axpy_half(a, (const uint16_t *)vc + r * hd, out, hd);
+            if (f->kvt != TY_KV_F32) {
+                ty__cpu_axpy_kv16(f->kvt, a, (const uint16_t *)vc + r * hd, out, hd);
             } else {
                 const float *vp = (const float *)vc + r * hd;
                 for (uint32_t i = 0; i < hd; i++)
@@ -152,9 +152,11 @@ static void gather_kv(struct fwd *f, const uint32_t *pages, uint32_t kvh, uint32
         size_t off = (size_t)kvh * B * hd;
         const void *kp = ty_kvpool_k(f->kv, f->layer, pages[j / B]);
         const void *vp = ty_kvpool_v(f->kv, f->layer, pages[j / B]);
-        if (f->half) {
-            ty__cpu_half_to_f32((const uint16_t *)kp + off, kc + (size_t)j * hd, (size_t)n * hd);
-            ty__cpu_half_to_f32((const uint16_t *)vp + off, vc + (size_t)j * hd, (size_t)n * hd);
+        if (f->kvt != TY_KV_F32) {
+            ty__cpu_kv16_to_f32(f->kvt, (const uint16_t *)kp + off, kc + (size_t)j * hd,
+                                (size_t)n * hd);
+            ty__cpu_kv16_to_f32(f->kvt, (const uint16_t *)vp + off, vc + (size_t)j * hd,
+                                (size_t)n * hd);
         } else {
             memcpy(kc + (size_t)j * hd, (const float *)kp + off, (size_t)n * hd * 4);
             memcpy(vc + (size_t)j * hd, (const float *)vp + off, (size_t)n * hd * 4);
@@ -494,7 +496,7 @@ static int cpu_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
 {
     struct cpu_ctx *cc = b->context;
     struct fwd f = {.m = m, .kv = pool, .batch = batch, .B = ty_kvpool_block_tokens(pool),
-                    .pool = cc->pool, .half = ty_kvpool_dtype(pool) == TY_KV_F16};
+                    .pool = cc->pool, .kvt = (int)ty_kvpool_dtype(pool)};
     uint32_t T = batch_tokens(batch);
     if (T == 0 || !ty_kvpool_is_host(pool))
         return TY_EINVAL;
@@ -527,6 +529,7 @@ static const struct ty_backend_i cpu_iface = {
     .name = cpu_name,
     .free = cpu_free,
     .forward = cpu_forward,
+    .kv_dtypes = 1u << TY_KV_F32 | 1u << TY_KV_F16 | 1u << TY_KV_BF16,
 };
 
 int ty_backend_cpu_new(ty_backend_t **out, const struct ty_backend_cpu_opts *opts)

@@ -8,7 +8,7 @@
  * f32, as in the tile path.
  *
  * Block-quantized weights meet 8-bit inputs, as in llama.cpp: each input is quantized once
- * per call in the weight type's input format (ty__cpu_quantize_inputs: Q8_0 for Q8_0 and Q4_0,
+ * per call in the weight type's input format (ty__cpu_quantize_inputs: Q8_0 for Q8_0, Q4_0 and MXFP4,
  * Q8_K for the K-quants), and a block's product is an exact integer sum scaled by the block
  * factors. Q8_0 rows are multiplied here, four inputs per weight load; Q4_0 and the K-quants
  * through qdot.c's kernels, one input at a time (the row stays in L1 between inputs). */

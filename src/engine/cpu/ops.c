@@ -153,8 +153,15 @@ void ty__cpu_rope(float *x, uint32_t head_dim, uint32_t pos, const struct ty_mod
     uint32_t half = head_dim / 2;
     float theta = (float)pos;
     for (uint32_t i = 0; i < half; i++) {
-        float t = theta / m->rope_div[i];
-        float c = cosf(t), s = sinf(t);
+        float t = theta / m->rope_div[i], c, s;
+        if (m->rope_mix) { /* YaRN */
+            t = m->rope_freq_scale * t * (1 - m->rope_mix[i]) + t * m->rope_mix[i];
+            c = cosf(t) * m->rope_mscale;
+            s = sinf(t) * m->rope_mscale;
+        } else {
+            c = cosf(t);
+            s = sinf(t);
+        }
         uint32_t a = m->cfg.rope == TY_ROPE_NEOX ? i : 2 * i;
         uint32_t b = m->cfg.rope == TY_ROPE_NEOX ? i + half : 2 * i + 1;
         float x0 = x[a], x1 = x[b];

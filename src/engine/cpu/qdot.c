@@ -1,6 +1,7 @@
 /* Block dot products for quantized weights (cpu-impl.h): inputs quantized to llama.cpp's 8-bit
- * formats (Q8_0 for Q8_0/Q4_0 weights, Q8_K for the K-quants), and one weight row times one
- * quantized input for Q4_0, Q4_K, Q5_K and Q6_K, a scalar reference and an AVX2 kernel each.
+ * formats (Q8_0 for Q8_0/Q4_0/MXFP4 weights, Q8_K for the K-quants), and one weight row times
+ * one quantized input for Q4_0, MXFP4, Q4_K, Q5_K and Q6_K, a scalar reference and an AVX2
+ * kernel each.
  * Both sum each block's (or sub-block's) integer products exactly in int32 and scale them by
  * the block's f32 factors; they differ only in the order of the f32 sums. Block layouts: see
  * src/engine/quant.c. */
@@ -20,6 +21,7 @@ uint32_t ty__cpu_input_block(uint32_t weight_type)
     switch (weight_type) {
     case TY_GGML_Q8_0:
     case TY_GGML_Q4_0:
+    case TY_GGML_MXFP4:
         return 32;
     case TY_GGML_Q4_K:
     case TY_GGML_Q5_K:
@@ -113,6 +115,19 @@ static float half_at(const float *h2f, const unsigned char *p)
     uint16_t h;
     memcpy(&h, p, 2);
     return h2f[h];
+}
+
+static float dot_mxfp4(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb)
+{
+    float sum = 0;
+    for (uint64_t b = 0; b < nb; b++, w += 17) {
+        const int8_t *q = x->q + b * 32;
+        int32_t s = 0;
+        for (int j = 0; j < 16; j++)
+            s += ty__mxfp4_values[w[1 + j] & 15] * q[j] + ty__mxfp4_values[w[1 + j] >> 4] * q[j + 16];
+        sum += x->d[b] * ty__mxfp4_scale(w[0]) * (float)s;
+    }
+    return sum;
 }
 
 static float dot_q4_0(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb)
@@ -226,6 +241,31 @@ AVX2 static float dot_q4_0_avx2(const unsigned char *w, const struct ty_cpu_qin 
         __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(q, v));
         __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
         __m256 d = _mm256_set1_ps(half_f16c(w) * x->d[b]);
+        if (b % 2)
+            acc1 = _mm256_fmadd_ps(d, f, acc1);
+        else
+            acc0 = _mm256_fmadd_ps(d, f, acc0);
+    }
+    return ty__cpu_hsum8(_mm256_add_ps(acc0, acc1));
+}
+
+/* MXFP4: the 16 bytes widen to 32 codes as Q4_0's nibbles, a byte shuffle looks up their
+ * (doubled, signed) values, then signed x signed as Q4_0; each block's factor is its input
+ * scale times 2^(e - 128), as ggml multiplies them. */
+AVX2 static float dot_mxfp4_avx2(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    const __m128i t = _mm_loadu_si128((const __m128i *)ty__mxfp4_values);
+    const __m256i lut = _mm256_set_m128i(t, t);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (uint64_t b = 0; b < nb; b++, w += 17) {
+        __m128i raw = _mm_loadu_si128((const __m128i *)(w + 1));
+        __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
+        v = _mm256_shuffle_epi8(lut, v);
+        __m256i q = _mm256_loadu_si256((const __m256i *)(x->q + b * 32));
+        __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(q, v));
+        __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+        __m256 d = _mm256_set1_ps(x->d[b] * ty__mxfp4_scale(w[0]));
         if (b % 2)
             acc1 = _mm256_fmadd_ps(d, f, acc1);
         else
@@ -349,6 +389,8 @@ ty_cpu_qdot_fn ty__cpu_qdot_kernel(uint32_t weight_type, bool avx2)
         switch (weight_type) {
         case TY_GGML_Q4_0:
             return dot_q4_0_avx2;
+        case TY_GGML_MXFP4:
+            return dot_mxfp4_avx2;
         case TY_GGML_Q4_K:
             return dot_q4_k_avx2;
         case TY_GGML_Q5_K:
@@ -365,6 +407,8 @@ ty_cpu_qdot_fn ty__cpu_qdot_kernel(uint32_t weight_type, bool avx2)
     switch (weight_type) {
     case TY_GGML_Q4_0:
         return dot_q4_0;
+    case TY_GGML_MXFP4:
+        return dot_mxfp4;
     case TY_GGML_Q4_K:
         return dot_q4_k;
     case TY_GGML_Q5_K:

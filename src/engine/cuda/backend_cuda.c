@@ -4,6 +4,7 @@
 #include "cuda-impl.h"
 
 #include "tycho/errors.h"
+#include "tycho/kvpool.h"
 #include "tycho/log.h"
 
 #include <stdio.h>
@@ -181,6 +182,7 @@ static const struct ty_backend_i cuda_iface = {
     .forward = ty__cuda_forward,
     .kv_storage = cuda_kv_storage,
     .healthy = cuda_healthy,
+    .kv_dtypes = 1u << TY_KV_F32 | 1u << TY_KV_F16, /* kernels read f32 and f16 pages */
 };
 
 static int parse_weights(struct cuda_ctx *c, const char *w)

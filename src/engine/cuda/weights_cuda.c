@@ -218,6 +218,11 @@ int ty__cuda_model_use(struct cuda_ctx *c, const struct ty_model *m)
                      m->desc);
         return TY_ENOTSUP;
     }
+    if (m->rope_mix) { /* the rope kernels know frequency divisors, not YaRN's ramp */
+        TY_LOG_ERROR("cuda", "%s: yarn rope scaling is not supported by the cuda backend",
+                     m->desc);
+        return TY_ENOTSUP;
+    }
     ty__cuda_model_free(c);
     struct cuda_model *cm = calloc(1, sizeof(*cm));
     struct upload u = {.c = c};

@@ -7,7 +7,7 @@
  *   qwen3moe_q8_0.gguf   1-layer Qwen3-MoE (q/k norms, head_dim 16), an F32 router over 4
  *                        experts, 2 used, 3-D Q8_0 expert tensors (ffn_{gate,up,down}_exps)
  *   all_types.gguf       one metadata entry of every GGUF value type and array element type,
- *                        tensors of 1 to 4 dimensions in F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K,
+ *                        tensors of 1 to 4 dimensions in F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K/MXFP4,
  *                        no model keys
  * Usage: gen_gguf_seeds OUT_DIR. Tensor bytes are a fixed pseudo-random pattern (F32/F16/BF16
  * values kept finite and small). Every file stays well under 64 KiB. */
@@ -304,8 +304,9 @@ static int all_types(const char *dir)
         {"q4k", TY_GGML_Q4_K, 1, {256}},
         {"q5k", TY_GGML_Q5_K, 2, {256, 1}},
         {"q6k", TY_GGML_Q6_K, 3, {256, 1, 2}},
+        {"mx4", TY_GGML_MXFP4, 2, {32, 3}},
     };
-    if (add_tensors(w, t, 8))
+    if (add_tensors(w, t, 9))
         return -1;
     return write_seed(w, dir, "all_types.gguf");
 }

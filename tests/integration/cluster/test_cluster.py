@@ -2184,21 +2184,22 @@ def store_metrics(cl):
 
 
 def case_kv_f16():
-    """f16 KV pages (kv_cache_dtype: f16) through the whole disaggregated path: prefill
+    """f16 and bf16 KV pages (kv_cache_dtype) through the whole disaggregated path: prefill
     computes them, the transfer engine moves them to decode, the KV pool stores them and the
-    other prefill node reads them back, and every answer equals `tycho generate --kv-dtype
-    f16`. A pool block of f16 pages is half an f32 one. A decode node with f32 pages is refused
+    other prefill node reads them back, and every answer equals `tycho generate --kv-dtype`
+    of the same type. A pool block of 16-bit pages is half an f32 one. A decode node with f32 pages is refused
     at registration with a message naming both types, so is a node with another model (other
     geometry), and the cluster keeps serving."""
     ok = True
-    ref = generate(LONG_A, 8, extra=("--kv-dtype", "f16"))
+    refs = {dt: generate(LONG_A, 8, extra=("--kv-dtype", dt)) for dt in ("f16", "bf16")}
+    ref = refs["f16"]
     want = (len(ref["prompt_ids"]) - 1) // 16 * 16
     per_block = {}
-    for dt in ("f32", "f16"):
+    for dt in ("f32", "f16", "bf16"):
         cl = Cluster(2, 1, config="scheduler:\n  policy: round_robin\n", kv_pool=True,
                      node_args=["--kv_cache_dtype=" + dt])
         seen = []
-        for turn in range(2 if dt == "f16" else 1):
+        for turn in range(1 if dt == "f32" else 2):
             st, body = cl.post("/v1/completions", {"prompt": LONG_A, "max_tokens": 8,
                                                    "temperature": 0, "return_token_ids": True})
             seen.append((st, json.loads(body)["choices"][0]["token_ids"] if st == 200 else None,
@@ -2209,13 +2210,15 @@ def case_kv_f16():
                 time.sleep(0.05)
         stats = store_stats(cl)
         per_block[dt] = stats.get("dram_used", 0) / max(stats.get("objects", 0), 1)
-        if dt == "f16":
-            ok &= check(all(st == 200 and ids == ref["output_ids"] for st, ids, _ in seen),
-                        "f16 cluster: both turns equal generate --kv-dtype f16: %s vs %s" %
-                        ([ids for _, ids, _ in seen], ref["output_ids"]))
+        if dt != "f32":
+            ok &= check(all(st == 200 and ids == refs[dt]["output_ids"] for st, ids, _ in seen),
+                        "%s cluster: both turns equal generate --kv-dtype %s: %s vs %s" %
+                        (dt, dt, [ids for _, ids, _ in seen], refs[dt]["output_ids"]))
             ok &= check(seen[0][2] == 0 and seen[1][2] == want,
                         "the second turn (other prefill node) reads all %d full blocks' tokens "
-                        "of f16 pages from the pool: cached %s" % (want, [c for *_, c in seen]))
+                        "of %s pages from the pool: cached %s" % (want, dt,
+                                                                  [c for *_, c in seen]))
+        if dt == "f16":
             cl.node_args = [a for a in cl.node_args if not a.startswith("--kv_cache_dtype")]
             cl.node_args.append("--kv_cache_dtype=f32")
             cl.start_node("decode", "d1")
@@ -2246,9 +2249,10 @@ def case_kv_f16():
                         generate(PROMPTS[2], 8, extra=("--kv-dtype", "f16"))["output_ids"],
                         "still served by the f16 nodes")
         cl.stop()
-    ok &= check(per_block["f16"] > 0 and abs(per_block["f32"] / per_block["f16"] - 2) < 0.05,
-                "pool bytes per block: f32 %.0f, f16 %.0f (half)" %
-                (per_block["f32"], per_block["f16"]))
+    for dt in ("f16", "bf16"):
+        ok &= check(per_block[dt] > 0 and abs(per_block["f32"] / per_block[dt] - 2) < 0.05,
+                    "pool bytes per block: f32 %.0f, %s %.0f (half)" %
+                    (per_block["f32"], dt, per_block[dt]))
     return ok
 
 

@@ -81,5 +81,16 @@ case "$err" in *"not a token of this model"*) ;; *) bad "--logit-bias 999: $err"
 "$T" generate --model "$G" >/dev/null 2>&1; [ $? -eq 2 ] || bad "missing prompt is not a usage error"
 "$T" generate --model "$G" --prompt x --temp abc >/dev/null 2>&1; [ $? -eq 2 ] || bad "bad --temp"
 "$T" generate --model /nonexistent --prompt x >/dev/null 2>&1; [ $? -eq 1 ] || bad "missing model"
+
+# a rope scaling this build does not compute is refused by name (a GGUF with YaRN scaling
+# whose type string is changed to another of the same length), never loaded without it
+tmp=$(mktemp -d)
+"$T" mkmodel --dims 64,1,4,2,128 --vocab-from bytes --yarn 4,32 --out "$tmp/y.gguf" >/dev/null ||
+    bad "mkmodel --yarn"
+"$T" generate --model "$tmp/y.gguf" --prompt-ids 1,2,3 -n 2 >/dev/null 2>&1 || bad "yarn model"
+sed 's/yarn/yorn/' "$tmp/y.gguf" >"$tmp/n.gguf"
+err=$("$T" generate --model "$tmp/n.gguf" --prompt-ids 1,2,3 -n 2 2>&1 >/dev/null)
+case "$err" in *"unsupported rope scaling type 'yorn'"*) ;; *) bad "rope type yorn: $err" ;; esac
+rm -rf "$tmp"
 [ $fail -eq 0 ] && echo "all ok ($n prompts)"
 exit $fail

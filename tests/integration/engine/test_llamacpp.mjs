@@ -53,10 +53,11 @@ for (const model of [gguf, hf]) {
     }
 }
 // F16 weights with an untied output over the 32k Llama-2 vocab (random weights): 64 tokens,
-// with both engines' KV cache in f32, then both in f16 (llama.cpp's default, Tycho's auto)
+// with both engines' KV cache in f32, then both in f16 (llama.cpp's default, Tycho's auto), then
+// both in bf16
 const tiny = path.join(data, "models/llama-2-tiny-random/llama-2-tiny-random.gguf");
 const few = prompts.split("\n").slice(0, 4).join("\n");
-for (const kv of ["F32", "F16"]) {
+for (const kv of ["F32", "F16", "BF16"]) {
     const ref16 = spawnSync("node", [path.join(here, "llamacpp_greedy.mjs"), tiny, "64"],
                             {input: few, encoding: "utf8",
                              env: {...process.env, LLAMACPP_PREFIX: prefix, LLAMACPP_KV: kv}});

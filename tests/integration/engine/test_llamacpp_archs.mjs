@@ -54,6 +54,7 @@ const types = [
     {type: "f32", dims: DIMS}, {type: "q8_0", dims: DIMS}, {type: "q4_0", dims: DIMS, loose: true},
     {type: "q4_k", dims: KDIMS, seed: 7, loose: true}, {type: "q5_k", dims: KDIMS, seed: 7, loose: true},
     {type: "q6_k", dims: KDIMS, seed: 7, loose: true}, {type: "q4_k_m", dims: KDIMS, seed: 7, loose: true},
+    {type: "mxfp4", dims: DIMS, seed: 2, loose: true},
 ];
 // A sanitizer build (TYCHO_SANITIZER_SLOW) runs every architecture on one plain and one
 // K-quant type: all seven took longer than the test's deadline under ThreadSanitizer.
@@ -64,9 +65,15 @@ const archs = [
     {arch: "llama", args: ["--untied"]},
     {arch: "qwen2", args: ["--untied"]},
     {arch: "qwen3", args: ["--untied", "--head-dim", "64"]},
+    // YaRN rope scaling (ggml's ramp between the corrector dims, and its magnitude scale): an
+    // original context of 64 puts the ramp's corners at pairs 0 and 9 of 32 for Qwen3's head
+    // of 64, so extrapolated, ramped and interpolated pairs all occur
+    {arch: "qwen3", name: "qwen3-yarn", args: ["--untied", "--head-dim", "64", "--yarn", "4,64"],
+     types: ["f32", "q8_0"]},
+    {arch: "llama", name: "llama-yarn", args: ["--untied", "--yarn", "8,48"], types: ["f32"]},
     {arch: "qwen3moe", args: ["--untied", "--head-dim", "64"], types: moeTypes, seedOffset: 7},
     {arch: "mixtral", args: ["--untied"], types: moeTypes},
-].filter(({arch}) => !process.env.ARCHS || process.env.ARCHS.split(",").includes(arch));
+].filter(({arch, name}) => !process.env.ARCHS || process.env.ARCHS.split(",").includes(name || arch));
 const tmp = mkdtempSync(path.join(os.tmpdir(), "tycho-archs-"));
 const same = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
 let failures = 0, checked = 0;
@@ -146,10 +153,11 @@ function checkPrompt(tag, model, hf, r, extra, loose) {
 }
 
 try {
-    for (const {arch, args, types: archTypes, seedOffset = 0} of archs) {
+    for (const {arch, name, args, types: archTypes, seedOffset = 0} of archs) {
         for (const {type, dims, seed, loose} of types) {
-            if ((only && !only.includes(type)) || (archTypes && !archTypes.includes(type))) continue;
-            const tag = `${arch}-${type}`;
+            if (only && !only.includes(type)) continue;
+            if (archTypes && !archTypes.includes(type)) continue;
+            const tag = `${name || arch}-${type}`;
             const model = path.join(tmp, `${tag}.gguf`), hf = type === "f32" ? path.join(tmp, `${tag}-hf`) : null;
             run(tycho, ["mkmodel", "--arch", arch, "--dims", dims, ...args, "--type", type,
                         "--seed", String((seed || 1) + seedOffset),

@@ -241,7 +241,8 @@ static void expect_dir_rejected(const char *dir, const char *want)
 }
 
 /* HF directories: a config with an unknown model_type, a safetensors header length beyond
- * the file, and a config naming more layers than the weights hold. */
+ * the file, a config naming more layers than the weights hold, and rope scalings that are
+ * not supported or not valid. */
 static void test_corrupt_hf(void **state)
 {
     char dir[600];
@@ -267,6 +268,22 @@ static void test_corrupt_hf(void **state)
     unlink(dst);
     assert_int_equal(symlink(src, dst), 0);
     expect_dir_rejected(dir, "missing tensor");
+    /* rope scalings this build does not compute are refused by name, never ignored */
+    static const char *const ropes[][2] = {
+        {"{\"rope_type\":\"dynamic\",\"factor\":2}", "unsupported rope_scaling type 'dynamic'"},
+        {"{\"rope_type\":\"yarn\",\"factor\":40,\"mscale\":1,\"mscale_all_dim\":1}",
+         "mscale"},
+        {"{\"rope_type\":\"yarn\",\"factor\":0.5}", "invalid yarn rope scaling"},
+    };
+    for (size_t i = 0; i < sizeof(ropes) / sizeof(ropes[0]); i++) {
+        char cfg[1024], *six;
+        snprintf(cfg, sizeof(cfg), "%.*s,\"rope_scaling\":%s}", (int)strlen(cfg_ok) - 1, cfg_ok,
+                 ropes[i][0]);
+        if ((six = strstr(cfg, "\"num_hidden_layers\":6"))) /* the weights' 5: loads that far */
+            six[20] = '5';
+        write_file(dir, "config.json", cfg, strlen(cfg));
+        expect_dir_rejected(dir, ropes[i][1]);
+    }
 }
 
 int main(void)
