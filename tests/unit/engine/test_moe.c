@@ -9,6 +9,9 @@
  *     dense FFN among the experts; HF dense layers among expert layers, no experts;
  *   - one expert used of one is the dense FFN: a llama file with one expert gives the logits
  *     of the dense llama file whose FFN is that expert;
+ *   - HF qwen3_moe's norm_topk_prob: a zero router over 4 experts that are all the dense FFN
+ *     of a qwen3 GGUF gives that file's logits with renormalised weights, and those of the
+ *     file with ffn_down halved (2 of 4 picked, 1/4 each) without;
  *   - grouping by expert does not change a token's result: a prompt's logits from one batch
  *     (every expert gets a group of tokens) equal those from one token at a time. */
 #include <setjmp.h>
@@ -54,22 +57,25 @@ struct variant {
     bool exps_2d;           /* expert tensors as matrices */
     bool drop_up;           /* no blk.N.ffn_up_exps */
     bool dense_too;         /* blk.0.ffn_gate.weight besides the experts */
+    float down_scale;       /* a dense ffn_down's values times this (0: 1) */
 };
 
 struct wt {
-    char name[64];
+    char name[96];
+    char key[64]; /* whose values (empty: the name less "_exps") */
     uint32_t nd;
     uint64_t ne[3];
-    bool ones;
+    bool ones, zero;
+    float scale; /* 0: 1 */
 };
 
-/* Element e of the tensor named `name`: uniform with std 1/sqrt(cols) (4/sqrt(cols) for the
- * router), keyed by the name less an "_exps" (expert 0 of a one-expert file is the dense
- * FFN's matrix). */
+/* Element e of tensor t: uniform with std 1/sqrt(cols) (4/sqrt(cols) for the router), times
+ * t->scale, keyed by t->key or the name less an "_exps" (expert 0 of a one-expert file is the
+ * dense FFN's matrix). */
 static float value(const struct wt *t, uint64_t e)
 {
-    char key[64];
-    snprintf(key, sizeof(key), "%s", t->name);
+    char key[96];
+    snprintf(key, sizeof(key), "%s", t->key[0] ? t->key : t->name);
     char *x = strstr(key, "_exps");
     if (x)
         memmove(x, x + 5, strlen(x + 5) + 1);
@@ -78,8 +84,8 @@ static float value(const struct wt *t, uint64_t e)
         h = (h ^ (unsigned char)*p) * 1099511628211ull;
     uint64_t r = ty_hash_mix64(h ^ e * 0x9e3779b97f4a7c15ull);
     float u = (float)(r >> 40) / (float)(1u << 24) * 2.0f - 1.0f;
-    float s = sqrtf(3.0f / (float)t->ne[0]) * (strstr(t->name, "gate_inp") ? 4.0f : 1.0f);
-    return t->ones ? 1.0f : u * s;
+    float s = sqrtf(3.0f / (float)t->ne[0]) * (strstr(key, "gate_inp") ? 4.0f : 1.0f);
+    return t->zero ? 0.0f : t->ones ? 1.0f : u * s * (t->scale != 0.0f ? t->scale : 1.0f);
 }
 
 static int fill(void *arg, uint64_t i, uint64_t off, void *buf, size_t len)
@@ -96,6 +102,7 @@ static void add(struct wt *t, size_t *n, const char *name, uint32_t nd, uint64_t
                 uint64_t n2, bool ones)
 {
     struct wt *w = &t[(*n)++];
+    memset(w, 0, sizeof(*w));
     snprintf(w->name, sizeof(w->name), "%s", name);
     w->nd = nd;
     w->ne[0] = n0, w->ne[1] = n1, w->ne[2] = n2;
@@ -107,7 +114,7 @@ static const char *write_gguf(const char *name, const struct variant *v)
 {
     static char path[512];
     const char *arch = v->arch ? v->arch : "qwen3moe";
-    bool qwen = strcmp(arch, "qwen3moe") == 0;
+    bool qwen = strncmp(arch, "qwen3", 5) == 0;
     uint32_t E = v->dense ? 0 : v->experts ? v->experts : 4, K = v->used ? v->used : 2;
     struct wt t[64];
     size_t n = 0;
@@ -156,6 +163,7 @@ static const char *write_gguf(const char *name, const struct variant *v)
             L("ffn_gate.weight", 2, DIM, FFN, 1, false);
             L("ffn_up.weight", 2, DIM, FFN, 1, false);
             L("ffn_down.weight", 2, FFN, DIM, 1, false);
+            t[n - 1].scale = v->down_scale;
         }
         if (E) {
             uint32_t nd = v->exps_2d ? 2 : 3, e3 = v->exps_2d ? 1 : E;
@@ -175,6 +183,105 @@ static const char *write_gguf(const char *name, const struct variant *v)
     assert_int_equal(ty_gguf_writer_write(w, path, fill, t), 0);
     ty_gguf_writer_free(w);
     return path;
+}
+
+/* tmpdir/NAME: an HF qwen3_moe directory (config.json, model.safetensors) of E experts, K
+ * used, every expert the dense FFN of write_gguf's qwen3 file (the same values) and the
+ * router all zeros: every expert equally probable, the first K picked, each weighted 1/K
+ * when norm_topk_prob, else 1/E. */
+static const char *write_hf(const char *name, uint32_t E, uint32_t K, bool norm_topk)
+{
+    static char dir[512];
+    char path[600], hf[96], key[64];
+    struct wt t[128];
+    size_t n = 0;
+    snprintf(dir, sizeof(dir), "%s/%s", tmpdir, name);
+    assert_int_equal(mkdir(dir, 0755), 0);
+#define T(h, k, nd, c, r, ones) \
+    (add(t, &n, h, nd, c, r, 1, ones), snprintf(t[n - 1].key, sizeof(t[n - 1].key), "%s", k))
+    T("model.embed_tokens.weight", "token_embd.weight", 2, DIM, VOCAB, false);
+    T("model.norm.weight", "output_norm.weight", 1, DIM, 1, true);
+    T("lm_head.weight", "output.weight", 2, DIM, VOCAB, false);
+    static const struct {
+        const char *hf, *gguf;
+        uint32_t nd, cols, rows;
+        bool ones;
+    } layer[] = {
+        {"input_layernorm.weight", "attn_norm.weight", 1, DIM, 1, true},
+        {"self_attn.q_proj.weight", "attn_q.weight", 2, DIM, HEADS * HD, false},
+        {"self_attn.k_proj.weight", "attn_k.weight", 2, DIM, KV_HEADS * HD, false},
+        {"self_attn.v_proj.weight", "attn_v.weight", 2, DIM, KV_HEADS * HD, false},
+        {"self_attn.o_proj.weight", "attn_output.weight", 2, HEADS * HD, DIM, false},
+        {"self_attn.q_norm.weight", "attn_q_norm.weight", 1, HD, 1, true},
+        {"self_attn.k_norm.weight", "attn_k_norm.weight", 1, HD, 1, true},
+        {"post_attention_layernorm.weight", "ffn_norm.weight", 1, DIM, 1, true},
+    };
+    for (uint32_t l = 0; l < LAYERS; l++) {
+        for (size_t i = 0; i < sizeof(layer) / sizeof(layer[0]); i++) {
+            snprintf(hf, sizeof(hf), "model.layers.%u.%s", l, layer[i].hf);
+            snprintf(key, sizeof(key), "blk.%u.%s", l, layer[i].gguf);
+            T(hf, key, layer[i].nd, layer[i].cols, layer[i].rows, layer[i].ones);
+        }
+        snprintf(hf, sizeof(hf), "model.layers.%u.mlp.gate.weight", l);
+        T(hf, "router", 2, DIM, E, false);
+        t[n - 1].zero = true;
+        for (uint32_t e = 0; e < E; e++) {
+            static const char *const proj[3] = {"gate", "up", "down"};
+            for (int i = 0; i < 3; i++) {
+                snprintf(hf, sizeof(hf), "model.layers.%u.mlp.experts.%u.%s_proj.weight", l, e,
+                         proj[i]);
+                snprintf(key, sizeof(key), "blk.%u.ffn_%s.weight", l, proj[i]);
+                T(hf, key, 2, i == 2 ? FFN : DIM, i == 2 ? DIM : FFN, false);
+            }
+        }
+    }
+#undef T
+    /* safetensors: u64 header length, the JSON header (padded to 8), the data */
+    char *hdr = malloc(1 << 16);
+    size_t h = 0;
+    uint64_t off = 0;
+    h += (size_t)sprintf(hdr + h, "{");
+    for (size_t i = 0; i < n; i++) {
+        uint64_t bytes = 4 * t[i].ne[0] * t[i].ne[1];
+        if (t[i].nd == 2)
+            h += (size_t)sprintf(hdr + h, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%llu,%llu],",
+                                 i ? "," : "", t[i].name, (unsigned long long)t[i].ne[1],
+                                 (unsigned long long)t[i].ne[0]);
+        else
+            h += (size_t)sprintf(hdr + h, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%llu],",
+                                 i ? "," : "", t[i].name, (unsigned long long)t[i].ne[0]);
+        h += (size_t)sprintf(hdr + h, "\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+                             (unsigned long long)(off + bytes));
+        off += bytes;
+    }
+    h += (size_t)sprintf(hdr + h, "}");
+    while (h % 8)
+        hdr[h++] = ' ';
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    uint64_t hl = h;
+    assert_int_equal(fwrite(&hl, 8, 1, f), 1);
+    assert_int_equal(fwrite(hdr, 1, h, f), h);
+    for (size_t i = 0; i < n; i++)
+        for (uint64_t e = 0; e < t[i].ne[0] * t[i].ne[1]; e++) {
+            float v = value(&t[i], e);
+            assert_int_equal(fwrite(&v, 4, 1, f), 1);
+        }
+    fclose(f);
+    free(hdr);
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "{\"model_type\": \"qwen3_moe\", \"hidden_size\": %d, \"num_hidden_layers\": %d, "
+               "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d, "
+               "\"intermediate_size\": %d, \"moe_intermediate_size\": %d, \"vocab_size\": %d, "
+               "\"num_experts\": %u, \"num_experts_per_tok\": %u, \"norm_topk_prob\": %s, "
+               "\"rms_norm_eps\": 1e-5, \"max_position_embeddings\": 256}\n",
+            DIM, LAYERS, HEADS, KV_HEADS, HD, 4 * FFN, FFN, VOCAB, E, K,
+            norm_topk ? "true" : "false");
+    fclose(f);
+    return dir;
 }
 
 static ty_model_t *load(const char *path)
@@ -330,6 +437,43 @@ static void test_one_expert_is_dense(void **state)
     ty_model_free(dense);
 }
 
+/* HF Qwen3-MoE's norm_topk_prob: with a zero router and every expert the dense FFN, the
+ * output is the dense FFN's when the picked weights are renormalised (2 of 4, 1/2 each), and
+ * K/E = 1/2 of it when they are not: the dense file with ffn_down halved (exactly). */
+static void test_hf_norm_topk(void **state)
+{
+    (void)state;
+    char *paths[4] = { /* copies: the writers return their own static buffers */
+        strdup(write_hf("hf-norm", 4, 2, true)),
+        strdup(write_gguf("q3-dense", &(struct variant){.arch = "qwen3", .dense = true})),
+        strdup(write_hf("hf-raw", 4, 2, false)),
+        strdup(write_gguf("q3-half", &(struct variant){.arch = "qwen3", .dense = true,
+                                                        .down_scale = 0.5f})),
+    };
+    float *lg[4];
+    uint32_t p[N_PROMPT];
+    mk_prompt(p, 4);
+    for (int i = 0; i < 4; i++) {
+        ty_model_t *m = load(paths[i]);
+        assert_int_equal(ty_model_config(m)->moe_norm_topk, i == 0);
+        ty_engine_t *e = mk_engine(m);
+        lg[i] = malloc(N_PROMPT * VOCAB * sizeof(float));
+        prompt_logits(e, p, N_PROMPT, true, lg[i]);
+        ty_engine_free(e);
+        ty_model_free(m);
+    }
+    expect_close(lg[0], lg[1], N_PROMPT * VOCAB, 1e-5f, "hf norm_topk_prob true vs dense");
+    expect_close(lg[2], lg[3], N_PROMPT * VOCAB, 1e-5f, "hf norm_topk_prob false vs half");
+    float diff = 0;
+    for (size_t i = 0; i < N_PROMPT * VOCAB; i++)
+        diff = fmaxf(diff, fabsf(lg[2][i] - lg[0][i]));
+    assert_true(diff > 1e-2f); /* the weights' sum matters */
+    for (int i = 0; i < 4; i++) {
+        free(lg[i]);
+        free(paths[i]);
+    }
+}
+
 static void test_grouping(void **state)
 {
     (void)state;
@@ -372,6 +516,7 @@ int main(void)
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_one_expert_is_dense),
         cmocka_unit_test(test_grouping),
+        cmocka_unit_test(test_hf_norm_topk),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
