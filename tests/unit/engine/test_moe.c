@@ -395,7 +395,7 @@ static void prompt_logits(ty_engine_t *e, const uint32_t *p, uint32_t n, bool on
 static ty_engine_t *mk_engine(ty_model_t *m)
 {
     struct ty_engine_opts o = {.kv_block_tokens = 16, .max_seqs = 4, .max_ctx = 128,
-                               .max_batch_tokens = 64, .kv_dtype = "f32"};
+                               .max_batch_tokens = 64, .kv_dtype = "f32", .n_threads = 2};
     ty_engine_t *e;
     assert_int_equal(ty_engine_new(&e, m, &o), 0);
     return e;
