@@ -2,16 +2,18 @@
 """Integration tests of `tycho serve` on stories260K: real processes on loopback ports.
 
 Usage: test_serve.py TYCHO_BINARY CASE   (CASE: malformed, greedy, prompt_list, concurrent,
-disconnect, auth_drain, preempt, tools). Exits 77 when the shared test data is missing. Expected token ids come from
+disconnect, auth_drain, preempt, tools, moe: a Qwen3-MoE mkmodel file instead). Exits 77 when the shared test data is missing. Expected token ids come from
 running `tycho generate` (a separate code path: ty_engine_generate), not from the server.
 """
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -648,6 +650,34 @@ def case_tools(srv):
     chat_template_flag()
 
 
+def case_moe(srv):
+    """A Qwen3-MoE model (main() serves a qwen3moe mkmodel file: 8 experts, 2 per token):
+    completions give tycho generate's ids, alone and as 8 requests decoded together (the
+    batcher's steps route several sequences' tokens to each expert)."""
+    refs = {p: generate(p, 32, ("--ignore-eos",)) for p in PROMPTS}
+    for p in PROMPTS[:2]:
+        st, data, _ = srv.post("/v1/completions", {"prompt": p, "max_tokens": 32, "temperature": 0,
+                                                    "ignore_eos": True, "return_token_ids": True})
+        got = json.loads(data)["choices"][0]["token_ids"] if st == 200 else st
+        want = refs[p]["output_ids"]
+        check(got == want and len(set(want)) >= 6, f"{p!r}: ids == tycho generate's ({got})")
+    results = [None] * 8
+
+    def one(i):  # ids, not text: generate's JSON text ends at a NUL byte token
+        p = PROMPTS[i % len(PROMPTS)]
+        st, data, _ = srv.post("/v1/completions", {"prompt": p, "max_tokens": 32,
+                                                    "temperature": 0, "ignore_eos": True,
+                                                    "return_token_ids": True})
+        results[i] = st == 200 and \
+            json.loads(data)["choices"][0]["token_ids"] == refs[p]["output_ids"]
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    check(all(results), f"8 concurrent requests give tycho generate's ids ({sum(map(bool, results))}/8)")
+
+
 def chat_template_flag():
     """--chat-template: a template file used instead (rendered, its text tokenized without BOS);
     one that does not parse stops the daemon with its message."""
@@ -682,9 +712,17 @@ def chat_template_flag():
 
 
 def main():
+    global MODEL
     if not os.path.exists(MODEL):
         print("skip: no", MODEL)
         sys.exit(77)
+    if CASE == "moe":  # a random Qwen3-MoE with stories260K's tokenizer, served instead
+        tmp = tempfile.mkdtemp(prefix="tycho-serve-moe-")
+        moe = os.path.join(tmp, "moe.gguf")
+        subprocess.run([TYCHO, "mkmodel", "--arch", "qwen3moe", "--dims", "128,3,8,4,384",
+                        "--untied", "--vocab-from", MODEL, "--out", moe], check=True,
+                       capture_output=True)
+        MODEL = moe
     extra = {"auth_drain": ["--api-key", "sekrit"],
              "preempt": ["--engine.kv_pages=40", "--engine.kv_block_tokens=16"]}.get(CASE, [])
     srv = Server(*extra)
@@ -692,6 +730,8 @@ def main():
         globals()["case_" + CASE](srv)
     finally:
         rc = srv.stop()
+        if CASE == "moe":
+            shutil.rmtree(os.path.dirname(MODEL), ignore_errors=True)
     if CASE != "auth_drain":
         check(rc == 0, f"SIGTERM exits 0 (got {rc})")
 
