@@ -335,6 +335,24 @@ static void moe_route(struct fwd *f, const struct ty_layer_weights *L)
         f->by_expert[cur[f->route_e[i]]++] = i;
 }
 
+/* y (n, w->rows) = x (n, w->cols) · w^T for an expert's group of n rows. Block-quantized
+ * experts take the 8-bit-input integer path (gemv.c) TY_CPU_GEMV_MAX_T rows at a time
+ * whatever n is: a token's expert output then does not depend on how many other tokens
+ * (of its prompt, or of the other sequences in the step) chose the same expert, and equals
+ * llama.cpp's integer block sums in prefill too. Other types as ty__cpu_matmul takes them. */
+static void expert_matmul(struct fwd *f, const struct ty_weight *w, const float *x, float *y,
+                          uint32_t n)
+{
+    uint32_t step = ty__cpu_input_block(w->type) && ty__cpu_gemv_supported(w, 1)
+                        ? TY_CPU_GEMV_MAX_T
+                        : n;
+    for (uint32_t i = 0; i < n; i += step) {
+        uint32_t m = n - i < step ? n - i : step;
+        ty__cpu_matmul(f->pool, w, x + (size_t)i * w->cols, y + (size_t)i * w->rows, m, f->tile,
+                       f->tile_floats);
+    }
+}
+
 /* The mixture-of-experts FFN of the normed rows xb, added to x: the tokens routed to each
  * expert gathered into one matrix and pushed through that expert's gate, up, SwiGLU and down
  * as batched matmuls (whatever the weight type: ty__cpu_matmul), each output row scaled by its
@@ -352,10 +370,10 @@ static void moe_ffn(struct fwd *f, const struct ty_layer_weights *L)
             continue;
         for (uint32_t i = 0; i < n; i++)
             memcpy(f->xg + (size_t)i * D, f->xb + (size_t)(rows[i] / K) * D, D * sizeof(float));
-        ty__cpu_matmul(f->pool, &L->exp_gate[e], f->xg, f->hb, n, f->tile, f->tile_floats);
-        ty__cpu_matmul(f->pool, &L->exp_up[e], f->xg, f->hb2, n, f->tile, f->tile_floats);
+        expert_matmul(f, &L->exp_gate[e], f->xg, f->hb, n);
+        expert_matmul(f, &L->exp_up[e], f->xg, f->hb2, n);
         swiglu(f->hb, f->hb2, (size_t)n * F);
-        ty__cpu_matmul(f->pool, &L->exp_down[e], f->hb, f->yg, n, f->tile, f->tile_floats);
+        expert_matmul(f, &L->exp_down[e], f->hb, f->yg, n);
         for (uint32_t i = 0; i < n; i++) {
             float w = f->route_w[rows[i]], *dst = f->yslot + (size_t)rows[i] * D;
             const float *src = f->yg + (size_t)i * D;

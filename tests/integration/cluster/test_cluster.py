@@ -578,37 +578,41 @@ def case_sliding_window():
 
 
 def case_moe():
-    """A Qwen3-MoE model (mkmodel --arch qwen3moe: 8 experts, 2 per token), prefill and decode
-    in separate nodes: each prompt's ids equal generate's, alone and with 8 streams decoding
-    together (the decode node's batches route several sequences' tokens to each expert)."""
+    """A Qwen3-MoE model (mkmodel --arch qwen3moe: 8 experts, 2 per token), F32 and Q8_0
+    (f16 KV pages, the 8-bit-input expert matmuls), prefill and decode in separate nodes: each
+    prompt's ids equal generate's, alone and with 8 streams decoding together (the decode
+    node's batches route several sequences' tokens to each expert)."""
     tmp = tempfile.mkdtemp(prefix="tycho-model-")
     TMPDIRS.append(tmp)
-    moe = os.path.join(tmp, "moe.gguf")
-    subprocess.run([TYCHO, "mkmodel", "--arch", "qwen3moe", "--dims", "128,3,8,4,384",
-                    "--untied", "--vocab-from", MODEL, "--out", moe], check=True,
-                   capture_output=True)
-    cl = Cluster(1, 1, model=moe)
     ok = True
-    refs = {p: generate(p, 32, moe, ("--ignore-eos",)) for p in PROMPTS[:4]}
-    for p in PROMPTS[:2]:
-        st, body = cl.post("/v1/completions", {"prompt": p, "max_tokens": 32, "temperature": 0,
-                                               "ignore_eos": True, "return_token_ids": True})
-        got = json.loads(body)["choices"][0]["token_ids"] if st == 200 else st
-        want = refs[p]["output_ids"]
-        ok &= check(got == want and len(set(want)) >= 6,
-                    "%r: ids equal generate's (%s)" % (p, "equal" if got == want else
-                                                       "%s vs %s" % (got, want)))
-    res, threads = {}, []
-    for i in range(8):
-        t = threading.Thread(target=stream, args=(cl, PROMPTS[i % 4], 32, res, i, 30,
-                                                  {"ignore_eos": True}))
-        t.start()
-        threads.append(t)
-    for t in threads:
-        t.join(60)
-    good = sum(1 for i in range(8) if i in res and res[i][3] is None and
-               res[i][0] == refs[PROMPTS[i % 4]]["output_ids"])
-    ok &= check(good == 8, "8 concurrent streams give generate's ids: %d" % good)
+    for typ in ("f32", "q8_0"):
+        moe = os.path.join(tmp, "moe-%s.gguf" % typ)
+        subprocess.run([TYCHO, "mkmodel", "--arch", "qwen3moe", "--dims", "128,3,8,4,384",
+                        "--untied", "--type", typ, "--vocab-from", MODEL, "--out", moe],
+                       check=True, capture_output=True)
+        cl = Cluster(1, 1, model=moe)
+        refs = {p: generate(p, 32, moe, ("--ignore-eos",)) for p in PROMPTS[:4]}
+        for p in PROMPTS[:2]:
+            st, body = cl.post("/v1/completions", {"prompt": p, "max_tokens": 32,
+                                                   "temperature": 0, "ignore_eos": True,
+                                                   "return_token_ids": True})
+            got = json.loads(body)["choices"][0]["token_ids"] if st == 200 else st
+            want = refs[p]["output_ids"]
+            ok &= check(got == want and len(set(want)) >= 6,
+                        "%s %r: ids equal generate's (%s)" %
+                        (typ, p, "equal" if got == want else "%s vs %s" % (got, want)))
+        res, threads = {}, []
+        for i in range(8):
+            t = threading.Thread(target=stream, args=(cl, PROMPTS[i % 4], 32, res, i, 30,
+                                                      {"ignore_eos": True}))
+            t.start()
+            threads.append(t)
+        for t in threads:
+            t.join(60)
+        good = sum(1 for i in range(8) if i in res and res[i][3] is None and
+                   res[i][0] == refs[PROMPTS[i % 4]]["output_ids"])
+        ok &= check(good == 8, "%s: 8 concurrent streams give generate's ids: %d" % (typ, good))
+        cl.stop()
     return ok
 
 

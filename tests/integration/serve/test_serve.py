@@ -650,17 +650,14 @@ def case_tools(srv):
     chat_template_flag()
 
 
-def case_moe(srv):
-    """A Qwen3-MoE model (main() serves a qwen3moe mkmodel file: 8 experts, 2 per token):
-    completions give tycho generate's ids, alone and as 8 requests decoded together (the
-    batcher's steps route several sequences' tokens to each expert)."""
+def moe_checks(srv, tag):
     refs = {p: generate(p, 32, ("--ignore-eos",)) for p in PROMPTS}
     for p in PROMPTS[:2]:
         st, data, _ = srv.post("/v1/completions", {"prompt": p, "max_tokens": 32, "temperature": 0,
                                                     "ignore_eos": True, "return_token_ids": True})
         got = json.loads(data)["choices"][0]["token_ids"] if st == 200 else st
         want = refs[p]["output_ids"]
-        check(got == want and len(set(want)) >= 6, f"{p!r}: ids == tycho generate's ({got})")
+        check(got == want and len(set(want)) >= 6, f"{tag} {p!r}: ids == tycho generate's ({got})")
     results = [None] * 8
 
     def one(i):  # ids, not text: generate's JSON text ends at a NUL byte token
@@ -675,7 +672,24 @@ def case_moe(srv):
         t.start()
     for t in ts:
         t.join()
-    check(all(results), f"8 concurrent requests give tycho generate's ids ({sum(map(bool, results))}/8)")
+    check(all(results),
+          f"{tag}: 8 concurrent requests give tycho generate's ids ({sum(map(bool, results))}/8)")
+
+
+def case_moe(srv):
+    """A Qwen3-MoE model (main() serves a qwen3moe mkmodel file: 8 experts, 2 per token), F32
+    and then Q8_0: completions give tycho generate's ids, alone and as 8 requests decoded
+    together (the batcher's steps mix prompt chunks and decode tokens, so an expert's group
+    of tokens changes with the other requests; Q8_0 experts multiply 8 rows at a time, so a
+    token's result does not)."""
+    global MODEL
+    moe_checks(srv, "f32")
+    MODEL = os.path.join(os.path.dirname(MODEL), "moe-q8_0.gguf")
+    q8 = Server()
+    try:
+        moe_checks(q8, "q8_0")
+    finally:
+        q8.stop()
 
 
 def chat_template_flag():
@@ -718,10 +732,11 @@ def main():
         sys.exit(77)
     if CASE == "moe":  # a random Qwen3-MoE with stories260K's tokenizer, served instead
         tmp = tempfile.mkdtemp(prefix="tycho-serve-moe-")
-        moe = os.path.join(tmp, "moe.gguf")
-        subprocess.run([TYCHO, "mkmodel", "--arch", "qwen3moe", "--dims", "128,3,8,4,384",
-                        "--untied", "--vocab-from", MODEL, "--out", moe], check=True,
-                       capture_output=True)
+        for typ in ("q8_0", "f32"):  # f32 served first (case_moe goes on to q8_0)
+            moe = os.path.join(tmp, "moe-%s.gguf" % typ)
+            subprocess.run([TYCHO, "mkmodel", "--arch", "qwen3moe", "--dims", "128,3,8,4,384",
+                            "--untied", "--type", typ, "--vocab-from", MODEL, "--out", moe],
+                           check=True, capture_output=True)
         MODEL = moe
     extra = {"auth_drain": ["--api-key", "sekrit"],
              "preempt": ["--engine.kv_pages=40", "--engine.kv_block_tokens=16"]}.get(CASE, [])
