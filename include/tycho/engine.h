@@ -126,7 +126,8 @@ void ty_gen_ban_ends(const struct ty_gen_params *g, uint32_t n_out, const uint32
 struct ty_gen_result {
     uint32_t *ids; /* output token ids (malloc'ed) */
     size_t n_ids;
-    char *text;    /* decoded output (malloc'ed; NULL without a tokenizer) */
+    char *text;    /* decoded output (malloc'ed; NULL without a tokenizer), NUL-terminated */
+    size_t text_len; /* its bytes: a token may decode to a NUL byte inside the text */
     struct ty_sample *samples; /* per output token (malloc'ed), with logprobs */
     enum ty_finish finish;
     uint32_t n_prompt, n_cached; /* prompt tokens, of which found in the prefix cache */

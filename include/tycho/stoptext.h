@@ -58,7 +58,8 @@ size_t ty_stoptext_safe_end(const struct ty_stoptext *st, bool final);
  * their count in *len; they count as sent from now on. */
 const char *ty_stoptext_take(struct ty_stoptext *st, size_t end, size_t *len);
 /* The whole text as a malloc'ed NUL-terminated string the caller owns ("" when empty), or NULL
- * on TY_ENOMEM; `st` is left with no text (clear it still). */
-char *ty_stoptext_release(struct ty_stoptext *st);
+ * on TY_ENOMEM, its length in *len (a decoded NUL byte may sit inside it); `st` is left with
+ * no text (clear it still). */
+char *ty_stoptext_release(struct ty_stoptext *st, size_t *len);
 
 #endif

@@ -289,10 +289,11 @@ static void print_json(const struct gen_args *a, const ty_model_t *m, const uint
                        size_t np, const struct ty_gen_result *r)
 {
     const char *t = r->text ? r->text : "";
-    json_t *txt = json_stringn(t, strlen(t));
+    size_t tl = r->text ? r->text_len : 0;
+    json_t *txt = json_stringn(t, tl);
     json_t *o = json_pack("{s:o,s:o,s:o,s:s,s:s,s:i,s:i,s:f,s:f,s:f,s:f}", "prompt_ids",
                           ids_json(pids, np), "output_ids", ids_json(r->ids, r->n_ids), "text",
-                          txt ? txt : json_stringn_nocheck(t, strlen(t)), "finish_reason",
+                          txt ? txt : json_stringn_nocheck(t, tl), "finish_reason",
                           ty_finish_name(r->finish), "model", ty_model_desc(m), "n_prompt",
                           (int)r->n_prompt, "n_cached", (int)r->n_cached, "prefill_ms",
                           r->prefill_ms, "decode_ms", r->decode_ms, "prefill_tok_s",
@@ -357,8 +358,11 @@ static int run_generate(int argc, char **argv)
     }
     if (a.json)
         print_json(&a, m, ids, n, &r);
-    else
-        printf("%s%s\n", a.prompt ? a.prompt : "", r.text ? r.text : "");
+    else {
+        fputs(a.prompt ? a.prompt : "", stdout);
+        fwrite(r.text ? r.text : "", 1, r.text ? r.text_len : 0, stdout);
+        putchar('\n');
+    }
     ret = TY_CLI_EXIT_OK;
 out:
     ty_gen_result_clear(&r);

@@ -153,7 +153,7 @@ static int finish_results(struct gen_seq *gs, size_t n, struct ty_gen_result *re
 #ifdef TY_HAVE_TOKENIZER
         if (!gs[i].st.detok.tok)
             continue; /* no tokenizer: text stays NULL */
-        if (ty_stoptext_flush(&gs[i].st) || !(res[i].text = ty_stoptext_release(&gs[i].st)))
+        if (ty_stoptext_flush(&gs[i].st) || !(res[i].text = ty_stoptext_release(&gs[i].st, &res[i].text_len)))
             return TY_ENOMEM;
 #else
         (void)gs;

@@ -159,9 +159,10 @@ const char *ty_stoptext_take(struct ty_stoptext *st, size_t end, size_t *len)
     return p;
 }
 
-char *ty_stoptext_release(struct ty_stoptext *st)
+char *ty_stoptext_release(struct ty_stoptext *st, size_t *len)
 {
     char *t = st->text;
+    *len = t ? st->n_text : 0;
     if (!t)
         return calloc(1, 1);
     st->text = NULL;

@@ -175,10 +175,12 @@ static void test_cases(void **state)
         check_chunk(k, k->n_ids, p, len, acc, &n_acc);
         if (ty_stoptext_hit(&st) != k->hit)
             fail_msg("%s: hit %d, want %d", k->name, ty_stoptext_hit(&st), k->hit);
-        char *text = ty_stoptext_release(&st);
+        size_t tl;
+        char *text = ty_stoptext_release(&st, &tl);
         assert_non_null(text);
         if (strcmp(text, k->text) != 0)
             fail_msg("%s: text \"%s\", want \"%s\"", k->name, text, k->text);
+        assert_int_equal(tl, strlen(k->text));
         assert_int_equal(n_acc, strlen(k->text));
         assert_memory_equal(acc, k->text, n_acc);
         free(text);
@@ -219,8 +221,10 @@ static void test_no_tokenizer(void **state)
     assert_int_equal(ty_stoptext_flush(&st), 0);
     assert_false(ty_stoptext_hit(&st));
     assert_int_equal(ty_stoptext_safe_end(&st, true), 0);
-    char *text = ty_stoptext_release(&st);
+    size_t tl = 1;
+    char *text = ty_stoptext_release(&st, &tl);
     assert_string_equal(text, "");
+    assert_int_equal(tl, 0);
     free(text);
     ty_stoptext_clear(&st);
     ty_stoptext_clear(&st); /* twice is fine */
