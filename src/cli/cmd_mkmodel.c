@@ -409,7 +409,7 @@ static void usage(FILE *f)
                "         --vocab-from TOKENIZER.gguf|bytes --out FILE.gguf\n"
                "         [--type f32|f16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m]\n"
                "         [--arch llama|qwen2|qwen3] [--head-dim N] [--untied] [--seed S]\n"
-               "         [--sliding-window N] [--hf DIR]\n"
+               "         [--sliding-window N] [--ctx N] [--hf DIR]\n"
                "  --type: the matrices' ggml type (norms and biases stay f32); q4_k_m is\n"
                "          llama.cpp's mix (Q4_K, Q6_K output and some attn_v / ffn_down)\n"
                "  --vocab-from bytes: a built-in 259-token byte-fallback vocabulary (no donor file)\n"
@@ -420,6 +420,8 @@ static void usage(FILE *f)
                "  --sliding-window N: Mistral-style attention over the last N tokens on every\n"
                "          layer (<arch>.attention.sliding_window; llama.cpp reads it only for\n"
                "          architectures with SWA, not for llama, qwen2 or qwen3)\n"
+               "  --ctx N: the context length (<arch>.context_length, max_position_embeddings);\n"
+               "          default: the preset's, 2048 with --dims\n"
                "  --hf DIR: also write the same weights as a Hugging Face directory\n"
                "            (config.json + model.safetensors; f32 or f16; no tokenizer files)\n");
 }
@@ -615,12 +617,12 @@ static int run_mkmodel(int argc, char **argv)
         {"out", 1, 0, 'o'},    {"type", 1, 0, 't'},     {"seed", 1, 0, 's'},
         {"arch", 1, 0, 'a'},   {"head-dim", 1, 0, 'H'}, {"untied", 0, 0, 'U'},
         {"hf", 1, 0, 'F'},     {"help", 0, 0, 'h'},     {"sliding-window", 1, 0, 'W'},
-        {0, 0, 0, 0}};
+        {"ctx", 1, 0, 'C'},    {0, 0, 0, 0}};
     struct dims d = {0};
     const char *vocab = NULL, *out = NULL, *hf = NULL;
     const struct arch_spec *arch = &arches[0];
     const struct ftype *ft = &ftypes[0];
-    uint32_t hd = 0, window = 0;
+    uint32_t hd = 0, window = 0, ctx = 0;
     uint64_t seed = 1;
     bool have = false, untied = false;
     int c;
@@ -674,6 +676,14 @@ static int run_mkmodel(int argc, char **argv)
                 return TY_CLI_EXIT_USAGE;
             }
             break;
+        case 'C':
+            ctx = (uint32_t)strtoul(optarg, NULL, 10);
+            if (ctx < 16 || ctx > (1u << 24)) {
+                fprintf(stderr, "tycho mkmodel: bad --ctx '%s' (16 to 16777216 tokens)\n",
+                        optarg);
+                return TY_CLI_EXIT_USAGE;
+            }
+            break;
         case 's': seed = strtoull(optarg, NULL, 10); break;
         case 'h': usage(stdout); return TY_CLI_EXIT_OK;
         default: usage(stderr); return TY_CLI_EXIT_USAGE;
@@ -685,6 +695,7 @@ static int run_mkmodel(int argc, char **argv)
     }
     d.head_dim = hd ? hd : d.head_dim;
     d.window = window;
+    d.ctx = ctx ? ctx : d.ctx;
     d.tied = d.tied && !untied;
     int rc = check_shape(&d, ft, hf);
     if (rc)

@@ -731,13 +731,40 @@ void ty__conductor_retry_waiting(ty_conductor_t *c)
     }
 }
 
+/* The longest sequence the cluster serves: the Conductor's max_ctx, lowered to the least a
+ * live node registered (its context, itself lowered to what its KV pool holds), so that no
+ * request is placed where it cannot fit; *kv_tokens: the smallest live node's KV pool in
+ * tokens (0: no node). */
+static uint32_t cluster_ctx_limit(const ty_conductor_t *c, uint32_t *kv_tokens)
+{
+    uint32_t lim = c->o.max_ctx;
+    uint64_t kv = 0;
+    for (size_t i = 0; i < c->n_nodes; i++) {
+        const struct ty__cnode *n = c->nodes[i];
+        if (!n->info.alive)
+            continue;
+        if (n->max_ctx && n->max_ctx < lim)
+            lim = n->max_ctx;
+        uint64_t t = n->kv_pages * n->block_tokens;
+        if (t && (!kv || t < kv))
+            kv = t;
+    }
+    if (kv_tokens)
+        *kv_tokens = kv < UINT32_MAX ? (uint32_t)kv : UINT32_MAX;
+    return lim;
+}
+
 static int cluster_submit(void *ctx, const struct ty_serve_request *sr)
 {
     ty_conductor_t *c = ctx;
     if (c->closing)
         return TY_ESHUTDOWN;
-    if (!sr || !sr->n_prompt || sr->n_prompt >= c->o.max_ctx)
-        return sr && sr->n_prompt ? TY_ERANGE : TY_EINVAL;
+    if (!sr || !sr->n_prompt)
+        return TY_EINVAL;
+    /* the API front door answered a 400 naming the limits already; this holds for any other
+     * caller: the prompt and its first token must fit every node it may be placed on */
+    if (sr->n_prompt >= cluster_ctx_limit(c, NULL))
+        return TY_ERANGE;
     uint64_t now = ty_clock_ms();
     bool up = nodes_up(c);
     if (!up && now - c->started_ms >= c->o.startup_wait_ms)
@@ -782,7 +809,7 @@ static void cluster_stats(void *ctx, struct ty_serve_stats *out)
 {
     ty_conductor_t *c = ctx;
     memset(out, 0, sizeof(*out));
-    out->max_ctx = c->o.max_ctx;
+    out->max_ctx = cluster_ctx_limit(c, &out->kv_seq_tokens);
     uint32_t n_decode = 0, n_prefill = 0;
     for (size_t i = 0; i < c->n_nodes; i++) {
         const struct ty__cnode *n = c->nodes[i];

@@ -45,6 +45,7 @@ static int fail(struct gctx *c, int rc, const char *fmt, ...)
 static int node_new(struct gctx *c, enum gnode_kind kind, uint32_t *out)
 {
     ty_grammar_t *g = c->g;
+    *out = G_NONE; /* set on failure too: GCC cannot see that the failure code is never 0 */
     if (g->n_nodes >= MAX_NODES)
         return fail(c, TY_EINVAL, "schema too large");
     if (g->n_nodes == g->cap_nodes) {

@@ -87,6 +87,7 @@ int ty__jinja_need_str(struct jj_ctx *c, int line, jv v, const char *what, jv *o
 
 static int need_int(struct jj_ctx *c, int line, jv v, const char *what, int64_t *out)
 {
+    *out = 0; /* set on failure too: GCC cannot see that the failure code is never 0 */
     if (v.t == JV_INT || v.t == JV_BOOL) {
         *out = v.t == JV_INT ? v.i : v.b;
         return 0;
