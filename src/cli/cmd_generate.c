@@ -379,6 +379,15 @@ static int run_generate(int argc, char **argv)
         goto out;
     }
     const uint32_t *pp = ids;
+    uint32_t max_ctx = ty_engine_max_ctx(e);
+    if (n >= max_ctx) {
+        fprintf(stderr, "tycho generate: the prompt has %zu tokens; the context holds %u (the "
+                        "model's is %u; the KV cache holds %u), which leaves no room for a "
+                        "completion\n", n, max_ctx, ty_model_config(m)->ctx_len,
+                ty_kvpool_pages_total(ty_engine_pool(e)) *
+                    ty_kvpool_block_tokens(ty_engine_pool(e)));
+        goto out;
+    }
     if ((rc = ty_engine_generate(e, &pp, &n, 1, &a.gp, &r, NULL, NULL))) {
         fprintf(stderr, "tycho generate: %s\n", ty_strerror(rc));
         goto out;
