@@ -383,6 +383,16 @@ static void on_rearm_reply(const struct ty_rpc_result *res, void *arg)
         ty_metrics_counter_inc(c->prefill_retries);
 }
 
+/* DecodeAssign.deadline_ms: how long the decode node keeps r's pages waiting for its KV. A
+ * fixed wait there would end a long prompt's prefill early (a 32k prompt on a CPU node takes
+ * tens of seconds); the Conductor's own KV deadline (node_answer_timeout past 4x the predicted
+ * queue and prefill) comes first, and twice the answer timeout on top leaves it the decision. */
+static uint64_t kv_wait_ms(const ty_conductor_t *c, const struct ty__creq *r)
+{
+    return 2ull * c->o.node_answer_timeout_ms +
+           (uint64_t)(4 * (r->predicted_wait_us + r->predicted_prefill_us) / 1000);
+}
+
 /* Its prefill node was lost before r's KV landed: pick the least-loaded other live prefill
  * node and ask the decode node (DecodeAssign.attempt) whether the request still waits for its
  * KV; if so it takes only the new attempt's KvReady, and the prefill goes to the new node
@@ -397,6 +407,7 @@ static int prefill_elsewhere(ty_conductor_t *c, struct ty__creq *r)
     Tycho__V1__DecodeAssign m = TYCHO__V1__DECODE_ASSIGN__INIT;
     m.request_id = r->rid;
     m.attempt = r->prefill_tries + 1u;
+    m.deadline_ms = kv_wait_ms(c, r);
     struct ty_rpc_call_opts o = {.timeout_ms = c->o.request_timeout_ms};
     int rc = ty_rpc_client_call_msg(r->dnode->rpc, TYCHO__V1__METHOD__METHOD_DECODE_ASSIGN,
                                     (const ProtobufCMessage *)&m, &o, on_rearm_reply, r, NULL);
@@ -609,6 +620,7 @@ static int dispatch(ty_conductor_t *c, struct ty__creq *r, struct ty_serve_rejec
     m.prompt_token_ids = r->prompt;
     m.stream = true;
     m.client_request_id = r->cid;
+    m.deadline_ms = kv_wait_ms(c, r);
     struct ty_rpc_call_opts co = {.timeout_ms = c->o.request_timeout_ms, .stream = true};
     rc = ty_rpc_client_call_msg(d->rpc, TYCHO__V1__METHOD__METHOD_DECODE_ASSIGN, &m.base, &co,
                                 on_stream, k, NULL);

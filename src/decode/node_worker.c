@@ -223,6 +223,14 @@ static uint32_t fence_new(uint64_t rid)
 }
 
 /* DecodeAssign: the prompt's pages reserved, answered with where its KV goes. */
+/* When reserved pages stop waiting for their KV: the node's kv_wait_timeout, or the longer
+ * wait the Conductor asked for (a long prompt's prefill outlasts a fixed timeout). */
+static uint64_t kv_deadline(const struct wstate *w, const struct dcmd *c)
+{
+    uint64_t ms = w->n->o.kv_wait_timeout_ms;
+    return ty_clock_ms() + (c->kv_wait_ms > ms ? c->kv_wait_ms : ms);
+}
+
 static void do_assign(struct wstate *w, struct dcmd *c)
 {
     struct devent *ev = calloc(1, sizeof(*ev));
@@ -248,7 +256,7 @@ static void do_assign(struct wstate *w, struct dcmd *c)
         d->attempt = 1;
         d->fence = fence_new(c->rid);
         fence_arm(w, d, true);
-        d->deadline_ms = ty_clock_ms() + w->n->o.kv_wait_timeout_ms;
+        d->deadline_ms = kv_deadline(w, c);
         d->next = w->reqs;
         w->reqs = d;
         w->n_reqs++;
@@ -283,7 +291,7 @@ static void do_rearm(struct wstate *w, struct dcmd *c)
     if (!rc) {
         d->attempt = c->attempt;
         fence_arm(w, d, true); /* the lost node's tag is refused from here on */
-        d->deadline_ms = ty_clock_ms() + w->n->o.kv_wait_timeout_ms;
+        d->deadline_ms = kv_deadline(w, c);
     }
     ev->n = w->n;
     ev->kind = DEV_REARM;
