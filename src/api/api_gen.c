@@ -611,9 +611,7 @@ static int resolve_max_tokens(ty_api_t *a, struct ty__api_gen *g, struct ty_api_
 {
     const char *param = g->req.kind == TY_API_CHAT ? "messages" : "prompt";
     struct ty_serve_stats st;
-    a->o.backend.iface->stats(a->o.backend.context, &st);
-    if (st.max_ctx)
-        a->max_ctx = st.max_ctx;
+    ty__api_max_ctx(a, &st);
     size_t longest = 0;
     uint32_t lp = 0;
     for (uint32_t p = 0; p < g->n_prompts; p++)
