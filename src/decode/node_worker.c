@@ -222,15 +222,17 @@ static uint32_t fence_new(uint64_t rid)
     return f ? f : 1;
 }
 
-/* DecodeAssign: the prompt's pages reserved, answered with where its KV goes. */
 /* When reserved pages stop waiting for their KV: the node's kv_wait_timeout, or the longer
- * wait the Conductor asked for (a long prompt's prefill outlasts a fixed timeout). */
+ * wait the Conductor asked for (a long prompt's prefill outlasts a fixed timeout), at most an
+ * hour (the most kv_wait_timeout takes). */
 static uint64_t kv_deadline(const struct wstate *w, const struct dcmd *c)
 {
-    uint64_t ms = w->n->o.kv_wait_timeout_ms;
-    return ty_clock_ms() + (c->kv_wait_ms > ms ? c->kv_wait_ms : ms);
+    uint64_t ms = w->n->o.kv_wait_timeout_ms, asked = c->kv_wait_ms < 3600000 ? c->kv_wait_ms
+                                                                            : 3600000;
+    return ty_clock_ms() + (asked > ms ? asked : ms);
 }
 
+/* DecodeAssign: the prompt's pages reserved, answered with where its KV goes. */
 static void do_assign(struct wstate *w, struct dcmd *c)
 {
     struct devent *ev = calloc(1, sizeof(*ev));
