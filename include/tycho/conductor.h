@@ -85,7 +85,7 @@ struct ty_conductor_config {
     uint64_t heartbeat_interval_ns;  /* told to nodes at registration */
     uint64_t heartbeat_timeout_ns;   /* a node silent this long is dead */
     uint64_t request_timeout_ns;     /* whole-request deadline (every party gives up after) */
-    uint32_t max_ctx;                /* context per sequence; 0: the model's, capped at 4096 */
+    uint32_t max_ctx;                /* context per sequence; 0: the model's */
     uint64_t startup_wait_ns;        /* right after start, requests wait this long for nodes */
     char *port_file;                 /* write "http_port rpc_port\n" here once listening */
     struct ty_conductor_limits limits;
@@ -151,7 +151,8 @@ extern const struct ty_config_struct ty_conductor_key_class_table, ty_conductor_
     {.key = "request_timeout", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(T, P request_timeout_ns), \
      .def = "10m", .min = "100ms", .max = "24h", .help = "deadline of one request"},              \
     {.key = "max_ctx", .type = TY_CONFIG_UINT, TY_CONFIG_AT(T, P max_ctx), .def = "0", .max = "1048576",\
-     .help = "context per sequence; 0: the model's, at most 4096"},                               \
+     .help = "context per sequence (prompt + max_tokens); 0: the model's; lowered to the "      \
+             "least a live node registered"},                                                     \
     {.key = "startup_wait", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(T, P startup_wait_ns), .def = "10s",\
      .max = "10m",                                                                                \
      .help = "for this long after start, requests wait for the first nodes instead of a 503"},    \

@@ -22,11 +22,13 @@ typedef struct ty_engine ty_engine_t;
 struct ty_engine_opts {
     uint32_t n_threads;        /* CPU threads, 0 = 1 */
     uint32_t kv_block_tokens;  /* B, 0 = 64 */
-    uint32_t kv_pages;         /* pages per layer, 0 = kv_bytes' worth, else enough for
-                                * max_seqs full contexts */
+    uint32_t kv_pages;         /* pages per layer, 0 = kv_bytes' worth, else max_seqs
+                                * sequences of min(max_ctx, 4096) tokens and at least one of
+                                * max_ctx */
     uint64_t kv_bytes;         /* with kv_pages 0: page memory of K and V over all layers */
     uint32_t max_seqs;         /* for the kv_pages default, 0 = 8 */
-    uint32_t max_ctx;          /* context per sequence, 0 = the model's (capped at 4096) */
+    uint32_t max_ctx;          /* context per sequence, 0 = the model's (at most
+                                * TY_ENGINE_MAX_CTX); lowered to what the KV pool holds */
     uint32_t max_batch_tokens; /* tokens per forward call (prefill chunk size), 0 = 512 */
     bool no_prefix_sharing;
     const char *kv_dtype;      /* KV cache element type: "f32", "f16" or "auto" (NULL): f16 for
@@ -45,6 +47,13 @@ struct ty_engine_opts {
      * must outlive the engine. A device backend's page memory takes precedence. */
     const struct ty_kvpool_storage *kv_host_storage;
 };
+
+/* The longest context an engine takes (tokens). */
+#define TY_ENGINE_MAX_CTX (1u << 20)
+
+/* The context an engine, node or Conductor uses when none is configured: the model's own
+ * (<arch>.context_length, HF max_position_embeddings), at most TY_ENGINE_MAX_CTX. */
+uint32_t ty_engine_default_ctx(uint32_t model_ctx);
 
 /* The names ty_engine_opts takes, as settings tables list them (NULL-terminated). */
 /* kv_dtype: "auto", "f32", "f16" (ty_engine_opts.kv_dtype), NULL-terminated. */

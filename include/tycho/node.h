@@ -76,7 +76,8 @@ struct ty_node_config {
     uint32_t kv_pages;               /* pages per layer; 0: the engine default */
     uint64_t kv_cache_memory;        /* bytes of KV pages when kv_pages is 0; 0: unset */
     int kv_cache_dtype;              /* index into ty_engine_kv_dtype_names */
-    uint32_t max_ctx;                /* 0: the model's, capped at 4096 (must match the Conductor) */
+    uint32_t max_ctx;                /* 0: the model's; the Conductor admits what every live
+                                      * node holds */
     uint32_t threads;
     uint32_t max_batch_size;         /* decode: sequences decoded together */
     int backend;                     /* index into ty_engine_backend_names */
@@ -106,7 +107,8 @@ extern const struct ty_config_struct ty_node_config_table; /* prefill and decode
     {.key = "kv_block_tokens", .type = TY_CONFIG_UINT, TY_CONFIG_AT(T, kv_block_tokens),          \
      .def = "64", .min = "1", .max = "4096", .help = "tokens per KV page (same on every node)"},  \
     {.key = "kv_pages", .type = TY_CONFIG_UINT, TY_CONFIG_AT(T, kv_pages), .def = "0",            \
-     .max = "16777216", .help = "KV pages per layer; 0: max_batch_size full contexts"},           \
+     .max = "16777216", .help = "KV pages per layer; 0: kv_cache_memory's, else max_batch_size "  \
+                                "sequences of min(max_ctx, 4096) tokens, at least one max_ctx"}, \
     {.key = "kv_cache_memory", .type = TY_CONFIG_SIZE, TY_CONFIG_AT(T, kv_cache_memory),          \
      .def = "0", .help = "KV page memory (e.g. 8G) when kv_pages is 0: pages = this / page "      \
                          "size, so f16 pages give twice the tokens; 0: kv_pages decides"},        \

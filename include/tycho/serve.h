@@ -78,8 +78,13 @@ typedef void (*ty_serve_event_cb)(void *arg, const struct ty_serve_event *ev);
 struct ty_serve_stats {
     uint32_t running, waiting; /* sequences in the batch / queued for admission */
     double kv_usage;           /* used fraction of KV pages, 0..1 */
-    uint32_t max_ctx;          /* context length per sequence */
+    uint32_t max_ctx;          /* context length per sequence: prompt + output at most; the
+                                * model's, or less where configured or where the KV cache
+                                * holds less (a Conductor: the least of its own and its live
+                                * nodes') */
     uint32_t kv_pages_total, kv_block_tokens;
+    uint32_t kv_seq_tokens;    /* the most tokens the KV cache holds for one sequence (a
+                                * Conductor: the smallest live node's); 0: not known */
     uint64_t steps;            /* forward steps run so far */
     uint64_t preemptions;      /* sequences whose KV pages were taken back to let older ones
                                 * grow (recomputed when readmitted); 0 where none happen */

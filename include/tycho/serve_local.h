@@ -26,7 +26,9 @@
 struct ty_serve_engine_config {
     uint32_t threads;
     uint32_t kv_block_tokens;
-    uint32_t kv_pages;               /* pages per layer; 0: max_batch_size full contexts */
+    uint32_t kv_pages;               /* pages per layer; 0: kv_cache_memory's, else the engine's
+                                      * default (max_batch_size sequences of up to 4096 tokens,
+                                      * at least one whole context) */
     uint64_t kv_cache_memory;        /* bytes of KV pages when kv_pages is 0; 0: unset */
     int kv_cache_dtype;              /* index into ty_engine_kv_dtype_names */
     uint32_t max_batch_size;         /* sequences decoded together */

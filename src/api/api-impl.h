@@ -79,7 +79,7 @@ struct ty_api {
     ty_chat_tpl_t *tpl;    /* NULL: the model has no chat template (messages joined) */
     enum ty__api_fam fam;  /* the template's tool-call syntax */
     bool think;            /* its output may open with <think> */
-    uint32_t max_ctx;
+    uint32_t max_ctx;      /* the backend's context as last seen (ty__api_max_ctx) */
     struct ty__api_gen *buckets[TY__API_BUCKETS];
     uint64_t next_seq;
     uint32_t n_inflight;
@@ -129,6 +129,9 @@ void ty__api_sse_call(struct ty__api_gen *g, uint32_t i, size_t index, const cha
 void ty__api_sse_finish(struct ty__api_gen *g, uint32_t i, const char *reason);
 void ty__api_sse_usage(struct ty__api_gen *g, uint64_t in, uint64_t cached, uint64_t out);
 /* api_misc.c */
+/* The backend's context now (a Conductor's follows its live nodes), its stats in *st (may be
+ * NULL); keeps a->max_ctx. The API's thread. */
+uint32_t ty__api_max_ctx(ty_api_t *a, struct ty_serve_stats *st);
 void ty__api_handle_models(ty_api_t *a, ty_http_req_t *r);
 void ty__api_handle_tokenize(ty_api_t *a, ty_http_req_t *r);
 void ty__api_handle_detokenize(ty_api_t *a, ty_http_req_t *r);

@@ -587,11 +587,31 @@ static bool model_ok(ty_api_t *a, const char *m)
     return !m || !strcmp(m, a->model_name) || (a->model_path && !strcmp(m, a->model_path));
 }
 
+/* What limits the context besides the model, for a context_length_exceeded message: the KV
+ * cache where it holds fewer tokens than the model's context ("" otherwise). */
+static void kv_limit_note(const ty_api_t *a, const struct ty_serve_stats *st, char *out,
+                          size_t cap)
+{
+    uint32_t model_ctx = ty_model_config(a->o.model)->ctx_len;
+    char pages[64] = "";
+    out[0] = 0;
+    if (!st->kv_seq_tokens || st->kv_seq_tokens > st->max_ctx || st->kv_seq_tokens >= model_ctx)
+        return;
+    if (st->kv_pages_total && st->kv_block_tokens)
+        snprintf(pages, sizeof(pages), ": %u pages of %u tokens", st->kv_pages_total,
+                 st->kv_block_tokens);
+    snprintf(out, cap, " (the KV cache holds %u tokens per sequence%s; the model's own context "
+             "is %u)", st->kv_seq_tokens, pages, model_ctx);
+}
+
 /* max_tokens: given, or (completions) 16 as in OpenAI's reference, or (chat) the rest of the
- * context; every prompt + max_tokens must fit the context. */
+ * context; every prompt + max_tokens must fit the context, which the backend says anew for
+ * every request (a Conductor's shrinks or grows as nodes come and go). */
 static int resolve_max_tokens(ty_api_t *a, struct ty__api_gen *g, struct ty_api_error *e)
 {
     const char *param = g->req.kind == TY_API_CHAT ? "messages" : "prompt";
+    struct ty_serve_stats st;
+    ty__api_max_ctx(a, &st);
     size_t longest = 0;
     uint32_t lp = 0;
     for (uint32_t p = 0; p < g->n_prompts; p++)
@@ -599,24 +619,28 @@ static int resolve_max_tokens(ty_api_t *a, struct ty__api_gen *g, struct ty_api_
             longest = g->prompts[p].n;
             lp = p;
         }
-    char where[32] = "";
+    char where[32] = "", kv[160];
     if (g->n_prompts > 1)
         snprintf(where, sizeof(where), " (prompt[%u])", lp);
+    kv_limit_note(a, &st, kv, sizeof(kv));
     size_t room = a->max_ctx > longest ? a->max_ctx - longest : 0;
     if (room < 1)
         return ty_api_error_set(e, 400, "invalid_request_error", param,
                                 "context_length_exceeded",
-                                "this model's maximum context length is %u tokens; the prompt%s "
-                                "has %zu", a->max_ctx, where, longest);
+                                "this model's maximum context length is %u tokens%s; the "
+                                "prompt%s has %zu tokens, which leaves no room for a completion",
+                                a->max_ctx, kv, where, longest);
     if (g->req.max_tokens < 0)
         g->req.max_tokens = g->req.kind == TY_API_CHAT ? (int64_t)room
                                                        : (int64_t)(room < 16 ? room : 16);
     if ((uint64_t)g->req.max_tokens > room)
         return ty_api_error_set(e, 400, "invalid_request_error", "max_tokens",
                                 "context_length_exceeded",
-                                "this model's maximum context length is %u tokens; you asked "
-                                "for %zu in the prompt%s and %lld in the completion",
-                                a->max_ctx, longest, where, (long long)g->req.max_tokens);
+                                "this model's maximum context length is %u tokens%s; the "
+                                "prompt%s has %zu tokens and max_tokens is %lld (%zu tokens in "
+                                "all)", a->max_ctx, kv, where, longest,
+                                (long long)g->req.max_tokens,
+                                longest + (size_t)g->req.max_tokens);
     return 0;
 }
 

@@ -195,7 +195,7 @@ void ty__api_handle_models(ty_api_t *a, ty_http_req_t *r)
     json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:s,s:i}", "id", a->model_name, "object", "model",
                           "created", (json_int_t)time(NULL), "owned_by", "tycho", "root",
                           a->model_path ? a->model_path : a->model_name, "max_model_len",
-                          (json_int_t)a->max_ctx);
+                          (json_int_t)ty__api_max_ctx(a, NULL));
     ty__api_send_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
 }
 
@@ -252,7 +252,8 @@ void ty__api_handle_tokenize(ty_api_t *a, ty_http_req_t *r)
     json_decref(o);
     ty_arena_free(arena);
     ty__api_send_json(r, 200, json_pack("{s:i,s:i,s:o}", "count", (json_int_t)n,
-                                        "max_model_len", (json_int_t)a->max_ctx, "tokens", t));
+                                        "max_model_len", (json_int_t)ty__api_max_ctx(a, NULL),
+                                        "tokens", t));
     return;
 fail:
     json_decref(o);

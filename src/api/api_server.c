@@ -170,6 +170,16 @@ void ty_api_set_keys(ty_api_t *a, const char *const *keys, const char *const *cl
     }
 }
 
+uint32_t ty__api_max_ctx(ty_api_t *a, struct ty_serve_stats *st)
+{
+    struct ty_serve_stats own;
+    st = st ? st : &own;
+    a->o.backend.iface->stats(a->o.backend.context, st);
+    if (st->max_ctx)
+        a->max_ctx = st->max_ctx;
+    return a->max_ctx;
+}
+
 int ty_api_new(ty_api_t **out, uv_loop_t *loop, const struct ty_api_opts *o)
 {
     if (!out || !loop || !o || !o->model || !o->backend.iface || !o->backend.iface->set_sink ||
@@ -188,9 +198,7 @@ int ty_api_new(ty_api_t **out, uv_loop_t *loop, const struct ty_api_opts *o)
     a->tok = ty_model_tokenizer(o->model);
     a->next_seq = 1;
     a->started_ms = ty_clock_ms();
-    struct ty_serve_stats st;
-    o->backend.iface->stats(o->backend.context, &st);
-    a->max_ctx = st.max_ctx;
+    ty__api_max_ctx(a, NULL);
     ty_api_set_keys(a, o->api_keys, o->api_key_classes, o->n_api_keys);
     a->o.chat_template = NULL;
     int rc = ty__api_tpl_load(a, o->chat_template);

@@ -6,6 +6,7 @@
 #include "tycho/errors.h"
 #include "tycho/tokenizer.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -25,7 +26,7 @@ struct gen_args {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: tycho generate --model PATH (--prompt TEXT | --prompt-ids 1,2,3) [-n N]\n"
+            "usage: tycho generate --model PATH (--prompt TEXT | --prompt-ids 1,2,3|@FILE) [-n N]\n"
             "         [--temp T] [--seed S] [--top-k K] [--top-p P] [--min-p P]\n"
             "         [--repeat-penalty R] [--presence-penalty P] [--frequency-penalty F]\n"
             "         [--stop STR]... [--logprobs N] [--ignore-eos] [--chat] [--json] [--raw]\n"
@@ -217,6 +218,33 @@ static int parse_ids(const char *s, uint32_t **ids, size_t *n)
     return *ids ? 0 : TY_ENOMEM;
 }
 
+/* --prompt-ids @FILE: the comma-separated ids from FILE (a long prompt's list outgrows one
+ * command-line argument, 128 KiB on Linux); trailing whitespace ignored. */
+static int parse_ids_arg(const char *arg, uint32_t **ids, size_t *n)
+{
+    if (arg[0] != '@')
+        return parse_ids(arg, ids, n);
+    FILE *f = fopen(arg + 1, "rb");
+    if (!f) {
+        fprintf(stderr, "tycho generate: cannot read %s: %s\n", arg + 1, strerror(errno));
+        return -errno;
+    }
+    size_t len = 0, cap = 1 << 16, got;
+    char *buf = malloc(cap);
+    while (buf && (got = fread(buf + len, 1, cap - len - 1, f)) > 0)
+        if ((len += got) == cap - 1 && !(buf = realloc(buf, cap *= 2)))
+            break;
+    fclose(f);
+    if (!buf)
+        return TY_ENOMEM;
+    while (len && (buf[len - 1] == '\n' || buf[len - 1] == ' ' || buf[len - 1] == '\r'))
+        len--;
+    buf[len] = 0;
+    int rc = parse_ids(buf, ids, n);
+    free(buf);
+    return rc;
+}
+
 /* Prompt text to ids: chat template (--chat) then the model's tokenizer. */
 static int tokenize_prompt(const struct gen_args *a, const ty_model_t *m, uint32_t **ids,
                            size_t *n)
@@ -337,7 +365,7 @@ static int run_generate(int argc, char **argv)
             goto out;
         }
     }
-    rc = a.prompt_ids ? parse_ids(a.prompt_ids, &ids, &n) : tokenize_prompt(&a, m, &ids, &n);
+    rc = a.prompt_ids ? parse_ids_arg(a.prompt_ids, &ids, &n) : tokenize_prompt(&a, m, &ids, &n);
     if (rc || n == 0) {
         fprintf(stderr, "tycho generate: bad or empty prompt (%s)\n", ty_err_name(rc));
         goto out;
@@ -352,6 +380,15 @@ static int run_generate(int argc, char **argv)
         goto out;
     }
     const uint32_t *pp = ids;
+    uint32_t max_ctx = ty_engine_max_ctx(e);
+    if (n >= max_ctx) {
+        fprintf(stderr, "tycho generate: the prompt has %zu tokens; the context holds %u (the "
+                        "model's is %u; the KV cache holds %u), which leaves no room for a "
+                        "completion\n", n, max_ctx, ty_model_config(m)->ctx_len,
+                ty_kvpool_pages_total(ty_engine_pool(e)) *
+                    ty_kvpool_block_tokens(ty_engine_pool(e)));
+        goto out;
+    }
     if ((rc = ty_engine_generate(e, &pp, &n, 1, &a.gp, &r, NULL, NULL))) {
         fprintf(stderr, "tycho generate: %s\n", ty_strerror(rc));
         goto out;

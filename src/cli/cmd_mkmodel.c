@@ -457,7 +457,7 @@ static void usage(FILE *f)
                "         --vocab-from TOKENIZER.gguf|bytes --out FILE.gguf\n"
                "         [--type f32|f16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|mxfp4]\n"
                "         [--arch llama|qwen2|qwen3|qwen3moe|mixtral] [--head-dim N] [--untied]\n"
-               "         [--seed S] [--sliding-window N] [--yarn FACTOR,ORIG_CTX]\n"
+               "         [--seed S] [--sliding-window N] [--yarn FACTOR,ORIG_CTX] [--ctx N]\n"
                "         [--experts N] [--experts-used K] [--hf DIR]\n"
                "  --type: the matrices' ggml type (norms and biases stay f32); q4_k_m is\n"
                "          llama.cpp's mix (Q4_K, Q6_K output and some attn_v / ffn_down)\n"
@@ -474,6 +474,8 @@ static void usage(FILE *f)
                "          expert an FFN of the FFN size; the router stays f32\n"
                "  --yarn FACTOR,ORIG_CTX: YaRN rope scaling (<arch>.rope.scaling.*, HF rope_scaling)\n"
                "          by FACTOR over an original context of ORIG_CTX tokens\n"
+               "  --ctx N: the context length (<arch>.context_length, max_position_embeddings);\n"
+               "          default: the preset's, 2048 with --dims\n"
                "  --hf DIR: also write the same weights as a Hugging Face directory\n"
                "            (config.json + model.safetensors; f32 or f16; no tokenizer files)\n");
 }
@@ -705,14 +707,14 @@ static int run_mkmodel(int argc, char **argv)
         {"arch", 1, 0, 'a'},   {"head-dim", 1, 0, 'H'}, {"untied", 0, 0, 'U'},
         {"hf", 1, 0, 'F'},     {"help", 0, 0, 'h'},     {"sliding-window", 1, 0, 'W'},
         {"yarn", 1, 0, 'Y'},   {"experts", 1, 0, 'E'}, {"experts-used", 1, 0, 'K'},
-        {0, 0, 0, 0}};
+        {"ctx", 1, 0, 'C'},    {0, 0, 0, 0}};
     float yarn_factor = 0;
     uint32_t yarn_orig = 0;
     struct dims d = {0};
     const char *vocab = NULL, *out = NULL, *hf = NULL;
     const struct arch_spec *arch = &arches[0];
     const struct ftype *ft = &ftypes[0];
-    uint32_t hd = 0, window = 0, experts = 0, experts_used = 0;
+    uint32_t hd = 0, window = 0, experts = 0, experts_used = 0, ctx = 0;
     uint64_t seed = 1;
     bool have = false, untied = false;
     int c;
@@ -780,6 +782,14 @@ static int run_mkmodel(int argc, char **argv)
             }
             break;
         }
+        case 'C':
+            ctx = (uint32_t)strtoul(optarg, NULL, 10);
+            if (ctx < 16 || ctx > (1u << 24)) {
+                fprintf(stderr, "tycho mkmodel: bad --ctx '%s' (16 to 16777216 tokens)\n",
+                        optarg);
+                return TY_CLI_EXIT_USAGE;
+            }
+            break;
         case 's': seed = strtoull(optarg, NULL, 10); break;
         case 'h': usage(stdout); return TY_CLI_EXIT_OK;
         default: usage(stderr); return TY_CLI_EXIT_USAGE;
@@ -804,6 +814,7 @@ static int run_mkmodel(int argc, char **argv)
     }
     d.yarn_factor = yarn_factor;
     d.yarn_orig = yarn_orig;
+    d.ctx = ctx ? ctx : d.ctx;
     d.tied = d.tied && !untied;
     int rc = check_shape(&d, ft, hf);
     if (rc)

@@ -5,6 +5,7 @@
 #include "tycho/api.h"
 #include "tycho/conductor.h"
 #include "tycho/daemon.h"
+#include "tycho/engine.h"
 #include "tycho/errors.h"
 #include "tycho/log.h"
 #include "tycho/metrics.h"
@@ -82,7 +83,7 @@ static int start(struct conductor *s, uv_loop_t *loop)
         return rc;
     }
     uint32_t ctx = ty_model_config(s->model)->ctx_len;
-    uint32_t max_ctx = s->cfg.max_ctx ? s->cfg.max_ctx : (ctx && ctx < 4096 ? ctx : 4096);
+    uint32_t max_ctx = s->cfg.max_ctx ? s->cfg.max_ctx : ty_engine_default_ctx(ctx);
     struct ty_conductor_opts co = {
         .loop = loop, .rpc_host = s->cfg.rpc_host, .rpc_port = s->cfg.rpc_port, .auth = &s->auth,
         .model = s->model, .max_ctx = max_ctx,

@@ -410,8 +410,8 @@ static void on_register(ty_rpc_call_t *call, const void *msg, void *arg)
                     n->info.address, n->segment);
         if (n->max_ctx && n->max_ctx < c->o.max_ctx)
             TY_LOG_WARN("cluster", "node %s holds sequences of at most %u tokens, less than the "
-                        "Conductor's max_ctx %u: requests longer than that fail or end early "
-                        "there (give it more KV memory, or lower max_ctx)", n->info.id,
+                        "Conductor's max_ctx %u: while it is up, longer requests get a 400 "
+                        "(give it more KV memory, or lower max_ctx)", n->info.id,
                         n->max_ctx, c->o.max_ctx);
     } else {
         r.reason = why;

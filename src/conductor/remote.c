@@ -383,6 +383,16 @@ static void on_rearm_reply(const struct ty_rpc_result *res, void *arg)
         ty_metrics_counter_inc(c->prefill_retries);
 }
 
+/* DecodeAssign.deadline_ms: how long the decode node keeps r's pages waiting for its KV. A
+ * fixed wait there would end a long prompt's prefill early (a 32k prompt on a CPU node takes
+ * tens of seconds); the Conductor's own KV deadline (node_answer_timeout past 4x the predicted
+ * queue and prefill) comes first, and twice the answer timeout on top leaves it the decision. */
+static uint64_t kv_wait_ms(const ty_conductor_t *c, const struct ty__creq *r)
+{
+    return 2ull * c->o.node_answer_timeout_ms +
+           (uint64_t)(4 * (r->predicted_wait_us + r->predicted_prefill_us) / 1000);
+}
+
 /* Its prefill node was lost before r's KV landed: pick the least-loaded other live prefill
  * node and ask the decode node (DecodeAssign.attempt) whether the request still waits for its
  * KV; if so it takes only the new attempt's KvReady, and the prefill goes to the new node
@@ -397,6 +407,7 @@ static int prefill_elsewhere(ty_conductor_t *c, struct ty__creq *r)
     Tycho__V1__DecodeAssign m = TYCHO__V1__DECODE_ASSIGN__INIT;
     m.request_id = r->rid;
     m.attempt = r->prefill_tries + 1u;
+    m.deadline_ms = kv_wait_ms(c, r);
     struct ty_rpc_call_opts o = {.timeout_ms = c->o.request_timeout_ms};
     int rc = ty_rpc_client_call_msg(r->dnode->rpc, TYCHO__V1__METHOD__METHOD_DECODE_ASSIGN,
                                     (const ProtobufCMessage *)&m, &o, on_rearm_reply, r, NULL);
@@ -609,6 +620,7 @@ static int dispatch(ty_conductor_t *c, struct ty__creq *r, struct ty_serve_rejec
     m.prompt_token_ids = r->prompt;
     m.stream = true;
     m.client_request_id = r->cid;
+    m.deadline_ms = kv_wait_ms(c, r);
     struct ty_rpc_call_opts co = {.timeout_ms = c->o.request_timeout_ms, .stream = true};
     rc = ty_rpc_client_call_msg(d->rpc, TYCHO__V1__METHOD__METHOD_DECODE_ASSIGN, &m.base, &co,
                                 on_stream, k, NULL);
@@ -731,13 +743,40 @@ void ty__conductor_retry_waiting(ty_conductor_t *c)
     }
 }
 
+/* The longest sequence the cluster serves: the Conductor's max_ctx, lowered to the least a
+ * live node registered (its context, itself lowered to what its KV pool holds), so that no
+ * request is placed where it cannot fit; *kv_tokens: the smallest live node's KV pool in
+ * tokens (0: no node). */
+static uint32_t cluster_ctx_limit(const ty_conductor_t *c, uint32_t *kv_tokens)
+{
+    uint32_t lim = c->o.max_ctx;
+    uint64_t kv = 0;
+    for (size_t i = 0; i < c->n_nodes; i++) {
+        const struct ty__cnode *n = c->nodes[i];
+        if (!n->info.alive)
+            continue;
+        if (n->max_ctx && n->max_ctx < lim)
+            lim = n->max_ctx;
+        uint64_t t = n->kv_pages * n->block_tokens;
+        if (t && (!kv || t < kv))
+            kv = t;
+    }
+    if (kv_tokens)
+        *kv_tokens = kv < UINT32_MAX ? (uint32_t)kv : UINT32_MAX;
+    return lim;
+}
+
 static int cluster_submit(void *ctx, const struct ty_serve_request *sr)
 {
     ty_conductor_t *c = ctx;
     if (c->closing)
         return TY_ESHUTDOWN;
-    if (!sr || !sr->n_prompt || sr->n_prompt >= c->o.max_ctx)
-        return sr && sr->n_prompt ? TY_ERANGE : TY_EINVAL;
+    if (!sr || !sr->n_prompt)
+        return TY_EINVAL;
+    /* the API front door answered a 400 naming the limits already; this holds for any other
+     * caller: the prompt and its first token must fit every node it may be placed on */
+    if (sr->n_prompt >= cluster_ctx_limit(c, NULL))
+        return TY_ERANGE;
     uint64_t now = ty_clock_ms();
     bool up = nodes_up(c);
     if (!up && now - c->started_ms >= c->o.startup_wait_ms)
@@ -782,7 +821,7 @@ static void cluster_stats(void *ctx, struct ty_serve_stats *out)
 {
     ty_conductor_t *c = ctx;
     memset(out, 0, sizeof(*out));
-    out->max_ctx = c->o.max_ctx;
+    out->max_ctx = cluster_ctx_limit(c, &out->kv_seq_tokens);
     uint32_t n_decode = 0, n_prefill = 0;
     for (size_t i = 0; i < c->n_nodes; i++) {
         const struct ty__cnode *n = c->nodes[i];

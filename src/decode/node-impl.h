@@ -32,6 +32,8 @@ struct dcmd {
     struct ty_gen_grammar grammar; /* kind 0: none; schema points into grammar_schema */
     char *grammar_schema;
     uint32_t attempt; /* REARM: the new prefill attempt (DecodeAssign.attempt) */
+    uint64_t kv_wait_ms; /* DecodeAssign.deadline_ms: the Conductor's wait for the KV (0: none
+                          * said; the node's kv_wait_timeout is the least) */
 };
 
 /* worker -> loop: what the worker says of a request. */

@@ -154,6 +154,7 @@ static int rearm_build(ty_decode_node_t *n, const Tycho__V1__DecodeAssign *m, st
     c->kind = DCMD_REARM;
     c->rid = m->request_id;
     c->attempt = m->attempt;
+    c->kv_wait_ms = m->deadline_ms;
     *out = c;
     return 0;
 }
@@ -185,6 +186,7 @@ static int assign_build(ty_decode_node_t *n, const Tycho__V1__DecodeAssign *m,
     }
     c->kind = DCMD_ASSIGN;
     c->rid = m->request_id;
+    c->kv_wait_ms = m->deadline_ms;
     ty_client_id_copy(c->cid, m->client_request_id);
     c->n_prompt = (uint32_t)m->n_prompt_token_ids;
     memcpy(c->prompt, m->prompt_token_ids, c->n_prompt * sizeof(uint32_t));

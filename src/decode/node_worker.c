@@ -222,6 +222,16 @@ static uint32_t fence_new(uint64_t rid)
     return f ? f : 1;
 }
 
+/* When reserved pages stop waiting for their KV: the node's kv_wait_timeout, or the longer
+ * wait the Conductor asked for (a long prompt's prefill outlasts a fixed timeout), at most an
+ * hour (the most kv_wait_timeout takes). */
+static uint64_t kv_deadline(const struct wstate *w, const struct dcmd *c)
+{
+    uint64_t ms = w->n->o.kv_wait_timeout_ms, asked = c->kv_wait_ms < 3600000 ? c->kv_wait_ms
+                                                                            : 3600000;
+    return ty_clock_ms() + (asked > ms ? asked : ms);
+}
+
 /* DecodeAssign: the prompt's pages reserved, answered with where its KV goes. */
 static void do_assign(struct wstate *w, struct dcmd *c)
 {
@@ -248,7 +258,7 @@ static void do_assign(struct wstate *w, struct dcmd *c)
         d->attempt = 1;
         d->fence = fence_new(c->rid);
         fence_arm(w, d, true);
-        d->deadline_ms = ty_clock_ms() + w->n->o.kv_wait_timeout_ms;
+        d->deadline_ms = kv_deadline(w, c);
         d->next = w->reqs;
         w->reqs = d;
         w->n_reqs++;
@@ -283,7 +293,7 @@ static void do_rearm(struct wstate *w, struct dcmd *c)
     if (!rc) {
         d->attempt = c->attempt;
         fence_arm(w, d, true); /* the lost node's tag is refused from here on */
-        d->deadline_ms = ty_clock_ms() + w->n->o.kv_wait_timeout_ms;
+        d->deadline_ms = kv_deadline(w, c);
     }
     ev->n = w->n;
     ev->kind = DEV_REARM;

@@ -189,8 +189,11 @@ static int breq_new(ty_batcher_t *b, const struct ty_breq_opts *o, struct ty_bre
     r->gen = *o->gen;
     r->gen.stop = NULL;
     r->gen.n_stop = 0;
-    uint32_t room = b->max_ctx - o->n_prompt;
-    r->cap_hist = o->n_prompt + (o->gen->max_tokens < room ? o->gen->max_tokens : room) + 1;
+    /* the answer's first 256 tokens; the history doubles when it fills (a chat request on a
+     * 128k model asks for the whole rest of the context, 512 KiB, while it waits) */
+    uint32_t room = b->max_ctx - o->n_prompt, ahead = o->gen->max_tokens < room
+                                                         ? o->gen->max_tokens : room;
+    r->cap_hist = o->n_prompt + (ahead < 256 ? ahead : 256) + 1;
     r->hist = malloc((size_t)r->cap_hist * sizeof(uint32_t));
     int rc = r->hist ? ty_sampler_new(&r->sampler, &o->gen->sampling, b->V) : TY_ENOMEM;
     if (rc) {

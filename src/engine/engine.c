@@ -103,6 +103,25 @@ const char *const ty_engine_kv_dtype_names[] = {"auto", "f32", "f16", "bf16", NU
 const char *const ty_engine_backend_names[] = {"cpu", "cuda", NULL};
 const char *const ty_engine_cuda_weights_names[] = {"auto", "f32", "f16", "bf16", NULL};
 
+uint32_t ty_engine_default_ctx(uint32_t model_ctx)
+{
+    return model_ctx < TY_ENGINE_MAX_CTX ? model_ctx : TY_ENGINE_MAX_CTX;
+}
+
+/* The KV pool when neither kv_pages nor kv_bytes is set: max_seqs sequences of up to 4096
+ * tokens (every sequence's whole context for a model of 4k or less), and never less than one
+ * whole max_ctx sequence. A 128k model thus gets one 128k sequence's worth, not max_seqs of
+ * them; sequences share that budget page by page and the batcher preempts when it runs out
+ * (vLLM's and SGLang's KV budget, which also must hold one max_model_len sequence). */
+static uint64_t default_kv_tokens(const struct ty_engine_opts *o)
+{
+    uint64_t per = o->max_ctx < 4096 ? o->max_ctx : 4096;
+    uint64_t t = (uint64_t)o->max_seqs * ((per + o->kv_block_tokens - 1) / o->kv_block_tokens) *
+                 o->kv_block_tokens;
+    return t > o->max_ctx ? t : ((uint64_t)o->max_ctx + o->kv_block_tokens - 1) /
+                                    o->kv_block_tokens * o->kv_block_tokens;
+}
+
 int ty_engine_new(ty_engine_t **out, const ty_model_t *m, const struct ty_engine_opts *opts)
 {
     const struct ty_model_config *c = ty_model_config(m);
@@ -111,12 +130,16 @@ int ty_engine_new(ty_engine_t **out, const ty_model_t *m, const struct ty_engine
     *out = NULL;
     o.kv_block_tokens = o.kv_block_tokens ? o.kv_block_tokens : 64;
     o.max_seqs = o.max_seqs ? o.max_seqs : 8;
-    o.max_ctx = o.max_ctx ? o.max_ctx : (c->ctx_len < 4096 ? c->ctx_len : 4096);
+    o.max_ctx = o.max_ctx ? o.max_ctx : ty_engine_default_ctx(c->ctx_len);
     o.max_batch_tokens = o.max_batch_tokens ? o.max_batch_tokens : 512;
-    if (!o.kv_pages && !o.kv_bytes)
-        o.kv_pages = o.max_seqs * ((o.max_ctx + o.kv_block_tokens - 1) / o.kv_block_tokens);
-    if (o.max_batch_tokens > 65536 || o.max_ctx > (1u << 20))
+    if (o.max_batch_tokens > 65536 || o.max_ctx > TY_ENGINE_MAX_CTX)
         return TY_EINVAL;
+    if (!o.kv_pages && !o.kv_bytes) {
+        uint64_t pages = default_kv_tokens(&o) / o.kv_block_tokens;
+        if (pages > (1u << 28))
+            return TY_EINVAL;
+        o.kv_pages = (uint32_t)pages;
+    }
     ty_engine_t *e = calloc(1, sizeof(*e));
     if (!e)
         return TY_ENOMEM;

@@ -72,7 +72,8 @@ static const struct ty_config_field node_fields[] = {
      .help = "load report period until the Conductor sets one"},
     TY_NODE_ENGINE_CONFIG_ROWS(N),
     {.key = "max_ctx", .type = TY_CONFIG_UINT, TY_CONFIG_AT(N, max_ctx), .def = "0",
-     .max = "1048576", .help = "context per sequence; 0: the model's, at most 4096"},
+     .max = "1048576", .help = "context per sequence; 0: the model's (lowered to what the KV "
+                               "cache holds)"},
     {.key = "chunk_tokens", .type = TY_CONFIG_UINT, TY_CONFIG_AT(N, chunk_tokens),
      .def = "512", .min = "1", .max = "1048576", .help = "prefill: chunked-prefill chunk"},
     {.key = "prefill_batch", .type = TY_CONFIG_UINT, TY_CONFIG_AT(N, prefill_batch),

@@ -334,6 +334,8 @@ int ty_serve_worker_new(ty_serve_worker_t **out, const struct ty_serve_worker_op
     w->stats.max_ctx = ty_engine_max_ctx(w->e);
     w->stats.kv_block_tokens = ty_kvpool_block_tokens(ty_engine_pool(w->e));
     w->stats.kv_pages_total = ty_kvpool_pages_total(ty_engine_pool(w->e));
+    uint64_t kv = (uint64_t)w->stats.kv_pages_total * w->stats.kv_block_tokens;
+    w->stats.kv_seq_tokens = kv < UINT32_MAX ? (uint32_t)kv : UINT32_MAX;
     struct ty_batcher_opts bo = {
         .engine = w->e, .max_running = w->o.max_running, .step_tokens = w->o.step_tokens,
         .trim_window = true, /* no one exports a served request's KV */

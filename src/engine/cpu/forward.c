@@ -184,15 +184,22 @@ static void softmax_row(float *row, uint32_t len, uint32_t lo, uint32_t end)
         row[j] = 0.0f;
 }
 
+/* Score rows held at once in attn_prefill: (rows, ctx) floats of at most this many, so that a
+ * long chunk over a long context (8k rows x 128k keys would be 4 GiB) takes 64 MiB. */
+#define ATTN_SCORE_FLOATS (1u << 24)
+
 /* Attention of one prefill chunk (n > 1 new tokens at rows t0.., positions p0..) as GEMMs
- * over the keys from the page holding the first row's first key (`base`) on:
- * S (n, ctx) = Q_h K^T * scale, causal (and window) mask, softmax rows, out (n, hd) = S V. */
+ * over the keys from the page holding the first row's first key (`base`) on, `rows` query
+ * rows at a time, each block over the keys up to its last row only (causal):
+ * S (rows, kctx) = Q_h K^T * scale, causal (and window) mask, softmax rows, out = S V. */
 static int attn_prefill(struct fwd *f, struct cpu_ctx *cc, uint32_t t0, uint32_t n)
 {
     const struct ty_model_config *c = &f->m->cfg;
     uint32_t hd = c->head_dim, p0 = f->pos[t0], group = c->n_heads / c->n_kv_heads;
     uint32_t base = first_key(f, p0) / f->B * f->B, ctx = p0 + n - base;
-    size_t Q = (size_t)c->n_heads * hd, need = 2 * (size_t)ctx * hd + (size_t)n * ctx;
+    uint32_t rows = ATTN_SCORE_FLOATS / ctx ? ATTN_SCORE_FLOATS / ctx : 1;
+    rows = rows < n ? rows : n;
+    size_t Q = (size_t)c->n_heads * hd, need = 2 * (size_t)ctx * hd + (size_t)rows * ctx;
     if (need > cc->abuf_floats) {
         float *nb = realloc(cc->abuf, need * sizeof(float));
         if (!nb)
@@ -204,17 +211,20 @@ static int attn_prefill(struct fwd *f, struct cpu_ctx *cc, uint32_t t0, uint32_t
     const uint32_t *pages = ty_kvseq_pages(f->batch->seqs[f->seq_of[t0]].seq);
     for (uint32_t kvh = 0; kvh < c->n_kv_heads; kvh++) {
         gather_kv(f, pages, kvh, base, ctx, kc, vc);
-        for (uint32_t h = kvh * group; h < (kvh + 1) * group; h++) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)ctx, (int)hd,
-                        1.0f / sqrtf((float)hd), f->q + t0 * Q + (size_t)h * hd, (int)Q, kc,
-                        (int)hd, 0.0f, S, (int)ctx);
-            for (uint32_t i = 0; i < n; i++)
-                softmax_row(S + (size_t)i * ctx, ctx, first_key(f, p0 + i) - base,
-                            p0 + i + 1 - base);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)hd, (int)ctx,
-                        1.0f, S, (int)ctx, vc, (int)hd, 0.0f, f->att + t0 * Q + (size_t)h * hd,
-                        (int)Q);
-        }
+        for (uint32_t h = kvh * group; h < (kvh + 1) * group; h++)
+            for (uint32_t r0 = 0; r0 < n; r0 += rows) {
+                uint32_t m = n - r0 < rows ? n - r0 : rows, kctx = p0 + r0 + m - base;
+                const float *q = f->q + (t0 + r0) * Q + (size_t)h * hd;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)kctx, (int)hd,
+                            1.0f / sqrtf((float)hd), q, (int)Q, kc, (int)hd, 0.0f, S,
+                            (int)kctx);
+                for (uint32_t i = 0; i < m; i++)
+                    softmax_row(S + (size_t)i * kctx, kctx, first_key(f, p0 + r0 + i) - base,
+                                p0 + r0 + i + 1 - base);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)hd,
+                            (int)kctx, 1.0f, S, (int)kctx, vc, (int)hd, 0.0f,
+                            f->att + (t0 + r0) * Q + (size_t)h * hd, (int)Q);
+            }
     }
     return 0;
 }

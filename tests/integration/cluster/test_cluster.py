@@ -5,7 +5,7 @@ and tycho-decode as separate processes on loopback ephemeral ports, KV over the 
 (scripts/gpu-check.sh).
 
 Usage: test_cluster.py BUILD_DIR CASE   (CASE: equal, concurrent, kill_decode, hung_decode,
-prefix_routing, cache_events, slo_reject, cost_refit, phantom_credit, kv_pool, pool_sched, pool_decode, pool_snapshot, local_cluster, preempt, kill_prefill, handshake, bad_destination, transports, gpu, ...).
+prefix_routing, cache_events, slo_reject, cost_refit, phantom_credit, kv_pool, pool_sched, pool_decode, pool_snapshot, local_cluster, preempt, kill_prefill, handshake, bad_destination, transports, longctx, gpu, ...).
 Exits 77 when the shared test data (or, for gpu, a CUDA device) is missing; TYCHO_BIN_DIR names
 a folder holding every binary instead of the build tree. Expected token ids come from running `tycho generate` (the
 monolithic engine loop), never from the cluster.
@@ -613,6 +613,65 @@ def case_moe():
                    res[i][0] == refs[PROMPTS[i % 4]]["output_ids"])
         ok &= check(good == 8, "%s: 8 concurrent streams give generate's ids: %d" % (typ, good))
         cl.stop()
+    return ok
+
+
+def case_longctx():
+    """Long context in the cluster: a model of 128k context (mkmodel --ctx 131072, a tiny shape)
+    and a 32,000-token prompt (8,000 under sanitizers), prefill and decode in separate nodes,
+    answers with the ids of tycho generate. The decode node's KV cache holds 40,960 tokens
+    (10,240 under sanitizers), less than the model's context: the Conductor takes the least of
+    its nodes' limits, so a prompt over it, and a prompt + max_tokens over the model's context,
+    get a 400 naming the limits before anything is placed; the cluster answers the next one."""
+    ctx, n_prompt, kv_pages = 131072, (8000 if SLOW else 32000), (160 if SLOW else 640)
+    tmp = tempfile.mkdtemp(prefix="tycho-model-")
+    TMPDIRS.append(tmp)
+    model = os.path.join(tmp, "long.gguf")
+    subprocess.run([TYCHO, "mkmodel", "--dims", "32,2,2,1,64", "--ctx", str(ctx), "--seed", "7",
+                    "--vocab-from", "bytes", "--out", model], check=True, capture_output=True)
+    ids = [3 + (i * 7919 + i // 256) % 256 for i in range(n_prompt)]
+    idfile = os.path.join(tmp, "ids.txt")
+    with open(idfile, "w") as f:
+        f.write(",".join(map(str, ids)))
+    want = generate(None, 8, model, ("--prompt-ids", "@" + idfile, "--ignore-eos",
+                                     "--threads", "2"))["output_ids"]
+    # the Conductor's CPU cost model counts attention FLOPs only; on this tiny shape (head_dim
+    # 16) softmax and copies make a 32k prefill several times slower than predicted, and a
+    # loaded machine or a sanitizer slower still: the KV deadline (4x the prediction +
+    # node_answer_timeout) gets room (docs/operations.md, long prompts)
+    cl = Cluster(1, 1, model=model, config="node_answer_timeout: 3m\n",
+                 node_args=("--chunk_tokens=512", "--kv_block_tokens=64", "--threads=2"),
+                 decode_args=("--kv_pages=%d" % kv_pages,))
+    ok = True
+    t0 = time.time()
+    st, body = cl.post("/v1/completions", {"prompt": ids, "max_tokens": 8, "temperature": 0,
+                                           "ignore_eos": True, "return_token_ids": True},
+                       timeout=280)
+    got = json.loads(body) if st == 200 else {}
+    ok &= check(st == 200 and got["choices"][0]["token_ids"] == want and
+                got["usage"]["prompt_tokens"] == n_prompt,
+                "%d-token prompt answered in %.1f s with generate's ids (%s vs %s)" %
+                (n_prompt, time.time() - t0, got and got["choices"][0]["token_ids"], want))
+
+    def limit_error(st, body, *words):
+        err = json.loads(body).get("error", {}) if st == 400 else {}
+        msg = err.get("message", "")
+        return (err.get("type") == "invalid_request_error" and
+                err.get("code") == "context_length_exceeded" and
+                all(str(w) in msg for w in words)), "%d %s" % (st, msg or body[:200])
+
+    kv_tokens = kv_pages * 64
+    good, msg = limit_error(*cl.post("/v1/completions", {"prompt": ids[:100], "max_tokens": ctx}))
+    ok &= check(good and str(kv_tokens) in msg, "prompt + max_tokens over the context: " + msg)
+    long_ids = (ids * 2)[:kv_tokens + 100]
+    good, msg = limit_error(*cl.post("/v1/completions", {"prompt": long_ids, "max_tokens": 4},
+                                     timeout=60), kv_tokens, kv_tokens + 100,
+                            "the KV cache holds %d tokens" % kv_tokens, ctx)
+    ok &= check(good, "a prompt over the decode node's KV cache: " + msg)
+    st, body = cl.post("/v1/completions", {"prompt": ids[:200], "max_tokens": 4,
+                                           "temperature": 0, "return_token_ids": True})
+    ok &= check(st == 200 and len(json.loads(body)["choices"][0]["token_ids"]) == 4,
+                "the cluster answers the next request (%d)" % st)
     return ok
 
 
@@ -3199,6 +3258,7 @@ def main():
             "status": case_status, "preempt": case_preempt,
             "kill_prefill": case_kill_prefill, "prefill_interleave": case_prefill_interleave,
             "sliding_window": case_sliding_window, "moe": case_moe,
+            "longctx": case_longctx,
             "local_cluster": case_local_cluster, "handshake": case_handshake,
             "bad_destination": case_bad_destination, "transports": case_transports,
             "gpu": case_gpu, "watchdog": case_watchdog,

@@ -220,6 +220,37 @@ static void test_bad_batches(void **state)
     free(l);
 }
 
+/* Context and KV pool defaults: the model's own context; without kv_pages
+ * or kv_bytes, max_seqs sequences of min(max_ctx, 4096) tokens and at least one whole
+ * max_ctx (a long context is one sequence's worth, not max_seqs of them); a pool smaller than
+ * the context lowers it. */
+static void test_context_defaults(void **state)
+{
+    (void)state;
+    uint32_t own = ty_model_config(model)->ctx_len; /* stories260K: 2048 */
+    struct {
+        uint32_t max_seqs, max_ctx, kv_pages, want_pages, want_ctx;
+    } cases[] = {
+        {4, 0, 0, 4 * own / B, own},          /* the model's context, 4 of them */
+        {4, 8192, 0, 4 * 4096 / B, 8192},     /* 4 x 4096 tokens: holds 8192 */
+        {1, 32768, 0, 32768 / B, 32768},      /* one whole long context */
+        {8, 131072, 0, 131072 / B, 131072},   /* 8 x 4096 < 128k: one 128k sequence */
+        {8, 4000, 0, 8 * 250, 4000},          /* sequences rounded up to whole pages */
+        {1, 8192, 100, 100, 100 * B},         /* kv_pages below the context lowers it */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct ty_engine_opts o = {.kv_block_tokens = B, .max_seqs = cases[i].max_seqs,
+                                   .max_ctx = cases[i].max_ctx, .kv_pages = cases[i].kv_pages};
+        ty_engine_t *e;
+        assert_int_equal(ty_engine_new(&e, model, &o), 0);
+        assert_int_equal(ty_kvpool_pages_total(ty_engine_pool(e)), cases[i].want_pages);
+        assert_int_equal(ty_engine_max_ctx(e), cases[i].want_ctx);
+        ty_engine_free(e);
+    }
+    assert_int_equal(ty_engine_default_ctx(131072), 131072);
+    assert_int_equal(ty_engine_default_ctx(10000000), TY_ENGINE_MAX_CTX);
+}
+
 int main(void)
 {
     const char *data = getenv("TYCHO_TEST_DATA");
@@ -233,7 +264,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_equals_alone), cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_prefix_sharing),     cmocka_unit_test(test_export_import),
-        cmocka_unit_test(test_bad_batches),
+        cmocka_unit_test(test_bad_batches),        cmocka_unit_test(test_context_defaults),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ty_model_free(model);
