@@ -132,11 +132,18 @@ def replay(a, tycho, model, trace, n, run, out_dir):
     try:
         before = node_load(cl, names)
         out_json = os.path.join(out_dir, "bench-%s.json" % run)
-        subprocess.run([tycho, "bench", "serve", "--base-url", "http://127.0.0.1:%d" % cl.http,
-                        "--dataset-path", trace, "--num-prompts", str(n), "--random-input-len",
-                        "0", "--random-output-len", "0", "--trace-block-tokens",
-                        str(a.block_tokens), "--json", out_json],
-                       check=True, stdout=subprocess.DEVNULL)
+        bench = subprocess.Popen([tycho, "bench", "serve", "--base-url",
+                                  "http://127.0.0.1:%d" % cl.http, "--dataset-path", trace,
+                                  "--num-prompts", str(n), "--random-input-len", "0",
+                                  "--random-output-len", "0", "--trace-block-tokens",
+                                  str(a.block_tokens), "--json", out_json],
+                                 stdout=subprocess.DEVNULL)
+        samples = [before]
+        while bench.poll() is None:  # the nodes' counters every --window seconds
+            time.sleep(a.window)
+            samples.append(node_load(cl, names))
+        if bench.returncode:
+            raise RuntimeError("tycho bench serve failed (%d)" % bench.returncode)
         after = settle(cl, names)
         conductor = cl.metrics()
     finally:
@@ -145,16 +152,31 @@ def replay(a, tycho, model, trace, n, run, out_dir):
     load = {k: [after[k][i] - before[k][i] for i in range(3)] for k in names}
     tokens = [load[k][0] for k in names]
     secs = [load[k][1] for k in names]
-    peer = 0.0
+    # the busiest node over the mean per window, weighted by the window's tokens: a node that
+    # is busiest now and idle later shows here, not in the run's totals
+    num = den = 0.0
+    for s0, s1 in zip(samples, samples[1:] + [after]):
+        w = [s1[k][0] - s0[k][0] for k in names]
+        if sum(w) > 0:
+            num += max(w) / (sum(w) / len(w)) * sum(w)
+            den += sum(w)
+    cm = {}
     for line in conductor.splitlines():
-        if line.startswith('tycho_prefix_used_blocks_total{source="peer"}'):
-            peer = float(line.split()[-1])
+        if line and not line.startswith("#"):
+            k, _, v = line.rpartition(" ")
+            cm[k] = float(v) if v.replace(".", "").replace("e", "").replace("+", "").isdigit() \
+                else 0.0
+    peer = cm.get('tycho_prefix_used_blocks_total{source="peer"}', 0.0)
+    peer_planned = cm.get('tycho_prefix_planned_blocks_total{source="peer"}', 0.0)
+    failed = cm.get("tycho_prefix_fetch_failed_blocks_total", 0.0)
     return {"run": run, "completed": b["completed"], "failed": b["failed"],
             "prompt_tokens": b["total_input_tokens"], "computed_tokens": sum(tokens),
             "per_node_tokens": tokens, "per_node_forward_s": secs,
             "max_over_mean_tokens": max(tokens) / (sum(tokens) / len(tokens)),
             "max_over_mean_forward_s": max(secs) / (sum(secs) / len(secs)),
-            "peer_blocks": peer, "ttft_p50_ms": b["median_ttft_ms"],
+            "max_over_mean_windows": num / den if den else 0,
+            "peer_blocks": peer, "peer_planned_blocks": peer_planned,
+            "fetch_failed_blocks": failed, "ttft_p50_ms": b["median_ttft_ms"],
             "ttft_p99_ms": b["p99_ttft_ms"], "ttft_mean_ms": b["mean_ttft_ms"],
             "duration_s": b["duration"]}
 
@@ -174,6 +196,8 @@ def main():
     ap.add_argument("--max-blocks", type=int, default=32, help="hash ids kept per prompt")
     ap.add_argument("--out-tokens", type=int, default=4)
     ap.add_argument("--runs", default="off,on")
+    ap.add_argument("--window", type=float, default=5.0,
+                    help="seconds per window of the windowed busiest-node figure")
     ap.add_argument("--out", help="keep the derived trace, model and bench JSON here")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
@@ -220,17 +244,18 @@ def main():
         print("cache-sim lru %-9s capacity %6s: hit rate %.4f, reusable %7d, to compute %7d"
               % (key, s["capacity"] or "unlim", s["hit_rate"], s["reusable_tokens"],
                  s["computed_tokens"]))
-    print("%-4s %5s %9s %8s %8s %8s %8s %8s %8s %9s %9s" %
+    print("%-4s %5s %9s %8s %8s %8s %8s %8s %8s %8s %9s %9s" %
           ("run", "ok", "computed", "vs_sim", "reused", "vs_sim", "max/mean", "max/mean",
-           "peer", "TTFT p50", "TTFT p99"))
-    print("%-4s %5s %9s %8s %8s %8s %8s %8s %8s %9s %9s" %
-          ("", "", "tokens", "", "tokens", "", "tokens", "fwd s", "blocks", "ms", "ms"))
+           "max/mean", "peer", "TTFT p50", "TTFT p99"))
+    print("%-4s %5s %9s %8s %8s %8s %8s %8s %8s %8s %9s %9s" %
+          ("", "", "tokens", "", "tokens", "", "tokens", "fwd s", "windows", "blocks", "ms",
+           "ms"))
     for r in runs:
-        print("%-4s %5d %9d %8.3f %8d %8.3f %8.2f %8.2f %8d %9.1f %9.1f" %
+        print("%-4s %5d %9d %8.3f %8d %8.3f %8.2f %8.2f %8.2f %8d %9.1f %9.1f" %
               (r["run"], r["completed"], r["computed_tokens"], r["computed_vs_sim"],
                r["reused_tokens"], r["reused_vs_sim"], r["max_over_mean_tokens"],
-               r["max_over_mean_forward_s"], r["peer_blocks"], r["ttft_p50_ms"],
-               r["ttft_p99_ms"]))
+               r["max_over_mean_forward_s"], r["max_over_mean_windows"], r["peer_blocks"],
+               r["ttft_p50_ms"], r["ttft_p99_ms"]))
         print("     per node tokens %s, forward s %s; computed within 5%% of cache-sim: %s" %
               ([int(x) for x in r["per_node_tokens"]],
                ["%.2f" % x for x in r["per_node_forward_s"]], "yes" if r["within_5pct"]
