@@ -269,9 +269,9 @@ const struct ty_sched_opts *ty_sched_opts_get(const ty_sched_t *s);
 int ty_sched_set_cost(ty_sched_t *s, const struct ty_sched_cost *c);
 /* Replace what an operator tunes in a running scheduler (a SIGHUP reload): o's policy,
  * admission, balancing_threshold, local_prefix_only, n_classes and slo[]; the rest of o is
- * ignored (the cost model, the seed, the decode duration learned so far and the caller's flags stay).
- * Requests in flight keep their class index; one beyond the new n_classes has no SLO from
- * now on. Returns 0, or TY_EINVAL (nothing changed). */
+ * ignored (the cost model, the seed, the decode duration learned so far and the caller's
+ * other flags stay). Requests in flight keep their class index; one beyond the new n_classes
+ * has no SLO from now on. Returns 0, or TY_EINVAL (nothing changed). */
 int ty_sched_set_policy(ty_sched_t *s, const struct ty_sched_opts *o);
 /* Replace opts.ttft_overhead_us (finite, >= 0; else TY_EINVAL). */
 int ty_sched_set_ttft_overhead(ty_sched_t *s, double us);

@@ -236,13 +236,12 @@ static int make_requests(struct bench *b)
         r->ids = malloc((r->n_in + 1) * sizeof(uint32_t));
         json_t *h = json_object_get(o, "hash_ids");
         for (uint32_t k = 0; k < r->n_in; k++) {
-            /* token k of a trace prompt: a hash of its block's id and its position, so two
-             * prompts agree exactly where their hash ids do (a block id alone, plus k, made
-             * one block in span agree with another's at the same place) */
-            uint64_t pos = ((uint64_t)json_integer_value(json_array_get(h, k / b->trace_block))
-                            << 20) ^ k;
-            r->ids[k] = 100 + (uint32_t)((json_is_array(h) ? rng_next(&pos) : rng_next(&s)) %
-                                         span);
+            /* a trace prompt's token k: a hash of (its block's hash id, k), so two prompts
+             * have the same tokens exactly where they have the same hash ids */
+            uint64_t id = (uint64_t)json_integer_value(json_array_get(h, k / b->trace_block));
+            uint64_t key = (id << 20) ^ k;
+            uint64_t v = json_is_array(h) ? rng_next(&key) : rng_next(&s);
+            r->ids[k] = 100 + (uint32_t)(v % span);
         }
         json_decref(o);
     }
