@@ -59,7 +59,10 @@ def read_ports(path, deadline):
 
 
 class Cluster:
-    def __init__(self, build, model, policy, n_prefill=2, kv_pages=0):
+    def __init__(self, build, model, policy, n_prefill=2, kv_pages=0, sched_yaml="",
+                 node_args=()):
+        """sched_yaml: more lines of the Conductor's scheduler: section (indented by 2);
+        node_args: flags of every node daemon."""
         self.dir = tempfile.mkdtemp(prefix="tycho-bench-cluster-")
         self.procs = []
         policy, _, pool = policy.partition("+")
@@ -73,7 +76,7 @@ class Cluster:
         node_pool = {"prefill": pool_arg, "decode": pool_arg if pool == "pool-all" else []}
         cfg = os.path.join(self.dir, "conductor.yaml")
         with open(cfg, "w") as f:
-            f.write("scheduler:\n  policy: %s\n  admission: baseline\n" % policy)
+            f.write("scheduler:\n  policy: %s\n  admission: baseline\n%s" % (policy, sched_yaml))
         self.spawn("conductor", [os.path.join(build, "src/conductor/tycho-conductor"),
                                  "--config=" + cfg, "--model_path=" + model, "--listen_port=0",
                                  "--rpc_port=0", "--heartbeat_interval=100ms", *pool_arg])
@@ -84,7 +87,7 @@ class Cluster:
                               "--model_path=" + model, "--name=" + name, "--threads=1",
                               "--conductor_address=127.0.0.1:%d" % rpc,
                               "--heartbeat_interval=100ms",
-                              *node_pool[role],
+                              *node_pool[role], *node_args,
                               *(["--kv_pages=%d" % kv_pages] if kv_pages and role == "prefill"
                                 else [])])
         deadline = time.time() + 120
@@ -97,6 +100,11 @@ class Cluster:
 
     def port_file(self, name):
         return os.path.join(self.dir, name + ".ports")
+
+    def metrics_port(self, name):
+        """A node's /metrics port (its port file: rpc transfer metrics)."""
+        with open(self.port_file(name)) as f:
+            return int(f.read().split()[2])
 
     def store_port(self, deadline):
         while time.time() < deadline:

@@ -241,9 +241,9 @@ int ty_conductor_config_check(const struct ty_conductor_config *c, char *field, 
 /* The remote serving backend (valid until close). */
 struct ty_serve_backend ty_conductor_backend(ty_conductor_t *c);
 /* Apply the scheduler settings an operator tunes live (a SIGHUP reload of `scheduler:`):
- * policy, admission, kvcache_balancing_threshold and this model's SLO classes. Requests in
- * flight keep their class; new ones are judged by the new SLOs. The loop's thread. Returns 0
- * or TY_EINVAL (logged; the running settings stay). */
+ * policy, admission, kvcache_balancing_threshold, local_prefix_only and this model's SLO
+ * classes. Requests in flight keep their class; new ones are judged by the new SLOs. The
+ * loop's thread. Returns 0 or TY_EINVAL (logged; the running settings stay). */
 int ty_conductor_reload_sched(ty_conductor_t *c, const struct ty_sched_config *sc);
 /* Copy up to `cap` nodes; returns how many there are. */
 size_t ty_conductor_nodes(const ty_conductor_t *c, struct ty_conductor_node_info *out, size_t cap);

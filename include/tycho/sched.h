@@ -165,8 +165,9 @@ struct ty_sched_opts {
     uint64_t seed;               /* for the random policy */
     uint64_t decode_duration_us; /* first estimate of the uniform decode duration (predicted
                                   * admission); refined from ty_sched_request_done() */
-    /* Prefill nodes cannot fetch a prefix from another node (the live cluster until prefill
-     * reads the KV pool): kvcache_centric plans with local prefixes only. */
+    /* Prefill nodes do not fetch a prefix from another node or the pool (the scheduler
+     * setting local_prefix_only): kvcache_centric plans with local prefixes only,
+     * so a hot prefix is never copied to spread its readers, only recomputed. */
     bool local_prefix_only;
     /* Remote prefixes come from index node `remote_node` only (the live cluster's KV pool,
      * whose blocks are indexed under an id no prefill node has), not from whichever node
@@ -267,10 +268,10 @@ const struct ty_sched_opts *ty_sched_opts_get(const ty_sched_t *s);
  * coefficients or block_tokens 0. */
 int ty_sched_set_cost(ty_sched_t *s, const struct ty_sched_cost *c);
 /* Replace what an operator tunes in a running scheduler (a SIGHUP reload): o's policy,
- * admission, balancing_threshold, n_classes and slo[]; the rest of o is ignored (the cost
- * model, the seed, the decode duration learned so far and the caller's flags stay).
- * Requests in flight keep their class index; one beyond the new n_classes has no SLO from
- * now on. Returns 0, or TY_EINVAL (nothing changed). */
+ * admission, balancing_threshold, local_prefix_only, n_classes and slo[]; the rest of o is
+ * ignored (the cost model, the seed, the decode duration learned so far and the caller's
+ * other flags stay). Requests in flight keep their class index; one beyond the new n_classes
+ * has no SLO from now on. Returns 0, or TY_EINVAL (nothing changed). */
 int ty_sched_set_policy(ty_sched_t *s, const struct ty_sched_opts *o);
 /* Replace opts.ttft_overhead_us (finite, >= 0; else TY_EINVAL). */
 int ty_sched_set_ttft_overhead(ty_sched_t *s, double us);
@@ -348,6 +349,7 @@ struct ty_sched_config {
     int policy;                          /* enum ty_sched_policy */
     int admission;                       /* enum ty_sched_admission */
     double kvcache_balancing_threshold;
+    bool local_prefix_only; /* ty_sched_opts.local_prefix_only */
     uint64_t decode_duration_ns;         /* first estimate of the uniform decode duration */
     uint64_t seed;                       /* random policy */
     struct ty_sched_model_config *models; /* SLOs per model and priority class */

@@ -40,6 +40,7 @@ struct bench {
     char host[256], port[16], endpoint[256], model[128];
     const char *dataset, *trace, *json_out;
     uint32_t n, in_len, out_len, vocab, max_conc;
+    uint32_t trace_block; /* prompt tokens per trace hash id (the trace's own: 512) */
     uint32_t max_tokens; /* != 0: every request asks for up to this many, ending at EOS */
     json_t *extra;       /* --extra-body: members merged into every request (NULL: none) */
     double rate, goodput_ttft, goodput_tpot;
@@ -235,10 +236,12 @@ static int make_requests(struct bench *b)
         r->ids = malloc((r->n_in + 1) * sizeof(uint32_t));
         json_t *h = json_object_get(o, "hash_ids");
         for (uint32_t k = 0; k < r->n_in; k++) {
-            uint64_t blk = json_is_array(h) ? (uint64_t)json_integer_value(
-                                                  json_array_get(h, k / 512))
-                                            : rng_next(&s);
-            r->ids[k] = 100 + (uint32_t)((json_is_array(h) ? blk * 1000003u + k : blk) % span);
+            /* a trace prompt's token k: a hash of (its block's hash id, k), so two prompts
+             * have the same tokens exactly where they have the same hash ids */
+            uint64_t id = (uint64_t)json_integer_value(json_array_get(h, k / b->trace_block));
+            uint64_t key = (id << 20) ^ k;
+            uint64_t v = json_is_array(h) ? rng_next(&key) : rng_next(&s);
+            r->ids[k] = 100 + (uint32_t)(v % span);
         }
         json_decref(o);
     }
@@ -389,8 +392,11 @@ static void usage(FILE *f)
                "         [--random-vocab V] [--dataset-path MOONCAKE.jsonl] [--seed S]\n"
                "         [--goodput ttft:MS tpot:MS] [--temperature T] [--top-p P] [--json FILE|-]\n"
                "         [--max-tokens N] [--extra-body JSON] [--count-only]\n"
+               "         [--trace-block-tokens T]\n"
                "  Random prompts are token ids in [100, V); a trace's lengths are capped by\n"
-               "  --random-input-len/--random-output-len when given. Requests are greedy\n"
+               "  --random-input-len/--random-output-len when given, and each of its hash ids\n"
+               "  stands for T prompt tokens (default 512, the Mooncake traces' block; T = the\n"
+               "  cluster's kv_block_tokens makes one hash id one KV block). Requests are greedy\n"
                "  (temperature 0) unless --temperature says otherwise. Answers have the wanted\n"
                "  length (ignore_eos); with --max-tokens N every request asks for up to N\n"
                "  tokens instead and ends at the model's EOS, as a chat client's would.\n"
@@ -424,7 +430,7 @@ static int parse_args(struct bench *b, int argc, char **argv)
         {"dataset-path", 1, 0, 'd'}, {"seed", 1, 0, 's'}, {"goodput", 1, 0, 'g'},
         {"json", 1, 0, 'j'}, {"temperature", 1, 0, 'T'}, {"top-p", 1, 0, 'P'},
         {"max-tokens", 1, 0, 'M'}, {"extra-body", 1, 0, 'X'}, {"count-only", 0, 0, 'C'},
-        {"help", 0, 0, 'h'},
+        {"trace-block-tokens", 1, 0, 'B'}, {"help", 0, 0, 'h'},
         {0, 0, 0, 0}};
     int c;
     optind = 1;
@@ -469,13 +475,16 @@ static int parse_args(struct bench *b, int argc, char **argv)
             }
             break;
         case 'C': b->count_only = true; break;
+        case 'B': b->trace_block = (uint32_t)strtoul(optarg, NULL, 10); break;
         case 'h': usage(stdout); return 1;
         default: return TY_EINVAL;
         }
     }
     if (!(b->temperature >= 0 && b->temperature <= 2) || !(b->top_p > 0 && b->top_p <= 1))
         return TY_EINVAL;
-    return b->n && b->vocab > 100 && (b->trace || (b->in_len && b->out_len)) ? 0 : TY_EINVAL;
+    return b->n && b->vocab > 100 && b->trace_block && (b->trace || (b->in_len && b->out_len))
+               ? 0
+               : TY_EINVAL;
 }
 
 static int run_bench(int argc, char **argv)
@@ -486,7 +495,7 @@ static int run_bench(int argc, char **argv)
     }
     struct bench b = {.host = "127.0.0.1", .port = "8000", .endpoint = "/v1/completions",
                       .n = 100, .in_len = 128, .out_len = 128, .vocab = 512, .seed = 0,
-                      .top_p = 1};
+                      .top_p = 1, .trace_block = 512};
     int rc = parse_args(&b, argc - 1, argv + 1);
     if (rc) {
         json_decref(b.extra);

@@ -468,6 +468,7 @@ static void tuned_init(const struct ty_sched_config *sc, const char *model,
         so->policy = (enum ty_sched_policy)sc->policy;
         so->admission = (enum ty_sched_admission)sc->admission;
         so->balancing_threshold = sc->kvcache_balancing_threshold;
+        so->local_prefix_only = sc->local_prefix_only;
     }
     so->n_classes = 1;
     memset(so->slo, 0, sizeof(so->slo));
@@ -497,9 +498,10 @@ static void log_tuned(const struct ty__place *p)
         len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%s%s: TTFT %.3f s, TBT %.3f s",
                                 k ? "; " : "", p->class_names[k], so->slo[k].ttft_us / 1e6,
                                 so->slo[k].tbt_us / 1e6);
-    TY_LOG_INFO("cluster", "scheduler: policy %s, admission %s, balancing threshold %g; %s",
+    TY_LOG_INFO("cluster", "scheduler: policy %s, admission %s, balancing threshold %g%s; %s",
                 ty_sched_policy_name(so->policy), ty_sched_admission_name(so->admission),
-                so->balancing_threshold, buf);
+                so->balancing_threshold, so->local_prefix_only ? ", local prefixes only" : "",
+                buf);
 }
 
 int ty_conductor_reload_sched(ty_conductor_t *c, const struct ty_sched_config *sc)
@@ -548,7 +550,8 @@ int ty__place_init(ty_conductor_t *c, const struct ty_conductor_opts *o)
     struct ty_sched_opts so;
     ty_sched_opts_default(&so);
     /* prefill nodes fetch a planned prefix from each other's page caches and, with a pool
-     * (indexed under TY__POOL_NODE), from the pool: the best single source wins */
+     * (indexed under TY__POOL_NODE), from the pool: the best single source wins (unless
+     * scheduler.local_prefix_only, tuned_init) */
     so.local_prefix_only = false;
     so.has_remote_node = true;
     so.remote_node = TY__POOL_NODE;

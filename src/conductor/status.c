@@ -95,6 +95,7 @@ static json_t *scheduler_json(const ty_conductor_t *c)
                      "decode_duration_s", ty_sched_decode_duration_us(p->s) / 1e6, "in_flight",
                      (json_int_t)ty_sched_in_flight(p->s), "index_blocks",
                      (json_int_t)ty_sched_index_size(ty_sched_index(p->s)));
+    json_object_set_new(sch, "local_prefix_only", json_boolean(so->local_prefix_only));
     json_object_set_new(sch, "prefix_plan", plan_json(p));
     return sch;
 }

@@ -135,6 +135,7 @@ int ty_sched_set_policy(ty_sched_t *s, const struct ty_sched_opts *o)
     n.policy = o->policy;
     n.admission = o->admission;
     n.balancing_threshold = o->balancing_threshold;
+    n.local_prefix_only = o->local_prefix_only;
     n.n_classes = o->n_classes;
     int rc = opts_check(&n);
     if (rc)

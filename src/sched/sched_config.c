@@ -48,6 +48,10 @@ static const struct ty_config_field sched_fields[] = {
      TY_CONFIG_AT(K, kvcache_balancing_threshold), .def = "1.0", .min = "0", .max = "1000",
      .flags = TY_CONFIG_RELOADABLE,
      .help = "fetch a remote prefix R over the local L only when R > L * threshold"},
+    {.key = "local_prefix_only", .type = TY_CONFIG_BOOL, TY_CONFIG_AT(K, local_prefix_only),
+     .def = "false", .flags = TY_CONFIG_RELOADABLE,
+     .help = "kvcache_centric plans with each prefill node's own cache only: no prefix read "
+             "from another node or the pool, so hot prefixes do not replicate"},
     {.key = "decode_duration", .type = TY_CONFIG_DURATION, TY_CONFIG_AT(K, decode_duration_ns),
      .def = "10s", .min = "1ms", .max = "1h",
      .help = "first estimate of the uniform decode duration (predicted admission)"},

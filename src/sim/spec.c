@@ -197,6 +197,7 @@ static int to_opts(ty_sim_spec_t *sp, struct ty_sim_opts *o, const char *origin,
     o->sched.policy = (enum ty_sched_policy)v->scheduler.policy;
     o->sched.admission = (enum ty_sched_admission)v->scheduler.admission;
     o->sched.balancing_threshold = v->scheduler.kvcache_balancing_threshold;
+    o->sched.local_prefix_only = v->scheduler.local_prefix_only;
     o->sched.decode_duration_us = v->scheduler.decode_duration_ns / 1000;
     o->sched.seed = v->scheduler.seed;
     o->sched.n_classes = 1;

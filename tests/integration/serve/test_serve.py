@@ -2,7 +2,7 @@
 """Integration tests of `tycho serve` on stories260K: real processes on loopback ports.
 
 Usage: test_serve.py TYCHO_BINARY CASE   (CASE: malformed, greedy, prompt_list, concurrent,
-disconnect, auth_drain, preempt, tools, moe: a Qwen3-MoE mkmodel file instead). Exits 77 when the shared test data is missing. Expected token ids come from
+disconnect, auth_drain, preempt, tools, bench_trace, moe: a Qwen3-MoE mkmodel file instead). Exits 77 when the shared test data is missing. Expected token ids come
 running `tycho generate` (a separate code path: ty_engine_generate), not from the server.
 """
 import http.client
@@ -340,6 +340,35 @@ def case_prefix_cache(srv):
     check(body["choices"][0]["token_ids"] == ref2["output_ids"],
           "shared-prefix prompt: output == a fresh tycho generate")
     check(0 < c2 < cached[1], f"shared-prefix prompt reuses only its prefix ({c2} tokens)")
+
+
+def case_bench_trace(srv):
+    """`tycho bench serve --trace-block-tokens 16` on a Mooncake-format trace, against a server
+    with 16-token KV blocks: prompts share exactly the blocks whose hash ids they share. The
+    second request repeats the first one's ids 1, 2 then differs: 32 of its tokens come from
+    the prefix cache, not 48 (a prompt built from the trace's 512-token blocks would be the
+    first one again); the third shares nothing."""
+    import tempfile
+    d = tempfile.mkdtemp(prefix="tycho-bench-trace-")
+    trace, out = os.path.join(d, "trace.jsonl"), os.path.join(d, "out.json")
+    with open(trace, "w") as f:
+        for ts, n, ids in ((0, 64, [1, 2, 3, 4]), (400, 64, [1, 2, 7, 8]), (800, 40, [5, 6, 9])):
+            f.write(json.dumps({"timestamp": ts, "input_length": n, "output_length": 2,
+                                "hash_ids": ids}) + "\n")
+    subprocess.run([TYCHO, "bench", "serve", "--base-url", f"http://127.0.0.1:{srv.port}",
+                    "--dataset-path", trace, "--num-prompts", "3", "--trace-block-tokens", "16",
+                    "--json", out], check=True, stdout=subprocess.DEVNULL, timeout=60)
+    res = json.load(open(out))
+    check(res["completed"] == 3 and res["total_input_tokens"] == 168,
+          f"3 requests of 64 + 64 + 40 prompt tokens ({res['completed']}, "
+          f"{res['total_input_tokens']})")
+    st, body = srv.get("/metrics")
+    hits = [float(line.split()[-1]) for line in body.decode().splitlines()
+            if line.startswith("vllm:prefix_cache_hits_total")]
+    check(st == 200 and hits == [32.0], f"32 prompt tokens from the prefix cache ({hits})")
+    bad = subprocess.run([TYCHO, "bench", "serve", "--dataset-path", trace,
+                          "--trace-block-tokens", "0"], capture_output=True, timeout=10)
+    check(bad.returncode == 2, f"--trace-block-tokens 0 is a usage error ({bad.returncode})")
 
 
 def stream_choices(srv, body):
@@ -739,7 +768,8 @@ def main():
                            check=True, capture_output=True)
         MODEL = moe
     extra = {"auth_drain": ["--api-key", "sekrit"],
-             "preempt": ["--engine.kv_pages=40", "--engine.kv_block_tokens=16"]}.get(CASE, [])
+             "preempt": ["--engine.kv_pages=40", "--engine.kv_block_tokens=16"],
+             "bench_trace": ["--engine.kv_block_tokens=16"]}.get(CASE, [])
     srv = Server(*extra)
     try:
         globals()["case_" + CASE](srv)

@@ -433,6 +433,22 @@ static void test_probe_stale_model(void **state)
     }
 }
 
+/* scheduler.local_prefix_only reaches the Conductor's scheduler, and a reload (SIGHUP) turns
+ * peer and pool prefixes off and on again; the default (no config) has them on. */
+static void test_local_prefix_only_reload(void **state)
+{
+    struct fixture *f = *state;
+    assert_false(ty_sched_opts_get(f->c->place.s)->local_prefix_only);
+    struct ty_sched_config sc = {.policy = TY_SCHED_POLICY_KVCACHE_CENTRIC,
+                                 .admission = TY_SCHED_ADMIT_BASELINE,
+                                 .kvcache_balancing_threshold = 1, .local_prefix_only = true};
+    assert_int_equal(ty_conductor_reload_sched(f->c, &sc), 0);
+    assert_true(ty_sched_opts_get(f->c->place.s)->local_prefix_only);
+    sc.local_prefix_only = false;
+    assert_int_equal(ty_conductor_reload_sched(f->c, &sc), 0);
+    assert_false(ty_sched_opts_get(f->c->place.s)->local_prefix_only);
+}
+
 int main(void)
 {
     const char *data = getenv("TYCHO_TEST_DATA");
@@ -452,6 +468,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stale_model_recovers, setup_stale_no_probe,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_probe_stale_model, setup_stale_probe, teardown),
+        cmocka_unit_test_setup_teardown(test_local_prefix_only_reload, setup, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ty_model_free(g_model);

@@ -212,6 +212,76 @@ static void test_kvcache_centric_local_only(void **st)
     ty_sched_free(s);
 }
 
+/* Six requests at once that share an 8-block prefix only node 0 of three idle prefill nodes
+ * holds (each with 2 blocks of its own), each pick credited to its node as the Conductor
+ * does. Returns how many went to each node. */
+static void hot_prefix_burst(ty_sched_t *s, uint32_t per_node[3])
+{
+    memset(per_node, 0, 3 * sizeof(uint32_t));
+    for (uint64_t i = 0; i < 6; i++) {
+        uint64_t h[10];
+        memcpy(h, H, 8 * sizeof(uint64_t));
+        h[8] = 5000 + 2 * i;
+        h[9] = 5001 + 2 * i;
+        struct ty_sched_request r = {.id = 100 + i, .block_hashes = h, .n_blocks = 10,
+                                     .prompt_tokens = 1000, .output_tokens = 10};
+        struct ty_sched_decision d;
+        assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+        assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
+        assert_true(d.prefill_node < 3);
+        per_node[d.prefill_node]++;
+        assert_int_equal(ty_sched_block_stored(s, d.prefill_node, h, 10), 0);
+    }
+}
+
+/* Three idle prefill nodes and a decode node; node 0 holds blocks 0-7. The scheduler is made
+ * with local_prefix_only = !local and then set to `local` the way a SIGHUP reload does
+ * (ty_sched_set_policy), so the setting is shown to take both ways. */
+static ty_sched_t *hot_cluster(struct ty_sched_opts *o, bool local)
+{
+    ty_sched_t *s;
+    o->local_prefix_only = !local;
+    assert_int_equal(ty_sched_new(&s, o), 0);
+    o->local_prefix_only = local;
+    assert_int_equal(ty_sched_set_policy(s, o), 0);
+    assert_true(ty_sched_opts_get(s)->local_prefix_only == local);
+    struct ty_sched_node_desc p = {.role = TY_SCHED_ROLE_PREFILL};
+    struct ty_sched_node_desc d = {.role = TY_SCHED_ROLE_DECODE};
+    for (uint32_t i = 0; i < 3; i++)
+        assert_int_equal(ty_sched_node_add(s, i, &p), 0);
+    assert_int_equal(ty_sched_node_add(s, 10, &d), 0);
+    assert_int_equal(ty_sched_block_stored(s, 0, H, 8), 0);
+    return s;
+}
+
+/* Hot-prefix replication (paper §6.2, cache load balancing): with peer prefixes a burst on one
+ * hot prefix spreads over the nodes, each new holder reading the prefix from one that has it
+ * (then serving the next ones from its own copy); with local_prefix_only the holder queues
+ * them until recomputing elsewhere is as fast. */
+static void test_hot_prefix_spreads(void **st)
+{
+    struct ty_sched_opts o = toy_opts(TY_SCHED_POLICY_KVCACHE_CENTRIC, TY_SCHED_ADMIT_BASELINE);
+    uint32_t n[3];
+    /* 200 us of own work each, 80 us to fetch the prefix: node 0 answers at 200, 400, 600; a
+     * peer at 80 + 200 = 280 first, then 200 more per request on its own copy: 0, 1, 2, 0,
+     * 1, 2 (ties: the shorter queue, then the lower id) */
+    ty_sched_t *s = hot_cluster(&o, false);
+    hot_prefix_burst(s, n);
+    assert_int_equal(n[0], 2);
+    assert_int_equal(n[1], 2);
+    assert_int_equal(n[2], 2);
+    ty_sched_free(s);
+    /* local only: node 0 answers at 200, 400, 600, 800; the fifth's 1000 ties an idle node's
+     * recompute (1000 tokens: 1000 us) and the shorter queue wins; the sixth: node 0 1200,
+     * node 1 (now holding the prefix) 1200, node 2 1000 */
+    s = hot_cluster(&o, true);
+    hot_prefix_burst(s, n);
+    assert_int_equal(n[0], 4);
+    assert_int_equal(n[1], 1);
+    assert_int_equal(n[2], 1);
+    ty_sched_free(s);
+}
+
 /* The live cluster with a KV pool: prefixes are read from the pool (index node 255, no
  * prefill node) only, never from another prefill node. */
 static void test_kvcache_centric_pool_source(void **st)
@@ -956,6 +1026,7 @@ int main(void)
         cmocka_unit_test(test_cache_aware),
         cmocka_unit_test(test_kvcache_centric),
         cmocka_unit_test(test_kvcache_centric_local_only),
+        cmocka_unit_test(test_hot_prefix_spreads),
         cmocka_unit_test(test_kvcache_centric_pool_source),
         cmocka_unit_test(test_live_admission_options),
         cmocka_unit_test(test_idle_capacity_admits),

@@ -53,6 +53,24 @@ static void test_examples(void **st)
     load_example("conversation-16.yaml", &o);
     assert_int_equal(o.sched.admission, TY_SCHED_ADMIT_BASELINE);
     assert_int_equal(o.sched.slo[0].ttft_us, 0);
+    assert_false(o.sched.local_prefix_only); /* peer prefixes unless the spec says otherwise */
+}
+
+/* scheduler.local_prefix_only (the Conductor's own setting) reaches the scheduler's options. */
+static void test_local_prefix_only(void **st)
+{
+    (void)st;
+    char *args[] = {"--scheduler.local_prefix_only=true"};
+    struct ty_sim_opts o;
+    ty_sim_spec_t *sp = NULL;
+    char err[512] = "";
+    if (ty_sim_spec_load(&sp, NULL, args, 1, &o, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    assert_true(o.sched.local_prefix_only);
+    ty_sim_spec_free(sp);
+    char *bad[] = {"--scheduler.local_prefix_only=sometimes"};
+    assert_int_equal(ty_sim_spec_load(&sp, NULL, bad, 1, &o, err, sizeof(err)), TY_ECONFIG);
+    assert_non_null(strstr(err, "scheduler.local_prefix_only"));
 }
 
 /* Write a spec file with that text under a fresh name made from the template in path. */
@@ -123,6 +141,7 @@ int main(void)
         cmocka_unit_test(test_examples),
         cmocka_unit_test(test_bad_policy),
         cmocka_unit_test(test_class_mix),
+        cmocka_unit_test(test_local_prefix_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
