@@ -116,7 +116,7 @@ static int any_node(struct gctx *c, uint32_t *out)
         *out = c->any;
         return 0;
     }
-    uint32_t any, obj, arr, str, num, key, lit;
+    uint32_t any = 0, obj, arr, str, num, key, lit;
     int rc = node_new(c, GN_UNION, &any);
     if (!rc)
         c->any = any;
@@ -411,7 +411,7 @@ static int compile_type(struct gctx *c, json_t *s, const char *type, const char 
     if (!strcmp(type, "null"))
         return literal_new(c, "null", 4, out);
     if (!strcmp(type, "boolean")) {
-        uint32_t t, f;
+        uint32_t t = 0, f = 0;
         rc = node_new(c, GN_UNION, out);
         rc = rc ? rc : literal_new(c, "true", 4, &t);
         rc = rc ? rc : literal_new(c, "false", 5, &f);

@@ -328,7 +328,7 @@ static int f_indent(struct jj_ctx *c, int line, jv s, const struct jj_args *fa, 
         pn = w.s.n < sizeof(pad) ? w.s.n : sizeof(pad);
         memcpy(pad, w.s.p, pn);
     } else {
-        int64_t k;
+        int64_t k = 0;
         TRY(need_int(c, line, w, "indent", &k));
         pn = k < 0 ? 0 : k > 255 ? 255 : (size_t)k;
         memset(pad, ' ', pn);
@@ -359,7 +359,7 @@ static int f_indent(struct jj_ctx *c, int line, jv s, const struct jj_args *fa, 
 
 static int f_truncate(struct jj_ctx *c, int line, jv s, const struct jj_args *fa, jv *out)
 {
-    int64_t length, leeway;
+    int64_t length = 0, leeway = 0;
     TRY(need_int(c, line, arg_or(fa, 0, "length", J_INT(255)), "truncate", &length));
     bool kill = ty__jinja_truthy(arg_or(fa, 1, "killwords", J_BOOL(false)));
     jv end = arg_or(fa, 2, "end", J_STR("..."));
@@ -444,7 +444,7 @@ static int f_striptags(struct jj_ctx *c, int line, jv s, jv *out)
 
 static int f_center(struct jj_ctx *c, int line, jv s, const struct jj_args *fa, jv *out)
 {
-    int64_t w;
+    int64_t w = 0;
     TRY(need_int(c, line, arg_or(fa, 0, "width", J_INT(80)), "center", &w));
     int64_t n = (int64_t)ty__jinja_utf8_len(s.s.p, s.s.n);
     if (w <= n || w > (int64_t)c->lim.max_out) {
@@ -477,7 +477,7 @@ static double py_round(double x, int64_t p)
 
 static int f_round(struct jj_ctx *c, int line, jv in, const struct jj_args *fa, jv *out)
 {
-    int64_t p;
+    int64_t p = 0;
     TRY(need_int(c, line, arg_or(fa, 0, "precision", J_INT(0)), "round", &p));
     jv m = arg_or(fa, 1, "method", J_STR("common"));
     if (in.t != JV_INT && in.t != JV_FLOAT && in.t != JV_BOOL)
@@ -755,7 +755,7 @@ static int f_sum(struct jj_ctx *c, int line, jv in, const struct jj_args *fa, jv
 static int f_batch(struct jj_ctx *c, int line, jv in, const struct jj_args *fa, jv *out)
 {
     struct jlist *src, *l, *cur = NULL;
-    int64_t n;
+    int64_t n = 0;
     TRY(ty__jinja_iter(c, line, in, &src));
     TRY(need_int(c, line, arg_or(fa, 0, "linecount", J_INT(1)), "batch", &n));
     const jv *fill = ty__jinja_arg(fa, 1, "fill_with");
