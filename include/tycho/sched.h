@@ -54,6 +54,30 @@ double ty_sched_cost_prefill_us(const struct ty_sched_cost *c, uint64_t tokens, 
 double ty_sched_cost_step_us(const struct ty_sched_cost *c, uint64_t batch, uint64_t ctx_tokens);
 double ty_sched_cost_transfer_us(const struct ty_sched_cost *c, uint64_t tokens);
 
+/* Chunked pipeline parallelism (Mooncake §5.1): a prompt cut into chunks of `chunk_tokens`
+ * flows through a group of `stages` prefill nodes, each holding a contiguous 1/stages of the
+ * layers; chunk j runs on stage s once stage s-1 has handed it over (its hidden states,
+ * hidden_bytes_per_token per token at the cost model's net_bytes_per_us, one hand-over at a
+ * time per link) and stage s is done with chunk j-1. A stage's call costs 1/stages of the whole model's call for the same tokens
+ * (fixed cost included: it is mostly reading the weights, which are split by layer). */
+struct ty_sched_cpp {
+    uint32_t stages;                /* nodes in a group (< 2: no pipeline) */
+    uint32_t chunk_tokens;          /* tokens per chunk (0: 2048) */
+    double hidden_bytes_per_token;  /* dim * 4 (f32 hidden states) */
+};
+
+/* Time from the start until the last stage has computed the last chunk of a prompt of
+ * `tokens` with `cached` reused, through c's pipeline; ready_us[s] (NULL: all 0) is when
+ * stage s can start, relative to the start. With stages < 2, ty_sched_cost_prefill_us. Pure. */
+double ty_sched_cpp_prefill_us(const struct ty_sched_cost *c, const struct ty_sched_cpp *p,
+                               uint64_t tokens, uint64_t cached, const double *ready_us);
+/* The shortest prompt (a multiple of c->block_tokens, or of 64 when that is 0, up to
+ * max_tokens) whose pipelined prefill on idle nodes is shorter than on one node, where it
+ * stays shorter up to max_tokens; 0 when none is (a pipeline never pays for itself there).
+ * Pure. */
+uint64_t ty_sched_cpp_threshold(const struct ty_sched_cost *c, const struct ty_sched_cpp *p,
+                                uint64_t max_tokens);
+
 /* One measured forward call. Prefill: x0 = tokens computed, sum of L - P over the call's
  * prompts; x1 = attention work, sum of L^2 - P^2 (one fixed cost per call, so a call of
  * several prompts is one sample). Decode step: x0 = B, x1 = C. Microseconds. */

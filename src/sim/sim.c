@@ -250,7 +250,10 @@ int ty_sim_run(const struct ty_sim_trace *t, const struct ty_sim_opts *o,
         !(o->speed > 0) || o->n_prefill + o->n_decode > TY_SCHED_MAX_NODES ||
         o->n_colocated > TY_SCHED_MAX_NODES || o->n_class_mix > o->sched.n_classes ||
         o->n_class_mix > TY_SCHED_MAX_CLASSES || o->prefill_batch > 4096 ||
-        (o->prefill_interleave && o->prefill_batch_tokens < 2))
+        (o->prefill_interleave && o->prefill_batch_tokens < 2) ||
+        (o->cpp.stages >= 2 && (o->cpp.stages > o->n_prefill || o->cpp.stages > 64 ||
+                                o->prefill_interleave || o->n_colocated ||
+                                !(o->cpp.hidden_bytes_per_token >= 0))))
         return TY_EINVAL;
     for (uint32_t k = 0; k < o->n_class_mix; k++)
         if (!(o->class_mix[k] >= 0) || !isfinite(o->class_mix[k]))
@@ -262,6 +265,9 @@ int ty_sim_run(const struct ty_sim_trace *t, const struct ty_sim_opts *o,
         goto out;
     if (s.o.sample_us == 0)
         s.o.sample_us = 10000000;
+    if (o->cpp.stages >= 2)
+        s.cpp_threshold = o->cpp_threshold ? o->cpp_threshold
+                                           : ty_sched_cpp_threshold(&o->truth, &o->cpp, 1u << 20);
     run_loop(&s);
     rc = ty__sim_summarize(&s, res);
     res->wall_s = ty__sim_wall_s() - wall0;
