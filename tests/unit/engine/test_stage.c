@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tycho/batcher.h"
 #include "tycho/engine.h"
 #include "tycho/errors.h"
 #include "tycho/kvpool.h"
@@ -199,6 +200,166 @@ static void test_stage_split_by_engine(void **state)
     free(b);
 }
 
+/* ---- the batcher's stages ---- */
+
+/* What one batcher's hooks saw, and where a stage's hidden states go next. */
+struct seen {
+    ty_batcher_t *next_b; /* the next stage's batcher (NULL: last) */
+    ty_breq_t *next_r;
+    uint32_t n_out, ended, hidden_rows, hidden_calls, next_first;
+    struct ty_sample first;
+    enum ty_finish fin;
+    int rc;
+};
+
+static int on_token(void *arg, ty_breq_t *r, const struct ty_sample *s, enum ty_finish fin)
+{
+    struct seen *w = arg;
+    if (!w->n_out++)
+        w->first = *s;
+    return fin;
+}
+
+static void on_end(void *arg, ty_breq_t *r, enum ty_finish fin, int rc)
+{
+    struct seen *w = arg;
+    w->ended++;
+    w->fin = fin;
+    w->rc = rc;
+}
+
+/* Stage s hands its rows to stage s + 1 as they come (the node sends them over the wire). */
+static void on_hidden(void *arg, ty_breq_t *r, const float *rows, uint32_t first, uint32_t n)
+{
+    struct seen *w = arg;
+    assert_int_equal(first, w->next_first); /* each token once, in order */
+    w->next_first += n;
+    w->hidden_rows += n;
+    w->hidden_calls++;
+    assert_int_equal(ty_batcher_stage_input(w->next_b, w->next_r, rows, n), 0);
+}
+
+static ty_batcher_t *mk_batcher(ty_engine_t *e, struct seen *w, uint32_t step)
+{
+    struct ty_batcher_opts o = {.engine = e, .step_tokens = step, .no_grow = true,
+                                .hooks = {.arg = w, .on_token = on_token, .on_end = on_end,
+                                          .on_hidden = on_hidden}};
+    ty_batcher_t *b;
+    assert_int_equal(ty_batcher_new(&b, &o), 0);
+    return b;
+}
+
+/* A 100-token prompt in 24-token calls through two batchers (layers [0, 2) and [2, L)),
+ * stepped in turn as two nodes would run, chunk i on stage 1 while chunk i+1 is on stage 0:
+ * the first token and its log-probability are bitwise those of one batcher making the same
+ * 24-token calls. A whole-model request on the first stage's batcher meanwhile gives what it
+ * gives alone (the stage runs in calls of its own). */
+static void test_batcher_stages(void **state)
+{
+    enum { N = 100, STEP = 24 };
+    uint32_t t[N], u[30];
+    mk_prompt(t, N, 11);
+    mk_prompt(u, 30, 12);
+    struct ty_gen_params g = {.max_tokens = 1, .ignore_eos = true};
+    g.sampling.repetition_penalty = 1;
+    g.sampling.logprobs = true;
+    struct ty_gen_params g4 = g;
+    g4.max_tokens = 4;
+    /* one node */
+    struct seen w1 = {0}, wu = {0};
+    ty_engine_t *e1 = mk_engine(512);
+    ty_batcher_t *b1 = mk_batcher(e1, &w1, STEP);
+    struct ty_breq_opts o = {.id = 1, .prompt = t, .n_prompt = N, .gen = &g};
+    assert_int_equal(ty_batcher_add(b1, &o, NULL), 0);
+    while (!w1.ended)
+        assert_true(ty_batcher_step(b1) >= 0);
+    struct ty_breq_opts ou = {.id = 2, .prompt = u, .n_prompt = 30, .gen = &g4};
+    struct ty_batcher_opts bo = {.engine = e1, .step_tokens = STEP, .no_grow = true,
+                                 .hooks = {.arg = &wu, .on_token = on_token, .on_end = on_end}};
+    ty_batcher_t *bu;
+    assert_int_equal(ty_batcher_new(&bu, &bo), 0);
+    assert_int_equal(ty_batcher_add(bu, &ou, NULL), 0);
+    while (!wu.ended)
+        assert_true(ty_batcher_step(bu) >= 0);
+    /* two stages */
+    struct seen w0 = {0}, wl = {0};
+    ty_engine_t *e0 = mk_engine(512), *el = mk_engine(512);
+    ty_batcher_t *b0 = mk_batcher(e0, &w0, STEP), *bl = mk_batcher(el, &wl, STEP);
+    struct ty_breq_opts s0 = o, sl = o;
+    s0.layer_end = 2;
+    sl.layer_begin = 2;
+    sl.layer_end = L;
+    assert_int_equal(ty_batcher_add(bl, &sl, &w0.next_r), 0);
+    w0.next_b = bl;
+    assert_int_equal(ty_batcher_add(b0, &s0, NULL), 0);
+    ty_breq_t *ur;
+    ou.id = 3;
+    assert_int_equal(ty_batcher_add(b0, &ou, &ur), 0);
+    uint32_t last_steps = 0;
+    while (!wl.ended) {
+        assert_true(ty_batcher_step(b0) >= 0);
+        int k = ty_batcher_step(bl);
+        assert_true(k >= 0);
+        last_steps += k > 0;
+    }
+    while (!ty_batcher_idle(b0))
+        assert_true(ty_batcher_step(b0) >= 0);
+    assert_int_equal(w0.ended, 2); /* the stage (no token) and the whole request */
+    assert_int_equal(w0.hidden_rows, N);
+    assert_int_equal(w0.hidden_calls, (N + STEP - 1) / STEP);
+    assert_int_equal(last_steps, (N + STEP - 1) / STEP); /* a call per chunk as it came */
+    assert_int_equal(wl.rc, 0);
+    assert_int_equal(wl.n_out, 1);
+    assert_int_equal(wl.first.id, w1.first.id);
+    assert_memory_equal(&wl.first.logprob, &w1.first.logprob, sizeof(float));
+    /* the whole request beside the stage: 4 tokens, the first as alone (the stage made none) */
+    assert_int_equal(w0.n_out, 4);
+    assert_int_equal(w0.first.id, wu.first.id);
+    ty_batcher_free(b0);
+    ty_batcher_free(bl);
+    ty_batcher_free(b1);
+    ty_batcher_free(bu);
+    assert_int_equal(ty_kvpool_pages_cached(ty_engine_pool(e0)), 0); /* stage KV never cached */
+    ty_engine_free(e0);
+    ty_engine_free(el);
+    ty_engine_free(e1);
+}
+
+/* Stage requests the batcher refuses. */
+static void test_batcher_bad_stages(void **state)
+{
+    uint32_t t[20];
+    mk_prompt(t, 20, 1);
+    struct ty_gen_params g = {.max_tokens = 1, .ignore_eos = true};
+    struct seen w = {0};
+    ty_engine_t *e = mk_engine(512);
+    struct ty_batcher_opts bo = {.engine = e,
+                                 .hooks = {.arg = &w, .on_token = on_token, .on_end = on_end}};
+    ty_batcher_t *b;
+    assert_int_equal(ty_batcher_new(&b, &bo), 0);
+    struct ty_breq_opts o = {.id = 1, .prompt = t, .n_prompt = 20, .gen = &g, .layer_end = 1};
+    assert_int_equal(ty_batcher_add(b, &o, NULL), TY_EINVAL); /* no on_hidden */
+    o.layer_begin = 1, o.layer_end = L + 1;
+    assert_int_equal(ty_batcher_add(b, &o, NULL), TY_EINVAL); /* past the model */
+    o.layer_begin = 2, o.layer_end = 2;
+    assert_int_equal(ty_batcher_add(b, &o, NULL), TY_EINVAL); /* empty */
+    o.layer_begin = 1, o.layer_end = L;
+    assert_int_equal(ty_batcher_add_reserved(b, &o, NULL), TY_EINVAL);
+    ty_breq_t *r;
+    assert_int_equal(ty_batcher_add(b, &o, &r), 0);
+    float *rows = calloc(21 * (size_t)D, sizeof(float));
+    assert_int_equal(ty_batcher_stage_input(b, r, rows, 21), TY_EINVAL); /* more than the prompt */
+    assert_int_equal(ty_batcher_stage_input(b, r, rows, 5), 0);
+    assert_int_equal(ty_breq_stage_ready(r), 5);
+    assert_int_equal(ty_batcher_step(b), 1); /* the 5 tokens it has */
+    assert_int_equal(ty_batcher_step(b), 0); /* waits for the rest */
+    ty_batcher_end(b, r, TY_ECANCELED);
+    assert_int_equal(w.rc, TY_ECANCELED);
+    ty_batcher_free(b);
+    ty_engine_free(e);
+    free(rows);
+}
+
 /* Ranges a stage cannot run are refused before anything is computed. */
 static void test_bad_ranges(void **state)
 {
@@ -237,6 +398,8 @@ int main(void)
         cmocka_unit_test(test_chunks_through_stages),
         cmocka_unit_test(test_stage_split_by_engine),
         cmocka_unit_test(test_bad_ranges),
+        cmocka_unit_test(test_batcher_stages),
+        cmocka_unit_test(test_batcher_bad_stages),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ty_model_free(model);
