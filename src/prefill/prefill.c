@@ -8,7 +8,10 @@
  * each prompt's finished pages to k_base/v_base + page id * stride on its decode node; the
  * first token is sampled by the batcher (max_tokens 1); when a prompt ends the worker waits for
  * its writes, sends KvReady, hands its new blocks to the KV pool, and posts the result back to
- * the loop through a mailbox. */
+ * the loop through a mailbox. A job with PrefillAssign.stage is one stage of a pipeline group
+ * (chunked pipeline parallelism): the batcher computes its layer range only, hidden states
+ * come from the previous stage and go to the next one through stage.c, and its KvReady names
+ * its layers (only the last stage's carries the first token). */
 #include "tycho/prefill.h"
 #include "stage-impl.h"
 
