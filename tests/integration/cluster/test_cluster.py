@@ -589,6 +589,48 @@ def bad_stages(cl):
     return ok
 
 
+def cpp_stage_killed(model, args, ctx, long_ids, want_long, short_ids, want_short, ask):
+    """A node of a 2-stage group killed while the long prompt is on it: the request either
+    fails with an error (the first stage: its layers will not come) or is prefilled again on
+    one node and gives one node's ids (the last stage: the usual re-arm); it never hangs, and
+    the cluster then answers as before."""
+    ok = True
+    conf = "max_ctx: %d\nrequest_timeout: 280s\npipeline:\n  stages: 2\n  threshold: %d\n" % (
+        ctx, len(short_ids) // 2)
+    cl = Cluster(4, 1, model=model, config=conf, node_args=args, hb_timeout="1s")
+    res = {}
+
+    def run():
+        st, body = cl.post("/v1/completions", {"prompt": long_ids, "max_tokens": len(want_long),
+                                               "temperature": 0, "return_token_ids": True},
+                           timeout=280)
+        res["r"] = (st, json.loads(body)["choices"][0]["token_ids"] if st == 200 else body)
+    t = threading.Thread(target=run)
+    t.start()
+    busy, end = [], time.time() + 20
+    while len(busy) < 2 and time.time() < end:
+        busy = [k for k, n in status_nodes(cl).items()
+                if n.get("role") == "prefill" and n.get("in_flight", 0) > 0]
+        time.sleep(0.05)
+    victim = busy[0] if busy else None
+    if victim:
+        cl.procs[victim].kill()
+    t.join(280)
+    st, out = res.get("r", (None, None))
+    with open(cl.logs["conductor"]) as f:
+        how = [w for w in ("pipeline stage on prefill node", "prefill sent again")
+               if w in f.read()]
+    ok &= check(len(busy) == 2 and not t.is_alive() and
+                ((st == 200 and out == want_long) or (st is not None and st >= 400)),
+                "stage node %s killed mid-prompt: %s (one node's ids %s; the Conductor: %s)" %
+                (victim, (st, out if st == 200 else str(out)[:160]), want_long, how))
+    short, _ = ask(cl, short_ids)
+    ok &= check(short == want_short["output_ids"],
+                "after the loss the cluster answers generate's ids (%s)" % short)
+    cl.stop()
+    return ok
+
+
 def case_cpp():
     """Chunked pipeline parallelism: with pipeline.stages 2 or 4 the Conductor sends a long
     prompt through that many prefill nodes, each computing a range of the layers of every chunk
@@ -657,6 +699,7 @@ def case_cpp():
                         "stages 4: every prefill node took part (served %s)" % served)
             ok &= bad_stages(cl)
         cl.stop()
+    ok &= cpp_stage_killed(model, args, ctx, long_ids, got[0][0], short_ids, want_short, ask)
     ok &= check(isinstance(got[0][0], list) and len(got[0][0]) == n_out,
                 "one node: %d ids for the %d-token prompt (%s)" % (n_out, n_long, got[0][0]))
     for stages in (2, 4):
