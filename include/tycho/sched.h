@@ -58,8 +58,9 @@ double ty_sched_cost_transfer_us(const struct ty_sched_cost *c, uint64_t tokens)
  * flows through a group of `stages` prefill nodes, each holding a contiguous 1/stages of the
  * layers; chunk j runs on stage s once stage s-1 has handed it over (its hidden states,
  * hidden_bytes_per_token per token at the cost model's net_bytes_per_us, one hand-over at a
- * time per link) and stage s is done with chunk j-1. A stage's call costs 1/stages of the whole model's call for the same tokens
- * (fixed cost included: it is mostly reading the weights, which are split by layer). */
+ * time per link) and stage s is done with chunk j-1. A stage's call costs 1/stages of the
+ * whole model's call for the same tokens (fixed cost included: it is mostly reading the
+ * weights, which are split by layer). */
 struct ty_sched_cpp {
     uint32_t stages;                /* nodes in a group (< 2: no pipeline) */
     uint32_t chunk_tokens;          /* tokens per chunk (0: 2048) */

@@ -33,7 +33,8 @@ double ty_sched_cpp_prefill_us(const struct ty_sched_cost *c, const struct ty_sc
     for (uint64_t b = cached; b < tokens; b += chunk) {
         uint64_t e = tokens - b < chunk ? tokens : b + chunk;
         double l = (double)e, f = (double)b;
-        double work = (c->prefill[0] + c->prefill[1] * (l - f) + c->prefill[2] * (l * l - f * f)) / S;
+        double work =
+            (c->prefill[0] + c->prefill[1] * (l - f) + c->prefill[2] * (l * l - f * f)) / S;
         double hop = c->net_bytes_per_us > 0
                          ? (l - f) * p->hidden_bytes_per_token / c->net_bytes_per_us
                          : 0;
