@@ -549,6 +549,9 @@ static int send_stages(ty_conductor_t *c, struct ty__creq *r, Tycho__V1__Prefill
         ty__breaker_placed(c, r->group[s]);
     }
     pa->stage = &st[r->n_group - 1];
+    /* no stage keeps the prompt's blocks (their pages hold some layers): the blocks credited
+     * to pnode at placement go back, as for a prefill moved away (its queue stays) */
+    ty__place_moved(c, r, r->pnode);
     c->pipelined++;
     if (c->m_pipelined)
         ty_metrics_counter_inc(c->m_pipelined);

@@ -693,6 +693,11 @@ def case_cpp():
         ok &= check(pipe.get("stages") == stages and pipe.get("requests") == want_pipelined,
                     "stages %d: the Conductor pipelined %s requests (status %s)" %
                     (stages, pipe.get("requests"), pipe))
+        # a stage's pages hold some layers: no node caches a pipelined prompt's blocks, and
+        # the scheduler's prefix index does not think one does (one node's does)
+        blocks = status.get("scheduler", {}).get("index_blocks")
+        ok &= check(blocks == 0 if stages else blocks > 0,
+                    "stages %d: blocks in the scheduler's prefix index: %s" % (stages, blocks))
         # every stage of a group got the prompt: with 4 stages all 4 prefill nodes served both
         if stages == 4:
             ok &= check(len(served) == 4 and served[0] >= 2,
