@@ -221,6 +221,14 @@ struct ty_sched_opts {
      * simulator; the live Conductor learns it from measured TTFTs
      * (ty_sched_set_ttft_overhead). */
     double ttft_overhead_us;
+    /* Chunked pipeline parallelism (the Conductor's pipeline.stages, the simulator's cpp): a
+     * prompt longer than one chunk goes through a group of cpp.stages prefill nodes when it
+     * has at least cpp_threshold tokens (0: when ty_sched_cpp_prefill_us predicts it shorter
+     * than one node's prefill) and that many prefill nodes are up; its predicted prefill is
+     * then the pipeline's, on the chosen node's queue, reusing no prefix (a stage's KV holds
+     * its layers only). cpp.stages < 2: off. */
+    struct ty_sched_cpp cpp;
+    uint64_t cpp_threshold;
 };
 
 /* Fill opts with defaults: kvcache_centric, predicted admission, the A800 profile, threshold
@@ -291,6 +299,9 @@ const struct ty_sched_opts *ty_sched_opts_get(const ty_sched_t *s);
 /* Replace the cost model (a refit); decisions from now on use it. TY_EINVAL for non-finite
  * coefficients or block_tokens 0. */
 int ty_sched_set_cost(ty_sched_t *s, const struct ty_sched_cost *c);
+/* Replace the pipeline settings (opts.cpp, opts.cpp_threshold); TY_EINVAL for a negative or
+ * non-finite hidden_bytes_per_token. */
+int ty_sched_set_cpp(ty_sched_t *s, const struct ty_sched_cpp *cpp, uint64_t threshold);
 /* Replace what an operator tunes in a running scheduler (a SIGHUP reload): o's policy,
  * admission, balancing_threshold, n_classes and slo[]; the rest of o is ignored (the cost
  * model, the seed, the decode duration learned so far and the caller's flags stay).

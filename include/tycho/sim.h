@@ -125,7 +125,8 @@ struct ty_sim_opts {
      * and the next cpp.stages - 1 nodes by index (a group of consecutive nodes, as the
      * Conductor forms them), each stage starting when its node has finished what it runs;
      * it takes ty_sched_cpp_prefill_us, and the other nodes of the group take nothing else
-     * until it is done. The scheduler still predicts one node's time. */
+     * until it is done. The scheduler is told (ty_sched_opts.cpp): it predicts the pipeline's
+     * time for such a prompt. */
     struct ty_sched_cpp cpp;
     uint64_t cpp_threshold;
     /* Judge SLO attainment against these thresholds instead of each request's class SLOs

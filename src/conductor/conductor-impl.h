@@ -250,6 +250,10 @@ uint64_t ty__pipeline_threshold(ty_conductor_t *c, const struct ty__cnode *pnode
  * usable prefill nodes, a prefill sent again). */
 uint32_t ty__pipeline_group(ty_conductor_t *c, const struct ty__creq *r,
                             struct ty__cnode **group, Tycho__V1__PipelineStage *st);
+/* Before a placement: the scheduler's pipeline settings (ty_sched_set_cpp) as the groups will
+ * be formed now (the stages, the least-loaded prefill node's chunk, the threshold in force),
+ * so that it predicts a pipelined prompt's prefill as the pipeline's. */
+void ty__pipeline_sync(ty_conductor_t *c);
 
 /* breaker.c: failure detection by outcome (ty_conductor_opts.node_answer_timeout_ms). */
 /* A node (re)registered: closed, no failures. */

@@ -29,6 +29,19 @@ uint64_t ty__pipeline_threshold(ty_conductor_t *c, const struct ty__cnode *pnode
     return ty_sched_cpp_threshold(&cost, &cpp, c->o.max_ctx);
 }
 
+void ty__pipeline_sync(ty_conductor_t *c)
+{
+    if (c->o.pipeline.stages < 2)
+        return; /* (the scheduler's default: off) */
+    const struct ty__cnode *pn = ty__conductor_pick(c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL);
+    uint32_t dim = c->o.model ? ty_model_config(c->o.model)->dim : 0;
+    struct ty_sched_cpp cpp = {.stages = c->o.pipeline.stages,
+                               .chunk_tokens = pn && pn->max_batch ? pn->max_batch : 0,
+                               .hidden_bytes_per_token = 4.0 * dim};
+    uint64_t threshold = ty__pipeline_threshold(c, pn);
+    ty_sched_set_cpp(c->place.s, &cpp, threshold ? threshold : UINT64_MAX);
+}
+
 uint32_t ty__pipeline_group(ty_conductor_t *c, const struct ty__creq *r,
                             struct ty__cnode **group, Tycho__V1__PipelineStage *st)
 {

@@ -612,9 +612,17 @@ static int send_prefill(ty_conductor_t *c, struct ty__creq *r)
         return rc;
     }
     r->prefill_call = k;
-    /* its KV is due: the predicted queue and prefill, four times over, plus the answer time */
+    /* its KV is due: the predicted queue and prefill, four times over, plus the answer time;
+     * a group's by one node's prefill (its stages may share cores, or wait for each other's
+     * queues, which the pipeline's prediction does not count) */
+    double prefill_us = r->predicted_prefill_us;
+    if (r->n_group) {
+        const struct ty_sched_cost *cost = &ty_sched_opts_get(c->place.s)->cost;
+        double one = ty_sched_cost_prefill_us(cost, r->n_prompt, 0);
+        prefill_us = one > prefill_us ? one : prefill_us;
+    }
     r->prefill_by_ms = ty_clock_ms() + c->o.node_answer_timeout_ms +
-                       (uint64_t)(4 * (r->predicted_wait_us + r->predicted_prefill_us) / 1000);
+                       (uint64_t)(4 * (r->predicted_wait_us + prefill_us) / 1000);
     ty__breaker_placed(c, r->pnode);
     r->prefill_pending = r->prefill_counted = true;
     r->prefill_tries++;
@@ -655,6 +663,7 @@ static int req_new(ty_conductor_t *c, const struct ty_serve_request *sr, struct 
 static int dispatch(ty_conductor_t *c, struct ty__creq *r, struct ty_serve_reject *rej,
                     bool admitted)
 {
+    ty__pipeline_sync(c); /* the scheduler predicts a long prompt through its group */
     int rc = ty__place_pick(c, r, rej, admitted);
     if (rc)
         return rc;

@@ -84,8 +84,9 @@ static double prefill_take(struct sim *s, struct pnode *p, const double *ready)
 /* Whether request i goes through a pipeline group (opts.cpp). */
 static bool pipelines(const struct sim *s, uint32_t i)
 {
-    return s->o.cpp.stages >= 2 && s->cpp_threshold &&
-           ty__sim_req(s, i)->input_tokens >= s->cpp_threshold;
+    uint32_t chunk = s->o.cpp.chunk_tokens ? s->o.cpp.chunk_tokens : 2048, n;
+    n = ty__sim_req(s, i)->input_tokens;
+    return s->o.cpp.stages >= 2 && s->cpp_threshold && n >= s->cpp_threshold && n > chunk;
 }
 
 /* Keep p from taking work until p->held_until (a stage of another node's pipeline): an empty

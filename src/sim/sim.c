@@ -57,7 +57,14 @@ static int sim_setup(struct sim *s, const struct ty_sim_trace *t, const struct t
     s->t = t;
     s->o = *o;
     s->n = o->limit && o->limit < t->n ? o->limit : t->n;
-    int rc = ty_sched_new(&s->sched, &o->sched);
+    if (o->cpp.stages >= 2)
+        s->cpp_threshold = o->cpp_threshold
+                               ? o->cpp_threshold
+                               : ty_sched_cpp_threshold(&o->truth, &o->cpp, 1u << 20);
+    struct ty_sched_opts so = o->sched; /* its scheduler knows the groups the nodes form */
+    so.cpp = o->cpp;
+    so.cpp_threshold = s->cpp_threshold ? s->cpp_threshold : UINT64_MAX;
+    int rc = ty_sched_new(&s->sched, &so);
     if (rc < 0)
         return rc;
     if (o->n_colocated) {
@@ -265,9 +272,6 @@ int ty_sim_run(const struct ty_sim_trace *t, const struct ty_sim_opts *o,
         goto out;
     if (s.o.sample_us == 0)
         s.o.sample_us = 10000000;
-    if (o->cpp.stages >= 2)
-        s.cpp_threshold = o->cpp_threshold ? o->cpp_threshold
-                                           : ty_sched_cpp_threshold(&o->truth, &o->cpp, 1u << 20);
     run_loop(&s);
     rc = ty__sim_summarize(&s, res);
     res->wall_s = ty__sim_wall_s() - wall0;

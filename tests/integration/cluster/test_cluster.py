@@ -597,7 +597,7 @@ def cpp_stage_killed(model, args, ctx, long_ids, want_long, short_ids, want_shor
     ok = True
     conf = "max_ctx: %d\nrequest_timeout: 280s\npipeline:\n  stages: 2\n  threshold: %d\n" % (
         ctx, len(short_ids) // 2)
-    cl = Cluster(4, 1, model=model, config=conf, node_args=args, hb_timeout="1s")
+    cl = Cluster(4, 1, model=model, config=conf, node_args=args, hb_timeout="3s")
     res = {}
 
     def run():
@@ -646,8 +646,10 @@ def case_cpp():
     ctx = n_long + 64
     pages = 2 * (ctx // 16 + 1)
     # every node: the same explicit context and KV budget (not the engine's default), 1 thread
+    # (a loaded machine takes a minute or more over the one-node 16k prefill: the decode node
+    # waits for the KV that long, and the Conductor does not take a busy node for dead)
     args = ["--max_ctx=%d" % ctx, "--kv_pages=%d" % pages, "--chunk_tokens=%d" % chunk,
-            "--threads=1", "--max_batch_size=2"]
+            "--threads=1", "--max_batch_size=2", "--kv_wait_timeout=280s"]
     long_ids = [3 + (i * 37 + i // 7) % 500 for i in range(n_long)]
     short_ids = [3 + (i * 11 + 5) % 500 for i in range(n_short)]
     n_out = 8
@@ -673,7 +675,7 @@ def case_cpp():
     for stages in (0, 2, 4):
         conf = "max_ctx: %d\nrequest_timeout: 280s\npipeline:\n  stages: %d\n  threshold: %d\n" % (
             ctx, stages, n_short // 2)
-        cl = Cluster(4, 1, model=model, config=conf, node_args=args)
+        cl = Cluster(4, 1, model=model, config=conf, node_args=args, hb_timeout="10s")
         t0 = time.time()
         got[stages] = ask(cl, long_ids)
         dt = time.time() - t0

@@ -134,6 +134,51 @@ static void test_sim_group_held(void **st)
     ty_sim_trace_free(t);
 }
 
+/* The scheduler predicts a pipelined prompt's prefill as the pipeline's (2300 us for the
+ * 3000-token prompt above, not one node's 3100), reusing no prefix; so a TTFT SLO of 2500 us
+ * admits it with the group and refuses it (never fits) without. Under the threshold or within
+ * one chunk, one node's time. */
+static void test_sched_predicts_pipeline(void **st)
+{
+    struct ty_sched_opts o;
+    ty_sched_opts_default(&o);
+    o.cost = toy_cost(0);
+    o.policy = TY_SCHED_POLICY_KVCACHE_CENTRIC;
+    o.admission = TY_SCHED_ADMIT_EARLY;
+    o.slo[0].ttft_us = 2500;
+    o.cpp = two;
+    ty_sched_t *s;
+    assert_int_equal(ty_sched_new(&s, &o), 0);
+    struct ty_sched_node_desc pd = {.role = TY_SCHED_ROLE_PREFILL};
+    struct ty_sched_node_desc dd = {.role = TY_SCHED_ROLE_DECODE, .kv_capacity_tokens = 100000};
+    assert_int_equal(ty_sched_node_add(s, 0, &pd), 0);
+    assert_int_equal(ty_sched_node_add(s, 1, &pd), 0);
+    assert_int_equal(ty_sched_node_add(s, 2, &dd), 0);
+    struct ty_sched_request r = {.id = 1, .prompt_tokens = 3000, .output_tokens = 1};
+    struct ty_sched_decision d;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_NONE);
+    assert_true(near(d.prefill_us, 2300));
+    ty_sched_request_done(s, 1, 1);
+    r.id = 2;
+    r.prompt_tokens = 900; /* one chunk: one node (100 + 900) */
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_true(near(d.prefill_us, 1000));
+    ty_sched_request_done(s, 2, 1);
+    struct ty_sched_cpp off = {.stages = 0};
+    assert_int_equal(ty_sched_set_cpp(s, &off, 0), 0);
+    r.id = 3;
+    r.prompt_tokens = 3000;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_TTFT);
+    assert_true(d.never_fits);
+    assert_int_equal(ty_sched_set_cpp(s, &two, 5000), 0); /* a threshold above the prompt */
+    r.id = 4;
+    assert_int_equal(ty_sched_pick(s, &r, 0, &d), 0);
+    assert_int_equal(d.reject, TY_SCHED_REJECT_TTFT);
+    ty_sched_free(s);
+}
+
 /* Settings the simulator refuses: a group larger than the prefill nodes, with interleaving. */
 static void test_sim_bad_opts(void **st)
 {
@@ -155,7 +200,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cost_hand_worked), cmocka_unit_test(test_threshold),
         cmocka_unit_test(test_sim_alone),        cmocka_unit_test(test_sim_group_held),
-        cmocka_unit_test(test_sim_bad_opts),
+        cmocka_unit_test(test_sim_bad_opts),     cmocka_unit_test(test_sched_predicts_pipeline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
