@@ -228,6 +228,12 @@ struct ty_conductor {
     ty_metrics_child_t *auth_failures;  /* the process's failed cluster handshakes (or NULL) */
     uint64_t auth_seen;
     uint64_t pipelined; /* requests prefilled through a pipeline group */
+    struct { /* the cost model's threshold (pipeline.c), kept until the model or chunk change */
+        struct ty_sched_cost cost;
+        uint32_t chunk;
+        uint64_t value;
+        bool valid;
+    } cpp_threshold;
     ty_metrics_child_t *m_pipelined; /* tycho_requests_pipelined_total (NULL: no registry) */
 };
 

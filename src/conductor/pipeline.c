@@ -9,10 +9,19 @@
 #include "tycho/log.h"
 #include "tycho/sched.h"
 
+#include <string.h>
+
 static bool usable(const struct ty__cnode *n)
 {
     return n && n->info.alive && !n->lost && n->rpc && ty__breaker_allows(n) &&
            n->info.role == TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL;
+}
+
+static bool same_cost(const struct ty_sched_cost *a, const struct ty_sched_cost *b)
+{
+    return !memcmp(a->prefill, b->prefill, sizeof(a->prefill)) &&
+           a->kv_bytes_per_token == b->kv_bytes_per_token &&
+           a->net_bytes_per_us == b->net_bytes_per_us && a->block_tokens == b->block_tokens;
 }
 
 uint64_t ty__pipeline_threshold(ty_conductor_t *c, const struct ty__cnode *pnode)
@@ -26,7 +35,16 @@ uint64_t ty__pipeline_threshold(ty_conductor_t *c, const struct ty__cnode *pnode
     struct ty_sched_cpp cpp = {.stages = c->o.pipeline.stages,
                                .chunk_tokens = pnode && pnode->max_batch ? pnode->max_batch : 0,
                                .hidden_bytes_per_token = 4.0 * dim};
-    return ty_sched_cpp_threshold(&cost, &cpp, c->o.max_ctx);
+    /* a scan over the context (thousands of pipelines timed): once per cost model and chunk,
+     * not per request */
+    if (c->cpp_threshold.valid && c->cpp_threshold.chunk == cpp.chunk_tokens &&
+        same_cost(&c->cpp_threshold.cost, &cost))
+        return c->cpp_threshold.value;
+    c->cpp_threshold.cost = cost;
+    c->cpp_threshold.chunk = cpp.chunk_tokens;
+    c->cpp_threshold.value = ty_sched_cpp_threshold(&cost, &cpp, c->o.max_ctx);
+    c->cpp_threshold.valid = true;
+    return c->cpp_threshold.value;
 }
 
 void ty__pipeline_sync(ty_conductor_t *c)

@@ -595,9 +595,13 @@ def cpp_stage_killed(model, args, ctx, long_ids, want_long, short_ids, want_shor
     one node and gives one node's ids (the last stage: the usual re-arm); it never hangs, and
     the cluster then answers as before."""
     ok = True
-    conf = "max_ctx: %d\nrequest_timeout: 280s\npipeline:\n  stages: 2\n  threshold: %d\n" % (
-        ctx, len(short_ids) // 2)
+    # the threshold from the cost model (threshold 0): a prompt past one chunk gains there
+    conf = "max_ctx: %d\nrequest_timeout: 280s\npipeline:\n  stages: 2\n" % ctx
     cl = Cluster(4, 1, model=model, config=conf, node_args=args, hb_timeout="3s")
+    st, body = get_status(cl.http, "/status")
+    auto = json.loads(body).get("pipeline", {}).get("threshold", 0) if st == 200 else 0
+    ok &= check(0 < auto < len(long_ids),
+                "threshold from the cost model: %s tokens (the prompt: %d)" % (auto, len(long_ids)))
     res = {}
 
     def run():
