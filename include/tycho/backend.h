@@ -40,10 +40,29 @@ struct ty_batch {
     uint32_t n_seqs;
     ty_batch_layer_cb layer_cb; /* NULL: none */
     void *layer_arg;
+    /* A stage of chunked pipeline parallelism (Mooncake §5.1: a group of prefill nodes, each
+     * holding a contiguous range of layers): run only layers [layer_begin, layer_end) (both
+     * 0: all layers; the K/V of those layers only is written). hidden_in (T, dim) f32, the
+     * residual stream entering layer_begin for each token of the batch in batch order, is
+     * required when layer_begin > 0 (else the token embeddings are the input). A stage that
+     * ends before the last layer sets hidden_out (T, dim): it receives the residual stream
+     * after layer layer_end - 1, and no logits are made (logits may be NULL); the last stage
+     * leaves hidden_out NULL and makes logits as a whole-model pass does. Backends that
+     * cannot run a range refuse it (TY_ENOTSUP). */
+    uint32_t layer_begin, layer_end;
+    const float *hidden_in;
+    float *hidden_out;
 };
 
-/* Rows of logits a batch produces (sum over sequences of n or 1). */
+/* Rows of logits a batch produces (sum over sequences of n or 1; 0 with hidden_out). */
 uint32_t ty_batch_n_logits(const struct ty_batch *b);
+/* Tokens of a batch (sum over sequences of n). */
+uint32_t ty_batch_n_tokens(const struct ty_batch *b);
+/* Whether the batch is a pipeline stage (a layer range or hidden states in or out), and the
+ * layer range it runs for a model of n_layers: [*begin, *end). TY_EINVAL for a range that is
+ * empty, beyond n_layers, starts past 0 without hidden_in, or ends before n_layers without
+ * hidden_out (or at n_layers with it). */
+int ty_batch_layers(const struct ty_batch *b, uint32_t n_layers, uint32_t *begin, uint32_t *end);
 
 struct ty_backend_cpu_opts {
     uint32_t n_threads; /* worker threads including the caller; 0 = 1 */
@@ -87,7 +106,8 @@ bool ty_backend_healthy(const ty_backend_t *b);
 
 /* Run the forward pass; writes ty_batch_n_logits(batch) rows of n_vocab floats to `logits`
  * (host memory), in batch order. Returns 0, TY_EINVAL (bad batch: position beyond context,
- * unreserved pages, token id out of range, a pool whose memory is not this backend's),
+ * unreserved pages, token id out of range, a pool whose memory is not this backend's, a bad
+ * layer range), TY_ENOTSUP (a layer range on a backend that runs only whole passes),
  * TY_ENOMEM or TY_ECUDA. */
 int ty_backend_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
                        const struct ty_batch *batch, float *logits);

@@ -74,6 +74,11 @@ struct ty_batcher_hooks {
     void (*on_forward)(void *arg, const struct ty_batcher_call *call);
     /* Optional: r was preempted (n: preemptions since the batcher started). */
     void (*on_preempt)(void *arg, ty_breq_t *r, uint64_t n);
+    /* A pipeline stage before the last (ty_breq_opts.layer_end < n_layers): the hidden
+     * states (n, dim) f32 leaving its last layer for prompt tokens [first, first + n), each
+     * token once, in order, right after the call that computed them (the node hands them to
+     * the next stage). Required for such requests (ty_batcher_add refuses them without). */
+    void (*on_hidden)(void *arg, ty_breq_t *r, const float *rows, uint32_t first, uint32_t n);
 };
 
 struct ty_batcher_opts {
@@ -98,6 +103,14 @@ struct ty_breq_opts {
     uint32_t n_prompt;
     const struct ty_gen_params *gen;
     void *user; /* the caller's, ty_breq_user() */
+    /* A stage of chunked pipeline parallelism (Mooncake §5.1; tycho/backend.h): compute the
+     * prompt's layers [layer_begin, layer_end) only (both 0: the whole model). Its KV is
+     * private (ty_kvpool_seq_set_private: never in the page cache), it runs alone in its
+     * forward calls, and a stage that starts past layer 0 computes a prompt token only once
+     * its hidden states came in (ty_batcher_stage_input). A stage before the last hands its
+     * hidden states out (hooks.on_hidden) and ends (on_end, TY_FINISH_NONE, rc 0) when the
+     * prompt is computed, sampling nothing; the last stage samples as a whole request does. */
+    uint32_t layer_begin, layer_end;
 };
 
 /* Returns 0, TY_EINVAL or TY_ENOMEM. */
@@ -130,6 +143,12 @@ int ty_batcher_add_reserved(ty_batcher_t *b, const struct ty_breq_opts *o, ty_br
  * reused (usage). Returns 0 or a TY_E* (r is then ended with it). */
 int ty_batcher_kv_landed(ty_batcher_t *b, ty_breq_t *r, const struct ty_sample *first,
                          uint32_t n_cached);
+/* A stage past layer 0: the hidden states (n, dim) f32 entering its first layer for the next
+ * n prompt tokens (copied). Returns 0, or TY_EINVAL (not such a stage, or more rows than the
+ * prompt has). */
+int ty_batcher_stage_input(ty_batcher_t *b, ty_breq_t *r, const float *rows, uint32_t n);
+/* Prompt tokens whose hidden states r has received (a stage past layer 0). */
+uint32_t ty_breq_stage_ready(const ty_breq_t *r);
 /* End r now with `rc` (< 0, e.g. TY_ECANCELED): on_end runs, r is freed. */
 void ty_batcher_end(ty_batcher_t *b, ty_breq_t *r, int rc);
 /* The request with this id (linear in the requests held), or NULL. */

@@ -62,6 +62,14 @@ struct ty_conductor_pool_config {
     char *master; /* "host:port" (comma list: standbys); unset: no pool */
 };
 
+/* Chunked pipeline parallelism (Mooncake §5.1): prompts of at least `threshold` tokens go
+ * through a group of `stages` prefill nodes, each computing a contiguous range of layers of
+ * every chunk (docs/arch/cluster.md "Pipeline groups"). */
+struct ty_conductor_pipeline_config {
+    uint32_t stages;    /* prefill nodes in a group; 0, 1: off */
+    uint32_t threshold; /* prompt tokens from which a prompt is pipelined; 0: the cost model's */
+};
+
 /* An API key whose requests are served in one SLO class (api_key_classes). */
 struct ty_conductor_key_class {
     char *key;
@@ -99,6 +107,7 @@ struct ty_conductor_config {
     uint64_t breaker_open_ns;
     struct ty_conductor_pool_config kv_pool;
     struct ty_auth_config cluster; /* tycho-conductor: cluster_secret_file / insecure */
+    struct ty_conductor_pipeline_config pipeline;
 };
 
 extern const struct ty_config_struct ty_conductor_config_table; /* tycho-conductor */
@@ -203,6 +212,8 @@ struct ty_conductor_opts {
     /* The cluster KV pool's master, when the prefill nodes use one (their kv_pool.master):
      * the scheduler then knows the pool's blocks and plans prefixes read from it. */
     const char *kv_pool_master;
+    /* Chunked pipeline parallelism (struct ty_conductor_pipeline_config; zero: off). */
+    struct ty_conductor_pipeline_config pipeline;
 };
 
 /* A node's circuit breaker: closed (placed on), open (failed breaker_failures requests in a

@@ -118,6 +118,10 @@ int ty_kvpool_seq_new(ty_kvpool_t *p, ty_kvseq_t **out);
 /* Release the sequence's pages: unshared full blocks stay cached (see ty_kvpool_pages_used),
  * the rest return to the free list. NULL is a no-op. */
 void ty_kvpool_seq_free(ty_kvpool_t *p, ty_kvseq_t *s);
+/* Keep s out of the page cache: its blocks are never indexed (nor found by
+ * ty_kvpool_seq_match_prefix on s), and its pages are freed, not cached, when it is freed.
+ * For KV that is not the whole model's (a pipeline stage holds some layers only). */
+void ty_kvpool_seq_set_private(ty_kvseq_t *s);
 /* On an empty sequence: attach already-computed full blocks that are a prefix of `tokens`
  * (at most (n-1)/B blocks, so at least one token is left to compute). Returns the number of
  * tokens whose KV is now present (a multiple of B), or a negative TY_E*. */

@@ -54,6 +54,31 @@ double ty_sched_cost_prefill_us(const struct ty_sched_cost *c, uint64_t tokens, 
 double ty_sched_cost_step_us(const struct ty_sched_cost *c, uint64_t batch, uint64_t ctx_tokens);
 double ty_sched_cost_transfer_us(const struct ty_sched_cost *c, uint64_t tokens);
 
+/* Chunked pipeline parallelism (Mooncake §5.1): a prompt cut into chunks of `chunk_tokens`
+ * flows through a group of `stages` prefill nodes, each holding a contiguous 1/stages of the
+ * layers; chunk j runs on stage s once stage s-1 has handed it over (its hidden states,
+ * hidden_bytes_per_token per token at the cost model's net_bytes_per_us, one hand-over at a
+ * time per link) and stage s is done with chunk j-1. A stage's call costs 1/stages of the
+ * whole model's call for the same tokens (fixed cost included: it is mostly reading the
+ * weights, which are split by layer). */
+struct ty_sched_cpp {
+    uint32_t stages;                /* nodes in a group (< 2: no pipeline) */
+    uint32_t chunk_tokens;          /* tokens per chunk (0: 2048) */
+    double hidden_bytes_per_token;  /* dim * 4 (f32 hidden states) */
+};
+
+/* Time from the start until the last stage has computed the last chunk of a prompt of
+ * `tokens` with `cached` reused, through c's pipeline; ready_us[s] (NULL: all 0) is when
+ * stage s can start, relative to the start. With stages < 2, ty_sched_cost_prefill_us. Pure. */
+double ty_sched_cpp_prefill_us(const struct ty_sched_cost *c, const struct ty_sched_cpp *p,
+                               uint64_t tokens, uint64_t cached, const double *ready_us);
+/* The shortest prompt (a multiple of c->block_tokens, or of 64 when that is 0, up to
+ * max_tokens) whose pipelined prefill on idle nodes is shorter than on one node, where it
+ * stays shorter up to max_tokens; 0 when none is (a pipeline never pays for itself there).
+ * Pure. */
+uint64_t ty_sched_cpp_threshold(const struct ty_sched_cost *c, const struct ty_sched_cpp *p,
+                                uint64_t max_tokens);
+
 /* One measured forward call. Prefill: x0 = tokens computed, sum of L - P over the call's
  * prompts; x1 = attention work, sum of L^2 - P^2 (one fixed cost per call, so a call of
  * several prompts is one sample). Decode step: x0 = B, x1 = C. Microseconds. */
@@ -197,6 +222,14 @@ struct ty_sched_opts {
      * simulator; the live Conductor learns it from measured TTFTs
      * (ty_sched_set_ttft_overhead). */
     double ttft_overhead_us;
+    /* Chunked pipeline parallelism (the Conductor's pipeline.stages, the simulator's cpp): a
+     * prompt longer than one chunk goes through a group of cpp.stages prefill nodes when it
+     * has at least cpp_threshold tokens (0: when ty_sched_cpp_prefill_us predicts it shorter
+     * than one node's prefill) and that many prefill nodes are up; its predicted prefill is
+     * then the pipeline's, on the chosen node's queue, reusing no prefix (a stage's KV holds
+     * its layers only). cpp.stages < 2: off. */
+    struct ty_sched_cpp cpp;
+    uint64_t cpp_threshold;
 };
 
 /* Fill opts with defaults: kvcache_centric, predicted admission, the A800 profile, threshold
@@ -267,6 +300,9 @@ const struct ty_sched_opts *ty_sched_opts_get(const ty_sched_t *s);
 /* Replace the cost model (a refit); decisions from now on use it. TY_EINVAL for non-finite
  * coefficients or block_tokens 0. */
 int ty_sched_set_cost(ty_sched_t *s, const struct ty_sched_cost *c);
+/* Replace the pipeline settings (opts.cpp, opts.cpp_threshold); TY_EINVAL for a negative or
+ * non-finite hidden_bytes_per_token. */
+int ty_sched_set_cpp(ty_sched_t *s, const struct ty_sched_cpp *cpp, uint64_t threshold);
 /* Replace what an operator tunes in a running scheduler (a SIGHUP reload): o's policy,
  * admission, balancing_threshold, local_prefix_only, n_classes and slo[]; the rest of o is
  * ignored (the cost model, the seed, the decode duration learned so far and the caller's

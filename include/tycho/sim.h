@@ -119,6 +119,16 @@ struct ty_sim_opts {
      * refused for TBT (vLLM has no such check). */
     uint32_t n_colocated;
     uint32_t chunk_tokens;        /* tokens per step, decodes included (0: 512) */
+    /* Chunked pipeline parallelism (Mooncake §5.1; not with prefill_interleave): with
+     * cpp.stages >= 2, a prompt of at least cpp_threshold tokens (0: ty_sched_cpp_threshold
+     * of the truth model up to 1M tokens) runs alone in a call on the node the scheduler chose
+     * and the next cpp.stages - 1 nodes by index (a group of consecutive nodes, as the
+     * Conductor forms them), each stage starting when its node has finished what it runs;
+     * it takes ty_sched_cpp_prefill_us, and the other nodes of the group take nothing else
+     * until it is done. The scheduler is told (ty_sched_opts.cpp): it predicts the pipeline's
+     * time for such a prompt. */
+    struct ty_sched_cpp cpp;
+    uint64_t cpp_threshold;
     /* Judge SLO attainment against these thresholds instead of each request's class SLOs
      * (0: the class's), as a benchmark client's goodput does; admission still uses the
      * class SLOs (0 there: nothing refused). */
@@ -155,6 +165,8 @@ struct ty_sim_sample {
 
 struct ty_sim_result {
     size_t n, served, rejected, rejected_at_decode, slo_met;
+    size_t pipelined;        /* requests prefilled through a pipeline group (opts.cpp) */
+    uint64_t cpp_threshold;  /* the threshold used (0: no pipelining) */
     size_t rejected_by[TY_SCHED_REJECT_NO_NODE + 1];
     double ttft_mean, ttft_p50, ttft_p90, ttft_p99; /* seconds, served requests */
     double tbt_mean, tbt_p50, tbt_p90, tbt_p99;     /* seconds */

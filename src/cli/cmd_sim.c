@@ -497,14 +497,16 @@ static void print_json_job(const struct job *j, const ty_sim_spec_t *spec)
            "\"slo_attainment\": %.4f, \"goodput_rps\": %.4f, \"cache_hit_rate\": %.4f, "
            "\"prefill_compute_saved\": %.4f, \"wasted_prefill_s\": %.2f, "
            "\"prefill_busy_s\": %.2f, \"prefill_utilization\": %.4f, "
-           "\"simulated_s\": %.1f, \"wall_s\": %.3f, ",
+           "\"simulated_s\": %.1f, \"wall_s\": %.3f, \"cpp_stages\": %u, "
+           "\"cpp_threshold\": %llu, \"pipelined\": %zu, ",
            r->ttft_mean, r->ttft_p50, r->ttft_p90, r->ttft_p99, r->tbt_mean, r->tbt_p50,
            r->tbt_p90, r->tbt_p99, r->slo_attainment, r->goodput_rps, r->cache_hit_rate,
            r->compute_saved, r->wasted_prefill_s, r->prefill_busy_s,
            r->duration_s > 0 && o->n_prefill
                ? r->prefill_busy_s / ((double)o->n_prefill * r->duration_s)
                : 0.0,
-           r->duration_s, r->wall_s);
+           r->duration_s, r->wall_s, o->cpp.stages, (unsigned long long)r->cpp_threshold,
+           r->pipelined);
     print_json_classes(j, spec);
     printf("\"decode_judged\": {\"requests\": %zu, \"batch_bias\": %.3f, \"batch_err\": %.3f, "
            "\"ctx_bias\": %.1f, \"ctx_err\": %.1f, \"landed_batch\": %.3f}}",

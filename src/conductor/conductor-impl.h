@@ -63,6 +63,8 @@ struct ty__cnode {
     uint64_t pool_seen[4];
 };
 
+#define TY__PIPELINE_MAX 16 /* prefill nodes in a pipeline group, at most (pipeline.stages) */
+
 struct ty__creq;
 /* One RPC call of a request to a node (the argument of its callbacks) */
 struct ty__call {
@@ -123,6 +125,10 @@ struct ty__creq {
     uint32_t relay_us;      /* the Conductor's own time turning the decode node's reply into
                              * the PrefillAssign (its first token's event carries it) */
     struct ty_stoptext tx;  /* text of the relayed tokens, as ty_engine_generate makes it */
+    /* a pipelined prefill (pipeline.c): the PrefillAssigns of its stages before the last
+     * (pnode) still open, the nodes of the group (pnode last) */
+    uint8_t n_stage_calls, n_group;
+    struct ty__cnode *group[TY__PIPELINE_MAX];
 };
 
 /* The live scheduler (placement.c): ty_sched_t fed from registrations, heartbeats (decode
@@ -221,6 +227,14 @@ struct ty_conductor {
     ty_metrics_child_t *name_conflicts; /* registrations refused: the name is held (or NULL) */
     ty_metrics_child_t *auth_failures;  /* the process's failed cluster handshakes (or NULL) */
     uint64_t auth_seen;
+    uint64_t pipelined; /* requests prefilled through a pipeline group */
+    struct { /* the cost model's threshold (pipeline.c), kept until the model or chunk change */
+        struct ty_sched_cost cost;
+        uint32_t chunk;
+        uint64_t value;
+        bool valid;
+    } cpp_threshold;
+    ty_metrics_child_t *m_pipelined; /* tycho_requests_pipelined_total (NULL: no registry) */
 };
 
 /* registry.c */
@@ -232,6 +246,20 @@ struct ty__cnode *ty__conductor_pick_except(ty_conductor_t *c, int role,
                                           const struct ty__cnode *except);
 /* Mark `n` dead: fail its requests, close its connection. */
 void ty__conductor_node_down(ty_conductor_t *c, struct ty__cnode *n, const char *why);
+
+/* pipeline.c: chunked pipeline parallelism. The prompt length from which a prompt is
+ * pipelined (pipeline.threshold, else the cost model's for pnode's chunk; 0: never). */
+uint64_t ty__pipeline_threshold(ty_conductor_t *c, const struct ty__cnode *pnode);
+/* Whether r's prefill goes through a group: its nodes (stage order, r->pnode last) in group
+ * and each one's PipelineStage in st (both TY__PIPELINE_MAX long); returns the group's size,
+ * 0 for one node (pipelining off, a prompt under the threshold or within one chunk, too few
+ * usable prefill nodes, a prefill sent again). */
+uint32_t ty__pipeline_group(ty_conductor_t *c, const struct ty__creq *r,
+                            struct ty__cnode **group, Tycho__V1__PipelineStage *st);
+/* Before a placement: the scheduler's pipeline settings (ty_sched_set_cpp) as the groups will
+ * be formed now (the stages, the least-loaded prefill node's chunk, the threshold in force),
+ * so that it predicts a pipelined prompt's prefill as the pipeline's. */
+void ty__pipeline_sync(ty_conductor_t *c);
 
 /* breaker.c: failure detection by outcome (ty_conductor_opts.node_answer_timeout_ms). */
 /* A node (re)registered: closed, no failures. */

@@ -80,6 +80,22 @@ static const struct ty_config_field conductor_pool_fields[] = {
 static const struct ty_config_struct conductor_pool =
     TY_CONFIG_STRUCT("kv_pool", struct ty_conductor_pool_config, conductor_pool_fields);
 
+static const struct ty_config_field pipeline_fields[] = {
+    {.key = "stages", .type = TY_CONFIG_UINT,
+     TY_CONFIG_AT(struct ty_conductor_pipeline_config, stages), .def = "0", .max = "16",
+     .help = "chunked pipeline parallelism: prefill nodes in a group, each computing a range "
+             "of the layers of every chunk of a long prompt (0, 1: off; a prompt is pipelined "
+             "only while that many prefill nodes are up)"},
+    {.key = "threshold", .type = TY_CONFIG_UINT,
+     TY_CONFIG_AT(struct ty_conductor_pipeline_config, threshold), .def = "0",
+     .max = "16777216",
+     .help = "prompt tokens from which a prompt goes through a group (0: where the cost model "
+             "predicts the group's pipelined prefill, fill and hidden-state hand-overs included, "
+             "shorter than one node's)"},
+};
+static const struct ty_config_struct pipeline_struct =
+    TY_CONFIG_STRUCT("pipeline", struct ty_conductor_pipeline_config, pipeline_fields);
+
 static const struct ty_config_field conductor_fields[] = {
     TY_CONDUCTOR_CONFIG_ROWS(struct ty_conductor_config, ),
     {.key = "scheduler", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(struct ty_conductor_config,
@@ -117,6 +133,9 @@ static const struct ty_config_field conductor_fields[] = {
     {.key = "kv_pool", .type = TY_CONFIG_SECTION, TY_CONFIG_AT(struct ty_conductor_config, kv_pool),
      .sub = &conductor_pool,
      .help = "the cluster KV pool the prefill nodes share: the scheduler follows its blocks"},
+    {.key = "pipeline", .type = TY_CONFIG_SECTION,
+     TY_CONFIG_AT(struct ty_conductor_config, pipeline), .sub = &pipeline_struct,
+     .help = "chunked pipeline parallelism for long prompts (Mooncake §5.1)"},
     TY_AUTH_CONFIG_ROWS(struct ty_conductor_config, cluster.),
 };
 static int conductor_check(const void *data, char *field, size_t field_cap, char *why,

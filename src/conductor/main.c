@@ -95,7 +95,7 @@ static int start(struct conductor *s, uv_loop_t *loop)
         .breaker_open_ms = (uint32_t)(s->cfg.breaker_open_ns / 1000000),
         .startup_wait_ms = (uint32_t)(s->cfg.startup_wait_ns / 1000000),
         .sched = &s->cfg.scheduler, .cost = &s->cfg.cost, /* events: the API's sink */
-        .kv_pool_master = s->cfg.kv_pool.master,
+        .kv_pool_master = s->cfg.kv_pool.master, .pipeline = s->cfg.pipeline,
         .model_name = name, .expected_output_tokens = s->cfg.expected_output_tokens,
         .retry_after_only = !s->cfg.x_should_retry};
     model_name(s->cfg.model_path, name, sizeof(name));

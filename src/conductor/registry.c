@@ -95,6 +95,10 @@ static void node_metrics_init(ty_conductor_t *c)
                                 "prefills sent again to another prefill node because theirs was "
                                 "lost before the KV landed", NULL, 0))
         ty_metrics_child_get(f, NULL, &c->prefill_retries);
+    if (!ty_metrics_counter_new(reg, &f, "tycho_requests_pipelined_total",
+                                "requests whose prompt went through a group of prefill nodes "
+                                "(chunked pipeline parallelism, pipeline.stages)", NULL, 0))
+        ty_metrics_child_get(f, NULL, &c->m_pipelined);
     if (!ty_metrics_counter_new(reg, &f, "tycho_registrations_refused_total",
                                 "node registrations refused because another live node holds "
                                 "the name", NULL, 0))

@@ -52,7 +52,7 @@ static void emit(ty_conductor_t *c, struct ty__creq *r, enum ty_serve_event_kind
 static void req_maybe_free(ty_conductor_t *c, struct ty__creq *r)
 {
     if (!r->finished || r->decode_pending || r->prefill_pending || r->stream_pending ||
-        r->n_stale)
+        r->n_stale || r->n_stage_calls)
         return; /* a call of it is still open: its end comes back here */
     for (struct ty__creq **pp = &c->reqs; *pp; pp = &(*pp)->next) {
         if (*pp == r) {
@@ -102,6 +102,8 @@ static void req_end(ty_conductor_t *c, struct ty__creq *r, bool decode_done, boo
      * its reply may still be on the way, but a Cancel would be one more call for nothing */
     if (r->prefill_pending && !r->prefilled && !r->n_out)
         send_cancel(r->pnode, r->rid, why);
+    for (uint32_t s = 0; s + 1 < r->n_group && r->n_stage_calls && !r->n_out; s++)
+        send_cancel(r->group[s], r->rid, why); /* the group's other stages */
 }
 
 static void req_fail(ty_conductor_t *c, struct ty__creq *r, int err)
@@ -510,8 +512,67 @@ static int start_prefill(ty_conductor_t *c, struct ty__creq *r)
     return send_prefill(c, r);
 }
 
+/* A pipeline stage before the last answered its PrefillAssign: a failure fails the request
+ * (its layers will not come), unless its prefill was sent again meanwhile (one node then). */
+static void on_stage_reply(const struct ty_rpc_result *res, void *arg)
+{
+    struct ty__call *k = arg;
+    struct ty__creq *r = k->r;
+    ty_conductor_t *c = k->n->c;
+    r->n_stage_calls--;
+    if (k->n->info.inflight)
+        k->n->info.inflight--;
+    if (res->event == TY_RPC_EVENT_REPLY) {
+        ty__breaker_ok(c, k->n);
+    } else if (!r->finished && r->prefill_tries == 1 && !r->replaced) {
+        int err = call_error(res);
+        TY_LOG_WARN("cluster", "request %llu [%s]: pipeline stage on prefill node %s failed: "
+                    "%s%s%s", (unsigned long long)r->rid, r->cid, k->n->info.id,
+                    ty_strerror(res->status), res->message[0] ? ": " : "", res->message);
+        req_fail_why(c, r, err == TY_ECONNRESET || err == TY_ECANCELED ? TY_EUNAVAIL : err,
+                     "pipeline stage on prefill node %s failed: %s", k->n->info.id,
+                     ty_strerror(err));
+    }
+    free(k);
+    req_maybe_free(c, r);
+}
+
+/* The PrefillAssigns of the stages of r's group before the last (pa with each one's stage);
+ * the last, r->pnode's, is the request's prefill call. */
+static int send_stages(ty_conductor_t *c, struct ty__creq *r, Tycho__V1__PrefillAssign *pa,
+                       Tycho__V1__PipelineStage *st)
+{
+    struct ty_rpc_call_opts o = {.timeout_ms = c->o.request_timeout_ms};
+    for (uint32_t s = 0; s + 1 < r->n_group; s++) {
+        struct ty__call *k = call_new(r, r->group[s]);
+        if (!k)
+            return TY_ENOMEM;
+        pa->stage = &st[s];
+        int rc = ty_rpc_client_call_msg(r->group[s]->rpc, TYCHO__V1__METHOD__METHOD_PREFILL_ASSIGN,
+                                        &pa->base, &o, on_stage_reply, k, NULL);
+        if (rc) {
+            free(k);
+            return rc;
+        }
+        r->n_stage_calls++;
+        r->group[s]->info.inflight++;
+        r->group[s]->info.served++;
+        ty__breaker_placed(c, r->group[s]);
+    }
+    pa->stage = &st[r->n_group - 1];
+    /* no stage keeps the prompt's blocks (their pages hold some layers): the blocks credited
+     * to pnode at placement go back, as for a prefill moved away (its queue stays) */
+    ty__place_moved(c, r, r->pnode);
+    c->pipelined++;
+    if (c->m_pipelined)
+        ty_metrics_counter_inc(c->m_pipelined);
+    TY_LOG_DEBUG("cluster", "request %llu [%s]: %u prompt tokens through %u prefill nodes",
+                 (unsigned long long)r->rid, r->cid, r->n_prompt, r->n_group);
+    return 0;
+}
+
 /* PrefillAssign to r->pnode: the prompt, the decode node's KV destination, the first token's
- * sampling. */
+ * sampling; a long prompt's to each node of its pipeline group (pipeline.c). */
 static int send_prefill(ty_conductor_t *c, struct ty__creq *r)
 {
     struct pb_sampling *ps = malloc(sizeof(*ps));
@@ -545,8 +606,16 @@ static int send_prefill(ty_conductor_t *c, struct ty__creq *r)
         plan.pool_planned = ty__pool_following(c);
         pa.cached_prefix = &plan;
     }
+    Tycho__V1__PipelineStage st[TY__PIPELINE_MAX];
+    int rc = 0;
+    r->n_group = (uint8_t)ty__pipeline_group(c, r, r->group, st);
+    if (r->n_group) {
+        pa.cached_prefix = NULL; /* a stage reuses no prefix (its pages hold some layers) */
+        rc = send_stages(c, r, &pa, st);
+    }
     struct ty_rpc_call_opts pco = {.timeout_ms = c->o.request_timeout_ms};
-    int rc = ty_rpc_client_call_msg(r->pnode->rpc, TYCHO__V1__METHOD__METHOD_PREFILL_ASSIGN,
+    if (!rc)
+        rc = ty_rpc_client_call_msg(r->pnode->rpc, TYCHO__V1__METHOD__METHOD_PREFILL_ASSIGN,
                                     &pa.base, &pco, on_prefill_reply, k, NULL);
     free(ps); /* packed by the call */
     if (rc) {
@@ -554,9 +623,17 @@ static int send_prefill(ty_conductor_t *c, struct ty__creq *r)
         return rc;
     }
     r->prefill_call = k;
-    /* its KV is due: the predicted queue and prefill, four times over, plus the answer time */
+    /* its KV is due: the predicted queue and prefill, four times over, plus the answer time;
+     * a group's by one node's prefill (its stages may share cores, or wait for each other's
+     * queues, which the pipeline's prediction does not count) */
+    double prefill_us = r->predicted_prefill_us;
+    if (r->n_group) {
+        const struct ty_sched_cost *cost = &ty_sched_opts_get(c->place.s)->cost;
+        double one = ty_sched_cost_prefill_us(cost, r->n_prompt, 0);
+        prefill_us = one > prefill_us ? one : prefill_us;
+    }
     r->prefill_by_ms = ty_clock_ms() + c->o.node_answer_timeout_ms +
-                       (uint64_t)(4 * (r->predicted_wait_us + r->predicted_prefill_us) / 1000);
+                       (uint64_t)(4 * (r->predicted_wait_us + prefill_us) / 1000);
     ty__breaker_placed(c, r->pnode);
     r->prefill_pending = r->prefill_counted = true;
     r->prefill_tries++;
@@ -597,6 +674,7 @@ static int req_new(ty_conductor_t *c, const struct ty_serve_request *sr, struct 
 static int dispatch(ty_conductor_t *c, struct ty__creq *r, struct ty_serve_reject *rej,
                     bool admitted)
 {
+    ty__pipeline_sync(c); /* the scheduler predicts a long prompt through its group */
     int rc = ty__place_pick(c, r, rej, admitted);
     if (rc)
         return rc;

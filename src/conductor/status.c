@@ -163,6 +163,14 @@ char *ty__conductor_status_json(void *ctx)
                           : json_null();
     json_t *o = json_pack("{s:s,s:o,s:o,s:o}", "role", "conductor", "scheduler",
                           scheduler_json(c), "nodes", nodes, "kv_pool", pool);
+    if (o) /* chunked pipeline parallelism: the group size, the threshold now, the requests */
+        json_object_set_new(o, "pipeline",
+                            json_pack("{s:I,s:I,s:I}", "stages",
+                                      (json_int_t)c->o.pipeline.stages, "threshold",
+                                      (json_int_t)ty__pipeline_threshold(
+                                          c, ty__conductor_pick(
+                                                 c, TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL)),
+                                      "requests", (json_int_t)c->pipelined));
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return text;

@@ -36,6 +36,12 @@ struct dreq {
     char cid[TY_CLIENT_ID_MAX + 1]; /* the client's request id: log lines */
     uint32_t published;   /* tokens whose full blocks are in the KV pool (or the prefill
                            * node's to write: the prompt's) */
+    /* a pipeline group's KV (KvReady with a layer range, one per stage): the layers landed
+     * (n_layers flags, made by the first such KvReady) and the last stage's first token */
+    uint8_t *landed;
+    uint32_t n_landed, staged_cached;
+    bool has_first;
+    struct ty_sample staged_first;
 };
 
 struct wstate {
@@ -140,6 +146,7 @@ static void on_end(void *arg, ty_breq_t *r, enum ty_finish fin, int rc)
         }
     }
     w->n_reqs--;
+    free(d->landed);
     free(d);
 }
 
@@ -292,6 +299,10 @@ static void do_rearm(struct wstate *w, struct dcmd *c)
         rc = pack_rearmed(c->rid, &ev->reply, &ev->reply_len);
     if (!rc) {
         d->attempt = c->attempt;
+        if (d->landed) /* a group's layers of the lost attempt do not count */
+            memset(d->landed, 0, w->n_layers);
+        d->n_landed = 0;
+        d->has_first = false;
         fence_arm(w, d, true); /* the lost node's tag is refused from here on */
         d->deadline_ms = kv_deadline(w, c);
     }
@@ -301,6 +312,42 @@ static void do_rearm(struct wstate *w, struct dcmd *c)
     ev->call = c->call;
     ev->rc = rc;
     ty__decode_node_post(w->n, ev);
+}
+
+/* The prompt's KV is in d's pages: run it with the others, first token `first`. */
+static void kv_landed(struct wstate *w, struct dreq *d, const struct ty_sample *first,
+                      uint32_t cached)
+{
+    d->ready = true;
+    fence_arm(w, d, false); /* the pages are the decode's own from here on */
+    ty_batcher_kv_landed(w->b, d->r, first, cached);
+}
+
+/* A pipeline stage's KvReady (layers [layer_begin, layer_end) of the prompt): noted; the
+ * request runs once every layer landed and the last stage's first token came. Returns 0 or
+ * TY_EPROTO for a range or token the request cannot have. */
+static int stage_ready(struct wstate *w, struct dreq *d, const Tycho__V1__KvReady *k)
+{
+    if (k->layer_end > w->n_layers || k->n_tokens != ty_breq_n_prompt(d->r) ||
+        (k->has_first_token && (k->first_token >= w->V || k->layer_end != w->n_layers)))
+        return TY_EPROTO;
+    if (!d->landed && !(d->landed = calloc(w->n_layers, 1)))
+        return TY_ENOMEM;
+    for (uint32_t l = k->layer_begin; l < k->layer_end; l++) {
+        d->n_landed += !d->landed[l];
+        d->landed[l] = 1;
+    }
+    if (k->has_first_token) {
+        d->staged_first = (struct ty_sample){.id = k->first_token};
+        if (k->first_logprob && k->first_logprob->token_id == k->first_token)
+            ty_pb_logprob_unpack(k->first_logprob, w->V, &d->staged_first);
+        d->staged_cached = k->cached_tokens;
+        d->has_first = true;
+    }
+    ty_node_metrics_kv(w->n->o.metrics, false, k->transport, k->kv_bytes, k->transfer_us);
+    if (d->n_landed == w->n_layers && d->has_first)
+        kv_landed(w, d, &d->staged_first, d->staged_cached);
+    return 0;
 }
 
 /* A KvReady arrived: the prompt's KV is in our pages. */
@@ -316,6 +363,16 @@ static void on_kv_ready(struct wstate *w, const Tycho__V1__KvReady *k)
                     (unsigned long long)d->rid, d->cid, k->attempt ? k->attempt : 1, d->attempt);
         return;
     }
+    if (!k->all_layers && k->layer_end > k->layer_begin) {
+        int rc = stage_ready(w, d, k);
+        if (rc) {
+            TY_LOG_WARN("decode", "request %llu [%s]: bad KvReady of layers %u..%u: %s",
+                        (unsigned long long)d->rid, d->cid, k->layer_begin, k->layer_end,
+                        ty_strerror(rc));
+            ty_batcher_end(w->b, d->r, rc);
+        }
+        return;
+    }
     if (!k->all_layers || k->n_tokens != ty_breq_n_prompt(d->r) || !k->has_first_token ||
         k->first_token >= w->V) {
         TY_LOG_WARN("decode", "request %llu [%s]: bad KvReady", (unsigned long long)d->rid, d->cid);
@@ -326,10 +383,8 @@ static void on_kv_ready(struct wstate *w, const Tycho__V1__KvReady *k)
     struct ty_sample first = {.id = k->first_token};
     if (k->first_logprob && k->first_logprob->token_id == k->first_token)
         ty_pb_logprob_unpack(k->first_logprob, w->V, &first); /* prefill's, of token 1 */
-    d->ready = true;
-    fence_arm(w, d, false); /* the pages are the decode's own from here on */
     ty_node_metrics_kv(w->n->o.metrics, false, k->transport, k->kv_bytes, k->transfer_us);
-    ty_batcher_kv_landed(w->b, d->r, &first, k->cached_tokens);
+    kv_landed(w, d, &first, k->cached_tokens);
 }
 
 static void poll_notifications(struct wstate *w)

@@ -1,6 +1,8 @@
 /* Backend interface table (ggml-backend-impl.h style) and the pieces the backends share. name,
- * free, forward and kv_dtypes are required; kv_storage (NULL: the pool uses host memory) and healthy
- * (NULL: always healthy) are optional. */
+ * free, forward and kv_dtypes are required; kv_storage (NULL: the pool uses host memory)
+ * and healthy (NULL: always healthy) are optional; layer_ranges says forward runs pipeline
+ * stages (a layer range with hidden states in and out, tycho/backend.h; false:
+ * ty_backend_forward refuses them with TY_ENOTSUP before forward is called). */
 #ifndef TYCHO_ENGINE_BACKEND_IMPL_H
 #define TYCHO_ENGINE_BACKEND_IMPL_H
 
@@ -14,6 +16,7 @@ struct ty_backend_i {
     int (*kv_storage)(ty_backend_t *b, struct ty_kvpool_storage *out);
     bool (*healthy)(const ty_backend_t *b);
     uint32_t kv_dtypes; /* 1u << enum ty_kv_dtype for each KV page type forward reads */
+    bool layer_ranges;
 };
 
 struct ty_backend {

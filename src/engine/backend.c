@@ -3,15 +3,44 @@
 
 #include "tycho/errors.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
 
 uint32_t ty_batch_n_logits(const struct ty_batch *b)
 {
     uint32_t n = 0;
+    if (b->hidden_out)
+        return 0;
     for (uint32_t i = 0; i < b->n_seqs; i++)
         n += b->seqs[i].logits_all ? b->seqs[i].n : 1;
     return n;
+}
+
+uint32_t ty_batch_n_tokens(const struct ty_batch *b)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < b->n_seqs; i++)
+        n += b->seqs[i].n;
+    return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
+int ty_batch_layers(const struct ty_batch *b, uint32_t n_layers, uint32_t *begin, uint32_t *end)
+{
+    *begin = b->layer_begin;
+    *end = b->layer_begin || b->layer_end ? b->layer_end : n_layers;
+    if (*begin >= *end || *end > n_layers)
+        return TY_EINVAL;
+    if (*begin > 0 && !b->hidden_in)
+        return TY_EINVAL;
+    if ((*end < n_layers) != (b->hidden_out != NULL))
+        return TY_EINVAL;
+    return 0;
+}
+
+static bool is_stage(const struct ty_batch *b)
+{
+    return b->layer_begin || b->layer_end || b->hidden_in || b->hidden_out;
 }
 
 void ty_backend_free(ty_backend_t *b)
@@ -28,8 +57,15 @@ const char *ty_backend_name(const ty_backend_t *b)
 int ty_backend_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
                        const struct ty_batch *batch, float *logits)
 {
-    if (!b || !m || !pool || !batch || !logits)
+    if (!b || !m || !pool || !batch || (!logits && !batch->hidden_out))
         return TY_EINVAL;
+    if (is_stage(batch)) {
+        uint32_t lo, hi;
+        if (ty_batch_layers(batch, ty_model_config(m)->n_layers, &lo, &hi))
+            return TY_EINVAL;
+        if (!b->iface->layer_ranges)
+            return TY_ENOTSUP;
+    }
     return b->iface->forward(b, m, pool, batch, logits);
 }
 

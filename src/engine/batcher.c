@@ -33,6 +33,12 @@ struct ty_breq {
     ty_grammar_t *grammar;      /* structured output (NULL: none) */
     ty_grammar_matcher_t *gm;
     bool admitted_once, stalled;
+    /* a pipeline stage (ty_breq_opts.layer_begin/end): layers [lo, hi) */
+    bool stage;
+    uint32_t lo, hi;
+    float *hin;      /* (n_prompt, dim) hidden states in (lo > 0), n_hin rows received */
+    uint32_t n_hin;
+    uint32_t n_hout; /* prompt tokens whose hidden states went out (hi < n_layers) */
 };
 
 struct ty_batcher {
@@ -42,6 +48,9 @@ struct ty_batcher {
     ty_kvpool_t *pool;
     const ty_model_t *m;
     uint32_t V, B, max_ctx, watermark;
+    uint32_t D, L;   /* the model's dim and layers (pipeline stages) */
+    float *hout;     /* (step_tokens, D) a stage's hidden states out; made on first use */
+    bool stage_ran;  /* the last step was a stage's: the next one serves the others first */
     uint32_t eog[TY_SAMPLE_MAX_BAN]; /* the model's end-of-generation ids (min_tokens) */
     size_t n_eog;
     struct ty_breq *waiting, **waiting_tail, *reserved;
@@ -65,6 +74,7 @@ static void breq_free(ty_batcher_t *b, struct ty_breq *r)
     ty_grammar_matcher_free(r->gm);
     ty_grammar_free(r->grammar);
     free(r->hist);
+    free(r->hin);
     free(r);
 }
 
@@ -172,6 +182,32 @@ static int grammar_attach(ty_batcher_t *b, struct ty_breq *r, const struct ty_ge
     return ty_grammar_matcher_new(&r->gm, r->grammar, b->gvocab);
 }
 
+/* Make r a pipeline stage when o asks for a layer range: TY_EINVAL for a range the model
+ * has not, or a stage before the last without an on_hidden hook. */
+static int stage_attach(ty_batcher_t *b, struct ty_breq *r, const struct ty_breq_opts *o)
+{
+    if (!o->layer_begin && !o->layer_end)
+        return 0;
+    if (o->layer_begin >= o->layer_end || o->layer_end > b->L ||
+        (o->layer_end < b->L && !b->h.on_hidden))
+        return TY_EINVAL;
+    r->stage = true;
+    r->lo = o->layer_begin;
+    r->hi = o->layer_end;
+    if (r->lo && !(r->hin = malloc((size_t)r->n_prompt * b->D * sizeof(float))))
+        return TY_ENOMEM;
+    return 0;
+}
+
+int ty_batcher_stage_input(ty_batcher_t *b, ty_breq_t *r, const float *rows, uint32_t n)
+{
+    if (!r->stage || !r->lo || n > r->n_prompt - r->n_hin)
+        return TY_EINVAL;
+    memcpy(r->hin + (size_t)r->n_hin * b->D, rows, (size_t)n * b->D * sizeof(float));
+    r->n_hin += n;
+    return 0;
+}
+
 static int breq_new(ty_batcher_t *b, const struct ty_breq_opts *o, struct ty_breq **out)
 {
     if (!o->prompt || !o->n_prompt || !o->gen || !o->gen->max_tokens)
@@ -208,7 +244,11 @@ static int breq_new(ty_batcher_t *b, const struct ty_breq_opts *o, struct ty_bre
     }
     memcpy(r->hist, o->prompt, o->n_prompt * sizeof(uint32_t));
     r->n_hist = r->n_prompt = o->n_prompt;
-    if (o->n_prompt > b->B &&
+    if ((rc = stage_attach(b, r, o))) {
+        breq_free(b, r);
+        return rc;
+    }
+    if (o->n_prompt > b->B && !r->stage && /* a stage's blocks are never cached */
         ty_hash_prefix_blocks(o->prompt, b->B, b->B, ty_kvpool_hash_seed(b->pool), &r->head, 1))
         r->head = r->head ? r->head : 1;
     r->order = ++b->n_added;
@@ -249,6 +289,8 @@ static bool others_hold_pages(const ty_batcher_t *b, const struct ty_breq *excep
 
 int ty_batcher_add_reserved(ty_batcher_t *b, const struct ty_breq_opts *o, ty_breq_t **out)
 {
+    if (o->layer_begin || o->layer_end)
+        return TY_EINVAL; /* a stage computes its KV */
     struct ty_breq *r;
     int rc = breq_new(b, o, &r);
     if (rc)
@@ -404,6 +446,8 @@ static int try_admit(ty_batcher_t *b, struct ty_breq *r)
     if (head_in_flight(b, r))
         return 0;
     int rc = ty_kvpool_seq_new(b->pool, &r->seq);
+    if (!rc && r->stage)
+        ty_kvpool_seq_set_private(r->seq); /* some layers' KV only: never a cached prefix */
     int cached = rc ? rc : ty_kvpool_seq_match_prefix(b->pool, r->seq, r->hist, r->n_hist);
     rc = cached < 0 ? cached : ty_kvpool_seq_reserve(b->pool, r->seq, r->n_hist - (uint32_t)cached);
     if (!rc && others_hold_pages(b, NULL) && ty_kvpool_pages_free(b->pool) < b->watermark)
@@ -464,9 +508,40 @@ static void layer_hook(void *arg, const struct ty_batch *batch, uint32_t layer)
             }
 }
 
+static uint32_t compose_whole(ty_batcher_t *b, struct ty_breq **who, struct ty_batch_seq *bs);
+
+/* A pipeline stage's call: the oldest stage with prompt tokens it can compute (their hidden
+ * states in), alone, up to the budget. 0: none. */
+static uint32_t compose_stage(ty_batcher_t *b, struct ty_breq **who, struct ty_batch_seq *bs)
+{
+    for (uint32_t i = 0; i < b->n_run; i++) {
+        struct ty_breq *r = b->run[i];
+        uint32_t have = ty_kvseq_n_tokens(r->seq), upto = r->lo ? r->n_hin : r->n_prompt;
+        if (!r->stage || r->stalled || have >= upto)
+            continue;
+        uint32_t take = upto - have < b->o.step_tokens ? upto - have : b->o.step_tokens;
+        who[0] = r;
+        bs[0] = (struct ty_batch_seq){.seq = r->seq, .tokens = r->hist + have, .n = take};
+        return 1;
+    }
+    return 0;
+}
+
 /* Choose the call's pieces: decodes, then prompts that fit whole (half the budget while a
- * longer prompt is part way, so it keeps going), then chunks of the rest, oldest first. */
+ * longer prompt is part way, so it keeps going), then chunks of the rest, oldest first. A
+ * pipeline stage runs alone (its layer range is the call's), every other step while others
+ * have work. */
 static uint32_t compose(ty_batcher_t *b, struct ty_breq **who, struct ty_batch_seq *bs)
+{
+    uint32_t n = b->stage_ran ? 0 : compose_stage(b, who, bs);
+    if (!n && !(n = compose_whole(b, who, bs)))
+        n = compose_stage(b, who, bs);
+    b->stage_ran = n == 1 && who[0]->stage;
+    return n;
+}
+
+/* The pieces of a call of whole-model requests (compose). */
+static uint32_t compose_whole(ty_batcher_t *b, struct ty_breq **who, struct ty_batch_seq *bs)
 {
     uint32_t n = 0, budget = b->o.step_tokens;
     bool taken[b->n_run ? b->n_run : 1], part_way = false;
@@ -474,14 +549,15 @@ static uint32_t compose(ty_batcher_t *b, struct ty_breq **who, struct ty_batch_s
     for (uint32_t i = 0; i < b->n_run; i++) {
         const struct ty_breq *r = b->run[i];
         uint32_t have = ty_kvseq_n_tokens(r->seq);
-        part_way = part_way || (!r->stalled && have > r->at_admit && r->n_hist - have > 1);
+        part_way = part_way ||
+                   (!r->stage && !r->stalled && have > r->at_admit && r->n_hist - have > 1);
     }
     for (int pass = 0; pass < 3; pass++) {
         uint32_t join = pass == 1 && part_way ? budget / 2 : budget;
         for (uint32_t i = 0; i < b->n_run && budget && n < b->o.max_running; i++) {
             struct ty_breq *r = b->run[i];
             uint32_t have = ty_kvseq_n_tokens(r->seq), left = r->n_hist - have;
-            if (taken[i] || r->stalled || !left)
+            if (taken[i] || r->stalled || !left || r->stage)
                 continue;
             bool ok = pass == 0   ? left == 1
                       : pass == 1 ? left > 1 && have == r->at_admit && left <= join
@@ -539,6 +615,37 @@ static bool sample(ty_batcher_t *b, struct ty_breq *r, float *row)
     return accept(b, r, &s);
 }
 
+/* A stage's call (r alone in it): its layer range, the hidden states of its tokens in, and
+ * (before the last stage) the batcher's rows for those out. TY_ENOMEM: no room for them. */
+static int stage_batch(ty_batcher_t *b, struct ty_breq *r, struct ty_batch *batch)
+{
+    batch->layer_begin = r->lo;
+    batch->layer_end = r->hi;
+    if (r->lo)
+        batch->hidden_in = r->hin + (size_t)ty_kvseq_n_tokens(r->seq) * b->D;
+    if (r->hi == b->L)
+        return 0;
+    if (!b->hout && !(b->hout = malloc((size_t)b->o.step_tokens * b->D * sizeof(float))))
+        return TY_ENOMEM;
+    batch->hidden_out = b->hout;
+    return 0;
+}
+
+/* After a call of stage r (before the last) that computed its last n prompt tokens: hand out
+ * the rows not handed out before (a preempted stage computes some again), end r once its
+ * prompt is done. */
+static void stage_out(ty_batcher_t *b, struct ty_breq *r, uint32_t n)
+{
+    uint32_t end = ty_kvseq_n_tokens(r->seq), start = end - n;
+    if (end > r->n_hout) {
+        uint32_t from = r->n_hout > start ? r->n_hout : start;
+        b->h.on_hidden(b->h.arg, r, b->hout + (size_t)(from - start) * b->D, from, end - from);
+        r->n_hout = end;
+    }
+    if (end == r->n_prompt)
+        finish(b, r, TY_FINISH_NONE, 0);
+}
+
 int ty_batcher_step(ty_batcher_t *b)
 {
     if (!b->o.no_grow)
@@ -548,6 +655,7 @@ int ty_batcher_step(ty_batcher_t *b)
     struct ty_breq *who[cap];
     struct ty_batch_seq bs[cap];
     uint32_t n = compose(b, who, bs);
+    int rc = 0;
     if (!n)
         return 0;
     struct ty_batcher_call call = {.n_seqs = n, .decode_only = true};
@@ -560,6 +668,10 @@ int ty_batcher_step(ty_batcher_t *b)
         call.decode_only = call.decode_only && bs[i].n == 1;
     }
     struct ty_batch batch = {.seqs = bs, .n_seqs = n};
+    if (who[0]->stage && (rc = stage_batch(b, who[0], &batch)) < 0) {
+        finish(b, who[0], TY_FINISH_NONE, rc);
+        return rc;
+    }
     if (b->h.on_layer) {
         batch.layer_cb = layer_hook;
         batch.layer_arg = b;
@@ -568,7 +680,7 @@ int ty_batcher_step(ty_batcher_t *b)
         b->call_n = n;
     }
     uint64_t t0 = ty_clock_us();
-    int rc = ty_engine_forward(b->e, &batch, b->logits);
+    rc = ty_engine_forward(b->e, &batch, b->logits);
     call.forward_us = ty_clock_us() - t0;
     call.rc = rc;
     b->call_n = 0;
@@ -580,6 +692,8 @@ int ty_batcher_step(ty_batcher_t *b)
         struct ty_breq *r = who[i];
         if (rc)
             finish(b, r, TY_FINISH_NONE, rc);
+        else if (r->stage && r->hi < b->L)
+            stage_out(b, r, bs[i].n);
         else if (ty_kvseq_n_tokens(r->seq) == r->n_hist)
             sample(b, r, b->logits + (size_t)i * b->V);
     }
@@ -612,6 +726,8 @@ int ty_batcher_new(ty_batcher_t **out, const struct ty_batcher_opts *opts)
     b->V = ty_model_config(b->m)->n_vocab;
     b->B = ty_kvpool_block_tokens(b->pool);
     b->max_ctx = ty_engine_max_ctx(b->e);
+    b->D = ty_model_config(b->m)->dim;
+    b->L = ty_model_config(b->m)->n_layers;
     if (!b->o.max_running)
         b->o.max_running = 64;
     if (!b->o.step_tokens)
@@ -659,6 +775,7 @@ void ty_batcher_free(ty_batcher_t *b)
         }
     free(b->run);
     free(b->logits);
+    free(b->hout);
     ty_grammar_vocab_free(b->gvocab);
     free(b->gmask);
     free(b);
@@ -697,3 +814,4 @@ uint32_t ty_breq_n_prompt(const ty_breq_t *r) { return r->n_prompt; }
 uint32_t ty_breq_n_output(const ty_breq_t *r) { return r->n_out; }
 uint32_t ty_breq_n_cached(const ty_breq_t *r) { return r->n_cached; }
 uint32_t ty_breq_n_preempted(const ty_breq_t *r) { return r->n_preempted; }
+uint32_t ty_breq_stage_ready(const ty_breq_t *r) { return r->n_hin; }

@@ -197,13 +197,15 @@ uint32_t ty_engine_max_ctx(const ty_engine_t *e)
     return e->max_ctx;
 }
 
-/* Run one sub-batch: the next <= max_batch tokens, starting at seq `*si`, token `*ti`. */
+/* Run one sub-batch: the next <= max_batch tokens, starting at seq `*si`, token `*ti`, which
+ * is token `*tok` of the whole batch (a stage's hidden rows go with their tokens). */
 static int forward_chunk(ty_engine_t *e, const struct ty_batch *b, uint32_t *si, uint32_t *ti,
-                         float *logits, uint32_t *row)
+                         uint32_t *tok, float *logits, uint32_t *row)
 {
     struct ty_batch_seq sub[64];
     uint32_t ns = 0, budget = e->max_batch, V = e->m->cfg.n_vocab;
-    uint32_t first = *si;
+    uint32_t first = *si, t0 = *tok;
+    size_t D = e->m->cfg.dim;
     while (*si < b->n_seqs && budget && ns < 64) {
         const struct ty_batch_seq *s = &b->seqs[*si];
         uint32_t take = s->n - *ti < budget ? s->n - *ti : budget;
@@ -215,7 +217,10 @@ static int forward_chunk(ty_engine_t *e, const struct ty_batch *b, uint32_t *si,
             *ti = 0;
         }
     }
-    struct ty_batch sb = {sub, ns, b->layer_cb, b->layer_arg};
+    *tok += e->max_batch - budget;
+    struct ty_batch sb = {sub, ns, b->layer_cb, b->layer_arg, b->layer_begin, b->layer_end,
+                          b->hidden_in ? b->hidden_in + t0 * D : NULL,
+                          b->hidden_out ? b->hidden_out + t0 * D : NULL};
     /* keep the rows the caller asked for: every row of logits_all sequences, and the last
      * token's row of a sequence whose final chunk this was. When the caller keeps every row
      * the backend makes (a decode step: one token per sequence), it writes them in place. */
@@ -223,12 +228,15 @@ static int forward_chunk(ty_engine_t *e, const struct ty_batch *b, uint32_t *si,
     for (uint32_t i = 0; i < ns && all_kept; i++)
         all_kept = sub[i].logits_all ||
                    sub[i].tokens + sub[i].n == b->seqs[first + i].tokens + b->seqs[first + i].n;
-    float *out = all_kept ? logits + (size_t)*row * V : e->tmp_logits;
+    float *out = b->hidden_out ? NULL : all_kept ? logits + (size_t)*row * V : e->tmp_logits;
     int rc = ty_backend_forward(e->be, e->m, e->pool, &sb, out);
     if (rc)
         return rc;
     uint32_t r = 0;
-    for (uint32_t i = 0; i < ns; i++) {
+    for (uint32_t i = 0; i < ns && b->hidden_out; i++) /* a stage before the last: no logits */
+        if ((rc = ty_kvpool_seq_commit(e->pool, sub[i].seq, sub[i].tokens, sub[i].n)))
+            return rc;
+    for (uint32_t i = 0; i < ns && !b->hidden_out; i++) {
         const struct ty_batch_seq *orig = &b->seqs[first + i];
         bool last = sub[i].tokens + sub[i].n == orig->tokens + orig->n;
         uint32_t rows = sub[i].logits_all ? sub[i].n : 1;
@@ -257,7 +265,7 @@ int ty_engine_forward(ty_engine_t *e, const struct ty_batch *b, float *logits)
         if (rc)
             return rc;
     }
-    uint32_t si = 0, ti = 0, row = 0;
+    uint32_t si = 0, ti = 0, tok = 0, row = 0;
     atomic_store(&e->busy_since_ns, ty_clock_ns());
     if (++e->n_forward == e->hang_at) { /* a hung device or kernel, for the watchdog's tests */
         TY_LOG_WARN("engine", "test hook TYCHO_TEST_HANG_FORWARD: forward call %llu hangs",
@@ -267,7 +275,7 @@ int ty_engine_forward(ty_engine_t *e, const struct ty_batch *b, float *logits)
     }
     int rc = 0;
     while (si < b->n_seqs && !rc)
-        rc = forward_chunk(e, b, &si, &ti, logits, &row);
+        rc = forward_chunk(e, b, &si, &ti, &tok, logits, &row);
     atomic_store(&e->busy_since_ns, 0);
     return rc;
 }

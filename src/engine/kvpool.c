@@ -26,6 +26,7 @@ struct ty_kvseq {
     uint64_t last_hash;  /* chain hash of block n_hashed - 1 */
     uint32_t n_pending;  /* import: tokens reserved but not yet valid */
     uint32_t n_released; /* leading block table entries given back (NO_PAGE) */
+    bool priv;           /* never indexed (ty_kvpool_seq_set_private) */
 };
 
 struct slot {
@@ -411,12 +412,17 @@ static int push_tokens(ty_kvseq_t *s, const uint32_t *tokens, uint32_t n)
     return rc;
 }
 
+void ty_kvpool_seq_set_private(ty_kvseq_t *s)
+{
+    s->priv = true;
+}
+
 int ty_kvpool_seq_match_prefix(ty_kvpool_t *p, ty_kvseq_t *s, const uint32_t *tokens, size_t n)
 {
     uint32_t B = p->o.block_tokens;
     if (s->n_tokens || s->n_pages)
         return TY_EINVAL;
-    if (p->o.no_prefix_sharing || n < 1)
+    if (p->o.no_prefix_sharing || s->priv || n < 1)
         return 0;
     size_t max_blocks = (n - 1) / B;
     uint64_t h = 0;
@@ -460,7 +466,7 @@ int ty_kvpool_seq_reserve(ty_kvpool_t *p, ty_kvseq_t *s, uint32_t n_new)
 static void index_full_blocks(ty_kvpool_t *p, ty_kvseq_t *s)
 {
     uint32_t B = p->o.block_tokens;
-    while (!p->o.no_prefix_sharing && (s->n_hashed + 1) * B <= s->n_tokens) {
+    while (!p->o.no_prefix_sharing && !s->priv && (s->n_hashed + 1) * B <= s->n_tokens) {
         s->last_hash = ty_hash_prefix_step(s->last_hash, s->n_hashed == 0,
                                            s->tokens + s->n_hashed * B, B, p->o.hash_seed);
         idx_insert(p, s->last_hash, s->pages[s->n_hashed]);

@@ -8,8 +8,12 @@
  * each prompt's finished pages to k_base/v_base + page id * stride on its decode node; the
  * first token is sampled by the batcher (max_tokens 1); when a prompt ends the worker waits for
  * its writes, sends KvReady, hands its new blocks to the KV pool, and posts the result back to
- * the loop through a mailbox. */
+ * the loop through a mailbox. A job with PrefillAssign.stage is one stage of a pipeline group
+ * (chunked pipeline parallelism): the batcher computes its layer range only, hidden states
+ * come from the previous stage and go to the next one through stage.c, and its KvReady names
+ * its layers (only the last stage's carries the first token). */
 #include "tycho/prefill.h"
+#include "stage-impl.h"
 
 #include "tycho/node.h"
 #include "tycho/node_kvstore.h"
@@ -100,6 +104,12 @@ struct pjob {
     /* what the prompt reused, in blocks: own cache, pool, peer; planned remote blocks that
      * did not arrive (computed instead) */
     uint32_t used_local, used_pool, used_peer, fetch_failed;
+    /* a pipeline stage (PrefillAssign.stage): layers [lo, hi) of the prompt; hidden states
+     * from the previous stage (lo > 0: hin_next is the next prompt token they are due for)
+     * and to next_addr (not the last stage) */
+    bool staged;
+    uint32_t lo, hi, stage, n_stages, hin_next;
+    char next_addr[128];
 };
 
 /* A KvFetch for the worker: pin the leading blocks of `tokens` for a peer's read, or release
@@ -170,6 +180,7 @@ struct ty_prefill {
     } peers[MAX_PEERS]; /* loop: RPC clients to peer prefill nodes (KvFetch) */
     uint32_t peer_rr;   /* loop: the next slot to recycle */
     _Atomic uint64_t peer_read_blocks, peer_failed_blocks, pins_taken, pins_refused;
+    ty__stage_hub_t *hub; /* pipeline stages' hidden states in and out (stage.c) */
     void (*close_cb)(void *);
     void *close_arg;
 };
@@ -225,7 +236,7 @@ static void on_layer(void *arg, ty_breq_t *r, const struct ty_batch_seq *piece, 
              j->v_base[layer] + at, p->page_bytes}};
         j->xfer_err = ty_xfer_batch_submit(j->batch, rq, 2);
     }
-    if (layer + 1 == p->n_layers && !j->xfer_err)
+    if (layer + 1 == (j->staged ? j->hi : p->n_layers) && !j->xfer_err)
         j->pages_sent = p1;
     if ((int32_t)layer == p->test_stop_layer && !p->test_stopped) {
         p->test_stopped = j->test_late = true;
@@ -242,10 +253,12 @@ static int notify_ready(ty_prefill_t *p, struct pjob *j, uint64_t bytes, uint64_
     m.kv_bytes = bytes;
     m.transfer_us = us;
     m.request_id = j->rid;
-    m.all_layers = true;
+    m.all_layers = !j->staged;
     m.n_tokens = j->n;
     m.first_token = j->first_token;
-    m.has_first_token = true;
+    m.has_first_token = !j->staged || j->hi == p->n_layers; /* a group's last stage samples */
+    m.layer_begin = j->staged ? j->lo : 0;
+    m.layer_end = j->staged ? j->hi : 0;
     m.cached_tokens = j->cached;
     m.attempt = j->attempt;
     struct ty_pb_logprob lp;
@@ -520,7 +533,8 @@ static int on_admit(void *arg, ty_breq_t *r)
     if ((rc = ty_xfer_batch_new(p->o.xfer, (size_t)p->n_layers * pages_of(p, j) * 2, &j->batch)))
         return rc;
     ty_xfer_batch_set_fence(j->batch, j->fence); /* the decode node takes only this attempt's */
-    fetch_prefix(p, j, r);
+    if (!j->staged) /* a stage's KV is its layers' only: no prefix is reused (private pages) */
+        fetch_prefix(p, j, r);
     j->cached = ty_kvseq_n_tokens(ty_breq_seq(r));
     return 0;
 }
@@ -536,6 +550,42 @@ static int on_token(void *arg, ty_breq_t *r, const struct ty_sample *s, enum ty_
     j->first_token = s->id;
     j->first = *s;
     return fin ? fin : TY_FINISH_LENGTH;
+}
+
+/* A stage before the last computed its layers for prompt tokens [first, first + n): their
+ * hidden states go to the next stage's node (batcher hook). */
+static void on_hidden(void *arg, ty_breq_t *r, const float *rows, uint32_t first, uint32_t n)
+{
+    ty_prefill_t *p = arg;
+    struct pjob *j = ty_breq_user(r);
+    int rc = ty__stage_hub_send(p->hub, j->next_addr, j->rid, j->attempt, rows, first, n);
+    if (rc && !j->xfer_err)
+        j->xfer_err = rc;
+}
+
+/* Rows from the previous stage into j's request (ty__stage_hub_take's feed). */
+static int stage_feed(void *arg, const float *rows, uint32_t first, uint32_t n)
+{
+    struct pjob *j = arg;
+    (void)first;
+    return ty_batcher_stage_input(j->p->b, j->r, rows, n);
+}
+
+/* The hidden states that came for the stages past layer 0 among the jobs. Worker. */
+static void stage_inputs(ty_prefill_t *p)
+{
+    pthread_mutex_lock(&p->mu);
+    for (struct pjob *j = p->jobs; j; j = j->jnext) {
+        if (!j->staged || !j->lo || !j->r || j->xfer_err)
+            continue;
+        int rc = ty__stage_hub_take(p->hub, j->rid, j->attempt, &j->hin_next, stage_feed, j);
+        if (rc) {
+            TY_LOG_WARN("prefill", "request %llu [%s]: hidden states of stage %u: %s",
+                        (unsigned long long)j->rid, j->cid, j->stage, ty_strerror(rc));
+            j->xfer_err = rc;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
 }
 
 static void on_job_done(void *arg);
@@ -556,7 +606,8 @@ static void on_end(void *arg, ty_breq_t *r, enum ty_finish fin, int rc)
             ty_xfer_batch_wait(j->batch, 1000);
         j->batch = NULL;
         t2 = ty_clock_us();
-        uint64_t bytes = (uint64_t)j->pages_sent * p->n_layers * 2 * p->page_bytes;
+        uint32_t layers = j->staged ? j->hi - j->lo : p->n_layers;
+        uint64_t bytes = (uint64_t)j->pages_sent * layers * 2 * p->page_bytes;
         uint64_t us = j->t_first_write ? t2 - j->t_first_write : 0;
         if (!rc)
             rc = notify_ready(p, j, bytes, us);
@@ -571,8 +622,10 @@ static void on_end(void *arg, ty_breq_t *r, enum ty_finish fin, int rc)
                      (unsigned long long)(c ? c->forward_us : 0), c ? c->n_seqs : 0,
                      (unsigned long long)(t2 - t1), (unsigned long long)(ty_clock_us() - t2));
     }
-    if (!rc && p->kvstore && ty_breq_seq(r))
+    if (!rc && p->kvstore && ty_breq_seq(r) && !j->staged) /* (a stage has some layers) */
         ty_node_kvstore_store(p->kvstore, ty_breq_seq(r), j->tokens, j->n, j->cached);
+    if (j->staged && j->lo)
+        ty__stage_hub_forget(p->hub, j->rid);
     j->seg_bad = j->seg && rc && rc != TY_ECANCELED && rc != TY_ERANGE && rc != TY_ENOCAPACITY;
     segment_unpin(p, j);
     j->rc = rc;
@@ -726,7 +779,8 @@ static int work(ty_prefill_t *p, struct pjob *in)
         gen.max_tokens = 1;
         gen.grammar = j->grammar.kind ? &j->grammar : NULL; /* token 1 obeys it too */
         struct ty_breq_opts o = {.id = j->rid, .prompt = j->tokens, .n_prompt = j->n,
-                                 .gen = &gen, .user = j};
+                                 .gen = &gen, .user = j, .layer_begin = j->staged ? j->lo : 0,
+                                 .layer_end = j->staged ? j->hi : 0};
         int rc = ty_batcher_add(p->b, &o, &j->r);
         if (rc) { /* job_build checked what the batcher checks but the grammar: TY_ENOMEM,
                    * TY_EINVAL (a schema the grammar refuses) */
@@ -743,6 +797,7 @@ static int work(ty_prefill_t *p, struct pjob *in)
         p->jobs = j;
         pthread_mutex_unlock(&p->mu);
     }
+    stage_inputs(p);
     /* no more pieces for a prompt whose writes failed or that was cancelled */
     for (bool again = true; again;) {
         again = false;
@@ -903,6 +958,35 @@ static int take_destination(ty_prefill_t *p, const Tycho__V1__KvDestination *d, 
     return rc;
 }
 
+/* PrefillAssign.stage (tycho.proto PipelineStage): every field checked against the model. */
+static int take_stage(const ty_prefill_t *p, const Tycho__V1__PipelineStage *st, struct pjob *j,
+                      char *why, size_t cap)
+{
+    if (!st)
+        return 0;
+    bool last = st->n_stages && st->stage + 1 == st->n_stages;
+    if (st->n_stages < 2 || st->stage >= st->n_stages)
+        return snprintf(why, cap, "stage: stage %u of %u (a group has 2 or more)", st->stage,
+                        st->n_stages), TY_EINVAL;
+    if (st->layer_begin >= st->layer_end || st->layer_end > p->n_layers ||
+        (st->layer_begin == 0) != (st->stage == 0) || (st->layer_end == p->n_layers) != last)
+        return snprintf(why, cap, "stage: layers %u..%u for stage %u of %u (the model has %u: "
+                        "the first stage starts at 0, the last ends at %u)", st->layer_begin,
+                        st->layer_end, st->stage, st->n_stages, p->n_layers, p->n_layers),
+               TY_EINVAL;
+    if (last != !st->next_address[0] || strlen(st->next_address) >= sizeof(j->next_addr))
+        return snprintf(why, cap, "stage: next_address \"%.64s\" for stage %u of %u (set "
+                        "exactly when not the last)", st->next_address, st->stage,
+                        st->n_stages), TY_EINVAL;
+    j->staged = true;
+    j->lo = st->layer_begin;
+    j->hi = st->layer_end;
+    j->stage = st->stage;
+    j->n_stages = st->n_stages;
+    snprintf(j->next_addr, sizeof(j->next_addr), "%s", st->next_address);
+    return 0;
+}
+
 static int job_build(ty_prefill_t *p, const Tycho__V1__PrefillAssign *m, struct pjob **out,
                      char *why, size_t cap)
 {
@@ -924,6 +1008,8 @@ static int job_build(ty_prefill_t *p, const Tycho__V1__PrefillAssign *m, struct 
     j->n = (uint32_t)m->n_prompt_tokens;
     j->tokens = malloc(j->n * sizeof(uint32_t));
     int rc = j->tokens ? take_destination(p, m->kv_destination, j, why, cap) : TY_ENOMEM;
+    if (!rc)
+        rc = take_stage(p, m->stage, j, why, cap);
     if (rc) {
         job_free(j);
         return rc;
@@ -1219,7 +1305,8 @@ static void on_assign(ty_rpc_call_t *call, const void *msg, void *arg)
     }
     j->call = call;
     ty_rpc_call_set_cancel_cb(call, on_call_cancel, j);
-    take_plan(p, m->cached_prefix, j);
+    if (!j->staged) /* (a stage reuses no prefix: its pages hold its layers only) */
+        take_plan(p, m->cached_prefix, j);
     /* a plan from a peer's cache: its pin first (the answer queues the job) */
     if (j->plan_src == TYCHO__V1__PREFIX_SOURCE__PREFIX_SOURCE_PEER &&
         j->plan_blocks > j->plan_local && !p->stop && peer_pin(p, j) == 0)
@@ -1287,10 +1374,28 @@ static void on_stop(void *arg);
 static void on_drained(void *arg);
 static void on_closed(void *arg);
 
+/* StageHidden from the previous stage of a group (stage.c keeps the rows). */
+static void on_stage_hidden(ty_rpc_call_t *call, const void *msg, void *arg)
+{
+    ty_prefill_t *p = arg;
+    ty__stage_hub_receive(p->hub, call, msg);
+}
+
+/* Rows came in: the worker feeds them to their requests. Loop thread. */
+static void stage_wake(void *arg)
+{
+    ty_prefill_t *p = arg;
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
 static const struct ty_node_handler handlers[] = {
     {TYCHO__V1__METHOD__METHOD_PREFILL_ASSIGN, &tycho__v1__prefill_assign__descriptor, on_assign},
     {TYCHO__V1__METHOD__METHOD_CANCEL, &tycho__v1__cancel__descriptor, on_cancel},
     {TYCHO__V1__METHOD__METHOD_KV_FETCH, &tycho__v1__kv_fetch__descriptor, on_kv_fetch},
+    {TYCHO__V1__METHOD__METHOD_STAGE_HIDDEN, &tycho__v1__stage_hidden__descriptor,
+     on_stage_hidden},
 };
 
 int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
@@ -1350,18 +1455,25 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
     struct ty_batcher_opts bo = {
         .engine = opts->engine, .max_running = p->o.max_batch, .lookahead = 64, .no_grow = true,
         .hooks = {.arg = p, .on_token = on_token, .on_end = on_end, .on_admit = on_admit,
-                  .on_layer = on_layer, .on_forward = on_forward}};
+                  .on_layer = on_layer, .on_forward = on_forward, .on_hidden = on_hidden}};
+    struct ty__stage_hub_opts ho = {.loop = opts->loop, .auth = opts->auth,
+                                    .dim = ty_model_config(p->m)->dim, .wake = stage_wake,
+                                    .wake_arg = p};
     p->kvstore = opts->kvstore;
     int rc = ty_batcher_new(&p->b, &bo);
     if (!rc)
+        rc = ty__stage_hub_new(&p->hub, &ho);
+    if (!rc)
         rc = ty_node_service_new(&p->svc, &so);
     if (rc) {
+        ty__stage_hub_free(p->hub);
         ty_batcher_free(p->b);
         free(p->own_k);
         free(p);
         return rc;
     }
     p->mb = ty_node_service_mailbox(p->svc);
+    ty__stage_hub_set_mailbox(p->hub, p->mb);
     *out = p;
     return 0;
 }
@@ -1404,6 +1516,7 @@ static void on_drained(void *arg)
             ty_rpc_client_close(p->peers[i].c, NULL, NULL);
             p->peers[i].c = NULL;
         }
+    ty__stage_hub_close(p->hub);
 }
 
 static void on_closed(void *arg)
@@ -1414,6 +1527,7 @@ static void on_closed(void *arg)
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     ty_batcher_free(p->b);
+    ty__stage_hub_free(p->hub);
     free(p->pins);
     free(p->own_k);
     free(p);

@@ -67,13 +67,32 @@ static void lane_plan(const ty_sched_t *s, const struct ty_sched_request *r,
     c->queue = start + call - c->prefill - (double)now;
 }
 
+/* Whether r goes through a pipeline group (opts.cpp), and then its prefill time alone. */
+static bool pipelined(const ty_sched_t *s, const struct ty_sched_request *r, double *us)
+{
+    const struct ty_sched_cpp *p = &s->o.cpp;
+    uint32_t chunk = p->chunk_tokens ? p->chunk_tokens : 2048;
+    if (p->stages < 2 || s->n_prefill < p->stages || r->prompt_tokens <= chunk)
+        return false;
+    *us = ty_sched_cpp_prefill_us(&s->o.cost, p, r->prompt_tokens, 0, NULL);
+    if (s->o.cpp_threshold)
+        return r->prompt_tokens >= s->o.cpp_threshold;
+    return *us < ty_sched_cost_prefill_us(&s->o.cost, r->prompt_tokens, 0);
+}
+
 /* Plan for node p: local prefix only, or (remote_ok) the best remote prefix when it beats
- * the local one by the balancing threshold. */
+ * the local one by the balancing threshold; a pipelined prompt reuses nothing and takes the
+ * pipeline's time. */
 static struct cand plan(const ty_sched_t *s, const struct ty_sched_request *r, uint32_t p,
                         uint32_t best_remote, bool remote_ok, uint64_t now)
 {
     struct cand c = {.node = p, .local = s->prefix[p], .used = s->prefix[p]};
     c.queue = queue_us(s, p, now);
+    if (pipelined(s, r, &c.prefill)) {
+        c.used = 0;
+        c.ttft = c.queue + c.prefill + s->o.ttft_overhead_us;
+        return c;
+    }
     if (remote_ok && best_remote > c.local &&
         (double)best_remote > (double)c.local * s->o.balancing_threshold) {
         c.remote = true;
@@ -253,9 +272,11 @@ static bool ttft_never_fits(ty_sched_t *s, const struct ty_sched_request *r, uin
     bool remote_ok = s->o.policy == TY_SCHED_POLICY_KVCACHE_CENTRIC && !s->o.local_prefix_only;
     for (uint32_t i = 0; i < s->n_prefill; i++) {
         struct cand c = plan(s, r, s->prefill_ids[i], best_remote, remote_ok, now);
-        double alone = c.transfer + s->o.ttft_overhead_us +
-                       ty_sched_cost_prefill_us(&s->o.cost, r->prompt_tokens,
-                                                blocks_to_tokens(s, r, c.used));
+        double pipe_us, alone = c.transfer + s->o.ttft_overhead_us +
+                                (pipelined(s, r, &pipe_us)
+                                     ? pipe_us
+                                     : ty_sched_cost_prefill_us(&s->o.cost, r->prompt_tokens,
+                                                                blocks_to_tokens(s, r, c.used)));
         if (alone <= (double)slo)
             return false;
     }

@@ -127,6 +127,15 @@ int ty_sched_set_cost(ty_sched_t *s, const struct ty_sched_cost *c)
     return rc;
 }
 
+int ty_sched_set_cpp(ty_sched_t *s, const struct ty_sched_cpp *cpp, uint64_t threshold)
+{
+    if (!cpp || !(cpp->hidden_bytes_per_token >= 0) || !isfinite(cpp->hidden_bytes_per_token))
+        return TY_EINVAL;
+    s->o.cpp = *cpp;
+    s->o.cpp_threshold = threshold;
+    return 0;
+}
+
 int ty_sched_set_policy(ty_sched_t *s, const struct ty_sched_opts *o)
 {
     if (!o)

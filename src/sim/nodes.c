@@ -21,6 +21,8 @@ double ty__sim_prefill_queued_us(const struct sim *s, const struct pnode *p, dou
     double q = p->queued_us + (p->busy ? p->cont_left_us : 0);
     if (p->busy && p->cur_end > now)
         q += p->cur_end - now;
+    else if (!p->busy && p->held_until > now)
+        q += p->held_until - now;
     return q;
 }
 
@@ -61,18 +63,75 @@ static double prefill_admit(struct sim *s, struct pnode *p, uint32_t i)
     return xfer;
 }
 
-/* Take the queue's head for a forward call; returns its true cost alone. */
-static double prefill_take(struct sim *s, struct pnode *p)
+/* Take the queue's head for a forward call; returns its true cost alone: on this node, or
+ * through the pipeline whose stages can start at ready[s] from now (ready non-NULL). */
+static double prefill_take(struct sim *s, struct pnode *p, const double *ready)
 {
     uint32_t i = p->fifo[p->head];
     p->head = (p->head + 1) % p->cap;
     p->len--;
     struct rq *q = &s->rq[i];
     double xfer = prefill_admit(s, p, i);
-    q->prefill_us = xfer + ty_sched_cost_prefill_us(&s->o.truth, ty__sim_req(s, i)->input_tokens,
-                                                    q->cached_tok);
+    uint64_t n = ty__sim_req(s, i)->input_tokens;
+    q->prefill_us = xfer + (ready ? ty_sched_cpp_prefill_us(&s->o.truth, &s->o.cpp, n,
+                                                             q->cached_tok, ready)
+                                  : ty_sched_cost_prefill_us(&s->o.truth, n, q->cached_tok));
+    q->pipelined = ready != NULL;
     p->cur[p->n_cur++] = i;
     return q->prefill_us;
+}
+
+/* Whether request i goes through a pipeline group (opts.cpp). */
+static bool pipelines(const struct sim *s, uint32_t i)
+{
+    uint32_t chunk = s->o.cpp.chunk_tokens ? s->o.cpp.chunk_tokens : 2048, n;
+    n = ty__sim_req(s, i)->input_tokens;
+    return s->o.cpp.stages >= 2 && s->cpp_threshold && n >= s->cpp_threshold && n > chunk;
+}
+
+/* Keep p from taking work until p->held_until (a stage of another node's pipeline): an empty
+ * call that ends then. */
+static void prefill_hold(struct sim *s, struct pnode *p)
+{
+    p->n_cur = 0;
+    p->busy = true;
+    p->cur_end = p->held_until;
+    ty__sim_push(s, p->cur_end, EV_PREFILL_DONE, p->id, 0);
+}
+
+/* Group member k of a pipeline led by p: p itself, then the next nodes by index. */
+static struct pnode *cpp_member(struct sim *s, const struct pnode *p, uint32_t k)
+{
+    return &s->p[(p->id + k) % s->o.n_prefill];
+}
+
+/* Run the queue's head through p's pipeline group when it is long enough (opts.cpp): alone in
+ * the call, each stage starting when its node is free, the other members held until the
+ * prompt is done. Returns false (nothing done) for a prompt one node takes. */
+static bool cpp_start(struct sim *s, struct pnode *p, double now)
+{
+    uint32_t S = s->o.cpp.stages;
+    if (!pipelines(s, p->fifo[p->head]))
+        return false;
+    double ready[TY_SCHED_MAX_NODES];
+    for (uint32_t k = 0; k < S; k++) {
+        const struct pnode *m = cpp_member(s, p, k);
+        double free_at = fmax(m->busy ? m->cur_end : now, m->held_until);
+        ready[k] = k && free_at > now ? free_at - now : 0;
+    }
+    p->n_cur = 0;
+    double dur = prefill_take(s, p, ready);
+    p->busy = true;
+    p->cur_end = now + dur;
+    ty__sim_push(s, p->cur_end, EV_PREFILL_DONE, p->id, 0);
+    for (uint32_t k = 1; k < S; k++) {
+        struct pnode *m = cpp_member(s, p, k);
+        m->held_until = fmax(m->held_until, p->cur_end);
+        if (!m->busy)
+            prefill_hold(s, m);
+        report_queue(s, m, now);
+    }
+    return true;
 }
 
 /* The prompts of the call being formed, or of the running one: p->cur, then (interleaving)
@@ -118,12 +177,18 @@ static bool prefill_joins(const struct sim *s, const struct pnode *p, uint64_t t
  * that fit; a joiner pays its tokens but not the call's fixed cost. */
 static void prefill_start(struct sim *s, struct pnode *p, double now)
 {
+    if (p->held_until > now) {
+        prefill_hold(s, p);
+        return;
+    }
+    if (cpp_start(s, p, now))
+        return;
     p->n_cur = 0;
     uint64_t tokens = ty__sim_req(s, p->fifo[p->head])->input_tokens;
-    double dur = prefill_take(s, p);
-    while (prefill_joins(s, p, tokens)) {
+    double dur = prefill_take(s, p, NULL);
+    while (prefill_joins(s, p, tokens) && !pipelines(s, p->fifo[p->head])) {
         tokens += ty__sim_req(s, p->fifo[p->head])->input_tokens;
-        double c = prefill_take(s, p) - s->o.truth.prefill[0];
+        double c = prefill_take(s, p, NULL) - s->o.truth.prefill[0];
         s->rq[p->cur[p->n_cur - 1]].prefill_us = c > 0 ? c : 0;
         dur += c > 0 ? c : 0;
     }

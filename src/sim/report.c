@@ -74,6 +74,7 @@ int ty__sim_summarize(struct sim *s, struct ty_sim_result *res)
         return TY_ENOMEM;
     }
     double blocks = 0, hit = 0, full = 0, saved = 0;
+    res->cpp_threshold = s->cpp_threshold;
     for (size_t i = 0; i < s->n; i++) {
         const struct rq *q = &s->rq[i];
         struct ty_sim_outcome *o = &res->out[i];
@@ -97,6 +98,7 @@ int ty__sim_summarize(struct sim *s, struct ty_sim_result *res)
         ttft[res->served] = q->ttft / 1e6;
         tbt[res->served] = q->tbt / 1e6;
         res->served++;
+        res->pipelined += q->pipelined;
         bool ok = slo_ok(s, q);
         res->slo_met += ok;
         res->class_served[q->cls]++;

@@ -30,6 +30,7 @@ struct pnode {
     uint32_t cont;
     double cont_left_us;  /* work left of the running call's prompts after it (interleave) */
     double cur_end, queued_us; /* predicted work of the waiting requests */
+    double held_until; /* a stage of another node's pipelined prompt until then (opts.cpp) */
 };
 
 struct dnode {
@@ -64,6 +65,7 @@ struct rq { /* per request */
     uint8_t state;  /* 0 pending, 1 served, 2 rejected */
     uint8_t reject, at_decode;
     uint8_t cls; /* SLO class */
+    uint8_t pipelined; /* prefilled through a pipeline group (opts.cpp) */
     double tbt;
 };
 
@@ -81,6 +83,7 @@ struct sim {
     size_t n_ev, cap_ev;
     uint64_t seq;
     double now;
+    uint64_t cpp_threshold; /* opts.cpp_threshold or the cost model's (0: no pipelining) */
     double t_end; /* last event other than a load sample */
     struct ty_sim_sample *samples;
     size_t n_samples, cap_samples;

@@ -57,7 +57,14 @@ static int sim_setup(struct sim *s, const struct ty_sim_trace *t, const struct t
     s->t = t;
     s->o = *o;
     s->n = o->limit && o->limit < t->n ? o->limit : t->n;
-    int rc = ty_sched_new(&s->sched, &o->sched);
+    if (o->cpp.stages >= 2)
+        s->cpp_threshold = o->cpp_threshold
+                               ? o->cpp_threshold
+                               : ty_sched_cpp_threshold(&o->truth, &o->cpp, 1u << 20);
+    struct ty_sched_opts so = o->sched; /* its scheduler knows the groups the nodes form */
+    so.cpp = o->cpp;
+    so.cpp_threshold = s->cpp_threshold ? s->cpp_threshold : UINT64_MAX;
+    int rc = ty_sched_new(&s->sched, &so);
     if (rc < 0)
         return rc;
     if (o->n_colocated) {
@@ -250,7 +257,10 @@ int ty_sim_run(const struct ty_sim_trace *t, const struct ty_sim_opts *o,
         !(o->speed > 0) || o->n_prefill + o->n_decode > TY_SCHED_MAX_NODES ||
         o->n_colocated > TY_SCHED_MAX_NODES || o->n_class_mix > o->sched.n_classes ||
         o->n_class_mix > TY_SCHED_MAX_CLASSES || o->prefill_batch > 4096 ||
-        (o->prefill_interleave && o->prefill_batch_tokens < 2))
+        (o->prefill_interleave && o->prefill_batch_tokens < 2) ||
+        (o->cpp.stages >= 2 && (o->cpp.stages > o->n_prefill || o->cpp.stages > 64 ||
+                                o->prefill_interleave || o->n_colocated ||
+                                !(o->cpp.hidden_bytes_per_token >= 0))))
         return TY_EINVAL;
     for (uint32_t k = 0; k < o->n_class_mix; k++)
         if (!(o->class_mix[k] >= 0) || !isfinite(o->class_mix[k]))

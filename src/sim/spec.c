@@ -19,6 +19,9 @@ struct spec_cluster {
     int eviction;
     int mode;
     uint32_t nodes, chunk_tokens;
+    uint32_t cpp_stages, cpp_chunk_tokens;
+    uint64_t cpp_threshold;
+    double cpp_hidden_bytes_per_token;
 };
 
 struct spec_cost {
@@ -85,6 +88,18 @@ static const struct ty_config_field cluster_fields[] = {
      .def = "false",
      .help = "a longer prompt runs in calls of prefill_batch_tokens that queued prompts of at "
              "most half of that join, as tycho-prefill does (needs prefill_batch_tokens)"},
+    {.key = "cpp_stages", .type = TY_CONFIG_UINT, TY_CONFIG_AT(K, cpp_stages), .def = "0",
+     .max = "64",
+     .help = "chunked pipeline parallelism: prefill nodes in a group, each a range of layers "
+             "(< 2: off; at most prefill_nodes)"},
+    {.key = "cpp_chunk_tokens", .type = TY_CONFIG_UINT, TY_CONFIG_AT(K, cpp_chunk_tokens),
+     .def = "2048", .min = "1", .max = "1048576",
+     .help = "tokens per chunk through a pipeline group"},
+    {.key = "cpp_threshold", .type = TY_CONFIG_UINT, TY_CONFIG_AT(K, cpp_threshold),
+     .def = "0", .help = "prompt tokens from which a prompt is pipelined (0: from the cost model)"},
+    {.key = "cpp_hidden_bytes_per_token", .type = TY_CONFIG_DOUBLE,
+     TY_CONFIG_AT(K, cpp_hidden_bytes_per_token), .def = "32768", .min = "0",
+     .help = "hidden-state bytes a token takes from stage to stage (dim x 4; 32768: dim 8192)"},
 };
 #undef K
 static const struct ty_config_struct cluster_struct =
@@ -193,6 +208,15 @@ static int to_opts(ty_sim_spec_t *sp, struct ty_sim_opts *o, const char *origin,
     if (o->prefill_interleave && o->prefill_batch_tokens < 2)
         return spec_fail(err, len, origin,
                          "cluster.prefill_interleave needs prefill_batch_tokens (>= 2)");
+    o->cpp = (struct ty_sched_cpp){.stages = v->cluster.cpp_stages,
+                                   .chunk_tokens = v->cluster.cpp_chunk_tokens,
+                                   .hidden_bytes_per_token = v->cluster.cpp_hidden_bytes_per_token};
+    o->cpp_threshold = v->cluster.cpp_threshold;
+    if (o->cpp.stages >= 2 && (o->cpp.stages > o->n_prefill || o->prefill_interleave ||
+                               o->n_colocated))
+        return spec_fail(err, len, origin,
+                         "cluster.cpp_stages: at most prefill_nodes, in disaggregated mode, "
+                         "without prefill_interleave");
     o->speed = v->speed;
     o->sched.policy = (enum ty_sched_policy)v->scheduler.policy;
     o->sched.admission = (enum ty_sched_admission)v->scheduler.admission;

@@ -538,15 +538,24 @@ static int cpu_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
         rc = carve(cc, &f, T, f.max_ctx);
     if (rc)
         goto out;
-    for (uint32_t t = 0, k = 0; k < batch->n_seqs; k++)
-        for (uint32_t j = 0; j < batch->seqs[k].n; j++, t++)
-            ty__cpu_row_to_f32(&m->tok_embd, batch->seqs[k].tokens[j], f.x + (size_t)t * m->cfg.dim);
-    for (f.layer = 0; f.layer < m->cfg.n_layers && !rc; f.layer++) {
+    uint32_t lo, hi; /* the stage's layers (all for a whole pass); checked by the caller */
+    if ((rc = ty_batch_layers(batch, m->cfg.n_layers, &lo, &hi)))
+        goto out;
+    if (batch->hidden_in)
+        memcpy(f.x, batch->hidden_in, (size_t)T * m->cfg.dim * sizeof(float));
+    else
+        for (uint32_t t = 0, k = 0; k < batch->n_seqs; k++)
+            for (uint32_t j = 0; j < batch->seqs[k].n; j++, t++)
+                ty__cpu_row_to_f32(&m->tok_embd, batch->seqs[k].tokens[j],
+                                   f.x + (size_t)t * m->cfg.dim);
+    for (f.layer = lo; f.layer < hi && !rc; f.layer++) {
         rc = layer_forward(&f, cc);
         if (!rc && batch->layer_cb)
             batch->layer_cb(batch->layer_arg, batch, f.layer);
     }
-    if (!rc)
+    if (!rc && batch->hidden_out)
+        memcpy(batch->hidden_out, f.x, (size_t)T * m->cfg.dim * sizeof(float));
+    else if (!rc)
         output_logits(&f, logits);
 out:
     free(f.pos);
@@ -558,6 +567,7 @@ static const struct ty_backend_i cpu_iface = {
     .free = cpu_free,
     .forward = cpu_forward,
     .kv_dtypes = 1u << TY_KV_F32 | 1u << TY_KV_F16 | 1u << TY_KV_BF16,
+    .layer_ranges = true,
 };
 
 int ty_backend_cpu_new(ty_backend_t **out, const struct ty_backend_cpu_opts *opts)

@@ -553,6 +553,174 @@ def case_prefill_interleave():
     return ok
 
 
+def bad_stages(cl):
+    """Malformed pipeline stages (PrefillAssign.stage, StageHidden) over raw RPC: errors that
+    say what is wrong, and the node runs on."""
+    ok = True
+    p_rpc, _ = read_ports(cl.port_file("p1"), time.time() + 5)
+    d_rpc, d_xfer = read_ports(cl.port_file("d0"), time.time() + 5)
+    seg = "127.0.0.1:%d" % d_xfer
+    msg = rpc_error(p_rpc, METHOD_PREFILL_ASSIGN, prefill_assign(kv_destination(seg, [0, 1])))
+    m = re.search(r"page bytes 0/(\d+)", msg)
+    pb = int(m.group(1)) if m else 2048
+    good = [(0x100000 + l * 0x100000, 0x180000 + l * 0x100000) for l in range(4)]
+    dest = kv_destination(seg, [0, 1], pb, layers=good)
+
+    def stage(lo, hi, s, n, nxt=""):
+        return pb_bytes(11, pb_uint(1, lo) + pb_uint(2, hi) + pb_uint(3, s) + pb_uint(4, n) +
+                        (pb_bytes(5, nxt.encode()) if nxt else b""))
+    for what, st, want in [
+            ("a group of one", stage(0, 4, 0, 1), "stage 0 of 1"),
+            ("an empty range", stage(2, 2, 1, 2), "layers 2..2 for stage 1 of 2"),
+            ("past the model", stage(2, 9, 1, 2), "layers 2..9"),
+            ("a first stage past layer 0", stage(1, 2, 0, 2, "127.0.0.1:1"), "layers 1..2"),
+            ("a last stage short of the end", stage(2, 3, 1, 2), "layers 2..3"),
+            ("a last stage with a next node", stage(2, 4, 1, 2, "127.0.0.1:1"), "next_address"),
+            ("a first stage without one", stage(0, 2, 0, 2), "next_address")]:
+        msg = rpc_error(p_rpc, METHOD_PREFILL_ASSIGN, prefill_assign(dest) + st)
+        ok &= check(want in msg, "stage %s: %r" % (what, msg))
+    sh = pb_uint(1, 7) + pb_uint(3, 0) + pb_uint(4, 1) + pb_uint(5, 7) + pb_bytes(6, b"\0" * 28)
+    msg = rpc_error(p_rpc, METHOD_STAGE_HIDDEN, sh)
+    ok &= check("StageHidden: 1 tokens of dim 7" in msg, "StageHidden of another dim: %r" % msg)
+    sh = pb_uint(1, 7) + pb_uint(3, 0) + pb_uint(4, 2) + pb_uint(5, 128) + pb_bytes(6, b"\0" * 8)
+    msg = rpc_error(p_rpc, METHOD_STAGE_HIDDEN, sh)
+    ok &= check("in 8 bytes" in msg, "StageHidden shorter than its rows: %r" % msg)
+    ok &= check(all(p.poll() is None for p in cl.procs.values()), "every node still runs")
+    return ok
+
+
+def cpp_stage_killed(model, args, ctx, long_ids, want_long, short_ids, want_short, ask):
+    """A node of a 2-stage group killed while the long prompt is on it: the request either
+    fails with an error (the first stage: its layers will not come) or is prefilled again on
+    one node and gives one node's ids (the last stage: the usual re-arm); it never hangs, and
+    the cluster then answers as before."""
+    ok = True
+    # the threshold from the cost model (threshold 0): a prompt past one chunk gains there
+    conf = "max_ctx: %d\nrequest_timeout: 280s\npipeline:\n  stages: 2\n" % ctx
+    cl = Cluster(4, 1, model=model, config=conf, node_args=args, hb_timeout="3s")
+    st, body = get_status(cl.http, "/status")
+    auto = json.loads(body).get("pipeline", {}).get("threshold", 0) if st == 200 else 0
+    ok &= check(0 < auto < len(long_ids),
+                "threshold from the cost model: %s tokens (the prompt: %d)" % (auto, len(long_ids)))
+    res = {}
+
+    def run():
+        st, body = cl.post("/v1/completions", {"prompt": long_ids, "max_tokens": len(want_long),
+                                               "temperature": 0, "return_token_ids": True},
+                           timeout=280)
+        res["r"] = (st, json.loads(body)["choices"][0]["token_ids"] if st == 200 else body)
+    t = threading.Thread(target=run)
+    t.start()
+    busy, end = [], time.time() + 20
+    while len(busy) < 2 and time.time() < end:
+        busy = [k for k, n in status_nodes(cl).items()
+                if n.get("role") == "prefill" and n.get("in_flight", 0) > 0]
+        time.sleep(0.05)
+    victim = busy[0] if busy else None
+    if victim:
+        cl.procs[victim].kill()
+    t.join(280)
+    st, out = res.get("r", (None, None))
+    with open(cl.logs["conductor"]) as f:
+        how = [w for w in ("pipeline stage on prefill node", "prefill sent again")
+               if w in f.read()]
+    ok &= check(len(busy) == 2 and not t.is_alive() and
+                ((st == 200 and out == want_long) or (st is not None and st >= 400)),
+                "stage node %s killed mid-prompt: %s (one node's ids %s; the Conductor: %s)" %
+                (victim, (st, out if st == 200 else str(out)[:160]), want_long, how))
+    short, _ = ask(cl, short_ids)
+    ok &= check(short == want_short["output_ids"],
+                "after the loss the cluster answers generate's ids (%s)" % short)
+    cl.stop()
+    return ok
+
+
+def case_cpp():
+    """Chunked pipeline parallelism: with pipeline.stages 2 or 4 the Conductor sends a long
+    prompt through that many prefill nodes, each computing a range of the layers of every chunk
+    and writing them to the decode node, the hidden states going from stage to stage; the
+    answer is the one one node gives (a cluster with pipelining off) for a 16k-token prompt, and
+    `tycho generate`'s for a prompt within the model's context. Under sanitizers: 2k tokens."""
+    tmp = tempfile.mkdtemp(prefix="tycho-model-")
+    TMPDIRS.append(tmp)
+    model = os.path.join(tmp, "cpp.gguf")
+    subprocess.run([TYCHO, "mkmodel", "--dims", "128,4,4,2,256", "--vocab-from", MODEL,
+                    "--out", model], check=True, capture_output=True)
+    n_long, n_short, chunk = (2048, 600, 256) if SLOW else (16384, 1500, 1024)
+    ctx = n_long + 64
+    pages = 2 * (ctx // 16 + 1)
+    # every node: the same explicit context and KV budget (not the engine's default), 1 thread
+    # (a loaded machine takes a minute or more over the one-node 16k prefill: the decode node
+    # waits for the KV that long, and the Conductor does not take a busy node for dead)
+    args = ["--max_ctx=%d" % ctx, "--kv_pages=%d" % pages, "--chunk_tokens=%d" % chunk,
+            "--threads=1", "--max_batch_size=2", "--kv_wait_timeout=280s"]
+    long_ids = [3 + (i * 37 + i // 7) % 500 for i in range(n_long)]
+    short_ids = [3 + (i * 11 + 5) % 500 for i in range(n_short)]
+    n_out = 8
+    ok = True
+
+    def ask(cl, ids):
+        """(ids, logprobs) of the greedy answer: a stage's wrong hidden states or KV layers
+        would move the logprobs even where the ids of a random model stay the same."""
+        st, body = cl.post("/v1/completions", {"prompt": ids, "max_tokens": n_out,
+                                               "temperature": 0, "return_token_ids": True,
+                                               "logprobs": 1}, timeout=280)
+        if st != 200:
+            return (st, body[:300]), []
+        ch = json.loads(body)["choices"][0]
+        return ch["token_ids"], (ch.get("logprobs") or {}).get("token_logprobs") or []
+
+    def same_lp(a, b):
+        return 0 < len(a) == len(b) and all(abs(x - y) < 1e-4 for x, y in zip(a, b))
+
+    want_short = generate(None, n_out, model, ("--prompt-ids", ",".join(map(str, short_ids)),
+                                               "--logprobs", "1", "--batch-tokens", str(chunk)))
+    got = {}
+    for stages in (0, 2, 4):
+        conf = "max_ctx: %d\nrequest_timeout: 280s\npipeline:\n  stages: %d\n  threshold: %d\n" % (
+            ctx, stages, n_short // 2)
+        cl = Cluster(4, 1, model=model, config=conf, node_args=args, hb_timeout="10s")
+        t0 = time.time()
+        got[stages] = ask(cl, long_ids)
+        dt = time.time() - t0
+        short, short_lp = ask(cl, short_ids)
+        st, body = get_status(cl.http, "/status")
+        status = json.loads(body) if st == 200 else {}
+        pipe = status.get("pipeline", {})
+        served = sorted(n.get("served", 0) for n in status.get("nodes", [])
+                        if n.get("role") == "prefill")
+        print("stages %d: %d-token prompt answered in %.1f s, %s" % (stages, n_long, dt,
+                                                                   pipe), flush=True)
+        ok &= check(short == want_short["output_ids"] and
+                    same_lp(short_lp, [x["logprob"] for x in want_short["logprobs"]]),
+                    "stages %d: %d-token prompt gives generate's ids and logprobs (%s vs %s)" %
+                    (stages, n_short, short, want_short["output_ids"]))
+        want_pipelined = 2 if stages else 0
+        ok &= check(pipe.get("stages") == stages and pipe.get("requests") == want_pipelined,
+                    "stages %d: the Conductor pipelined %s requests (status %s)" %
+                    (stages, pipe.get("requests"), pipe))
+        # a stage's pages hold some layers: no node caches a pipelined prompt's blocks, and
+        # the scheduler's prefix index does not think one does (one node's does)
+        blocks = status.get("scheduler", {}).get("index_blocks")
+        ok &= check(blocks == 0 if stages else blocks > 0,
+                    "stages %d: blocks in the scheduler's prefix index: %s" % (stages, blocks))
+        # every stage of a group got the prompt: with 4 stages all 4 prefill nodes served both
+        if stages == 4:
+            ok &= check(len(served) == 4 and served[0] >= 2,
+                        "stages 4: every prefill node took part (served %s)" % served)
+            ok &= bad_stages(cl)
+        cl.stop()
+    ok &= cpp_stage_killed(model, args, ctx, long_ids, got[0][0], short_ids, want_short, ask)
+    ok &= check(isinstance(got[0][0], list) and len(got[0][0]) == n_out,
+                "one node: %d ids for the %d-token prompt (%s)" % (n_out, n_long, got[0][0]))
+    for stages in (2, 4):
+        ok &= check(got[stages][0] == got[0][0] and same_lp(got[stages][1], got[0][1]),
+                    "%d stages: the %d-token prompt gives one node's ids and logprobs (%s vs "
+                    "%s; %s vs %s)" % (stages, n_long, got[stages][0], got[0][0],
+                                       got[stages][1][:3], got[0][1][:3]))
+    return ok
+
+
 def case_sliding_window():
     """A Mistral-style model (every layer attends to its last 32 tokens; mkmodel
     --sliding-window 32): prompts longer than the window and answers far past it, prefill and
@@ -1089,6 +1257,7 @@ def rpc_error(port, method, payload):
 
 
 METHOD_PREFILL_ASSIGN, METHOD_DECODE_ASSIGN, METHOD_TOKEN_STREAM = 3, 4, 6
+METHOD_STAGE_HIDDEN = 11
 
 
 def kv_destination(segment, page_ids, page_bytes=0, stride=None, pool_pages=64, layers=(),
@@ -3258,7 +3427,7 @@ def main():
             "status": case_status, "preempt": case_preempt,
             "kill_prefill": case_kill_prefill, "prefill_interleave": case_prefill_interleave,
             "sliding_window": case_sliding_window, "moe": case_moe,
-            "longctx": case_longctx,
+            "longctx": case_longctx, "cpp": case_cpp,
             "local_cluster": case_local_cluster, "handshake": case_handshake,
             "bad_destination": case_bad_destination, "transports": case_transports,
             "gpu": case_gpu, "watchdog": case_watchdog,
