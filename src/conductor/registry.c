@@ -230,7 +230,7 @@ static bool register_valid(const Tycho__V1__RegisterNode *m, char *why, size_t c
     else if (!m->capacity || !m->capacity->block_tokens)
         bad = "capacity.block_tokens missing";
     else if (m->model && m->model->dtype[0] && ty_kv_dtype_parse(m->model->dtype, &dt))
-        bad = "model.dtype (the KV cache's) must be f32 or f16";
+        bad = "model.dtype (the KV cache's) must be f32, f16 or bf16";
     if (bad)
         snprintf(why, cap, "%s", bad);
     return !bad;

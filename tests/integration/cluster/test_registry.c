@@ -214,8 +214,10 @@ static void test_refused_and_reused(void **state)
     /* another KV element type than pf's (f32), or one no node has: refused, no slot taken */
     for (int i = 0; i < 300; i++) {
         snprintf(id, sizeof(id), "half-%d", i);
-        r = register_kv(id, i % 2 ? DECODE : PREFILL, 16, i % 3 ? "f16" : "bf16");
-        const char *want = i % 3 ? "kv_cache_dtype f16 differs" : "must be f32 or f16";
+        const char *dt = i % 3 ? (i % 2 ? "f16" : "bf16") : "f8";
+        r = register_kv(id, i % 2 ? DECODE : PREFILL, 16, dt);
+        char want[64];
+        snprintf(want, sizeof(want), i % 3 ? "kv_cache_dtype %s differs" : "must be f32, f16 or bf16", dt);
         if (r.accepted || !strstr(r.reason, want))
             fail_msg("registration %d: accepted %d, reason '%s' (want '%s')", i, r.accepted,
                      r.reason, want);
