@@ -217,7 +217,8 @@ static void test_refused_and_reused(void **state)
         const char *dt = i % 3 ? (i % 2 ? "f16" : "bf16") : "f8";
         r = register_kv(id, i % 2 ? DECODE : PREFILL, 16, dt);
         char want[64];
-        snprintf(want, sizeof(want), i % 3 ? "kv_cache_dtype %s differs" : "must be f32, f16 or bf16", dt);
+        snprintf(want, sizeof(want),
+                 i % 3 ? "kv_cache_dtype %s differs" : "must be f32, f16 or bf16", dt);
         if (r.accepted || !strstr(r.reason, want))
             fail_msg("registration %d: accepted %d, reason '%s' (want '%s')", i, r.accepted,
                      r.reason, want);
