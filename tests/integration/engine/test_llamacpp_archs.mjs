@@ -80,7 +80,7 @@ const archs = [
     // gpt-oss files ship); GGUF only (no --hf)
     {arch: "gpt-oss", args: ["--untied", "--head-dim", "32", "--yarn", "4,64",
                              "--sliding-window", "8"],
-     types: ["f32", "q8_0", "mxfp4_moe"], noHf: true},
+     types: ["f32", "q8_0", "mxfp4_moe"], noHf: true, seedOffset: 7},
 ].filter(({arch, name}) => !process.env.ARCHS || process.env.ARCHS.split(",").includes(name || arch));
 const tmp = mkdtempSync(path.join(os.tmpdir(), "tycho-archs-"));
 const same = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
