@@ -202,13 +202,13 @@ static int check_gptoss(const struct ty_model *m, uint32_t l, char *errbuf, size
     bool need = c->arch == TY_MODEL_ARCH_GPTOSS;
     int rc;
     if (!need) {
-        if (L->sinks.data || L->router_b.data || L->exp_b_gate.data || L->exp_b_up.data ||
-            L->exp_b_down.data) {
-            snprintf(errbuf, errlen, "layer %u: attention sinks or expert biases in a %s model, "
-                     "which has none", l, arch_name(c->arch));
+        if (L->sinks.data || L->bo.data || L->router_b.data || L->exp_b_gate.data ||
+            L->exp_b_up.data || L->exp_b_down.data) {
+            snprintf(errbuf, errlen, "layer %u: attention sinks, an attention output bias or "
+                     "expert biases in a %s model, which has none", l, arch_name(c->arch));
             return TY_ENOTSUP;
         }
-        return check_w(&L->bo, "attn_output.bias", l, 1, c->dim, true, errbuf, errlen);
+        return 0;
     }
     if ((rc = check_w(&L->bo, "attn_output.bias", l, 1, c->dim, false, errbuf, errlen)) ||
         (rc = check_w(&L->sinks, "attn_sinks (attention sinks)", l, 1, c->n_heads, false, errbuf,
