@@ -117,6 +117,12 @@ enum tkind {
     TK_SINK,   /* uniform in [-2, 2]: attention sinks that take a visible share */
 };
 
+/* gpt-oss's HF experts (transformers' GptOssExperts): gate and up fused into gate_up_proj
+ * [E, D, 2F] (input-major, gate at even and up at odd columns; the gate spec followed by the
+ * up spec, which HF_SKIP leaves out), the biases into gate_up_proj_bias [E, 2F], down_proj
+ * [E, F, D] (input-major). */
+enum hf_op { HF_AS_IS, HF_SKIP, HF_GATE_UP, HF_GATE_UP_BIAS, HF_DOWN_T };
+
 /* One tensor of the file: GGUF name and ne (ne[0] = row length; ne[2] experts of a 3-D
  * expert tensor), Hugging Face name (per expert: a format with %u for the expert). */
 struct tspec {
@@ -125,6 +131,7 @@ struct tspec {
     uint64_t ne[3];
     enum tkind kind;
     uint32_t permute_heads; /* HF: rows in rotate_half order, this many heads (0: as is) */
+    enum hf_op hf_op;       /* HF: how the tensor is laid out there */
 };
 
 struct fill_ctx {
@@ -387,6 +394,7 @@ static void spec(struct tspec *t, const char *gguf, const char *hf, uint32_t typ
     t->ne[2] = 1;
     t->kind = kind;
     t->permute_heads = 0;
+    t->hf_op = HF_AS_IS;
 }
 
 /* gpt-oss's layer after attn_output: the output's bias, the
@@ -396,26 +404,32 @@ static size_t gptoss_layer(struct tspec *t, size_t n, uint32_t l, const struct d
                            const struct ftype *ft)
 {
     uint32_t exps = ft->exps ? ft->exps : ft->type;
-    char g[64];
-#define GT(gs, ty, cols, rows, kind)                                                              \
+    char g[64], h[96];
+#define GT(gs, hs, ty, cols, rows, kind)                                                          \
     do {                                                                                          \
         snprintf(g, sizeof(g), "blk.%u.%s", l, gs);                                               \
-        spec(&t[n++], g, "", ty, cols, rows, kind);                                               \
+        snprintf(h, sizeof(h), "model.layers.%u.%s", l, hs);                                      \
+        spec(&t[n++], g, h, ty, cols, rows, kind);                                                \
     } while (0)
-    GT("attn_output.bias", ft->type, d->dim, 1, TK_BIAS);
-    GT("attn_sinks.weight", ft->type, d->heads, 1, TK_SINK);
-    GT("post_attention_norm.weight", ft->type, d->dim, 1, TK_ONES);
-    GT("ffn_gate_inp.weight", TY_GGML_F32, d->dim, d->experts, TK_ROUTER);
-    GT("ffn_gate_inp.bias", ft->type, d->experts, 1, TK_BIAS);
-    GT("ffn_gate_exps.weight", exps, d->dim, d->ffn, TK_MATRIX);
-    t[n - 1].nd = 3, t[n - 1].ne[2] = d->experts;
-    GT("ffn_gate_exps.bias", ft->type, d->ffn, d->experts, TK_BIAS);
-    GT("ffn_down_exps.weight", exps, d->ffn, d->dim, TK_MATRIX);
-    t[n - 1].nd = 3, t[n - 1].ne[2] = d->experts;
-    GT("ffn_down_exps.bias", ft->type, d->dim, d->experts, TK_BIAS);
-    GT("ffn_up_exps.weight", exps, d->dim, d->ffn, TK_MATRIX);
-    t[n - 1].nd = 3, t[n - 1].ne[2] = d->experts;
-    GT("ffn_up_exps.bias", ft->type, d->ffn, d->experts, TK_BIAS);
+    GT("attn_output.bias", "self_attn.o_proj.bias", ft->type, d->dim, 1, TK_BIAS);
+    GT("attn_sinks.weight", "self_attn.sinks", ft->type, d->heads, 1, TK_SINK);
+    GT("post_attention_norm.weight", "post_attention_layernorm.weight", ft->type, d->dim, 1,
+       TK_ONES);
+    GT("ffn_gate_inp.weight", "mlp.router.weight", TY_GGML_F32, d->dim, d->experts, TK_ROUTER);
+    GT("ffn_gate_inp.bias", "mlp.router.bias", ft->type, d->experts, 1, TK_BIAS);
+    GT("ffn_gate_exps.weight", "mlp.experts.gate_up_proj", exps, d->dim, d->ffn, TK_MATRIX);
+    t[n - 1].nd = 3, t[n - 1].ne[2] = d->experts, t[n - 1].hf_op = HF_GATE_UP;
+    GT("ffn_up_exps.weight", "", exps, d->dim, d->ffn, TK_MATRIX);
+    t[n - 1].nd = 3, t[n - 1].ne[2] = d->experts, t[n - 1].hf_op = HF_SKIP;
+    GT("ffn_down_exps.weight", "mlp.experts.down_proj", exps, d->ffn, d->dim, TK_MATRIX);
+    t[n - 1].nd = 3, t[n - 1].ne[2] = d->experts, t[n - 1].hf_op = HF_DOWN_T;
+    GT("ffn_gate_exps.bias", "mlp.experts.gate_up_proj_bias", ft->type, d->ffn, d->experts,
+       TK_BIAS);
+    t[n - 1].hf_op = HF_GATE_UP_BIAS;
+    GT("ffn_up_exps.bias", "", ft->type, d->ffn, d->experts, TK_BIAS);
+    t[n - 1].hf_op = HF_SKIP;
+    GT("ffn_down_exps.bias", "mlp.experts.down_proj_bias", ft->type, d->dim, d->experts,
+       TK_BIAS);
 #undef GT
     return n;
 }
@@ -513,7 +527,7 @@ static void usage(FILE *f)
                "  --arch: the GGUF architecture (llama.cpp's names and tensors): llama (default),\n"
                "          qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm); mixtures of\n"
                "          experts: qwen3moe (Qwen3-MoE), mixtral (GGUF llama with experts),\n"
-               "          gpt-oss (sinks, biased experts, even layers sliding; GGUF only)\n"
+               "          gpt-oss (sinks, biased experts, even layers sliding)\n"
                "  --head-dim: attention head size when not D/HEADS (as Qwen3 models have)\n"
                "  --untied: a separate output matrix instead of the embeddings\n"
                "  --sliding-window N: Mistral-style attention over the last N tokens on every\n"
@@ -562,7 +576,7 @@ static int write_hf_config(const char *dir, const struct dims *d, const struct a
             a->hf_class, a->hf_type, d->dim, d->ffn, d->layers, d->heads, d->kv_heads,
             head_dim(d), d->vocab, d->ctx, (double)a->rms_eps, a->qkv_bias ? "true" : "false",
             d->tied ? "true" : "false", type == TY_GGML_F16 ? "float16" : "float32");
-    if (d->window) /* Mistral's key; Qwen2-style configs also need use_sliding_window */
+    if (d->window && a->moe != MOE_GPTOSS) /* Mistral's key; Qwen2-style configs also need use_sliding_window */
         fprintf(f, ",\n  \"sliding_window\": %u,\n  \"use_sliding_window\": true,\n"
                    "  \"max_window_layers\": 0", d->window);
     if (a->moe == MOE_QWEN3) /* transformers' Qwen3MoeConfig: every layer sparse */
@@ -573,6 +587,14 @@ static int write_hf_config(const char *dir, const struct dims *d, const struct a
     if (a->moe == MOE_MIXTRAL)
         fprintf(f, ",\n  \"num_local_experts\": %u,\n  \"num_experts_per_tok\": %u",
                 d->experts, d->experts_used);
+    if (a->moe == MOE_GPTOSS) { /* transformers' GptOssConfig: even layers slide */
+        fprintf(f, ",\n  \"num_local_experts\": %u,\n  \"num_experts_per_tok\": %u,\n"
+                   "  \"sliding_window\": %u,\n  \"swiglu_limit\": 7.0,\n  \"layer_types\": [",
+                d->experts, d->experts_used, d->window);
+        for (uint32_t l = 0; l < d->layers; l++)
+            fprintf(f, "%s\"%s\"", l ? ", " : "", l % 2 ? "full_attention" : "sliding_attention");
+        fprintf(f, "]");
+    }
     if (d->yarn_factor > 0)
         fprintf(f, ",\n  \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": %.9g, "
                    "\"original_max_position_embeddings\": %u}", (double)d->yarn_factor,
@@ -600,6 +622,57 @@ static uint64_t st_tensor(const struct tspec *t, uint64_t e, char *name, size_t 
     return ty_ggml_type_nbytes(t->type, t->ne[0] * t->ne[1]);
 }
 
+/* Bytes and shape of a gpt-oss expert tensor in HF's layout (hf_op). */
+static uint64_t hf_bytes(const struct tspec *t)
+{
+    uint64_t all = ty_ggml_type_nbytes(t->type, t->ne[0] * t->ne[1] * t->ne[2]);
+    return t->hf_op == HF_GATE_UP || t->hf_op == HF_GATE_UP_BIAS ? 2 * all : all;
+}
+
+static json_t *hf_shape(const struct tspec *t)
+{
+    json_int_t a = (json_int_t)t->ne[0], b = (json_int_t)t->ne[1], e = (json_int_t)t->ne[2];
+    switch (t->hf_op) {
+    case HF_GATE_UP: return json_pack("[III]", e, a, 2 * b);     /* [E, D, 2F] */
+    case HF_GATE_UP_BIAS: return json_pack("[II]", b, 2 * a);    /* [E, 2F] */
+    default: return json_pack("[III]", e, a, b);                 /* down: [E, F, D] */
+    }
+}
+
+/* Tensor i's HF bytes (hf_op) into out: gate (i) and up (i + 1) interleaved, or down
+ * transposed per expert. Returns 0 or TY_ENOMEM. */
+static int hf_fill(struct fill_ctx *fc, const struct tspec *t, size_t i, unsigned char *out)
+{
+    const struct tspec *s = &t[i];
+    size_t esz = s->type == TY_GGML_F32 ? 4 : 2, all = hf_bytes(s) / esz;
+    uint64_t a = s->ne[0], b = s->ne[1];
+    bool fused = s->hf_op != HF_DOWN_T;
+    unsigned char *src = malloc(fused ? 2 * all / 2 * esz : all * esz);
+    if (!src)
+        return TY_ENOMEM;
+    if (fused) { /* gate then up, each (rows b, cols a) per expert, or (E, F) biases */
+        fill(fc, i, 0, src, all / 2 * esz);
+        fill(fc, i + 1, 0, src + all / 2 * esz, all / 2 * esz);
+        for (size_t k = 0; k < all / 2; k++) {
+            /* bias: k = e*F + f -> e*2F + 2f + j; matrix: k = (e*F + f)*D + d ->
+             * (e*D + d)*2F + 2f + j */
+            size_t dst = s->hf_op == HF_GATE_UP_BIAS
+                             ? 2 * k
+                             : ((k / (a * b)) * a + k % a) * 2 * b + 2 * (k / a % b);
+            memcpy(out + dst * esz, src + k * esz, esz);
+            memcpy(out + (dst + 1) * esz, src + (all / 2 + k) * esz, esz);
+        }
+    } else { /* down: GGUF (E, D rows, F cols) -> HF [E, F, D] */
+        fill(fc, i, 0, src, all * esz);
+        for (size_t k = 0; k < all; k++) {
+            uint64_t e = k / (a * b), r = k / a % b, c = k % a; /* row r of D, col c of F */
+            memcpy(out + ((e * a + c) * b + r) * esz, src + k * esz, esz);
+        }
+    }
+    free(src);
+    return 0;
+}
+
 /* The safetensors header (huggingface/safetensors README): tensors back to back in file
  * order, the JSON padded with spaces to a multiple of 8 bytes. */
 static char *st_header(const struct tspec *t, size_t n, uint64_t *hlen)
@@ -610,6 +683,15 @@ static char *st_header(const struct tspec *t, size_t n, uint64_t *hlen)
     for (size_t i = 0; i < n; i++)
         for (uint64_t e = 0; e < st_count(&t[i]); e++) {
             uint64_t bytes = st_tensor(&t[i], e, name, sizeof(name));
+            if (t[i].hf_op) { /* gpt-oss's experts: one tensor for all */
+                if (t[i].hf_op != HF_SKIP)
+                    json_object_set_new(o, t[i].hf, json_pack(
+                        "{s:s, s:o, s:[II]}", "dtype", t[i].type == TY_GGML_F16 ? "F16" : "F32",
+                        "shape", hf_shape(&t[i]), "data_offsets", (json_int_t)off,
+                        (json_int_t)(off + hf_bytes(&t[i]))));
+                off += t[i].hf_op != HF_SKIP ? hf_bytes(&t[i]) : 0;
+                break;
+            }
             json_t *shape = t[i].nd >= 2 ? json_pack("[II]", (json_int_t)t[i].ne[1],
                                                      (json_int_t)t[i].ne[0])
                                          : json_pack("[I]", (json_int_t)t[i].ne[0]);
@@ -660,6 +742,18 @@ static int write_hf(const char *dir, const struct tspec *t, size_t n, const stru
     free(h);
     for (size_t i = 0; i < n && !rc; i++)
         for (uint64_t e = 0; e < st_count(&t[i]) && !rc; e++) {
+            if (t[i].hf_op) { /* gpt-oss's experts: one tensor for all */
+                if (t[i].hf_op != HF_SKIP) {
+                    unsigned char *hb = malloc(hf_bytes(&t[i]));
+                    if (!hb)
+                        rc = TY_ENOMEM;
+                    else if (!(rc = hf_fill(fc, t, i, hb)) &&
+                             fwrite(hb, 1, hf_bytes(&t[i]), f) != hf_bytes(&t[i]))
+                        rc = TY_EIO;
+                    free(hb);
+                }
+                break;
+            }
             size_t bytes = st_tensor(&t[i], e, name, sizeof(name)), row = bytes / t[i].ne[1];
             unsigned char *buf = malloc(bytes), *perm = t[i].permute_heads ? malloc(bytes) : NULL;
             if (!buf || (t[i].permute_heads && !perm)) {
@@ -840,13 +934,8 @@ static int run_mkmodel(int argc, char **argv)
     }
     d.head_dim = hd ? hd : d.head_dim;
     d.window = window;
-    if (arch->moe == MOE_GPTOSS) {
+    if (arch->moe == MOE_GPTOSS)
         d.window = window ? window : 16; /* gpt-oss's even layers always slide */
-        if (hf) {
-            fprintf(stderr, "tycho mkmodel: --hf is not written for gpt-oss (GGUF only)\n");
-            return TY_CLI_EXIT_USAGE;
-        }
-    }
     if ((experts || experts_used) && !arch->moe) {
         fprintf(stderr, "tycho mkmodel: --experts needs a mixture-of-experts --arch\n");
         return TY_CLI_EXIT_USAGE;

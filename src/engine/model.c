@@ -58,8 +58,10 @@ static const struct ty__arch arches[] = {
     {"qwen3moe", TY_MODEL_ARCH_QWEN3MOE, TY_ROPE_NEOX, false, true, true, QWEN3MOE_HF},
     {"qwen3_moe", TY_MODEL_ARCH_QWEN3MOE, TY_ROPE_NEOX, false, true, true, QWEN3MOE_HF},
     {"mixtral", TY_MODEL_ARCH_LLAMA, TY_ROPE_NORM, false, false, true, MIXTRAL_HF},
-    /* llama.cpp's LLM_ARCH_OPENAI_MOE (NEOX rope); GGUF only */
+    /* llama.cpp's LLM_ARCH_OPENAI_MOE (NEOX rope), transformers' gpt_oss (its experts are
+     * model_hf.c's own) */
     {"gpt-oss", TY_MODEL_ARCH_GPTOSS, TY_ROPE_NEOX, true, false, true, NULL, {NULL}},
+    {"gpt_oss", TY_MODEL_ARCH_GPTOSS, TY_ROPE_NEOX, true, false, true, NULL, {NULL}},
 };
 #undef QWEN3MOE_HF
 #undef MIXTRAL_HF
@@ -75,7 +77,7 @@ const struct ty__arch *ty__model_arch_find(const char *name, size_t len)
 const char *ty__model_arch_list(void)
 {
     return "llama (with or without experts), mistral, mixtral, qwen2, qwen3, qwen3moe, "
-           "qwen3_moe, gpt-oss (GGUF)";
+           "qwen3_moe, gpt-oss, gpt_oss";
 }
 
 int ty__model_alloc_experts(struct ty_model *m)

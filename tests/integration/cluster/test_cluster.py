@@ -589,9 +589,10 @@ def case_gptoss():
     """gpt-oss (mkmodel --arch gpt-oss: attention sinks, even layers sliding over 8 tokens,
     YaRN, a biased router, biased SwiGLU-OAI experts), F32 and llama.cpp's MXFP4_MOE mix, as
     case_moe: prefill and decode nodes give generate's ids, alone and 8 streams together (the
-    sliding layers' window passed within the 32 tokens). Seed 2: with seed 1 one of the 8
-    streams parted from generate's ids (a batch of 8 rows sums the F32 router and the
-    dequantized tiles in another order than one row: a last-bit difference that can move an
+    sliding layers' window passed within the 32 tokens). Seed 2: with seed 1 some of the 8
+    streams part from generate's ids (a step of more than 8 rows, as the prefill node's batch
+    of 8 prompts, multiplies Q8_0 matrices through dequantized f32 tiles instead of the
+    8-bit-input path of a lone short prompt: a last-bit difference that can move a later
     8-bit input across a rounding step; see test_llamacpp_archs.mjs)."""
     return moe_cluster(["--arch", "gpt-oss", "--head-dim", "32", "--yarn", "4,64",
                         "--sliding-window", "8", "--seed", "2"], ("f32", "mxfp4_moe"))

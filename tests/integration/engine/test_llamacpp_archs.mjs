@@ -77,10 +77,10 @@ const archs = [
     // gpt-oss: q/k/v/output biases, attention sinks, even layers sliding over 8 tokens (past
     // the window within the 64 ids), YaRN, a biased router (top-k logits, then their
     // softmax), biased SwiGLU-OAI experts; F32, Q8_0 and llama.cpp's MXFP4_MOE mix (what
-    // gpt-oss files ship); GGUF only (no --hf)
+    // gpt-oss files ship); the F32 one also as HF (fused, interleaved gate_up_proj)
     {arch: "gpt-oss", args: ["--untied", "--head-dim", "32", "--yarn", "4,64",
                              "--sliding-window", "8"],
-     types: ["f32", "q8_0", "mxfp4_moe"], noHf: true, seedOffset: 7},
+     types: ["f32", "q8_0", "mxfp4_moe"]},
 ].filter(({arch, name}) => !process.env.ARCHS || process.env.ARCHS.split(",").includes(name || arch));
 const tmp = mkdtempSync(path.join(os.tmpdir(), "tycho-archs-"));
 const same = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
@@ -161,12 +161,12 @@ function checkPrompt(tag, model, hf, r, extra, loose) {
 }
 
 try {
-    for (const {arch, name, args, types: archTypes, seedOffset = 0, noHf} of archs) {
+    for (const {arch, name, args, types: archTypes, seedOffset = 0} of archs) {
         for (const {type, dims, seed, loose} of types) {
             if (only && !only.includes(type)) continue;
             if (archTypes && !archTypes.includes(type)) continue;
             const tag = `${name || arch}-${type}`;
-            const model = path.join(tmp, `${tag}.gguf`), hf = type === "f32" && !noHf ? path.join(tmp, `${tag}-hf`) : null;
+            const model = path.join(tmp, `${tag}.gguf`), hf = type === "f32" ? path.join(tmp, `${tag}-hf`) : null;
             run(tycho, ["mkmodel", "--arch", arch, "--dims", dims, ...args, "--type", type,
                         "--seed", String((seed || 1) + seedOffset),
                         "--vocab-from", "bytes", "--out", model, ...(hf ? ["--hf", hf] : [])]);
