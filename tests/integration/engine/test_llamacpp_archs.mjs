@@ -1,7 +1,8 @@
 // Every architecture `tycho mkmodel` writes, checked against llama.cpp (node-llama-cpp) on the
 // very same file: llama, qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm, head_dim 64 where
 // dim/heads is 16), and the mixtures of experts qwen3moe (Qwen3 attention, 8 experts, 2 per
-// token) and mixtral (a llama GGUF with 8 experts, 2 per token); the dense ones in F32, Q8_0,
+// token) and mixtral (a llama GGUF with 8 experts, 2 per token), gpt-oss (sinks, alternating
+// sliding/full layers, YaRN, biased experts; F32, Q8_0, MXFP4_MOE); the dense ones in F32, Q8_0,
 // Q4_0, Q4_K, Q5_K, Q6_K and the Q4_K_M mix, the mixtures in F32, Q8_0 and Q4_K (Q4_K with
 // Q6_K output, attn_v and ffn_down; the K-quants on a wider shape: their rows are blocks of
 // 256), untied output (random tied embeddings make the model repeat its input token), with
