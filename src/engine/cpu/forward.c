@@ -393,7 +393,8 @@ static void expert_matmul(struct fwd *f, const struct ty_weight *w, const float 
 }
 
 /* The mixture-of-experts FFN of the normed rows xb, added to x: the tokens routed to each
- * expert gathered into one matrix and pushed through that expert's gate, up, SwiGLU and down
+ * expert gathered into one matrix and pushed through that expert's gate, up (each + its bias,
+ * gpt-oss), SwiGLU (or SwiGLU-OAI) and down (+ bias)
  * as batched matmuls (whatever the weight type: ty__cpu_matmul), each output row scaled by its
  * routing weight into its token's slot; then each token's slots summed in slot order (as
  * llama.cpp adds the experts' views). */
@@ -411,13 +412,12 @@ static void moe_ffn(struct fwd *f, const struct ty_layer_weights *L)
             memcpy(f->xg + (size_t)i * D, f->xb + (size_t)(rows[i] / K) * D, D * sizeof(float));
         expert_matmul(f, &L->exp_gate[e], f->xg, f->hb, n);
         expert_matmul(f, &L->exp_up[e], f->xg, f->hb2, n);
-        if (c->swiglu_oai) {
-            add_bias_row(f->hb, &L->exp_b_gate, e, n);
-            add_bias_row(f->hb2, &L->exp_b_up, e, n);
+        add_bias_row(f->hb, &L->exp_b_gate, e, n); /* gpt-oss's expert biases */
+        add_bias_row(f->hb2, &L->exp_b_up, e, n);
+        if (c->swiglu_oai)
             swiglu_oai(f->hb, f->hb2, (size_t)n * F);
-        } else {
+        else
             swiglu(f->hb, f->hb2, (size_t)n * F);
-        }
         expert_matmul(f, &L->exp_down[e], f->hb, f->yg, n);
         add_bias_row(f->yg, &L->exp_b_down, e, n);
         for (uint32_t i = 0; i < n; i++) {
