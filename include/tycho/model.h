@@ -6,7 +6,8 @@
  * (q/k/v bias), Qwen3 dense (per-head q/k RMSNorm, head_dim free of dim/heads), and the
  * mixtures of experts Qwen3-MoE, Mixtral (GGUF llama with experts) and gpt-oss (GGUF:
  * attention sinks, alternating sliding/full layers, YaRN, biased MXFP4 experts); tied or
- * untied output; GQA. Weights stay in the file mappings (F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K).
+ * untied output; GQA. Weights stay in the file mappings (F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K/
+ * MXFP4), but for HF gpt_oss's fused experts, re-laid at load into one anonymous mapping.
  * A ty_model_t is immutable after ty_model_load() and may be shared by any threads; it must
  * outlive every engine, pool or backend that uses it.
  */
