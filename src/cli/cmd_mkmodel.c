@@ -45,7 +45,7 @@ static const struct {
  * the key prefix) and as Hugging Face names it (config.json model_type and class), with the
  * tensors it adds to the Llama layer. A mixture of experts replaces the FFN by a router and
  * 3-D expert tensors (GGUF) or per-expert matrices (HF, names with %u for the expert). */
-/* MOE_GPTOSS: llama.cpp's openai-moe (GGUF only): q/k/v/output biases, attention sinks,
+/* MOE_GPTOSS: llama.cpp's openai-moe (HF: hf_op's layout): q/k/v/output biases, attention sinks,
  * post_attention_norm as the FFN norm, a biased router, biased experts, sliding even layers */
 enum moe_kind { MOE_NONE, MOE_QWEN3, MOE_MIXTRAL, MOE_GPTOSS };
 struct arch_spec {
