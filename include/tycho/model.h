@@ -4,8 +4,10 @@
  * sharded model.safetensors.index.json, tokenizer.json, generation_config.json). Architectures:
  * the Llama family (Llama 2/3 with llama3 rope scaling, Mistral, TinyLlama, SmolLM), Qwen2
  * (q/k/v bias), Qwen3 dense (per-head q/k RMSNorm, head_dim free of dim/heads), and the
- * mixtures of experts Qwen3-MoE and Mixtral (GGUF llama with experts); tied or
- * untied output; GQA. Weights stay in the file mappings (F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K).
+ * mixtures of experts Qwen3-MoE, Mixtral (GGUF llama with experts) and gpt-oss (GGUF:
+ * attention sinks, alternating sliding/full layers, YaRN, biased MXFP4 experts); tied or
+ * untied output; GQA. Weights stay in the file mappings (F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K/
+ * MXFP4), but for HF gpt_oss's fused experts, re-laid at load into one anonymous mapping.
  * A ty_model_t is immutable after ty_model_load() and may be shared by any threads; it must
  * outlive every engine, pool or backend that uses it.
  */
@@ -24,6 +26,7 @@ enum ty_model_arch {
     TY_MODEL_ARCH_QWEN2 = 1,
     TY_MODEL_ARCH_QWEN3 = 2,
     TY_MODEL_ARCH_QWEN3MOE = 3, /* Qwen3 attention, mixture-of-experts FFN */
+    TY_MODEL_ARCH_GPTOSS = 4,   /* gpt-oss: attention sinks, biased experts, SwiGLU-OAI */
 };
 
 enum ty_rope_kind {
@@ -47,6 +50,11 @@ struct ty_model_config {
      * with those weights. 0 = a dense FFN. */
     uint32_t n_experts, n_experts_used;
     bool moe_norm_topk;
+    /* gpt-oss (llama.cpp's SOFTMAX_WEIGHT gating and SWIGLU_OAI_MOE): the top n_experts_used
+     * router logits picked first, the softmax over those k the weights; each expert's
+     * activation min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1) of its gate g and
+     * up u (instead of silu(g) * u). */
+    bool moe_topk_softmax, swiglu_oai;
     uint32_t ctx_len;    /* trained context length */
     float rms_eps;
     float rope_theta;

@@ -1,5 +1,5 @@
 /* `tycho mkmodel`: write a random-weight GGUF of a given shape and architecture (llama, qwen2,
- * qwen3, and the mixtures of experts qwen3moe and mixtral, with llama.cpp's names and metadata), the tokenizer metadata copied from an existing
+ * qwen3, and the mixtures of experts qwen3moe, mixtral and gpt-oss, with llama.cpp's names and metadata), the tokenizer metadata copied from an existing
  * GGUF or a built-in byte vocabulary, so that the file loads in llama.cpp too; optionally the
  * same weights as a Hugging Face directory. Used to measure speed at real sizes against other
  * engines on the very same file, and to check each architecture against llama.cpp. */
@@ -45,7 +45,9 @@ static const struct {
  * the key prefix) and as Hugging Face names it (config.json model_type and class), with the
  * tensors it adds to the Llama layer. A mixture of experts replaces the FFN by a router and
  * 3-D expert tensors (GGUF) or per-expert matrices (HF, names with %u for the expert). */
-enum moe_kind { MOE_NONE, MOE_QWEN3, MOE_MIXTRAL };
+/* MOE_GPTOSS: llama.cpp's openai-moe (HF: hf_op's layout): q/k/v/output biases, attention sinks,
+ * post_attention_norm as the FFN norm, a biased router, biased experts, sliding even layers */
+enum moe_kind { MOE_NONE, MOE_QWEN3, MOE_MIXTRAL, MOE_GPTOSS };
 struct arch_spec {
     const char *name, *gguf, *hf_type, *hf_class;
     bool qkv_bias, qk_norm;
@@ -71,6 +73,8 @@ static const struct arch_spec arches[] = {
      "block_sparse_moe.gate.weight",
      {"block_sparse_moe.experts.%u.w1.weight", "block_sparse_moe.experts.%u.w3.weight",
       "block_sparse_moe.experts.%u.w2.weight"}},
+    {"gpt-oss", "gpt-oss", "gpt_oss", "GptOssForCausalLM", true, false, false, 1e-5f,
+     MOE_GPTOSS, NULL, {NULL}},
 };
 
 /* --type: the matrices' ggml type, or a llama.cpp-style mix. q4_k_m is llama.cpp's Q4_K_M
@@ -80,13 +84,18 @@ struct ftype {
     const char *name;
     uint32_t type, more;  /* matrices; the mix's wider type (0: none) */
     uint32_t file_type;   /* general.file_type (llama_ftype) */
+    uint32_t exps;        /* the 3-D expert tensors' type (0: as the other matrices) */
 };
 
 static const struct ftype ftypes[] = {
-    {"f32", TY_GGML_F32, 0, 0},   {"f16", TY_GGML_F16, 0, 1},   {"q8_0", TY_GGML_Q8_0, 0, 7},
-    {"q4_0", TY_GGML_Q4_0, 0, 2}, {"q4_k", TY_GGML_Q4_K, 0, 14}, {"q5_k", TY_GGML_Q5_K, 0, 16},
-    {"q6_k", TY_GGML_Q6_K, 0, 18}, {"q4_k_m", TY_GGML_Q4_K, TY_GGML_Q6_K, 15},
-    {"mxfp4", TY_GGML_MXFP4, 0, 38}, /* llama.cpp's MXFP4_MOE file type; here every matrix */
+    {"f32", TY_GGML_F32, 0, 0, 0},   {"f16", TY_GGML_F16, 0, 1, 0},
+    {"q8_0", TY_GGML_Q8_0, 0, 7, 0}, {"q4_0", TY_GGML_Q4_0, 0, 2, 0},
+    {"q4_k", TY_GGML_Q4_K, 0, 14, 0}, {"q5_k", TY_GGML_Q5_K, 0, 16, 0},
+    {"q6_k", TY_GGML_Q6_K, 0, 18, 0}, {"q4_k_m", TY_GGML_Q4_K, TY_GGML_Q6_K, 15, 0},
+    {"mxfp4", TY_GGML_MXFP4, 0, 38, 0}, /* llama.cpp's MXFP4_MOE file type; every matrix */
+    /* llama.cpp's MXFP4_MOE as llama_tensor_get_type makes it (what gpt-oss files ship):
+     * MXFP4 expert tensors, Q8_0 every other matrix, the router F32 */
+    {"mxfp4_moe", TY_GGML_Q8_0, 0, 38, TY_GGML_MXFP4},
 };
 
 static bool use_more_bits(uint32_t layer, uint32_t n_layers)
@@ -105,7 +114,14 @@ enum tkind {
     TK_BIAS,   /* uniform in [-0.5, 0.5] */
     TK_QKNORM, /* uniform in [0.5, 1.5]: a per-element gain that matters */
     TK_ROUTER, /* std 2/sqrt(cols): router logits of std ~2, picks far from ties */
+    TK_SINK,   /* uniform in [-2, 2]: attention sinks that take a visible share */
 };
+
+/* gpt-oss's HF experts (transformers' GptOssExperts): gate and up fused into gate_up_proj
+ * [E, D, 2F] (input-major, gate at even and up at odd columns; the gate spec followed by the
+ * up spec, which HF_SKIP leaves out), the biases into gate_up_proj_bias [E, 2F], down_proj
+ * [E, F, D] (input-major). */
+enum hf_op { HF_AS_IS, HF_SKIP, HF_GATE_UP, HF_GATE_UP_BIAS, HF_DOWN_T };
 
 /* One tensor of the file: GGUF name and ne (ne[0] = row length; ne[2] experts of a 3-D
  * expert tensor), Hugging Face name (per expert: a format with %u for the expert). */
@@ -115,6 +131,7 @@ struct tspec {
     uint64_t ne[3];
     enum tkind kind;
     uint32_t permute_heads; /* HF: rows in rotate_half order, this many heads (0: as is) */
+    enum hf_op hf_op;       /* HF: how the tensor is laid out there */
 };
 
 struct fill_ctx {
@@ -154,6 +171,7 @@ static float rand_weight(const struct fill_ctx *c, uint64_t i, uint64_t e)
     case TK_BIAS: return 0.5f * rand_unit(c, i, e);
     case TK_QKNORM: return 1.0f + 0.5f * rand_unit(c, i, e);
     case TK_ROUTER: return rand_unit(c, i, e) * sqrtf(12.0f / (float)t->ne[0]);
+    case TK_SINK: return 2.0f * rand_unit(c, i, e);
     default: return rand_unit(c, i, e) * sqrtf(3.0f / (float)t->ne[0]);
     }
 }
@@ -234,7 +252,7 @@ static int add_kv(ty_gguf_writer_t *w, const struct dims *d, const struct arch_s
     if (a->moe) { /* LLM_KV_EXPERT_COUNT, _USED_COUNT, _FEED_FORWARD_LENGTH (qwen3moe's) */
         rc |= KV_U32("expert_count", d->experts);
         rc |= KV_U32("expert_used_count", d->experts_used);
-        if (a->moe == MOE_QWEN3)
+        if (a->moe == MOE_QWEN3 || a->moe == MOE_GPTOSS)
             rc |= KV_U32("expert_feed_forward_length", d->ffn);
     }
     if (d->yarn_factor > 0) {
@@ -376,9 +394,47 @@ static void spec(struct tspec *t, const char *gguf, const char *hf, uint32_t typ
     t->ne[2] = 1;
     t->kind = kind;
     t->permute_heads = 0;
+    t->hf_op = HF_AS_IS;
 }
 
-/* Every tensor of the model, in file order, into t (room for 5 + 14 per layer); returns the
+/* gpt-oss's layer after attn_output: the output's bias, the
+ * sinks, post_attention_norm (the FFN norm), the biased router and the biased experts (the
+ * mix's expert type); llama.cpp's openai-moe names. Returns the new count. */
+static size_t gptoss_layer(struct tspec *t, size_t n, uint32_t l, const struct dims *d,
+                           const struct ftype *ft)
+{
+    uint32_t exps = ft->exps ? ft->exps : ft->type;
+    char g[64], h[96];
+#define GT(gs, hs, ty, cols, rows, kind)                                                          \
+    do {                                                                                          \
+        snprintf(g, sizeof(g), "blk.%u.%s", l, gs);                                               \
+        snprintf(h, sizeof(h), "model.layers.%u.%s", l, hs);                                      \
+        spec(&t[n++], g, h, ty, cols, rows, kind);                                                \
+    } while (0)
+    GT("attn_output.bias", "self_attn.o_proj.bias", ft->type, d->dim, 1, TK_BIAS);
+    GT("attn_sinks.weight", "self_attn.sinks", ft->type, d->heads, 1, TK_SINK);
+    GT("post_attention_norm.weight", "post_attention_layernorm.weight", ft->type, d->dim, 1,
+       TK_ONES);
+    GT("ffn_gate_inp.weight", "mlp.router.weight", TY_GGML_F32, d->dim, d->experts, TK_ROUTER);
+    GT("ffn_gate_inp.bias", "mlp.router.bias", ft->type, d->experts, 1, TK_BIAS);
+    GT("ffn_gate_exps.weight", "mlp.experts.gate_up_proj", exps, d->dim, d->ffn, TK_MATRIX);
+    t[n - 1].nd = 3, t[n - 1].ne[2] = d->experts, t[n - 1].hf_op = HF_GATE_UP;
+    GT("ffn_up_exps.weight", "", exps, d->dim, d->ffn, TK_MATRIX);
+    t[n - 1].nd = 3, t[n - 1].ne[2] = d->experts, t[n - 1].hf_op = HF_SKIP;
+    GT("ffn_down_exps.weight", "mlp.experts.down_proj", exps, d->ffn, d->dim, TK_MATRIX);
+    t[n - 1].nd = 3, t[n - 1].ne[2] = d->experts, t[n - 1].hf_op = HF_DOWN_T;
+    GT("ffn_gate_exps.bias", "mlp.experts.gate_up_proj_bias", ft->type, d->ffn, d->experts,
+       TK_BIAS);
+    t[n - 1].hf_op = HF_GATE_UP_BIAS;
+    GT("ffn_up_exps.bias", "", ft->type, d->ffn, d->experts, TK_BIAS);
+    t[n - 1].hf_op = HF_SKIP;
+    GT("ffn_down_exps.bias", "mlp.experts.down_proj_bias", ft->type, d->dim, d->experts,
+       TK_BIAS);
+#undef GT
+    return n;
+}
+
+/* Every tensor of the model, in file order, into t (room for 5 + 20 per layer); returns the
  * count. Names follow llama.cpp (GGUF) and transformers (HF). */
 static size_t build_specs(struct tspec *t, const struct dims *d, const struct arch_spec *a,
                           const struct ftype *ft)
@@ -417,6 +473,10 @@ static size_t build_specs(struct tspec *t, const struct dims *d, const struct ar
             LT("attn_k_norm.weight", "self_attn.k_norm.weight", hd, 1, TK_QKNORM);
         }
         LT("attn_output.weight", "self_attn.o_proj.weight", q, d->dim, TK_MATRIX);
+        if (a->moe == MOE_GPTOSS) {
+            n = gptoss_layer(t, n, l, d, ft);
+            continue;
+        }
         LT("ffn_norm.weight", "post_attention_layernorm.weight", d->dim, 1, TK_ONES);
         if (a->moe) { /* the router stays F32, as llama.cpp's quantizer keeps ffn_gate_inp */
             LT_TYPE("ffn_gate_inp.weight", a->hf_router, TY_GGML_F32, d->dim, d->experts,
@@ -455,16 +515,18 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: tycho mkmodel (--preset 110m|1b|tiny | --dims D,LAYERS,HEADS,KV_HEADS,FFN)\n"
                "         --vocab-from TOKENIZER.gguf|bytes --out FILE.gguf\n"
-               "         [--type f32|f16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|mxfp4]\n"
-               "         [--arch llama|qwen2|qwen3|qwen3moe|mixtral] [--head-dim N] [--untied]\n"
-               "         [--seed S] [--sliding-window N] [--yarn FACTOR,ORIG_CTX] [--ctx N]\n"
-               "         [--experts N] [--experts-used K] [--hf DIR]\n"
+               "         [--type f32|f16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|mxfp4|mxfp4_moe]\n"
+               "         [--arch llama|qwen2|qwen3|qwen3moe|mixtral|gpt-oss] [--head-dim N]\n"
+               "         [--untied] [--seed S] [--sliding-window N] [--yarn FACTOR,ORIG_CTX]\n"
+               "         [--ctx N] [--experts N] [--experts-used K] [--hf DIR]\n"
                "  --type: the matrices' ggml type (norms and biases stay f32); q4_k_m is\n"
-               "          llama.cpp's mix (Q4_K, Q6_K output and some attn_v / ffn_down)\n"
+               "          llama.cpp's mix (Q4_K, Q6_K output and some attn_v / ffn_down);\n"
+               "          mxfp4_moe llama.cpp's MXFP4_MOE (MXFP4 experts, Q8_0 elsewhere)\n"
                "  --vocab-from bytes: a built-in 259-token byte-fallback vocabulary (no donor file)\n"
                "  --arch: the GGUF architecture (llama.cpp's names and tensors): llama (default),\n"
                "          qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm); mixtures of\n"
-               "          experts: qwen3moe (Qwen3-MoE), mixtral (GGUF llama with experts)\n"
+               "          experts: qwen3moe (Qwen3-MoE), mixtral (GGUF llama with experts),\n"
+               "          gpt-oss (sinks, biased experts, even layers sliding)\n"
                "  --head-dim: attention head size when not D/HEADS (as Qwen3 models have)\n"
                "  --untied: a separate output matrix instead of the embeddings\n"
                "  --sliding-window N: Mistral-style attention over the last N tokens on every\n"
@@ -515,7 +577,7 @@ static int write_hf_config(const char *dir, const struct dims *d, const struct a
             a->hf_class, a->hf_type, d->dim, d->ffn, d->layers, d->heads, d->kv_heads,
             head_dim(d), d->vocab, d->ctx, (double)a->rms_eps, a->qkv_bias ? "true" : "false",
             d->tied ? "true" : "false", type == TY_GGML_F16 ? "float16" : "float32");
-    if (d->window) /* Mistral's key; Qwen2-style configs also need use_sliding_window */
+    if (d->window && a->moe != MOE_GPTOSS) /* Mistral's key; Qwen2-style configs also need use_sliding_window */
         fprintf(f, ",\n  \"sliding_window\": %u,\n  \"use_sliding_window\": true,\n"
                    "  \"max_window_layers\": 0", d->window);
     if (a->moe == MOE_QWEN3) /* transformers' Qwen3MoeConfig: every layer sparse */
@@ -526,6 +588,14 @@ static int write_hf_config(const char *dir, const struct dims *d, const struct a
     if (a->moe == MOE_MIXTRAL)
         fprintf(f, ",\n  \"num_local_experts\": %u,\n  \"num_experts_per_tok\": %u",
                 d->experts, d->experts_used);
+    if (a->moe == MOE_GPTOSS) { /* transformers' GptOssConfig: even layers slide */
+        fprintf(f, ",\n  \"num_local_experts\": %u,\n  \"num_experts_per_tok\": %u,\n"
+                   "  \"sliding_window\": %u,\n  \"swiglu_limit\": 7.0,\n  \"layer_types\": [",
+                d->experts, d->experts_used, d->window);
+        for (uint32_t l = 0; l < d->layers; l++)
+            fprintf(f, "%s\"%s\"", l ? ", " : "", l % 2 ? "full_attention" : "sliding_attention");
+        fprintf(f, "]");
+    }
     if (d->yarn_factor > 0)
         fprintf(f, ",\n  \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": %.9g, "
                    "\"original_max_position_embeddings\": %u}", (double)d->yarn_factor,
@@ -553,6 +623,57 @@ static uint64_t st_tensor(const struct tspec *t, uint64_t e, char *name, size_t 
     return ty_ggml_type_nbytes(t->type, t->ne[0] * t->ne[1]);
 }
 
+/* Bytes and shape of a gpt-oss expert tensor in HF's layout (hf_op). */
+static uint64_t hf_bytes(const struct tspec *t)
+{
+    uint64_t all = ty_ggml_type_nbytes(t->type, t->ne[0] * t->ne[1] * t->ne[2]);
+    return t->hf_op == HF_GATE_UP || t->hf_op == HF_GATE_UP_BIAS ? 2 * all : all;
+}
+
+static json_t *hf_shape(const struct tspec *t)
+{
+    json_int_t a = (json_int_t)t->ne[0], b = (json_int_t)t->ne[1], e = (json_int_t)t->ne[2];
+    switch (t->hf_op) {
+    case HF_GATE_UP: return json_pack("[III]", e, a, 2 * b);     /* [E, D, 2F] */
+    case HF_GATE_UP_BIAS: return json_pack("[II]", b, 2 * a);    /* [E, 2F] */
+    default: return json_pack("[III]", e, a, b);                 /* down: [E, F, D] */
+    }
+}
+
+/* Tensor i's HF bytes (hf_op) into out: gate (i) and up (i + 1) interleaved, or down
+ * transposed per expert. Returns 0 or TY_ENOMEM. */
+static int hf_fill(struct fill_ctx *fc, const struct tspec *t, size_t i, unsigned char *out)
+{
+    const struct tspec *s = &t[i];
+    size_t esz = s->type == TY_GGML_F32 ? 4 : 2, all = hf_bytes(s) / esz;
+    uint64_t a = s->ne[0], b = s->ne[1];
+    bool fused = s->hf_op != HF_DOWN_T;
+    unsigned char *src = malloc(fused ? 2 * all / 2 * esz : all * esz);
+    if (!src)
+        return TY_ENOMEM;
+    if (fused) { /* gate then up, each (rows b, cols a) per expert, or (E, F) biases */
+        fill(fc, i, 0, src, all / 2 * esz);
+        fill(fc, i + 1, 0, src + all / 2 * esz, all / 2 * esz);
+        for (size_t k = 0; k < all / 2; k++) {
+            /* bias: k = e*F + f -> e*2F + 2f + j; matrix: k = (e*F + f)*D + d ->
+             * (e*D + d)*2F + 2f + j */
+            size_t dst = s->hf_op == HF_GATE_UP_BIAS
+                             ? 2 * k
+                             : ((k / (a * b)) * a + k % a) * 2 * b + 2 * (k / a % b);
+            memcpy(out + dst * esz, src + k * esz, esz);
+            memcpy(out + (dst + 1) * esz, src + (all / 2 + k) * esz, esz);
+        }
+    } else { /* down: GGUF (E, D rows, F cols) -> HF [E, F, D] */
+        fill(fc, i, 0, src, all * esz);
+        for (size_t k = 0; k < all; k++) {
+            uint64_t e = k / (a * b), r = k / a % b, c = k % a; /* row r of D, col c of F */
+            memcpy(out + ((e * a + c) * b + r) * esz, src + k * esz, esz);
+        }
+    }
+    free(src);
+    return 0;
+}
+
 /* The safetensors header (huggingface/safetensors README): tensors back to back in file
  * order, the JSON padded with spaces to a multiple of 8 bytes. */
 static char *st_header(const struct tspec *t, size_t n, uint64_t *hlen)
@@ -563,6 +684,15 @@ static char *st_header(const struct tspec *t, size_t n, uint64_t *hlen)
     for (size_t i = 0; i < n; i++)
         for (uint64_t e = 0; e < st_count(&t[i]); e++) {
             uint64_t bytes = st_tensor(&t[i], e, name, sizeof(name));
+            if (t[i].hf_op) { /* gpt-oss's experts: one tensor for all */
+                if (t[i].hf_op != HF_SKIP)
+                    json_object_set_new(o, t[i].hf, json_pack(
+                        "{s:s, s:o, s:[II]}", "dtype", t[i].type == TY_GGML_F16 ? "F16" : "F32",
+                        "shape", hf_shape(&t[i]), "data_offsets", (json_int_t)off,
+                        (json_int_t)(off + hf_bytes(&t[i]))));
+                off += t[i].hf_op != HF_SKIP ? hf_bytes(&t[i]) : 0;
+                break;
+            }
             json_t *shape = t[i].nd >= 2 ? json_pack("[II]", (json_int_t)t[i].ne[1],
                                                      (json_int_t)t[i].ne[0])
                                          : json_pack("[I]", (json_int_t)t[i].ne[0]);
@@ -613,6 +743,18 @@ static int write_hf(const char *dir, const struct tspec *t, size_t n, const stru
     free(h);
     for (size_t i = 0; i < n && !rc; i++)
         for (uint64_t e = 0; e < st_count(&t[i]) && !rc; e++) {
+            if (t[i].hf_op) { /* gpt-oss's experts: one tensor for all */
+                if (t[i].hf_op != HF_SKIP) {
+                    unsigned char *hb = malloc(hf_bytes(&t[i]));
+                    if (!hb)
+                        rc = TY_ENOMEM;
+                    else if (!(rc = hf_fill(fc, t, i, hb)) &&
+                             fwrite(hb, 1, hf_bytes(&t[i]), f) != hf_bytes(&t[i]))
+                        rc = TY_EIO;
+                    free(hb);
+                }
+                break;
+            }
             size_t bytes = st_tensor(&t[i], e, name, sizeof(name)), row = bytes / t[i].ne[1];
             unsigned char *buf = malloc(bytes), *perm = t[i].permute_heads ? malloc(bytes) : NULL;
             if (!buf || (t[i].permute_heads && !perm)) {
@@ -640,7 +782,7 @@ static int write_model(const struct dims *d, const struct arch_spec *a, const st
     ty_gguf_writer_t *w = NULL;
     struct dims dd = *d;
     size_t n = 0;
-    struct tspec *t = calloc(5 + 16 * (size_t)d->layers, sizeof(*t));
+    struct tspec *t = calloc(5 + 20 * (size_t)d->layers, sizeof(*t));
     int rc = t ? ty_gguf_writer_new(&w) : TY_ENOMEM;
     if (rc)
         goto out;
@@ -744,14 +886,14 @@ static int run_mkmodel(int argc, char **argv)
         case 't':
             if (!(ft = find_ftype(optarg))) {
                 fprintf(stderr, "tycho mkmodel: --type is f32, f16, q8_0, q4_0, q4_k, q5_k, "
-                                "q6_k, q4_k_m or mxfp4\n");
+                                "q6_k, q4_k_m, mxfp4 or mxfp4_moe\n");
                 return TY_CLI_EXIT_USAGE;
             }
             break;
         case 'a':
             if (!(arch = find_arch(optarg))) {
-                fprintf(stderr, "tycho mkmodel: --arch is llama, qwen2, qwen3, qwen3moe or "
-                                "mixtral\n");
+                fprintf(stderr, "tycho mkmodel: --arch is llama, qwen2, qwen3, qwen3moe, "
+                                "mixtral or gpt-oss\n");
                 return TY_CLI_EXIT_USAGE;
             }
             break;
@@ -801,6 +943,8 @@ static int run_mkmodel(int argc, char **argv)
     }
     d.head_dim = hd ? hd : d.head_dim;
     d.window = window;
+    if (arch->moe == MOE_GPTOSS)
+        d.window = window ? window : 16; /* gpt-oss's even layers always slide */
     if ((experts || experts_used) && !arch->moe) {
         fprintf(stderr, "tycho mkmodel: --experts needs a mixture-of-experts --arch\n");
         return TY_CLI_EXIT_USAGE;
@@ -828,4 +972,4 @@ static int run_mkmodel(int argc, char **argv)
 }
 
 const struct ty_cli_command ty_cli_cmd_mkmodel = {
-    "mkmodel", "write a random-weight GGUF (llama, qwen2, qwen3, qwen3moe, mixtral) of a given shape", run_mkmodel};
+    "mkmodel", "write a random-weight GGUF (llama, qwen2, qwen3, qwen3moe, mixtral, gpt-oss) of a given shape", run_mkmodel};

@@ -43,7 +43,10 @@ static int make_backend_and_pool(ty_engine_t *e, const struct ty_engine_opts *o)
      * only: another backend would compute a dense FFN that the model does not have. */
     if (c->n_experts && strcmp(ty_backend_name(e->be), "cpu") != 0) {
         TY_LOG_ERROR("engine", "the %s backend does not support mixture-of-experts models "
-                     "(%s): use the cpu backend", ty_backend_name(e->be), ty_model_desc(e->m));
+                     "(%s%s): use the cpu backend", ty_backend_name(e->be), ty_model_desc(e->m),
+                     c->arch == TY_MODEL_ARCH_GPTOSS
+                         ? "; gpt-oss's attention sinks, biases and SwiGLU-OAI experts too"
+                         : "");
         return TY_ENOTSUP;
     }
     int dev = ty_backend_kv_storage(e->be, &st);

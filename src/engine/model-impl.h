@@ -28,6 +28,11 @@ struct ty_layer_weights {
     struct ty_weight router;         /* (n_experts, dim) */
     struct ty_weight *exp_gate, *exp_up, *exp_down; /* (ffn, dim) x2, (dim, ffn) */
     uint32_t window;                 /* sliding-window attention: keys a query sees, 0 = all */
+    /* gpt-oss: the attention output's bias (dim); attention sinks (n_heads: one logit per
+     * head that joins each query's softmax denominator, as llama.cpp's soft_max with sinks);
+     * the router's bias (n_experts); the experts' biases, a row per expert: gate and up
+     * (n_experts, ffn), down (n_experts, dim). Absent (data NULL) elsewhere. */
+    struct ty_weight bo, sinks, router_b, exp_b_gate, exp_b_up, exp_b_down;
 };
 
 /* A layer's tensors by file format: the name after "blk.N." (GGUF) and after
@@ -102,6 +107,9 @@ struct ty_model {
      * tokens (HF Qwen2's max_window_layers; 0 for Mistral); ty__model_finish() sets each
      * layer's window and cfg.kv_window */
     uint32_t swa_window, swa_first_layer;
+    /* gpt-oss's pattern instead (llama.cpp's set_swa_pattern(n)): layer l slides when
+     * l % swa_period < swa_period - 1 (period 2: even layers slide); 0 = swa_first_layer's */
+    uint32_t swa_period;
     struct ty_tokenizer *tok;
     uint32_t eog[TY_MODEL_MAX_EOG];
     uint32_t n_eog;

@@ -31,6 +31,11 @@ const struct ty__layer_tensor ty__layer_tensors[] = {
     {"ffn_up.weight", "mlp.up_proj.weight", LW(w_up)},
     {"ffn_down.weight", "mlp.down_proj.weight", LW(w_down)},
     {"ffn_gate_inp.weight", NULL, LW(router)}, /* HF: the architecture's hf_router */
+    /* gpt-oss (llama.cpp's LLM_ARCH_OPENAI_MOE); its pre-FFN norm and the experts' biases are
+     * the GGUF loader's own (load_gptoss) */
+    {"attn_output.bias", "self_attn.o_proj.bias", LW(bo)},
+    {"attn_sinks.weight", "self_attn.sinks", LW(sinks)},
+    {"ffn_gate_inp.bias", NULL, LW(router_b)},
 };
 #undef LW
 const size_t ty__n_layer_tensors = sizeof(ty__layer_tensors) / sizeof(ty__layer_tensors[0]);
@@ -53,6 +58,10 @@ static const struct ty__arch arches[] = {
     {"qwen3moe", TY_MODEL_ARCH_QWEN3MOE, TY_ROPE_NEOX, false, true, true, QWEN3MOE_HF},
     {"qwen3_moe", TY_MODEL_ARCH_QWEN3MOE, TY_ROPE_NEOX, false, true, true, QWEN3MOE_HF},
     {"mixtral", TY_MODEL_ARCH_LLAMA, TY_ROPE_NORM, false, false, true, MIXTRAL_HF},
+    /* llama.cpp's LLM_ARCH_OPENAI_MOE (NEOX rope), transformers' gpt_oss (its experts are
+     * model_hf.c's own) */
+    {"gpt-oss", TY_MODEL_ARCH_GPTOSS, TY_ROPE_NEOX, true, false, true, NULL, {NULL}},
+    {"gpt_oss", TY_MODEL_ARCH_GPTOSS, TY_ROPE_NEOX, true, false, true, NULL, {NULL}},
 };
 #undef QWEN3MOE_HF
 #undef MIXTRAL_HF
@@ -67,7 +76,8 @@ const struct ty__arch *ty__model_arch_find(const char *name, size_t len)
 
 const char *ty__model_arch_list(void)
 {
-    return "llama (with or without experts), mistral, mixtral, qwen2, qwen3, qwen3moe, qwen3_moe";
+    return "llama (with or without experts), mistral, mixtral, qwen2, qwen3, qwen3moe, "
+           "qwen3_moe, gpt-oss, gpt_oss";
 }
 
 int ty__model_alloc_experts(struct ty_model *m)
@@ -184,6 +194,38 @@ static int check_ffn(const struct ty_model *m, uint32_t l, char *errbuf, size_t 
     return 0;
 }
 
+/* gpt-oss's own tensors: required in a gpt-oss model (a file without them computes another
+ * model), refused elsewhere (the forward pass would apply them to an architecture that has
+ * none). */
+static int check_gptoss(const struct ty_model *m, uint32_t l, char *errbuf, size_t errlen)
+{
+    const struct ty_model_config *c = &m->cfg;
+    const struct ty_layer_weights *L = &m->layers[l];
+    bool need = c->arch == TY_MODEL_ARCH_GPTOSS;
+    int rc;
+    if (!need) {
+        if (L->sinks.data || L->bo.data || L->router_b.data || L->exp_b_gate.data ||
+            L->exp_b_up.data || L->exp_b_down.data) {
+            snprintf(errbuf, errlen, "layer %u: attention sinks, an attention output bias or "
+                     "expert biases in a %s model, which has none", l, arch_name(c->arch));
+            return TY_ENOTSUP;
+        }
+        return 0;
+    }
+    if ((rc = check_w(&L->bo, "attn_output.bias", l, 1, c->dim, false, errbuf, errlen)) ||
+        (rc = check_w(&L->sinks, "attn_sinks (attention sinks)", l, 1, c->n_heads, false, errbuf,
+                      errlen)) ||
+        (rc = check_w(&L->router_b, "ffn_gate_inp.bias", l, 1, c->n_experts, false, errbuf,
+                      errlen)) ||
+        (rc = check_w(&L->exp_b_gate, "ffn_gate_exps.bias", l, c->n_experts, c->ffn_dim, false,
+                      errbuf, errlen)) ||
+        (rc = check_w(&L->exp_b_up, "ffn_up_exps.bias", l, c->n_experts, c->ffn_dim, false,
+                      errbuf, errlen)))
+        return rc;
+    return check_w(&L->exp_b_down, "ffn_down_exps.bias", l, c->n_experts, c->dim, false, errbuf,
+                   errlen);
+}
+
 static int check_layer(const struct ty_model *m, uint32_t l, char *errbuf, size_t errlen)
 {
     const struct ty_model_config *c = &m->cfg;
@@ -214,8 +256,11 @@ static int check_layer(const struct ty_model *m, uint32_t l, char *errbuf, size_
                  arch_name(c->arch));
         return TY_EFORMAT;
     }
+    if ((rc = check_gptoss(m, l, errbuf, errlen)))
+        return rc;
     const struct ty_weight *norms[] = {&L->attn_norm, &L->ffn_norm, &L->bq, &L->bk, &L->bv,
-                                       &L->q_norm, &L->k_norm};
+                                       &L->q_norm, &L->k_norm, &L->bo, &L->sinks, &L->router_b,
+                                       &L->exp_b_gate, &L->exp_b_up, &L->exp_b_down};
     for (size_t i = 0; i < sizeof(norms) / sizeof(norms[0]); i++)
         if (norms[i]->data && norms[i]->type != TY_GGML_F32) {
             snprintf(errbuf, errlen, "layer %u: norm and bias tensors must be F32 (got %s)", l,
@@ -294,18 +339,23 @@ static int make_rope(struct ty_model *m)
     return m->rope_scaling == 3 ? make_yarn(m) : 0;
 }
 
-/* Each layer's window from the loader's description; kv_window = the widest window when every
- * layer slides (a window of at least the context is no window). */
+/* Each layer's window from the loader's description (swa_first_layer on, or gpt-oss's
+ * swa_period pattern); kv_window = the widest window when every layer slides (a window of at
+ * least the context is no window). */
 static void set_windows(struct ty_model *m)
 {
     struct ty_model_config *c = &m->cfg;
     uint32_t w = m->swa_window < c->ctx_len || !c->ctx_len ? m->swa_window : 0;
+    uint32_t p = m->swa_period;
+    bool all = true;
     c->sliding_window = c->kv_window = 0;
     for (uint32_t l = 0; l < c->n_layers; l++) {
-        m->layers[l].window = l >= m->swa_first_layer ? w : 0;
+        bool slides = p ? l % p < p - 1 : l >= m->swa_first_layer;
+        m->layers[l].window = slides ? w : 0;
+        all = all && slides;
         c->sliding_window = m->layers[l].window ? w : c->sliding_window;
     }
-    if (m->swa_first_layer == 0)
+    if (all)
         c->kv_window = c->sliding_window; /* every layer slides */
 }
 
@@ -462,7 +512,8 @@ uint64_t ty_model_weight_bytes(const ty_model_t *m)
         b += wbytes(&L->attn_norm) + wbytes(&L->wq) + wbytes(&L->wk) + wbytes(&L->wv) +
              wbytes(&L->wo) + wbytes(&L->bq) + wbytes(&L->bk) + wbytes(&L->bv) +
              wbytes(&L->q_norm) + wbytes(&L->k_norm) +
-             wbytes(&L->ffn_norm) + wbytes(&L->w_gate) + wbytes(&L->w_up) + wbytes(&L->w_down);
+             wbytes(&L->ffn_norm) + wbytes(&L->w_gate) + wbytes(&L->w_up) + wbytes(&L->w_down) +
+             wbytes(&L->bo) + wbytes(&L->sinks) + wbytes(&L->router_b);
         if (m->cfg.n_experts) /* experts are alike: the first stands for each used one */
             b += wbytes(&L->router) + m->cfg.n_experts_used * (wbytes(&L->exp_gate[0]) +
                                                                wbytes(&L->exp_up[0]) +

@@ -66,6 +66,32 @@ static int load_experts(struct ty_model *m, uint32_t l, char *errbuf, size_t err
     return 0;
 }
 
+/* gpt-oss's layer tensors beyond the shared table: blk.l.post_attention_norm (llama.cpp's
+ * LLM_TENSOR_ATTN_POST_NORM, which openai-moe applies before the experts: the FFN norm) and
+ * the experts' 2-D biases blk.l.ffn_{gate,up,down}_exps.bias (ne {n, n_experts}). */
+static int load_gptoss(struct ty_model *m, uint32_t l, char *errbuf, size_t errlen)
+{
+    static const char *const names[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    struct ty_layer_weights *L = &m->layers[l];
+    struct ty_weight *out[3] = {&L->exp_b_gate, &L->exp_b_up, &L->exp_b_down};
+    char name[96];
+    int rc;
+    if (L->ffn_norm.data) {
+        snprintf(errbuf, errlen, "layer %u: a gpt-oss model with ffn_norm (its FFN norm is "
+                 "blk.%u.post_attention_norm)", l, l);
+        return TY_EFORMAT;
+    }
+    snprintf(name, sizeof(name), "blk.%u.post_attention_norm.weight", l);
+    if ((rc = get_w(m->gguf, &L->ffn_norm, name, errbuf, errlen)))
+        return rc;
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof(name), "blk.%u.%s.bias", l, names[i]);
+        if ((rc = get_w(m->gguf, out[i], name, errbuf, errlen)))
+            return rc;
+    }
+    return 0;
+}
+
 static int load_layer(struct ty_model *m, uint32_t l, char *errbuf, size_t errlen)
 {
     char name[96];
@@ -77,7 +103,10 @@ static int load_layer(struct ty_model *m, uint32_t l, char *errbuf, size_t errle
         if (rc)
             return rc;
     }
-    return load_experts(m, l, errbuf, errlen);
+    int rc = load_experts(m, l, errbuf, errlen);
+    if (!rc && m->cfg.arch == TY_MODEL_ARCH_GPTOSS)
+        rc = load_gptoss(m, l, errbuf, errlen);
+    return rc;
 }
 
 static bool key_u32(const ty_gguf_t *g, const char *arch, const char *key, uint32_t *v)
@@ -168,8 +197,9 @@ static int read_experts(struct ty_model *m, const struct ty__arch *ai, const cha
                  arch);
         return TY_ENOTSUP;
     }
-    /* llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax, 2 sigmoid, 3 softmax of top-k */
-    if (key_u32(m->gguf, arch, "expert_gating_func", &v) && v != 1) {
+    /* llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax, 2 sigmoid, 3 softmax of top-k;
+     * openai-moe reads no key: its gating is always the last (gptoss_params) */
+    if (ai->arch != TY_MODEL_ARCH_GPTOSS && key_u32(m->gguf, arch, "expert_gating_func", &v) && v != 1) {
         snprintf(errbuf, errlen, "expert gating function %u (%s.expert_gating_func): only "
                  "softmax (1) is supported", v, arch);
         return TY_ENOTSUP;
@@ -177,6 +207,43 @@ static int read_experts(struct ty_model *m, const struct ty__arch *ai, const cha
     if (key_f32(m->gguf, arch, "expert_weights_scale", &f) && f != 0.0f && f != 1.0f) {
         snprintf(errbuf, errlen, "expert weight scale %g (%s.expert_weights_scale): not "
                  "supported", (double)f, arch);
+        return TY_ENOTSUP;
+    }
+    return 0;
+}
+
+/* gpt-oss as llama.cpp's openai-moe loads it: top-k softmax gating without renormalising,
+ * SwiGLU-OAI experts, sliding layers by <arch>.attention.sliding_window_pattern (a period,
+ * default 2: even layers slide), one rope base for both kinds of layer. */
+static int gptoss_params(struct ty_model *m, const char *arch, char *errbuf, size_t errlen)
+{
+    struct ty_model_config *c = &m->cfg;
+    char full[128];
+    float base_swa;
+    enum ty_gguf_vtype et;
+    uint64_t n;
+    const void *data;
+    c->moe_norm_topk = false;
+    c->moe_topk_softmax = c->swiglu_oai = true;
+    if (!m->swa_window) {
+        snprintf(errbuf, errlen, "gpt-oss model without %s.attention.sliding_window", arch);
+        return TY_EFORMAT;
+    }
+    snprintf(full, sizeof(full), "%s.attention.sliding_window_pattern", arch);
+    m->swa_period = 2;
+    if (ty_gguf_get_arr(m->gguf, full, &et, &n, &data)) {
+        snprintf(errbuf, errlen, "a per-layer sliding-window pattern (%s as an array) is not "
+                 "supported (only a period)", full);
+        return TY_ENOTSUP;
+    }
+    ty_gguf_get_u32(m->gguf, full, &m->swa_period); /* any integer type */
+    if (m->swa_period == 0) {
+        snprintf(errbuf, errlen, "unsupported sliding-window pattern 0 (%s)", full);
+        return TY_ENOTSUP;
+    }
+    if (key_f32(m->gguf, arch, "rope.freq_base_swa", &base_swa) && base_swa != c->rope_theta) {
+        snprintf(errbuf, errlen, "a separate rope base for sliding layers (%s.rope.freq_base_swa "
+                 "%g, not %g) is not supported", arch, (double)base_swa, (double)c->rope_theta);
         return TY_ENOTSUP;
     }
     return 0;
@@ -232,6 +299,8 @@ static int read_hparams(struct ty_model *m, char *errbuf, size_t errlen)
     const struct ty_gguf_tensor *emb = ty_gguf_find_tensor(m->gguf, "token_embd.weight");
     if (!key_u32(m->gguf, arch, "vocab_size", &c->n_vocab))
         c->n_vocab = emb ? (uint32_t)emb->ne[1] : 0;
+    if (ai->arch == TY_MODEL_ARCH_GPTOSS && (rc = gptoss_params(m, arch, errbuf, errlen)))
+        return rc;
     return read_rope_scaling(m, arch, errbuf, errlen);
 }
 

@@ -1,5 +1,6 @@
 /* Hugging Face directory loader: config.json (LlamaForCausalLM, MistralForCausalLM,
- * Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM), model.safetensors or model.safetensors.index.json shards, and the
+ * Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM,
+ * GptOssForCausalLM with BF16/F16/F32 experts), model.safetensors or model.safetensors.index.json shards, and the
  * tokenizer through ty_tokenizer_load_json(). Safetensors (huggingface/safetensors README):
  * u64 LE header length N, N bytes of JSON {name: {dtype, shape, data_offsets: [begin, end]}},
  * then the data; offsets are relative to the end of the header. */
@@ -88,8 +89,10 @@ static int st_dtype(const char *s, uint32_t *type)
     return 0;
 }
 
-/* Find `name` in any shard and make a weight view of it, validating dtype, shape and range. */
-static int get_w(struct hf_ctx *h, struct ty_weight *w, const char *name)
+/* Find `name` in any shard and make a weight view of it, validating dtype, shape and range;
+ * with n_experts != NULL a 3-D tensor too: *n_experts matrices (shape [E, rows, cols]) back
+ * to back, w the first (1 for a matrix or vector). */
+static int get_w3(struct hf_ctx *h, struct ty_weight *w, const char *name, uint64_t *n_experts)
 {
     for (uint32_t i = 0; i < h->m->n_maps; i++) {
         json_t *t = json_object_get(h->index[i], name);
@@ -97,24 +100,27 @@ static int get_w(struct hf_ctx *h, struct ty_weight *w, const char *name)
             continue;
         json_t *shape = json_object_get(t, "shape"), *offs = json_object_get(t, "data_offsets");
         int rc = st_dtype(json_string_value(json_object_get(t, "dtype")), &w->type);
-        size_t nd = json_array_size(shape);
-        if (rc || nd < 1 || nd > 2 || json_array_size(offs) != 2) {
+        size_t nd = json_array_size(shape), x = nd == 3;
+        if (rc || nd < 1 || nd > (n_experts ? 3u : 2u) || json_array_size(offs) != 2) {
             snprintf(h->errbuf, h->errlen, "tensor '%s': unsupported dtype or bad shape", name);
             return rc ? rc : TY_EFORMAT;
         }
-        json_int_t d0 = json_integer_value(json_array_get(shape, 0));
-        json_int_t d1 = nd == 2 ? json_integer_value(json_array_get(shape, 1)) : 1;
+        json_int_t d0 = json_integer_value(json_array_get(shape, x));
+        json_int_t d1 = nd >= 2 ? json_integer_value(json_array_get(shape, x + 1)) : 1;
+        json_int_t ne = x ? json_integer_value(json_array_get(shape, 0)) : 1;
         json_int_t b = json_integer_value(json_array_get(offs, 0));
         json_int_t e = json_integer_value(json_array_get(offs, 1));
-        w->rows = nd == 2 ? (uint64_t)d0 : 1;
-        w->cols = nd == 2 ? (uint64_t)d1 : (uint64_t)d0;
-        if (d0 <= 0 || d1 <= 0 || d0 > (1 << 24) || d1 > (1 << 24) || b < 0 || e < b ||
-            (uint64_t)e > h->data_len[i] ||
-            (uint64_t)(e - b) != ty_ggml_type_nbytes(w->type, w->rows * w->cols)) {
+        w->rows = nd >= 2 ? (uint64_t)d0 : 1;
+        w->cols = nd >= 2 ? (uint64_t)d1 : (uint64_t)d0;
+        if (d0 <= 0 || d1 <= 0 || d0 > (1 << 24) || d1 > (1 << 24) || ne <= 0 || ne > 4096 ||
+            b < 0 || e < b || (uint64_t)e > h->data_len[i] ||
+            (uint64_t)(e - b) != (uint64_t)ne * ty_ggml_type_nbytes(w->type, w->rows * w->cols)) {
             snprintf(h->errbuf, h->errlen, "tensor '%s': shape or data_offsets out of range",
                      name);
             return TY_EFORMAT;
         }
+        if (n_experts)
+            *n_experts = (uint64_t)ne;
         w->data = h->data[i] + b;
         if ((uintptr_t)w->data % (w->type == TY_GGML_F32 ? 4 : 2)) {
             snprintf(h->errbuf, h->errlen, "tensor '%s': data not aligned to its element size",
@@ -124,6 +130,93 @@ static int get_w(struct hf_ctx *h, struct ty_weight *w, const char *name)
         return 0;
     }
     return 0; /* absent: the shape check reports missing required tensors */
+}
+
+static int get_w(struct hf_ctx *h, struct ty_weight *w, const char *name)
+{
+    return get_w3(h, w, name, NULL);
+}
+
+/* transformers' GptOssExperts, laid out as llama.cpp's converter (conversion/gpt_oss.py)
+ * writes the GGUF: gate_up_proj [E, D, 2F] (input-major, gate at even and up at odd output
+ * columns) into per-expert (F, D) gate and up matrices, down_proj [E, F, D] into (D, F); the
+ * biases gate_up_proj_bias [E, 2F] split the same way (F32). The matrices keep their dtype,
+ * copied into one anonymous mapping of the model (m->maps) for all layers. */
+static int load_gptoss_hf(struct hf_ctx *h, uint32_t l, unsigned char **arena)
+{
+    struct ty_model *m = h->m;
+    struct ty_layer_weights *L = &m->layers[l];
+    uint64_t E = m->cfg.n_experts, D = m->cfg.dim, F = m->cfg.ffn_dim, ne = 0, ne2 = 0;
+    struct ty_weight gu = {0}, gub = {0}, dn = {0};
+    char name[160];
+    int rc;
+#define HFN(s) (snprintf(name, sizeof(name), "model.layers.%u.%s", l, s), name)
+    bool blocks = false;
+    HFN("mlp.experts.gate_up_proj_blocks");
+    for (uint32_t i = 0; i < m->n_maps; i++)
+        blocks |= json_object_get(h->index[i], name) != NULL;
+    if (blocks) {
+        snprintf(h->errbuf, h->errlen, "gpt_oss experts in MXFP4 blocks (%s) are not supported "
+                 "from a Hugging Face directory: convert it to GGUF, or use a BF16/F32 "
+                 "checkpoint", name);
+        return TY_ENOTSUP;
+    }
+    if ((rc = get_w(h, &L->router, HFN("mlp.router.weight"))) ||
+        (rc = get_w(h, &L->router_b, HFN("mlp.router.bias"))) ||
+        (rc = get_w3(h, &gu, HFN("mlp.experts.gate_up_proj"), &ne)) ||
+        (rc = get_w3(h, &dn, HFN("mlp.experts.down_proj"), &ne2)) ||
+        (rc = get_w(h, &gub, HFN("mlp.experts.gate_up_proj_bias"))) ||
+        (rc = get_w(h, &L->exp_b_down, HFN("mlp.experts.down_proj_bias"))))
+        return rc;
+#undef HFN
+    if (!gu.data || !dn.data || !gub.data || ne != E || ne2 != E || gu.rows != D ||
+        gu.cols != 2 * F || dn.rows != F || dn.cols != D || dn.type != gu.type ||
+        gub.rows != E || gub.cols != 2 * F || gub.type != TY_GGML_F32) {
+        snprintf(h->errbuf, h->errlen, "layer %u: gpt_oss experts must be mlp.experts."
+                 "gate_up_proj [%llu, %llu, %llu] and down_proj [%llu, %llu, %llu] of one "
+                 "dtype, gate_up_proj_bias F32 [%llu, %llu]", l, (unsigned long long)E,
+                 (unsigned long long)D, (unsigned long long)(2 * F), (unsigned long long)E,
+                 (unsigned long long)F, (unsigned long long)D, (unsigned long long)E,
+                 (unsigned long long)(2 * F));
+        return TY_EFORMAT;
+    }
+    size_t esz = gu.type == TY_GGML_F32 ? 4 : 2, mat = (size_t)F * D * esz;
+    if (!*arena) {
+        size_t len = (size_t)m->cfg.n_layers * (3 * E * mat + 2 * E * F * 4);
+        if (m->n_maps >= TY_MODEL_MAX_MAPS)
+            return TY_ENOMEM;
+        void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            return TY_ENOMEM;
+        m->maps[m->n_maps++] = (struct ty_mapping){p, len};
+        *arena = p;
+    }
+    unsigned char *out = *arena + (size_t)l * (3 * E * mat + 2 * E * F * 4);
+    const unsigned char *gsrc = gu.data, *dsrc = dn.data;
+    for (uint64_t e = 0; e < E; e++) {
+        unsigned char *g = out + (3 * e) * mat, *u = g + mat, *d = u + mat;
+        for (uint64_t f = 0; f < F; f++)
+            for (uint64_t i = 0; i < D; i++) {
+                const unsigned char *row = gsrc + ((e * D + i) * 2 * F) * esz;
+                memcpy(g + (f * D + i) * esz, row + 2 * f * esz, esz);
+                memcpy(u + (f * D + i) * esz, row + (2 * f + 1) * esz, esz);
+            }
+        for (uint64_t i = 0; i < D; i++)
+            for (uint64_t f = 0; f < F; f++)
+                memcpy(d + (i * F + f) * esz, dsrc + ((e * F + f) * D + i) * esz, esz);
+        L->exp_gate[e] = (struct ty_weight){g, gu.type, F, D};
+        L->exp_up[e] = (struct ty_weight){u, gu.type, F, D};
+        L->exp_down[e] = (struct ty_weight){d, gu.type, D, F};
+    }
+    float *gb = (float *)(out + 3 * E * mat), *ub = gb + E * F;
+    const float *bsrc = gub.data;
+    for (uint64_t i = 0; i < E * F; i++) {
+        gb[i] = bsrc[2 * i];
+        ub[i] = bsrc[2 * i + 1];
+    }
+    L->exp_b_gate = (struct ty_weight){gb, TY_GGML_F32, E, F};
+    L->exp_b_up = (struct ty_weight){ub, TY_GGML_F32, E, F};
+    return 0;
 }
 
 /* Layer l's router and experts, by the architecture's names. */
@@ -149,6 +242,7 @@ static int load_experts(struct hf_ctx *h, const struct ty__arch *ai, uint32_t l)
 static int load_layers(struct hf_ctx *h, const struct ty__arch *ai)
 {
     char name[128];
+    unsigned char *arena = NULL; /* gpt-oss's re-laid experts */
     for (uint32_t l = 0; l < h->m->cfg.n_layers; l++) {
         for (size_t i = 0; i < ty__n_layer_tensors; i++) {
             const struct ty__layer_tensor *t = &ty__layer_tensors[i];
@@ -160,7 +254,9 @@ static int load_layers(struct hf_ctx *h, const struct ty__arch *ai)
             if (rc)
                 return rc;
         }
-        int rc = h->m->cfg.n_experts ? load_experts(h, ai, l) : 0;
+        int rc = ai->arch == TY_MODEL_ARCH_GPTOSS ? load_gptoss_hf(h, l, &arena)
+                 : h->m->cfg.n_experts              ? load_experts(h, ai, l)
+                                                    : 0;
         if (rc)
             return rc;
     }
@@ -229,6 +325,41 @@ static void read_sliding_window(struct ty_model *m, json_t *cfg)
         m->swa_first_layer = cfg_u32(cfg, "max_window_layers", 0);
 }
 
+/* transformers' GptOssConfig as llama.cpp's converter reads it: num_local_experts,
+ * num_experts_per_tok, experts of intermediate_size, top-k softmax gating, SwiGLU-OAI with
+ * swiglu_limit 7, layer_types alternating sliding_attention (even layers) and
+ * full_attention, which is the pattern llama.cpp applies to the GGUF. */
+static int read_gptoss(struct ty_model *m, json_t *cfg, char *errbuf, size_t errlen)
+{
+    struct ty_model_config *c = &m->cfg;
+    json_t *types = json_object_get(cfg, "layer_types"), *v;
+    size_t i;
+    c->n_experts = cfg_u32(cfg, "num_local_experts", 0);
+    c->n_experts_used = cfg_u32(cfg, "num_experts_per_tok", 0);
+    c->moe_topk_softmax = c->swiglu_oai = true;
+    m->swa_period = 2;
+    if (cfg_f32(cfg, "swiglu_limit", 7.0f) != 7.0f) {
+        snprintf(errbuf, errlen, "config.json: gpt_oss swiglu_limit %g is not supported (7 only)",
+                 (double)cfg_f32(cfg, "swiglu_limit", 7.0f));
+        return TY_ENOTSUP;
+    }
+    if (!m->swa_window) {
+        snprintf(errbuf, errlen, "config.json: gpt_oss without sliding_window");
+        return TY_EFORMAT;
+    }
+    json_array_foreach(types, i, v) {
+        const char *want = i % 2 == 0 ? "sliding_attention" : "full_attention";
+        const char *got = json_string_value(v);
+        if (!got || strcmp(got, want) != 0) {
+            snprintf(errbuf, errlen, "config.json: layer_types[%zu] is '%s': only alternating "
+                     "sliding_attention (even layers) and full_attention are supported", i,
+                     got ? got : "?");
+            return TY_ENOTSUP;
+        }
+    }
+    return 0;
+}
+
 /* transformers' Qwen3MoeConfig (num_experts, num_experts_per_tok, moe_intermediate_size,
  * norm_topk_prob default false; every layer sparse unless decoder_sparse_step or
  * mlp_only_layers say otherwise) and MixtralConfig (num_local_experts default 8,
@@ -250,6 +381,10 @@ static int read_moe(struct ty_model *m, const struct ty__arch *ai, json_t *cfg, 
                      "(decoder_sparse_step, mlp_only_layers) are not supported");
             return TY_ENOTSUP;
         }
+    } else if (ai->arch == TY_MODEL_ARCH_GPTOSS) {
+        int rc = read_gptoss(m, cfg, errbuf, errlen);
+        if (rc)
+            return rc;
     } else {
         c->n_experts = cfg_u32(cfg, "num_local_experts", 8);
         c->n_experts_used = cfg_u32(cfg, "num_experts_per_tok", 2);

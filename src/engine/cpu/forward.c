@@ -86,6 +86,15 @@ static uint32_t first_key(const struct fwd *f, uint32_t pos)
     return w && pos >= w ? pos - w + 1 : 0;
 }
 
+/* Head h's attention sink in this layer (gpt-oss): a logit that joins the softmax's
+ * denominator and weighs no value, as llama.cpp's soft_max with sinks; -inf (no share) when
+ * the model has none. */
+static float head_sink(const struct fwd *f, uint32_t h)
+{
+    const struct ty_weight *s = &f->m->layers[f->layer].sinks;
+    return s->data ? ((const float *)s->data)[h] : -INFINITY;
+}
+
 /* Attention for tasks [begin, end) of T * n_heads (token t, head h), causal over positions
  * first_key(pos[t])..pos[t] of t's sequence, all of which are in the pool by now. */
 static void attn_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
@@ -103,7 +112,7 @@ static void attn_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
         const uint32_t *pages = ty_kvseq_pages(f->batch->seqs[f->seq_of[t]].seq);
         const float *qv = f->q + ((size_t)t * c->n_heads + h) * hd;
         float *out = f->att + ((size_t)t * c->n_heads + h) * hd;
-        float mx = -INFINITY;
+        float mx = -INFINITY, sink = head_sink(f, h);
         for (uint32_t j = lo; j < n; j++) {
             const void *kc = ty_kvpool_k(f->kv, f->layer, pages[j / B]);
             size_t r = (size_t)kvh * B + j % B;
@@ -118,11 +127,13 @@ static void attn_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
             sc[j] = d * scale;
             mx = sc[j] > mx ? sc[j] : mx;
         }
+        mx = sink > mx ? sink : mx;
         double sum = 0;
         for (uint32_t j = lo; j < n; j++) {
             sc[j] = expf(sc[j] - mx);
             sum += sc[j];
         }
+        sum += (double)expf(sink - mx); /* 0 without sinks */
         float inv = (float)(1.0 / sum);
         memset(out, 0, hd * sizeof(float));
         for (uint32_t j = lo; j < n; j++) {
@@ -164,10 +175,11 @@ static void gather_kv(struct fwd *f, const uint32_t *pages, uint32_t kvh, uint32
     }
 }
 
-/* Softmax of row[lo..end) in place (max in f32, sum in double), zeros elsewhere in [0, len). */
-static void softmax_row(float *row, uint32_t len, uint32_t lo, uint32_t end)
+/* Softmax of row[lo..end) in place (max in f32, sum in double), zeros elsewhere in [0, len);
+ * `sink` (-inf: none) joins the max and the denominator as one more column, then dropped. */
+static void softmax_row(float *row, uint32_t len, uint32_t lo, uint32_t end, float sink)
 {
-    float mx = -INFINITY;
+    float mx = sink;
     for (uint32_t j = lo; j < end; j++)
         mx = row[j] > mx ? row[j] : mx;
     double sum = 0;
@@ -175,6 +187,7 @@ static void softmax_row(float *row, uint32_t len, uint32_t lo, uint32_t end)
         row[j] = expf(row[j] - mx);
         sum += row[j];
     }
+    sum += (double)expf(sink - mx);
     float inv = (float)(1.0 / sum);
     for (uint32_t j = lo; j < end; j++)
         row[j] *= inv;
@@ -220,7 +233,7 @@ static int attn_prefill(struct fwd *f, struct cpu_ctx *cc, uint32_t t0, uint32_t
                             (int)kctx);
                 for (uint32_t i = 0; i < m; i++)
                     softmax_row(S + (size_t)i * kctx, kctx, first_key(f, p0 + r0 + i) - base,
-                                p0 + r0 + i + 1 - base);
+                                p0 + r0 + i + 1 - base, head_sink(f, h));
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)hd,
                             (int)kctx, 1.0f, S, (int)kctx, vc, (int)hd, 0.0f,
                             f->att + (t0 + r0) * Q + (size_t)h * hd, (int)Q);
@@ -305,20 +318,44 @@ static void swiglu(float *hb, const float *hb2, size_t n)
     }
 }
 
+/* gpt-oss's expert activation (ggml's swiglu_oai, alpha 1.702, limit 7): the gate clamped
+ * from above, the up both ways, hb = g * sigmoid(alpha g) * (u + 1), in place. */
+static void swiglu_oai(float *hb, const float *hb2, size_t n)
+{
+    const float alpha = 1.702f, limit = 7.0f;
+    for (size_t i = 0; i < n; i++) {
+        float g = hb[i] < limit ? hb[i] : limit;
+        float u = hb2[i] < -limit ? -limit : hb2[i] > limit ? limit : hb2[i];
+        hb[i] = g / (1.0f + expf(alpha * -g)) * (u + 1.0f);
+    }
+}
+
+/* Row e of a per-expert bias matrix (absent: nothing) added to each of n rows of y. */
+static void add_bias_row(float *y, const struct ty_weight *b, uint32_t e, uint32_t n)
+{
+    if (!b->data)
+        return;
+    struct ty_weight row = {(const float *)b->data + (size_t)e * b->cols, b->type, 1, b->cols};
+    add_bias(y, &row, n, b->cols);
+}
+
 /* Each token's experts as llama.cpp's build_moe_ffn picks them (softmax gating): softmax over
- * the router logits, the n_used most probable (ties to the lower index), their
+ * the router logits (plus its bias), the n_used most probable (ties to the lower index), their
  * probabilities divided by their sum (at least 2^-14, as llama.cpp clamps) when
- * moe_norm_topk; then the (token, slot) pairs grouped by expert (counting sort). */
+ * moe_norm_topk; or (moe_topk_softmax, gpt-oss) the n_used largest logits, their softmax the
+ * weights; then the (token, slot) pairs grouped by expert (counting sort). */
 static void moe_route(struct fwd *f, const struct ty_layer_weights *L)
 {
     const struct ty_model_config *c = &f->m->cfg;
     uint32_t T = f->T, E = c->n_experts, K = c->n_experts_used;
     ty__cpu_matmul(f->pool, &L->router, f->xb, f->logits, T, f->tile, f->tile_floats);
+    add_bias(f->logits, &L->router_b, T, E);
     memset(f->exp_start, 0, (E + 1) * sizeof(uint32_t));
     for (uint32_t t = 0; t < T; t++) {
         float *p = f->logits + (size_t)t * E, *w = f->route_w + (size_t)t * K, sum = 0;
         uint32_t *sel = f->route_e + (size_t)t * K;
-        softmax_row(p, E, 0, E);
+        if (!c->moe_topk_softmax)
+            softmax_row(p, E, 0, E, -INFINITY);
         for (uint32_t k = 0; k < K; k++) {
             uint32_t best = 0;
             for (uint32_t e = 1; e < E; e++)
@@ -326,9 +363,11 @@ static void moe_route(struct fwd *f, const struct ty_layer_weights *L)
             sel[k] = best;
             w[k] = p[best];
             sum += w[k];
-            p[best] = -1.0f; /* taken */
+            p[best] = -INFINITY; /* taken */
             f->exp_start[best + 1]++;
         }
+        if (c->moe_topk_softmax) /* gpt-oss: the weights are the softmax of the k logits */
+            softmax_row(w, K, 0, K, -INFINITY);
         if (c->moe_norm_topk) {
             sum = sum > 6.103515625e-5f ? sum : 6.103515625e-5f;
             for (uint32_t k = 0; k < K; k++)
@@ -364,7 +403,8 @@ static void expert_matmul(struct fwd *f, const struct ty_weight *w, const float 
 }
 
 /* The mixture-of-experts FFN of the normed rows xb, added to x: the tokens routed to each
- * expert gathered into one matrix and pushed through that expert's gate, up, SwiGLU and down
+ * expert gathered into one matrix and pushed through that expert's gate, up (each + its bias,
+ * gpt-oss), SwiGLU (or SwiGLU-OAI) and down (+ bias)
  * as batched matmuls (whatever the weight type: ty__cpu_matmul), each output row scaled by its
  * routing weight into its token's slot; then each token's slots summed in slot order (as
  * llama.cpp adds the experts' views). */
@@ -382,8 +422,14 @@ static void moe_ffn(struct fwd *f, const struct ty_layer_weights *L)
             memcpy(f->xg + (size_t)i * D, f->xb + (size_t)(rows[i] / K) * D, D * sizeof(float));
         expert_matmul(f, &L->exp_gate[e], f->xg, f->hb, n);
         expert_matmul(f, &L->exp_up[e], f->xg, f->hb2, n);
-        swiglu(f->hb, f->hb2, (size_t)n * F);
+        add_bias_row(f->hb, &L->exp_b_gate, e, n); /* gpt-oss's expert biases */
+        add_bias_row(f->hb2, &L->exp_b_up, e, n);
+        if (c->swiglu_oai)
+            swiglu_oai(f->hb, f->hb2, (size_t)n * F);
+        else
+            swiglu(f->hb, f->hb2, (size_t)n * F);
         expert_matmul(f, &L->exp_down[e], f->hb, f->yg, n);
+        add_bias_row(f->yg, &L->exp_b_down, e, n);
         for (uint32_t i = 0; i < n; i++) {
             float w = f->route_w[rows[i]], *dst = f->yslot + (size_t)rows[i] * D;
             const float *src = f->yg + (size_t)i * D;
@@ -416,6 +462,7 @@ static int layer_forward(struct fwd *f, struct cpu_ctx *cc)
     if (rc)
         return rc;
     ty__cpu_matmul(f->pool, &L->wo, f->att, f->xb, T, f->tile, f->tile_floats);
+    add_bias(f->xb, &L->bo, T, D);
     for (size_t i = 0; i < (size_t)T * D; i++)
         f->x[i] += f->xb[i];
     for (uint32_t t = 0; t < T; t++)

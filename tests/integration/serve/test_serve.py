@@ -711,14 +711,33 @@ def case_moe(srv):
     together (the batcher's steps mix prompt chunks and decode tokens, so an expert's group
     of tokens changes with the other requests; Q8_0 experts multiply 8 rows at a time, so a
     token's result does not)."""
+    moe_two_types(srv, "q8_0")
+
+
+def case_gptoss(srv):
+    """case_moe's checks on gpt-oss (main() serves a gpt-oss mkmodel file: attention sinks,
+    even layers sliding over 8 tokens, YaRN, biased SwiGLU-OAI experts), F32 and then
+    llama.cpp's MXFP4_MOE mix (MXFP4 experts, Q8_0 elsewhere: what gpt-oss files ship)."""
+    moe_two_types(srv, "mxfp4_moe")
+
+
+def moe_two_types(srv, typ):
+    """moe_checks on the F32 file srv serves, then on the file of type typ beside it."""
     global MODEL
     moe_checks(srv, "f32")
-    MODEL = os.path.join(os.path.dirname(MODEL), "moe-q8_0.gguf")
-    q8 = Server()
+    MODEL = os.path.join(os.path.dirname(MODEL), "moe-%s.gguf" % typ)
+    q = Server()
     try:
-        moe_checks(q8, "q8_0")
+        moe_checks(q, typ)
     finally:
-        q8.stop()
+        q.stop()
+
+
+# The mixtures of experts main() writes for a case: mkmodel's arch arguments, the second type
+# (gpt-oss: seed 2, as cluster_gptoss, where seed 1 parts at a rounding step in a batch of 8).
+MOE_CASES = {"moe": (["--arch", "qwen3moe"], "q8_0"),
+             "gptoss": (["--arch", "gpt-oss", "--head-dim", "32", "--yarn", "4,64",
+                         "--sliding-window", "8", "--seed", "2"], "mxfp4_moe")}
 
 
 def chat_template_flag():
@@ -759,11 +778,12 @@ def main():
     if not os.path.exists(MODEL):
         print("skip: no", MODEL)
         sys.exit(77)
-    if CASE == "moe":  # a random Qwen3-MoE with stories260K's tokenizer, served instead
+    if CASE in MOE_CASES:  # a random MoE with stories260K's tokenizer, served instead
+        args, second = MOE_CASES[CASE]
         tmp = tempfile.mkdtemp(prefix="tycho-serve-moe-")
-        for typ in ("q8_0", "f32"):  # f32 served first (case_moe goes on to q8_0)
+        for typ in (second, "f32"):  # f32 served first (the case goes on to the second)
             moe = os.path.join(tmp, "moe-%s.gguf" % typ)
-            subprocess.run([TYCHO, "mkmodel", "--arch", "qwen3moe", "--dims", "128,3,8,4,384",
+            subprocess.run([TYCHO, "mkmodel", *args, "--dims", "128,3,8,4,384",
                             "--untied", "--type", typ, "--vocab-from", MODEL, "--out", moe],
                            check=True, capture_output=True)
         MODEL = moe
@@ -775,7 +795,7 @@ def main():
         globals()["case_" + CASE](srv)
     finally:
         rc = srv.stop()
-        if CASE == "moe":
+        if CASE in MOE_CASES:
             shutil.rmtree(os.path.dirname(MODEL), ignore_errors=True)
     if CASE != "auth_drain":
         check(rc == 0, f"SIGTERM exits 0 (got {rc})")
