@@ -45,7 +45,7 @@ static const struct {
  * the key prefix) and as Hugging Face names it (config.json model_type and class), with the
  * tensors it adds to the Llama layer. A mixture of experts replaces the FFN by a router and
  * 3-D expert tensors (GGUF) or per-expert matrices (HF, names with %u for the expert). */
-enum moe_kind { MOE_NONE, MOE_QWEN3, MOE_MIXTRAL };
+enum moe_kind { MOE_NONE, MOE_QWEN3, MOE_MIXTRAL, MOE_DEEPSEEK };
 struct arch_spec {
     const char *name, *gguf, *hf_type, *hf_class;
     bool qkv_bias, qk_norm;
@@ -71,7 +71,25 @@ static const struct arch_spec arches[] = {
      "block_sparse_moe.gate.weight",
      {"block_sparse_moe.experts.%u.w1.weight", "block_sparse_moe.experts.%u.w3.weight",
       "block_sparse_moe.experts.%u.w2.weight"}},
+    /* DeepSeek-V3's shape (GGUF only): MLA, a leading dense layer, then sigmoid-gated experts
+     * in groups with a selection bias and a shared expert (mla_dims) */
+    {"deepseek2", "deepseek2", NULL, NULL, false, false, false, 1e-6f, MOE_DEEPSEEK, "", {""}},
 };
+
+/* deepseek2's MLA sizes from the shape: a head's no-rope query/key part and its value are
+ * head_dim wide, its rope part half that; the latent and the low-rank query dim / 2. The
+ * first layer is dense; 4 expert groups of which 2 are kept when the experts divide. */
+struct mla_dims {
+    uint32_t nope, rope, v, kv_lora, q_lora, dense_lead, groups, groups_used;
+};
+
+static struct mla_dims mla_dims(const struct dims *d)
+{
+    uint32_t hd = d->head_dim ? d->head_dim : d->dim / d->heads;
+    bool grouped = d->experts % 4 == 0 && d->experts_used <= d->experts / 2;
+    return (struct mla_dims){hd, hd / 2, hd, d->dim / 2, d->dim / 2, d->layers > 1,
+                             grouped ? 4 : 0, grouped ? 2 : 0};
+}
 
 /* --type: the matrices' ggml type, or a llama.cpp-style mix. q4_k_m is llama.cpp's Q4_K_M
  * (llama_tensor_get_type): Q4_K matrices, Q6_K for the output and for attn_v and ffn_down in
@@ -223,10 +241,12 @@ static int add_kv(ty_gguf_writer_t *w, const struct dims *d, const struct arch_s
     rc |= KV_U32("block_count", d->layers);
     rc |= KV_U32("feed_forward_length", d->ffn);
     rc |= KV_U32("attention.head_count", d->heads);
-    rc |= KV_U32("attention.head_count_kv", d->kv_heads);
-    rc |= KV_U32("attention.key_length", hd);
-    rc |= KV_U32("attention.value_length", hd);
-    rc |= KV_U32("rope.dimension_count", hd);
+    if (a->moe != MOE_DEEPSEEK) {
+        rc |= KV_U32("attention.head_count_kv", d->kv_heads);
+        rc |= KV_U32("attention.key_length", hd);
+        rc |= KV_U32("attention.value_length", hd);
+        rc |= KV_U32("rope.dimension_count", hd);
+    }
     rc |= KV_F32("attention.layer_norm_rms_epsilon", a->rms_eps);
     rc |= KV_F32("rope.freq_base", 10000.0f);
     if (d->window) /* the key llama.cpp names LLM_KV_ATTENTION_SLIDING_WINDOW */
@@ -236,6 +256,28 @@ static int add_kv(ty_gguf_writer_t *w, const struct dims *d, const struct arch_s
         rc |= KV_U32("expert_used_count", d->experts_used);
         if (a->moe == MOE_QWEN3)
             rc |= KV_U32("expert_feed_forward_length", d->ffn);
+    }
+    if (a->moe == MOE_DEEPSEEK) { /* llama.cpp's DeepseekV2Model converter's keys */
+        struct mla_dims md = mla_dims(d);
+        rc |= KV_U32("attention.head_count_kv", 1);
+        rc |= KV_U32("attention.key_length", md.kv_lora + md.rope);
+        rc |= KV_U32("attention.value_length", md.kv_lora);
+        rc |= KV_U32("attention.key_length_mla", md.nope + md.rope);
+        rc |= KV_U32("attention.value_length_mla", md.v);
+        rc |= KV_U32("rope.dimension_count", md.rope);
+        rc |= KV_U32("attention.q_lora_rank", md.q_lora);
+        rc |= KV_U32("attention.kv_lora_rank", md.kv_lora);
+        rc |= KV_U32("leading_dense_block_count", md.dense_lead);
+        rc |= KV_U32("expert_feed_forward_length", d->ffn);
+        rc |= KV_U32("expert_shared_count", 1);
+        rc |= KV_F32("expert_weights_scale", 2.5f);
+        snprintf(key, sizeof(key), "%s.expert_weights_norm", a->gguf);
+        rc |= ty_gguf_writer_kv_bool(w, key, true);
+        rc |= KV_U32("expert_gating_func", 2); /* sigmoid */
+        if (md.groups) {
+            rc |= KV_U32("expert_group_count", md.groups);
+            rc |= KV_U32("expert_group_used_count", md.groups_used);
+        }
     }
     if (d->yarn_factor > 0) {
         snprintf(key, sizeof(key), "%s.rope.scaling.type", a->gguf);
@@ -378,7 +420,54 @@ static void spec(struct tspec *t, const char *gguf, const char *hf, uint32_t typ
     t->permute_heads = 0;
 }
 
-/* Every tensor of the model, in file order, into t (room for 5 + 14 per layer); returns the
+/* A deepseek2 layer after its attn_norm, llama.cpp's names (room for 17): MLA's low-rank q,
+ * the latent + rope projection, k_b and v_b (3-D: one matrix per head), then a dense FFN in
+ * the leading layers, else the F32 router, the selection bias, the experts and the shared
+ * expert. */
+static size_t deepseek_layer(struct tspec *t, const struct dims *d, uint32_t l, uint32_t type)
+{
+    struct mla_dims md = mla_dims(d);
+    uint32_t H = d->heads;
+    size_t n = 0;
+    char g[64];
+#define DT(name, ty, cols, rows, kind)                                                            \
+    do {                                                                                          \
+        snprintf(g, sizeof(g), "blk.%u.%s", l, name);                                             \
+        spec(&t[n++], g, "", ty, cols, rows, kind);                                               \
+    } while (0)
+    DT("attn_q_a.weight", type, d->dim, md.q_lora, TK_MATRIX);
+    DT("attn_q_a_norm.weight", type, md.q_lora, 1, TK_QKNORM);
+    DT("attn_q_b.weight", type, md.q_lora, H * (md.nope + md.rope), TK_MATRIX);
+    DT("attn_kv_a_mqa.weight", type, d->dim, md.kv_lora + md.rope, TK_MATRIX);
+    DT("attn_kv_a_norm.weight", type, md.kv_lora, 1, TK_QKNORM);
+    DT("attn_k_b.weight", type, md.nope, md.kv_lora, TK_MATRIX);
+    t[n - 1].nd = 3, t[n - 1].ne[2] = H;
+    DT("attn_v_b.weight", type, md.kv_lora, md.v, TK_MATRIX);
+    t[n - 1].nd = 3, t[n - 1].ne[2] = H;
+    DT("attn_output.weight", type, H * md.v, d->dim, TK_MATRIX);
+    DT("ffn_norm.weight", type, d->dim, 1, TK_ONES);
+    if (l < md.dense_lead) {
+        DT("ffn_gate.weight", type, d->dim, d->ffn, TK_MATRIX);
+        DT("ffn_down.weight", type, d->ffn, d->dim, TK_MATRIX);
+        DT("ffn_up.weight", type, d->dim, d->ffn, TK_MATRIX);
+        return n;
+    }
+    DT("ffn_gate_inp.weight", TY_GGML_F32, d->dim, d->experts, TK_ROUTER);
+    DT("exp_probs_b.bias", TY_GGML_F32, d->experts, 1, TK_BIAS);
+    DT("ffn_gate_exps.weight", type, d->dim, d->ffn, TK_MATRIX);
+    t[n - 1].nd = 3, t[n - 1].ne[2] = d->experts;
+    DT("ffn_down_exps.weight", type, d->ffn, d->dim, TK_MATRIX);
+    t[n - 1].nd = 3, t[n - 1].ne[2] = d->experts;
+    DT("ffn_up_exps.weight", type, d->dim, d->ffn, TK_MATRIX);
+    t[n - 1].nd = 3, t[n - 1].ne[2] = d->experts;
+    DT("ffn_gate_shexp.weight", type, d->dim, d->ffn, TK_MATRIX);
+    DT("ffn_down_shexp.weight", type, d->ffn, d->dim, TK_MATRIX);
+    DT("ffn_up_shexp.weight", type, d->dim, d->ffn, TK_MATRIX);
+#undef DT
+    return n;
+}
+
+/* Every tensor of the model, in file order, into t (room for 5 + 18 per layer); returns the
  * count. Names follow llama.cpp (GGUF) and transformers (HF). */
 static size_t build_specs(struct tspec *t, const struct dims *d, const struct arch_spec *a,
                           const struct ftype *ft)
@@ -402,6 +491,10 @@ static size_t build_specs(struct tspec *t, const struct dims *d, const struct ar
     } while (0)
 #define LT(gs, hs, cols, rows, kind) LT_TYPE(gs, hs, type, cols, rows, kind)
         LT("attn_norm.weight", "input_layernorm.weight", d->dim, 1, TK_ONES);
+        if (a->moe == MOE_DEEPSEEK) {
+            n += deepseek_layer(t + n, d, l, type);
+            continue;
+        }
         LT("attn_q.weight", "self_attn.q_proj.weight", d->dim, q, TK_MATRIX);
         t[n - 1].permute_heads = a->hf_permute ? d->heads : 0;
         LT("attn_k.weight", "self_attn.k_proj.weight", d->dim, kv, TK_MATRIX);
@@ -456,7 +549,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: tycho mkmodel (--preset 110m|1b|tiny | --dims D,LAYERS,HEADS,KV_HEADS,FFN)\n"
                "         --vocab-from TOKENIZER.gguf|bytes --out FILE.gguf\n"
                "         [--type f32|f16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|mxfp4]\n"
-               "         [--arch llama|qwen2|qwen3|qwen3moe|mixtral] [--head-dim N] [--untied]\n"
+               "         [--arch llama|qwen2|qwen3|qwen3moe|mixtral|deepseek2]\n"
+               "         [--head-dim N] [--untied]\n"
                "         [--seed S] [--sliding-window N] [--yarn FACTOR,ORIG_CTX]\n"
                "         [--experts N] [--experts-used K] [--hf DIR]\n"
                "  --type: the matrices' ggml type (norms and biases stay f32); q4_k_m is\n"
@@ -638,7 +732,7 @@ static int write_model(const struct dims *d, const struct arch_spec *a, const st
     ty_gguf_writer_t *w = NULL;
     struct dims dd = *d;
     size_t n = 0;
-    struct tspec *t = calloc(5 + 16 * (size_t)d->layers, sizeof(*t));
+    struct tspec *t = calloc(5 + 18 * (size_t)d->layers, sizeof(*t));
     int rc = t ? ty_gguf_writer_new(&w) : TY_ENOMEM;
     if (rc)
         goto out;
@@ -668,7 +762,8 @@ static const struct arch_spec *find_arch(const char *name)
 }
 
 /* Shape checks that depend on the options together; 0 or a message on stderr. */
-static int check_shape(const struct dims *d, const struct ftype *ft, const char *hf)
+static int check_shape(const struct dims *d, const struct ftype *ft, const char *hf,
+                       const struct arch_spec *a)
 {
     uint32_t hd = head_dim(d), block = ty_ggml_type_block(ft->type);
     if (hd == 0 || hd % 2 || hd > 1024) {
@@ -680,6 +775,18 @@ static int check_shape(const struct dims *d, const struct ftype *ft, const char 
         fprintf(stderr, "tycho mkmodel: %s needs dim, ffn and heads*head_dim to be multiples "
                         "of %u\n", ft->name, block);
         return TY_CLI_EXIT_USAGE;
+    }
+    if (hf && !a->hf_type) {
+        fprintf(stderr, "tycho mkmodel: --hf is not supported for --arch %s\n", a->name);
+        return TY_CLI_EXIT_USAGE;
+    }
+    if (a->moe == MOE_DEEPSEEK) { /* k_b rows are head_dim long, v_b and q_b rows dim / 2 */
+        uint32_t hd2 = d->head_dim ? d->head_dim : d->dim / d->heads;
+        if (hd2 % block || (d->dim / 2) % block || hd2 % 4) {
+            fprintf(stderr, "tycho mkmodel: deepseek2 %s needs head_dim and dim/2 to be "
+                            "multiples of %u (and head_dim of 4)\n", ft->name, block);
+            return TY_CLI_EXIT_USAGE;
+        }
     }
     if (hf && block > 1) {
         fprintf(stderr, "tycho mkmodel: --hf needs --type f32 or f16 (safetensors has no %s)\n",
@@ -748,8 +855,8 @@ static int run_mkmodel(int argc, char **argv)
             break;
         case 'a':
             if (!(arch = find_arch(optarg))) {
-                fprintf(stderr, "tycho mkmodel: --arch is llama, qwen2, qwen3, qwen3moe or "
-                                "mixtral\n");
+                fprintf(stderr, "tycho mkmodel: --arch is llama, qwen2, qwen3, qwen3moe, "
+                                "mixtral or deepseek2\n");
                 return TY_CLI_EXIT_USAGE;
             }
             break;
@@ -805,7 +912,7 @@ static int run_mkmodel(int argc, char **argv)
     d.yarn_factor = yarn_factor;
     d.yarn_orig = yarn_orig;
     d.tied = d.tied && !untied;
-    int rc = check_shape(&d, ft, hf);
+    int rc = check_shape(&d, ft, hf, arch);
     if (rc)
         return rc;
     rc = write_model(&d, arch, ft, vocab, out, hf, seed);

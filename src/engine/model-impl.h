@@ -28,6 +28,15 @@ struct ty_layer_weights {
     struct ty_weight router;         /* (n_experts, dim) */
     struct ty_weight *exp_gate, *exp_up, *exp_down; /* (ffn, dim) x2, (dim, ffn) */
     uint32_t window;                 /* sliding-window attention: keys a query sees, 0 = all */
+    /* DeepSeek-V2/V3 multi-head latent attention (cfg.kv_lora_rank > 0) instead of wq/wk/wv;
+     * R = kv_lora_rank, P = rope_dim, N = qk_nope_dim, H = n_heads. */
+    struct ty_weight wq_a, q_a_norm, wq_b; /* low-rank q: (q_lora, dim) (q_lora) (H*(N+P), q_lora) */
+    struct ty_weight wkv_a;          /* (R + P, dim): the latent, then the shared rope key */
+    struct ty_weight kv_a_norm;      /* (R) */
+    struct ty_weight wk_b;           /* (H*R, N): per head h rows h*R.. map q_nope to the latent */
+    struct ty_weight wv_b;           /* (H*V, R): per head the latent to the value (V = v_head) */
+    struct ty_weight exp_probs_b;    /* (n_experts) expert selection bias (DeepSeek-V3) */
+    struct ty_weight sh_gate, sh_up, sh_down; /* shared expert (shared_ffn, dim) x2, (dim, .) */
 };
 
 /* A layer's tensors by file format: the name after "blk.N." (GGUF) and after

@@ -147,4 +147,20 @@ void ty__cpu_pool_free(ty_cpu_pool_t *p);
 /* Run fn over [0, n) split into contiguous parts, one per thread (the caller takes one). */
 void ty__cpu_pool_run(ty_cpu_pool_t *p, uint32_t n, ty_cpu_task_cb fn, void *arg);
 
+/* ---- multi-head latent attention (mla.c), DeepSeek-V2/V3 ---------------------------------- */
+
+/* Scratch floats the two MLA projections need for T tokens. */
+size_t ty__cpu_mla_scratch(const struct ty_model_config *c, uint32_t T);
+/* From the normed rows xb (T, dim) at positions pos: q (T, n_heads, R + P) the absorbed,
+ * roped queries, kv (T, R + P) each token's pool row (normed latent, roped k_pe). */
+void ty__cpu_mla_project(ty_cpu_pool_t *pool, const struct ty_model *m,
+                         const struct ty_layer_weights *L, const float *xb, uint32_t T,
+                         const uint32_t *pos, float *q, float *kv, float *scratch, float *tile,
+                         size_t tile_floats);
+/* out (T, n_heads * v_head) = each head's attention output over the latent (the first R of
+ * att's (T, n_heads, R + P) rows) through v_b. */
+void ty__cpu_mla_values(ty_cpu_pool_t *pool, const struct ty_model *m,
+                        const struct ty_layer_weights *L, const float *att, uint32_t T,
+                        float *out, float *scratch, float *tile, size_t tile_floats);
+
 #endif

@@ -1,0 +1,96 @@
+/* Multi-head latent attention (DeepSeek-V2/V3, arXiv 2405.04434 §2.1) in the absorbed form
+ * llama.cpp's deepseek2 graph computes: the paged KV holds, per token, only the RMS-normed
+ * latent c (kv_lora_rank R) and the roped shared key part k_pe (rope_dim P). Each head's query
+ * [q_nope (N) | q_pe (P)] becomes [k_b_h q_nope (R) | rope(q_pe) (P)], so a score is one dot
+ * product against the stored row (multi-query attention with one kv head of R + P), the
+ * attention output over the rows' latent part is mapped back per head by v_b (R -> v_head),
+ * then through attn_output. These functions are the two projections around the attention;
+ * forward.c runs the attention itself (its kq_scale, V = the K row). Called from the backend's
+ * thread; matmuls fan out on `pool`. */
+#include "cpu-impl.h"
+
+#include "tycho/gguf.h"
+
+#include <string.h>
+
+size_t ty__cpu_mla_scratch(const struct ty_model_config *c, uint32_t T)
+{
+    size_t H = c->n_heads, N = c->qk_nope_dim, P = c->rope_dim, R = c->kv_lora_rank;
+    size_t V = c->v_head_dim;
+    return (size_t)T * (H * (N + P) + c->q_lora_rank + N + R + V);
+}
+
+/* Rows [h * rows, (h + 1) * rows) of w: head h's matrix of a per-head stack (k_b, v_b). */
+static struct ty_weight head_view(const struct ty_weight *w, uint32_t h, uint64_t rows)
+{
+    uint64_t row_bytes = ty_ggml_type_nbytes(w->type, w->cols);
+    return (struct ty_weight){(const unsigned char *)w->data + h * rows * row_bytes, w->type,
+                              rows, w->cols};
+}
+
+/* y (T, rows) = x (T, cols) · head h's matrix^T, where x is column block `xoff` of rows of
+ * `xstride` floats and y goes to column block `yoff` of rows of `ystride`: gathered into
+ * contiguous (T, cols) and scattered back, as the matmul wants whole rows. */
+static void head_matmul(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x,
+                        size_t xstride, float *y, size_t ystride, uint32_t T, float *gin,
+                        float *gout, float *tile, size_t tile_floats)
+{
+    for (uint32_t t = 0; t < T; t++)
+        memcpy(gin + (size_t)t * w->cols, x + t * xstride, w->cols * sizeof(float));
+    ty__cpu_matmul(pool, w, gin, gout, T, tile, tile_floats);
+    for (uint32_t t = 0; t < T; t++)
+        memcpy(y + t * ystride, gout + (size_t)t * w->rows, w->rows * sizeof(float));
+}
+
+void ty__cpu_mla_project(ty_cpu_pool_t *pool, const struct ty_model *m,
+                         const struct ty_layer_weights *L, const float *xb, uint32_t T,
+                         const uint32_t *pos, float *q, float *kv, float *scratch, float *tile,
+                         size_t tile_floats)
+{
+    const struct ty_model_config *c = &m->cfg;
+    uint32_t H = c->n_heads, N = c->qk_nope_dim, P = c->rope_dim, R = c->kv_lora_rank;
+    size_t qk = (size_t)N + P, hd = (size_t)R + P;
+    float *qf = scratch;                        /* (T, H*(N+P)) the heads' full queries */
+    float *qa = qf + (size_t)T * H * qk;        /* (T, q_lora) the low-rank query */
+    float *gin = qa + (size_t)T * c->q_lora_rank; /* (T, N) one head's q_nope */
+    float *gout = gin + (size_t)T * N;          /* (T, R) its absorbed query */
+    if (c->q_lora_rank) {
+        ty__cpu_matmul(pool, &L->wq_a, xb, qa, T, tile, tile_floats);
+        for (uint32_t t = 0; t < T; t++)
+            ty__cpu_rmsnorm(qa + (size_t)t * c->q_lora_rank, qa + (size_t)t * c->q_lora_rank,
+                            L->q_a_norm.data, c->q_lora_rank, c->rms_eps);
+        ty__cpu_matmul(pool, &L->wq_b, qa, qf, T, tile, tile_floats);
+    } else {
+        ty__cpu_matmul(pool, &L->wq, xb, qf, T, tile, tile_floats);
+    }
+    for (uint32_t h = 0; h < H; h++) {
+        struct ty_weight kb = head_view(&L->wk_b, h, R);
+        head_matmul(pool, &kb, qf + h * qk, H * qk, q + h * hd, H * hd, T, gin, gout, tile,
+                    tile_floats);
+        for (uint32_t t = 0; t < T; t++) {
+            float *pe = q + (size_t)t * H * hd + h * hd + R;
+            memcpy(pe, qf + (size_t)t * H * qk + h * qk + N, P * sizeof(float));
+            ty__cpu_rope(pe, P, pos[t], m);
+        }
+    }
+    ty__cpu_matmul(pool, &L->wkv_a, xb, kv, T, tile, tile_floats);
+    for (uint32_t t = 0; t < T; t++) {
+        float *row = kv + (size_t)t * hd;
+        ty__cpu_rmsnorm(row, row, L->kv_a_norm.data, R, c->rms_eps);
+        ty__cpu_rope(row + R, P, pos[t], m);
+    }
+}
+
+void ty__cpu_mla_values(ty_cpu_pool_t *pool, const struct ty_model *m,
+                        const struct ty_layer_weights *L, const float *att, uint32_t T,
+                        float *out, float *scratch, float *tile, size_t tile_floats)
+{
+    const struct ty_model_config *c = &m->cfg;
+    uint32_t H = c->n_heads, P = c->rope_dim, R = c->kv_lora_rank, V = c->v_head_dim;
+    float *gin = scratch, *gout = scratch + (size_t)T * R; /* (T, R) (T, V) */
+    for (uint32_t h = 0; h < H; h++) {
+        struct ty_weight vb = head_view(&L->wv_b, h, V);
+        head_matmul(pool, &vb, att + (size_t)h * (R + P), (size_t)H * (R + P), out + h * V,
+                    (size_t)H * V, T, gin, gout, tile, tile_floats);
+    }
+}
