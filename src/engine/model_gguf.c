@@ -271,8 +271,14 @@ static int read_mla(struct ty_model *m, const char *arch, char *errbuf, size_t e
                  "tuning) is not supported", arch);
         return TY_ENOTSUP;
     }
-    c->n_kv_heads = 1;
-    c->head_dim = c->kv_lora_rank + c->rope_dim;
+    if ((c->kv_lora_rank + c->rope_dim) % 4) {
+        snprintf(errbuf, errlen, "%s: kv_lora_rank + rope dimension %u is not a multiple of 4 "
+                 "(the pool stores each latent row as two even halves)", arch,
+                 c->kv_lora_rank + c->rope_dim);
+        return TY_ENOTSUP;
+    }
+    c->n_kv_heads = 1; /* the pool's K and V chunks hold a latent row's two halves (mla.c) */
+    c->head_dim = (c->kv_lora_rank + c->rope_dim) / 2;
     return 0;
 }
 

@@ -163,4 +163,20 @@ void ty__cpu_mla_values(ty_cpu_pool_t *pool, const struct ty_model *m,
                         const struct ty_layer_weights *L, const float *att, uint32_t T,
                         float *out, float *scratch, float *tile, size_t tile_floats);
 
+/* Attention of (token, head) tasks [begin, end) over MLA's split pool rows (mla.c): causal over
+ * the token's sequence, scores scaled by cfg.kq_scale, the output's first kv_lora_rank values
+ * the weighted latent (the rest left zero). A ty_cpu_task_cb with a struct ty__cpu_mla_attn. */
+struct ty__cpu_mla_attn {
+    const struct ty_model *m;
+    struct ty_kvpool *kv;
+    uint32_t layer, B, max_ctx;
+    int kvt;                       /* enum ty_kv_dtype of the pool */
+    const uint32_t *pos;           /* (T) */
+    const uint32_t *const *pages;  /* (T) each token's block table */
+    const float *q;                /* (T, n_heads, R + P) */
+    float *att;                    /* (T, n_heads, R + P) */
+    float *scores;                 /* (n_threads, max_ctx) */
+};
+void ty__cpu_mla_attn_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end);
+
 #endif

@@ -47,7 +47,6 @@ struct fwd {
     uint32_t *by_expert; /* (T * n_used) token*n_used+slot, grouped by expert */
     uint32_t *exp_start; /* (n_experts + 1) each expert's range in by_expert */
     float *scores;    /* (n_threads, max_ctx) */
-    float kq_scale;   /* attention score scale: 1/sqrt(head_dim), MLA's cfg.kq_scale */
     float *ysh;       /* (T, D) DeepSeek's shared expert output */
     float *mla, *mv;  /* MLA: projection scratch (ty__cpu_mla_scratch), values (T, H*v_head) */
     int kvt;          /* the pool's enum ty_kv_dtype */
@@ -81,14 +80,6 @@ static void kv_store(const struct fwd *f, void *chunk, size_t r, const float *x)
         memcpy((float *)chunk + r * hd, x, hd * sizeof(float));
 }
 
-/* The V chunk of a page: for MLA the K row itself (its first kv_lora_rank values are the
- * latent the values are read from; the rope tail's outputs are never used). */
-static void *kv_v(const struct fwd *f, uint32_t page)
-{
-    return f->m->cfg.kv_lora_rank ? ty_kvpool_k(f->kv, f->layer, page)
-                                  : ty_kvpool_v(f->kv, f->layer, page);
-}
-
 /* First key position a query at `pos` sees in this layer: pos - W + 1 for a sliding window of
  * W (llama.cpp masks pos - k >= W), else 0. Pages wholly before it may have been released. */
 static uint32_t first_key(const struct fwd *f, uint32_t pos)
@@ -104,7 +95,7 @@ static void attn_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
     struct fwd *f = arg;
     const struct ty_model_config *c = &f->m->cfg;
     uint32_t hd = c->head_dim, B = f->B, group = c->n_heads / c->n_kv_heads;
-    float scale = f->kq_scale;
+    float scale = 1.0f / sqrtf((float)hd);
     float *sc = f->scores + (size_t)thread * f->max_ctx; /* (max_ctx) */
     for (uint32_t task = begin; task < end; task++) {
         uint32_t t = task / c->n_heads, h = task % c->n_heads, kvh = h / group, n = f->pos[t] + 1;
@@ -137,7 +128,7 @@ static void attn_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
         float inv = (float)(1.0 / sum);
         memset(out, 0, hd * sizeof(float));
         for (uint32_t j = lo; j < n; j++) {
-            const void *vc = kv_v(f, pages[j / B]);
+            const void *vc = ty_kvpool_v(f->kv, f->layer, pages[j / B]);
             size_t r = (size_t)kvh * B + j % B;
             float a = sc[j] * inv;
             if (f->kvt != TY_KV_F32) {
@@ -162,7 +153,7 @@ static void gather_kv(struct fwd *f, const uint32_t *pages, uint32_t kvh, uint32
         uint32_t n = ctx - j < B ? ctx - j : B;
         size_t off = (size_t)kvh * B * hd;
         const void *kp = ty_kvpool_k(f->kv, f->layer, pages[j / B]);
-        const void *vp = kv_v(f, pages[j / B]);
+        const void *vp = ty_kvpool_v(f->kv, f->layer, pages[j / B]);
         if (f->kvt != TY_KV_F32) {
             ty__cpu_kv16_to_f32(f->kvt, (const uint16_t *)kp + off, kc + (size_t)j * hd,
                                 (size_t)n * hd);
@@ -217,7 +208,7 @@ static int attn_prefill(struct fwd *f, struct cpu_ctx *cc, uint32_t t0, uint32_t
         gather_kv(f, pages, kvh, base, ctx, kc, vc);
         for (uint32_t h = kvh * group; h < (kvh + 1) * group; h++) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)ctx, (int)hd,
-                        f->kq_scale, f->q + t0 * Q + (size_t)h * hd, (int)Q, kc,
+                        1.0f / sqrtf((float)hd), f->q + t0 * Q + (size_t)h * hd, (int)Q, kc,
                         (int)hd, 0.0f, S, (int)ctx);
             for (uint32_t i = 0; i < n; i++)
                 softmax_row(S + (size_t)i * ctx, ctx, first_key(f, p0 + i) - base,
@@ -230,10 +221,27 @@ static int attn_prefill(struct fwd *f, struct cpu_ctx *cc, uint32_t t0, uint32_t
     return 0;
 }
 
+/* MLA: every (token, head) over the split latent rows on the worker pool (mla.c). */
+static int attention_mla(struct fwd *f, struct cpu_ctx *cc)
+{
+    const uint32_t **pages = malloc(f->T * sizeof(*pages));
+    if (!pages)
+        return TY_ENOMEM;
+    for (uint32_t t = 0; t < f->T; t++)
+        pages[t] = ty_kvseq_pages(f->batch->seqs[f->seq_of[t]].seq);
+    struct ty__cpu_mla_attn a = {f->m, f->kv, f->layer, f->B, f->max_ctx, f->kvt, f->pos,
+                                 pages, f->q, f->att, f->scores};
+    ty__cpu_pool_run(cc->pool, f->T * f->m->cfg.n_heads, ty__cpu_mla_attn_task, &a);
+    free(pages);
+    return 0;
+}
+
 /* Prefill chunks through GEMM attention, single tokens through the worker pool. */
 static int attention(struct fwd *f, struct cpu_ctx *cc)
 {
     int rc = 0;
+    if (f->m->cfg.kv_lora_rank)
+        return attention_mla(f, cc);
     for (uint32_t i = 0, t = 0; i < f->batch->n_seqs && !rc; t += f->batch->seqs[i++].n)
         if (f->batch->seqs[i].n > 1)
             rc = attn_prefill(f, cc, t, f->batch->seqs[i].n);
@@ -265,16 +273,18 @@ static void norm_heads(float *q, float *k, const struct ty_layer_weights *L,
 
 /* q, k, v projections (+ bias, + q/k norm), rope, and the new K/V written to each token's page
  * slot. */
-/* MLA: the absorbed queries into q and each token's latent + rope row into its K slot. */
+/* MLA: the absorbed queries into q and each token's latent + rope row into its slot, the
+ * row's first half in the K chunk and its second in the V chunk (mla.c). */
 static void mla_and_store(struct fwd *f, const struct ty_layer_weights *L)
 {
-    uint32_t hd = f->m->cfg.head_dim, B = f->B;
+    uint32_t h = f->m->cfg.head_dim, B = f->B;
     ty__cpu_mla_project(f->pool, f->m, L, f->xb, f->T, f->pos, f->q, f->k, f->mla, f->tile,
                         f->tile_floats);
     for (uint32_t t = 0; t < f->T; t++) {
         const uint32_t *pages = ty_kvseq_pages(f->batch->seqs[f->seq_of[t]].seq);
-        kv_store(f, ty_kvpool_k(f->kv, f->layer, pages[f->pos[t] / B]), f->pos[t] % B,
-                 f->k + (size_t)t * hd);
+        uint32_t page = pages[f->pos[t] / B], slot = f->pos[t] % B;
+        kv_store(f, ty_kvpool_k(f->kv, f->layer, page), slot, f->k + (size_t)t * 2 * h);
+        kv_store(f, ty_kvpool_v(f->kv, f->layer, page), slot, f->k + (size_t)t * 2 * h + h);
     }
 }
 
@@ -574,6 +584,8 @@ static int carve(struct cpu_ctx *cc, struct fwd *f, uint32_t T, uint32_t max_ctx
 {
     const struct ty_model_config *c = &f->m->cfg;
     size_t D = c->dim, Q = (size_t)c->n_heads * c->head_dim, KV = (size_t)c->n_kv_heads * c->head_dim;
+    if (c->kv_lora_rank) /* MLA: queries and rows of the whole latent + rope row */
+        Q = (size_t)c->n_heads * 2 * c->head_dim, KV = 2 * (size_t)c->head_dim;
     size_t F = c->ffn_dim;
     F = c->dense_ffn_dim > F ? c->dense_ffn_dim : F; /* DeepSeek's dense and shared FFNs */
     F = c->shared_ffn_dim > F ? c->shared_ffn_dim : F;
@@ -644,7 +656,6 @@ static int cpu_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
     struct cpu_ctx *cc = b->context;
     struct fwd f = {.m = m, .kv = pool, .batch = batch, .B = ty_kvpool_block_tokens(pool),
                     .pool = cc->pool, .kvt = (int)ty_kvpool_dtype(pool)};
-    f.kq_scale = m->cfg.kv_lora_rank ? m->cfg.kq_scale : 1.0f / sqrtf((float)m->cfg.head_dim);
     uint32_t T = batch_tokens(batch);
     if (T == 0 || !ty_kvpool_is_host(pool))
         return TY_EINVAL;

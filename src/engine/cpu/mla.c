@@ -4,13 +4,18 @@
  * [q_nope (N) | q_pe (P)] becomes [k_b_h q_nope (R) | rope(q_pe) (P)], so a score is one dot
  * product against the stored row (multi-query attention with one kv head of R + P), the
  * attention output over the rows' latent part is mapped back per head by v_b (R -> v_head),
- * then through attn_output. These functions are the two projections around the attention;
- * forward.c runs the attention itself (its kq_scale, V = the K row). Called from the backend's
- * thread; matmuls fan out on `pool`. */
+ * then through attn_output.
+ * Pool layout: the row (R + P values) is cut in two halves, the first in the page's K chunk,
+ * the second in its V chunk (cfg.head_dim = (R + P) / 2, one kv head). So a page's two chunks
+ * hold exactly the latent rows and every byte count built on ty_kvpool_page_bytes() (transfer
+ * to decode, KV pool values, export, metrics) is the latent size per token with no special
+ * case downstream. Called from the backend's thread; matmuls fan out on `pool`. */
 #include "cpu-impl.h"
 
 #include "tycho/gguf.h"
+#include "tycho/kvpool.h"
 
+#include <math.h>
 #include <string.h>
 
 size_t ty__cpu_mla_scratch(const struct ty_model_config *c, uint32_t T)
@@ -92,5 +97,72 @@ void ty__cpu_mla_values(ty_cpu_pool_t *pool, const struct ty_model *m,
         struct ty_weight vb = head_view(&L->wv_b, h, V);
         head_matmul(pool, &vb, att + (size_t)h * (R + P), (size_t)H * (R + P), out + h * V,
                     (size_t)H * V, T, gin, gout, tile, tile_floats);
+    }
+}
+
+/* q . row for one pool row stored as two halves (K chunk: values 0..h-1, V chunk: h..2h-1). */
+static float row_dot(int kvt, const float *q, const void *k, const void *v, size_t r, uint32_t h)
+{
+    if (kvt != TY_KV_F32)
+        return ty__cpu_dot_kv16(kvt, q, (const uint16_t *)k + r * h, h) +
+               ty__cpu_dot_kv16(kvt, q + h, (const uint16_t *)v + r * h, h);
+    const float *a = (const float *)k + r * h, *b = (const float *)v + r * h;
+    float d = 0;
+    for (uint32_t i = 0; i < h; i++)
+        d += q[i] * a[i];
+    float e = 0;
+    for (uint32_t i = 0; i < h; i++)
+        e += q[h + i] * b[i];
+    return d + e;
+}
+
+/* y += a * the first n values of a split row (n <= 2h). */
+static void row_axpy(int kvt, float a, const void *k, const void *v, size_t r, uint32_t h,
+                     uint32_t n, float *y)
+{
+    uint32_t nk = n < h ? n : h, nv = n - nk;
+    if (kvt != TY_KV_F32) {
+        ty__cpu_axpy_kv16(kvt, a, (const uint16_t *)k + r * h, y, nk);
+        if (nv)
+            ty__cpu_axpy_kv16(kvt, a, (const uint16_t *)v + r * h, y + h, nv);
+        return;
+    }
+    const float *pk = (const float *)k + r * h, *pv = (const float *)v + r * h;
+    for (uint32_t i = 0; i < nk; i++)
+        y[i] += a * pk[i];
+    for (uint32_t i = 0; i < nv; i++)
+        y[h + i] += a * pv[i];
+}
+
+void ty__cpu_mla_attn_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
+{
+    const struct ty__cpu_mla_attn *A = arg;
+    const struct ty_model_config *c = &A->m->cfg;
+    uint32_t h = c->head_dim, row = 2 * h, R = c->kv_lora_rank, B = A->B;
+    float *sc = A->scores + (size_t)thread * A->max_ctx; /* (max_ctx) */
+    for (uint32_t task = begin; task < end; task++) {
+        uint32_t t = task / c->n_heads, hd = task % c->n_heads, n = A->pos[t] + 1;
+        const uint32_t *pages = A->pages[t];
+        const float *q = A->q + ((size_t)t * c->n_heads + hd) * row;
+        float *out = A->att + ((size_t)t * c->n_heads + hd) * row;
+        float mx = -INFINITY;
+        for (uint32_t j = 0; j < n; j++) {
+            uint32_t pg = pages[j / B];
+            sc[j] = row_dot(A->kvt, q, ty_kvpool_k(A->kv, A->layer, pg),
+                            ty_kvpool_v(A->kv, A->layer, pg), j % B, h) * c->kq_scale;
+            mx = sc[j] > mx ? sc[j] : mx;
+        }
+        double sum = 0;
+        for (uint32_t j = 0; j < n; j++) {
+            sc[j] = expf(sc[j] - mx);
+            sum += sc[j];
+        }
+        float inv = (float)(1.0 / sum);
+        memset(out, 0, row * sizeof(float));
+        for (uint32_t j = 0; j < n; j++) {
+            uint32_t pg = pages[j / B];
+            row_axpy(A->kvt, sc[j] * inv, ty_kvpool_k(A->kv, A->layer, pg),
+                     ty_kvpool_v(A->kv, A->layer, pg), j % B, h, R, out);
+        }
     }
 }
