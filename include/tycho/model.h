@@ -69,8 +69,9 @@ struct ty_model_config {
     uint32_t weight_type; /* enum ty_ggml_type of the largest matrices (for display) */
     /* DeepSeek-V2/V3 (arch TY_MODEL_ARCH_DEEPSEEK2): multi-head latent attention. Each token's
      * KV is one row of kv_lora_rank (the RMS-normed latent) + rope_dim (the roped shared key
-     * part): so n_kv_heads is 1 and head_dim is kv_lora_rank + rope_dim, and the pool's V is
-     * the K row itself (its first kv_lora_rank values). A head's query is qk_nope_dim + rope_dim
+     * part), stored as two halves in a page's K and V chunks: so n_kv_heads is 1 and head_dim
+     * is (kv_lora_rank + rope_dim) / 2, and the pool's bytes are the latent's. rope_dim is the
+     * rope width (head_dim for every other architecture). A head's query is qk_nope_dim + rope_dim
      * wide (from wq, or wq_a/q_a_norm/wq_b when q_lora_rank), its no-rope part absorbed
      * through k_b into the latent; the value is the latent read back through v_b (v_head_dim
      * per head). Scores are scaled by kq_scale. The first n_dense_lead layers have a dense
