@@ -582,7 +582,12 @@ uint64_t ty_model_weight_bytes(const ty_model_t *m)
              wbytes(&L->wo) + wbytes(&L->bq) + wbytes(&L->bk) + wbytes(&L->bv) +
              wbytes(&L->q_norm) + wbytes(&L->k_norm) +
              wbytes(&L->ffn_norm) + wbytes(&L->w_gate) + wbytes(&L->w_up) + wbytes(&L->w_down);
-        if (m->cfg.n_experts) /* experts are alike: the first stands for each used one */
+        b += wbytes(&L->wq_a) + wbytes(&L->q_a_norm) + wbytes(&L->wq_b) + wbytes(&L->wkv_a) +
+             wbytes(&L->kv_a_norm) + wbytes(&L->wk_b) + wbytes(&L->wv_b) +
+             wbytes(&L->exp_probs_b) + wbytes(&L->sh_gate) + wbytes(&L->sh_up) +
+             wbytes(&L->sh_down); /* MLA and DeepSeek's shared expert */
+        if (m->cfg.n_experts && L->exp_gate[0].data) /* experts are alike: the first stands
+                                                      * for each used one */
             b += wbytes(&L->router) + m->cfg.n_experts_used * (wbytes(&L->exp_gate[0]) +
                                                                wbytes(&L->exp_up[0]) +
                                                                wbytes(&L->exp_down[0]));
