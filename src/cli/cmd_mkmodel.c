@@ -71,9 +71,12 @@ static const struct arch_spec arches[] = {
      "block_sparse_moe.gate.weight",
      {"block_sparse_moe.experts.%u.w1.weight", "block_sparse_moe.experts.%u.w3.weight",
       "block_sparse_moe.experts.%u.w2.weight"}},
-    /* DeepSeek-V3's shape (GGUF only): MLA, a leading dense layer, then sigmoid-gated experts
-     * in groups with a selection bias and a shared expert (mla_dims) */
-    {"deepseek2", "deepseek2", NULL, NULL, false, false, false, 1e-6f, MOE_DEEPSEEK, "", {""}},
+    /* DeepSeek-V3's shape: MLA, a leading dense layer, then sigmoid-gated experts in groups
+     * with a selection bias and a shared expert (mla_dims); HF keeps kv_b_proj whole */
+    {"deepseek2", "deepseek2", "deepseek_v3", "DeepseekV3ForCausalLM", false, false, false,
+     1e-6f, MOE_DEEPSEEK, "mlp.gate.weight",
+     {"mlp.experts.%u.gate_proj.weight", "mlp.experts.%u.up_proj.weight",
+      "mlp.experts.%u.down_proj.weight"}},
 };
 
 /* deepseek2's MLA sizes from the shape: a head's no-rope query/key part and its value are
@@ -133,6 +136,8 @@ struct tspec {
     uint64_t ne[3];
     enum tkind kind;
     uint32_t permute_heads; /* HF: rows in rotate_half order, this many heads (0: as is) */
+    uint32_t kvb_v; /* deepseek2 attn_k_b: HF writes it with the next spec (attn_v_b, v_head
+                     * kvb_v) as one kv_b_proj, per head N rows of k (transposed) then v */
 };
 
 struct fill_ctx {
@@ -418,6 +423,7 @@ static void spec(struct tspec *t, const char *gguf, const char *hf, uint32_t typ
     t->ne[2] = 1;
     t->kind = kind;
     t->permute_heads = 0;
+    t->kvb_v = 0;
 }
 
 /* A deepseek2 layer after its attn_norm, llama.cpp's names (room for 17): MLA's low-rank q,
@@ -430,39 +436,50 @@ static size_t deepseek_layer(struct tspec *t, const struct dims *d, uint32_t l, 
     uint32_t H = d->heads;
     size_t n = 0;
     char g[64];
-#define DT(name, ty, cols, rows, kind)                                                            \
+    char h[96];
+#define DT(name, hname, ty, cols, rows, kind)                                                     \
     do {                                                                                          \
         snprintf(g, sizeof(g), "blk.%u.%s", l, name);                                             \
-        spec(&t[n++], g, "", ty, cols, rows, kind);                                               \
+        snprintf(h, sizeof(h), "model.layers.%u.%s", l, hname);                                   \
+        spec(&t[n++], g, hname[0] ? h : "", ty, cols, rows, kind);                                \
     } while (0)
-    DT("attn_q_a.weight", type, d->dim, md.q_lora, TK_MATRIX);
-    DT("attn_q_a_norm.weight", type, md.q_lora, 1, TK_QKNORM);
-    DT("attn_q_b.weight", type, md.q_lora, H * (md.nope + md.rope), TK_MATRIX);
-    DT("attn_kv_a_mqa.weight", type, d->dim, md.kv_lora + md.rope, TK_MATRIX);
-    DT("attn_kv_a_norm.weight", type, md.kv_lora, 1, TK_QKNORM);
-    DT("attn_k_b.weight", type, md.nope, md.kv_lora, TK_MATRIX);
+    DT("attn_q_a.weight", "self_attn.q_a_proj.weight", type, d->dim, md.q_lora, TK_MATRIX);
+    DT("attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight", type, md.q_lora, 1, TK_QKNORM);
+    DT("attn_q_b.weight", "self_attn.q_b_proj.weight", type, md.q_lora, H * (md.nope + md.rope),
+       TK_MATRIX);
+    DT("attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight", type, d->dim,
+       md.kv_lora + md.rope, TK_MATRIX);
+    DT("attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight", type, md.kv_lora, 1,
+       TK_QKNORM);
+    DT("attn_k_b.weight", "self_attn.kv_b_proj.weight", type, md.nope, md.kv_lora, TK_MATRIX);
+    t[n - 1].nd = 3, t[n - 1].ne[2] = H, t[n - 1].kvb_v = md.v;
+    DT("attn_v_b.weight", "", type, md.kv_lora, md.v, TK_MATRIX); /* HF: in kv_b_proj */
     t[n - 1].nd = 3, t[n - 1].ne[2] = H;
-    DT("attn_v_b.weight", type, md.kv_lora, md.v, TK_MATRIX);
-    t[n - 1].nd = 3, t[n - 1].ne[2] = H;
-    DT("attn_output.weight", type, H * md.v, d->dim, TK_MATRIX);
-    DT("ffn_norm.weight", type, d->dim, 1, TK_ONES);
+    DT("attn_output.weight", "self_attn.o_proj.weight", type, H * md.v, d->dim, TK_MATRIX);
+    DT("ffn_norm.weight", "post_attention_layernorm.weight", type, d->dim, 1, TK_ONES);
     if (l < md.dense_lead) {
-        DT("ffn_gate.weight", type, d->dim, d->ffn, TK_MATRIX);
-        DT("ffn_down.weight", type, d->ffn, d->dim, TK_MATRIX);
-        DT("ffn_up.weight", type, d->dim, d->ffn, TK_MATRIX);
+        DT("ffn_gate.weight", "mlp.gate_proj.weight", type, d->dim, d->ffn, TK_MATRIX);
+        DT("ffn_down.weight", "mlp.down_proj.weight", type, d->ffn, d->dim, TK_MATRIX);
+        DT("ffn_up.weight", "mlp.up_proj.weight", type, d->dim, d->ffn, TK_MATRIX);
         return n;
     }
-    DT("ffn_gate_inp.weight", TY_GGML_F32, d->dim, d->experts, TK_ROUTER);
-    DT("exp_probs_b.bias", TY_GGML_F32, d->experts, 1, TK_BIAS);
-    DT("ffn_gate_exps.weight", type, d->dim, d->ffn, TK_MATRIX);
+    DT("ffn_gate_inp.weight", "mlp.gate.weight", TY_GGML_F32, d->dim, d->experts, TK_ROUTER);
+    DT("exp_probs_b.bias", "mlp.gate.e_score_correction_bias", TY_GGML_F32, d->experts, 1,
+       TK_BIAS);
+    DT("ffn_gate_exps.weight", "mlp.experts.%u.gate_proj.weight", type, d->dim, d->ffn,
+       TK_MATRIX);
     t[n - 1].nd = 3, t[n - 1].ne[2] = d->experts;
-    DT("ffn_down_exps.weight", type, d->ffn, d->dim, TK_MATRIX);
+    DT("ffn_down_exps.weight", "mlp.experts.%u.down_proj.weight", type, d->ffn, d->dim,
+       TK_MATRIX);
     t[n - 1].nd = 3, t[n - 1].ne[2] = d->experts;
-    DT("ffn_up_exps.weight", type, d->dim, d->ffn, TK_MATRIX);
+    DT("ffn_up_exps.weight", "mlp.experts.%u.up_proj.weight", type, d->dim, d->ffn, TK_MATRIX);
     t[n - 1].nd = 3, t[n - 1].ne[2] = d->experts;
-    DT("ffn_gate_shexp.weight", type, d->dim, d->ffn, TK_MATRIX);
-    DT("ffn_down_shexp.weight", type, d->ffn, d->dim, TK_MATRIX);
-    DT("ffn_up_shexp.weight", type, d->dim, d->ffn, TK_MATRIX);
+    DT("ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight", type, d->dim, d->ffn,
+       TK_MATRIX);
+    DT("ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight", type, d->ffn, d->dim,
+       TK_MATRIX);
+    DT("ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight", type, d->dim, d->ffn,
+       TK_MATRIX);
 #undef DT
     return n;
 }
@@ -618,6 +635,19 @@ static int write_hf_config(const char *dir, const struct dims *d, const struct a
     if (a->moe == MOE_MIXTRAL)
         fprintf(f, ",\n  \"num_local_experts\": %u,\n  \"num_experts_per_tok\": %u",
                 d->experts, d->experts_used);
+    if (a->moe == MOE_DEEPSEEK) { /* transformers' DeepseekV3Config */
+        struct mla_dims md = mla_dims(d);
+        fprintf(f, ",\n  \"q_lora_rank\": %u,\n  \"kv_lora_rank\": %u,\n"
+                   "  \"qk_nope_head_dim\": %u,\n  \"qk_rope_head_dim\": %u,\n"
+                   "  \"v_head_dim\": %u,\n  \"n_routed_experts\": %u,\n"
+                   "  \"num_experts_per_tok\": %u,\n  \"moe_intermediate_size\": %u,\n"
+                   "  \"n_shared_experts\": 1,\n  \"first_k_dense_replace\": %u,\n"
+                   "  \"n_group\": %u,\n  \"topk_group\": %u,\n  \"topk_method\": \"noaux_tc\",\n"
+                   "  \"scoring_func\": \"sigmoid\",\n  \"norm_topk_prob\": true,\n"
+                   "  \"routed_scaling_factor\": 2.5",
+                md.q_lora, md.kv_lora, md.nope, md.rope, md.v, d->experts, d->experts_used,
+                d->ffn, md.dense_lead, md.groups ? md.groups : 1, md.groups_used ? md.groups_used : 1);
+    }
     if (d->yarn_factor > 0)
         fprintf(f, ",\n  \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": %.9g, "
                    "\"original_max_position_embeddings\": %u}", (double)d->yarn_factor,
@@ -629,7 +659,36 @@ static int write_hf_config(const char *dir, const struct dims *d, const struct a
 /* Safetensors tensors of spec t: one, or one per expert of a 3-D expert tensor. */
 static uint64_t st_count(const struct tspec *t)
 {
-    return t->nd == 3 ? t->ne[2] : 1;
+    if (!t->hf[0])
+        return 0; /* in another spec's tensor (deepseek2's attn_v_b: kv_b_proj) */
+    return t->nd == 3 && !t->kvb_v ? t->ne[2] : 1;
+}
+
+/* deepseek2's kv_b_proj (n_heads * (nope + v), kv_lora): spec t (attn_k_b, ne {nope, kv_lora,
+ * n_heads}) and the next (attn_v_b, ne {kv_lora, v, n_heads}) as HF keeps them: per head the
+ * nope rows of k (k_b transposed back), then the v rows. */
+static int kvb_compose(struct fill_ctx *fc, size_t i, const struct tspec *t, unsigned char *out)
+{
+    uint64_t N = t[0].ne[0], R = t[0].ne[1], H = t[0].ne[2], V = t[0].kvb_v;
+    size_t es = t[0].type == TY_GGML_F16 ? 2 : 4;
+    size_t kb = N * R * H * es, vb = R * V * H * es;
+    unsigned char *k = malloc(kb), *v = malloc(vb);
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return TY_ENOMEM;
+    }
+    fill(fc, i, 0, k, kb);
+    fill(fc, i + 1, 0, v, vb);
+    for (uint64_t h = 0; h < H; h++) {
+        for (uint64_t j = 0; j < N; j++)
+            for (uint64_t r = 0; r < R; r++)
+                memcpy(out + ((h * (N + V) + j) * R + r) * es, k + ((h * R + r) * N + j) * es, es);
+        memcpy(out + (h * (N + V) + N) * R * es, v + h * V * R * es, V * R * es);
+    }
+    free(k);
+    free(v);
+    return 0;
 }
 
 /* Tensor e of spec t (st_count): its name, and its bytes (each expert's the same). */
@@ -637,11 +696,13 @@ static uint64_t st_tensor(const struct tspec *t, uint64_t e, char *name, size_t 
 {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wformat-nonliteral" /* arches[]' names, %u = the expert */
-    if (t->nd == 3)
+    if (t->nd == 3 && !t->kvb_v)
         snprintf(name, cap, t->hf, (unsigned)e);
     else
         snprintf(name, cap, "%s", t->hf);
 #pragma GCC diagnostic pop
+    if (t->kvb_v)
+        return ty_ggml_type_nbytes(t->type, t->ne[2] * (t->ne[0] + t->kvb_v) * t->ne[1]);
     return ty_ggml_type_nbytes(t->type, t->ne[0] * t->ne[1]);
 }
 
@@ -655,9 +716,12 @@ static char *st_header(const struct tspec *t, size_t n, uint64_t *hlen)
     for (size_t i = 0; i < n; i++)
         for (uint64_t e = 0; e < st_count(&t[i]); e++) {
             uint64_t bytes = st_tensor(&t[i], e, name, sizeof(name));
-            json_t *shape = t[i].nd >= 2 ? json_pack("[II]", (json_int_t)t[i].ne[1],
-                                                     (json_int_t)t[i].ne[0])
-                                         : json_pack("[I]", (json_int_t)t[i].ne[0]);
+            json_t *shape = t[i].kvb_v ? json_pack("[II]", (json_int_t)(t[i].ne[2] *
+                                                               (t[i].ne[0] + t[i].kvb_v)),
+                                                   (json_int_t)t[i].ne[1])
+                            : t[i].nd >= 2 ? json_pack("[II]", (json_int_t)t[i].ne[1],
+                                                       (json_int_t)t[i].ne[0])
+                                           : json_pack("[I]", (json_int_t)t[i].ne[0]);
             json_object_set_new(o, name,
                                 json_pack("{s:s, s:o, s:[II]}", "dtype",
                                           t[i].type == TY_GGML_F16 ? "F16" : "F32", "shape",
@@ -709,6 +773,10 @@ static int write_hf(const char *dir, const struct tspec *t, size_t n, const stru
             unsigned char *buf = malloc(bytes), *perm = t[i].permute_heads ? malloc(bytes) : NULL;
             if (!buf || (t[i].permute_heads && !perm)) {
                 rc = TY_ENOMEM;
+            } else if (t[i].kvb_v) {
+                rc = kvb_compose(fc, i, t + i, buf);
+                if (!rc && fwrite(buf, 1, bytes, f) != bytes)
+                    rc = TY_EIO;
             } else {
                 fill(fc, i, e * bytes, buf, bytes);
                 if (perm)
@@ -774,10 +842,6 @@ static int check_shape(const struct dims *d, const struct ftype *ft, const char 
     if (d->dim % block || d->ffn % block || (d->heads * hd) % block) {
         fprintf(stderr, "tycho mkmodel: %s needs dim, ffn and heads*head_dim to be multiples "
                         "of %u\n", ft->name, block);
-        return TY_CLI_EXIT_USAGE;
-    }
-    if (hf && !a->hf_type) {
-        fprintf(stderr, "tycho mkmodel: --hf is not supported for --arch %s\n", a->name);
         return TY_CLI_EXIT_USAGE;
     }
     if (a->moe == MOE_DEEPSEEK) { /* k_b rows are head_dim long, v_b and q_b rows dim / 2 */

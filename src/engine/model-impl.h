@@ -35,13 +35,15 @@ struct ty_layer_weights {
     struct ty_weight kv_a_norm;      /* (R) */
     struct ty_weight wk_b;           /* (H*R, N): per head h rows h*R.. map q_nope to the latent */
     struct ty_weight wv_b;           /* (H*V, R): per head the latent to the value (V = v_head) */
+    struct ty_weight wkv_b;          /* HF kv_b_proj instead of wk_b/wv_b: (H*(N+V), R), per head
+                                      * N rows of k (k_b transposed) then V rows of v */
     struct ty_weight exp_probs_b;    /* (n_experts) expert selection bias (DeepSeek-V3) */
     struct ty_weight sh_gate, sh_up, sh_down; /* shared expert (shared_ffn, dim) x2, (dim, .) */
 };
 
 /* A layer's tensors by file format: the name after "blk.N." (GGUF) and after
  * "model.layers.N." (Hugging Face safetensors; NULL where the architecture names it, as the
- * expert router), and the member of ty_layer_weights it fills. The experts' 3-D tensors are
+ * expert router; NULL where a format has no such tensor), and the member of ty_layer_weights it fills. The experts' 3-D tensors are
  * the GGUF loader's own (one view per expert). */
 struct ty__layer_tensor {
     const char *gguf, *hf;

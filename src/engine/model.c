@@ -31,16 +31,18 @@ const struct ty__layer_tensor ty__layer_tensors[] = {
     {"ffn_up.weight", "mlp.up_proj.weight", LW(w_up)},
     {"ffn_down.weight", "mlp.down_proj.weight", LW(w_down)},
     {"ffn_gate_inp.weight", NULL, LW(router)}, /* HF: the architecture's hf_router */
-    /* DeepSeek-V2/V3 (GGUF only): attn_k_b/attn_v_b are 3-D, the GGUF loader's own */
-    {"attn_q_a.weight", NULL, LW(wq_a)},
-    {"attn_q_a_norm.weight", NULL, LW(q_a_norm)},
-    {"attn_q_b.weight", NULL, LW(wq_b)},
-    {"attn_kv_a_mqa.weight", NULL, LW(wkv_a)},
-    {"attn_kv_a_norm.weight", NULL, LW(kv_a_norm)},
-    {"exp_probs_b.bias", NULL, LW(exp_probs_b)},
-    {"ffn_gate_shexp.weight", NULL, LW(sh_gate)},
-    {"ffn_up_shexp.weight", NULL, LW(sh_up)},
-    {"ffn_down_shexp.weight", NULL, LW(sh_down)},
+    /* DeepSeek-V2/V3: GGUF's 3-D attn_k_b/attn_v_b are the GGUF loader's own; HF keeps
+     * kv_b_proj whole (no GGUF name: llama.cpp's converter splits it) */
+    {"attn_q_a.weight", "self_attn.q_a_proj.weight", LW(wq_a)},
+    {"attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight", LW(q_a_norm)},
+    {"attn_q_b.weight", "self_attn.q_b_proj.weight", LW(wq_b)},
+    {"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight", LW(wkv_a)},
+    {"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight", LW(kv_a_norm)},
+    {NULL, "self_attn.kv_b_proj.weight", LW(wkv_b)},
+    {"exp_probs_b.bias", "mlp.gate.e_score_correction_bias", LW(exp_probs_b)},
+    {"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight", LW(sh_gate)},
+    {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight", LW(sh_up)},
+    {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight", LW(sh_down)},
 };
 #undef LW
 const size_t ty__n_layer_tensors = sizeof(ty__layer_tensors) / sizeof(ty__layer_tensors[0]);
@@ -65,6 +67,7 @@ static const struct ty__arch arches[] = {
     {"mixtral", TY_MODEL_ARCH_LLAMA, TY_ROPE_NORM, false, false, true, MIXTRAL_HF},
     /* llama.cpp's deepseek2: NORM rope on the rope part only (llama_model_rope_type) */
     {"deepseek2", TY_MODEL_ARCH_DEEPSEEK2, TY_ROPE_NORM, false, false, true, NULL, {NULL}},
+    {"deepseek_v3", TY_MODEL_ARCH_DEEPSEEK2, TY_ROPE_NORM, false, false, true, QWEN3MOE_HF},
 };
 #undef QWEN3MOE_HF
 #undef MIXTRAL_HF
@@ -80,7 +83,7 @@ const struct ty__arch *ty__model_arch_find(const char *name, size_t len)
 const char *ty__model_arch_list(void)
 {
     return "llama (with or without experts), mistral, mixtral, qwen2, qwen3, qwen3moe, "
-           "qwen3_moe, deepseek2";
+           "qwen3_moe, deepseek2, deepseek_v3";
 }
 
 int ty__model_alloc_experts(struct ty_model *m)
@@ -266,8 +269,12 @@ static int check_layer_mla(const struct ty_model *m, uint32_t l, char *errbuf, s
         (rc = check_w(&L->wkv_a, "attn_kv_a_mqa", l, R + c->rope_dim, c->dim, false, errbuf,
                       errlen)) ||
         (rc = check_w(&L->kv_a_norm, "attn_kv_a_norm", l, 1, R, false, errbuf, errlen)) ||
-        (rc = check_w(&L->wk_b, "attn_k_b", l, H * R, c->qk_nope_dim, false, errbuf, errlen)) ||
-        (rc = check_w(&L->wv_b, "attn_v_b", l, H * c->v_head_dim, R, false, errbuf, errlen)) ||
+        (rc = check_w(&L->wk_b, "attn_k_b", l, H * R, c->qk_nope_dim, L->wkv_b.data != NULL,
+                      errbuf, errlen)) ||
+        (rc = check_w(&L->wv_b, "attn_v_b", l, H * c->v_head_dim, R, L->wkv_b.data != NULL,
+                      errbuf, errlen)) ||
+        (rc = check_w(&L->wkv_b, "kv_b_proj", l, H * (c->qk_nope_dim + c->v_head_dim), R, true,
+                      errbuf, errlen)) ||
         (rc = check_w(&L->wo, "attn_output", l, c->dim, H * c->v_head_dim, false, errbuf,
                       errlen)) ||
         (rc = check_w(&L->ffn_norm, "ffn_norm", l, 1, c->dim, false, errbuf, errlen)) ||

@@ -101,6 +101,8 @@ static int load_layer(struct ty_model *m, uint32_t l, char *errbuf, size_t errle
     char name[96];
     for (size_t i = 0; i < ty__n_layer_tensors; i++) {
         const struct ty__layer_tensor *t = &ty__layer_tensors[i];
+        if (!t->gguf)
+            continue; /* HF only (kv_b_proj) */
         snprintf(name, sizeof(name), "blk.%u.%s", l, t->gguf);
         struct ty_weight *w = (struct ty_weight *)((char *)&m->layers[l] + t->off);
         int rc = get_w(m->gguf, w, name, errbuf, errlen);

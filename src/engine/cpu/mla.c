@@ -25,12 +25,27 @@ size_t ty__cpu_mla_scratch(const struct ty_model_config *c, uint32_t T)
     return (size_t)T * (H * (N + P) + c->q_lora_rank + N + R + V);
 }
 
-/* Rows [h * rows, (h + 1) * rows) of w: head h's matrix of a per-head stack (k_b, v_b). */
-static struct ty_weight head_view(const struct ty_weight *w, uint32_t h, uint64_t rows)
+/* `rows` rows of w from row `first`: one head's matrix of a per-head stack (k_b, v_b, or the
+ * v rows of HF's kv_b_proj). */
+static struct ty_weight head_view(const struct ty_weight *w, uint64_t first, uint64_t rows)
 {
     uint64_t row_bytes = ty_ggml_type_nbytes(w->type, w->cols);
-    return (struct ty_weight){(const unsigned char *)w->data + h * rows * row_bytes, w->type,
-                              rows, w->cols};
+    return (struct ty_weight){(const unsigned char *)w->data + first * row_bytes, w->type, rows,
+                              w->cols};
+}
+
+/* HF's kv_b_proj keeps each head's k part as (N, R), k_b transposed: q_abs (R) =
+ * sum_n q_nope[n] * row n, each row widened to f32 into tmp (R). */
+static void absorb_rows(const struct ty_weight *kvb, uint64_t first, const float *qn, uint32_t N,
+                        float *out, float *tmp)
+{
+    uint64_t R = kvb->cols;
+    memset(out, 0, R * sizeof(float));
+    for (uint32_t n = 0; n < N; n++) {
+        ty__cpu_row_to_f32(kvb, first + n, tmp);
+        for (uint64_t r = 0; r < R; r++)
+            out[r] += qn[n] * tmp[r];
+    }
 }
 
 /* y (T, rows) = x (T, cols) · head h's matrix^T, where x is column block `xoff` of rows of
@@ -69,9 +84,16 @@ void ty__cpu_mla_project(ty_cpu_pool_t *pool, const struct ty_model *m,
         ty__cpu_matmul(pool, &L->wq, xb, qf, T, tile, tile_floats);
     }
     for (uint32_t h = 0; h < H; h++) {
-        struct ty_weight kb = head_view(&L->wk_b, h, R);
-        head_matmul(pool, &kb, qf + h * qk, H * qk, q + h * hd, H * hd, T, gin, gout, tile,
-                    tile_floats);
+        if (L->wk_b.data) {
+            struct ty_weight kb = head_view(&L->wk_b, (uint64_t)h * R, R);
+            head_matmul(pool, &kb, qf + h * qk, H * qk, q + h * hd, H * hd, T, gin, gout, tile,
+                        tile_floats);
+        } else {
+            for (uint32_t t = 0; t < T; t++)
+                absorb_rows(&L->wkv_b, (uint64_t)h * (N + c->v_head_dim),
+                            qf + (size_t)t * H * qk + h * qk, N, q + (size_t)t * H * hd + h * hd,
+                            gout);
+        }
         for (uint32_t t = 0; t < T; t++) {
             float *pe = q + (size_t)t * H * hd + h * hd + R;
             memcpy(pe, qf + (size_t)t * H * qk + h * qk + N, P * sizeof(float));
@@ -94,7 +116,9 @@ void ty__cpu_mla_values(ty_cpu_pool_t *pool, const struct ty_model *m,
     uint32_t H = c->n_heads, P = c->rope_dim, R = c->kv_lora_rank, V = c->v_head_dim;
     float *gin = scratch, *gout = scratch + (size_t)T * R; /* (T, R) (T, V) */
     for (uint32_t h = 0; h < H; h++) {
-        struct ty_weight vb = head_view(&L->wv_b, h, V);
+        struct ty_weight vb = L->wv_b.data ? head_view(&L->wv_b, (uint64_t)h * V, V)
+                                           : head_view(&L->wkv_b, (uint64_t)h * (c->qk_nope_dim + V) +
+                                                                      c->qk_nope_dim, V);
         head_matmul(pool, &vb, att + (size_t)h * (R + P), (size_t)H * (R + P), out + h * V,
                     (size_t)H * V, T, gin, gout, tile, tile_floats);
     }

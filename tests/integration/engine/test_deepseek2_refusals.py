@@ -8,7 +8,10 @@ renamed to one of the same length, a value rewritten), so the rest of the file s
 - expert_gating_func 3 (softmax of the top-k) instead of sigmoid;
 - a tensor attn_kv_b (the unsplit form; named in place of a layer's attn_norm);
 - YaRN rope scaling (DeepSeek's mscale is not implemented);
-and the unchanged file loads and generates (the control)."""
+- an HF deepseek_v3 directory with topk_method group_limited_greedy (V2's group maximum) or
+  scoring_func sqrtsoftplus;
+and the unchanged file and directory load and generate (the controls)."""
+import json
 import os
 import struct
 import subprocess
@@ -65,5 +68,19 @@ with tempfile.TemporaryDirectory(prefix="tycho-ds2-") as tmp:
     v = os.path.join(tmp, "yarn.gguf")
     mkmodel(v, ("--yarn", "4,64"))
     expect(v, "rope scaling in a deepseek2 (MLA) model")
+    hf = os.path.join(tmp, "hf")
+    mkmodel(os.path.join(tmp, "hf.gguf"), ("--hf", hf))
+    expect(hf, None)
+    for key, val, want in (("topk_method", "group_limited_greedy", "topk_method"),
+                           ("scoring_func", "sqrtsoftplus", "scoring_func")):
+        with open(os.path.join(hf, "config.json")) as fh:
+            cfg = json.load(fh)
+        cfg[key] = val
+        with open(os.path.join(hf, "config.json"), "w") as fh:
+            json.dump(cfg, fh)
+        expect(hf, want)
+        cfg[key] = {"topk_method": "noaux_tc", "scoring_func": "sigmoid"}[key]
+        with open(os.path.join(hf, "config.json"), "w") as fh:
+            json.dump(cfg, fh)
 print("%d failures" % failures)
 sys.exit(1 if failures else 0)

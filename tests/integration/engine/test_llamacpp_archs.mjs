@@ -77,9 +77,10 @@ const archs = [
     // the pool, k_b absorbed into the query, v_b after the attention), a leading dense layer,
     // then 8 sigmoid-gated experts in 4 groups (2 kept) with a selection bias, weights
     // renormalised and scaled by 2.5, plus a shared expert. Q8_0 and Q4_0: their rows are blocks
-    // of 32 (k_b's rows are head_dim long). GGUF only (no HF copy yet).
+    // of 32 (k_b's rows are head_dim long). The HF copy is a deepseek_v3 directory with
+    // kv_b_proj whole (the GGUF's k_b transposed back and v_b, per head).
     {arch: "deepseek2", args: ["--untied", "--head-dim", "32"], types: ["f32", "q8_0", "q4_0"],
-     noHf: true, seedOffset: 7},
+     seedOffset: 7},
 ].filter(({arch, name}) => !process.env.ARCHS || process.env.ARCHS.split(",").includes(name || arch));
 const tmp = mkdtempSync(path.join(os.tmpdir(), "tycho-archs-"));
 const same = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
@@ -160,12 +161,12 @@ function checkPrompt(tag, model, hf, r, extra, loose) {
 }
 
 try {
-    for (const {arch, name, args, types: archTypes, seedOffset = 0, noHf} of archs) {
+    for (const {arch, name, args, types: archTypes, seedOffset = 0} of archs) {
         for (const {type, dims, seed, loose} of types) {
             if (only && !only.includes(type)) continue;
             if (archTypes && !archTypes.includes(type)) continue;
             const tag = `${name || arch}-${type}`;
-            const model = path.join(tmp, `${tag}.gguf`), hf = type === "f32" && !noHf ? path.join(tmp, `${tag}-hf`) : null;
+            const model = path.join(tmp, `${tag}.gguf`), hf = type === "f32" ? path.join(tmp, `${tag}-hf`) : null;
             run(tycho, ["mkmodel", "--arch", arch, "--dims", dims, ...args, "--type", type,
                         "--seed", String((seed || 1) + seedOffset),
                         "--vocab-from", "bytes", "--out", model, ...(hf ? ["--hf", hf] : [])]);
