@@ -4,7 +4,8 @@
  * sharded model.safetensors.index.json, tokenizer.json, generation_config.json). Architectures:
  * the Llama family (Llama 2/3 with llama3 rope scaling, Mistral, TinyLlama, SmolLM), Qwen2
  * (q/k/v bias), Qwen3 dense (per-head q/k RMSNorm, head_dim free of dim/heads), and the
- * mixtures of experts Qwen3-MoE and Mixtral (GGUF llama with experts); tied or
+ * mixtures of experts Qwen3-MoE and Mixtral (GGUF llama with experts), DeepSeek-V2/V3 (MLA,
+ * shared + routed experts; GGUF deepseek2, HF deepseek_v3); tied or
  * untied output; GQA. Weights stay in the file mappings (F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K).
  * A ty_model_t is immutable after ty_model_load() and may be shared by any threads; it must
  * outlive every engine, pool or backend that uses it.

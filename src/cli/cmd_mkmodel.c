@@ -1,5 +1,5 @@
 /* `tycho mkmodel`: write a random-weight GGUF of a given shape and architecture (llama, qwen2,
- * qwen3, and the mixtures of experts qwen3moe and mixtral, with llama.cpp's names and metadata), the tokenizer metadata copied from an existing
+ * qwen3, and the mixtures of experts qwen3moe, mixtral and deepseek2 (MLA), with llama.cpp's names and metadata), the tokenizer metadata copied from an existing
  * GGUF or a built-in byte vocabulary, so that the file loads in llama.cpp too; optionally the
  * same weights as a Hugging Face directory. Used to measure speed at real sizes against other
  * engines on the very same file, and to check each architecture against llama.cpp. */
@@ -575,7 +575,10 @@ static void usage(FILE *f)
                "  --vocab-from bytes: a built-in 259-token byte-fallback vocabulary (no donor file)\n"
                "  --arch: the GGUF architecture (llama.cpp's names and tensors): llama (default),\n"
                "          qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm); mixtures of\n"
-               "          experts: qwen3moe (Qwen3-MoE), mixtral (GGUF llama with experts)\n"
+               "          experts: qwen3moe (Qwen3-MoE), mixtral (GGUF llama with experts),\n"
+               "          deepseek2 (DeepSeek-V3's shape: MLA with a latent of D/2 and a rope\n"
+               "          part of head_dim/2, a dense first layer, sigmoid-routed experts in 4\n"
+               "          groups with a selection bias, a shared expert; HF deepseek_v3)\n"
                "  --head-dim: attention head size when not D/HEADS (as Qwen3 models have)\n"
                "  --untied: a separate output matrix instead of the embeddings\n"
                "  --sliding-window N: Mistral-style attention over the last N tokens on every\n"
@@ -988,4 +991,4 @@ static int run_mkmodel(int argc, char **argv)
 }
 
 const struct ty_cli_command ty_cli_cmd_mkmodel = {
-    "mkmodel", "write a random-weight GGUF (llama, qwen2, qwen3, qwen3moe, mixtral) of a given shape", run_mkmodel};
+    "mkmodel", "write a random-weight GGUF (llama, qwen2, qwen3, qwen3moe, mixtral, deepseek2) of a given shape", run_mkmodel};

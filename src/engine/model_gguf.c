@@ -1,6 +1,7 @@
 /* GGUF model loader: llama-style tensor names (blk.N.attn_q.weight, ...), hyper-parameters
  * from <arch>.* keys (head_dim from <arch>.attention.key_length where given, as Qwen3's), tokenizer from tokenizer.ggml.* keys (llama.cpp's conventions). Mixtures of experts
- * (qwen3moe, llama with expert_count) keep each layer's experts in 3-D tensors. */
+ * (qwen3moe, llama with expert_count, deepseek2) keep each layer's experts in 3-D tensors;
+ * deepseek2's MLA keys and 3-D attn_k_b / attn_v_b are read by read_mla / load_mla_b. */
 #include "model-impl.h"
 
 #include "tycho/errors.h"
