@@ -289,6 +289,8 @@ static int add_kv(ty_gguf_writer_t *w, const struct dims *d, const struct arch_s
         rc |= ty_gguf_writer_kv_str(w, key, "yarn");
         rc |= KV_F32("rope.scaling.factor", d->yarn_factor);
         rc |= KV_U32("rope.scaling.original_context_length", d->yarn_orig);
+        if (a->moe == MOE_DEEPSEEK) /* the converter's 0.1 * mscale_all_dim (V3's: 1) */
+            rc |= KV_F32("rope.scaling.yarn_log_multiplier", 0.1f);
     }
 #undef KV_U32
 #undef KV_F32
@@ -653,8 +655,9 @@ static int write_hf_config(const char *dir, const struct dims *d, const struct a
     }
     if (d->yarn_factor > 0)
         fprintf(f, ",\n  \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": %.9g, "
-                   "\"original_max_position_embeddings\": %u}", (double)d->yarn_factor,
-                d->yarn_orig);
+                   "\"original_max_position_embeddings\": %u%s}", (double)d->yarn_factor,
+                d->yarn_orig, a->moe == MOE_DEEPSEEK ? ", \"mscale\": 1.0, \"mscale_all_dim\": 1.0"
+                                                    : "");
     fprintf(f, "\n}\n");
     return fclose(f) ? -errno : 0;
 }

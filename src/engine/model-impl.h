@@ -108,6 +108,9 @@ struct ty_model {
     float rope_attention_factor;          /* YaRN: HF attention_factor, the cos/sin scale as is
                                            * (0: from the factor, as llama.cpp computes it) */
     uint32_t rope_orig_ctx;
+    /* DeepSeek's YaRN (deepseek2 only): mscale_all_dim (GGUF rope.scaling.yarn_log_multiplier
+     * / 0.1, llama.cpp's hparams.rope_yarn_log_mul); 0 = none */
+    float rope_yarn_log_mul;
     const float *rope_freqs;   /* GGUF rope_freqs.weight (head_dim/2), divides frequencies */
     /* sliding window as read from the file: layers swa_first_layer.. slide over swa_window
      * tokens (HF Qwen2's max_window_layers; 0 for Mistral); ty__model_finish() sets each

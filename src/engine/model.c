@@ -371,6 +371,12 @@ static int make_yarn(struct ty_model *m)
         m->rope_mscale = m->rope_attention_factor;
     } else {
         float a = f <= 1.0f ? 1.0f : 0.1f * logf(f) + 1.0f;
+        float L = m->rope_yarn_log_mul;
+        if (L != 0) { /* llama.cpp's yarn_attn_factor: mscale assumed L for V2, else 1 */
+            float ms = L != 1.0f ? L : 1.0f;
+            a = (f <= 1.0f ? 1.0f : 0.1f * ms * logf(f) + 1.0f) /
+                (f <= 1.0f ? 1.0f : 0.1f * L * logf(f) + 1.0f);
+        }
         a *= 1.0f / (1.0f + 0.1f * logf(f));
         a *= m->rope_attn_factor > 0 ? m->rope_attn_factor : 1.0f;
         m->rope_mscale = a * (1.0f + 0.1f * logf(1.0f / m->rope_freq_scale));
@@ -464,13 +470,20 @@ int ty__model_finish(struct ty_model *m, char *errbuf, size_t errlen)
                  "context %u", m->rope_factor, m->rope_orig_ctx);
         return TY_EFORMAT;
     }
-    if (c->kv_lora_rank && m->rope_scaling) {
-        snprintf(errbuf, errlen, "rope scaling in a deepseek2 (MLA) model (DeepSeek's YaRN "
-                 "mscale) is not supported");
+    if (c->kv_lora_rank && m->rope_scaling && m->rope_scaling != 3) {
+        snprintf(errbuf, errlen, "%s rope scaling in a deepseek2 (MLA) model is not supported "
+                 "(only yarn)", m->rope_scaling == 1 ? "linear" : "llama3");
         return TY_ENOTSUP;
     }
     if ((rc = make_rope(m)))
         return rc;
+    if (c->kv_lora_rank && m->rope_scaling == 3) {
+        /* llama.cpp's deepseek2 graph: the cos/sin scale (attn_factor_org) times
+         * 1 + 0.1 mscale_all_dim ln(factor), squared, pre-scales the scores */
+        float ms = m->rope_mscale *
+                   (1.0f + 0.1f * m->rope_yarn_log_mul * logf(1.0f / m->rope_freq_scale));
+        c->kq_scale = ms * ms / sqrtf((float)(c->qk_nope_dim + c->rope_dim));
+    }
     set_windows(m);
     c->weight_type = c->kv_lora_rank ? m->layers[0].wkv_a.type : m->layers[0].wq.type;
     char swa[24] = "", moe[24] = "";

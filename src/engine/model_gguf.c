@@ -149,10 +149,14 @@ static int read_rope_scaling(struct ty_model *m, const char *arch, char *errbuf,
             key_f32(m->gguf, arch, "rope.scaling.attn_factor", &m->rope_attn_factor);
             key_f32(m->gguf, arch, "rope.scaling.yarn_beta_fast", &m->rope_beta_fast);
             key_f32(m->gguf, arch, "rope.scaling.yarn_beta_slow", &m->rope_beta_slow);
-            float mul;
-            if (key_f32(m->gguf, arch, "rope.scaling.yarn_log_multiplier", &mul) && mul != 0) {
+            float mul = 0;
+            key_f32(m->gguf, arch, "rope.scaling.yarn_log_multiplier", &mul);
+            if (mul != 0 && m->cfg.arch == TY_MODEL_ARCH_DEEPSEEK2) {
+                m->rope_yarn_log_mul = mul / 0.1f; /* llama.cpp cancels the converter's 0.1 */
+            } else if (mul != 0) {
                 snprintf(errbuf, errlen, "yarn rope scaling with %s.rope.scaling."
-                         "yarn_log_multiplier (DeepSeek's mscale) is not supported", arch);
+                         "yarn_log_multiplier (DeepSeek's mscale) is only supported for "
+                         "deepseek2", arch);
                 return TY_ENOTSUP;
             }
         }

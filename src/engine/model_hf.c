@@ -205,7 +205,18 @@ static int read_rope_scaling(struct ty_model *m, json_t *cfg, char *errbuf, size
         m->rope_beta_fast = cfg_f32(rs, "beta_fast", 0);
         m->rope_beta_slow = cfg_f32(rs, "beta_slow", 0);
         m->rope_attention_factor = cfg_f32(rs, "attention_factor", 0);
-        if (json_object_get(rs, "mscale") || json_object_get(rs, "mscale_all_dim")) {
+        json_t *msa = json_object_get(rs, "mscale_all_dim");
+        if (m->cfg.arch == TY_MODEL_ARCH_DEEPSEEK2) {
+            /* llama.cpp's reading of DeepSeek's YaRN (converter: yarn_log_multiplier =
+             * 0.1 mscale_all_dim; mscale taken as mscale_all_dim when that is not 1, else 1) */
+            float L = cfg_f32(rs, "mscale_all_dim", 0), ms = cfg_f32(rs, "mscale", 1.0f);
+            if (!json_is_number(msa) || !(L > 0) || ms != (L != 1.0f ? L : 1.0f)) {
+                snprintf(errbuf, errlen, "deepseek_v3 yarn rope_scaling needs mscale_all_dim "
+                         "> 0 and mscale equal to it (or 1 with mscale_all_dim 1)");
+                return TY_ENOTSUP;
+            }
+            m->rope_yarn_log_mul = L;
+        } else if (json_object_get(rs, "mscale") || msa) {
             snprintf(errbuf, errlen, "yarn rope_scaling with mscale / mscale_all_dim "
                      "(DeepSeek's) is not supported");
             return TY_ENOTSUP;

@@ -7,9 +7,9 @@ renamed to one of the same length, a value rewritten), so the rest of the file s
 - no attention.key_length_mla (the unsplit attn_kv_b form of old converters);
 - expert_gating_func 3 (softmax of the top-k) instead of sigmoid;
 - a tensor attn_kv_b (the unsplit form; named in place of a layer's attn_norm);
-- YaRN rope scaling (DeepSeek's mscale is not implemented);
-- an HF deepseek_v3 directory with topk_method group_limited_greedy (V2's group maximum) or
-  scoring_func sqrtsoftplus;
+- an HF deepseek_v3 directory with topk_method group_limited_greedy (V2's group maximum),
+  scoring_func sqrtsoftplus, or YaRN with an mscale llama.cpp would not assume (0.5 beside
+  mscale_all_dim 1);
 and the unchanged file and directory load and generate (the controls)."""
 import json
 import os
@@ -65,21 +65,22 @@ with tempfile.TemporaryDirectory(prefix="tycho-ds2-") as tmp:
     v = os.path.join(tmp, "kv-b.gguf")
     patch(base, v, b"blk.1.attn_norm.weight", b"blk.1.attn_kv_b.weight")
     expect(v, "unsplit MLA kv_b form")
-    v = os.path.join(tmp, "yarn.gguf")
-    mkmodel(v, ("--yarn", "4,64"))
-    expect(v, "rope scaling in a deepseek2 (MLA) model")
     hf = os.path.join(tmp, "hf")
     mkmodel(os.path.join(tmp, "hf.gguf"), ("--hf", hf))
     expect(hf, None)
     for key, val, want in (("topk_method", "group_limited_greedy", "topk_method"),
-                           ("scoring_func", "sqrtsoftplus", "scoring_func")):
+                           ("scoring_func", "sqrtsoftplus", "scoring_func"),
+                           ("rope_scaling", {"rope_type": "yarn", "factor": 4.0,
+                                             "original_max_position_embeddings": 64,
+                                             "mscale": 0.5, "mscale_all_dim": 1.0},
+                            "mscale equal to it")):
         with open(os.path.join(hf, "config.json")) as fh:
             cfg = json.load(fh)
         cfg[key] = val
         with open(os.path.join(hf, "config.json"), "w") as fh:
             json.dump(cfg, fh)
         expect(hf, want)
-        cfg[key] = {"topk_method": "noaux_tc", "scoring_func": "sigmoid"}[key]
+        cfg[key] = {"topk_method": "noaux_tc", "scoring_func": "sigmoid", "rope_scaling": None}[key]
         with open(os.path.join(hf, "config.json"), "w") as fh:
             json.dump(cfg, fh)
 print("%d failures" % failures)

@@ -81,6 +81,10 @@ const archs = [
     // kv_b_proj whole (the GGUF's k_b transposed back and v_b, per head).
     {arch: "deepseek2", args: ["--untied", "--head-dim", "32"], types: ["f32", "q8_0", "q4_0"],
      seedOffset: 7},
+    // DeepSeek's YaRN (yarn_log_multiplier 0.1, HF mscale_all_dim 1): the rope part's ramp over
+    // its 16 dims, and the scores pre-scaled by (1 + 0.1 ln factor)^2 as llama.cpp's graph does
+    {arch: "deepseek2", name: "deepseek2-yarn", args: ["--untied", "--head-dim", "32", "--yarn",
+                                                       "4,64"], types: ["f32"], seedOffset: 7},
 ].filter(({arch, name}) => !process.env.ARCHS || process.env.ARCHS.split(",").includes(name || arch));
 const tmp = mkdtempSync(path.join(os.tmpdir(), "tycho-archs-"));
 const same = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
