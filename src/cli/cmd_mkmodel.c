@@ -27,6 +27,8 @@ struct dims {
     uint32_t experts, experts_used; /* mixture of experts (an --arch with them); ffn each */
     float yarn_factor; /* YaRN rope scaling by this factor (0: none) ... */
     uint32_t yarn_orig; /* ... of an original context of this many tokens */
+    bool ds_v2; /* deepseek2 with DeepSeek-V2's routing: softmax, no selection bias or groups,
+                 * weights not renormalised nor scaled */
 };
 
 static const struct {
@@ -34,11 +36,11 @@ static const struct {
     struct dims d;
 } presets[] = {
     /* ~110M: llama2.c's stories110M shape, tied embeddings over the 32k Llama-2 vocab */
-    {"110m", {768, 12, 12, 12, 2048, 32000, 1024, true, 0, 0, 0, 0, 0, 0}},
+    {"110m", {768, 12, 12, 12, 2048, 32000, 1024, true, 0, 0, 0, 0, 0, 0, false}},
     /* ~1.1B: TinyLlama-1.1B shape (GQA 32/4) */
-    {"1b", {2048, 22, 32, 4, 5632, 32000, 2048, false, 0, 0, 0, 0, 0, 0}},
+    {"1b", {2048, 22, 32, 4, 5632, 32000, 2048, false, 0, 0, 0, 0, 0, 0, false}},
     /* a small file for tests */
-    {"tiny", {64, 2, 4, 2, 128, 32000, 256, true, 0, 0, 0, 0, 0, 0}},
+    {"tiny", {64, 2, 4, 2, 128, 32000, 256, true, 0, 0, 0, 0, 0, 0, false}},
 };
 
 /* An architecture: the --arch name, as llama.cpp names it in GGUF (general.architecture and
@@ -89,7 +91,7 @@ struct mla_dims {
 static struct mla_dims mla_dims(const struct dims *d)
 {
     uint32_t hd = d->head_dim ? d->head_dim : d->dim / d->heads;
-    bool grouped = d->experts % 4 == 0 && d->experts_used <= d->experts / 2;
+    bool grouped = d->experts % 4 == 0 && d->experts_used <= d->experts / 2 && !d->ds_v2;
     return (struct mla_dims){hd, hd / 2, hd, d->dim / 2, d->dim / 2, d->layers > 1,
                              grouped ? 4 : 0, grouped ? 2 : 0};
 }
@@ -275,10 +277,10 @@ static int add_kv(ty_gguf_writer_t *w, const struct dims *d, const struct arch_s
         rc |= KV_U32("leading_dense_block_count", md.dense_lead);
         rc |= KV_U32("expert_feed_forward_length", d->ffn);
         rc |= KV_U32("expert_shared_count", 1);
-        rc |= KV_F32("expert_weights_scale", 2.5f);
+        rc |= KV_F32("expert_weights_scale", d->ds_v2 ? 1.0f : 2.5f);
         snprintf(key, sizeof(key), "%s.expert_weights_norm", a->gguf);
-        rc |= ty_gguf_writer_kv_bool(w, key, true);
-        rc |= KV_U32("expert_gating_func", 2); /* sigmoid */
+        rc |= ty_gguf_writer_kv_bool(w, key, !d->ds_v2);
+        rc |= KV_U32("expert_gating_func", d->ds_v2 ? 1 : 2); /* softmax, sigmoid */
         if (md.groups) {
             rc |= KV_U32("expert_group_count", md.groups);
             rc |= KV_U32("expert_group_used_count", md.groups_used);
@@ -466,8 +468,9 @@ static size_t deepseek_layer(struct tspec *t, const struct dims *d, uint32_t l, 
         return n;
     }
     DT("ffn_gate_inp.weight", "mlp.gate.weight", TY_GGML_F32, d->dim, d->experts, TK_ROUTER);
-    DT("exp_probs_b.bias", "mlp.gate.e_score_correction_bias", TY_GGML_F32, d->experts, 1,
-       TK_BIAS);
+    if (!d->ds_v2)
+        DT("exp_probs_b.bias", "mlp.gate.e_score_correction_bias", TY_GGML_F32, d->experts, 1,
+           TK_BIAS);
     DT("ffn_gate_exps.weight", "mlp.experts.%u.gate_proj.weight", type, d->dim, d->ffn,
        TK_MATRIX);
     t[n - 1].nd = 3, t[n - 1].ne[2] = d->experts;
@@ -571,7 +574,7 @@ static void usage(FILE *f)
                "         [--arch llama|qwen2|qwen3|qwen3moe|mixtral|deepseek2]\n"
                "         [--head-dim N] [--untied]\n"
                "         [--seed S] [--sliding-window N] [--yarn FACTOR,ORIG_CTX]\n"
-               "         [--experts N] [--experts-used K] [--hf DIR]\n"
+               "         [--experts N] [--experts-used K] [--deepseek-v2] [--hf DIR]\n"
                "  --type: the matrices' ggml type (norms and biases stay f32); q4_k_m is\n"
                "          llama.cpp's mix (Q4_K, Q6_K output and some attn_v / ffn_down)\n"
                "  --vocab-from bytes: a built-in 259-token byte-fallback vocabulary (no donor file)\n"
@@ -581,6 +584,8 @@ static void usage(FILE *f)
                "          deepseek2 (DeepSeek-V3's shape: MLA with a latent of D/2 and a rope\n"
                "          part of head_dim/2, a dense first layer, sigmoid-routed experts in 4\n"
                "          groups with a selection bias, a shared expert; HF deepseek_v3)\n"
+               "  --deepseek-v2: deepseek2 with DeepSeek-V2's routing (softmax, no bias or\n"
+               "          groups, weights neither renormalised nor scaled)\n"
                "  --head-dim: attention head size when not D/HEADS (as Qwen3 models have)\n"
                "  --untied: a separate output matrix instead of the embeddings\n"
                "  --sliding-window N: Mistral-style attention over the last N tokens on every\n"
@@ -647,11 +652,14 @@ static int write_hf_config(const char *dir, const struct dims *d, const struct a
                    "  \"v_head_dim\": %u,\n  \"n_routed_experts\": %u,\n"
                    "  \"num_experts_per_tok\": %u,\n  \"moe_intermediate_size\": %u,\n"
                    "  \"n_shared_experts\": 1,\n  \"first_k_dense_replace\": %u,\n"
-                   "  \"n_group\": %u,\n  \"topk_group\": %u,\n  \"topk_method\": \"noaux_tc\",\n"
-                   "  \"scoring_func\": \"sigmoid\",\n  \"norm_topk_prob\": true,\n"
-                   "  \"routed_scaling_factor\": 2.5",
+                   "  \"n_group\": %u,\n  \"topk_group\": %u,\n  \"topk_method\": \"%s\",\n"
+                   "  \"scoring_func\": \"%s\",\n  \"norm_topk_prob\": %s,\n"
+                   "  \"routed_scaling_factor\": %s",
                 md.q_lora, md.kv_lora, md.nope, md.rope, md.v, d->experts, d->experts_used,
-                d->ffn, md.dense_lead, md.groups ? md.groups : 1, md.groups_used ? md.groups_used : 1);
+                d->ffn, md.dense_lead, md.groups ? md.groups : 1,
+                md.groups_used ? md.groups_used : 1, d->ds_v2 ? "greedy" : "noaux_tc",
+                d->ds_v2 ? "softmax" : "sigmoid", d->ds_v2 ? "false" : "true",
+                d->ds_v2 ? "1.0" : "2.5");
     }
     if (d->yarn_factor > 0)
         fprintf(f, ",\n  \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": %.9g, "
@@ -882,6 +890,7 @@ static int run_mkmodel(int argc, char **argv)
         {"arch", 1, 0, 'a'},   {"head-dim", 1, 0, 'H'}, {"untied", 0, 0, 'U'},
         {"hf", 1, 0, 'F'},     {"help", 0, 0, 'h'},     {"sliding-window", 1, 0, 'W'},
         {"yarn", 1, 0, 'Y'},   {"experts", 1, 0, 'E'}, {"experts-used", 1, 0, 'K'},
+        {"deepseek-v2", 0, 0, '2'},
         {0, 0, 0, 0}};
     float yarn_factor = 0;
     uint32_t yarn_orig = 0;
@@ -891,7 +900,7 @@ static int run_mkmodel(int argc, char **argv)
     const struct ftype *ft = &ftypes[0];
     uint32_t hd = 0, window = 0, experts = 0, experts_used = 0;
     uint64_t seed = 1;
-    bool have = false, untied = false;
+    bool have = false, untied = false, ds_v2 = false;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -945,6 +954,7 @@ static int run_mkmodel(int argc, char **argv)
             }
             break;
         case 'E': experts = (uint32_t)strtoul(optarg, NULL, 10); break;
+        case '2': ds_v2 = true; break;
         case 'K': experts_used = (uint32_t)strtoul(optarg, NULL, 10); break;
         case 'Y': {
             char *end;
@@ -979,6 +989,11 @@ static int run_mkmodel(int argc, char **argv)
                         "--experts\n");
         return TY_CLI_EXIT_USAGE;
     }
+    if (ds_v2 && arch->moe != MOE_DEEPSEEK) {
+        fprintf(stderr, "tycho mkmodel: --deepseek-v2 needs --arch deepseek2\n");
+        return TY_CLI_EXIT_USAGE;
+    }
+    d.ds_v2 = ds_v2;
     d.yarn_factor = yarn_factor;
     d.yarn_orig = yarn_orig;
     d.tied = d.tied && !untied;

@@ -83,6 +83,11 @@ const archs = [
      seedOffset: 7},
     // DeepSeek's YaRN (yarn_log_multiplier 0.1, HF mscale_all_dim 1): the rope part's ramp over
     // its 16 dims, and the scores pre-scaled by (1 + 0.1 ln factor)^2 as llama.cpp's graph does
+    // DeepSeek-V2's routing: softmax over the router logits, no bias or groups, the top 2
+    // weights as they are (not renormalised, scale 1)
+    {arch: "deepseek2", name: "deepseek2-v2", args: ["--untied", "--head-dim", "32",
+                                                     "--deepseek-v2"], types: ["f32", "q8_0"],
+     seedOffset: 7},
     {arch: "deepseek2", name: "deepseek2-yarn", args: ["--untied", "--head-dim", "32", "--yarn",
                                                        "4,64"], types: ["f32"], seedOffset: 7},
 ].filter(({arch, name}) => !process.env.ARCHS || process.env.ARCHS.split(",").includes(name || arch));
