@@ -470,6 +470,13 @@ int ty__model_finish(struct ty_model *m, char *errbuf, size_t errlen)
                  "context %u", m->rope_factor, m->rope_orig_ctx);
         return TY_EFORMAT;
     }
+    uint32_t G = c->n_expert_groups;
+    if (G > 1 && (c->n_experts % G || !c->n_group_used || c->n_group_used > G ||
+                  c->n_experts_used > c->n_group_used * (c->n_experts / G))) {
+        snprintf(errbuf, errlen, "invalid expert groups: %u experts in %u groups, %u groups "
+                 "kept, %u experts used", c->n_experts, G, c->n_group_used, c->n_experts_used);
+        return TY_EFORMAT;
+    }
     if (c->kv_lora_rank && m->rope_scaling && m->rope_scaling != 3) {
         snprintf(errbuf, errlen, "%s rope scaling in a deepseek2 (MLA) model is not supported "
                  "(only yarn)", m->rope_scaling == 1 ? "linear" : "llama3");
@@ -485,6 +492,11 @@ int ty__model_finish(struct ty_model *m, char *errbuf, size_t errlen)
         c->kq_scale = ms * ms / sqrtf((float)(c->qk_nope_dim + c->rope_dim));
     }
     set_windows(m);
+    if (c->kv_lora_rank && c->sliding_window) { /* mla.c attends to every position */
+        snprintf(errbuf, errlen, "sliding-window attention in a deepseek2 (MLA) model is not "
+                 "supported");
+        return TY_ENOTSUP;
+    }
     c->weight_type = c->kv_lora_rank ? m->layers[0].wkv_a.type : m->layers[0].wq.type;
     char swa[24] = "", moe[24] = "";
     if (c->sliding_window)

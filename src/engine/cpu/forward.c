@@ -271,8 +271,6 @@ static void norm_heads(float *q, float *k, const struct ty_layer_weights *L,
         ty__cpu_rmsnorm(k + h * hd, k + h * hd, L->k_norm.data, hd, c->rms_eps);
 }
 
-/* q, k, v projections (+ bias, + q/k norm), rope, and the new K/V written to each token's page
- * slot. */
 /* MLA: the absorbed queries into q and each token's latent + rope row into its slot, the
  * row's first half in the K chunk and its second in the V chunk (mla.c). */
 static void mla_and_store(struct fwd *f, const struct ty_layer_weights *L)
@@ -288,6 +286,8 @@ static void mla_and_store(struct fwd *f, const struct ty_layer_weights *L)
     }
 }
 
+/* q, k, v projections (+ bias, + q/k norm), rope, and the new K/V written to each token's page
+ * slot. */
 static void qkv_and_store(struct fwd *f, const struct ty_layer_weights *L)
 {
     if (f->m->cfg.kv_lora_rank) {
@@ -592,8 +592,12 @@ static int carve(struct cpu_ctx *cc, struct fwd *f, uint32_t T, uint32_t max_ctx
     size_t cols = D > F ? (D > Q ? D : Q) : F;
     size_t mla = c->kv_lora_rank ? ty__cpu_mla_scratch(c, T) + T * (size_t)c->n_heads *
                                    c->v_head_dim : 0;
-    if (c->kv_lora_rank) /* wq_b, k_b, v_b and attn_output inputs */
-        cols = cols > (size_t)c->n_heads * c->v_head_dim ? cols : (size_t)c->n_heads * c->v_head_dim;
+    if (c->kv_lora_rank) { /* attn_output, wq_b and v_b inputs */
+        size_t mc = (size_t)c->n_heads * c->v_head_dim;
+        mc = c->q_lora_rank > mc ? c->q_lora_rank : mc;
+        mc = c->kv_lora_rank > mc ? c->kv_lora_rank : mc;
+        cols = cols > mc ? cols : mc;
+    }
     f->tile_floats = ty__cpu_matmul_scratch(cols);
     size_t E = c->n_experts, K = c->n_experts_used;
     size_t moe = E ? T * (E + 3 * D + K * D + 2 * K) + T * K + E + 1 : 0;
