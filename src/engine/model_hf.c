@@ -296,19 +296,22 @@ static int read_deepseek(struct ty_model *m, json_t *cfg, char *errbuf, size_t e
     c->n_experts_used = cfg_u32(cfg, "num_experts_per_tok", 0);
     c->dense_ffn_dim = c->ffn_dim;
     c->ffn_dim = cfg_u32(cfg, "moe_intermediate_size", 0);
-    c->shared_ffn_dim = cfg_u32(cfg, "n_shared_experts", 0) * c->ffn_dim;
-    c->n_dense_lead = cfg_u32(cfg, "first_k_dense_replace", 0);
-    c->n_expert_groups = cfg_u32(cfg, "n_group", 1);
-    c->n_group_used = cfg_u32(cfg, "topk_group", 1);
-    c->moe_norm_topk = json_is_true(json_object_get(cfg, "norm_topk_prob"));
-    c->expert_weights_scale = cfg_f32(cfg, "routed_scaling_factor", 1.0f);
-    c->moe_gating = sf && strcmp(sf, "sigmoid") == 0;
-    if ((sf && !c->moe_gating && strcmp(sf, "softmax") != 0) ||
+    /* absent routing keys take DeepseekV3Config's defaults (the sizes are required) */
+    c->shared_ffn_dim = cfg_u32(cfg, "n_shared_experts", 1) * c->ffn_dim;
+    c->n_dense_lead = cfg_u32(cfg, "first_k_dense_replace", 3);
+    c->n_expert_groups = cfg_u32(cfg, "n_group", 8);
+    c->n_group_used = cfg_u32(cfg, "topk_group", 4);
+    json_t *norm = json_object_get(cfg, "norm_topk_prob");
+    c->moe_norm_topk = !norm || json_is_true(norm);
+    c->expert_weights_scale = cfg_f32(cfg, "routed_scaling_factor", 2.5f);
+    sf = sf ? sf : "sigmoid";
+    c->moe_gating = strcmp(sf, "sigmoid") == 0;
+    if ((!c->moe_gating && strcmp(sf, "softmax") != 0) ||
         (tm && strcmp(tm, "noaux_tc") && strcmp(tm, "greedy")) ||
         (c->n_expert_groups > 1 && tm && strcmp(tm, "noaux_tc"))) {
         snprintf(errbuf, errlen, "config.json: scoring_func '%s' / topk_method '%s' not "
                  "supported (sigmoid or softmax; noaux_tc, or greedy without groups)",
-                 sf ? sf : "-", tm ? tm : "-");
+                 sf, tm ? tm : "-");
         return TY_ENOTSUP;
     }
     if (!c->kv_lora_rank || !c->rope_dim || c->rope_dim % 2 || !c->qk_nope_dim ||
