@@ -1,5 +1,6 @@
 /* `tycho mkmodel`: write a random-weight GGUF of a given shape and architecture (llama, qwen2,
- * qwen3, and the mixtures of experts qwen3moe, mixtral and deepseek2 (MLA), with llama.cpp's names and metadata), the tokenizer metadata copied from an existing
+ * qwen3, and the mixtures of experts qwen3moe, mixtral and deepseek2 (MLA), with llama.cpp's
+ * names and metadata), the tokenizer metadata copied from an existing
  * GGUF or a built-in byte vocabulary, so that the file loads in llama.cpp too; optionally the
  * same weights as a Hugging Face directory. Used to measure speed at real sizes against other
  * engines on the very same file, and to check each architecture against llama.cpp. */
@@ -1009,4 +1010,7 @@ static int run_mkmodel(int argc, char **argv)
 }
 
 const struct ty_cli_command ty_cli_cmd_mkmodel = {
-    "mkmodel", "write a random-weight GGUF (llama, qwen2, qwen3, qwen3moe, mixtral, deepseek2) of a given shape", run_mkmodel};
+    "mkmodel",
+    "write a random-weight GGUF (llama, qwen2, qwen3, qwen3moe, mixtral, deepseek2) of a given "
+    "shape",
+    run_mkmodel};

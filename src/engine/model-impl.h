@@ -30,7 +30,8 @@ struct ty_layer_weights {
     uint32_t window;                 /* sliding-window attention: keys a query sees, 0 = all */
     /* DeepSeek-V2/V3 multi-head latent attention (cfg.kv_lora_rank > 0) instead of wq/wk/wv;
      * R = kv_lora_rank, P = rope_dim, N = qk_nope_dim, H = n_heads. */
-    struct ty_weight wq_a, q_a_norm, wq_b; /* low-rank q: (q_lora, dim) (q_lora) (H*(N+P), q_lora) */
+    /* low-rank q: (q_lora, dim), (q_lora), (H*(N+P), q_lora) */
+    struct ty_weight wq_a, q_a_norm, wq_b;
     struct ty_weight wkv_a;          /* (R + P, dim): the latent, then the shared rope key */
     struct ty_weight kv_a_norm;      /* (R) */
     struct ty_weight wk_b;           /* (H*R, N): per head h rows h*R.. map q_nope to the latent */
@@ -43,7 +44,8 @@ struct ty_layer_weights {
 
 /* A layer's tensors by file format: the name after "blk.N." (GGUF) and after
  * "model.layers.N." (Hugging Face safetensors; NULL where the architecture names it, as the
- * expert router; NULL where a format has no such tensor), and the member of ty_layer_weights it fills. The experts' 3-D tensors are
+ * expert router; NULL where a format has no such tensor), and the member of ty_layer_weights
+ * it fills. The experts' 3-D tensors are
  * the GGUF loader's own (one view per expert). */
 struct ty__layer_tensor {
     const char *gguf, *hf;

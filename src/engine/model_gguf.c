@@ -167,9 +167,10 @@ static int read_rope_scaling(struct ty_model *m, const char *arch, char *errbuf,
     }
     const struct ty_gguf_tensor *rf = ty_gguf_find_tensor(m->gguf, "rope_freqs.weight");
     if (rf) {
-        if (rf->type != TY_GGML_F32 || rf->n_dims != 1 || rf->ne[0] != (m->cfg.rope_dim ? m->cfg.rope_dim : m->cfg.head_dim) / 2) {
+        uint32_t rd = m->cfg.rope_dim ? m->cfg.rope_dim : m->cfg.head_dim;
+        if (rf->type != TY_GGML_F32 || rf->n_dims != 1 || rf->ne[0] != rd / 2) {
             snprintf(errbuf, errlen, "rope_freqs.weight must be F32 of %u elements",
-                     (m->cfg.rope_dim ? m->cfg.rope_dim : m->cfg.head_dim) / 2);
+                     rd / 2);
             return TY_EFORMAT;
         }
         m->rope_freqs = rf->data;

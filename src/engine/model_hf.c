@@ -1,5 +1,6 @@
 /* Hugging Face directory loader: config.json (LlamaForCausalLM, MistralForCausalLM,
- * Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM), model.safetensors or model.safetensors.index.json shards, and the
+ * Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM,
+ * DeepseekV3ForCausalLM), model.safetensors or model.safetensors.index.json shards, and the
  * tokenizer through ty_tokenizer_load_json(). Safetensors (huggingface/safetensors README):
  * u64 LE header length N, N bytes of JSON {name: {dtype, shape, data_offsets: [begin, end]}},
  * then the data; offsets are relative to the end of the header. */

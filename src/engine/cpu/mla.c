@@ -116,9 +116,9 @@ void ty__cpu_mla_values(ty_cpu_pool_t *pool, const struct ty_model *m,
     uint32_t H = c->n_heads, P = c->rope_dim, R = c->kv_lora_rank, V = c->v_head_dim;
     float *gin = scratch, *gout = scratch + (size_t)T * R; /* (T, R) (T, V) */
     for (uint32_t h = 0; h < H; h++) {
+        uint64_t hf_first = (uint64_t)h * (c->qk_nope_dim + V) + c->qk_nope_dim;
         struct ty_weight vb = L->wv_b.data ? head_view(&L->wv_b, (uint64_t)h * V, V)
-                                           : head_view(&L->wkv_b, (uint64_t)h * (c->qk_nope_dim + V) +
-                                                                      c->qk_nope_dim, V);
+                                           : head_view(&L->wkv_b, hf_first, V);
         head_matmul(pool, &vb, att + (size_t)h * (R + P), (size_t)H * (R + P), out + h * V,
                     (size_t)H * V, T, gin, gout, tile, tile_floats);
     }
