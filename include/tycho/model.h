@@ -5,9 +5,10 @@
  * the Llama family (Llama 2/3 with llama3 rope scaling, Mistral, TinyLlama, SmolLM), Qwen2
  * (q/k/v bias), Qwen3 dense (per-head q/k RMSNorm, head_dim free of dim/heads), and the
  * mixtures of experts Qwen3-MoE, Mixtral (GGUF llama with experts) and gpt-oss (GGUF:
- * attention sinks, alternating sliding/full layers, YaRN, biased MXFP4 experts); tied or
- * untied output; GQA. Weights stay in the file mappings (F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K/
- * MXFP4), but for HF gpt_oss's fused experts, re-laid at load into one anonymous mapping.
+ * attention sinks, alternating sliding/full layers, YaRN, biased MXFP4 experts), DeepSeek-V2/V3
+ * (MLA, shared + routed experts; GGUF deepseek2, HF deepseek_v3); tied or untied output; GQA.
+ * Weights stay in the file mappings (F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K/MXFP4), but for HF
+ * gpt_oss's fused experts, re-laid at load into one anonymous mapping.
  * A ty_model_t is immutable after ty_model_load() and may be shared by any threads; it must
  * outlive every engine, pool or backend that uses it.
  */
@@ -27,6 +28,7 @@ enum ty_model_arch {
     TY_MODEL_ARCH_QWEN3 = 2,
     TY_MODEL_ARCH_QWEN3MOE = 3, /* Qwen3 attention, mixture-of-experts FFN */
     TY_MODEL_ARCH_GPTOSS = 4,   /* gpt-oss: attention sinks, biased experts, SwiGLU-OAI */
+    TY_MODEL_ARCH_DEEPSEEK2 = 5, /* DeepSeek-V2/V3: MLA attention, shared + routed experts */
 };
 
 enum ty_rope_kind {
@@ -74,6 +76,21 @@ struct ty_model_config {
      * widest window): their KV pages may be released. 0 = some layer reads everything. */
     uint32_t kv_window;
     uint32_t weight_type; /* enum ty_ggml_type of the largest matrices (for display) */
+    /* DeepSeek-V2/V3 (arch TY_MODEL_ARCH_DEEPSEEK2): multi-head latent attention. Each token's
+     * KV is one row of kv_lora_rank (the RMS-normed latent) + rope_dim (the roped shared key
+     * part), stored as two halves in a page's K and V chunks: so n_kv_heads is 1 and head_dim
+     * is (kv_lora_rank + rope_dim) / 2, and the pool's bytes are the latent's. rope_dim is the
+     * rope width (head_dim for every other architecture). A head's query is qk_nope_dim + rope_dim
+     * wide (from wq, or wq_a/q_a_norm/wq_b when q_lora_rank), its no-rope part absorbed
+     * through k_b into the latent; the value is the latent read back through v_b (v_head_dim
+     * per head). Scores are scaled by kq_scale. The first n_dense_lead layers have a dense
+     * FFN of dense_ffn_dim; the others n_experts routed experts (gating: 0 softmax, 1 sigmoid
+     * with an optional selection bias, expert groups n_expert_groups of which n_group_used
+     * are kept, weights times expert_weights_scale) plus a shared expert of shared_ffn_dim. */
+    uint32_t q_lora_rank, kv_lora_rank, qk_nope_dim, v_head_dim, rope_dim;
+    uint32_t n_dense_lead, dense_ffn_dim, shared_ffn_dim;
+    uint32_t moe_gating, n_expert_groups, n_group_used;
+    float expert_weights_scale, kq_scale;
 };
 
 /* Load `path` (a .gguf file or an HF directory). On error returns TY_ENOENT, TY_EFORMAT,

@@ -1,5 +1,6 @@
 /* `tycho mkmodel`: write a random-weight GGUF of a given shape and architecture (llama, qwen2,
- * qwen3, and the mixtures of experts qwen3moe, mixtral and gpt-oss, with llama.cpp's names and metadata), the tokenizer metadata copied from an existing
+ * qwen3, and the mixtures of experts qwen3moe, mixtral, gpt-oss and deepseek2 (MLA), with
+ * llama.cpp's names and metadata), the tokenizer metadata copied from an existing
  * GGUF or a built-in byte vocabulary, so that the file loads in llama.cpp too; optionally the
  * same weights as a Hugging Face directory. Used to measure speed at real sizes against other
  * engines on the very same file, and to check each architecture against llama.cpp. */
@@ -27,6 +28,8 @@ struct dims {
     uint32_t experts, experts_used; /* mixture of experts (an --arch with them); ffn each */
     float yarn_factor; /* YaRN rope scaling by this factor (0: none) ... */
     uint32_t yarn_orig; /* ... of an original context of this many tokens */
+    bool ds_v2; /* deepseek2 with DeepSeek-V2's routing: softmax, no selection bias or groups,
+                 * weights not renormalised nor scaled */
 };
 
 static const struct {
@@ -34,11 +37,11 @@ static const struct {
     struct dims d;
 } presets[] = {
     /* ~110M: llama2.c's stories110M shape, tied embeddings over the 32k Llama-2 vocab */
-    {"110m", {768, 12, 12, 12, 2048, 32000, 1024, true, 0, 0, 0, 0, 0, 0}},
+    {"110m", {768, 12, 12, 12, 2048, 32000, 1024, true, 0, 0, 0, 0, 0, 0, false}},
     /* ~1.1B: TinyLlama-1.1B shape (GQA 32/4) */
-    {"1b", {2048, 22, 32, 4, 5632, 32000, 2048, false, 0, 0, 0, 0, 0, 0}},
+    {"1b", {2048, 22, 32, 4, 5632, 32000, 2048, false, 0, 0, 0, 0, 0, 0, false}},
     /* a small file for tests */
-    {"tiny", {64, 2, 4, 2, 128, 32000, 256, true, 0, 0, 0, 0, 0, 0}},
+    {"tiny", {64, 2, 4, 2, 128, 32000, 256, true, 0, 0, 0, 0, 0, 0, false}},
 };
 
 /* An architecture: the --arch name, as llama.cpp names it in GGUF (general.architecture and
@@ -47,7 +50,7 @@ static const struct {
  * 3-D expert tensors (GGUF) or per-expert matrices (HF, names with %u for the expert). */
 /* MOE_GPTOSS: llama.cpp's openai-moe (HF: hf_op's layout): q/k/v/output biases, attention sinks,
  * post_attention_norm as the FFN norm, a biased router, biased experts, sliding even layers */
-enum moe_kind { MOE_NONE, MOE_QWEN3, MOE_MIXTRAL, MOE_GPTOSS };
+enum moe_kind { MOE_NONE, MOE_QWEN3, MOE_MIXTRAL, MOE_GPTOSS, MOE_DEEPSEEK };
 struct arch_spec {
     const char *name, *gguf, *hf_type, *hf_class;
     bool qkv_bias, qk_norm;
@@ -75,7 +78,28 @@ static const struct arch_spec arches[] = {
       "block_sparse_moe.experts.%u.w2.weight"}},
     {"gpt-oss", "gpt-oss", "gpt_oss", "GptOssForCausalLM", true, false, false, 1e-5f,
      MOE_GPTOSS, NULL, {NULL}},
+    /* DeepSeek-V3's shape: MLA, a leading dense layer, then sigmoid-gated experts in groups
+     * with a selection bias and a shared expert (mla_dims); HF keeps kv_b_proj whole */
+    {"deepseek2", "deepseek2", "deepseek_v3", "DeepseekV3ForCausalLM", false, false, false,
+     1e-6f, MOE_DEEPSEEK, "mlp.gate.weight",
+     {"mlp.experts.%u.gate_proj.weight", "mlp.experts.%u.up_proj.weight",
+      "mlp.experts.%u.down_proj.weight"}},
 };
+
+/* deepseek2's MLA sizes from the shape: a head's no-rope query/key part and its value are
+ * head_dim wide, its rope part half that; the latent and the low-rank query dim / 2. The
+ * first layer is dense; 4 expert groups of which 2 are kept when the experts divide. */
+struct mla_dims {
+    uint32_t nope, rope, v, kv_lora, q_lora, dense_lead, groups, groups_used;
+};
+
+static struct mla_dims mla_dims(const struct dims *d)
+{
+    uint32_t hd = d->head_dim ? d->head_dim : d->dim / d->heads;
+    bool grouped = d->experts % 4 == 0 && d->experts_used <= d->experts / 2 && !d->ds_v2;
+    return (struct mla_dims){hd, hd / 2, hd, d->dim / 2, d->dim / 2, d->layers > 1,
+                             grouped ? 4 : 0, grouped ? 2 : 0};
+}
 
 /* --type: the matrices' ggml type, or a llama.cpp-style mix. q4_k_m is llama.cpp's Q4_K_M
  * (llama_tensor_get_type): Q4_K matrices, Q6_K for the output and for attn_v and ffn_down in
@@ -132,6 +156,8 @@ struct tspec {
     enum tkind kind;
     uint32_t permute_heads; /* HF: rows in rotate_half order, this many heads (0: as is) */
     enum hf_op hf_op;       /* HF: how the tensor is laid out there */
+    uint32_t kvb_v; /* deepseek2 attn_k_b: HF writes it with the next spec (attn_v_b, v_head
+                     * kvb_v) as one kv_b_proj, per head N rows of k (transposed) then v */
 };
 
 struct fill_ctx {
@@ -241,10 +267,12 @@ static int add_kv(ty_gguf_writer_t *w, const struct dims *d, const struct arch_s
     rc |= KV_U32("block_count", d->layers);
     rc |= KV_U32("feed_forward_length", d->ffn);
     rc |= KV_U32("attention.head_count", d->heads);
-    rc |= KV_U32("attention.head_count_kv", d->kv_heads);
-    rc |= KV_U32("attention.key_length", hd);
-    rc |= KV_U32("attention.value_length", hd);
-    rc |= KV_U32("rope.dimension_count", hd);
+    if (a->moe != MOE_DEEPSEEK) {
+        rc |= KV_U32("attention.head_count_kv", d->kv_heads);
+        rc |= KV_U32("attention.key_length", hd);
+        rc |= KV_U32("attention.value_length", hd);
+        rc |= KV_U32("rope.dimension_count", hd);
+    }
     rc |= KV_F32("attention.layer_norm_rms_epsilon", a->rms_eps);
     rc |= KV_F32("rope.freq_base", 10000.0f);
     if (d->window) /* the key llama.cpp names LLM_KV_ATTENTION_SLIDING_WINDOW */
@@ -255,11 +283,35 @@ static int add_kv(ty_gguf_writer_t *w, const struct dims *d, const struct arch_s
         if (a->moe == MOE_QWEN3 || a->moe == MOE_GPTOSS)
             rc |= KV_U32("expert_feed_forward_length", d->ffn);
     }
+    if (a->moe == MOE_DEEPSEEK) { /* llama.cpp's DeepseekV2Model converter's keys */
+        struct mla_dims md = mla_dims(d);
+        rc |= KV_U32("attention.head_count_kv", 1);
+        rc |= KV_U32("attention.key_length", md.kv_lora + md.rope);
+        rc |= KV_U32("attention.value_length", md.kv_lora);
+        rc |= KV_U32("attention.key_length_mla", md.nope + md.rope);
+        rc |= KV_U32("attention.value_length_mla", md.v);
+        rc |= KV_U32("rope.dimension_count", md.rope);
+        rc |= KV_U32("attention.q_lora_rank", md.q_lora);
+        rc |= KV_U32("attention.kv_lora_rank", md.kv_lora);
+        rc |= KV_U32("leading_dense_block_count", md.dense_lead);
+        rc |= KV_U32("expert_feed_forward_length", d->ffn);
+        rc |= KV_U32("expert_shared_count", 1);
+        rc |= KV_F32("expert_weights_scale", d->ds_v2 ? 1.0f : 2.5f);
+        snprintf(key, sizeof(key), "%s.expert_weights_norm", a->gguf);
+        rc |= ty_gguf_writer_kv_bool(w, key, !d->ds_v2);
+        rc |= KV_U32("expert_gating_func", d->ds_v2 ? 1 : 2); /* softmax, sigmoid */
+        if (md.groups) {
+            rc |= KV_U32("expert_group_count", md.groups);
+            rc |= KV_U32("expert_group_used_count", md.groups_used);
+        }
+    }
     if (d->yarn_factor > 0) {
         snprintf(key, sizeof(key), "%s.rope.scaling.type", a->gguf);
         rc |= ty_gguf_writer_kv_str(w, key, "yarn");
         rc |= KV_F32("rope.scaling.factor", d->yarn_factor);
         rc |= KV_U32("rope.scaling.original_context_length", d->yarn_orig);
+        if (a->moe == MOE_DEEPSEEK) /* the converter's 0.1 * mscale_all_dim (V3's: 1) */
+            rc |= KV_F32("rope.scaling.yarn_log_multiplier", 0.1f);
     }
 #undef KV_U32
 #undef KV_F32
@@ -395,6 +447,7 @@ static void spec(struct tspec *t, const char *gguf, const char *hf, uint32_t typ
     t->kind = kind;
     t->permute_heads = 0;
     t->hf_op = HF_AS_IS;
+    t->kvb_v = 0;
 }
 
 /* gpt-oss's layer after attn_output: the output's bias, the
@@ -434,6 +487,65 @@ static size_t gptoss_layer(struct tspec *t, size_t n, uint32_t l, const struct d
     return n;
 }
 
+/* A deepseek2 layer after its attn_norm, llama.cpp's names (room for 17): MLA's low-rank q,
+ * the latent + rope projection, k_b and v_b (3-D: one matrix per head), then a dense FFN in
+ * the leading layers, else the F32 router, the selection bias, the experts and the shared
+ * expert. */
+static size_t deepseek_layer(struct tspec *t, const struct dims *d, uint32_t l, uint32_t type)
+{
+    struct mla_dims md = mla_dims(d);
+    uint32_t H = d->heads;
+    size_t n = 0;
+    char g[64];
+    char h[96];
+#define DT(name, hname, ty, cols, rows, kind)                                                     \
+    do {                                                                                          \
+        snprintf(g, sizeof(g), "blk.%u.%s", l, name);                                             \
+        snprintf(h, sizeof(h), "model.layers.%u.%s", l, hname);                                   \
+        spec(&t[n++], g, hname[0] ? h : "", ty, cols, rows, kind);                                \
+    } while (0)
+    DT("attn_q_a.weight", "self_attn.q_a_proj.weight", type, d->dim, md.q_lora, TK_MATRIX);
+    DT("attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight", type, md.q_lora, 1, TK_QKNORM);
+    DT("attn_q_b.weight", "self_attn.q_b_proj.weight", type, md.q_lora, H * (md.nope + md.rope),
+       TK_MATRIX);
+    DT("attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight", type, d->dim,
+       md.kv_lora + md.rope, TK_MATRIX);
+    DT("attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight", type, md.kv_lora, 1,
+       TK_QKNORM);
+    DT("attn_k_b.weight", "self_attn.kv_b_proj.weight", type, md.nope, md.kv_lora, TK_MATRIX);
+    t[n - 1].nd = 3, t[n - 1].ne[2] = H, t[n - 1].kvb_v = md.v;
+    DT("attn_v_b.weight", "", type, md.kv_lora, md.v, TK_MATRIX); /* HF: in kv_b_proj */
+    t[n - 1].nd = 3, t[n - 1].ne[2] = H;
+    DT("attn_output.weight", "self_attn.o_proj.weight", type, H * md.v, d->dim, TK_MATRIX);
+    DT("ffn_norm.weight", "post_attention_layernorm.weight", type, d->dim, 1, TK_ONES);
+    if (l < md.dense_lead) {
+        DT("ffn_gate.weight", "mlp.gate_proj.weight", type, d->dim, d->ffn, TK_MATRIX);
+        DT("ffn_down.weight", "mlp.down_proj.weight", type, d->ffn, d->dim, TK_MATRIX);
+        DT("ffn_up.weight", "mlp.up_proj.weight", type, d->dim, d->ffn, TK_MATRIX);
+        return n;
+    }
+    DT("ffn_gate_inp.weight", "mlp.gate.weight", TY_GGML_F32, d->dim, d->experts, TK_ROUTER);
+    if (!d->ds_v2)
+        DT("exp_probs_b.bias", "mlp.gate.e_score_correction_bias", TY_GGML_F32, d->experts, 1,
+           TK_BIAS);
+    DT("ffn_gate_exps.weight", "mlp.experts.%u.gate_proj.weight", type, d->dim, d->ffn,
+       TK_MATRIX);
+    t[n - 1].nd = 3, t[n - 1].ne[2] = d->experts;
+    DT("ffn_down_exps.weight", "mlp.experts.%u.down_proj.weight", type, d->ffn, d->dim,
+       TK_MATRIX);
+    t[n - 1].nd = 3, t[n - 1].ne[2] = d->experts;
+    DT("ffn_up_exps.weight", "mlp.experts.%u.up_proj.weight", type, d->dim, d->ffn, TK_MATRIX);
+    t[n - 1].nd = 3, t[n - 1].ne[2] = d->experts;
+    DT("ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight", type, d->dim, d->ffn,
+       TK_MATRIX);
+    DT("ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight", type, d->ffn, d->dim,
+       TK_MATRIX);
+    DT("ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight", type, d->dim, d->ffn,
+       TK_MATRIX);
+#undef DT
+    return n;
+}
+
 /* Every tensor of the model, in file order, into t (room for 5 + 20 per layer); returns the
  * count. Names follow llama.cpp (GGUF) and transformers (HF). */
 static size_t build_specs(struct tspec *t, const struct dims *d, const struct arch_spec *a,
@@ -458,6 +570,10 @@ static size_t build_specs(struct tspec *t, const struct dims *d, const struct ar
     } while (0)
 #define LT(gs, hs, cols, rows, kind) LT_TYPE(gs, hs, type, cols, rows, kind)
         LT("attn_norm.weight", "input_layernorm.weight", d->dim, 1, TK_ONES);
+        if (a->moe == MOE_DEEPSEEK) {
+            n += deepseek_layer(t + n, d, l, type);
+            continue;
+        }
         LT("attn_q.weight", "self_attn.q_proj.weight", d->dim, q, TK_MATRIX);
         t[n - 1].permute_heads = a->hf_permute ? d->heads : 0;
         LT("attn_k.weight", "self_attn.k_proj.weight", d->dim, kv, TK_MATRIX);
@@ -516,9 +632,10 @@ static void usage(FILE *f)
     fprintf(f, "usage: tycho mkmodel (--preset 110m|1b|tiny | --dims D,LAYERS,HEADS,KV_HEADS,FFN)\n"
                "         --vocab-from TOKENIZER.gguf|bytes --out FILE.gguf\n"
                "         [--type f32|f16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|mxfp4|mxfp4_moe]\n"
-               "         [--arch llama|qwen2|qwen3|qwen3moe|mixtral|gpt-oss] [--head-dim N]\n"
-               "         [--untied] [--seed S] [--sliding-window N] [--yarn FACTOR,ORIG_CTX]\n"
-               "         [--ctx N] [--experts N] [--experts-used K] [--hf DIR]\n"
+               "         [--arch llama|qwen2|qwen3|qwen3moe|mixtral|gpt-oss|deepseek2]\n"
+               "         [--head-dim N] [--untied] [--seed S] [--sliding-window N]\n"
+               "         [--yarn FACTOR,ORIG_CTX] [--ctx N] [--experts N] [--experts-used K]\n"
+               "         [--deepseek-v2] [--hf DIR]\n"
                "  --type: the matrices' ggml type (norms and biases stay f32); q4_k_m is\n"
                "          llama.cpp's mix (Q4_K, Q6_K output and some attn_v / ffn_down);\n"
                "          mxfp4_moe llama.cpp's MXFP4_MOE (MXFP4 experts, Q8_0 elsewhere)\n"
@@ -527,6 +644,11 @@ static void usage(FILE *f)
                "          qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm); mixtures of\n"
                "          experts: qwen3moe (Qwen3-MoE), mixtral (GGUF llama with experts),\n"
                "          gpt-oss (sinks, biased experts, even layers sliding)\n"
+               "          deepseek2 (DeepSeek-V3's shape: MLA with a latent of D/2 and a rope\n"
+               "          part of head_dim/2, a dense first layer, sigmoid-routed experts in 4\n"
+               "          groups with a selection bias, a shared expert; HF deepseek_v3)\n"
+               "  --deepseek-v2: deepseek2 with DeepSeek-V2's routing (softmax, no bias or\n"
+               "          groups, weights neither renormalised nor scaled)\n"
                "  --head-dim: attention head size when not D/HEADS (as Qwen3 models have)\n"
                "  --untied: a separate output matrix instead of the embeddings\n"
                "  --sliding-window N: Mistral-style attention over the last N tokens on every\n"
@@ -596,10 +718,27 @@ static int write_hf_config(const char *dir, const struct dims *d, const struct a
             fprintf(f, "%s\"%s\"", l ? ", " : "", l % 2 ? "full_attention" : "sliding_attention");
         fprintf(f, "]");
     }
+    if (a->moe == MOE_DEEPSEEK) { /* transformers' DeepseekV3Config */
+        struct mla_dims md = mla_dims(d);
+        fprintf(f, ",\n  \"q_lora_rank\": %u,\n  \"kv_lora_rank\": %u,\n"
+                   "  \"qk_nope_head_dim\": %u,\n  \"qk_rope_head_dim\": %u,\n"
+                   "  \"v_head_dim\": %u,\n  \"n_routed_experts\": %u,\n"
+                   "  \"num_experts_per_tok\": %u,\n  \"moe_intermediate_size\": %u,\n"
+                   "  \"n_shared_experts\": 1,\n  \"first_k_dense_replace\": %u,\n"
+                   "  \"n_group\": %u,\n  \"topk_group\": %u,\n  \"topk_method\": \"%s\",\n"
+                   "  \"scoring_func\": \"%s\",\n  \"norm_topk_prob\": %s,\n"
+                   "  \"routed_scaling_factor\": %s",
+                md.q_lora, md.kv_lora, md.nope, md.rope, md.v, d->experts, d->experts_used,
+                d->ffn, md.dense_lead, md.groups ? md.groups : 1,
+                md.groups_used ? md.groups_used : 1, d->ds_v2 ? "greedy" : "noaux_tc",
+                d->ds_v2 ? "softmax" : "sigmoid", d->ds_v2 ? "false" : "true",
+                d->ds_v2 ? "1.0" : "2.5");
+    }
     if (d->yarn_factor > 0)
         fprintf(f, ",\n  \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": %.9g, "
-                   "\"original_max_position_embeddings\": %u}", (double)d->yarn_factor,
-                d->yarn_orig);
+                   "\"original_max_position_embeddings\": %u%s}", (double)d->yarn_factor,
+                d->yarn_orig, a->moe == MOE_DEEPSEEK ? ", \"mscale\": 1.0, \"mscale_all_dim\": 1.0"
+                                                    : "");
     fprintf(f, "\n}\n");
     return fclose(f) ? -errno : 0;
 }
@@ -607,7 +746,36 @@ static int write_hf_config(const char *dir, const struct dims *d, const struct a
 /* Safetensors tensors of spec t: one, or one per expert of a 3-D expert tensor. */
 static uint64_t st_count(const struct tspec *t)
 {
-    return t->nd == 3 ? t->ne[2] : 1;
+    if (!t->hf[0])
+        return 0; /* in another spec's tensor (deepseek2's attn_v_b: kv_b_proj) */
+    return t->nd == 3 && !t->kvb_v ? t->ne[2] : 1;
+}
+
+/* deepseek2's kv_b_proj (n_heads * (nope + v), kv_lora): spec t (attn_k_b, ne {nope, kv_lora,
+ * n_heads}) and the next (attn_v_b, ne {kv_lora, v, n_heads}) as HF keeps them: per head the
+ * nope rows of k (k_b transposed back), then the v rows. */
+static int kvb_compose(struct fill_ctx *fc, size_t i, const struct tspec *t, unsigned char *out)
+{
+    uint64_t N = t[0].ne[0], R = t[0].ne[1], H = t[0].ne[2], V = t[0].kvb_v;
+    size_t es = t[0].type == TY_GGML_F16 ? 2 : 4;
+    size_t kb = N * R * H * es, vb = R * V * H * es;
+    unsigned char *k = malloc(kb), *v = malloc(vb);
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return TY_ENOMEM;
+    }
+    fill(fc, i, 0, k, kb);
+    fill(fc, i + 1, 0, v, vb);
+    for (uint64_t h = 0; h < H; h++) {
+        for (uint64_t j = 0; j < N; j++)
+            for (uint64_t r = 0; r < R; r++)
+                memcpy(out + ((h * (N + V) + j) * R + r) * es, k + ((h * R + r) * N + j) * es, es);
+        memcpy(out + (h * (N + V) + N) * R * es, v + h * V * R * es, V * R * es);
+    }
+    free(k);
+    free(v);
+    return 0;
 }
 
 /* Tensor e of spec t (st_count): its name, and its bytes (each expert's the same). */
@@ -615,11 +783,13 @@ static uint64_t st_tensor(const struct tspec *t, uint64_t e, char *name, size_t 
 {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wformat-nonliteral" /* arches[]' names, %u = the expert */
-    if (t->nd == 3)
+    if (t->nd == 3 && !t->kvb_v)
         snprintf(name, cap, t->hf, (unsigned)e);
     else
         snprintf(name, cap, "%s", t->hf);
 #pragma GCC diagnostic pop
+    if (t->kvb_v)
+        return ty_ggml_type_nbytes(t->type, t->ne[2] * (t->ne[0] + t->kvb_v) * t->ne[1]);
     return ty_ggml_type_nbytes(t->type, t->ne[0] * t->ne[1]);
 }
 
@@ -693,9 +863,12 @@ static char *st_header(const struct tspec *t, size_t n, uint64_t *hlen)
                 off += t[i].hf_op != HF_SKIP ? hf_bytes(&t[i]) : 0;
                 break;
             }
-            json_t *shape = t[i].nd >= 2 ? json_pack("[II]", (json_int_t)t[i].ne[1],
-                                                     (json_int_t)t[i].ne[0])
-                                         : json_pack("[I]", (json_int_t)t[i].ne[0]);
+            json_t *shape = t[i].kvb_v ? json_pack("[II]", (json_int_t)(t[i].ne[2] *
+                                                               (t[i].ne[0] + t[i].kvb_v)),
+                                                   (json_int_t)t[i].ne[1])
+                            : t[i].nd >= 2 ? json_pack("[II]", (json_int_t)t[i].ne[1],
+                                                       (json_int_t)t[i].ne[0])
+                                           : json_pack("[I]", (json_int_t)t[i].ne[0]);
             json_object_set_new(o, name,
                                 json_pack("{s:s, s:o, s:[II]}", "dtype",
                                           t[i].type == TY_GGML_F16 ? "F16" : "F32", "shape",
@@ -759,6 +932,10 @@ static int write_hf(const char *dir, const struct tspec *t, size_t n, const stru
             unsigned char *buf = malloc(bytes), *perm = t[i].permute_heads ? malloc(bytes) : NULL;
             if (!buf || (t[i].permute_heads && !perm)) {
                 rc = TY_ENOMEM;
+            } else if (t[i].kvb_v) {
+                rc = kvb_compose(fc, i, t + i, buf);
+                if (!rc && fwrite(buf, 1, bytes, f) != bytes)
+                    rc = TY_EIO;
             } else {
                 fill(fc, i, e * bytes, buf, bytes);
                 if (perm)
@@ -812,7 +989,8 @@ static const struct arch_spec *find_arch(const char *name)
 }
 
 /* Shape checks that depend on the options together; 0 or a message on stderr. */
-static int check_shape(const struct dims *d, const struct ftype *ft, const char *hf)
+static int check_shape(const struct dims *d, const struct ftype *ft, const char *hf,
+                       const struct arch_spec *a)
 {
     uint32_t hd = head_dim(d), block = ty_ggml_type_block(ft->type);
     if (hd == 0 || hd % 2 || hd > 1024) {
@@ -824,6 +1002,14 @@ static int check_shape(const struct dims *d, const struct ftype *ft, const char 
         fprintf(stderr, "tycho mkmodel: %s needs dim, ffn and heads*head_dim to be multiples "
                         "of %u\n", ft->name, block);
         return TY_CLI_EXIT_USAGE;
+    }
+    if (a->moe == MOE_DEEPSEEK) { /* k_b rows are head_dim long, v_b and q_b rows dim / 2 */
+        uint32_t hd2 = d->head_dim ? d->head_dim : d->dim / d->heads;
+        if (hd2 % block || (d->dim / 2) % block || hd2 % 4) {
+            fprintf(stderr, "tycho mkmodel: deepseek2 %s needs head_dim and dim/2 to be "
+                            "multiples of %u (and head_dim of 4)\n", ft->name, block);
+            return TY_CLI_EXIT_USAGE;
+        }
     }
     if (hf && block > 1) {
         fprintf(stderr, "tycho mkmodel: --hf needs --type f32 or f16 (safetensors has no %s)\n",
@@ -849,7 +1035,8 @@ static int run_mkmodel(int argc, char **argv)
         {"arch", 1, 0, 'a'},   {"head-dim", 1, 0, 'H'}, {"untied", 0, 0, 'U'},
         {"hf", 1, 0, 'F'},     {"help", 0, 0, 'h'},     {"sliding-window", 1, 0, 'W'},
         {"yarn", 1, 0, 'Y'},   {"experts", 1, 0, 'E'}, {"experts-used", 1, 0, 'K'},
-        {"ctx", 1, 0, 'C'},    {0, 0, 0, 0}};
+        {"ctx", 1, 0, 'C'},    {"deepseek-v2", 0, 0, '2'},
+        {0, 0, 0, 0}};
     float yarn_factor = 0;
     uint32_t yarn_orig = 0;
     struct dims d = {0};
@@ -858,7 +1045,7 @@ static int run_mkmodel(int argc, char **argv)
     const struct ftype *ft = &ftypes[0];
     uint32_t hd = 0, window = 0, experts = 0, experts_used = 0, ctx = 0;
     uint64_t seed = 1;
-    bool have = false, untied = false;
+    bool have = false, untied = false, ds_v2 = false;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -893,7 +1080,7 @@ static int run_mkmodel(int argc, char **argv)
         case 'a':
             if (!(arch = find_arch(optarg))) {
                 fprintf(stderr, "tycho mkmodel: --arch is llama, qwen2, qwen3, qwen3moe, "
-                                "mixtral or gpt-oss\n");
+                                "mixtral, gpt-oss or deepseek2\n");
                 return TY_CLI_EXIT_USAGE;
             }
             break;
@@ -912,6 +1099,7 @@ static int run_mkmodel(int argc, char **argv)
             }
             break;
         case 'E': experts = (uint32_t)strtoul(optarg, NULL, 10); break;
+        case '2': ds_v2 = true; break;
         case 'K': experts_used = (uint32_t)strtoul(optarg, NULL, 10); break;
         case 'Y': {
             char *end;
@@ -956,11 +1144,16 @@ static int run_mkmodel(int argc, char **argv)
                         "--experts\n");
         return TY_CLI_EXIT_USAGE;
     }
+    if (ds_v2 && arch->moe != MOE_DEEPSEEK) {
+        fprintf(stderr, "tycho mkmodel: --deepseek-v2 needs --arch deepseek2\n");
+        return TY_CLI_EXIT_USAGE;
+    }
+    d.ds_v2 = ds_v2;
     d.yarn_factor = yarn_factor;
     d.yarn_orig = yarn_orig;
     d.ctx = ctx ? ctx : d.ctx;
     d.tied = d.tied && !untied;
-    int rc = check_shape(&d, ft, hf);
+    int rc = check_shape(&d, ft, hf, arch);
     if (rc)
         return rc;
     rc = write_model(&d, arch, ft, vocab, out, hf, seed);
@@ -972,4 +1165,7 @@ static int run_mkmodel(int argc, char **argv)
 }
 
 const struct ty_cli_command ty_cli_cmd_mkmodel = {
-    "mkmodel", "write a random-weight GGUF (llama, qwen2, qwen3, qwen3moe, mixtral, gpt-oss) of a given shape", run_mkmodel};
+    "mkmodel",
+    "write a random-weight GGUF (llama, qwen2, qwen3, qwen3moe, mixtral, gpt-oss, deepseek2) of "
+    "a given shape",
+    run_mkmodel};

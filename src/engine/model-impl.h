@@ -33,11 +33,24 @@ struct ty_layer_weights {
      * the router's bias (n_experts); the experts' biases, a row per expert: gate and up
      * (n_experts, ffn), down (n_experts, dim). Absent (data NULL) elsewhere. */
     struct ty_weight bo, sinks, router_b, exp_b_gate, exp_b_up, exp_b_down;
+    /* DeepSeek-V2/V3 multi-head latent attention (cfg.kv_lora_rank > 0) instead of wq/wk/wv;
+     * R = kv_lora_rank, P = rope_dim, N = qk_nope_dim, H = n_heads. */
+    /* low-rank q: (q_lora, dim), (q_lora), (H*(N+P), q_lora) */
+    struct ty_weight wq_a, q_a_norm, wq_b;
+    struct ty_weight wkv_a;          /* (R + P, dim): the latent, then the shared rope key */
+    struct ty_weight kv_a_norm;      /* (R) */
+    struct ty_weight wk_b;           /* (H*R, N): per head h rows h*R.. map q_nope to the latent */
+    struct ty_weight wv_b;           /* (H*V, R): per head the latent to the value (V = v_head) */
+    struct ty_weight wkv_b;          /* HF kv_b_proj instead of wk_b/wv_b: (H*(N+V), R), per head
+                                      * N rows of k (k_b transposed) then V rows of v */
+    struct ty_weight exp_probs_b;    /* (n_experts) expert selection bias (DeepSeek-V3) */
+    struct ty_weight sh_gate, sh_up, sh_down; /* shared expert (shared_ffn, dim) x2, (dim, .) */
 };
 
 /* A layer's tensors by file format: the name after "blk.N." (GGUF) and after
  * "model.layers.N." (Hugging Face safetensors; NULL where the architecture names it, as the
- * expert router), and the member of ty_layer_weights it fills. The experts' 3-D tensors are
+ * expert router; NULL where a format has no such tensor), and the member of ty_layer_weights
+ * it fills. The experts' 3-D tensors are
  * the GGUF loader's own (one view per expert). */
 struct ty__layer_tensor {
     const char *gguf, *hf;
@@ -102,6 +115,9 @@ struct ty_model {
     float rope_attention_factor;          /* YaRN: HF attention_factor, the cos/sin scale as is
                                            * (0: from the factor, as llama.cpp computes it) */
     uint32_t rope_orig_ctx;
+    /* DeepSeek's YaRN (deepseek2 only): mscale_all_dim (GGUF rope.scaling.yarn_log_multiplier
+     * / 0.1, llama.cpp's hparams.rope_yarn_log_mul); 0 = none */
+    float rope_yarn_log_mul;
     const float *rope_freqs;   /* GGUF rope_freqs.weight (head_dim/2), divides frequencies */
     /* sliding window as read from the file: layers swa_first_layer.. slide over swa_window
      * tokens (HF Qwen2's max_window_layers; 0 for Mistral); ty__model_finish() sets each

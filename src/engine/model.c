@@ -36,6 +36,18 @@ const struct ty__layer_tensor ty__layer_tensors[] = {
     {"attn_output.bias", "self_attn.o_proj.bias", LW(bo)},
     {"attn_sinks.weight", "self_attn.sinks", LW(sinks)},
     {"ffn_gate_inp.bias", NULL, LW(router_b)},
+    /* DeepSeek-V2/V3: GGUF's 3-D attn_k_b/attn_v_b are the GGUF loader's own; HF keeps
+     * kv_b_proj whole (no GGUF name: llama.cpp's converter splits it) */
+    {"attn_q_a.weight", "self_attn.q_a_proj.weight", LW(wq_a)},
+    {"attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight", LW(q_a_norm)},
+    {"attn_q_b.weight", "self_attn.q_b_proj.weight", LW(wq_b)},
+    {"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight", LW(wkv_a)},
+    {"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight", LW(kv_a_norm)},
+    {NULL, "self_attn.kv_b_proj.weight", LW(wkv_b)},
+    {"exp_probs_b.bias", "mlp.gate.e_score_correction_bias", LW(exp_probs_b)},
+    {"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight", LW(sh_gate)},
+    {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight", LW(sh_up)},
+    {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight", LW(sh_down)},
 };
 #undef LW
 const size_t ty__n_layer_tensors = sizeof(ty__layer_tensors) / sizeof(ty__layer_tensors[0]);
@@ -62,6 +74,9 @@ static const struct ty__arch arches[] = {
      * model_hf.c's own) */
     {"gpt-oss", TY_MODEL_ARCH_GPTOSS, TY_ROPE_NEOX, true, false, true, NULL, {NULL}},
     {"gpt_oss", TY_MODEL_ARCH_GPTOSS, TY_ROPE_NEOX, true, false, true, NULL, {NULL}},
+    /* llama.cpp's deepseek2: NORM rope on the rope part only (llama_model_rope_type) */
+    {"deepseek2", TY_MODEL_ARCH_DEEPSEEK2, TY_ROPE_NORM, false, false, true, NULL, {NULL}},
+    {"deepseek_v3", TY_MODEL_ARCH_DEEPSEEK2, TY_ROPE_NORM, false, false, true, QWEN3MOE_HF},
 };
 #undef QWEN3MOE_HF
 #undef MIXTRAL_HF
@@ -77,7 +92,7 @@ const struct ty__arch *ty__model_arch_find(const char *name, size_t len)
 const char *ty__model_arch_list(void)
 {
     return "llama (with or without experts), mistral, mixtral, qwen2, qwen3, qwen3moe, "
-           "qwen3_moe, gpt-oss, gpt_oss";
+           "qwen3_moe, gpt-oss, gpt_oss, deepseek2, deepseek_v3";
 }
 
 int ty__model_alloc_experts(struct ty_model *m)
@@ -155,6 +170,8 @@ static int check_config(const struct ty_model_config *c, char *errbuf, size_t er
     return 0;
 }
 
+static int check_experts(const struct ty_model *m, uint32_t l, char *errbuf, size_t errlen);
+
 /* A dense FFN, or (n_experts > 0) the router and every expert, and not the other kind. */
 static int check_ffn(const struct ty_model *m, uint32_t l, char *errbuf, size_t errlen)
 {
@@ -177,6 +194,15 @@ static int check_ffn(const struct ty_model *m, uint32_t l, char *errbuf, size_t 
                  "layers among expert layers are not supported)", l);
         return TY_ENOTSUP;
     }
+    return check_experts(m, l, errbuf, errlen);
+}
+
+/* The router and every expert's matrices of layer l. */
+static int check_experts(const struct ty_model *m, uint32_t l, char *errbuf, size_t errlen)
+{
+    const struct ty_model_config *c = &m->cfg;
+    const struct ty_layer_weights *L = &m->layers[l];
+    int rc;
     if ((rc = check_w(&L->router, "ffn_gate_inp (expert router)", l, c->n_experts, c->dim,
                       false, errbuf, errlen)))
         return rc;
@@ -226,12 +252,104 @@ static int check_gptoss(const struct ty_model *m, uint32_t l, char *errbuf, size
                    errlen);
 }
 
+/* DeepSeek-V2/V3's FFN: a dense one in the first n_dense_lead layers (dense_ffn_dim), else
+ * the routed experts (with an optional selection bias) and the shared expert. */
+static int check_ffn_deepseek(const struct ty_model *m, uint32_t l, char *errbuf, size_t errlen)
+{
+    const struct ty_model_config *c = &m->cfg;
+    const struct ty_layer_weights *L = &m->layers[l];
+    int rc;
+    if (l < c->n_dense_lead) {
+        if ((rc = check_w(&L->w_gate, "ffn_gate", l, c->dense_ffn_dim, c->dim, false, errbuf,
+                          errlen)) ||
+            (rc = check_w(&L->w_up, "ffn_up", l, c->dense_ffn_dim, c->dim, false, errbuf,
+                          errlen)))
+            return rc;
+        return check_w(&L->w_down, "ffn_down", l, c->dim, c->dense_ffn_dim, false, errbuf,
+                       errlen);
+    }
+    if (L->w_gate.data || L->w_up.data || L->w_down.data) {
+        snprintf(errbuf, errlen, "layer %u: a dense FFN after the %u leading dense layers "
+                 "(leading_dense_block_count)", l, c->n_dense_lead);
+        return TY_EFORMAT;
+    }
+    if ((rc = check_experts(m, l, errbuf, errlen)) ||
+        (rc = check_w(&L->exp_probs_b, "exp_probs_b", l, 1, c->n_experts, true, errbuf,
+                      errlen)))
+        return rc;
+    if (!c->shared_ffn_dim)
+        return 0;
+    if ((rc = check_w(&L->sh_gate, "ffn_gate_shexp", l, c->shared_ffn_dim, c->dim, false,
+                      errbuf, errlen)) ||
+        (rc = check_w(&L->sh_up, "ffn_up_shexp", l, c->shared_ffn_dim, c->dim, false, errbuf,
+                      errlen)))
+        return rc;
+    return check_w(&L->sh_down, "ffn_down_shexp", l, c->dim, c->shared_ffn_dim, false, errbuf,
+                   errlen);
+}
+
+/* Multi-head latent attention's tensors (cfg.kv_lora_rank > 0), GGUF names. */
+static int check_layer_mla(const struct ty_model *m, uint32_t l, char *errbuf, size_t errlen)
+{
+    const struct ty_model_config *c = &m->cfg;
+    const struct ty_layer_weights *L = &m->layers[l];
+    uint64_t H = c->n_heads, qk = c->qk_nope_dim + c->rope_dim, R = c->kv_lora_rank;
+    int rc;
+    if (c->q_lora_rank) {
+        if ((rc = check_w(&L->wq_a, "attn_q_a", l, c->q_lora_rank, c->dim, false, errbuf,
+                          errlen)) ||
+            (rc = check_w(&L->q_a_norm, "attn_q_a_norm", l, 1, c->q_lora_rank, false, errbuf,
+                          errlen)) ||
+            (rc = check_w(&L->wq_b, "attn_q_b", l, H * qk, c->q_lora_rank, false, errbuf,
+                          errlen)))
+            return rc;
+    } else if ((rc = check_w(&L->wq, "attn_q", l, H * qk, c->dim, false, errbuf, errlen))) {
+        return rc;
+    }
+    if ((rc = check_w(&L->attn_norm, "attn_norm", l, 1, c->dim, false, errbuf, errlen)) ||
+        (rc = check_w(&L->wkv_a, "attn_kv_a_mqa", l, R + c->rope_dim, c->dim, false, errbuf,
+                      errlen)) ||
+        (rc = check_w(&L->kv_a_norm, "attn_kv_a_norm", l, 1, R, false, errbuf, errlen)) ||
+        (rc = check_w(&L->wk_b, "attn_k_b", l, H * R, c->qk_nope_dim, L->wkv_b.data != NULL,
+                      errbuf, errlen)) ||
+        (rc = check_w(&L->wv_b, "attn_v_b", l, H * c->v_head_dim, R, L->wkv_b.data != NULL,
+                      errbuf, errlen)) ||
+        (rc = check_w(&L->wkv_b, "kv_b_proj", l, H * (c->qk_nope_dim + c->v_head_dim), R, true,
+                      errbuf, errlen)) ||
+        (rc = check_w(&L->wo, "attn_output", l, c->dim, H * c->v_head_dim, false, errbuf,
+                      errlen)) ||
+        (rc = check_w(&L->ffn_norm, "ffn_norm", l, 1, c->dim, false, errbuf, errlen)) ||
+        (rc = check_ffn_deepseek(m, l, errbuf, errlen)))
+        return rc;
+    if (L->wk.data || L->wv.data || L->bq.data || L->q_norm.data) {
+        snprintf(errbuf, errlen, "layer %u: attn_k/attn_v/bias/q-norm tensors in a deepseek2 "
+                 "(MLA) model", l);
+        return TY_EFORMAT;
+    }
+    const struct ty_weight *norms[] = {&L->attn_norm, &L->ffn_norm, &L->q_a_norm,
+                                       &L->kv_a_norm, &L->exp_probs_b};
+    for (size_t i = 0; i < sizeof(norms) / sizeof(norms[0]); i++)
+        if (norms[i]->data && norms[i]->type != TY_GGML_F32) {
+            snprintf(errbuf, errlen, "layer %u: norm and bias tensors must be F32 (got %s)", l,
+                     ty_ggml_type_name(norms[i]->type));
+            return TY_ENOTSUP;
+        }
+    return 0;
+}
+
 static int check_layer(const struct ty_model *m, uint32_t l, char *errbuf, size_t errlen)
 {
     const struct ty_model_config *c = &m->cfg;
     const struct ty_layer_weights *L = &m->layers[l];
     uint64_t q = (uint64_t)c->n_heads * c->head_dim, kv = (uint64_t)c->n_kv_heads * c->head_dim;
     int rc;
+    if (c->kv_lora_rank)
+        return check_layer_mla(m, l, errbuf, errlen);
+    if (L->wkv_a.data || L->wq_a.data || L->sh_gate.data || L->exp_probs_b.data) {
+        snprintf(errbuf, errlen, "layer %u: MLA, shared-expert or expert-bias tensors in a %s "
+                 "model, which has none", l, arch_name(c->arch));
+        return TY_EFORMAT;
+    }
     if ((rc = check_w(&L->attn_norm, "attn_norm", l, 1, c->dim, false, errbuf, errlen)) ||
         (rc = check_w(&L->wq, "attn_q", l, q, c->dim, false, errbuf, errlen)) ||
         (rc = check_w(&L->wk, "attn_k", l, kv, c->dim, false, errbuf, errlen)) ||
@@ -277,8 +395,8 @@ static int check_layer(const struct ty_model *m, uint32_t l, char *errbuf, size_
  * above the slow one are interpolated by 1 / factor (mix 0), a linear ramp between. */
 static int make_yarn(struct ty_model *m)
 {
-    uint32_t half = m->cfg.head_dim / 2;
-    float n_dims = (float)m->cfg.head_dim, base = m->cfg.rope_theta, orig = (float)m->rope_orig_ctx;
+    uint32_t half = m->cfg.rope_dim / 2;
+    float n_dims = (float)m->cfg.rope_dim, base = m->cfg.rope_theta, orig = (float)m->rope_orig_ctx;
     float fast = m->rope_beta_fast > 0 ? m->rope_beta_fast : 32.0f;
     float slow = m->rope_beta_slow > 0 ? m->rope_beta_slow : 1.0f;
     float start = floorf(n_dims * logf(orig / (fast * 2 * (float)M_PI)) / (2 * logf(base)));
@@ -297,6 +415,12 @@ static int make_yarn(struct ty_model *m)
         m->rope_mscale = m->rope_attention_factor;
     } else {
         float a = f <= 1.0f ? 1.0f : 0.1f * logf(f) + 1.0f;
+        float L = m->rope_yarn_log_mul;
+        if (L != 0) { /* llama.cpp's yarn_attn_factor: mscale assumed L for V2, else 1 */
+            float ms = L != 1.0f ? L : 1.0f;
+            a = (f <= 1.0f ? 1.0f : 0.1f * ms * logf(f) + 1.0f) /
+                (f <= 1.0f ? 1.0f : 0.1f * L * logf(f) + 1.0f);
+        }
         a *= 1.0f / (1.0f + 0.1f * logf(f));
         a *= m->rope_attn_factor > 0 ? m->rope_attn_factor : 1.0f;
         m->rope_mscale = a * (1.0f + 0.1f * logf(1.0f / m->rope_freq_scale));
@@ -309,13 +433,13 @@ static int make_yarn(struct ty_model *m)
  * `factor`, short ones kept, the band between interpolated. */
 static int make_rope(struct ty_model *m)
 {
-    uint32_t half = m->cfg.head_dim / 2;
-    m->rope_theta_scale = powf(m->cfg.rope_theta, -2.0f / (float)m->cfg.head_dim);
+    uint32_t half = m->cfg.rope_dim / 2;
+    m->rope_theta_scale = powf(m->cfg.rope_theta, -2.0f / (float)m->cfg.rope_dim);
     m->rope_div = malloc(half * sizeof(float));
     if (!m->rope_div)
         return TY_ENOMEM;
     for (uint32_t i = 0; i < half; i++) {
-        double f = pow((double)m->cfg.rope_theta, -2.0 * i / m->cfg.head_dim), nf = f;
+        double f = pow((double)m->cfg.rope_theta, -2.0 * i / m->cfg.rope_dim), nf = f;
         if (m->rope_freqs) {
             m->rope_div[i] = m->rope_freqs[i];
             continue;
@@ -363,6 +487,8 @@ int ty__model_finish(struct ty_model *m, char *errbuf, size_t errlen)
 {
     struct ty_model_config *c = &m->cfg;
     int rc;
+    if (!c->rope_dim)
+        c->rope_dim = c->head_dim; /* rope over whole heads (all but MLA) */
     if ((rc = check_config(c, errbuf, errlen)))
         return rc;
     if ((rc = check_w(&m->tok_embd, "token_embd", 0, c->n_vocab, c->dim, false, errbuf, errlen)) ||
@@ -393,10 +519,34 @@ int ty__model_finish(struct ty_model *m, char *errbuf, size_t errlen)
                  "context %u", m->rope_factor, m->rope_orig_ctx);
         return TY_EFORMAT;
     }
+    uint32_t G = c->n_expert_groups;
+    if (G > 1 && (c->n_experts % G || !c->n_group_used || c->n_group_used > G ||
+                  c->n_experts_used > c->n_group_used * (c->n_experts / G))) {
+        snprintf(errbuf, errlen, "invalid expert groups: %u experts in %u groups, %u groups "
+                 "kept, %u experts used", c->n_experts, G, c->n_group_used, c->n_experts_used);
+        return TY_EFORMAT;
+    }
+    if (c->kv_lora_rank && m->rope_scaling && m->rope_scaling != 3) {
+        snprintf(errbuf, errlen, "%s rope scaling in a deepseek2 (MLA) model is not supported "
+                 "(only yarn)", m->rope_scaling == 1 ? "linear" : "llama3");
+        return TY_ENOTSUP;
+    }
     if ((rc = make_rope(m)))
         return rc;
+    if (c->kv_lora_rank && m->rope_scaling == 3) {
+        /* llama.cpp's deepseek2 graph: the cos/sin scale (attn_factor_org) times
+         * 1 + 0.1 mscale_all_dim ln(factor), squared, pre-scales the scores */
+        float ms = m->rope_mscale *
+                   (1.0f + 0.1f * m->rope_yarn_log_mul * logf(1.0f / m->rope_freq_scale));
+        c->kq_scale = ms * ms / sqrtf((float)(c->qk_nope_dim + c->rope_dim));
+    }
     set_windows(m);
-    c->weight_type = m->layers[0].wq.type;
+    if (c->kv_lora_rank && c->sliding_window) { /* mla.c attends to every position */
+        snprintf(errbuf, errlen, "sliding-window attention in a deepseek2 (MLA) model is not "
+                 "supported");
+        return TY_ENOTSUP;
+    }
+    c->weight_type = c->kv_lora_rank ? m->layers[0].wkv_a.type : m->layers[0].wq.type;
     char swa[24] = "", moe[24] = "";
     if (c->sliding_window)
         snprintf(swa, sizeof(swa), " swa%u", c->sliding_window);
@@ -514,7 +664,12 @@ uint64_t ty_model_weight_bytes(const ty_model_t *m)
              wbytes(&L->q_norm) + wbytes(&L->k_norm) +
              wbytes(&L->ffn_norm) + wbytes(&L->w_gate) + wbytes(&L->w_up) + wbytes(&L->w_down) +
              wbytes(&L->bo) + wbytes(&L->sinks) + wbytes(&L->router_b);
-        if (m->cfg.n_experts) /* experts are alike: the first stands for each used one */
+        b += wbytes(&L->wq_a) + wbytes(&L->q_a_norm) + wbytes(&L->wq_b) + wbytes(&L->wkv_a) +
+             wbytes(&L->kv_a_norm) + wbytes(&L->wk_b) + wbytes(&L->wv_b) +
+             wbytes(&L->exp_probs_b) + wbytes(&L->sh_gate) + wbytes(&L->sh_up) +
+             wbytes(&L->sh_down); /* MLA and DeepSeek's shared expert */
+        if (m->cfg.n_experts && L->exp_gate[0].data) /* experts are alike: the first stands
+                                                      * for each used one */
             b += wbytes(&L->router) + m->cfg.n_experts_used * (wbytes(&L->exp_gate[0]) +
                                                                wbytes(&L->exp_up[0]) +
                                                                wbytes(&L->exp_down[0]));

@@ -1,12 +1,14 @@
 /* GGUF model loader: llama-style tensor names (blk.N.attn_q.weight, ...), hyper-parameters
  * from <arch>.* keys (head_dim from <arch>.attention.key_length where given, as Qwen3's), tokenizer from tokenizer.ggml.* keys (llama.cpp's conventions). Mixtures of experts
- * (qwen3moe, llama with expert_count) keep each layer's experts in 3-D tensors. */
+ * (qwen3moe, llama with expert_count, deepseek2) keep each layer's experts in 3-D tensors;
+ * deepseek2's MLA keys and 3-D attn_k_b / attn_v_b are read by read_mla / load_mla_b. */
 #include "model-impl.h"
 
 #include "tycho/errors.h"
 #include "tycho/gguf.h"
 #include "tycho/tokenizer.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,18 +94,51 @@ static int load_gptoss(struct ty_model *m, uint32_t l, char *errbuf, size_t errl
     return 0;
 }
 
+/* blk.l.attn_k_b.weight (ne {qk_nope, kv_lora_rank, n_heads}) and attn_v_b.weight (ne
+ * {kv_lora_rank, v_head, n_heads}), llama.cpp's converter's split of HF kv_b_proj, as 2-D
+ * views of every head's matrices back to back; the unsplit attn_kv_b is refused. */
+static int load_mla_b(struct ty_model *m, uint32_t l, char *errbuf, size_t errlen)
+{
+    static const char *const names[2] = {"attn_k_b", "attn_v_b"};
+    struct ty_weight *out[2] = {&m->layers[l].wk_b, &m->layers[l].wv_b};
+    char name[96];
+    snprintf(name, sizeof(name), "blk.%u.attn_kv_b.weight", l);
+    if (ty_gguf_find_tensor(m->gguf, name)) {
+        snprintf(errbuf, errlen, "%s: the unsplit MLA kv_b form is not supported (convert with "
+                 "a llama.cpp that writes attn_k_b and attn_v_b)", name);
+        return TY_ENOTSUP;
+    }
+    for (int i = 0; i < 2; i++) {
+        snprintf(name, sizeof(name), "blk.%u.%s.weight", l, names[i]);
+        const struct ty_gguf_tensor *t = ty_gguf_find_tensor(m->gguf, name);
+        if (!t)
+            continue; /* the shape check names what is missing */
+        if (t->n_dims != 3 || t->ne[2] != m->cfg.n_heads) {
+            snprintf(errbuf, errlen, "tensor '%s' must have 3 dimensions, the last %u (the "
+                     "model's head_count)", name, m->cfg.n_heads);
+            return TY_EFORMAT;
+        }
+        *out[i] = (struct ty_weight){t->data, t->type, t->ne[1] * t->ne[2], t->ne[0]};
+    }
+    return 0;
+}
+
 static int load_layer(struct ty_model *m, uint32_t l, char *errbuf, size_t errlen)
 {
     char name[96];
     for (size_t i = 0; i < ty__n_layer_tensors; i++) {
         const struct ty__layer_tensor *t = &ty__layer_tensors[i];
+        if (!t->gguf)
+            continue; /* HF only (kv_b_proj) */
         snprintf(name, sizeof(name), "blk.%u.%s", l, t->gguf);
         struct ty_weight *w = (struct ty_weight *)((char *)&m->layers[l] + t->off);
         int rc = get_w(m->gguf, w, name, errbuf, errlen);
         if (rc)
             return rc;
     }
-    int rc = load_experts(m, l, errbuf, errlen);
+    int rc = m->cfg.kv_lora_rank ? load_mla_b(m, l, errbuf, errlen) : 0;
+    if (!rc)
+        rc = load_experts(m, l, errbuf, errlen);
     if (!rc && m->cfg.arch == TY_MODEL_ARCH_GPTOSS)
         rc = load_gptoss(m, l, errbuf, errlen);
     return rc;
@@ -144,10 +179,14 @@ static int read_rope_scaling(struct ty_model *m, const char *arch, char *errbuf,
             key_f32(m->gguf, arch, "rope.scaling.attn_factor", &m->rope_attn_factor);
             key_f32(m->gguf, arch, "rope.scaling.yarn_beta_fast", &m->rope_beta_fast);
             key_f32(m->gguf, arch, "rope.scaling.yarn_beta_slow", &m->rope_beta_slow);
-            float mul;
-            if (key_f32(m->gguf, arch, "rope.scaling.yarn_log_multiplier", &mul) && mul != 0) {
+            float mul = 0;
+            key_f32(m->gguf, arch, "rope.scaling.yarn_log_multiplier", &mul);
+            if (mul != 0 && m->cfg.arch == TY_MODEL_ARCH_DEEPSEEK2) {
+                m->rope_yarn_log_mul = mul / 0.1f; /* llama.cpp cancels the converter's 0.1 */
+            } else if (mul != 0) {
                 snprintf(errbuf, errlen, "yarn rope scaling with %s.rope.scaling."
-                         "yarn_log_multiplier (DeepSeek's mscale) is not supported", arch);
+                         "yarn_log_multiplier (DeepSeek's mscale) is only supported for "
+                         "deepseek2", arch);
                 return TY_ENOTSUP;
             }
         }
@@ -158,9 +197,10 @@ static int read_rope_scaling(struct ty_model *m, const char *arch, char *errbuf,
     }
     const struct ty_gguf_tensor *rf = ty_gguf_find_tensor(m->gguf, "rope_freqs.weight");
     if (rf) {
-        if (rf->type != TY_GGML_F32 || rf->n_dims != 1 || rf->ne[0] != m->cfg.head_dim / 2) {
+        uint32_t rd = m->cfg.rope_dim ? m->cfg.rope_dim : m->cfg.head_dim;
+        if (rf->type != TY_GGML_F32 || rf->n_dims != 1 || rf->ne[0] != rd / 2) {
             snprintf(errbuf, errlen, "rope_freqs.weight must be F32 of %u elements",
-                     m->cfg.head_dim / 2);
+                     rd / 2);
             return TY_EFORMAT;
         }
         m->rope_freqs = rf->data;
@@ -192,6 +232,8 @@ static int read_experts(struct ty_model *m, const struct ty__arch *ai, const cha
     }
     if (key_u32(m->gguf, arch, "expert_feed_forward_length", &v))
         c->ffn_dim = v; /* qwen3moe: the experts' size; feed_forward_length a dense one's */
+    if (ai->arch == TY_MODEL_ARCH_DEEPSEEK2)
+        return 0; /* its shared experts, gating and scale: read_mla() */
     if (key_u32(m->gguf, arch, "expert_shared_count", &v) && v) {
         snprintf(errbuf, errlen, "%u shared experts (%s.expert_shared_count): not supported", v,
                  arch);
@@ -249,6 +291,73 @@ static int gptoss_params(struct ty_model *m, const char *arch, char *errbuf, siz
     return 0;
 }
 
+/* DeepSeek-V2/V3 (llama.cpp's deepseek2 keys): MLA in the split form its converter writes
+ * (attn_k_b / attn_v_b, with key_length_mla and value_length_mla), the routing of
+ * build_moe_ffn. The pool row is the latent + the rope part: one kv head of that width. */
+static int read_mla(struct ty_model *m, const char *arch, char *errbuf, size_t errlen)
+{
+    struct ty_model_config *c = &m->cfg;
+    uint32_t kl = 0, v = 0;
+    bool norm = false;
+    if (!key_u32(m->gguf, arch, "attention.kv_lora_rank", &c->kv_lora_rank) ||
+        !key_u32(m->gguf, arch, "rope.dimension_count", &c->rope_dim)) {
+        snprintf(errbuf, errlen, "missing %s.attention.kv_lora_rank or %s.rope.dimension_count",
+                 arch, arch);
+        return TY_EFORMAT;
+    }
+    if (!key_u32(m->gguf, arch, "attention.key_length_mla", &kl) ||
+        !key_u32(m->gguf, arch, "attention.value_length_mla", &c->v_head_dim)) {
+        snprintf(errbuf, errlen, "%s without %s.attention.key_length_mla/value_length_mla: the "
+                 "unsplit attn_kv_b form (old converters) is not supported", arch, arch);
+        return TY_ENOTSUP;
+    }
+    if (kl <= c->rope_dim || !c->kv_lora_rank || c->kv_lora_rank > 4096 || !c->v_head_dim ||
+        c->v_head_dim > 1024 || c->rope_dim % 2) {
+        snprintf(errbuf, errlen, "invalid %s MLA dimensions: kv_lora_rank %u key_length_mla %u "
+                 "rope %u value_length_mla %u", arch, c->kv_lora_rank, kl, c->rope_dim,
+                 c->v_head_dim);
+        return TY_EFORMAT;
+    }
+    c->qk_nope_dim = kl - c->rope_dim;
+    key_u32(m->gguf, arch, "attention.q_lora_rank", &c->q_lora_rank);
+    c->kq_scale = 1.0f / sqrtf((float)kl);
+    if (!key_u32(m->gguf, arch, "feed_forward_length", &c->dense_ffn_dim))
+        c->dense_ffn_dim = c->ffn_dim;
+    key_u32(m->gguf, arch, "leading_dense_block_count", &c->n_dense_lead);
+    if (key_u32(m->gguf, arch, "expert_shared_count", &v))
+        c->shared_ffn_dim = v * c->ffn_dim;
+    char k[128];
+    snprintf(k, sizeof(k), "%s.expert_weights_norm", arch);
+    c->moe_norm_topk = ty_gguf_get_bool(m->gguf, k, &norm) && norm; /* llama.cpp: false */
+    if (!key_f32(m->gguf, arch, "expert_weights_scale", &c->expert_weights_scale))
+        c->expert_weights_scale = 0;
+    /* llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax (the default for old V2 files),
+     * 2 sigmoid */
+    if (key_u32(m->gguf, arch, "expert_gating_func", &v) && v != 1 && v != 2) {
+        snprintf(errbuf, errlen, "expert gating function %u (%s.expert_gating_func): only "
+                 "softmax (1) and sigmoid (2) are supported", v, arch);
+        return TY_ENOTSUP;
+    }
+    c->moe_gating = v == 2;
+    key_u32(m->gguf, arch, "expert_group_count", &c->n_expert_groups);
+    key_u32(m->gguf, arch, "expert_group_used_count", &c->n_group_used);
+    float f;
+    if (key_f32(m->gguf, arch, "attention.temperature_scale", &f) && f != 0) {
+        snprintf(errbuf, errlen, "%s.attention.temperature_scale (attention temperature "
+                 "tuning) is not supported", arch);
+        return TY_ENOTSUP;
+    }
+    if ((c->kv_lora_rank + c->rope_dim) % 4) {
+        snprintf(errbuf, errlen, "%s: kv_lora_rank + rope dimension %u is not a multiple of 4 "
+                 "(the pool stores each latent row as two even halves)", arch,
+                 c->kv_lora_rank + c->rope_dim);
+        return TY_ENOTSUP;
+    }
+    c->n_kv_heads = 1; /* the pool's K and V chunks hold a latent row's two halves (mla.c) */
+    c->head_dim = (c->kv_lora_rank + c->rope_dim) / 2;
+    return 0;
+}
+
 static int read_hparams(struct ty_model *m, char *errbuf, size_t errlen)
 {
     const char *a;
@@ -287,6 +396,8 @@ static int read_hparams(struct ty_model *m, char *errbuf, size_t errlen)
         c->n_kv_heads = c->n_heads;
     if (!key_u32(m->gguf, arch, "attention.key_length", &c->head_dim))
         c->head_dim = c->n_heads ? c->dim / c->n_heads : 0;
+    if (ai->arch == TY_MODEL_ARCH_DEEPSEEK2 && (rc = read_mla(m, arch, errbuf, errlen)))
+        return rc;
     if (!key_u32(m->gguf, arch, "context_length", &c->ctx_len))
         c->ctx_len = 2048;
     if (!key_f32(m->gguf, arch, "attention.layer_norm_rms_epsilon", &c->rms_eps))

@@ -1,6 +1,7 @@
 /* Hugging Face directory loader: config.json (LlamaForCausalLM, MistralForCausalLM,
  * Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM,
- * GptOssForCausalLM with BF16/F16/F32 experts), model.safetensors or model.safetensors.index.json shards, and the
+ * GptOssForCausalLM with BF16/F16/F32 experts, DeepseekV3ForCausalLM), model.safetensors or
+ * model.safetensors.index.json shards, and the
  * tokenizer through ty_tokenizer_load_json(). Safetensors (huggingface/safetensors README):
  * u64 LE header length N, N bytes of JSON {name: {dtype, shape, data_offsets: [begin, end]}},
  * then the data; offsets are relative to the end of the header. */
@@ -12,6 +13,7 @@
 
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -300,7 +302,18 @@ static int read_rope_scaling(struct ty_model *m, json_t *cfg, char *errbuf, size
         m->rope_beta_fast = cfg_f32(rs, "beta_fast", 0);
         m->rope_beta_slow = cfg_f32(rs, "beta_slow", 0);
         m->rope_attention_factor = cfg_f32(rs, "attention_factor", 0);
-        if (json_object_get(rs, "mscale") || json_object_get(rs, "mscale_all_dim")) {
+        json_t *msa = json_object_get(rs, "mscale_all_dim");
+        if (m->cfg.arch == TY_MODEL_ARCH_DEEPSEEK2) {
+            /* llama.cpp's reading of DeepSeek's YaRN (converter: yarn_log_multiplier =
+             * 0.1 mscale_all_dim; mscale taken as mscale_all_dim when that is not 1, else 1) */
+            float L = cfg_f32(rs, "mscale_all_dim", 0), ms = cfg_f32(rs, "mscale", 1.0f);
+            if (!json_is_number(msa) || !(L > 0) || ms != (L != 1.0f ? L : 1.0f)) {
+                snprintf(errbuf, errlen, "deepseek_v3 yarn rope_scaling needs mscale_all_dim "
+                         "> 0 and mscale equal to it (or 1 with mscale_all_dim 1)");
+                return TY_ENOTSUP;
+            }
+            m->rope_yarn_log_mul = L;
+        } else if (json_object_get(rs, "mscale") || msa) {
             snprintf(errbuf, errlen, "yarn rope_scaling with mscale / mscale_all_dim "
                      "(DeepSeek's) is not supported");
             return TY_ENOTSUP;
@@ -398,6 +411,59 @@ static int read_moe(struct ty_model *m, const struct ty__arch *ai, json_t *cfg, 
     return 0;
 }
 
+/* transformers' DeepseekV3Config as llama.cpp's converter reads it: MLA sizes (q_lora_rank
+ * null: a direct q_proj), routed experts of moe_intermediate_size with n_shared_experts of
+ * them as the shared expert, first_k_dense_replace dense layers of intermediate_size,
+ * scoring_func sigmoid or softmax, groups by the sum of their two best scores (topk_method
+ * noaux_tc; group_limited_greedy, V2's group maximum, is refused), routed_scaling_factor.
+ * Weights keep the interleaved rope order, as llama.cpp's converter leaves them. */
+static int read_deepseek(struct ty_model *m, json_t *cfg, char *errbuf, size_t errlen)
+{
+    struct ty_model_config *c = &m->cfg;
+    const char *sf = json_string_value(json_object_get(cfg, "scoring_func"));
+    const char *tm = json_string_value(json_object_get(cfg, "topk_method"));
+    c->qk_hf_order = false;
+    c->q_lora_rank = cfg_u32(cfg, "q_lora_rank", 0);
+    c->kv_lora_rank = cfg_u32(cfg, "kv_lora_rank", 0);
+    c->qk_nope_dim = cfg_u32(cfg, "qk_nope_head_dim", 0);
+    c->rope_dim = cfg_u32(cfg, "qk_rope_head_dim", 0);
+    c->v_head_dim = cfg_u32(cfg, "v_head_dim", 0);
+    c->n_experts = cfg_u32(cfg, "n_routed_experts", 0);
+    c->n_experts_used = cfg_u32(cfg, "num_experts_per_tok", 0);
+    c->dense_ffn_dim = c->ffn_dim;
+    c->ffn_dim = cfg_u32(cfg, "moe_intermediate_size", 0);
+    /* absent routing keys take DeepseekV3Config's defaults (the sizes are required) */
+    c->shared_ffn_dim = cfg_u32(cfg, "n_shared_experts", 1) * c->ffn_dim;
+    c->n_dense_lead = cfg_u32(cfg, "first_k_dense_replace", 3);
+    c->n_expert_groups = cfg_u32(cfg, "n_group", 8);
+    c->n_group_used = cfg_u32(cfg, "topk_group", 4);
+    json_t *norm = json_object_get(cfg, "norm_topk_prob");
+    c->moe_norm_topk = !norm || json_is_true(norm);
+    c->expert_weights_scale = cfg_f32(cfg, "routed_scaling_factor", 2.5f);
+    sf = sf ? sf : "sigmoid";
+    c->moe_gating = strcmp(sf, "sigmoid") == 0;
+    if ((!c->moe_gating && strcmp(sf, "softmax") != 0) ||
+        (tm && strcmp(tm, "noaux_tc") && strcmp(tm, "greedy")) ||
+        (c->n_expert_groups > 1 && tm && strcmp(tm, "noaux_tc"))) {
+        snprintf(errbuf, errlen, "config.json: scoring_func '%s' / topk_method '%s' not "
+                 "supported (sigmoid or softmax; noaux_tc, or greedy without groups)",
+                 sf, tm ? tm : "-");
+        return TY_ENOTSUP;
+    }
+    if (!c->kv_lora_rank || !c->rope_dim || c->rope_dim % 2 || !c->qk_nope_dim ||
+        !c->v_head_dim || (c->kv_lora_rank + c->rope_dim) % 4 || !c->n_experts ||
+        c->n_experts > TY_MODEL_MAX_EXPERTS) {
+        snprintf(errbuf, errlen, "config.json: invalid deepseek_v3 sizes (kv_lora_rank %u, "
+                 "qk_rope_head_dim %u, qk_nope_head_dim %u, v_head_dim %u, n_routed_experts %u)",
+                 c->kv_lora_rank, c->rope_dim, c->qk_nope_dim, c->v_head_dim, c->n_experts);
+        return TY_EFORMAT;
+    }
+    c->kq_scale = 1.0f / sqrtf((float)(c->qk_nope_dim + c->rope_dim));
+    c->n_kv_heads = 1; /* the pool's K and V chunks hold a latent row's halves (cpu/mla.c) */
+    c->head_dim = (c->kv_lora_rank + c->rope_dim) / 2;
+    return 0;
+}
+
 static int read_config(struct ty_model *m, json_t *cfg, const struct ty__arch **arch,
                        char *errbuf, size_t errlen)
 {
@@ -434,7 +500,8 @@ static int read_config(struct ty_model *m, json_t *cfg, const struct ty__arch **
         return TY_EFORMAT;
     }
     read_sliding_window(m, cfg);
-    int rc = read_moe(m, ai, cfg, errbuf, errlen);
+    int rc = ai->arch == TY_MODEL_ARCH_DEEPSEEK2 ? read_deepseek(m, cfg, errbuf, errlen)
+                                                 : read_moe(m, ai, cfg, errbuf, errlen);
     return rc ? rc : read_rope_scaling(m, cfg, errbuf, errlen);
 }
 

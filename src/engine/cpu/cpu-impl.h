@@ -147,4 +147,36 @@ void ty__cpu_pool_free(ty_cpu_pool_t *p);
 /* Run fn over [0, n) split into contiguous parts, one per thread (the caller takes one). */
 void ty__cpu_pool_run(ty_cpu_pool_t *p, uint32_t n, ty_cpu_task_cb fn, void *arg);
 
+/* ---- multi-head latent attention (mla.c), DeepSeek-V2/V3 ---------------------------------- */
+
+/* Scratch floats the two MLA projections need for T tokens. */
+size_t ty__cpu_mla_scratch(const struct ty_model_config *c, uint32_t T);
+/* From the normed rows xb (T, dim) at positions pos: q (T, n_heads, R + P) the absorbed,
+ * roped queries, kv (T, R + P) each token's pool row (normed latent, roped k_pe). */
+void ty__cpu_mla_project(ty_cpu_pool_t *pool, const struct ty_model *m,
+                         const struct ty_layer_weights *L, const float *xb, uint32_t T,
+                         const uint32_t *pos, float *q, float *kv, float *scratch, float *tile,
+                         size_t tile_floats);
+/* out (T, n_heads * v_head) = each head's attention output over the latent (the first R of
+ * att's (T, n_heads, R + P) rows) through v_b. */
+void ty__cpu_mla_values(ty_cpu_pool_t *pool, const struct ty_model *m,
+                        const struct ty_layer_weights *L, const float *att, uint32_t T,
+                        float *out, float *scratch, float *tile, size_t tile_floats);
+
+/* Attention of (token, head) tasks [begin, end) over MLA's split pool rows (mla.c): causal over
+ * the token's sequence, scores scaled by cfg.kq_scale, the output's first kv_lora_rank values
+ * the weighted latent (the rest left zero). A ty_cpu_task_cb with a struct ty__cpu_mla_attn. */
+struct ty__cpu_mla_attn {
+    const struct ty_model *m;
+    struct ty_kvpool *kv;
+    uint32_t layer, B, max_ctx;
+    int kvt;                       /* enum ty_kv_dtype of the pool */
+    const uint32_t *pos;           /* (T) */
+    const uint32_t *const *pages;  /* (T) each token's block table */
+    const float *q;                /* (T, n_heads, R + P) */
+    float *att;                    /* (T, n_heads, R + P) */
+    float *scores;                 /* (n_threads, max_ctx) */
+};
+void ty__cpu_mla_attn_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end);
+
 #endif

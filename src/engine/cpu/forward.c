@@ -47,6 +47,8 @@ struct fwd {
     uint32_t *by_expert; /* (T * n_used) token*n_used+slot, grouped by expert */
     uint32_t *exp_start; /* (n_experts + 1) each expert's range in by_expert */
     float *scores;    /* (n_threads, max_ctx) */
+    float *ysh;       /* (T, D) DeepSeek's shared expert output */
+    float *mla, *mv;  /* MLA: projection scratch (ty__cpu_mla_scratch), values (T, H*v_head) */
     int kvt;          /* the pool's enum ty_kv_dtype */
     ty_cpu_pool_t *pool; /* the backend's workers (few-token matmuls, attention) */
     float *tile;      /* (tile_floats) matmul conversion scratch */
@@ -242,10 +244,27 @@ static int attn_prefill(struct fwd *f, struct cpu_ctx *cc, uint32_t t0, uint32_t
     return 0;
 }
 
+/* MLA: every (token, head) over the split latent rows on the worker pool (mla.c). */
+static int attention_mla(struct fwd *f, struct cpu_ctx *cc)
+{
+    const uint32_t **pages = malloc(f->T * sizeof(*pages));
+    if (!pages)
+        return TY_ENOMEM;
+    for (uint32_t t = 0; t < f->T; t++)
+        pages[t] = ty_kvseq_pages(f->batch->seqs[f->seq_of[t]].seq);
+    struct ty__cpu_mla_attn a = {f->m, f->kv, f->layer, f->B, f->max_ctx, f->kvt, f->pos,
+                                 pages, f->q, f->att, f->scores};
+    ty__cpu_pool_run(cc->pool, f->T * f->m->cfg.n_heads, ty__cpu_mla_attn_task, &a);
+    free(pages);
+    return 0;
+}
+
 /* Prefill chunks through GEMM attention, single tokens through the worker pool. */
 static int attention(struct fwd *f, struct cpu_ctx *cc)
 {
     int rc = 0;
+    if (f->m->cfg.kv_lora_rank)
+        return attention_mla(f, cc);
     for (uint32_t i = 0, t = 0; i < f->batch->n_seqs && !rc; t += f->batch->seqs[i++].n)
         if (f->batch->seqs[i].n > 1)
             rc = attn_prefill(f, cc, t, f->batch->seqs[i].n);
@@ -275,10 +294,29 @@ static void norm_heads(float *q, float *k, const struct ty_layer_weights *L,
         ty__cpu_rmsnorm(k + h * hd, k + h * hd, L->k_norm.data, hd, c->rms_eps);
 }
 
+/* MLA: the absorbed queries into q and each token's latent + rope row into its slot, the
+ * row's first half in the K chunk and its second in the V chunk (mla.c). */
+static void mla_and_store(struct fwd *f, const struct ty_layer_weights *L)
+{
+    uint32_t h = f->m->cfg.head_dim, B = f->B;
+    ty__cpu_mla_project(f->pool, f->m, L, f->xb, f->T, f->pos, f->q, f->k, f->mla, f->tile,
+                        f->tile_floats);
+    for (uint32_t t = 0; t < f->T; t++) {
+        const uint32_t *pages = ty_kvseq_pages(f->batch->seqs[f->seq_of[t]].seq);
+        uint32_t page = pages[f->pos[t] / B], slot = f->pos[t] % B;
+        kv_store(f, ty_kvpool_k(f->kv, f->layer, page), slot, f->k + (size_t)t * 2 * h);
+        kv_store(f, ty_kvpool_v(f->kv, f->layer, page), slot, f->k + (size_t)t * 2 * h + h);
+    }
+}
+
 /* q, k, v projections (+ bias, + q/k norm), rope, and the new K/V written to each token's page
  * slot. */
 static void qkv_and_store(struct fwd *f, const struct ty_layer_weights *L)
 {
+    if (f->m->cfg.kv_lora_rank) {
+        mla_and_store(f, L);
+        return;
+    }
     const struct ty_model_config *c = &f->m->cfg;
     uint32_t hd = c->head_dim, T = f->T, B = f->B;
     size_t nq = (size_t)c->n_heads * hd, nkv = (size_t)c->n_kv_heads * hd;
@@ -339,6 +377,68 @@ static void add_bias_row(float *y, const struct ty_weight *b, uint32_t e, uint32
     add_bias(y, &row, n, b->cols);
 }
 
+/* One token's experts as llama.cpp's build_moe_ffn picks them for deepseek2: probabilities
+ * p by softmax or sigmoid (cfg.moe_gating) of the router logits; the selection scores p plus
+ * the bias exp_probs_b (DeepSeek-V3's e_score_correction); with expert groups, only the
+ * n_group_used groups with the largest sums of their two best scores stay eligible; the
+ * n_used best scores, weighted by their unbiased p, renormalised when moe_norm_topk, times
+ * expert_weights_scale. */
+static void route_deepseek(const struct ty_model_config *c, const struct ty_layer_weights *L,
+                           float *p, uint32_t *sel, float *w)
+{
+    uint32_t E = c->n_experts, K = c->n_experts_used, G = c->n_expert_groups;
+    float s[TY_MODEL_MAX_EXPERTS], sum = 0;
+    if (c->moe_gating)
+        for (uint32_t e = 0; e < E; e++)
+            p[e] = 1.0f / (1.0f + expf(-p[e]));
+    else
+        softmax_row(p, E, 0, E, -INFINITY);
+    for (uint32_t e = 0; e < E; e++)
+        s[e] = p[e] + (L->exp_probs_b.data ? ((const float *)L->exp_probs_b.data)[e] : 0.0f);
+    if (G > 1 && c->n_group_used < G) {
+        uint32_t per = E / G;
+        float gs[TY_MODEL_MAX_EXPERTS];
+        bool keep[TY_MODEL_MAX_EXPERTS] = {false};
+        for (uint32_t g = 0; g < G; g++) {
+            float a = -INFINITY, b = -INFINITY;
+            for (uint32_t e = g * per; e < (g + 1) * per; e++) {
+                if (s[e] > a) {
+                    b = a;
+                    a = s[e];
+                } else if (s[e] > b) {
+                    b = s[e];
+                }
+            }
+            gs[g] = a + (per > 1 ? b : 0.0f);
+        }
+        for (uint32_t k = 0; k < c->n_group_used; k++) {
+            uint32_t best = 0;
+            for (uint32_t g = 1; g < G; g++)
+                best = gs[g] > gs[best] ? g : best;
+            keep[best] = true;
+            gs[best] = -INFINITY;
+        }
+        for (uint32_t e = 0; e < E; e++)
+            s[e] = keep[e / per] ? s[e] : -INFINITY;
+    }
+    for (uint32_t k = 0; k < K; k++) {
+        uint32_t best = 0;
+        for (uint32_t e = 1; e < E; e++)
+            best = s[e] > s[best] ? e : best;
+        sel[k] = best;
+        w[k] = p[best];
+        sum += w[k];
+        s[best] = -INFINITY; /* taken */
+    }
+    sum = sum > 6.103515625e-5f ? sum : 6.103515625e-5f;
+    float scale = c->expert_weights_scale != 0.0f ? c->expert_weights_scale : 1.0f;
+    for (uint32_t k = 0; k < K; k++) {
+        if (c->moe_norm_topk)
+            w[k] /= sum;
+        w[k] *= scale;
+    }
+}
+
 /* Each token's experts as llama.cpp's build_moe_ffn picks them (softmax gating): softmax over
  * the router logits (plus its bias), the n_used most probable (ties to the lower index), their
  * probabilities divided by their sum (at least 2^-14, as llama.cpp clamps) when
@@ -354,6 +454,12 @@ static void moe_route(struct fwd *f, const struct ty_layer_weights *L)
     for (uint32_t t = 0; t < T; t++) {
         float *p = f->logits + (size_t)t * E, *w = f->route_w + (size_t)t * K, sum = 0;
         uint32_t *sel = f->route_e + (size_t)t * K;
+        if (c->arch == TY_MODEL_ARCH_DEEPSEEK2) {
+            route_deepseek(c, L, p, sel, w);
+            for (uint32_t k = 0; k < K; k++)
+                f->exp_start[sel[k] + 1]++;
+            continue;
+        }
         if (!c->moe_topk_softmax)
             softmax_row(p, E, 0, E, -INFINITY);
         for (uint32_t k = 0; k < K; k++) {
@@ -444,16 +550,30 @@ static void moe_ffn(struct fwd *f, const struct ty_layer_weights *L)
         for (uint32_t k = 1; k < K; k++)
             for (uint32_t d = 0; d < D; d++)
                 acc[d] += y[(size_t)k * D + d];
+        if (L->sh_gate.data) /* DeepSeek: routed + shared, then the residual (llama.cpp) */
+            for (uint32_t d = 0; d < D; d++)
+                acc[d] += f->ysh[(size_t)t * D + d];
         for (uint32_t d = 0; d < D; d++)
             x[d] += acc[d];
     }
+}
+
+/* DeepSeek's shared expert of the normed rows xb into ysh: a SwiGLU FFN, run before the
+ * routed experts overwrite xb with their sum. */
+static void shared_expert(struct fwd *f, const struct ty_layer_weights *L)
+{
+    uint32_t T = f->T;
+    ty__cpu_matmul(f->pool, &L->sh_gate, f->xb, f->hb, T, f->tile, f->tile_floats);
+    ty__cpu_matmul(f->pool, &L->sh_up, f->xb, f->hb2, T, f->tile, f->tile_floats);
+    swiglu(f->hb, f->hb2, (size_t)T * L->sh_gate.rows);
+    ty__cpu_matmul(f->pool, &L->sh_down, f->hb, f->ysh, T, f->tile, f->tile_floats);
 }
 
 static int layer_forward(struct fwd *f, struct cpu_ctx *cc)
 {
     const struct ty_model_config *c = &f->m->cfg;
     const struct ty_layer_weights *L = &f->m->layers[f->layer];
-    uint32_t T = f->T, D = c->dim, F = c->ffn_dim;
+    uint32_t T = f->T, D = c->dim, F = L->w_gate.data ? (uint32_t)L->w_gate.rows : c->ffn_dim;
     for (uint32_t t = 0; t < T; t++)
         ty__cpu_rmsnorm(f->xb + (size_t)t * D, f->x + (size_t)t * D, L->attn_norm.data, D,
                         c->rms_eps);
@@ -461,14 +581,21 @@ static int layer_forward(struct fwd *f, struct cpu_ctx *cc)
     int rc = attention(f, cc);
     if (rc)
         return rc;
-    ty__cpu_matmul(f->pool, &L->wo, f->att, f->xb, T, f->tile, f->tile_floats);
+    const float *att = f->att;
+    if (c->kv_lora_rank) { /* MLA: the latent outputs through v_b */
+        ty__cpu_mla_values(f->pool, f->m, L, f->att, T, f->mv, f->mla, f->tile, f->tile_floats);
+        att = f->mv;
+    }
+    ty__cpu_matmul(f->pool, &L->wo, att, f->xb, T, f->tile, f->tile_floats);
     add_bias(f->xb, &L->bo, T, D);
     for (size_t i = 0; i < (size_t)T * D; i++)
         f->x[i] += f->xb[i];
     for (uint32_t t = 0; t < T; t++)
         ty__cpu_rmsnorm(f->xb + (size_t)t * D, f->x + (size_t)t * D, L->ffn_norm.data, D,
                         c->rms_eps);
-    if (c->n_experts) {
+    if (c->n_experts && f->layer >= c->n_dense_lead) {
+        if (L->sh_gate.data)
+            shared_expert(f, L);
         moe_ffn(f, L);
         return 0;
     }
@@ -514,12 +641,25 @@ static int carve(struct cpu_ctx *cc, struct fwd *f, uint32_t T, uint32_t max_ctx
 {
     const struct ty_model_config *c = &f->m->cfg;
     size_t D = c->dim, Q = (size_t)c->n_heads * c->head_dim, KV = (size_t)c->n_kv_heads * c->head_dim;
+    if (c->kv_lora_rank) /* MLA: queries and rows of the whole latent + rope row */
+        Q = (size_t)c->n_heads * 2 * c->head_dim, KV = 2 * (size_t)c->head_dim;
     size_t F = c->ffn_dim;
-    f->tile_floats = ty__cpu_matmul_scratch(D > F ? (D > Q ? D : Q) : F);
+    F = c->dense_ffn_dim > F ? c->dense_ffn_dim : F; /* DeepSeek's dense and shared FFNs */
+    F = c->shared_ffn_dim > F ? c->shared_ffn_dim : F;
+    size_t cols = D > F ? (D > Q ? D : Q) : F;
+    size_t mla = c->kv_lora_rank ? ty__cpu_mla_scratch(c, T) + T * (size_t)c->n_heads *
+                                   c->v_head_dim : 0;
+    if (c->kv_lora_rank) { /* attn_output, wq_b and v_b inputs */
+        size_t mc = (size_t)c->n_heads * c->v_head_dim;
+        mc = c->q_lora_rank > mc ? c->q_lora_rank : mc;
+        mc = c->kv_lora_rank > mc ? c->kv_lora_rank : mc;
+        cols = cols > mc ? cols : mc;
+    }
+    f->tile_floats = ty__cpu_matmul_scratch(cols);
     size_t E = c->n_experts, K = c->n_experts_used;
-    size_t moe = E ? T * (E + 2 * D + K * D + 2 * K) + T * K + E + 1 : 0;
+    size_t moe = E ? T * (E + 3 * D + K * D + 2 * K) + T * K + E + 1 : 0;
     size_t need = T * (2 * D + 2 * Q + 2 * KV + 2 * F) + (size_t)cc->n_threads * max_ctx +
-                  f->tile_floats + moe;
+                  f->tile_floats + moe + mla;
     if (need > cc->buf_floats) {
         float *nb = realloc(cc->buf, need * sizeof(float));
         if (!nb)
@@ -546,6 +686,11 @@ static int carve(struct cpu_ctx *cc, struct fwd *f, uint32_t T, uint32_t max_ctx
         f->route_e = (uint32_t *)p, p += T * K;
         f->by_expert = (uint32_t *)p, p += T * K;
         f->exp_start = (uint32_t *)p, p += E + 1;
+        f->ysh = p, p += T * D;
+    }
+    if (c->kv_lora_rank) {
+        f->mla = p, p += ty__cpu_mla_scratch(c, T);
+        f->mv = p, p += T * (size_t)c->n_heads * c->v_head_dim;
     }
     f->tile = p;
     return 0;

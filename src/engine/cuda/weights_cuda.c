@@ -213,6 +213,11 @@ int ty__cuda_model_use(struct cuda_ctx *c, const struct ty_model *m)
 {
     if (c->model && c->model->src == m)
         return 0;
+    if (m->cfg.kv_lora_rank) { /* no MLA kernels here; the engine refuses such models first */
+        TY_LOG_ERROR("cuda", "%s: multi-head latent attention (MLA, deepseek2: %s) not "
+                     "supported", c->name, m->desc);
+        return TY_ENOTSUP;
+    }
     if (m->cfg.n_experts) { /* no expert kernels here; the engine refuses such models first */
         TY_LOG_ERROR("cuda", "%s: mixture-of-experts model (%s) not supported", c->name,
                      m->desc);

@@ -861,6 +861,50 @@ def case_longctx():
     return ok
 
 
+def case_deepseek2():
+    """A DeepSeek-V3-shaped model (mkmodel --arch deepseek2: MLA with a 64-wide latent + 16-wide
+    rope part, a dense first layer, 8 sigmoid-routed experts in groups and a shared expert),
+    F32 (f32 KV pages) and Q8_0 (f16 pages), prefill and decode in separate nodes: each prompt's
+    ids equal generate's, and what the decode node received is the latent: per layer and token
+    (kv_lora_rank + rope) elements, 80 x 4 or 2 bytes, for every whole page of 16 tokens."""
+    tmp = tempfile.mkdtemp(prefix="tycho-model-")
+    TMPDIRS.append(tmp)
+    ok = True
+    layers, latent, block = 3, 64 + 16, 16
+    for typ, esize in (("f32", 4), ("q8_0", 2)):
+        model = os.path.join(tmp, "ds2-%s.gguf" % typ)
+        subprocess.run([TYCHO, "mkmodel", "--arch", "deepseek2", "--dims", "128,3,8,4,384",
+                        "--head-dim", "32", "--untied", "--type", typ, "--vocab-from", MODEL,
+                        "--out", model], check=True, capture_output=True)
+        cl = Cluster(1, 1, model=model)
+        want_bytes = 0
+        for p in PROMPTS[:2]:
+            ref = generate(p, 32, model, ("--ignore-eos",))
+            st, body = cl.post("/v1/completions", {"prompt": p, "max_tokens": 32,
+                                                   "temperature": 0, "ignore_eos": True,
+                                                   "return_token_ids": True})
+            got = json.loads(body)["choices"][0]["token_ids"] if st == 200 else st
+            want = ref["output_ids"]
+            ok &= check(got == want and len(set(want)) >= 6,
+                        "%s %r: ids equal generate's (%s)" %
+                        (typ, p, "equal" if got == want else "%s vs %s" % (got, want)))
+            pages = (ref["n_prompt"] + block - 1) // block
+            want_bytes += pages * block * layers * latent * esize
+        dm, pm = node_metrics(cl, "d0"), node_metrics(cl, "p0")
+        end = time.time() + 3  # the prefill node counts a handoff after its KvReady went out
+        while time.time() < end and kv_bytes(pm, "sent", "local") != kv_bytes(dm, "received",
+                                                                                "local"):
+            time.sleep(0.1)
+            dm, pm = node_metrics(cl, "d0"), node_metrics(cl, "p0")
+        got_bytes = kv_bytes(dm, "received", "local")
+        ok &= check(got_bytes == want_bytes,
+                    "%s: the decode node received %s KV bytes, the latent of the prompts' pages "
+                    "(%d per token and layer) is %d" % (typ, got_bytes, latent * esize,
+                                                        want_bytes))
+        cl.stop()
+    return ok
+
+
 RR_CONFIG = """
 scheduler:
   policy: round_robin
@@ -3445,7 +3489,7 @@ def main():
             "status": case_status, "preempt": case_preempt,
             "kill_prefill": case_kill_prefill, "prefill_interleave": case_prefill_interleave,
             "sliding_window": case_sliding_window, "moe": case_moe, "gptoss": case_gptoss,
-            "longctx": case_longctx, "cpp": case_cpp,
+            "deepseek2": case_deepseek2, "longctx": case_longctx, "cpp": case_cpp,
             "local_cluster": case_local_cluster, "handshake": case_handshake,
             "bad_destination": case_bad_destination, "transports": case_transports,
             "gpu": case_gpu, "watchdog": case_watchdog,

@@ -82,6 +82,23 @@ const archs = [
     {arch: "gpt-oss", args: ["--untied", "--head-dim", "32", "--yarn", "4,64",
                              "--sliding-window", "8"],
      types: ["f32", "q8_0", "mxfp4_moe"]},
+    // DeepSeek-V3's shape: MLA (low-rank q, a 64-wide latent + 16-wide rope part per token in
+    // the pool, k_b absorbed into the query, v_b after the attention), a leading dense layer,
+    // then 8 sigmoid-gated experts in 4 groups (2 kept) with a selection bias, weights
+    // renormalised and scaled by 2.5, plus a shared expert. Q8_0 and Q4_0: their rows are blocks
+    // of 32 (k_b's rows are head_dim long). The HF copy is a deepseek_v3 directory with
+    // kv_b_proj whole (the GGUF's k_b transposed back and v_b, per head).
+    {arch: "deepseek2", args: ["--untied", "--head-dim", "32"], types: ["f32", "q8_0", "q4_0"],
+     seedOffset: 7},
+    // DeepSeek's YaRN (yarn_log_multiplier 0.1, HF mscale_all_dim 1): the rope part's ramp over
+    // its 16 dims, and the scores pre-scaled by (1 + 0.1 ln factor)^2 as llama.cpp's graph does
+    // DeepSeek-V2's routing: softmax over the router logits, no bias or groups, the top 2
+    // weights as they are (not renormalised, scale 1)
+    {arch: "deepseek2", name: "deepseek2-v2", args: ["--untied", "--head-dim", "32",
+                                                     "--deepseek-v2"], types: ["f32", "q8_0"],
+     seedOffset: 7},
+    {arch: "deepseek2", name: "deepseek2-yarn", args: ["--untied", "--head-dim", "32", "--yarn",
+                                                       "4,64"], types: ["f32"], seedOffset: 7},
 ].filter(({arch, name}) => !process.env.ARCHS || process.env.ARCHS.split(",").includes(name || arch));
 const tmp = mkdtempSync(path.join(os.tmpdir(), "tycho-archs-"));
 const same = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
