@@ -173,21 +173,48 @@ static int check_config(const struct ty_model_config *c, char *errbuf, size_t er
 static int check_experts(const struct ty_model *m, uint32_t l, char *errbuf, size_t errlen);
 
 /* A dense FFN, or (n_experts > 0) the router and every expert, and not the other kind. */
+/* A SwiGLU FFN of `width`: gate and up (width, dim), down (dim, width), named ffn_gate<sfx>,
+ * ffn_up<sfx>, ffn_down<sfx>. */
+static int check_swiglu(const struct ty_weight *gate, const struct ty_weight *up,
+                        const struct ty_weight *down, const char *sfx, uint32_t l, uint64_t width,
+                        uint64_t dim, char *errbuf, size_t errlen)
+{
+    char g[32], u[32], d[32];
+    snprintf(g, sizeof(g), "ffn_gate%s", sfx);
+    snprintf(u, sizeof(u), "ffn_up%s", sfx);
+    snprintf(d, sizeof(d), "ffn_down%s", sfx);
+    int rc;
+    if ((rc = check_w(gate, g, l, width, dim, false, errbuf, errlen)) ||
+        (rc = check_w(up, u, l, width, dim, false, errbuf, errlen)))
+        return rc;
+    return check_w(down, d, l, dim, width, false, errbuf, errlen);
+}
+
+/* Norms and biases (each absent or F32): the forward pass reads them as f32. */
+static int check_f32(const struct ty_weight *const *w, size_t n, uint32_t l, char *errbuf,
+                     size_t errlen)
+{
+    for (size_t i = 0; i < n; i++)
+        if (w[i]->data && w[i]->type != TY_GGML_F32) {
+            snprintf(errbuf, errlen, "layer %u: norm and bias tensors must be F32 (got %s)", l,
+                     ty_ggml_type_name(w[i]->type));
+            return TY_ENOTSUP;
+        }
+    return 0;
+}
+
 static int check_ffn(const struct ty_model *m, uint32_t l, char *errbuf, size_t errlen)
 {
     const struct ty_model_config *c = &m->cfg;
     const struct ty_layer_weights *L = &m->layers[l];
-    int rc;
     if (!c->n_experts) {
         if (L->router.data) {
             snprintf(errbuf, errlen, "layer %u: an expert router (ffn_gate_inp) in a model "
                      "without expert_count", l);
             return TY_EFORMAT;
         }
-        if ((rc = check_w(&L->w_gate, "ffn_gate", l, c->ffn_dim, c->dim, false, errbuf, errlen)) ||
-            (rc = check_w(&L->w_up, "ffn_up", l, c->ffn_dim, c->dim, false, errbuf, errlen)))
-            return rc;
-        return check_w(&L->w_down, "ffn_down", l, c->dim, c->ffn_dim, false, errbuf, errlen);
+        return check_swiglu(&L->w_gate, &L->w_up, &L->w_down, "", l, c->ffn_dim, c->dim, errbuf,
+                            errlen);
     }
     if (L->w_gate.data || L->w_up.data || L->w_down.data) {
         snprintf(errbuf, errlen, "layer %u: a dense FFN in a mixture-of-experts model (dense "
@@ -259,15 +286,9 @@ static int check_ffn_deepseek(const struct ty_model *m, uint32_t l, char *errbuf
     const struct ty_model_config *c = &m->cfg;
     const struct ty_layer_weights *L = &m->layers[l];
     int rc;
-    if (l < c->n_dense_lead) {
-        if ((rc = check_w(&L->w_gate, "ffn_gate", l, c->dense_ffn_dim, c->dim, false, errbuf,
-                          errlen)) ||
-            (rc = check_w(&L->w_up, "ffn_up", l, c->dense_ffn_dim, c->dim, false, errbuf,
-                          errlen)))
-            return rc;
-        return check_w(&L->w_down, "ffn_down", l, c->dim, c->dense_ffn_dim, false, errbuf,
-                       errlen);
-    }
+    if (l < c->n_dense_lead)
+        return check_swiglu(&L->w_gate, &L->w_up, &L->w_down, "", l, c->dense_ffn_dim, c->dim,
+                            errbuf, errlen);
     if (L->w_gate.data || L->w_up.data || L->w_down.data) {
         snprintf(errbuf, errlen, "layer %u: a dense FFN after the %u leading dense layers "
                  "(leading_dense_block_count)", l, c->n_dense_lead);
@@ -279,13 +300,8 @@ static int check_ffn_deepseek(const struct ty_model *m, uint32_t l, char *errbuf
         return rc;
     if (!c->shared_ffn_dim)
         return 0;
-    if ((rc = check_w(&L->sh_gate, "ffn_gate_shexp", l, c->shared_ffn_dim, c->dim, false,
-                      errbuf, errlen)) ||
-        (rc = check_w(&L->sh_up, "ffn_up_shexp", l, c->shared_ffn_dim, c->dim, false, errbuf,
-                      errlen)))
-        return rc;
-    return check_w(&L->sh_down, "ffn_down_shexp", l, c->dim, c->shared_ffn_dim, false, errbuf,
-                   errlen);
+    return check_swiglu(&L->sh_gate, &L->sh_up, &L->sh_down, "_shexp", l, c->shared_ffn_dim,
+                        c->dim, errbuf, errlen);
 }
 
 /* Multi-head latent attention's tensors (cfg.kv_lora_rank > 0), GGUF names. */
@@ -328,13 +344,7 @@ static int check_layer_mla(const struct ty_model *m, uint32_t l, char *errbuf, s
     }
     const struct ty_weight *norms[] = {&L->attn_norm, &L->ffn_norm, &L->q_a_norm,
                                        &L->kv_a_norm, &L->exp_probs_b};
-    for (size_t i = 0; i < sizeof(norms) / sizeof(norms[0]); i++)
-        if (norms[i]->data && norms[i]->type != TY_GGML_F32) {
-            snprintf(errbuf, errlen, "layer %u: norm and bias tensors must be F32 (got %s)", l,
-                     ty_ggml_type_name(norms[i]->type));
-            return TY_ENOTSUP;
-        }
-    return 0;
+    return check_f32(norms, sizeof(norms) / sizeof(norms[0]), l, errbuf, errlen);
 }
 
 static int check_layer(const struct ty_model *m, uint32_t l, char *errbuf, size_t errlen)
@@ -379,13 +389,7 @@ static int check_layer(const struct ty_model *m, uint32_t l, char *errbuf, size_
     const struct ty_weight *norms[] = {&L->attn_norm, &L->ffn_norm, &L->bq, &L->bk, &L->bv,
                                        &L->q_norm, &L->k_norm, &L->bo, &L->sinks, &L->router_b,
                                        &L->exp_b_gate, &L->exp_b_up, &L->exp_b_down};
-    for (size_t i = 0; i < sizeof(norms) / sizeof(norms[0]); i++)
-        if (norms[i]->data && norms[i]->type != TY_GGML_F32) {
-            snprintf(errbuf, errlen, "layer %u: norm and bias tensors must be F32 (got %s)", l,
-                     ty_ggml_type_name(norms[i]->type));
-            return TY_ENOTSUP;
-        }
-    return 0;
+    return check_f32(norms, sizeof(norms) / sizeof(norms[0]), l, errbuf, errlen);
 }
 
 /* YaRN's per-pair mix and magnitude, in ggml's float arithmetic (ggml_rope_yarn_corr_dims,

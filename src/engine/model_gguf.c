@@ -38,6 +38,23 @@ static int get_w(const ty_gguf_t *g, struct ty_weight *w, const char *name, char
 
 /* blk.l.ffn_{gate,up,down}_exps.weight (ne {cols, rows, n_experts}, experts back to back)
  * as one view per expert; a shared expert (blk.l.ffn_*_shexp) is refused. */
+/* blk.l.<what>.weight as a 3-D tensor of n matrices (the model's `count` key), in *t; NULL
+ * when absent (the shape checks name what is missing), TY_EFORMAT for another shape. */
+static int find_3d(const struct ty_model *m, uint32_t l, const char *what, uint32_t n,
+                   const char *count, const struct ty_gguf_tensor **t, char *errbuf,
+                   size_t errlen)
+{
+    char name[96];
+    snprintf(name, sizeof(name), "blk.%u.%s.weight", l, what);
+    *t = ty_gguf_find_tensor(m->gguf, name);
+    if (*t && (!n || (*t)->n_dims != 3 || (*t)->ne[2] != n)) {
+        snprintf(errbuf, errlen, "tensor '%s' must have 3 dimensions, the last %u (the model's "
+                 "%s)", name, n, count);
+        return TY_EFORMAT;
+    }
+    return 0;
+}
+
 static int load_experts(struct ty_model *m, uint32_t l, char *errbuf, size_t errlen)
 {
     static const char *const names[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
@@ -51,15 +68,12 @@ static int load_experts(struct ty_model *m, uint32_t l, char *errbuf, size_t err
         return TY_ENOTSUP;
     }
     for (int i = 0; i < 3; i++) {
-        snprintf(name, sizeof(name), "blk.%u.%s.weight", l, names[i]);
-        const struct ty_gguf_tensor *t = ty_gguf_find_tensor(m->gguf, name);
+        const struct ty_gguf_tensor *t;
+        int rc = find_3d(m, l, names[i], E, "expert_count", &t, errbuf, errlen);
+        if (rc)
+            return rc;
         if (!t)
             continue; /* the shape check names what is missing */
-        if (!E || t->n_dims != 3 || t->ne[2] != E) {
-            snprintf(errbuf, errlen, "tensor '%s' must have 3 dimensions, the last %u (the "
-                     "model's expert_count)", name, E);
-            return TY_EFORMAT;
-        }
         uint64_t bytes = ty_ggml_type_nbytes(t->type, t->ne[0] * t->ne[1]);
         for (uint32_t e = 0; e < E; e++)
             out[i][e] = (struct ty_weight){(const unsigned char *)t->data + e * bytes, t->type,
@@ -109,15 +123,12 @@ static int load_mla_b(struct ty_model *m, uint32_t l, char *errbuf, size_t errle
         return TY_ENOTSUP;
     }
     for (int i = 0; i < 2; i++) {
-        snprintf(name, sizeof(name), "blk.%u.%s.weight", l, names[i]);
-        const struct ty_gguf_tensor *t = ty_gguf_find_tensor(m->gguf, name);
+        const struct ty_gguf_tensor *t;
+        int rc = find_3d(m, l, names[i], m->cfg.n_heads, "head_count", &t, errbuf, errlen);
+        if (rc)
+            return rc;
         if (!t)
             continue; /* the shape check names what is missing */
-        if (t->n_dims != 3 || t->ne[2] != m->cfg.n_heads) {
-            snprintf(errbuf, errlen, "tensor '%s' must have 3 dimensions, the last %u (the "
-                     "model's head_count)", name, m->cfg.n_heads);
-            return TY_EFORMAT;
-        }
         *out[i] = (struct ty_weight){t->data, t->type, t->ne[1] * t->ne[2], t->ne[0]};
     }
     return 0;

@@ -377,6 +377,33 @@ static void add_bias_row(float *y, const struct ty_weight *b, uint32_t e, uint32
     add_bias(y, &row, n, b->cols);
 }
 
+/* The k largest of score[0..n) (ties to the lower index) into sel, each weighted by val at
+ * its index (val may be score: read before the pick is marked taken, -inf). Returns the
+ * weights' sum, in pick order. */
+static float top_k(float *score, const float *val, uint32_t n, uint32_t k, uint32_t *sel,
+                   float *w)
+{
+    float sum = 0;
+    for (uint32_t j = 0; j < k; j++) {
+        uint32_t best = 0;
+        for (uint32_t e = 1; e < n; e++)
+            best = score[e] > score[best] ? e : best;
+        sel[j] = best;
+        w[j] = val[best];
+        sum += w[j];
+        score[best] = -INFINITY; /* taken */
+    }
+    return sum;
+}
+
+/* w[0..k) divided by their sum, clamped to at least 2^-14 as llama.cpp's build_moe_ffn does. */
+static void norm_weights(float *w, uint32_t k, float sum)
+{
+    sum = sum > 6.103515625e-5f ? sum : 6.103515625e-5f;
+    for (uint32_t j = 0; j < k; j++)
+        w[j] /= sum;
+}
+
 /* One token's experts as llama.cpp's build_moe_ffn picks them for deepseek2: probabilities
  * p by softmax or sigmoid (cfg.moe_gating) of the router logits; the selection scores p plus
  * the bias exp_probs_b (DeepSeek-V3's e_score_correction); with expert groups, only the
@@ -387,7 +414,7 @@ static void route_deepseek(const struct ty_model_config *c, const struct ty_laye
                            float *p, uint32_t *sel, float *w)
 {
     uint32_t E = c->n_experts, K = c->n_experts_used, G = c->n_expert_groups;
-    float s[TY_MODEL_MAX_EXPERTS], sum = 0;
+    float s[TY_MODEL_MAX_EXPERTS];
     if (c->moe_gating)
         for (uint32_t e = 0; e < E; e++)
             p[e] = 1.0f / (1.0f + expf(-p[e]));
@@ -421,22 +448,12 @@ static void route_deepseek(const struct ty_model_config *c, const struct ty_laye
         for (uint32_t e = 0; e < E; e++)
             s[e] = keep[e / per] ? s[e] : -INFINITY;
     }
-    for (uint32_t k = 0; k < K; k++) {
-        uint32_t best = 0;
-        for (uint32_t e = 1; e < E; e++)
-            best = s[e] > s[best] ? e : best;
-        sel[k] = best;
-        w[k] = p[best];
-        sum += w[k];
-        s[best] = -INFINITY; /* taken */
-    }
-    sum = sum > 6.103515625e-5f ? sum : 6.103515625e-5f;
+    float sum = top_k(s, p, E, K, sel, w);
+    if (c->moe_norm_topk)
+        norm_weights(w, K, sum);
     float scale = c->expert_weights_scale != 0.0f ? c->expert_weights_scale : 1.0f;
-    for (uint32_t k = 0; k < K; k++) {
-        if (c->moe_norm_topk)
-            w[k] /= sum;
+    for (uint32_t k = 0; k < K; k++)
         w[k] *= scale;
-    }
 }
 
 /* Each token's experts as llama.cpp's build_moe_ffn picks them (softmax gating): softmax over
@@ -452,33 +469,21 @@ static void moe_route(struct fwd *f, const struct ty_layer_weights *L)
     add_bias(f->logits, &L->router_b, T, E);
     memset(f->exp_start, 0, (E + 1) * sizeof(uint32_t));
     for (uint32_t t = 0; t < T; t++) {
-        float *p = f->logits + (size_t)t * E, *w = f->route_w + (size_t)t * K, sum = 0;
+        float *p = f->logits + (size_t)t * E, *w = f->route_w + (size_t)t * K;
         uint32_t *sel = f->route_e + (size_t)t * K;
         if (c->arch == TY_MODEL_ARCH_DEEPSEEK2) {
             route_deepseek(c, L, p, sel, w);
-            for (uint32_t k = 0; k < K; k++)
-                f->exp_start[sel[k] + 1]++;
-            continue;
+        } else {
+            if (!c->moe_topk_softmax)
+                softmax_row(p, E, 0, E, -INFINITY);
+            float sum = top_k(p, p, E, K, sel, w);
+            if (c->moe_topk_softmax) /* gpt-oss: the weights are the softmax of the k logits */
+                softmax_row(w, K, 0, K, -INFINITY);
+            if (c->moe_norm_topk)
+                norm_weights(w, K, sum);
         }
-        if (!c->moe_topk_softmax)
-            softmax_row(p, E, 0, E, -INFINITY);
-        for (uint32_t k = 0; k < K; k++) {
-            uint32_t best = 0;
-            for (uint32_t e = 1; e < E; e++)
-                best = p[e] > p[best] ? e : best;
-            sel[k] = best;
-            w[k] = p[best];
-            sum += w[k];
-            p[best] = -INFINITY; /* taken */
-            f->exp_start[best + 1]++;
-        }
-        if (c->moe_topk_softmax) /* gpt-oss: the weights are the softmax of the k logits */
-            softmax_row(w, K, 0, K, -INFINITY);
-        if (c->moe_norm_topk) {
-            sum = sum > 6.103515625e-5f ? sum : 6.103515625e-5f;
-            for (uint32_t k = 0; k < K; k++)
-                w[k] /= sum;
-        }
+        for (uint32_t k = 0; k < K; k++)
+            f->exp_start[sel[k] + 1]++;
     }
     for (uint32_t e = 0; e < E; e++)
         f->exp_start[e + 1] += f->exp_start[e];

@@ -80,73 +80,6 @@ void ty__cpu_f32_to_half(const float *x, uint16_t *y, size_t n)
         y[i] = ty__cpu_f32_to_half1(x[i]);
 }
 
-/* ---- attention over f16 rows ----------------------------------------------------------------
- * q . k for a query row against an f16 key row, and y += a * v for an f16 value row. With
- * AVX2 + FMA + F16C: eight lanes, four accumulators for the dot (summed pairwise at the end);
- * otherwise in order, through the table. */
-#if defined(__x86_64__)
-#define AVX2F __attribute__((target("avx2,fma,f16c")))
-
-AVX2F static inline __m256 ld8(const uint16_t *p)
-{
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-}
-
-AVX2F static float dot_avx2(const float *q, const uint16_t *k, uint32_t n, const float *h2f)
-{
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    uint32_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), ld8(k + i), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), ld8(k + i + 8), a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 16), ld8(k + i + 16), a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 24), ld8(k + i + 24), a3);
-    }
-    for (; i + 8 <= n; i += 8)
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), ld8(k + i), a0);
-    float d = ty__cpu_hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < n; i++)
-        d += q[i] * h2f[k[i]];
-    return d;
-}
-
-AVX2F static void axpy_avx2(float a, const uint16_t *v, float *y, uint32_t n, const float *h2f)
-{
-    __m256 va = _mm256_set1_ps(a);
-    uint32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, ld8(v + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; i++)
-        y[i] += a * h2f[v[i]];
-}
-#endif
-
-float ty__cpu_dot_half(const float *q, const uint16_t *k, uint32_t n)
-{
-    const float *h2f = ty__cpu_f16_table();
-#if defined(__x86_64__)
-    if (ty__cpu_have_avx2())
-        return dot_avx2(q, k, n, h2f);
-#endif
-    float d = 0;
-    for (uint32_t i = 0; i < n; i++)
-        d += q[i] * h2f[k[i]];
-    return d;
-}
-
-void ty__cpu_axpy_half(float a, const uint16_t *v, float *y, uint32_t n)
-{
-    const float *h2f = ty__cpu_f16_table();
-#if defined(__x86_64__)
-    if (ty__cpu_have_avx2()) {
-        axpy_avx2(a, v, y, n, h2f);
-        return;
-    }
-#endif
-    for (uint32_t i = 0; i < n; i++)
-        y[i] += a * h2f[v[i]];
-}
-
 /* ---- bfloat16 rows ---------------------------------------------------------------------------
  * Widening puts the 16 bits on top of a zero low half. Narrowing adds 0x7fff plus the kept
  * part's lowest bit before truncating: round to nearest, ties to even, a carry into the
@@ -161,7 +94,28 @@ uint16_t ty__cpu_f32_to_bf16_1(float f)
     return (uint16_t)((x + 0x7fffu + (x >> 16 & 1u)) >> 16);
 }
 
+static inline float bf16_1(uint16_t h)
+{
+    uint32_t b = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+/* One element of a 16-bit row widened: bfloat16 by the shift, IEEE half through the table. */
+static inline float wide1(bool bf, uint16_t h, const float *h2f)
+{
+    return bf ? bf16_1(h) : h2f[h];
+}
+
 #if defined(__x86_64__)
+#define AVX2F __attribute__((target("avx2,fma,f16c")))
+
+AVX2F static inline __m256 ld8(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
 AVX2F static inline __m256 ldb8(const uint16_t *p)
 {
     __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
@@ -173,10 +127,8 @@ AVX2F static void bf16_to_f32_avx2(const uint16_t *x, float *y, size_t n)
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(y + i, ldb8(x + i));
-    for (; i < n; i++) {
-        uint32_t b = (uint32_t)x[i] << 16;
-        memcpy(y + i, &b, 4);
-    }
+    for (; i < n; i++)
+        y[i] = bf16_1(x[i]);
 }
 
 AVX2F static void f32_to_bf16_avx2(const float *x, uint16_t *y, size_t n)
@@ -201,42 +153,6 @@ AVX2F static void f32_to_bf16_avx2(const float *x, uint16_t *y, size_t n)
     for (; i < n; i++)
         y[i] = ty__cpu_f32_to_bf16_1(x[i]);
 }
-
-AVX2F static float dot_bf16_avx2(const float *q, const uint16_t *k, uint32_t n)
-{
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    uint32_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), ldb8(k + i), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), ldb8(k + i + 8), a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 16), ldb8(k + i + 16), a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 24), ldb8(k + i + 24), a3);
-    }
-    for (; i + 8 <= n; i += 8)
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), ldb8(k + i), a0);
-    float d = ty__cpu_hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < n; i++) {
-        uint32_t b = (uint32_t)k[i] << 16;
-        float kf;
-        memcpy(&kf, &b, 4);
-        d += q[i] * kf;
-    }
-    return d;
-}
-
-AVX2F static void axpy_bf16_avx2(float a, const uint16_t *v, float *y, uint32_t n)
-{
-    __m256 va = _mm256_set1_ps(a);
-    uint32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, ldb8(v + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) {
-        uint32_t b = (uint32_t)v[i] << 16;
-        float vf;
-        memcpy(&vf, &b, 4);
-        y[i] += a * vf;
-    }
-}
 #endif
 
 void ty__cpu_bf16_to_f32(const uint16_t *x, float *y, size_t n)
@@ -247,10 +163,8 @@ void ty__cpu_bf16_to_f32(const uint16_t *x, float *y, size_t n)
         return;
     }
 #endif
-    for (size_t i = 0; i < n; i++) {
-        uint32_t b = (uint32_t)x[i] << 16;
-        memcpy(y + i, &b, 4);
-    }
+    for (size_t i = 0; i < n; i++)
+        y[i] = bf16_1(x[i]);
 }
 
 void ty__cpu_f32_to_bf16(const float *x, uint16_t *y, size_t n)
@@ -265,35 +179,110 @@ void ty__cpu_f32_to_bf16(const float *x, uint16_t *y, size_t n)
         y[i] = ty__cpu_f32_to_bf16_1(x[i]);
 }
 
-float ty__cpu_dot_bf16(const float *q, const uint16_t *k, uint32_t n)
+/* ---- attention over 16-bit rows -------------------------------------------------------------
+ * q . k for a query row against an f16 or bf16 key row, and y += a * v for a value row. With
+ * AVX2 + FMA + F16C: eight lanes, four accumulators for the dot (summed pairwise at the end);
+ * otherwise in order. One body per operation; `bf` picks the widening. */
+#if defined(__x86_64__)
+__attribute__((always_inline)) AVX2F static inline float
+dot16_avx2(const float *q, const uint16_t *k, uint32_t n, bool bf, const float *h2f)
 {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    uint32_t i = 0;
+#define LD(p) (bf ? ldb8(p) : ld8(p))
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), LD(k + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), LD(k + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 16), LD(k + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 24), LD(k + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8)
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), LD(k + i), a0);
+    float d = ty__cpu_hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++)
+        d += q[i] * wide1(bf, k[i], h2f);
+    return d;
+}
+
+__attribute__((always_inline)) AVX2F static inline void
+axpy16_avx2(float a, const uint16_t *v, float *y, uint32_t n, bool bf, const float *h2f)
+{
+    __m256 va = _mm256_set1_ps(a);
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, LD(v + i), _mm256_loadu_ps(y + i)));
+#undef LD
+    for (; i < n; i++)
+        y[i] += a * wide1(bf, v[i], h2f);
+}
+
+AVX2F static float dot_f16_avx2(const float *q, const uint16_t *k, uint32_t n, const float *h2f)
+{
+    return dot16_avx2(q, k, n, false, h2f);
+}
+
+AVX2F static float dot_bf16_avx2(const float *q, const uint16_t *k, uint32_t n, const float *h2f)
+{
+    return dot16_avx2(q, k, n, true, h2f);
+}
+
+AVX2F static void axpy_f16_avx2(float a, const uint16_t *v, float *y, uint32_t n,
+                                const float *h2f)
+{
+    axpy16_avx2(a, v, y, n, false, h2f);
+}
+
+AVX2F static void axpy_bf16_avx2(float a, const uint16_t *v, float *y, uint32_t n,
+                                 const float *h2f)
+{
+    axpy16_avx2(a, v, y, n, true, h2f);
+}
+#endif
+
+static float dot16(const float *q, const uint16_t *k, uint32_t n, bool bf)
+{
+    const float *h2f = bf ? NULL : ty__cpu_f16_table();
 #if defined(__x86_64__)
     if (ty__cpu_have_avx2())
-        return dot_bf16_avx2(q, k, n);
+        return (bf ? dot_bf16_avx2 : dot_f16_avx2)(q, k, n, h2f);
 #endif
-    float d = 0, kf;
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t b = (uint32_t)k[i] << 16;
-        memcpy(&kf, &b, 4);
-        d += q[i] * kf;
-    }
+    float d = 0;
+    for (uint32_t i = 0; i < n; i++)
+        d += q[i] * wide1(bf, k[i], h2f);
     return d;
+}
+
+static void axpy16(float a, const uint16_t *v, float *y, uint32_t n, bool bf)
+{
+    const float *h2f = bf ? NULL : ty__cpu_f16_table();
+#if defined(__x86_64__)
+    if (ty__cpu_have_avx2()) {
+        (bf ? axpy_bf16_avx2 : axpy_f16_avx2)(a, v, y, n, h2f);
+        return;
+    }
+#endif
+    for (uint32_t i = 0; i < n; i++)
+        y[i] += a * wide1(bf, v[i], h2f);
+}
+
+float ty__cpu_dot_half(const float *q, const uint16_t *k, uint32_t n)
+{
+    return dot16(q, k, n, false);
+}
+
+void ty__cpu_axpy_half(float a, const uint16_t *v, float *y, uint32_t n)
+{
+    axpy16(a, v, y, n, false);
+}
+
+float ty__cpu_dot_bf16(const float *q, const uint16_t *k, uint32_t n)
+{
+    return dot16(q, k, n, true);
 }
 
 void ty__cpu_axpy_bf16(float a, const uint16_t *v, float *y, uint32_t n)
 {
-#if defined(__x86_64__)
-    if (ty__cpu_have_avx2()) {
-        axpy_bf16_avx2(a, v, y, n);
-        return;
-    }
-#endif
-    float vf;
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t b = (uint32_t)v[i] << 16;
-        memcpy(&vf, &b, 4);
-        y[i] += a * vf;
-    }
+    axpy16(a, v, y, n, true);
 }
 
 void ty__cpu_kv16_to_f32(int dtype, const uint16_t *x, float *y, size_t n)
@@ -308,10 +297,10 @@ void ty__cpu_f32_to_kv16(int dtype, const float *x, uint16_t *y, size_t n)
 
 float ty__cpu_dot_kv16(int dtype, const float *q, const uint16_t *k, uint32_t n)
 {
-    return (dtype == TY_KV_BF16 ? ty__cpu_dot_bf16 : ty__cpu_dot_half)(q, k, n);
+    return dot16(q, k, n, dtype == TY_KV_BF16);
 }
 
 void ty__cpu_axpy_kv16(int dtype, float a, const uint16_t *v, float *y, uint32_t n)
 {
-    (dtype == TY_KV_BF16 ? ty__cpu_axpy_bf16 : ty__cpu_axpy_half)(a, v, y, n);
+    axpy16(a, v, y, n, dtype == TY_KV_BF16);
 }

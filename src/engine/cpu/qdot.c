@@ -226,21 +226,28 @@ AVX2 static float half_f16c(const unsigned char *p)
     return _cvtsh_ss(h);
 }
 
-/* Q4_0: the 16 bytes widen to 32 nibbles (low nibbles in the low lane: values 0..15), less
- * 8, then signed x signed through maddubs (|w| with x carrying w's sign). */
-AVX2 static float dot_q4_0_avx2(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb)
+/* Q4_0 and MXFP4, 32 4-bit codes per block after a 2- or 1-byte scale: the 16 bytes widen to
+ * 32 codes (low nibbles in the low lane), which become signed values (Q4_0: less 8; MXFP4: a
+ * byte shuffle through the table of doubled E2M1 values), then signed x signed through
+ * maddubs (|w| with x carrying w's sign); each block's factor is the weight scale (Q4_0's f16
+ * d, MXFP4's 2^(e - 128)) times the input's, as ggml multiplies them. */
+__attribute__((always_inline)) AVX2 static inline float
+dot_nib32_avx2(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb, bool mx)
 {
     const __m256i m4 = _mm256_set1_epi8(15), eight = _mm256_set1_epi8(8);
     const __m256i ones = _mm256_set1_epi16(1);
+    const __m128i t = _mm_loadu_si128((const __m128i *)ty__mxfp4_values);
+    const __m256i lut = _mm256_set_m128i(t, t);
+    const uint32_t head = mx ? 1 : 2;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    for (uint64_t b = 0; b < nb; b++, w += 18) {
-        __m128i raw = _mm_loadu_si128((const __m128i *)(w + 2));
+    for (uint64_t b = 0; b < nb; b++, w += head + 16) {
+        __m128i raw = _mm_loadu_si128((const __m128i *)(w + head));
         __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
-        v = _mm256_sub_epi8(v, eight);
+        v = mx ? _mm256_shuffle_epi8(lut, v) : _mm256_sub_epi8(v, eight);
         __m256i q = _mm256_loadu_si256((const __m256i *)(x->q + b * 32));
         __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(q, v));
         __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-        __m256 d = _mm256_set1_ps(half_f16c(w) * x->d[b]);
+        __m256 d = _mm256_set1_ps((mx ? ty__mxfp4_scale(w[0]) : half_f16c(w)) * x->d[b]);
         if (b % 2)
             acc1 = _mm256_fmadd_ps(d, f, acc1);
         else
@@ -249,29 +256,14 @@ AVX2 static float dot_q4_0_avx2(const unsigned char *w, const struct ty_cpu_qin 
     return ty__cpu_hsum8(_mm256_add_ps(acc0, acc1));
 }
 
-/* MXFP4: the 16 bytes widen to 32 codes as Q4_0's nibbles, a byte shuffle looks up their
- * (doubled, signed) values, then signed x signed as Q4_0; each block's factor is its input
- * scale times 2^(e - 128), as ggml multiplies them. */
+AVX2 static float dot_q4_0_avx2(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb)
+{
+    return dot_nib32_avx2(w, x, nb, false);
+}
+
 AVX2 static float dot_mxfp4_avx2(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb)
 {
-    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
-    const __m128i t = _mm_loadu_si128((const __m128i *)ty__mxfp4_values);
-    const __m256i lut = _mm256_set_m128i(t, t);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    for (uint64_t b = 0; b < nb; b++, w += 17) {
-        __m128i raw = _mm_loadu_si128((const __m128i *)(w + 1));
-        __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
-        v = _mm256_shuffle_epi8(lut, v);
-        __m256i q = _mm256_loadu_si256((const __m256i *)(x->q + b * 32));
-        __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(q, v));
-        __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-        __m256 d = _mm256_set1_ps(x->d[b] * ty__mxfp4_scale(w[0]));
-        if (b % 2)
-            acc1 = _mm256_fmadd_ps(d, f, acc1);
-        else
-            acc0 = _mm256_fmadd_ps(d, f, acc0);
-    }
-    return ty__cpu_hsum8(_mm256_add_ps(acc0, acc1));
+    return dot_nib32_avx2(w, x, nb, true);
 }
 
 /* sum_s m_s * (16-sums 2s + 2s + 1) of a K block: the mins' share, in int32. */
