@@ -13,6 +13,7 @@
  * come from the previous stage and go to the next one through stage.c, and its KvReady names
  * its layers (only the last stage's carries the first token). */
 #include "tycho/prefill.h"
+#include "peers-impl.h"
 #include "stage-impl.h"
 
 #include "tycho/node.h"
@@ -39,7 +40,6 @@
 
 #define MAX_BATCH 64 /* prompts in one forward call, at most (opts.max_batch) */
 #define PIN_LEASE_MS 10000 /* a pin for a peer's read lapses after this (the peer gone) */
-#define MAX_PEERS 16       /* RPC clients to peer prefill nodes kept open */
 
 struct pjob {
     struct pjob *next;
@@ -174,11 +174,7 @@ struct ty_prefill {
     /* our page arrays, for KvFetchReply (fixed from start on: read by the loop) */
     uint64_t *own_k, *own_v;
     uint32_t pool_pages;
-    struct {
-        char addr[128];
-        ty_rpc_client_t *c;
-    } peers[MAX_PEERS]; /* loop: RPC clients to peer prefill nodes (KvFetch) */
-    uint32_t peer_rr;   /* loop: the next slot to recycle */
+    struct ty__peers peers; /* loop: RPC clients to peer prefill nodes (KvFetch) */
     _Atomic uint64_t peer_read_blocks, peer_failed_blocks, pins_taken, pins_refused;
     ty__stage_hub_t *hub; /* pipeline stages' hidden states in and out (stage.c) */
     void (*close_cb)(void *);
@@ -1121,30 +1117,6 @@ static void on_kv_fetch(ty_rpc_call_t *call, const void *msg, void *arg)
     }
 }
 
-/* The RPC client to the peer prefill node at addr ("host:port"), made on first use; the
- * oldest is recycled past MAX_PEERS. NULL: a bad address or no memory. Loop thread. */
-static ty_rpc_client_t *peer_client(ty_prefill_t *p, const char *addr)
-{
-    for (size_t i = 0; i < MAX_PEERS; i++)
-        if (p->peers[i].c && !strcmp(p->peers[i].addr, addr))
-            return p->peers[i].c;
-    char host[128];
-    uint16_t port;
-    if (ty_config_split_hostport(addr, host, sizeof(host), &port))
-        return NULL;
-    size_t k = p->peer_rr++ % MAX_PEERS;
-    if (p->peers[k].c)
-        ty_rpc_client_close(p->peers[k].c, NULL, NULL);
-    p->peers[k].c = NULL;
-    struct ty_rpc_client_opts co = {.loop = p->o.loop, .host = host, .port = port,
-                                    .auth = p->o.auth, .connect_timeout_ms = 1000,
-                                    .backoff_max_ms = 1000};
-    if (ty_rpc_client_new(&p->peers[k].c, &co))
-        return p->peers[k].c = NULL;
-    snprintf(p->peers[k].addr, sizeof(p->peers[k].addr), "%s", addr);
-    return p->peers[k].c;
-}
-
 struct release_msg {
     ty_prefill_t *p;
     uint64_t pin;
@@ -1154,7 +1126,7 @@ struct release_msg {
 static void on_release_post(void *arg)
 {
     struct release_msg *rm = arg;
-    ty_rpc_client_t *c = rm->p->stop ? NULL : peer_client(rm->p, rm->addr);
+    ty_rpc_client_t *c = rm->p->stop ? NULL : ty__peers_get(&rm->p->peers, rm->addr);
     Tycho__V1__KvFetch m = TYCHO__V1__KV_FETCH__INIT;
     m.release = rm->pin;
     struct ty_rpc_call_opts co = {.timeout_ms = 5000};
@@ -1225,7 +1197,7 @@ static void on_pin_reply(const struct ty_rpc_result *res, void *arg)
  * queued by the answer), else nothing was sent. Loop thread. */
 static int peer_pin(ty_prefill_t *p, struct pjob *j)
 {
-    ty_rpc_client_t *c = peer_client(p, j->peer_addr);
+    ty_rpc_client_t *c = ty__peers_get(&p->peers, j->peer_addr);
     if (!c)
         return TY_EINVAL;
     uint32_t n = j->plan_blocks * p->B + 1; /* one more token: the match leaves one to compute */
@@ -1406,6 +1378,8 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
     if (!p)
         return TY_ENOMEM;
     p->o = *opts;
+    p->peers = (struct ty__peers){.loop = opts->loop, .auth = opts->auth,
+                                  .connect_timeout_ms = 1000};
     p->o.rpc_host = NULL;
     const char *stop = getenv("TYCHO_TEST_STOP_AFTER_LAYER");
     p->test_stop_layer = stop && *stop ? atoi(stop) : -1;
@@ -1511,11 +1485,7 @@ static void on_drained(void *arg)
         free(c);
     }
     p->pin_q = NULL;
-    for (size_t i = 0; i < MAX_PEERS; i++) /* a pin request pending fails its job (stop) */
-        if (p->peers[i].c) {
-            ty_rpc_client_close(p->peers[i].c, NULL, NULL);
-            p->peers[i].c = NULL;
-        }
+    ty__peers_close(&p->peers); /* a pin request pending fails its job (stop) */
     ty__stage_hub_close(p->hub);
 }
 

@@ -5,6 +5,7 @@
  * per message with no destination memory to register, reserve or fence, and the prefill node
  * already keeps RPC clients to its peers. */
 #include "stage-impl.h"
+#include "peers-impl.h"
 
 #include "tycho/clock.h"
 #include "tycho/config.h"
@@ -18,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_NEXT 16               /* clients to next-stage nodes kept open */
 #define MSG_BYTES (4u << 20)      /* rows per StageHidden, at most (frames are 8 MiB) */
 #define EARLY_MS 30000            /* rows of a request not (yet) known are kept this long */
 #define KEPT_BYTES (512ull << 20) /* rows kept in all, at most */
@@ -37,11 +37,7 @@ struct ty__stage_hub {
     pthread_mutex_t mu;
     struct rows *in, **in_tail; /* under mu, arrival order */
     uint64_t kept_bytes;        /* under mu */
-    struct {
-        char addr[128];
-        ty_rpc_client_t *c;
-    } next[MAX_NEXT]; /* loop */
-    uint32_t next_rr;
+    struct ty__peers next; /* loop: clients to the next stages' nodes */
     bool closed;      /* loop */
     _Atomic uint64_t send_failures;
 };
@@ -63,6 +59,7 @@ int ty__stage_hub_new(ty__stage_hub_t **out, const struct ty__stage_hub_opts *o)
     if (!h)
         return TY_ENOMEM;
     h->o = *o;
+    h->next = (struct ty__peers){.loop = o->loop, .auth = o->auth, .connect_timeout_ms = 2000};
     h->in_tail = &h->in;
     pthread_mutex_init(&h->mu, NULL);
     *out = h;
@@ -77,11 +74,7 @@ void ty__stage_hub_set_mailbox(ty__stage_hub_t *h, ty_rpc_mailbox_t *mb)
 void ty__stage_hub_close(ty__stage_hub_t *h)
 {
     h->closed = true;
-    for (size_t i = 0; i < MAX_NEXT; i++)
-        if (h->next[i].c) {
-            ty_rpc_client_close(h->next[i].c, NULL, NULL);
-            h->next[i].c = NULL;
-        }
+    ty__peers_close(&h->next);
 }
 
 void ty__stage_hub_free(ty__stage_hub_t *h)
@@ -207,29 +200,6 @@ void ty__stage_hub_forget(ty__stage_hub_t *h, uint64_t rid)
     pthread_mutex_unlock(&h->mu);
 }
 
-/* The client to the next stage's node at addr, made on first use (loop). */
-static ty_rpc_client_t *next_client(ty__stage_hub_t *h, const char *addr)
-{
-    for (size_t i = 0; i < MAX_NEXT; i++)
-        if (h->next[i].c && !strcmp(h->next[i].addr, addr))
-            return h->next[i].c;
-    char host[128];
-    uint16_t port;
-    if (ty_config_split_hostport(addr, host, sizeof(host), &port))
-        return NULL;
-    size_t k = h->next_rr++ % MAX_NEXT;
-    if (h->next[k].c)
-        ty_rpc_client_close(h->next[k].c, NULL, NULL);
-    h->next[k].c = NULL;
-    struct ty_rpc_client_opts co = {.loop = h->o.loop, .host = host, .port = port,
-                                    .auth = h->o.auth, .connect_timeout_ms = 2000,
-                                    .backoff_max_ms = 1000};
-    if (ty_rpc_client_new(&h->next[k].c, &co))
-        return h->next[k].c = NULL;
-    snprintf(h->next[k].addr, sizeof(h->next[k].addr), "%s", addr);
-    return h->next[k].c;
-}
-
 static void on_sent(const struct ty_rpc_result *res, void *arg)
 {
     ty__stage_hub_t *h = arg;
@@ -245,7 +215,7 @@ static void on_send_post(void *arg)
 {
     struct out *o = arg;
     ty__stage_hub_t *h = o->h;
-    ty_rpc_client_t *c = h->closed ? NULL : next_client(h, o->addr);
+    ty_rpc_client_t *c = h->closed ? NULL : ty__peers_get(&h->next, o->addr);
     Tycho__V1__StageHidden m = TYCHO__V1__STAGE_HIDDEN__INIT;
     m.request_id = o->rid;
     m.attempt = o->attempt;
