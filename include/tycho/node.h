@@ -152,6 +152,21 @@ struct ty_node_load {
 /* Fill the node's current load (loop thread). */
 typedef void (*ty_node_load_cb)(void *arg, struct ty_node_load *out);
 
+/* How far a prefill node has come with one prompt it is computing (Heartbeat.prefill_progress):
+ * the Conductor extends the prompt's KV deadline while tokens_done grows. */
+struct ty_node_progress {
+    uint64_t rid;
+    uint32_t attempt;              /* PrefillAssign.attempt (0 = 1) */
+    uint32_t tokens_done, tokens_total;
+    uint64_t step_us;              /* its last chunk's forward call, writes included */
+    uint64_t tokens_per_s;         /* computed since it started */
+};
+
+#define TY_NODE_MAX_PROGRESS 64 /* prompts reported per heartbeat, at most */
+
+/* Fill out[0..cap) with the prompts being computed now (loop thread); returns how many. */
+typedef size_t (*ty_node_progress_cb)(void *arg, struct ty_node_progress *out, size_t cap);
+
 struct ty_node_agent_opts {
     uv_loop_t *loop;
     const struct ty_auth *auth; /* proven to the Conductor (and it to us); NULL: insecure */
@@ -171,6 +186,8 @@ struct ty_node_agent_opts {
     uint32_t heartbeat_interval_ms; /* until the Conductor says otherwise */
     ty_node_load_cb load_cb;
     void *load_arg;
+    ty_node_progress_cb progress_cb; /* optional (prefill): each heartbeat's prefill_progress;
+                                      * called with load_arg */
     /* Optional, borrowed (must outlive the agent). kv_events: each heartbeat carries a batch
      * taken from it (none when there is nothing to say), freed once the Conductor answers
      * known=true, given back when the heartbeat fails; registration asks for a resync.
@@ -328,6 +345,7 @@ struct ty_node_role {
     /* Start the server (listening); returns 0 with *server and its *rpc_port, or an error. */
     int (*start)(const struct ty_node_runtime *rt, void **server, uint16_t *rpc_port);
     ty_node_load_cb load; /* arg: the server */
+    ty_node_progress_cb progress; /* optional, arg: the server (prefill) */
     /* Close the server (the loop then runs until its handles are closed). */
     void (*stop)(void *server, const struct ty_node_runtime *rt);
 };

@@ -73,6 +73,9 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts);
 uint16_t ty_prefill_rpc_port(const ty_prefill_t *p);
 /* The node's load for its heartbeats (a ty_node_load_cb; arg is the ty_prefill_t). */
 void ty_prefill_load(void *arg, struct ty_node_load *out);
+/* The prompts the worker has begun computing and not finished (ty_node_progress_cb; loop
+ * thread): tokens done per prompt, its last chunk's time and its rate. */
+size_t ty_prefill_progress(void *arg, struct ty_node_progress *out, size_t cap);
 /* Stop the worker, fail what is queued (TY_ESHUTDOWN), close the server, free; then cb. */
 void ty_prefill_close(ty_prefill_t *p, void (*cb)(void *arg), void *arg);
 

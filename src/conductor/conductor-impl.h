@@ -94,7 +94,10 @@ struct ty__creq {
     struct ty__call *stream_call, *prefill_call;
     uint8_t n_stale;
     uint8_t replaced;       /* placed again after a node failed it (at most once) */
-    uint64_t prefill_by_ms; /* its KV is due by then, else its prefill node failed it */
+    uint64_t prefill_by_ms; /* its KV is due by then, else its prefill node failed it; moved
+                             * on while its node reports progress (ty__conductor_progress) */
+    uint32_t progress_done; /* this attempt's prompt tokens its prefill node said are done */
+    uint64_t kv_wait_by_ms; /* until when its decode node keeps the pages waiting (at least) */
     char why[192];          /* what failed, for the client (its ERROR event's message) */
     uint64_t wait_until_ms; /* no node yet (Conductor just started): dispatch when one comes */
     bool placed;            /* in the scheduler's flight table (until ty__place_done) */
@@ -285,6 +288,10 @@ void ty__place_fini(ty_conductor_t *c);
 int ty__place_node_up(ty_conductor_t *c, struct ty__cnode *n, char *why, size_t cap);
 void ty__place_node_down(ty_conductor_t *c, struct ty__cnode *n);
 void ty__place_heartbeat(ty_conductor_t *c, struct ty__cnode *n, const Tycho__V1__Heartbeat *m);
+/* remote.c: a prefill node's Heartbeat.prefill_progress: each of its requests whose prompt
+ * advanced since the last report gets a later KV deadline, and its decode node a longer wait.
+ * Loop thread. */
+void ty__conductor_progress(ty_conductor_t *c, struct ty__cnode *n, const Tycho__V1__Heartbeat *m);
 /* The SLO class index of a class name (NULL, "auto" or unknown: 0). */
 uint32_t ty__place_class(const ty_conductor_t *c, const char *name);
 /* The class `name` names exactly (no "auto", no fallback): 0 with *k set, or TY_ENOTFOUND with

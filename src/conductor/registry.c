@@ -451,6 +451,7 @@ static void on_heartbeat(ty_rpc_call_t *call, const void *msg, void *arg)
             node_metrics_heartbeat(n, m->load);
         }
         ty__place_heartbeat(c, n, m);
+        ty__conductor_progress(c, n, m);
     }
     ty_rpc_call_reply_msg(call, &r.base);
 }

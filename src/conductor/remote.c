@@ -416,6 +416,7 @@ static int prefill_elsewhere(ty_conductor_t *c, struct ty__creq *r)
     if (rc)
         return rc;
     r->decode_pending = true;
+    r->kv_wait_by_ms = ty_clock_ms() + m.deadline_ms;
     r->pnode = to;
     ty__place_moved(c, r, from);
     ty__breaker_placed(c, to);
@@ -634,6 +635,7 @@ static int send_prefill(ty_conductor_t *c, struct ty__creq *r)
     }
     r->prefill_by_ms = ty_clock_ms() + c->o.node_answer_timeout_ms +
                        (uint64_t)(4 * (r->predicted_wait_us + prefill_us) / 1000);
+    r->progress_done = 0; /* this attempt's progress reports count from here */
     ty__breaker_placed(c, r->pnode);
     r->prefill_pending = r->prefill_counted = true;
     r->prefill_tries++;
@@ -711,6 +713,7 @@ static int dispatch(ty_conductor_t *c, struct ty__creq *r, struct ty_serve_rejec
     }
     r->stream_call = k;
     r->stream_pending = true;
+    r->kv_wait_by_ms = ty_clock_ms() + m.deadline_ms;
     ty__breaker_placed(c, d);
     ty__breaker_placed(c, r->pnode);
     r->assign_by_ms = ty_clock_ms() + c->o.node_answer_timeout_ms;
@@ -718,6 +721,68 @@ static int dispatch(ty_conductor_t *c, struct ty__creq *r, struct ty_serve_rejec
     d->info.inflight++;
     d->info.served++;
     return 0;
+}
+
+/* Its decode node keeps r's pages waiting `wait_ms` from now (DecodeAssign.extend_wait), for
+ * the prefill attempt in flight; the answer only matters to the decode node (a refusal: the
+ * KV landed, or the request is gone there, which its stream says). */
+static void extend_decode_wait(ty_conductor_t *c, struct ty__creq *r, uint64_t wait_ms)
+{
+    struct ty__cnode *d = r->dnode;
+    if (!d || !d->rpc || !d->info.alive || r->decode_pending)
+        return;
+    Tycho__V1__DecodeAssign m = TYCHO__V1__DECODE_ASSIGN__INIT;
+    m.request_id = r->rid;
+    m.attempt = r->prefill_tries;
+    m.extend_wait = true;
+    m.deadline_ms = wait_ms;
+    struct ty_rpc_call_opts o = {.timeout_ms = c->o.node_answer_timeout_ms};
+    if (!ty_rpc_client_call_msg(d->rpc, TYCHO__V1__METHOD__METHOD_DECODE_ASSIGN,
+                                (const ProtobufCMessage *)&m, &o, on_cancel_reply, NULL, NULL))
+        r->kv_wait_by_ms = ty_clock_ms() + wait_ms;
+}
+
+/* A progress report of r's prefill (its node computed the prompt up to g->tokens_done): the
+ * KV is due node_answer_timeout, twice the node's last chunk time and one heartbeat interval
+ * (the report's age at most) from now, if that is later, so a prompt that takes longer than
+ * its prediction goes on while its chunks go through, and a node that stops making progress
+ * (hung, or dead) fails it that long after its last chunk. The decode node's wait stays
+ * node_answer_timeout past that deadline, as at assignment (kv_wait_ms). */
+static void prefill_progressed(ty_conductor_t *c, struct ty__creq *r,
+                               const Tycho__V1__PrefillProgress *g, uint64_t now)
+{
+    if (g->tokens_done <= r->progress_done)
+        return; /* no chunk since the last report */
+    r->progress_done = g->tokens_done;
+    uint64_t step_ms = g->step_us / 1000 < 3600000 ? g->step_us / 1000 : 3600000;
+    uint64_t by = now + c->o.node_answer_timeout_ms + 2 * step_ms + c->o.heartbeat_interval_ms;
+    if (by > r->prefill_by_ms) {
+        TY_LOG_DEBUG("cluster", "request %llu [%s]: prefill on %s at %u/%u tokens (%llu "
+                     "tokens/s, last chunk %llu ms): KV due in %llu ms",
+                     (unsigned long long)r->rid, r->cid, r->pnode->info.id, g->tokens_done,
+                     g->tokens_total, (unsigned long long)g->tokens_per_s,
+                     (unsigned long long)step_ms, (unsigned long long)(by - now));
+        r->prefill_by_ms = by;
+    }
+    if (r->prefill_by_ms + c->o.node_answer_timeout_ms > r->kv_wait_by_ms)
+        extend_decode_wait(c, r, r->prefill_by_ms - now + 2ull * c->o.node_answer_timeout_ms);
+}
+
+void ty__conductor_progress(ty_conductor_t *c, struct ty__cnode *n, const Tycho__V1__Heartbeat *m)
+{
+    if (!m->n_prefill_progress)
+        return;
+    uint64_t now = ty_clock_ms();
+    for (struct ty__creq *r = c->reqs; r; r = r->next) {
+        if (r->finished || r->pnode != n || !r->prefill_pending || r->prefilled ||
+            !r->prefill_by_ms)
+            continue;
+        for (size_t i = 0; i < m->n_prefill_progress; i++) {
+            const Tycho__V1__PrefillProgress *g = m->prefill_progress[i];
+            if (g && g->request_id == r->rid && (g->attempt ? g->attempt : 1) == r->prefill_tries)
+                prefill_progressed(c, r, g, now);
+        }
+    }
 }
 
 static bool nodes_up(ty_conductor_t *c)
@@ -807,8 +872,8 @@ void ty__conductor_retry_waiting(ty_conductor_t *c)
         if (!r->finished && r->prefill_pending && !r->prefilled && !r->n_out &&
             r->prefill_by_ms && now > r->prefill_by_ms) {
             snprintf(why, sizeof(why), "prefill node %s did not deliver the KV in time (%u ms "
-                     "past 4x its predicted queue and prefill)", r->pnode->info.id,
-                     c->o.node_answer_timeout_ms);
+                     "past 4x its predicted queue and prefill, or past its last progress)",
+                     r->pnode->info.id, c->o.node_answer_timeout_ms);
             node_failed_req(c, r, r->pnode, why);
             continue;
         }

@@ -14,8 +14,9 @@
 
 #include <pthread.h>
 
-/* REARM: a known request's prefill is sent again (DecodeAssign.attempt > 1) */
-enum dcmd_kind { DCMD_ASSIGN, DCMD_CANCEL, DCMD_REARM };
+/* REARM: a known request's prefill is sent again (DecodeAssign.attempt > 1); EXTEND: its
+ * prefill is making progress, its KV wait is extended (DecodeAssign.extend_wait) */
+enum dcmd_kind { DCMD_ASSIGN, DCMD_CANCEL, DCMD_REARM, DCMD_EXTEND };
 
 /* loop -> worker */
 struct dcmd {
@@ -23,7 +24,7 @@ struct dcmd {
     char cid[TY_CLIENT_ID_MAX + 1]; /* the client's request id (DecodeAssign): log lines */
     enum dcmd_kind kind;
     uint64_t rid;
-    ty_rpc_call_t *call; /* REARM: answered by the loop once the worker looked */
+    ty_rpc_call_t *call; /* REARM, EXTEND: answered by the loop once the worker looked */
     uint32_t *prompt;
     uint32_t n_prompt, max_tokens;
     bool ignore_eos;
@@ -31,7 +32,7 @@ struct dcmd {
     uint32_t min_tokens, stop_ids[TY_GEN_MAX_STOP_IDS], n_stop_ids;
     struct ty_gen_grammar grammar; /* kind 0: none; schema points into grammar_schema */
     char *grammar_schema;
-    uint32_t attempt; /* REARM: the new prefill attempt (DecodeAssign.attempt) */
+    uint32_t attempt; /* REARM: the new prefill attempt; EXTEND: the one making progress */
     uint64_t kv_wait_ms; /* DecodeAssign.deadline_ms: the Conductor's wait for the KV (0: none
                           * said; the node's kv_wait_timeout is the least) */
 };
@@ -39,7 +40,7 @@ struct dcmd {
 /* worker -> loop: what the worker says of a request. */
 enum devent_kind {
     DEV_ASSIGN, /* its pages reserved (reply: packed DecodeAssignReply) or refused (rc) */
-    DEV_REARM,  /* the answer to a REARM (call) */
+    DEV_REARM,  /* the answer to a REARM or an EXTEND (call) */
     DEV_TOKEN,  /* one token and/or its end (finish, rc) */
 };
 

@@ -118,7 +118,7 @@ static void on_event(void *arg)
     struct lreq *r = ev->kind == DEV_REARM ? NULL : lreq_find(n, ev->rid);
     if (ev->kind == DEV_REARM) {
         if (ev->rc)
-            ty_rpc_call_fail(ev->call, ev->rc, "cannot re-arm request %llu: %s",
+            ty_rpc_call_fail(ev->call, ev->rc, "request %llu does not wait for this KV: %s",
                              (unsigned long long)ev->rid, ty_strerror(ev->rc));
         else
             ty_rpc_call_reply(ev->call, ev->reply, ev->reply_len);
@@ -141,7 +141,8 @@ void ty__decode_node_post(ty_decode_node_t *n, struct devent *ev)
 
 /* ---- RPC handlers --------------------------------------------------------------------------- */
 
-/* DecodeAssign with attempt > 1: the worker says whether the request still waits for its KV. */
+/* DecodeAssign with attempt > 1 or extend_wait: the worker says whether the request still
+ * waits for its KV (and re-arms it, or extends its wait). */
 static int rearm_build(ty_decode_node_t *n, const Tycho__V1__DecodeAssign *m, struct dcmd **out,
                        char *why, size_t cap)
 {
@@ -151,9 +152,9 @@ static int rearm_build(ty_decode_node_t *n, const Tycho__V1__DecodeAssign *m, st
     struct dcmd *c = calloc(1, sizeof(*c));
     if (!c)
         return TY_ENOMEM;
-    c->kind = DCMD_REARM;
+    c->kind = m->extend_wait ? DCMD_EXTEND : DCMD_REARM;
     c->rid = m->request_id;
-    c->attempt = m->attempt;
+    c->attempt = m->attempt ? m->attempt : 1;
     c->kv_wait_ms = m->deadline_ms;
     *out = c;
     return 0;
@@ -163,7 +164,7 @@ static int assign_build(ty_decode_node_t *n, const Tycho__V1__DecodeAssign *m,
                         struct dcmd **out, char *why, size_t cap)
 {
     uint32_t V = ty_model_config(ty_engine_model(n->o.engine))->n_vocab;
-    if (m->attempt > 1)
+    if (m->attempt > 1 || m->extend_wait)
         return rearm_build(n, m, out, why, cap);
     if (!m->stream)
         return snprintf(why, cap, "DecodeAssign without stream: the token stream is the "

@@ -314,6 +314,31 @@ static void do_rearm(struct wstate *w, struct dcmd *c)
     ty__decode_node_post(w->n, ev);
 }
 
+/* Its prefill node is making progress (the Conductor saw its prompt's chunks go through):
+ * the request's pages wait for its KV until kv_deadline from now, or longer if they already
+ * would. Only for the attempt it waits for; once the KV landed: EALREADY. */
+static void do_extend(struct wstate *w, struct dcmd *c)
+{
+    struct devent *ev = calloc(1, sizeof(*ev));
+    if (!ev)
+        return; /* the Conductor's call times out */
+    struct dreq *d = find(w, c->rid);
+    int rc = !d ? TY_ENOTFOUND : d->ready ? TY_EALREADY : c->attempt != d->attempt ? TY_ESTALE : 0;
+    if (!rc)
+        rc = pack_rearmed(c->rid, &ev->reply, &ev->reply_len);
+    if (!rc) {
+        uint64_t until = kv_deadline(w, c);
+        if (until > d->deadline_ms)
+            d->deadline_ms = until;
+    }
+    ev->n = w->n;
+    ev->kind = DEV_REARM;
+    ev->rid = c->rid;
+    ev->call = c->call;
+    ev->rc = rc;
+    ty__decode_node_post(w->n, ev);
+}
+
 /* The prompt's KV is in d's pages: run it with the others, first token `first`. */
 static void kv_landed(struct wstate *w, struct dreq *d, const struct ty_sample *first,
                       uint32_t cached)
@@ -485,6 +510,10 @@ static void apply(struct wstate *w, struct dcmd *c)
         do_rearm(w, c);
         return;
     }
+    if (c->kind == DCMD_EXTEND) {
+        do_extend(w, c);
+        return;
+    }
     struct dreq *d = find(w, c->rid);
     if (d)
         ty_batcher_end(w->b, d->r, TY_ECANCELED);
@@ -497,7 +526,7 @@ static void answer_shutdown(ty_decode_node_t *n, struct dcmd *cmds)
         struct devent *ev = c->kind != DCMD_CANCEL ? calloc(1, sizeof(*ev)) : NULL;
         if (ev) { /* the loop answers the call with the error */
             *ev = (struct devent){.n = n, .rid = c->rid, .call = c->call, .rc = TY_ESHUTDOWN,
-                                  .kind = c->kind == DCMD_REARM ? DEV_REARM : DEV_ASSIGN};
+                                  .kind = c->kind == DCMD_ASSIGN ? DEV_ASSIGN : DEV_REARM};
             ty__decode_node_post(n, ev);
         }
         ty__dcmd_free(c);

@@ -197,6 +197,26 @@ static size_t take_timings(ty_node_agent_t *a, Tycho__V1__TimingSample *pb,
     return n;
 }
 
+/* The prompts the node is computing into pb / ptrs (TY_NODE_MAX_PROGRESS each); returns how
+ * many (none without a progress_cb). */
+static size_t take_progress(ty_node_agent_t *a, Tycho__V1__PrefillProgress *pb,
+                            Tycho__V1__PrefillProgress **ptrs)
+{
+    struct ty_node_progress s[TY_NODE_MAX_PROGRESS];
+    size_t n = a->o.progress_cb ? a->o.progress_cb(a->o.load_arg, s, TY_NODE_MAX_PROGRESS) : 0;
+    for (size_t i = 0; i < n; i++) {
+        tycho__v1__prefill_progress__init(&pb[i]);
+        pb[i].request_id = s[i].rid;
+        pb[i].attempt = s[i].attempt;
+        pb[i].tokens_done = s[i].tokens_done;
+        pb[i].tokens_total = s[i].tokens_total;
+        pb[i].step_us = s[i].step_us;
+        pb[i].tokens_per_s = s[i].tokens_per_s;
+        ptrs[i] = &pb[i];
+    }
+    return n;
+}
+
 static void send_heartbeat(struct csess *cs)
 {
     ty_node_agent_t *a = cs->agent;
@@ -231,6 +251,9 @@ static void send_heartbeat(struct csess *cs)
     Tycho__V1__KvBlockEvents kv = TYCHO__V1__KV_BLOCK_EVENTS__INIT;
     if (take_kv_events(cs, &kv))
         m.kv_events = &kv;
+    Tycho__V1__PrefillProgress pg[TY_NODE_MAX_PROGRESS], *pgp[TY_NODE_MAX_PROGRESS];
+    m.n_prefill_progress = take_progress(a, pg, pgp);
+    m.prefill_progress = pgp;
     struct ty_rpc_call_opts co = {.timeout_ms = cs->interval_ms * 4 + 500};
     int rc = ty_rpc_client_call_msg(cs->rpc, TYCHO__V1__METHOD__METHOD_HEARTBEAT,
                                     (const ProtobufCMessage *)&m, &co, on_heartbeat_reply, cs,

@@ -233,7 +233,8 @@ static int start_node(struct node *s, const struct ty_node_shape *sh)
         .max_ctx = ty_engine_max_ctx(s->rt.engine), .interleaves = sh->interleaves,
         .kv_dtype = ty_kv_dtype_name(ty_kvpool_dtype(pool)),
         .heartbeat_interval_ms = (uint32_t)(s->cfg.heartbeat_interval_ns / 1000000),
-        .load_cb = r->load, .load_arg = s->server, .kv_events = s->rt.kv_events,
+        .load_cb = r->load, .load_arg = s->server, .progress_cb = r->progress,
+        .kv_events = s->rt.kv_events,
         .timings = s->rt.timings, .backend = backend, .kv_device = s->kv_device,
         .transports = s->xports, .n_transports = s->n_xports};
     if ((rc = ty_node_agent_new(&s->agent, &ao)))

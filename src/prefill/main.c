@@ -59,6 +59,7 @@ int main(int argc, char **argv)
         .daemon = "tycho-prefill", .name = "prefill",
         .summary = "a prefill node: chunked prefill, KV streamed to the decode node layer by layer",
         .pb_role = TYCHO__V1__NODE_ROLE__NODE_ROLE_PREFILL, .kv_events = true, .shape = shape,
-        .start = start, .load = ty_prefill_load, .stop = stop};
+        .start = start, .load = ty_prefill_load,
+        .progress = ty_prefill_progress, .stop = stop};
     return ty_node_main(&role, argc, argv);
 }

@@ -76,6 +76,12 @@ struct pjob {
     uint64_t t_first_write; /* us: the first layer's writes submitted; 0: none yet */
     int xfer_err;
     bool admitted;      /* on_admit ran (it is no longer queued) */
+    /* progress, for the heartbeat (ty_prefill_progress, which reads them under mu): prompt
+     * tokens computed (0: no chunk yet) and before its first chunk (a reused prefix), its last
+     * chunk's time and the time from admission to it; t_admit / t_step: worker only */
+    _Atomic uint32_t done, done0;
+    _Atomic uint64_t step_us, busy_us;
+    uint64_t t_admit, t_step;
     /* result */
     int rc;
     uint32_t first_token;
@@ -145,6 +151,9 @@ struct ty_prefill {
      * node would that never learnt it was given up (the decode node's fence must refuse them) */
     int32_t test_stop_layer;
     bool test_stopped;
+    /* test hook TYCHO_TEST_SLOW_CHUNK_MS=N: every chunk of a prompt takes N ms longer (a node
+     * far slower than the Conductor's cost model predicts) */
+    uint32_t test_slow_chunk_ms;
     uint32_t eog[TY_SAMPLE_MAX_BAN]; /* the model's end-of-generation ids (min_tokens) */
     size_t n_eog;
     size_t page_bytes;
@@ -208,6 +217,18 @@ static void publish_pages(ty_prefill_t *p)
                           memory_order_relaxed);
 }
 
+/* A chunk of j's prompt is through all its layers: tokens [from, end) computed. Worker only. */
+static void note_progress(struct pjob *j, uint32_t from, uint32_t end)
+{
+    uint64_t now = ty_clock_us();
+    if (!atomic_load_explicit(&j->done, memory_order_relaxed))
+        atomic_store_explicit(&j->done0, from, memory_order_relaxed);
+    atomic_store_explicit(&j->step_us, now - j->t_step, memory_order_relaxed);
+    atomic_store_explicit(&j->busy_us, now - j->t_admit, memory_order_relaxed);
+    atomic_store_explicit(&j->done, end, memory_order_relaxed);
+    j->t_step = now;
+}
+
 /* After layer `layer` of a forward call: write the pages of r's prompt this call completed
  * (all pages after the prompt's last piece) to its decode node. Pages complete in order, so
  * each is sent once per layer. */
@@ -232,8 +253,14 @@ static void on_layer(void *arg, ty_breq_t *r, const struct ty_batch_seq *piece, 
              j->v_base[layer] + at, p->page_bytes}};
         j->xfer_err = ty_xfer_batch_submit(j->batch, rq, 2);
     }
-    if (layer + 1 == (j->staged ? j->hi : p->n_layers) && !j->xfer_err)
+    if (layer + 1 == (j->staged ? j->hi : p->n_layers) && !j->xfer_err) {
         j->pages_sent = p1;
+        if (p->test_slow_chunk_ms)
+            nanosleep(&(struct timespec){.tv_sec = p->test_slow_chunk_ms / 1000,
+                                         .tv_nsec = p->test_slow_chunk_ms % 1000 * 1000000L},
+                      NULL);
+        note_progress(j, ty_kvseq_n_tokens(piece->seq), end);
+    }
     if ((int32_t)layer == p->test_stop_layer && !p->test_stopped) {
         p->test_stopped = j->test_late = true;
         TY_LOG_WARN("prefill", "test hook TYCHO_TEST_STOP_AFTER_LAYER: request %llu stops the "
@@ -496,6 +523,7 @@ static int on_admit(void *arg, ty_breq_t *r)
 {
     ty_prefill_t *p = arg;
     struct pjob *j = ty_breq_user(r);
+    j->t_admit = j->t_step = ty_clock_us();
     pthread_mutex_lock(&p->mu);
     j->admitted = true;
     p->n_queued--;
@@ -1322,6 +1350,26 @@ void ty_prefill_load(void *arg, struct ty_node_load *out)
     out->pool_errors = st.pool_errors;
 }
 
+size_t ty_prefill_progress(void *arg, struct ty_node_progress *out, size_t cap)
+{
+    ty_prefill_t *p = arg;
+    size_t n = 0;
+    pthread_mutex_lock(&p->mu);
+    for (struct pjob *j = p->jobs; j && n < cap; j = j->jnext) {
+        uint32_t done = atomic_load_explicit(&j->done, memory_order_relaxed);
+        if (!j->admitted || !done || atomic_load(&j->cancelled))
+            continue;
+        uint64_t busy = atomic_load_explicit(&j->busy_us, memory_order_relaxed);
+        uint32_t computed = done - atomic_load_explicit(&j->done0, memory_order_relaxed);
+        out[n++] = (struct ty_node_progress){
+            .rid = j->rid, .attempt = j->attempt, .tokens_done = done, .tokens_total = j->n,
+            .step_us = atomic_load_explicit(&j->step_us, memory_order_relaxed),
+            .tokens_per_s = busy ? (uint64_t)computed * 1000000u / busy : 0};
+    }
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
 void ty_prefill_stats(const ty_prefill_t *p, struct ty_prefill_stats *out)
 {
     struct ty_node_kvstore_stats k = {0};
@@ -1383,6 +1431,8 @@ int ty_prefill_new(ty_prefill_t **out, const struct ty_prefill_opts *opts)
     p->o.rpc_host = NULL;
     const char *stop = getenv("TYCHO_TEST_STOP_AFTER_LAYER");
     p->test_stop_layer = stop && *stop ? atoi(stop) : -1;
+    const char *slow = getenv("TYCHO_TEST_SLOW_CHUNK_MS");
+    p->test_slow_chunk_ms = slow && *slow ? (uint32_t)strtoul(slow, NULL, 10) % 60000 : 0;
     if (!p->o.max_queue)
         p->o.max_queue = 1024;
     if (!p->o.xfer_timeout_ms)

@@ -874,6 +874,61 @@ def case_longctx():
     return ok
 
 
+def case_slow_prefill():
+    """A prefill node far slower than the Conductor's cost model predicts (test hook
+    TYCHO_TEST_SLOW_CHUNK_MS: every 32-token chunk takes 450 ms more) with node_answer_timeout
+    2s and the decode node's kv_wait_timeout 1s: the prompt's ~6 s prefill outlasts both
+    deadlines as set at placement, yet its node's progress reports (Heartbeat.prefill_progress)
+    move the Conductor's KV deadline and the decode node's wait on, and the answer is tycho
+    generate's. A node that hangs in the middle of the prompt (TYCHO_TEST_HANG_FORWARD) stops
+    reporting progress: the request fails within node_answer_timeout and two chunks of its
+    last progress, with the Conductor saying why."""
+    long = " ".join(PROMPTS[:3] * 23)  # 437 tokens: 14 chunks
+    ref = generate(long, 8)
+    n_chunks = (len(ref["prompt_ids"]) + 31) // 32
+    conf = "node_answer_timeout: 2s\n"
+    ok = True
+    slow = dict(os.environ, TYCHO_TEST_SLOW_CHUNK_MS="450")
+    cl = Cluster(0, 0, config=conf)
+    cl.start_node("prefill", "p0", env=slow)
+    cl.start_node("decode", "d0", extra=["--kv_wait_timeout=1s"])
+    cl.wait_nodes(2)
+    t0 = time.time()
+    st, body = cl.post("/v1/completions", {"prompt": long, "max_tokens": 8, "temperature": 0,
+                                           "return_token_ids": True}, timeout=60)
+    dt = time.time() - t0
+    got = json.loads(body)["choices"][0]["token_ids"] if st == 200 else body[:300]
+    ok &= check(st == 200 and got == ref["output_ids"],
+                "a %d-token prompt (%d slow chunks) answered in %.1f s with generate's ids "
+                "(%s vs %s)" % (len(ref["prompt_ids"]), n_chunks, dt, got, ref["output_ids"]))
+    ok &= check(dt > 5.0, "its prefill took far longer than node_answer_timeout + the "
+                "decode node's kv_wait_timeout (%.1f s)" % dt)
+    with open(cl.logs["d0"]) as f:
+        dlog = f.read()
+    ok &= check("KV did not arrive in time" not in dlog and
+                "did not deliver the KV" not in open(cl.logs["conductor"]).read(),
+                "neither the Conductor nor the decode node gave up on it")
+    cl.stop()
+    # the same node hangs in its 6th forward call: no progress from then on
+    hang = dict(slow, TYCHO_TEST_HANG_FORWARD="6")
+    cl = Cluster(0, 0, config=conf)
+    cl.start_node("prefill", "p0", env=hang)
+    cl.start_node("decode", "d0", extra=["--kv_wait_timeout=1s"])
+    cl.wait_nodes(2)
+    t0 = time.time()
+    st, body = cl.post("/v1/completions", {"prompt": long, "max_tokens": 8, "temperature": 0},
+                       timeout=60)
+    dt = time.time() - t0
+    ok &= check(cl.log_shows("p0", "TYCHO_TEST_HANG_FORWARD", 1),
+                "the prefill node hung in the middle of the prompt")
+    log = open(cl.logs["conductor"]).read()
+    # 5 chunks (~2.3 s) went through, then the hang: failed 2 s + 2 chunks + a heartbeat later
+    ok &= check(st == 503 and "did not deliver the KV in time" in log and 3.0 < dt < 8.0,
+                "the hung prefill failed in %.1f s: %d %s" % (dt, st, body[:200]))
+    cl.stop()
+    return ok
+
+
 def case_deepseek2():
     """A DeepSeek-V3-shaped model (mkmodel --arch deepseek2: MLA with a 64-wide latent + 16-wide
     rope part, a dense first layer, 8 sigmoid-routed experts in groups and a shared expert),
@@ -3490,6 +3545,7 @@ def main():
             "kill_decode": case_kill_decode, "hung_decode": case_hung_decode,
             "prefix_routing": case_prefix_routing, "cache_events": case_cache_events,
             "slo_reject": case_slo_reject, "cost_refit": case_cost_refit,
+            "slow_prefill": case_slow_prefill,
             "overload_answers": case_overload_answers, "stale_model": case_stale_model,
             "phantom_credit": case_phantom_credit, "kv_pool": case_kv_pool,
             "pool_sched": case_pool_sched, "pool_decode": case_pool_decode,
