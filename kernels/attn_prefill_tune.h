@@ -13,6 +13,11 @@ extern "C" {
 
 int ty__attn_prefill_tc_set_variant(int variant);
 
+/* Turns the Hopper kernel (attn_prefill_sm90.cu) on (the default) or off; off, sm_90 devices
+ * take the tensor-core path above, so that tests and benchmarks can compare the two. Returns
+ * the previous setting. Not thread-safe; not for serving code. */
+int ty__attn_prefill_sm90_set_enabled(int on);
+
 #ifdef __cplusplus
 }
 #endif
