@@ -576,13 +576,12 @@ int sm90_launch(const CUtensorMap &tk, const CUtensorMap &tv, const sm90_args &a
 
 int g_enabled = 1; // ty__attn_prefill_sm90_set_enabled
 
-// Whether the current device can run the kernel: compute capability 9.0 and sm_90 code for
-// the kernel in this binary (a build without 90a would only have the trapping stub).
-bool device_ok()
+// Whether device `dev` can run the kernel: compute capability 9.0 and sm_90 code for the
+// kernel in this binary (a build without 90a would only have the trapping stub).
+bool device_ok_uncached(int dev)
 {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
         return false;
     if (major != 9 || minor != 0)
@@ -591,6 +590,21 @@ bool device_ok()
     if (cudaFuncGetAttributes(&fa, prefill_sm90_kernel<__nv_bfloat16, 128>) != cudaSuccess)
         return false;
     return fa.binaryVersion == 90 && encode_fn() != NULL;
+}
+
+// device_ok_uncached of the current device, asked once per device (ints: a race only asks
+// twice).
+bool device_ok()
+{
+    static signed char known[64]; // 0 unknown, 1 yes, -1 no
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess)
+        return false;
+    if (dev < 0 || dev >= 64)
+        return device_ok_uncached(dev);
+    if (!known[dev])
+        known[dev] = device_ok_uncached(dev) ? 1 : -1;
+    return known[dev] > 0;
 }
 
 } // namespace
