@@ -376,6 +376,9 @@ __device__ void sm90_consume(const sm90_args &a, uint32_t base, int cw, int h, i
         mbar_wait(full0 + 8 * s, ty_sm90_phase(t));
 
         float sc[BN / 2];
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++)
+            sc[i] = 0.0f; // overwritten (scale-d 0 at the first k-step); keeps sc defined
         fence_regs(sc);
         wgmma_fence();
 #pragma unroll
@@ -614,6 +617,11 @@ extern "C" int ty__attn_prefill_sm90_set_enabled(int on)
     const int was = g_enabled;
     g_enabled = on != 0;
     return was;
+}
+
+extern "C" int ty__attn_prefill_sm90_available(void)
+{
+    return device_ok();
 }
 
 bool ty__attn_prefill_sm90_applies(const ty_cuda_kv_layout *l, const ty_cuda_attn_shape *s)

@@ -18,6 +18,10 @@ int ty__attn_prefill_tc_set_variant(int variant);
  * the previous setting. Not thread-safe; not for serving code. */
 int ty__attn_prefill_sm90_set_enabled(int on);
 
+/* 1 when the current device can run the Hopper kernel (compute capability 9.0, this binary
+ * holds its sm_90a code, cuTensorMapEncodeTiled found), else 0; ignores the setting above. */
+int ty__attn_prefill_sm90_available(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -303,6 +303,7 @@ static int prefill_sweep(int L)
     size_t n = (size_t)4 * L * H * HD;
     float *ref = malloc(n * 4), *got = malloc(n * 4);
     int rc = 0;
+    const int sm90 = ty__attn_prefill_sm90_set_enabled(0); /* the variants are mma.sync's */
     for (int v = 0; v < NV && !rc; v++) {
         char tag[96];
         snprintf(tag, sizeof(tag), " [variant %d: %s]", v, names[v]);
@@ -320,6 +321,7 @@ static int prefill_sweep(int L)
         }
     }
     ty__attn_prefill_tc_set_variant(0);
+    ty__attn_prefill_sm90_set_enabled(sm90);
     free(ref), free(got);
     return rc;
 }

@@ -442,6 +442,8 @@ static void test_model_matches_naive(void **state)
         {8, 1, 64, 256, 2, {257, 64}, {300, 700}},
         /* pages equal to the tile, GQA 2, rows that fill one warpgroup only */
         {4, 2, 128, 128, 2, {64, 65}, {64, 1000}},
+        /* the benchmark's pages (64 tokens), GQA 4, a long prefix before a short chunk */
+        {4, 1, 128, 64, 2, {300, 3}, {300, 1500}},
         /* pages of 32 (4 boxes per tile), q_off > 0 with q_len a tile multiple */
         {2, 1, 64, 32, 2, {256, 128}, {300, 128}},
     };
