@@ -33,6 +33,8 @@
 #include <cuda.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define TY_SM90_BODY 1
@@ -580,7 +582,8 @@ int sm90_launch(const CUtensorMap &tk, const CUtensorMap &tv, const sm90_args &a
 int g_enabled = 1; // ty__attn_prefill_sm90_set_enabled
 
 // Whether device `dev` can run the kernel: compute capability 9.0 and sm_90 code for the
-// kernel in this binary (a build without 90a would only have the trapping stub).
+// kernel in this binary (a build without 90a would only have the trapping stub), unless the
+// environment says TYCHO_CUDA_SM90_PREFILL=0 (an operator's way back to the mma.sync kernel).
 bool device_ok_uncached(int dev)
 {
     int major = 0, minor = 0;
@@ -588,6 +591,9 @@ bool device_ok_uncached(int dev)
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
         return false;
     if (major != 9 || minor != 0)
+        return false;
+    const char *env = getenv("TYCHO_CUDA_SM90_PREFILL"); // "0": keep the mma.sync kernel
+    if (env && !strcmp(env, "0"))
         return false;
     cudaFuncAttributes fa;
     if (cudaFuncGetAttributes(&fa, prefill_sm90_kernel<__nv_bfloat16, 128>) != cudaSuccess)
