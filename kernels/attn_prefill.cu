@@ -6,6 +6,7 @@
 // f32 math on CUDA cores). 16-bit pools with head_dim 64 or 128 take the tensor-core path in
 // attn_prefill_tc.cu instead.
 #include "attn_common.cuh"
+#include "attn_prefill_sm90.cuh"
 #include "attn_prefill_tc.cuh"
 
 #include <math.h>
@@ -170,6 +171,9 @@ extern "C" int ty_cuda_attn_prefill(float *out, const float *q, const void *k_po
     if (n_chunks == 0 || max_q_len == 0)
         return 0;
     cudaStream_t st = (cudaStream_t)stream;
+    if (ty__attn_prefill_sm90_applies(l, s)) // Hopper: wgmma + TMA, when built for sm_90a
+        return ty__attn_prefill_sm90(out, q, k_pool, v_pool, l, s, block_tables, q_starts,
+                                     q_lens, kv_lens, n_chunks, max_q_len, st);
     if (s->window == 0 && ty__attn_prefill_tc_applies(l, s)) // no window in the TC path yet
         return ty__attn_prefill_tc(out, q, k_pool, v_pool, l, s, block_tables, q_starts, q_lens,
                                    kv_lens, n_chunks, max_q_len, st);

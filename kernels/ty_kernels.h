@@ -172,7 +172,9 @@ int ty_cuda_attn_decode(float *out, const float *q, const void *k_pool, const vo
  * attends to the first kv_lens[s] tokens of its sequence (which already include its own new
  * tokens): query row i of chunk s has position kv_lens[s] - q_lens[s] + i and sees positions
  * <= that. q, out: (total_rows, n_heads, head_dim) f32; block_tables (n_chunks, max_pages);
- * max_q_len (host) bounds q_lens. All math in f32 on CUDA cores (no tensor-core path yet). */
+ * max_q_len (host) bounds q_lens. f16/bf16 pools with head_dim 64/128 and no window run on
+ * tensor cores (wgmma on sm_90 for page sizes that tile, else mma.sync; q and the softmax
+ * weights rounded to the pool type), everything else in f32 on CUDA cores. */
 int ty_cuda_attn_prefill(float *out, const float *q, const void *k_pool, const void *v_pool,
                          const struct ty_cuda_kv_layout *l, const struct ty_cuda_attn_shape *s,
                          const int32_t *block_tables, const int32_t *q_starts,

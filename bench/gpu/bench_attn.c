@@ -6,7 +6,10 @@
  * prefill: causal prefill attention, 4 sequences x 1024, 2048 and 4096 tokens, same heads (the
  * 16-bit pool takes the tensor-core path); TFLOP/s counted as
  * 4 * n_heads * L^2 * head_dim / 2 * 2 per sequence (causal half of QK^T and PV), the same
- * formula bench/gpu/sdpa_ref.py uses for PyTorch's scaled_dot_product_attention.
+ * formula bench/gpu/sdpa_ref.py uses for PyTorch's scaled_dot_product_attention. On an sm_90
+ * device that is the Hopper kernel (attn_prefill_sm90.cu); `prefill` then also times the
+ * mma.sync kernel (attn_prefill_tc.cu) on the same inputs at 4 x 2k, 1 x 16k and 8 x 4k and
+ * prints both and the normalized difference of their outputs.
  * Prints "RESULT <name> <value> <unit>" lines. Exit 77 without a GPU. */
 #include "attn_decode_tune.h"
 #include "attn_prefill_tune.h"
@@ -14,6 +17,7 @@
 
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,6 +198,8 @@ static int bench_decode(int n_seqs, int ctx)
 /* Prefill attention at n_seqs x L; when out_h is given the output is copied there (f32,
  * n_seqs * L * H * HD) and the RNG restarts from a fixed seed so that every call sees the
  * same inputs (the variant sweep compares outputs). */
+static double last_tflops; /* of the latest bench_prefill_out */
+
 static int bench_prefill_out(int n_seqs, int L, float *out_h, const char *tag)
 {
     if (out_h)
@@ -230,6 +236,7 @@ static int bench_prefill_out(int n_seqs, int L, float *out_h, const char *tag)
     ms /= iters;
     double flops = (double)n_seqs * H * 4.0 * L * (double)L * HD / 2.0;
     double tflops = flops / (ms * 1e-3) / 1e12;
+    last_tflops = tflops;
     printf("prefill attention%s: %d x %d tokens, causal, %.3f ms, %.1f TFLOP/s\n", tag, n_seqs,
            L, ms, tflops);
     if (!out_h)
@@ -241,7 +248,47 @@ static int bench_prefill_out(int n_seqs, int L, float *out_h, const char *tag)
     return 0;
 }
 
-static int bench_prefill(int n_seqs, int L) { return bench_prefill_out(n_seqs, L, NULL, ""); }
+/* Whether ty_cuda_attn_prefill runs the Hopper kernel here: an sm_90 device. */
+static bool on_sm90(void)
+{
+    int dev = 0, major = 0, minor = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    return major == 9 && minor == 0;
+}
+
+static int bench_prefill(int n_seqs, int L)
+{
+    return bench_prefill_out(n_seqs, L, NULL, on_sm90() ? " [sm90 wgmma kernel]" : "");
+}
+
+/* sm_90 only: the Hopper kernel and the mma.sync kernel on the same inputs. */
+static int prefill_sm90_vs_tc(int n_seqs, int L)
+{
+    size_t n = (size_t)n_seqs * L * H * HD;
+    float *ref = malloc(n * 4), *got = malloc(n * 4);
+    ty__attn_prefill_sm90_set_enabled(0);
+    int rc = bench_prefill_out(n_seqs, L, ref, " [mma.sync kernel]");
+    const double tc = last_tflops;
+    ty__attn_prefill_sm90_set_enabled(1);
+    rc |= bench_prefill_out(n_seqs, L, got, " [sm90 wgmma kernel]");
+    const double sm90 = last_tflops;
+    if (!rc) {
+        double num = 0, den = 0;
+        for (size_t i = 0; i < n; i++)
+            num += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]),
+                den += (double)ref[i] * ref[i];
+        const double e = sqrt(num / (den > 0 ? den : 1));
+        printf("  sm90 vs mma.sync: normalized difference %.2g%s\n", e, e < 1e-2 ? "" : "  BAD");
+        printf("RESULT prefill_tc_b%d_L%d_tflops %.2f TFLOP/s\n", n_seqs, L, tc);
+        printf("RESULT prefill_sm90_b%d_L%d_tflops %.2f TFLOP/s\n", n_seqs, L, sm90);
+        printf("RESULT prefill_sm90_vs_tc_b%d_L%d %.3f ratio\n", n_seqs, L, sm90 / tc);
+        rc = e < 1e-2 ? 0 : 1;
+    }
+    free(ref), free(got);
+    return rc;
+}
 
 /* Every tensor-core prefill shape (attn_prefill_tune.h) at 4 x L, outputs compared with
  * variant 0's on the same inputs. */
@@ -256,6 +303,7 @@ static int prefill_sweep(int L)
     size_t n = (size_t)4 * L * H * HD;
     float *ref = malloc(n * 4), *got = malloc(n * 4);
     int rc = 0;
+    const int sm90 = ty__attn_prefill_sm90_set_enabled(0); /* the variants are mma.sync's */
     for (int v = 0; v < NV && !rc; v++) {
         char tag[96];
         snprintf(tag, sizeof(tag), " [variant %d: %s]", v, names[v]);
@@ -273,6 +321,7 @@ static int prefill_sweep(int L)
         }
     }
     ty__attn_prefill_tc_set_variant(0);
+    ty__attn_prefill_sm90_set_enabled(sm90);
     free(ref), free(got);
     return rc;
 }
@@ -471,6 +520,11 @@ int main(int argc, char **argv)
         rc |= bench_prefill(4, 1024);
         rc |= bench_prefill(4, 2048);
         rc |= bench_prefill(4, 4096);
+        if (on_sm90()) {
+            rc |= prefill_sm90_vs_tc(4, 2048);
+            rc |= prefill_sm90_vs_tc(1, 16384);
+            rc |= prefill_sm90_vs_tc(8, 4096);
+        }
     }
     return rc;
 }
