@@ -85,6 +85,30 @@ struct ty_cuda_rope {
 int ty_cuda_rope_f32(float *x, const int32_t *pos, int n_tokens, int n_heads,
                      const struct ty_cuda_rope *rope, ty_cuda_stream_t stream);
 
+/* ---- mixture of experts (moe.cu) ---------------------------------------------------------- */
+
+/* Routing as the CPU backend's moe_route for softmax gating (Qwen3-MoE, Mixtral): each row of
+ * logits (n_tokens, n_experts) becomes its softmax (max subtracted, double sum; overwritten and
+ * then used as scratch), the n_used most probable experts (ties to the lower index, most
+ * probable first) go to sel (n_tokens, n_used) and their probabilities to w (n_tokens,
+ * n_used), divided by their sum (at least 2^-14) when norm_topk. One thread per token. */
+int ty_cuda_moe_route(int32_t *sel, float *w, float *logits, int n_tokens, int n_experts,
+                      int n_used, int norm_topk, ty_cuda_stream_t stream);
+
+/* Per-slot expert product: y[s][:] (n_slots, rows) = W_{sel[s]} x[s / x_div], W the
+ * (n_experts * rows, cols) row-major stack of every expert's (rows, cols) matrix of `type`,
+ * x f32 rows of cols (x_div = n_used: each token's row for all its slots; 1: a row per slot).
+ * sel: device int32 (n_slots), each in [0, n_experts) (the route kernel's output). */
+int ty_cuda_moe_matvec(float *y, const float *x, int x_div, const void *w,
+                       enum ty_cuda_dtype type, const int32_t *sel, int n_slots, int rows,
+                       int cols, ty_cuda_stream_t stream);
+
+/* x[t][:] += sum over k in order of w[t][k] * ys[t * n_used + k][:], each product rounded
+ * first (the CPU backend's scaled slots summed in slot order). x (n_tokens, dim), ys
+ * (n_tokens * n_used, dim), w (n_tokens, n_used). */
+int ty_cuda_moe_combine(float *x, const float *ys, const float *w, int n_tokens, int n_used,
+                        int dim, ty_cuda_stream_t stream);
+
 /* ---- KV pages (kv.cu) --------------------------------------------------------------------- */
 
 struct ty_cuda_kv_layout {
@@ -127,6 +151,12 @@ struct ty_cuda_qkv {
      * the projection's row order) */
     const float *q_norm, *k_norm;
     float norm_eps;
+    /* YaRN (ggml's rope_yarn, the CPU backend's ty__cpu_rope): device (head_dim/2) per-pair
+     * mix, the host's table (model.c make_yarn) as is, or NULL for none. With it pair i's
+     * angle t = theta_i / freq_div[i] becomes t' = ((yarn_freq_scale * t) * (1 - mix[i])) +
+     * t * mix[i], and cos/sin are multiplied by yarn_mscale. */
+    const float *yarn_mix;
+    float yarn_freq_scale, yarn_mscale;
 };
 
 /* From the fused projection qkv (n_tokens, Q + 2*KV) f32, Q = n_heads*head_dim and KV =
@@ -135,7 +165,8 @@ struct ty_cuda_qkv {
  * (n_tokens, n_heads, head_dim) rotated, and K (rotated) and V into the pool arrays at
  * slots[t] (negative: skipped). Pair i of token t rotates by angle theta_i / freq_div[i] with
  * theta_0 = pos[t], theta_{i+1} = theta_i * theta_scale computed in f32 (ggml's recurrence, so
- * that results follow the CPU backend to the last bits of the angle). */
+ * that results follow the CPU backend to the last bits of the angle), YaRN-mixed when
+ * q->yarn_mix is set. */
 int ty_cuda_qkv_rope_store(float *q_out, void *k_pool, void *v_pool,
                            const struct ty_cuda_kv_layout *l, const float *qkv, const float *bias,
                            const int32_t *pos, const int32_t *slots, int n_tokens,

@@ -140,14 +140,17 @@ static int ensure_bufs(struct cuda_ctx *c, const struct ty_model_config *m, uint
     size_t D = m->dim, Q = (size_t)m->n_heads * m->head_dim;
     size_t KV = (size_t)m->n_kv_heads * m->head_dim, F = m->ffn_dim, V = m->n_vocab;
     size_t widest = D > Q ? (D > F ? D : F) : (Q > F ? Q : F);
+    size_t K = m->n_experts ? m->n_experts_used : 1, E = m->n_experts; /* slots per token */
     struct {
         void **p;
         size_t bytes;
     } want[] = {{(void **)&b->x, cap * D * 4},          {(void **)&b->xb, cap * D * 4},
                 {(void **)&b->qkv, cap * (Q + 2 * KV) * 4}, {(void **)&b->q, cap * Q * 4},
-                {(void **)&b->att, cap * Q * 4},        {(void **)&b->gu, cap * 2 * F * 4},
-                {(void **)&b->hb, cap * F * 4},         {(void **)&b->xg, cap * D * 4},
-                {(void **)&b->logits, cap * V * 4},     {&b->xh, cap * widest * 2}};
+                {(void **)&b->att, cap * Q * 4},        {(void **)&b->gu, cap * K * 2 * F * 4},
+                {(void **)&b->hb, cap * K * F * 4},     {(void **)&b->xg, cap * D * 4},
+                {(void **)&b->logits, cap * V * 4},     {&b->xh, cap * widest * 2},
+                {(void **)&b->ys, E ? cap * K * D * 4 : 0}, {(void **)&b->rlog, cap * E * 4},
+                {(void **)&b->rw, E ? cap * K * 4 : 0}, {(void **)&b->re, E ? cap * K * 4 : 0}};
     ty__cuda_graphs_reset(c);
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         if (*want[i].p)
@@ -156,6 +159,8 @@ static int ensure_bufs(struct cuda_ctx *c, const struct ty_model_config *m, uint
     }
     b->cap_t = 0;
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        if (!want[i].bytes)
+            continue; /* a buffer this model does not use (E = 0) */
         int rc = TY_CU(c, cudaMalloc(want[i].p, want[i].bytes));
         if (rc)
             return rc;
@@ -242,6 +247,33 @@ static int attention(struct pass *ps, uint32_t layer, uint32_t window)
     return rc;
 }
 
+/* The mixture-of-experts FFN of the normed rows xb, added to x (the CPU's moe_ffn): router
+ * logits (a GEMM), each token's experts and weights, each (token, slot)'s gate|up through its
+ * expert, SwiGLU, down, then the weighted slots summed into the residual. */
+static int moe_ffn(struct pass *ps, const struct cuda_layer *L)
+{
+    struct cuda_ctx *c = ps->c;
+    struct cuda_bufs *b = &c->buf;
+    const struct ty_model_config *m = ps->cfg;
+    int T = (int)ps->p->T, D = (int)m->dim, F = (int)m->ffn_dim, E = (int)m->n_experts;
+    int K = (int)m->n_experts_used;
+    int rc = gemm(c, b->rlog, b->xb, &L->router, (uint32_t)T);
+    if (!rc)
+        rc = TY_KL(c, ty_cuda_moe_route(b->re, b->rw, b->rlog, T, E, K, m->moe_norm_topk,
+                                        c->stream));
+    if (!rc)
+        rc = TY_KL(c, ty_cuda_moe_matvec(b->gu, b->xb, K, L->exp_gu.d, L->exp_gu.type, b->re,
+                                         T * K, 2 * F, D, c->stream));
+    if (!rc)
+        rc = TY_KL(c, ty_cuda_silu_mul_f32(b->hb, b->gu, b->gu + F, T * K, F, 2 * F, c->stream));
+    if (!rc)
+        rc = TY_KL(c, ty_cuda_moe_matvec(b->ys, b->hb, 1, L->exp_down.d, L->exp_down.type, b->re,
+                                         T * K, D, F, c->stream));
+    if (!rc)
+        rc = TY_KL(c, ty_cuda_moe_combine(b->x, b->ys, b->rw, T, K, D, c->stream));
+    return rc;
+}
+
 static int layer_forward(struct pass *ps, uint32_t l)
 {
     struct cuda_ctx *c = ps->c;
@@ -252,7 +284,8 @@ static int layer_forward(struct pass *ps, uint32_t l)
     uint32_t T = ps->p->T, D = m->dim, F = m->ffn_dim;
     struct ty_cuda_qkv q = {(int)m->n_heads, (int)m->n_kv_heads, (int)m->head_dim,
                             m->rope == TY_ROPE_NEOX, m->qk_hf_order, src->rope_theta_scale,
-                            ps->cm->freq_div, L->q_norm, L->k_norm, m->rms_eps};
+                            ps->cm->freq_div, L->q_norm, L->k_norm, m->rms_eps,
+                            ps->cm->yarn_mix, src->rope_freq_scale, src->rope_mscale};
     int rc = TY_KL(c, ty_cuda_rmsnorm_f32(b->xb, b->x, L->attn_norm, (int)T, (int)D, m->rms_eps,
                                           c->stream));
     if (!rc)
@@ -271,6 +304,8 @@ static int layer_forward(struct pass *ps, uint32_t l)
     if (!rc)
         rc = TY_KL(c, ty_cuda_rmsnorm_f32(b->xb, b->x, L->ffn_norm, (int)T, (int)D, m->rms_eps,
                                           c->stream));
+    if (!rc && m->n_experts)
+        return moe_ffn(ps, L);
     if (!rc)
         rc = gemm(c, b->gu, b->xb, &L->wgu, T);
     if (!rc)

@@ -1,7 +1,8 @@
 /* End-to-end CUDA backend checks on the real stories260K model, the CPU backend as reference:
  * greedy ids for 256 tokens on several prompts, logits of a prefill, a batch of 8 mixed-length
  * sequences equal to each alone, CUDA graphs on = off (bit-identical logits), and KV exported
- * from one backend continuing on the other. Exits 77 without a CUDA device or without
+ * from one backend continuing on the other; random mkmodel files for the tuned head dims,
+ * YaRN rope and mixtures of experts. Exits 77 without a CUDA device or without
  * $TYCHO_TEST_DATA/models/stories260K/stories260K.gguf.
  *
  * Greedy comparisons allow one kind of divergence only: at a step where the reference's two
@@ -269,8 +270,8 @@ static void test_f16_kv(void **state)
  * tuned kernels serve: f16 KV pages on both backends, so CUDA runs the tensor-core prefill
  * attention and the bandwidth decode attention. Two prefill chunks (the second over a cached
  * prefix of 100 tokens, not a tile multiple; more than 64 rows: two row tiles) and three decode
- * steps; every logit row against the CPU backend's. */
-static void check_model_dims(const char *dims, const char *tag)
+ * steps; every logit row against the CPU backend's. args: mkmodel's options. */
+static void check_model(const char *args, const char *tag)
 {
     const char *bin = getenv("TYCHO_BIN"), *bdir = getenv("TYCHO_BUILD_DIR");
     char tycho[512], path[512], cmd[1400], err[256];
@@ -283,8 +284,8 @@ static void check_model_dims(const char *dims, const char *tag)
     const char *tmp = getenv("TMPDIR");
     snprintf(path, sizeof(path), "%s/tycho-gpu-e2e-%s-%d.gguf", tmp ? tmp : "/tmp", tag,
              (int)getpid());
-    snprintf(cmd, sizeof(cmd), "'%s' mkmodel --dims %s --type f16 --vocab-from bytes --out '%s'",
-             tycho, dims, path);
+    snprintf(cmd, sizeof(cmd), "'%s' mkmodel %s --vocab-from bytes --out '%s'", tycho, args,
+             path);
     assert_int_equal(system(cmd), 0);
     ty_model_t *m;
     assert_int_equal(ty_model_load(&m, path, err, sizeof(err)), 0);
@@ -321,7 +322,7 @@ static void check_model_dims(const char *dims, const char *tag)
     double e1 = nerr(l[1], l[0], (size_t)(N1 + N2) * Vm);
     double e2 = nerr(l[1] + (size_t)(N1 + N2) * Vm, l[0] + (size_t)(N1 + N2) * Vm,
                      (size_t)STEPS * Vm);
-    printf("  %s (%s): prefill logits nerr %.3g, decode logits nerr %.3g\n", tag, dims, e1, e2);
+    printf("  %s (%s): prefill logits nerr %.3g, decode logits nerr %.3g\n", tag, args, e1, e2);
     assert_true(e1 <= 2e-2 && e2 <= 2e-2);
     free(l[0]), free(l[1]);
     ty_model_free(m);
@@ -329,9 +330,29 @@ static void check_model_dims(const char *dims, const char *tag)
 
 static void test_tuned_head_dims(void **state)
 {
-    check_model_dims("256,2,4,2,688", "hd64-gqa2");
-    check_model_dims("512,2,4,1,1024", "hd128-mqa");
-    check_model_dims("1024,1,8,2,1024", "hd128-gqa4");
+    check_model("--dims 256,2,4,2,688 --type f16", "hd64-gqa2");
+    check_model("--dims 512,2,4,1,1024 --type f16", "hd128-mqa");
+    check_model("--dims 1024,1,8,2,1024 --type f16", "hd128-gqa4");
+}
+
+/* YaRN rope (the CPU's per-pair mix table uploaded as is): an original context of 64 tokens
+ * stretched 8 times, so positions 64..152 of check_model's prompt lie past it; llama's
+ * interleaved pairs and Qwen3's NeoX pairs with q/k norms. */
+static void test_yarn(void **state)
+{
+    check_model("--dims 256,2,4,2,688 --type f16 --yarn 8,64", "yarn-llama");
+    check_model("--arch qwen3 --dims 256,2,4,2,688 --type f16 --yarn 8,64", "yarn-qwen3");
+}
+
+/* Mixtures of experts (kernels/moe.cu): Qwen3-MoE (q/k norms, NeoX rope) and Mixtral (GGUF
+ * llama with experts), 8 experts with 2 used; F32 files, so the device routes on the logits the
+ * CPU routes on (a near-tie flipped by rounding would pick another expert). */
+static void test_moe(void **state)
+{
+    check_model("--arch qwen3moe --dims 256,2,4,2,128 --type f32 --experts 8 --experts-used 2",
+                "qwen3moe");
+    check_model("--arch mixtral --dims 256,2,4,2,128 --type f32 --experts 8 --experts-used 2",
+                "mixtral");
 }
 
 int main(void)
@@ -356,6 +377,8 @@ int main(void)
         cmocka_unit_test(test_export_import_across_backends),
         cmocka_unit_test(test_f16_kv),
         cmocka_unit_test(test_tuned_head_dims),
+        cmocka_unit_test(test_yarn),
+        cmocka_unit_test(test_moe),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ty_model_free(model);
