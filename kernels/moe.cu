@@ -1,6 +1,7 @@
-// Mixture-of-experts FFN pieces (Qwen3-MoE, Mixtral; the CPU backend's moe_route and moe_ffn
-// in src/engine/cpu/forward.c): the routing of each token (softmax over the router logits, the
-// n_used most probable with ties to the lower index, renormalised when asked), a matrix-vector
+// Mixture-of-experts FFN pieces (Qwen3-MoE, Mixtral, gpt-oss; the CPU backend's moe_route and
+// moe_ffn in src/engine/cpu/forward.c): the routing of each token (softmax over the router
+// logits, the n_used most probable with ties to the lower index, renormalised when asked; or
+// gpt-oss's k largest logits and their softmax), a matrix-vector
 // product per (token, slot) through the picked expert's rows, and the weighted sum of each
 // token's slots into the residual in slot order. The expert products read the weights of the
 // expert each slot names, so no host round trip (and no per-expert row counts on the host) is
@@ -51,10 +52,50 @@ __global__ void route_kernel(int32_t *sel, float *w, float *logits, int n_tokens
     }
 }
 
-// y[s][r] = dot(W[sel[s]][r][:], x[s / x_div][:]); one warp per row r.
+// gpt-oss: the k largest of logits + bias, their softmax the weights (the CPU's top_k on the
+// raw logits, then softmax_row over the k picks, then norm_weights when asked).
+__global__ void route_topk_softmax_kernel(int32_t *sel, float *w, float *logits,
+                                          const float *bias, int n_tokens, int E, int K,
+                                          int norm_topk)
+{
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n_tokens)
+        return;
+    float *p = logits + (size_t)t * E, *wt = w + (size_t)t * K;
+    for (int e = 0; bias && e < E; e++)
+        p[e] = __fadd_rn(p[e], bias[e]);
+    float wsum = 0.0f;
+    for (int k = 0; k < K; k++) {
+        int best = 0;
+        for (int e = 1; e < E; e++)
+            best = p[e] > p[best] ? e : best;
+        sel[(size_t)t * K + k] = best;
+        wt[k] = p[best];
+        wsum = __fadd_rn(wsum, p[best]);
+        p[best] = -INFINITY;
+    }
+    float mx = -INFINITY;
+    for (int k = 0; k < K; k++)
+        mx = wt[k] > mx ? wt[k] : mx;
+    double sum = 0;
+    for (int k = 0; k < K; k++) {
+        wt[k] = expf(wt[k] - mx);
+        sum += wt[k];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int k = 0; k < K; k++)
+        wt[k] = __fmul_rn(wt[k], inv);
+    if (norm_topk) {
+        wsum = wsum > 6.103515625e-5f ? wsum : 6.103515625e-5f;
+        for (int k = 0; k < K; k++)
+            wt[k] = __fdiv_rn(wt[k], wsum);
+    }
+}
+
+// y[s][r] = dot(W[sel[s]][r][:], x[s / x_div][:]) (+ bias[sel[s]][r]); one warp per row r.
 template <typename T>
-__global__ void matvec_kernel(float *y, const float *x, int x_div, const T *w, const int32_t *sel,
-                              int rows, int cols)
+__global__ void matvec_kernel(float *y, const float *x, int x_div, const T *w, const float *bias,
+                              const int32_t *sel, int rows, int cols)
 {
     const int s = blockIdx.x, r = blockIdx.y * kWarps + (int)(threadIdx.x >> 5);
     if (r >= rows)
@@ -66,15 +107,16 @@ __global__ void matvec_kernel(float *y, const float *x, int x_div, const T *w, c
         acc = fmaf(ty::to_f32(wr[i]), xr[i], acc);
     acc = ty::warp_sum(acc);
     if ((threadIdx.x & 31) == 0)
-        y[(size_t)s * rows + r] = acc;
+        y[(size_t)s * rows + r] = bias ? __fadd_rn(acc, bias[(size_t)sel[s] * rows + r]) : acc;
 }
 
 template <typename T>
-int matvec_launch(float *y, const float *x, int x_div, const void *w, const int32_t *sel,
-                  int n_slots, int rows, int cols, cudaStream_t st)
+int matvec_launch(float *y, const float *x, int x_div, const void *w, const float *bias,
+                  const int32_t *sel, int n_slots, int rows, int cols, cudaStream_t st)
 {
     dim3 grid((unsigned)n_slots, ty::ceil_div((size_t)rows, kWarps));
-    matvec_kernel<T><<<grid, 32 * kWarps, 0, st>>>(y, x, x_div, (const T *)w, sel, rows, cols);
+    matvec_kernel<T><<<grid, 32 * kWarps, 0, st>>>(y, x, x_div, (const T *)w, bias, sel, rows,
+                                                   cols);
     return TY_CUDA_LAUNCH_CHECK("moe_matvec");
 }
 
@@ -109,16 +151,39 @@ extern "C" int ty_cuda_moe_route(int32_t *sel, float *w, float *logits, int n_to
     return TY_CUDA_LAUNCH_CHECK("moe_route");
 }
 
-extern "C" int ty_cuda_moe_matvec(float *y, const float *x, int x_div, const void *w,
-                                  enum ty_cuda_dtype type, const int32_t *sel, int n_slots,
-                                  int rows, int cols, ty_cuda_stream_t stream)
+extern "C" int ty_cuda_moe_matvec_bias(float *y, const float *x, int x_div, const void *w,
+                                       enum ty_cuda_dtype type, const float *bias,
+                                       const int32_t *sel, int n_slots, int rows, int cols,
+                                       ty_cuda_stream_t stream)
 {
     if (n_slots < 0 || x_div <= 0 || rows <= 0 || rows > 65535 * kWarps || cols <= 0)
         return TY_EINVAL;
     if (n_slots == 0)
         return 0;
-    return TY_DTYPE_DISPATCH(type, matvec_launch, y, x, x_div, w, sel, n_slots, rows, cols,
-                             (cudaStream_t)stream);
+    return TY_DTYPE_DISPATCH(type, matvec_launch, y, x, x_div, w, bias, sel, n_slots, rows,
+                             cols, (cudaStream_t)stream);
+}
+
+extern "C" int ty_cuda_moe_matvec(float *y, const float *x, int x_div, const void *w,
+                                  enum ty_cuda_dtype type, const int32_t *sel, int n_slots,
+                                  int rows, int cols, ty_cuda_stream_t stream)
+{
+    return ty_cuda_moe_matvec_bias(y, x, x_div, w, type, nullptr, sel, n_slots, rows, cols,
+                                   stream);
+}
+
+extern "C" int ty_cuda_moe_route_topk_softmax(int32_t *sel, float *w, float *logits,
+                                              const float *bias, int n_tokens, int n_experts,
+                                              int n_used, int norm_topk, ty_cuda_stream_t stream)
+{
+    if (n_tokens < 0 || n_experts <= 0 || n_used <= 0 || n_used > n_experts)
+        return TY_EINVAL;
+    if (n_tokens == 0)
+        return 0;
+    route_topk_softmax_kernel<<<ty::ceil_div((size_t)n_tokens, kRouteThreads), kRouteThreads, 0,
+                                (cudaStream_t)stream>>>(sel, w, logits, bias, n_tokens,
+                                                        n_experts, n_used, norm_topk != 0);
+    return TY_CUDA_LAUNCH_CHECK("moe_route_topk_softmax");
 }
 
 extern "C" int ty_cuda_moe_combine(float *x, const float *ys, const float *w, int n_tokens,

@@ -53,6 +53,16 @@ int ty_cuda_add_f32(float *x, const float *y, size_t n, ty_cuda_stream_t stream)
 int ty_cuda_silu_mul_f32(float *out, const float *gate, const float *up, int n_rows, int n_cols,
                          int ld_in, ty_cuda_stream_t stream);
 
+/* gpt-oss's expert activation (ggml's swiglu_oai, alpha 1.702, limit 7; the CPU backend's
+ * swiglu_oai): g = min(gate, 7), u = clamp(up, -7, 7), out = g / (1 + exp(1.702 * -g)) *
+ * (u + 1). Layout as ty_cuda_silu_mul_f32. */
+int ty_cuda_swiglu_oai_f32(float *out, const float *gate, const float *up, int n_rows,
+                           int n_cols, int ld_in, ty_cuda_stream_t stream);
+
+/* y[r][:] += bias[:] for each of n_rows rows of n_cols (a projection's bias). */
+int ty_cuda_add_bias_f32(float *y, const float *bias, int n_rows, int n_cols,
+                         ty_cuda_stream_t stream);
+
 /* Element type conversion of n elements: f32 -> f16/bf16 (round to nearest even), f16/bf16 ->
  * f32, or a plain copy when the types are equal. */
 int ty_cuda_convert(void *dst, enum ty_cuda_dtype dst_type, const void *src,
@@ -95,6 +105,14 @@ int ty_cuda_rope_f32(float *x, const int32_t *pos, int n_tokens, int n_heads,
 int ty_cuda_moe_route(int32_t *sel, float *w, float *logits, int n_tokens, int n_experts,
                       int n_used, int norm_topk, ty_cuda_stream_t stream);
 
+/* gpt-oss's routing (llama.cpp's SOFTMAX_WEIGHT gating; moe_topk_softmax in the CPU's
+ * moe_route): logits plus bias (n_experts, or NULL), the n_used largest (ties to the lower
+ * index), their softmax the weights (then divided by the picked logits' sum when norm_topk,
+ * as the CPU does). logits are overwritten. */
+int ty_cuda_moe_route_topk_softmax(int32_t *sel, float *w, float *logits, const float *bias,
+                                   int n_tokens, int n_experts, int n_used, int norm_topk,
+                                   ty_cuda_stream_t stream);
+
 /* Per-slot expert product: y[s][:] (n_slots, rows) = W_{sel[s]} x[s / x_div], W the
  * (n_experts * rows, cols) row-major stack of every expert's (rows, cols) matrix of `type`,
  * x f32 rows of cols (x_div = n_used: each token's row for all its slots; 1: a row per slot).
@@ -102,6 +120,12 @@ int ty_cuda_moe_route(int32_t *sel, float *w, float *logits, int n_tokens, int n
 int ty_cuda_moe_matvec(float *y, const float *x, int x_div, const void *w,
                        enum ty_cuda_dtype type, const int32_t *sel, int n_slots, int rows,
                        int cols, ty_cuda_stream_t stream);
+
+/* The same plus a per-expert bias: y[s][r] += bias[sel[s] * rows + r] (bias (n_experts,
+ * rows) f32, added after the product as the CPU adds gpt-oss's expert biases). */
+int ty_cuda_moe_matvec_bias(float *y, const float *x, int x_div, const void *w,
+                            enum ty_cuda_dtype type, const float *bias, const int32_t *sel,
+                            int n_slots, int rows, int cols, ty_cuda_stream_t stream);
 
 /* x[t][:] += sum over k in order of w[t][k] * ys[t * n_used + k][:], each product rounded
  * first (the CPU backend's scaled slots summed in slot order). x (n_tokens, dim), ys
@@ -209,6 +233,31 @@ int ty_cuda_attn_prefill(float *out, const float *q, const void *k_pool, const v
                          const int32_t *block_tables, const int32_t *q_starts,
                          const int32_t *q_lens, const int32_t *kv_lens, int n_chunks,
                          int max_q_len, ty_cuda_stream_t stream);
+
+/* The key range of each row of a forward's q block, as the two attention kernels take them:
+ * rows 0 .. n_decode-1 are single-token sequences (row i's block table at decode_tables + i *
+ * decode_max_pages), the rest prefill chunks (chunk c's rows from chunk_q_starts[c], its
+ * table at chunk_tables + c * chunk_max_pages; starts ascending). A row at position p sees
+ * keys first .. p of its sequence (first: p - window + 1 for a sliding window, else 0). */
+struct ty_cuda_attn_rows {
+    int n_decode;
+    const int32_t *decode_tables;
+    int decode_max_pages;
+    int n_chunks;
+    const int32_t *chunk_tables, *chunk_q_starts;
+    int chunk_max_pages;
+};
+
+/* Attention sinks (gpt-oss; attn_sink.cu): out (n_rows, n_heads, head_dim), the sink-free
+ * attention of q (same shape) over the pool, is rescaled in place by S / (S + exp(sinks[h]))
+ * with S = sum over the row's keys of exp(q.k * scale): the softmax with the sink logit in
+ * its denominator, as the CPU backend's softmax_row. pos: device (n_rows) positions; s:
+ * n_heads, n_kv_heads, head_dim (multiple of 4, <= 256), scale and window as the attention
+ * kernels took them (max_pages unused). */
+int ty_cuda_attn_sinks(float *out, const float *q, const void *k_pool,
+                       const struct ty_cuda_kv_layout *l, const struct ty_cuda_attn_shape *s,
+                       const float *sinks, const int32_t *pos, int n_rows,
+                       const struct ty_cuda_attn_rows *r, ty_cuda_stream_t stream);
 
 /* ---- sampling (sample.cu) ----------------------------------------------------------------- */
 

@@ -47,10 +47,9 @@ static int make_backend_and_pool(ty_engine_t *e, const struct ty_engine_opts *o)
                      ty_model_desc(e->m));
         return TY_ENOTSUP;
     }
-    /* CUDA runs softmax-routed SwiGLU experts (qwen3moe, mixtral), not gpt-oss's or
-     * deepseek2's */
+    /* CUDA runs qwen3moe's, mixtral's and gpt-oss's experts, not deepseek2's */
     bool moe_on_cuda = !strcmp(ty_backend_name(e->be), "cuda") &&
-                       c->arch != TY_MODEL_ARCH_GPTOSS && c->arch != TY_MODEL_ARCH_DEEPSEEK2;
+                       c->arch != TY_MODEL_ARCH_DEEPSEEK2;
     if (c->n_experts && strcmp(ty_backend_name(e->be), "cpu") != 0 && !moe_on_cuda) {
         /* mixture-of-experts layers (routing, per-expert matmuls) beyond these exist in the
          * CPU forward pass only: another backend would compute a dense FFN */
@@ -58,7 +57,8 @@ static int make_backend_and_pool(ty_engine_t *e, const struct ty_engine_opts *o)
                      "(%s%s): use the cpu backend", ty_backend_name(e->be), ty_model_desc(e->m),
                      c->arch == TY_MODEL_ARCH_GPTOSS
                          ? "; gpt-oss's attention sinks, biases and SwiGLU-OAI experts too"
-                         : "");
+                         : c->arch == TY_MODEL_ARCH_DEEPSEEK2 ? "; deepseek2's routing too"
+                                                              : "");
         return TY_ENOTSUP;
     }
     int dev = ty_backend_kv_storage(e->be, &st);

@@ -56,6 +56,9 @@ struct cuda_layer {
     struct cuda_mat router; /* (E, D) */
     struct cuda_mat exp_gu; /* (E * 2 F, D): expert e's gate rows then its up rows */
     struct cuda_mat exp_down; /* (E * D, F) */
+    /* gpt-oss (NULL elsewhere): attention sinks (n_heads), the o-projection's bias (D), the
+     * router's (E), the experts' gate|up (E, 2 F: gate then up per expert) and down (E, D) */
+    float *sinks, *bo, *router_b, *exp_b_gu, *exp_b_down;
     float *attn_norm, *ffn_norm; /* (D) */
     float *bqkv;                 /* (Q + 2 KV) or NULL */
     float *q_norm, *k_norm;      /* (head_dim) each, or NULL (Qwen3's per-head q/k norm) */
@@ -117,8 +120,8 @@ struct cuda_ctx {
     uint64_t n_graph_launches, n_graph_captures; /* for tests and logs */
 };
 
-/* Whether the expert kernels (kernels/moe.cu) compute this mixture of experts: softmax
- * routing and SwiGLU experts without biases (qwen3moe, mixtral). */
+/* Whether the expert kernels (kernels/moe.cu) compute this mixture of experts: qwen3moe,
+ * mixtral and gpt-oss, not deepseek2. */
 bool ty__cuda_moe_supported(const struct ty_model_config *c);
 
 /* Upload `m` (freeing a previous model's copy) unless it is already resident. */

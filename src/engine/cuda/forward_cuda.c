@@ -244,12 +244,20 @@ static int attention(struct pass *ps, uint32_t layer, uint32_t window)
                                            md + p->o_ptab, md + p->o_pqs, md + p->o_pql,
                                            md + p->o_pkvl, (int)p->np, (int)p->maxq_p,
                                            c->stream));
+    const float *sinks = ps->cm->layers[layer].sinks;
+    if (!rc && sinks) { /* gpt-oss: the sink joins each row's softmax afterwards */
+        struct ty_cuda_attn_rows r = {(int)p->nd, md + p->o_dtab, (int)p->maxp_d, (int)p->np,
+                                      md + p->o_ptab, md + p->o_pqs, (int)p->maxp_p};
+        rc = TY_KL(c, ty_cuda_attn_sinks(c->buf.att, c->buf.q, k, &ps->kl, &sh, sinks,
+                                         md + p->o_pos, (int)p->T, &r, c->stream));
+    }
     return rc;
 }
 
 /* The mixture-of-experts FFN of the normed rows xb, added to x (the CPU's moe_ffn): router
- * logits (a GEMM), each token's experts and weights, each (token, slot)'s gate|up through its
- * expert, SwiGLU, down, then the weighted slots summed into the residual. */
+ * logits (a GEMM, + gpt-oss's bias), each token's experts and weights, each (token, slot)'s
+ * gate|up through its expert (+ bias), SwiGLU (gpt-oss: SwiGLU-OAI), down (+ bias), then the
+ * weighted slots summed into the residual. */
 static int moe_ffn(struct pass *ps, const struct cuda_layer *L)
 {
     struct cuda_ctx *c = ps->c;
@@ -258,17 +266,25 @@ static int moe_ffn(struct pass *ps, const struct cuda_layer *L)
     int T = (int)ps->p->T, D = (int)m->dim, F = (int)m->ffn_dim, E = (int)m->n_experts;
     int K = (int)m->n_experts_used;
     int rc = gemm(c, b->rlog, b->xb, &L->router, (uint32_t)T);
-    if (!rc)
+    if (!rc && m->moe_topk_softmax) /* gpt-oss: the k largest logits, their softmax */
+        rc = TY_KL(c, ty_cuda_moe_route_topk_softmax(b->re, b->rw, b->rlog, L->router_b, T, E,
+                                                     K, m->moe_norm_topk, c->stream));
+    else if (!rc && L->router_b)
+        rc = TY_KL(c, ty_cuda_add_bias_f32(b->rlog, L->router_b, T, E, c->stream));
+    if (!rc && !m->moe_topk_softmax)
         rc = TY_KL(c, ty_cuda_moe_route(b->re, b->rw, b->rlog, T, E, K, m->moe_norm_topk,
                                         c->stream));
     if (!rc)
-        rc = TY_KL(c, ty_cuda_moe_matvec(b->gu, b->xb, K, L->exp_gu.d, L->exp_gu.type, b->re,
-                                         T * K, 2 * F, D, c->stream));
-    if (!rc)
+        rc = TY_KL(c, ty_cuda_moe_matvec_bias(b->gu, b->xb, K, L->exp_gu.d, L->exp_gu.type,
+                                              L->exp_b_gu, b->re, T * K, 2 * F, D, c->stream));
+    if (!rc && m->swiglu_oai)
+        rc = TY_KL(c, ty_cuda_swiglu_oai_f32(b->hb, b->gu, b->gu + F, T * K, F, 2 * F,
+                                             c->stream));
+    else if (!rc)
         rc = TY_KL(c, ty_cuda_silu_mul_f32(b->hb, b->gu, b->gu + F, T * K, F, 2 * F, c->stream));
     if (!rc)
-        rc = TY_KL(c, ty_cuda_moe_matvec(b->ys, b->hb, 1, L->exp_down.d, L->exp_down.type, b->re,
-                                         T * K, D, F, c->stream));
+        rc = TY_KL(c, ty_cuda_moe_matvec_bias(b->ys, b->hb, 1, L->exp_down.d, L->exp_down.type,
+                                              L->exp_b_down, b->re, T * K, D, F, c->stream));
     if (!rc)
         rc = TY_KL(c, ty_cuda_moe_combine(b->x, b->ys, b->rw, T, K, D, c->stream));
     return rc;
@@ -299,6 +315,8 @@ static int layer_forward(struct pass *ps, uint32_t l)
         rc = attention(ps, l, ps->cm->src->layers[l].window);
     if (!rc)
         rc = gemm(c, b->xb, b->att, &L->wo, T);
+    if (!rc && L->bo) /* gpt-oss */
+        rc = TY_KL(c, ty_cuda_add_bias_f32(b->xb, L->bo, (int)T, (int)D, c->stream));
     if (!rc)
         rc = TY_KL(c, ty_cuda_add_f32(b->x, b->xb, (size_t)T * D, c->stream));
     if (!rc)

@@ -1,9 +1,9 @@
 /* Device copies of a model's weights, made once per model: q|k|v and gate|up fused row-wise
  * (one GEMM each), mixture-of-experts routers and stacked experts, 16-bit or f32 matrices,
- * f32 norms (q/k norms too), biases, rope divisors and YaRN's per-pair mix. A matrix whose
- * file type equals the device type is copied as is; any other is converted on the host to f32
- * rows (the CPU backend's ty__cpu_row_to_f32, so Q8_0 and F16 read exactly as on the CPU),
- * staged through pinned memory and rounded to the device type on the device. */
+ * f32 norms (q/k norms too), biases, gpt-oss's sinks, rope divisors and YaRN's per-pair mix.
+ * A matrix whose file type equals the device type is copied as is; any other is converted on
+ * the host to f32 rows (the CPU backend's ty__cpu_row_to_f32, so Q8_0 and F16 read exactly
+ * as on the CPU), staged through pinned memory and rounded to the device type on the device. */
 #include "cuda-impl.h"
 
 #include "tycho/errors.h"
@@ -113,7 +113,7 @@ static int upload_biases(struct cuda_ctx *c, struct cuda_model *cm, struct cuda_
 
 /* The router (f32) and every expert's gate|up and down of a mixture-of-experts layer, each
  * expert's rows at its place in one stacked matrix (quantized experts dequantized like any
- * matrix). */
+ * matrix); gpt-oss's router and expert biases, stacked the same way. */
 static int upload_experts(struct upload *u, struct cuda_model *cm, struct cuda_layer *cl,
                           const struct ty_layer_weights *L)
 {
@@ -133,6 +133,23 @@ static int upload_experts(struct upload *u, struct cuda_model *cm, struct cuda_l
             !(rc = upload_rows(u, &cl->exp_gu, e * 2 * F + F, &L->exp_up[e])))
             rc = upload_rows(u, &cl->exp_down, e * D, &L->exp_down[e]);
     }
+    if (!rc && L->router_b.data)
+        rc = vec_upload(u->c, cm, &cl->router_b, L->router_b.data, E);
+    if (!rc && L->exp_b_down.data)
+        rc = vec_upload(u->c, cm, &cl->exp_b_down, L->exp_b_down.data, (size_t)E * D);
+    if (rc || !L->exp_b_gate.data || !L->exp_b_up.data)
+        return rc;
+    float *h = malloc((size_t)E * 2 * F * 4); /* gate and up bias rows, stacked as the rows */
+    if (!h)
+        return TY_ENOMEM;
+    for (uint32_t e = 0; e < E; e++) {
+        memcpy(h + (size_t)e * 2 * F, (const float *)L->exp_b_gate.data + (size_t)e * F, F * 4);
+        memcpy(h + (size_t)e * 2 * F + F, (const float *)L->exp_b_up.data + (size_t)e * F, F * 4);
+    }
+    rc = vec_upload(u->c, cm, &cl->exp_b_gu, h, (size_t)E * 2 * F);
+    if (!rc)
+        rc = TY_CU(u->c, cudaStreamSynchronize(u->c->stream)); /* h is pageable, freed next */
+    free(h);
     return rc;
 }
 
@@ -164,6 +181,10 @@ static int upload_layer(struct upload *u, struct cuda_model *cm, uint32_t l)
         rc = vec_upload(c, cm, &cl->ffn_norm, L->ffn_norm.data, D);
     if (!rc)
         rc = upload_biases(c, cm, cl, L, nq, nkv);
+    if (!rc && L->sinks.data) /* gpt-oss */
+        rc = vec_upload(c, cm, &cl->sinks, L->sinks.data, cfg->n_heads);
+    if (!rc && L->bo.data)
+        rc = vec_upload(c, cm, &cl->bo, L->bo.data, D);
     if (!rc && L->q_norm.data && L->k_norm.data &&
         !(rc = vec_upload(c, cm, &cl->q_norm, L->q_norm.data, cfg->head_dim)))
         rc = vec_upload(c, cm, &cl->k_norm, L->k_norm.data, cfg->head_dim);
@@ -229,8 +250,9 @@ void ty__cuda_model_free(struct cuda_ctx *c)
         mat_free(&cl->router);
         mat_free(&cl->exp_gu);
         mat_free(&cl->exp_down);
-        float *v[] = {cl->attn_norm, cl->ffn_norm, cl->bqkv, cl->q_norm, cl->k_norm};
-        for (int i = 0; i < 5; i++)
+        float *v[] = {cl->attn_norm, cl->ffn_norm, cl->bqkv,     cl->q_norm,    cl->k_norm,
+                      cl->sinks,     cl->bo,       cl->router_b, cl->exp_b_gu, cl->exp_b_down};
+        for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
             if (v[i])
                 TY_CU_QUIET(cudaFree(v[i]));
     }
@@ -252,10 +274,8 @@ void ty__cuda_model_free(struct cuda_ctx *c)
 
 bool ty__cuda_moe_supported(const struct ty_model_config *c)
 {
-    /* gpt-oss (top-k-then-softmax, SwiGLU-OAI, biases, sinks) and deepseek2 (MLA, sigmoid
-     * and grouped routing, shared experts) have no kernels here */
-    return c->arch != TY_MODEL_ARCH_GPTOSS && c->arch != TY_MODEL_ARCH_DEEPSEEK2 &&
-           !c->moe_topk_softmax && !c->swiglu_oai && !c->kv_lora_rank;
+    /* deepseek2 (MLA, sigmoid and grouped routing, shared experts) has no kernels here */
+    return c->arch != TY_MODEL_ARCH_DEEPSEEK2 && !c->kv_lora_rank;
 }
 
 int ty__cuda_model_use(struct cuda_ctx *c, const struct ty_model *m)
@@ -268,8 +288,8 @@ int ty__cuda_model_use(struct cuda_ctx *c, const struct ty_model *m)
         return TY_ENOTSUP;
     }
     if (m->cfg.n_experts && !ty__cuda_moe_supported(&m->cfg)) { /* the engine refuses first */
-        TY_LOG_ERROR("cuda", "%s: mixture-of-experts model (%s) not supported: only softmax "
-                     "routing with SwiGLU experts (qwen3moe, mixtral)", c->name, m->desc);
+        TY_LOG_ERROR("cuda", "%s: mixture-of-experts model (%s) not supported: only "
+                     "qwen3moe, mixtral and gpt-oss experts", c->name, m->desc);
         return TY_ENOTSUP;
     }
     ty__cuda_model_free(c);

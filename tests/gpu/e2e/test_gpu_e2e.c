@@ -2,7 +2,7 @@
  * greedy ids for 256 tokens on several prompts, logits of a prefill, a batch of 8 mixed-length
  * sequences equal to each alone, CUDA graphs on = off (bit-identical logits), and KV exported
  * from one backend continuing on the other; random mkmodel files for the tuned head dims,
- * YaRN rope and mixtures of experts. Exits 77 without a CUDA device or without
+ * YaRN rope, mixtures of experts and gpt-oss. Exits 77 without a CUDA device or without
  * $TYCHO_TEST_DATA/models/stories260K/stories260K.gguf.
  *
  * Greedy comparisons allow one kind of divergence only: at a step where the reference's two
@@ -355,6 +355,16 @@ static void test_moe(void **state)
                 "mixtral");
 }
 
+/* gpt-oss (attention sinks, q/k/v/output biases, even layers sliding over 16 tokens, biased
+ * experts with SwiGLU-OAI, top-k-then-softmax routing, YaRN): 153 positions, so windows and
+ * YaRN's stretch both matter; F32 as test_moe. */
+static void test_gptoss(void **state)
+{
+    check_model("--arch gpt-oss --dims 256,2,4,2,128 --type f32 --experts 8 --experts-used 2 "
+                "--yarn 4,64 --untied",
+                "gpt-oss");
+}
+
 int main(void)
 {
     int n = 0;
@@ -379,6 +389,7 @@ int main(void)
         cmocka_unit_test(test_tuned_head_dims),
         cmocka_unit_test(test_yarn),
         cmocka_unit_test(test_moe),
+        cmocka_unit_test(test_gptoss),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ty_model_free(model);
