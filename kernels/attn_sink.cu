@@ -32,7 +32,7 @@ __global__ void sink_kernel(float *out, const float *q, const T *k_pool, const f
                             const int32_t *pos, ty_cuda_attn_rows r, int n_heads, int n_kv,
                             int hd, int B, float scale, int window)
 {
-    __shared__ float qs[kMaxHd];
+    __shared__ __align__(16) float qs[kMaxHd];
     const int row = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
     const size_t off = ((size_t)row * n_heads + h) * hd;
     for (int i = lane; i < hd; i += 32)

@@ -270,7 +270,8 @@ static void test_f16_kv(void **state)
  * tuned kernels serve: f16 KV pages on both backends, so CUDA runs the tensor-core prefill
  * attention and the bandwidth decode attention. Two prefill chunks (the second over a cached
  * prefix of 100 tokens, not a tile multiple; more than 64 rows: two row tiles) and three decode
- * steps; every logit row against the CPU backend's. args: mkmodel's options. */
+ * steps; every logit row against the CPU backend's; 64 greedy ids after a 40-token prompt
+ * equal to the CPU backend's (compare_ids' near-tie rule). args: mkmodel's options. */
 static void check_model(const char *args, const char *tag)
 {
     const char *bin = getenv("TYCHO_BIN"), *bdir = getenv("TYCHO_BUILD_DIR");
@@ -296,12 +297,17 @@ static void check_model(const char *args, const char *tag)
     for (uint32_t i = 0; i < N1 + N2 + STEPS; i++)
         t[i] = i == 0 ? 1 : 3 + (i * 37u) % (Vm - 3);
     float *l[2];
+    struct ty_gen_result g[2] = {{0}, {0}};
     for (int k = 0; k < 2; k++) {
         struct ty_engine_opts o = {.kv_block_tokens = B, .max_seqs = 4, .max_ctx = 512,
                                    .max_batch_tokens = 512, .no_prefix_sharing = true,
                                    .backend = k ? "cuda" : "cpu", .kv_dtype = "f16"};
         ty_engine_t *e;
         assert_int_equal(ty_engine_new(&e, m, &o), 0);
+        const uint32_t *gp = t; /* what `tycho generate` does: 64 greedy ids of a prompt */
+        size_t glen = 40;
+        struct ty_gen_params gpar = greedy(64);
+        assert_int_equal(ty_engine_generate(e, &gp, &glen, 1, &gpar, &g[k], NULL, NULL), 0);
         l[k] = malloc((size_t)ROWS * Vm * 4);
         ty_kvseq_t *sq;
         assert_int_equal(ty_kvpool_seq_new(ty_engine_pool(e), &sq), 0);
@@ -324,6 +330,9 @@ static void check_model(const char *args, const char *tag)
                      (size_t)STEPS * Vm);
     printf("  %s (%s): prefill logits nerr %.3g, decode logits nerr %.3g\n", tag, args, e1, e2);
     assert_true(e1 <= 2e-2 && e2 <= 2e-2);
+    compare_ids(&g[0], &g[1], tag, 0); /* equal but at a near-tie of the CPU's */
+    ty_gen_result_clear(&g[0]);
+    ty_gen_result_clear(&g[1]);
     free(l[0]), free(l[1]);
     ty_model_free(m);
 }
@@ -365,6 +374,35 @@ static void test_gptoss(void **state)
                 "gpt-oss");
 }
 
+/* What CUDA still refuses, by the codes a user sees: a deepseek2 (MLA) model at engine
+ * creation (TY_ENOTSUP), bf16 KV pages (TY_EINVAL). */
+static void test_refusals(void **state)
+{
+    const char *bin = getenv("TYCHO_BIN"), *bdir = getenv("TYCHO_BUILD_DIR");
+    const char *tmp = getenv("TMPDIR");
+    char tycho[512], path[512], cmd[1400], err[256];
+    if (bin)
+        snprintf(tycho, sizeof(tycho), "%s", bin);
+    else if (bdir)
+        snprintf(tycho, sizeof(tycho), "%s/src/cli/tycho", bdir);
+    else
+        skip();
+    snprintf(path, sizeof(path), "%s/tycho-gpu-e2e-ds2-%d.gguf", tmp ? tmp : "/tmp", (int)getpid());
+    snprintf(cmd, sizeof(cmd), "'%s' mkmodel --arch deepseek2 --dims 256,2,4,4,128 --type f32 "
+             "--vocab-from bytes --out '%s'", tycho, path);
+    assert_int_equal(system(cmd), 0);
+    ty_model_t *m;
+    assert_int_equal(ty_model_load(&m, path, err, sizeof(err)), 0);
+    unlink(path);
+    struct ty_engine_opts o = {.kv_block_tokens = B, .max_seqs = 2, .max_ctx = 256,
+                               .max_batch_tokens = 256, .backend = "cuda"};
+    ty_engine_t *e = NULL;
+    assert_int_equal(ty_engine_new(&e, m, &o), TY_ENOTSUP);
+    ty_model_free(m);
+    o.kv_dtype = "bf16";
+    assert_int_equal(ty_engine_new(&e, model, &o), TY_EINVAL);
+}
+
 int main(void)
 {
     int n = 0;
@@ -390,6 +428,7 @@ int main(void)
         cmocka_unit_test(test_yarn),
         cmocka_unit_test(test_moe),
         cmocka_unit_test(test_gptoss),
+        cmocka_unit_test(test_refusals),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ty_model_free(model);
