@@ -5,8 +5,9 @@
 // product per (token, slot) through the picked expert's rows, and the weighted sum of each
 // token's slots into the residual in slot order. The expert products read the weights of the
 // expert each slot names, so no host round trip (and no per-expert row counts on the host) is
-// needed: a decode step stays capturable in a CUDA graph. Prefill pays n_used matrix-vector
-// products per token instead of per-expert GEMMs.
+// needed: a decode step stays capturable in a CUDA graph. Long prefill steps group the slots
+// by expert on the host and run per-expert GEMMs instead (forward_cuda.c moe_grouped), then
+// sum the slots through a row index (combine with rows).
 #include "ty_kernels_impl.cuh"
 
 #include <math.h>
@@ -120,17 +121,20 @@ int matvec_launch(float *y, const float *x, int x_div, const void *w, const floa
     return TY_CUDA_LAUNCH_CHECK("moe_matvec");
 }
 
-// x[t][d] += (w0 y0[d]) + (w1 y1[d]) + ... in slot order (the CPU's scaled slots, then sum).
-__global__ void combine_kernel(float *x, const float *ys, const float *w, int K, int dim,
-                               size_t n)
+// x[t][d] += (w0 y0[d]) + (w1 y1[d]) + ... in slot order (the CPU's scaled slots, then sum);
+// slot s's output is row rows[s] of ys (NULL: row s).
+__global__ void combine_kernel(float *x, const float *ys, const float *w, const int32_t *rows,
+                               int K, int dim, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         const size_t t = i / (size_t)dim, d = i % (size_t)dim;
-        const float *yt = ys + t * K * dim + d;
-        float acc = __fmul_rn(yt[0], w[t * K]);
-        for (int k = 1; k < K; k++)
-            acc = __fadd_rn(acc, __fmul_rn(yt[(size_t)k * dim], w[t * K + k]));
+        float acc = 0.0f;
+        for (int k = 0; k < K; k++) {
+            const size_t s = t * K + k, r = rows ? (size_t)rows[s] : s;
+            const float v = __fmul_rn(ys[r * dim + d], w[s]);
+            acc = k ? __fadd_rn(acc, v) : v;
+        }
         x[i] = __fadd_rn(x[i], acc);
     }
 }
@@ -189,6 +193,13 @@ extern "C" int ty_cuda_moe_route_topk_softmax(int32_t *sel, float *w, float *log
 extern "C" int ty_cuda_moe_combine(float *x, const float *ys, const float *w, int n_tokens,
                                    int n_used, int dim, ty_cuda_stream_t stream)
 {
+    return ty_cuda_moe_combine_rows(x, ys, w, nullptr, n_tokens, n_used, dim, stream);
+}
+
+extern "C" int ty_cuda_moe_combine_rows(float *x, const float *ys, const float *w,
+                                        const int32_t *rows, int n_tokens, int n_used, int dim,
+                                        ty_cuda_stream_t stream)
+{
     if (n_tokens < 0 || n_used <= 0 || dim <= 0)
         return TY_EINVAL;
     size_t n = (size_t)n_tokens * dim;
@@ -196,6 +207,6 @@ extern "C" int ty_cuda_moe_combine(float *x, const float *ys, const float *w, in
         return 0;
     unsigned blocks = ty::ceil_div(n, 256);
     blocks = blocks > 65535u * 8u ? 65535u * 8u : blocks;
-    combine_kernel<<<blocks, 256, 0, (cudaStream_t)stream>>>(x, ys, w, n_used, dim, n);
+    combine_kernel<<<blocks, 256, 0, (cudaStream_t)stream>>>(x, ys, w, rows, n_used, dim, n);
     return TY_CUDA_LAUNCH_CHECK("moe_combine");
 }

@@ -133,6 +133,11 @@ int ty_cuda_moe_matvec_bias(float *y, const float *x, int x_div, const void *w,
 int ty_cuda_moe_combine(float *x, const float *ys, const float *w, int n_tokens, int n_used,
                         int dim, ty_cuda_stream_t stream);
 
+/* The same with slot s's output at row rows[s] of ys (device int32 (n_tokens * n_used); the
+ * slots grouped by expert, as per-expert GEMMs leave them). */
+int ty_cuda_moe_combine_rows(float *x, const float *ys, const float *w, const int32_t *rows,
+                             int n_tokens, int n_used, int dim, ty_cuda_stream_t stream);
+
 /* ---- KV pages (kv.cu) --------------------------------------------------------------------- */
 
 struct ty_cuda_kv_layout {

@@ -85,6 +85,9 @@ struct cuda_bufs {
     float *rlog;   /* (cap_t, E) router logits, then their softmax */
     float *rw;     /* (cap_t, n_used) routing weights */
     int32_t *re;   /* (cap_t, n_used) picked experts */
+    /* prefill's grouped experts: (2, cap_t * n_used) device / (3, cap_t * n_used) pinned:
+     * each grouped row's token, each slot's grouped row (and the picks, downloaded) */
+    int32_t *grp_d, *grp_h;
     void *xh; /* 16-bit copy of a GEMM input (NULL for f32 weights) */
 };
 

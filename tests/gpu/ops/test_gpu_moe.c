@@ -4,7 +4,8 @@
  *     rows with a tied best pair) and their weights, with and without renormalisation;
  *   - the per-slot expert product for f32, f16 and bf16 stacks, a token's row for all its
  *     slots (x_div = n_used) and a row per slot (x_div = 1);
- *   - the weighted sum of each token's slots into the residual, in slot order.
+ *   - the weighted sum of each token's slots into the residual, in slot order, with the slots
+ *     in place or grouped (a row index per slot, as the prefill's per-expert GEMMs leave them).
  * Outputs poisoned with NaN first. The whole FFN against the CPU backend on a model is
  * test_gpu_e2e's test_moe. */
 #include "gpu_test_util.h"
@@ -151,7 +152,20 @@ static void test_combine(void **state)
     assert_int_equal(ty_cuda_moe_combine(dx, dy, dw, T, K, D, NULL), 0);
     gt_download(got, dx, sizeof(got));
     GT_EXPECT_NERR(got, want, T * D, 2e-7, "combine");
-    cudaFree(dx), cudaFree(dy), cudaFree(dw);
+    /* the same slots stored grouped (slot s at row rows[s], a permutation) */
+    static float yg[T * K * D];
+    int32_t rows[T * K];
+    for (int s = 0; s < T * K; s++)
+        rows[s] = (s * 5 + 3) % (T * K); /* 5 is prime to 21 */
+    for (int s = 0; s < T * K; s++)
+        memcpy(yg + (size_t)rows[s] * D, ys + (size_t)s * D, D * sizeof(float));
+    float *dyg = gt_upload(yg, sizeof(yg));
+    int32_t *drows = gt_upload(rows, sizeof(rows));
+    GT_CHECK(cudaMemcpy(dx, x, sizeof(x), cudaMemcpyHostToDevice));
+    assert_int_equal(ty_cuda_moe_combine_rows(dx, dyg, dw, drows, T, K, D, NULL), 0);
+    gt_download(got, dx, sizeof(got));
+    GT_EXPECT_NERR(got, want, T * D, 2e-7, "combine_rows");
+    cudaFree(dx), cudaFree(dy), cudaFree(dw), cudaFree(dyg), cudaFree(drows);
 }
 
 static void test_rejects_bad_shapes(void **state)
