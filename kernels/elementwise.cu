@@ -1,4 +1,5 @@
-// Elementwise kernels: residual add, SiLU-gated activation, dtype conversion, embedding lookup.
+// Elementwise kernels: residual add, bias add, SiLU-gated and SwiGLU-OAI activations, dtype
+// conversion, embedding lookup.
 // Grid-stride loops over elements; all math in f32.
 #include "ty_kernels_impl.cuh"
 
@@ -29,6 +30,29 @@ __global__ void silu_mul_kernel(float *out, const float *gate, const float *up, 
         size_t r = i / (size_t)n_cols, c = i % (size_t)n_cols;
         float g = gate[r * ld_in + c];
         out[i] = g / (1.0f + expf(-g)) * up[r * ld_in + c];
+    }
+}
+
+__global__ void add_bias_kernel(float *y, const float *bias, int n_cols, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __fadd_rn(y[i], bias[i % (size_t)n_cols]);
+}
+
+// gpt-oss's activation, the CPU backend's swiglu_oai expression by expression.
+__global__ void swiglu_oai_kernel(float *out, const float *gate, const float *up, int n_cols,
+                                  int ld_in, size_t n)
+{
+    const float alpha = 1.702f, limit = 7.0f;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / (size_t)n_cols, c = i % (size_t)n_cols;
+        float g = gate[r * ld_in + c], u = up[r * ld_in + c];
+        g = g < limit ? g : limit;
+        u = u < -limit ? -limit : u > limit ? limit : u;
+        out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(__fmul_rn(alpha, -g)))),
+                           __fadd_rn(u, 1.0f));
     }
 }
 
@@ -86,6 +110,33 @@ extern "C" size_t ty_cuda_dtype_size(enum ty_cuda_dtype dt)
         return 2;
     }
     return 0;
+}
+
+extern "C" int ty_cuda_add_bias_f32(float *y, const float *bias, int n_rows, int n_cols,
+                                    ty_cuda_stream_t stream)
+{
+    if (n_rows < 0 || n_cols <= 0 || !y || !bias)
+        return TY_EINVAL;
+    size_t n = (size_t)n_rows * n_cols;
+    if (n == 0)
+        return 0;
+    add_bias_kernel<<<grid_for(n), kThreads, 0, (cudaStream_t)stream>>>(y, bias, n_cols, n);
+    return TY_CUDA_LAUNCH_CHECK("add_bias_f32");
+}
+
+extern "C" int ty_cuda_swiglu_oai_f32(float *out, const float *gate, const float *up, int n_rows,
+                                      int n_cols, int ld_in, ty_cuda_stream_t stream)
+{
+    if (n_rows < 0 || n_cols < 0 || ld_in < n_cols)
+        return TY_EINVAL;
+    size_t n = (size_t)n_rows * n_cols;
+    if (n == 0)
+        return 0;
+    if (out == up || (out == gate && ld_in != n_cols))
+        return TY_EINVAL; /* would overwrite inputs other threads still read */
+    swiglu_oai_kernel<<<grid_for(n), kThreads, 0, (cudaStream_t)stream>>>(out, gate, up, n_cols,
+                                                                         ld_in, n);
+    return TY_CUDA_LAUNCH_CHECK("swiglu_oai_f32");
 }
 
 extern "C" int ty_cuda_add_f32(float *x, const float *y, size_t n, ty_cuda_stream_t stream)

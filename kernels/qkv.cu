@@ -1,8 +1,9 @@
 // Post-processing of the fused q|k|v projection, one kernel: optional bias, optional per-head
 // RMSNorm of q and k (Qwen3; f32 sum of squares, then x * scale * w as ggml's rms_norm and mul),
-// the HF rotate_half row order undone, rotary embedding with ggml's angle recurrence (theta_0 = pos, theta_{i+1} =
-// theta_i * theta_scale in f32, angle_i = theta_i / freq_div[i]; what the CPU backend and
-// llama.cpp compute), q written densely and K/V stored straight into their page slots.
+// the HF rotate_half row order undone, rotary embedding with ggml's angle recurrence
+// (theta_0 = pos, theta_{i+1} = theta_i * theta_scale in f32, angle_i = theta_i / freq_div[i];
+// what the CPU backend and llama.cpp compute; YaRN's per-pair mix and magnitude on top, from
+// the host's table), q written densely and K/V stored straight into their page slots.
 // One block per (token, head of q|k|v); the head is staged in shared memory so the in-place
 // reordering needs no second buffer. Products are rounded one by one (no FMA contraction) to
 // follow the CPU reference's arithmetic.
@@ -15,6 +16,7 @@ namespace {
 struct qkv_params {
     int n_heads, n_kv_heads, head_dim, page_tokens, neox, hf_order;
     float theta_scale, norm_eps;
+    float yarn_freq_scale, yarn_mscale; // used where the mix table is not NULL
 };
 
 constexpr int kMaxWarps = 4; // qkv_launch uses at most 128 threads
@@ -57,8 +59,8 @@ __device__ __forceinline__ T *pool_row(T *pool, const qkv_params &p, int slot, i
 template <typename T>
 __global__ void qkv_kernel(float *q_out, T *k_pool, T *v_pool, const float *qkv,
                            const float *bias, const float *freq_div, const float *q_norm,
-                           const float *k_norm, const int32_t *pos, const int32_t *slots,
-                           qkv_params p)
+                           const float *k_norm, const float *yarn_mix, const int32_t *pos,
+                           const int32_t *slots, qkv_params p)
 {
     extern __shared__ float head[]; // (head_dim) then kMaxWarps partial sums
     const int t = blockIdx.x, h = blockIdx.y, hd = p.head_dim, half = hd / 2;
@@ -88,8 +90,17 @@ __global__ void qkv_kernel(float *q_out, T *k_pool, T *v_pool, const float *qkv,
         float theta = (float)pos[t];
         for (int k = 0; k < i; k++)
             theta = __fmul_rn(theta, p.theta_scale);
-        const float ang = __fdiv_rn(theta, freq_div[i]);
-        const float c = cosf(ang), s = sinf(ang);
+        float ang = __fdiv_rn(theta, freq_div[i]), c, s;
+        if (yarn_mix) { // the CPU's ty__cpu_rope, product by product
+            const float mx = yarn_mix[i];
+            ang = __fadd_rn(__fmul_rn(__fmul_rn(p.yarn_freq_scale, ang), __fsub_rn(1.0f, mx)),
+                            __fmul_rn(ang, mx));
+            c = __fmul_rn(cosf(ang), p.yarn_mscale);
+            s = __fmul_rn(sinf(ang), p.yarn_mscale);
+        } else {
+            c = cosf(ang);
+            s = sinf(ang);
+        }
         const int a = p.neox ? i : 2 * i, b = p.neox ? i + half : 2 * i + 1;
         const float x0 = head[src_index(p, a)], x1 = head[src_index(p, b)];
         const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
@@ -114,8 +125,8 @@ int qkv_launch(float *q_out, void *k_pool, void *v_pool, const float *qkv, const
                                                                                 : p.head_dim / 2);
     threads = (threads + 31) / 32 * 32; // whole warps: the norm's shuffles use full masks
     qkv_kernel<T><<<grid, threads, (p.head_dim + kMaxWarps) * sizeof(float), st>>>(
-        q_out, (T *)k_pool, (T *)v_pool, qkv, bias, q->freq_div, q->q_norm, q->k_norm, pos,
-        slots, p);
+        q_out, (T *)k_pool, (T *)v_pool, qkv, bias, q->freq_div, q->q_norm, q->k_norm,
+        q->yarn_mix, pos, slots, p);
     return TY_CUDA_LAUNCH_CHECK("qkv_rope_store");
 }
 
@@ -131,14 +142,16 @@ extern "C" int ty_cuda_qkv_rope_store(float *q_out, void *k_pool, void *v_pool,
         q->n_kv_heads <= 0 || q->n_heads % q->n_kv_heads || q->head_dim <= 0 ||
         q->head_dim % 2 || q->head_dim > 1024 || l->n_kv_heads != q->n_kv_heads ||
         l->head_dim != q->head_dim || l->page_tokens <= 0 || !(q->theta_scale > 0.0f) ||
-        !q->q_norm != !q->k_norm || (q->q_norm && !(q->norm_eps > 0.0f)))
+        !q->q_norm != !q->k_norm || (q->q_norm && !(q->norm_eps > 0.0f)) ||
+        (q->yarn_mix && !(q->yarn_freq_scale > 0.0f && q->yarn_mscale > 0.0f)))
         return TY_EINVAL;
     if (q->n_heads + 2 * q->n_kv_heads > 65535)
         return TY_EINVAL;
     if (n_tokens == 0)
         return 0;
     qkv_params p = {q->n_heads, q->n_kv_heads, q->head_dim, l->page_tokens, q->neox != 0,
-                    q->hf_order != 0, q->theta_scale, q->norm_eps};
+                    q->hf_order != 0, q->theta_scale, q->norm_eps, q->yarn_freq_scale,
+                    q->yarn_mscale};
     return TY_DTYPE_DISPATCH(l->type, qkv_launch, q_out, k_pool, v_pool, qkv, bias, q, pos,
                              slots, n_tokens, p, (cudaStream_t)stream);
 }

@@ -53,6 +53,16 @@ int ty_cuda_add_f32(float *x, const float *y, size_t n, ty_cuda_stream_t stream)
 int ty_cuda_silu_mul_f32(float *out, const float *gate, const float *up, int n_rows, int n_cols,
                          int ld_in, ty_cuda_stream_t stream);
 
+/* gpt-oss's expert activation (ggml's swiglu_oai, alpha 1.702, limit 7; the CPU backend's
+ * swiglu_oai): g = min(gate, 7), u = clamp(up, -7, 7), out = g / (1 + exp(1.702 * -g)) *
+ * (u + 1). Layout as ty_cuda_silu_mul_f32. */
+int ty_cuda_swiglu_oai_f32(float *out, const float *gate, const float *up, int n_rows,
+                           int n_cols, int ld_in, ty_cuda_stream_t stream);
+
+/* y[r][:] += bias[:] for each of n_rows rows of n_cols (a projection's bias). */
+int ty_cuda_add_bias_f32(float *y, const float *bias, int n_rows, int n_cols,
+                         ty_cuda_stream_t stream);
+
 /* Element type conversion of n elements: f32 -> f16/bf16 (round to nearest even), f16/bf16 ->
  * f32, or a plain copy when the types are equal. */
 int ty_cuda_convert(void *dst, enum ty_cuda_dtype dst_type, const void *src,
@@ -84,6 +94,49 @@ struct ty_cuda_rope {
  * (then llama3-scaled). Called once for q and once for k. */
 int ty_cuda_rope_f32(float *x, const int32_t *pos, int n_tokens, int n_heads,
                      const struct ty_cuda_rope *rope, ty_cuda_stream_t stream);
+
+/* ---- mixture of experts (moe.cu) ---------------------------------------------------------- */
+
+/* Routing as the CPU backend's moe_route for softmax gating (Qwen3-MoE, Mixtral): each row of
+ * logits (n_tokens, n_experts) becomes its softmax (max subtracted, double sum; overwritten and
+ * then used as scratch), the n_used most probable experts (ties to the lower index, most
+ * probable first) go to sel (n_tokens, n_used) and their probabilities to w (n_tokens,
+ * n_used), divided by their sum (at least 2^-14) when norm_topk. One thread per token. */
+int ty_cuda_moe_route(int32_t *sel, float *w, float *logits, int n_tokens, int n_experts,
+                      int n_used, int norm_topk, ty_cuda_stream_t stream);
+
+/* gpt-oss's routing (llama.cpp's SOFTMAX_WEIGHT gating; moe_topk_softmax in the CPU's
+ * moe_route): logits plus bias (n_experts, or NULL), the n_used largest (ties to the lower
+ * index), their softmax the weights (then divided by the picked logits' sum when norm_topk,
+ * as the CPU does). logits are overwritten. */
+int ty_cuda_moe_route_topk_softmax(int32_t *sel, float *w, float *logits, const float *bias,
+                                   int n_tokens, int n_experts, int n_used, int norm_topk,
+                                   ty_cuda_stream_t stream);
+
+/* Per-slot expert product: y[s][:] (n_slots, rows) = W_{sel[s]} x[s / x_div], W the
+ * (n_experts * rows, cols) row-major stack of every expert's (rows, cols) matrix of `type`,
+ * x f32 rows of cols (x_div = n_used: each token's row for all its slots; 1: a row per slot).
+ * sel: device int32 (n_slots), each in [0, n_experts) (the route kernel's output). */
+int ty_cuda_moe_matvec(float *y, const float *x, int x_div, const void *w,
+                       enum ty_cuda_dtype type, const int32_t *sel, int n_slots, int rows,
+                       int cols, ty_cuda_stream_t stream);
+
+/* The same plus a per-expert bias: y[s][r] += bias[sel[s] * rows + r] (bias (n_experts,
+ * rows) f32, added after the product as the CPU adds gpt-oss's expert biases). */
+int ty_cuda_moe_matvec_bias(float *y, const float *x, int x_div, const void *w,
+                            enum ty_cuda_dtype type, const float *bias, const int32_t *sel,
+                            int n_slots, int rows, int cols, ty_cuda_stream_t stream);
+
+/* x[t][:] += sum over k in order of w[t][k] * ys[t * n_used + k][:], each product rounded
+ * first (the CPU backend's scaled slots summed in slot order). x (n_tokens, dim), ys
+ * (n_tokens * n_used, dim), w (n_tokens, n_used). */
+int ty_cuda_moe_combine(float *x, const float *ys, const float *w, int n_tokens, int n_used,
+                        int dim, ty_cuda_stream_t stream);
+
+/* The same with slot s's output at row rows[s] of ys (device int32 (n_tokens * n_used); the
+ * slots grouped by expert, as per-expert GEMMs leave them). */
+int ty_cuda_moe_combine_rows(float *x, const float *ys, const float *w, const int32_t *rows,
+                             int n_tokens, int n_used, int dim, ty_cuda_stream_t stream);
 
 /* ---- KV pages (kv.cu) --------------------------------------------------------------------- */
 
@@ -127,6 +180,12 @@ struct ty_cuda_qkv {
      * the projection's row order) */
     const float *q_norm, *k_norm;
     float norm_eps;
+    /* YaRN (ggml's rope_yarn, the CPU backend's ty__cpu_rope): device (head_dim/2) per-pair
+     * mix, the host's table (model.c make_yarn) as is, or NULL for none. With it pair i's
+     * angle t = theta_i / freq_div[i] becomes t' = ((yarn_freq_scale * t) * (1 - mix[i])) +
+     * t * mix[i], and cos/sin are multiplied by yarn_mscale. */
+    const float *yarn_mix;
+    float yarn_freq_scale, yarn_mscale;
 };
 
 /* From the fused projection qkv (n_tokens, Q + 2*KV) f32, Q = n_heads*head_dim and KV =
@@ -135,7 +194,8 @@ struct ty_cuda_qkv {
  * (n_tokens, n_heads, head_dim) rotated, and K (rotated) and V into the pool arrays at
  * slots[t] (negative: skipped). Pair i of token t rotates by angle theta_i / freq_div[i] with
  * theta_0 = pos[t], theta_{i+1} = theta_i * theta_scale computed in f32 (ggml's recurrence, so
- * that results follow the CPU backend to the last bits of the angle). */
+ * that results follow the CPU backend to the last bits of the angle), YaRN-mixed when
+ * q->yarn_mix is set. */
 int ty_cuda_qkv_rope_store(float *q_out, void *k_pool, void *v_pool,
                            const struct ty_cuda_kv_layout *l, const float *qkv, const float *bias,
                            const int32_t *pos, const int32_t *slots, int n_tokens,
@@ -180,6 +240,31 @@ int ty_cuda_attn_prefill(float *out, const float *q, const void *k_pool, const v
                          const int32_t *block_tables, const int32_t *q_starts,
                          const int32_t *q_lens, const int32_t *kv_lens, int n_chunks,
                          int max_q_len, ty_cuda_stream_t stream);
+
+/* The key range of each row of a forward's q block, as the two attention kernels take them:
+ * rows 0 .. n_decode-1 are single-token sequences (row i's block table at decode_tables + i *
+ * decode_max_pages), the rest prefill chunks (chunk c's rows from chunk_q_starts[c], its
+ * table at chunk_tables + c * chunk_max_pages; starts ascending). A row at position p sees
+ * keys first .. p of its sequence (first: p - window + 1 for a sliding window, else 0). */
+struct ty_cuda_attn_rows {
+    int n_decode;
+    const int32_t *decode_tables;
+    int decode_max_pages;
+    int n_chunks;
+    const int32_t *chunk_tables, *chunk_q_starts;
+    int chunk_max_pages;
+};
+
+/* Attention sinks (gpt-oss; attn_sink.cu): out (n_rows, n_heads, head_dim), the sink-free
+ * attention of q (same shape) over the pool, is rescaled in place by S / (S + exp(sinks[h]))
+ * with S = sum over the row's keys of exp(q.k * scale): the softmax with the sink logit in
+ * its denominator, as the CPU backend's softmax_row. pos: device (n_rows) positions; s:
+ * n_heads, n_kv_heads, head_dim (multiple of 4, <= 256), scale and window as the attention
+ * kernels took them (max_pages unused). */
+int ty_cuda_attn_sinks(float *out, const float *q, const void *k_pool,
+                       const struct ty_cuda_kv_layout *l, const struct ty_cuda_attn_shape *s,
+                       const float *sinks, const int32_t *pos, int n_rows,
+                       const struct ty_cuda_attn_rows *r, ty_cuda_stream_t stream);
 
 /* ---- sampling (sample.cu) ----------------------------------------------------------------- */
 

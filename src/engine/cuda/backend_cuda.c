@@ -146,7 +146,8 @@ static void free_buffers(struct cuda_ctx *c)
 {
     void *bufs[] = {c->buf.x,  c->buf.xb, c->buf.qkv, c->buf.q,      c->buf.att, c->buf.gu,
                     c->buf.hb, c->buf.xg, c->buf.logits, c->buf.xh, c->meta_d, c->ws,
-                    c->blas_ws};
+                    c->blas_ws, c->buf.ys, c->buf.rlog, c->buf.rw, c->buf.re,
+                    c->buf.grp_d};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (bufs[i])
             TY_CU_QUIET(cudaFree(bufs[i]));
@@ -154,6 +155,8 @@ static void free_buffers(struct cuda_ctx *c)
         TY_CU_QUIET(cudaFreeHost(c->meta_h));
     if (c->logits_h)
         TY_CU_QUIET(cudaFreeHost(c->logits_h));
+    if (c->buf.grp_h)
+        TY_CU_QUIET(cudaFreeHost(c->buf.grp_h));
 }
 
 static void cuda_free(ty_backend_t *b)

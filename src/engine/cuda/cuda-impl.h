@@ -50,8 +50,15 @@ struct cuda_mat {
 struct cuda_layer {
     struct cuda_mat wqkv; /* (Q + 2 KV, D): wq | wk | wv rows */
     struct cuda_mat wo;   /* (D, Q) */
-    struct cuda_mat wgu;  /* (2 F, D): w_gate | w_up rows */
-    struct cuda_mat wdown; /* (D, F) */
+    struct cuda_mat wgu;  /* (2 F, D): w_gate | w_up rows (not in a mixture of experts) */
+    struct cuda_mat wdown; /* (D, F) (not in a mixture of experts) */
+    /* mixture of experts (cfg.n_experts E): the router and every expert's matrices stacked */
+    struct cuda_mat router; /* (E, D) */
+    struct cuda_mat exp_gu; /* (E * 2 F, D): expert e's gate rows then its up rows */
+    struct cuda_mat exp_down; /* (E * D, F) */
+    /* gpt-oss (NULL elsewhere): attention sinks (n_heads), the o-projection's bias (D), the
+     * router's (E), the experts' gate|up (E, 2 F: gate then up per expert) and down (E, D) */
+    float *sinks, *bo, *router_b, *exp_b_gu, *exp_b_down;
     float *attn_norm, *ffn_norm; /* (D) */
     float *bqkv;                 /* (Q + 2 KV) or NULL */
     float *q_norm, *k_norm;      /* (head_dim) each, or NULL (Qwen3's per-head q/k norm) */
@@ -64,6 +71,7 @@ struct cuda_model {
     struct cuda_mat embd, output; /* output.d == embd.d when tied */
     float *out_norm;              /* (D) */
     float *freq_div;              /* (head_dim / 2) */
+    float *yarn_mix;              /* (head_dim / 2): the host's m->rope_mix, or NULL */
     struct cuda_layer *layers; /* (src->cfg.n_layers) */
     size_t bytes; /* device bytes of weights */
 };
@@ -72,6 +80,14 @@ struct cuda_model {
 struct cuda_bufs {
     uint32_t cap_t;
     float *x, *xb, *qkv, *q, *att, *gu, *hb, *xg, *logits;
+    /* gu and hb hold n_used rows per token in a mixture of experts; then also: */
+    float *ys;     /* (cap_t * n_used, D) each (token, slot)'s expert output */
+    float *rlog;   /* (cap_t, E) router logits, then their softmax */
+    float *rw;     /* (cap_t, n_used) routing weights */
+    int32_t *re;   /* (cap_t, n_used) picked experts */
+    /* prefill's grouped experts: (2, cap_t * n_used) device / (3, cap_t * n_used) pinned:
+     * each grouped row's token, each slot's grouped row (and the picks, downloaded) */
+    int32_t *grp_d, *grp_h;
     void *xh; /* 16-bit copy of a GEMM input (NULL for f32 weights) */
 };
 
@@ -106,6 +122,10 @@ struct cuda_ctx {
     uint64_t graph_clock;
     uint64_t n_graph_launches, n_graph_captures; /* for tests and logs */
 };
+
+/* Whether the expert kernels (kernels/moe.cu) compute this mixture of experts: qwen3moe,
+ * mixtral and gpt-oss, not deepseek2. */
+bool ty__cuda_moe_supported(const struct ty_model_config *c);
 
 /* Upload `m` (freeing a previous model's copy) unless it is already resident. */
 int ty__cuda_model_use(struct cuda_ctx *c, const struct ty_model *m);

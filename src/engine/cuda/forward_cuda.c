@@ -140,14 +140,18 @@ static int ensure_bufs(struct cuda_ctx *c, const struct ty_model_config *m, uint
     size_t D = m->dim, Q = (size_t)m->n_heads * m->head_dim;
     size_t KV = (size_t)m->n_kv_heads * m->head_dim, F = m->ffn_dim, V = m->n_vocab;
     size_t widest = D > Q ? (D > F ? D : F) : (Q > F ? Q : F);
+    size_t K = m->n_experts ? m->n_experts_used : 1, E = m->n_experts; /* slots per token */
     struct {
         void **p;
         size_t bytes;
     } want[] = {{(void **)&b->x, cap * D * 4},          {(void **)&b->xb, cap * D * 4},
                 {(void **)&b->qkv, cap * (Q + 2 * KV) * 4}, {(void **)&b->q, cap * Q * 4},
-                {(void **)&b->att, cap * Q * 4},        {(void **)&b->gu, cap * 2 * F * 4},
-                {(void **)&b->hb, cap * F * 4},         {(void **)&b->xg, cap * D * 4},
-                {(void **)&b->logits, cap * V * 4},     {&b->xh, cap * widest * 2}};
+                {(void **)&b->att, cap * Q * 4},        {(void **)&b->gu, cap * K * 2 * F * 4},
+                {(void **)&b->hb, cap * K * F * 4},     {(void **)&b->xg, cap * D * 4},
+                {(void **)&b->logits, cap * V * 4},     {&b->xh, cap * widest * 2},
+                {(void **)&b->ys, E ? cap * K * D * 4 : 0}, {(void **)&b->rlog, cap * E * 4},
+                {(void **)&b->rw, E ? cap * K * 4 : 0}, {(void **)&b->re, E ? cap * K * 4 : 0},
+                {(void **)&b->grp_d, E ? 2 * cap * K * 4 : 0}};
     ty__cuda_graphs_reset(c);
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         if (*want[i].p)
@@ -156,7 +160,17 @@ static int ensure_bufs(struct cuda_ctx *c, const struct ty_model_config *m, uint
     }
     b->cap_t = 0;
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        if (!want[i].bytes)
+            continue; /* a buffer this model does not use (E = 0) */
         int rc = TY_CU(c, cudaMalloc(want[i].p, want[i].bytes));
+        if (rc)
+            return rc;
+    }
+    if (b->grp_h)
+        TY_CU_QUIET(cudaFreeHost(b->grp_h));
+    b->grp_h = NULL;
+    if (E) {
+        int rc = TY_CU(c, cudaMallocHost((void **)&b->grp_h, 3 * cap * K * 4));
         if (rc)
             return rc;
     }
@@ -239,6 +253,135 @@ static int attention(struct pass *ps, uint32_t layer, uint32_t window)
                                            md + p->o_ptab, md + p->o_pqs, md + p->o_pql,
                                            md + p->o_pkvl, (int)p->np, (int)p->maxq_p,
                                            c->stream));
+    const float *sinks = ps->cm->layers[layer].sinks;
+    if (!rc && sinks) { /* gpt-oss: the sink joins each row's softmax afterwards */
+        struct ty_cuda_attn_rows r = {(int)p->nd, md + p->o_dtab, (int)p->maxp_d, (int)p->np,
+                                      md + p->o_ptab, md + p->o_pqs, (int)p->maxp_p};
+        rc = TY_KL(c, ty_cuda_attn_sinks(c->buf.att, c->buf.q, k, &ps->kl, &sh, sinks,
+                                         md + p->o_pos, (int)p->T, &r, c->stream));
+    }
+    return rc;
+}
+
+/* Steps with a prefill chunk and at least this many tokens run their experts as grouped
+ * GEMMs (moe_grouped); others, decode steps always, as per-slot products. */
+#define MOE_GROUPED_MIN_T 32
+
+/* Expert e's rows of a stacked expert matrix as a matrix of its own. */
+static struct cuda_mat expert_view(const struct cuda_mat *m, uint32_t e, uint32_t rows)
+{
+    size_t es = ty_cuda_dtype_size(m->type);
+    return (struct cuda_mat){(char *)m->d + (size_t)e * rows * m->cols * es, m->type, rows,
+                             m->cols};
+}
+
+/* A prefill step's experts as the CPU computes them (moe_ffn): the picks come to the host,
+ * the (token, slot) pairs are grouped by expert in token order (counting sort), the rows
+ * gathered, and each expert's gate|up and down run as one GEMM over its group (cuBLAS) with
+ * its biases; the weighted slots are then summed through each slot's grouped row. The host
+ * round trip ends any graph capture, so decode steps (graph-captured) keep the per-slot
+ * products. Writes gu, hb, ys; reads the routing in re and rw. */
+static int moe_grouped(struct pass *ps, const struct cuda_layer *L)
+{
+    struct cuda_ctx *c = ps->c;
+    struct cuda_bufs *b = &c->buf;
+    const struct ty_model_config *m = ps->cfg;
+    uint32_t T = ps->p->T, D = m->dim, F = m->ffn_dim, E = m->n_experts, K = m->n_experts_used;
+    uint32_t S = T * K, start[TY_MODEL_MAX_EXPERTS + 1] = {0};
+    int32_t *tok = b->grp_h, *row_of = b->grp_h + S, *pick = b->grp_h + 2 * S;
+    int rc = TY_CU(c, cudaMemcpyAsync(pick, b->re, S * 4, cudaMemcpyDeviceToHost, c->stream));
+    if (!rc)
+        rc = TY_CU(c, cudaStreamSynchronize(c->stream));
+    if (rc)
+        return rc;
+    for (uint32_t s = 0; s < S; s++) {
+        if ((uint32_t)pick[s] >= E)
+            return TY_ECUDA; /* the route kernel writes experts < E only */
+        start[pick[s] + 1]++;
+    }
+    for (uint32_t e = 0; e < E; e++)
+        start[e + 1] += start[e];
+    uint32_t cur[TY_MODEL_MAX_EXPERTS];
+    memcpy(cur, start, E * sizeof(uint32_t));
+    for (uint32_t s = 0; s < S; s++) { /* each expert's range in token order */
+        uint32_t r = cur[pick[s]]++;
+        tok[r] = (int32_t)(s / K);
+        row_of[s] = (int32_t)r;
+    }
+    rc = TY_CU(c, cudaMemcpyAsync(b->grp_d, b->grp_h, 2 * S * 4, cudaMemcpyHostToDevice,
+                                  c->stream));
+    if (!rc) /* gathered inputs (S, D) into ys, each expert's rows together */
+        rc = TY_KL(c, ty_cuda_embed(b->ys, b->xb, TY_CUDA_F32, b->grp_d, (int)S, (int)D, (int)T,
+                                    c->stream));
+    for (uint32_t e = 0; e < E && !rc; e++) {
+        uint32_t n = start[e + 1] - start[e];
+        struct cuda_mat w = expert_view(&L->exp_gu, e, 2 * F);
+        float *gu = b->gu + (size_t)start[e] * 2 * F;
+        if (!n)
+            continue;
+        rc = gemm(c, gu, b->ys + (size_t)start[e] * D, &w, n);
+        if (!rc && L->exp_b_gu)
+            rc = TY_KL(c, ty_cuda_add_bias_f32(gu, L->exp_b_gu + (size_t)e * 2 * F, (int)n,
+                                               (int)(2 * F), c->stream));
+    }
+    if (!rc && m->swiglu_oai)
+        rc = TY_KL(c, ty_cuda_swiglu_oai_f32(b->hb, b->gu, b->gu + F, (int)S, (int)F,
+                                             (int)(2 * F), c->stream));
+    else if (!rc)
+        rc = TY_KL(c, ty_cuda_silu_mul_f32(b->hb, b->gu, b->gu + F, (int)S, (int)F, (int)(2 * F),
+                                           c->stream));
+    for (uint32_t e = 0; e < E && !rc; e++) { /* down outputs over the gathered inputs */
+        uint32_t n = start[e + 1] - start[e];
+        struct cuda_mat w = expert_view(&L->exp_down, e, D);
+        float *y = b->ys + (size_t)start[e] * D;
+        if (!n)
+            continue;
+        rc = gemm(c, y, b->hb + (size_t)start[e] * F, &w, n);
+        if (!rc && L->exp_b_down)
+            rc = TY_KL(c, ty_cuda_add_bias_f32(y, L->exp_b_down + (size_t)e * D, (int)n, (int)D,
+                                               c->stream));
+    }
+    if (!rc)
+        rc = TY_KL(c, ty_cuda_moe_combine_rows(b->x, b->ys, b->rw, b->grp_d + S, (int)T, (int)K,
+                                               (int)D, c->stream));
+    return rc;
+}
+
+/* The mixture-of-experts FFN of the normed rows xb, added to x (the CPU's moe_ffn): router
+ * logits (a GEMM, + gpt-oss's bias), each token's experts and weights, each (token, slot)'s
+ * gate|up through its expert (+ bias), SwiGLU (gpt-oss: SwiGLU-OAI), down (+ bias), then the
+ * weighted slots summed into the residual. */
+static int moe_ffn(struct pass *ps, const struct cuda_layer *L)
+{
+    struct cuda_ctx *c = ps->c;
+    struct cuda_bufs *b = &c->buf;
+    const struct ty_model_config *m = ps->cfg;
+    int T = (int)ps->p->T, D = (int)m->dim, F = (int)m->ffn_dim, E = (int)m->n_experts;
+    int K = (int)m->n_experts_used;
+    int rc = gemm(c, b->rlog, b->xb, &L->router, (uint32_t)T);
+    if (!rc && m->moe_topk_softmax) /* gpt-oss: the k largest logits, their softmax */
+        rc = TY_KL(c, ty_cuda_moe_route_topk_softmax(b->re, b->rw, b->rlog, L->router_b, T, E,
+                                                     K, m->moe_norm_topk, c->stream));
+    else if (!rc && L->router_b)
+        rc = TY_KL(c, ty_cuda_add_bias_f32(b->rlog, L->router_b, T, E, c->stream));
+    if (!rc && !m->moe_topk_softmax)
+        rc = TY_KL(c, ty_cuda_moe_route(b->re, b->rw, b->rlog, T, E, K, m->moe_norm_topk,
+                                        c->stream));
+    if (!rc && ps->p->np && ps->p->T >= MOE_GROUPED_MIN_T)
+        return moe_grouped(ps, L);
+    if (!rc)
+        rc = TY_KL(c, ty_cuda_moe_matvec_bias(b->gu, b->xb, K, L->exp_gu.d, L->exp_gu.type,
+                                              L->exp_b_gu, b->re, T * K, 2 * F, D, c->stream));
+    if (!rc && m->swiglu_oai)
+        rc = TY_KL(c, ty_cuda_swiglu_oai_f32(b->hb, b->gu, b->gu + F, T * K, F, 2 * F,
+                                             c->stream));
+    else if (!rc)
+        rc = TY_KL(c, ty_cuda_silu_mul_f32(b->hb, b->gu, b->gu + F, T * K, F, 2 * F, c->stream));
+    if (!rc)
+        rc = TY_KL(c, ty_cuda_moe_matvec_bias(b->ys, b->hb, 1, L->exp_down.d, L->exp_down.type,
+                                              L->exp_b_down, b->re, T * K, D, F, c->stream));
+    if (!rc)
+        rc = TY_KL(c, ty_cuda_moe_combine(b->x, b->ys, b->rw, T, K, D, c->stream));
     return rc;
 }
 
@@ -252,7 +395,8 @@ static int layer_forward(struct pass *ps, uint32_t l)
     uint32_t T = ps->p->T, D = m->dim, F = m->ffn_dim;
     struct ty_cuda_qkv q = {(int)m->n_heads, (int)m->n_kv_heads, (int)m->head_dim,
                             m->rope == TY_ROPE_NEOX, m->qk_hf_order, src->rope_theta_scale,
-                            ps->cm->freq_div, L->q_norm, L->k_norm, m->rms_eps};
+                            ps->cm->freq_div, L->q_norm, L->k_norm, m->rms_eps,
+                            ps->cm->yarn_mix, src->rope_freq_scale, src->rope_mscale};
     int rc = TY_KL(c, ty_cuda_rmsnorm_f32(b->xb, b->x, L->attn_norm, (int)T, (int)D, m->rms_eps,
                                           c->stream));
     if (!rc)
@@ -266,11 +410,15 @@ static int layer_forward(struct pass *ps, uint32_t l)
         rc = attention(ps, l, ps->cm->src->layers[l].window);
     if (!rc)
         rc = gemm(c, b->xb, b->att, &L->wo, T);
+    if (!rc && L->bo) /* gpt-oss */
+        rc = TY_KL(c, ty_cuda_add_bias_f32(b->xb, L->bo, (int)T, (int)D, c->stream));
     if (!rc)
         rc = TY_KL(c, ty_cuda_add_f32(b->x, b->xb, (size_t)T * D, c->stream));
     if (!rc)
         rc = TY_KL(c, ty_cuda_rmsnorm_f32(b->xb, b->x, L->ffn_norm, (int)T, (int)D, m->rms_eps,
                                           c->stream));
+    if (!rc && m->n_experts)
+        return moe_ffn(ps, L);
     if (!rc)
         rc = gemm(c, b->gu, b->xb, &L->wgu, T);
     if (!rc)

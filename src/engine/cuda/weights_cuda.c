@@ -1,9 +1,9 @@
 /* Device copies of a model's weights, made once per model: q|k|v and gate|up fused row-wise
- * (one GEMM each), 16-bit or f32 matrices, f32 norms (q/k norms too), biases and rope
- * divisors. A matrix whose
- * file type equals the device type is copied as is; any other is converted on the host to f32
- * rows (the CPU backend's ty__cpu_row_to_f32, so Q8_0 and F16 read exactly as on the CPU),
- * staged through pinned memory and rounded to the device type on the device. */
+ * (one GEMM each), mixture-of-experts routers and stacked experts, 16-bit or f32 matrices,
+ * f32 norms (q/k norms too), biases, gpt-oss's sinks, rope divisors and YaRN's per-pair mix.
+ * A matrix whose file type equals the device type is copied as is; any other is converted on
+ * the host to f32 rows (the CPU backend's ty__cpu_row_to_f32, so Q8_0 and F16 read exactly
+ * as on the CPU), staged through pinned memory and rounded to the device type on the device. */
 #include "cuda-impl.h"
 
 #include "tycho/errors.h"
@@ -66,15 +66,22 @@ static int upload_rows(struct upload *u, struct cuda_mat *m, uint32_t row0,
                                        cudaMemcpyHostToDevice, u->c->stream));
 }
 
-static int mat_alloc(struct cuda_ctx *c, struct cuda_model *cm, struct cuda_mat *m,
-                     uint32_t rows, uint32_t cols)
+static int mat_alloc_as(struct cuda_ctx *c, struct cuda_model *cm, struct cuda_mat *m,
+                        uint32_t rows, uint32_t cols, enum ty_cuda_dtype type)
 {
-    m->type = cm->wtype;
+    m->type = type;
     m->rows = rows;
     m->cols = cols;
     size_t bytes = (size_t)rows * cols * ty_cuda_dtype_size(m->type);
     cm->bytes += bytes;
     return TY_CU(c, cudaMalloc(&m->d, bytes));
+}
+
+/* A matrix of the model's device weight type. */
+static int mat_alloc(struct cuda_ctx *c, struct cuda_model *cm, struct cuda_mat *m,
+                     uint32_t rows, uint32_t cols)
+{
+    return mat_alloc_as(c, cm, m, rows, cols, cm->wtype);
 }
 
 /* `n` f32 values (a norm or bias) to a new device array. */
@@ -104,6 +111,48 @@ static int upload_biases(struct cuda_ctx *c, struct cuda_model *cm, struct cuda_
     return rc;
 }
 
+/* The router (f32) and every expert's gate|up and down of a mixture-of-experts layer, each
+ * expert's rows at its place in one stacked matrix (quantized experts dequantized like any
+ * matrix); gpt-oss's router and expert biases, stacked the same way. */
+static int upload_experts(struct upload *u, struct cuda_model *cm, struct cuda_layer *cl,
+                          const struct ty_layer_weights *L)
+{
+    const struct ty_model_config *cfg = &cm->src->cfg;
+    uint32_t D = cfg->dim, F = cfg->ffn_dim, E = cfg->n_experts;
+    /* the router in f32 whatever the other weights are (as llama.cpp keeps it): routing
+     * picks among near-equal logits, so they are computed as the CPU computes them */
+    int rc = mat_alloc_as(u->c, cm, &cl->router, E, D, TY_CUDA_F32);
+    if (!rc)
+        rc = upload_rows(u, &cl->router, 0, &L->router);
+    if (!rc)
+        rc = mat_alloc(u->c, cm, &cl->exp_gu, E * 2 * F, D);
+    if (!rc)
+        rc = mat_alloc(u->c, cm, &cl->exp_down, E * D, F);
+    for (uint32_t e = 0; e < E && !rc; e++) {
+        if (!(rc = upload_rows(u, &cl->exp_gu, e * 2 * F, &L->exp_gate[e])) &&
+            !(rc = upload_rows(u, &cl->exp_gu, e * 2 * F + F, &L->exp_up[e])))
+            rc = upload_rows(u, &cl->exp_down, e * D, &L->exp_down[e]);
+    }
+    if (!rc && L->router_b.data)
+        rc = vec_upload(u->c, cm, &cl->router_b, L->router_b.data, E);
+    if (!rc && L->exp_b_down.data)
+        rc = vec_upload(u->c, cm, &cl->exp_b_down, L->exp_b_down.data, (size_t)E * D);
+    if (rc || !L->exp_b_gate.data || !L->exp_b_up.data)
+        return rc;
+    float *h = malloc((size_t)E * 2 * F * 4); /* gate and up bias rows, stacked as the rows */
+    if (!h)
+        return TY_ENOMEM;
+    for (uint32_t e = 0; e < E; e++) {
+        memcpy(h + (size_t)e * 2 * F, (const float *)L->exp_b_gate.data + (size_t)e * F, F * 4);
+        memcpy(h + (size_t)e * 2 * F + F, (const float *)L->exp_b_up.data + (size_t)e * F, F * 4);
+    }
+    rc = vec_upload(u->c, cm, &cl->exp_b_gu, h, (size_t)E * 2 * F);
+    if (!rc)
+        rc = TY_CU(u->c, cudaStreamSynchronize(u->c->stream)); /* h is pageable, freed next */
+    free(h);
+    return rc;
+}
+
 static int upload_layer(struct upload *u, struct cuda_model *cm, uint32_t l)
 {
     const struct ty_model *m = cm->src;
@@ -119,10 +168,12 @@ static int upload_layer(struct upload *u, struct cuda_model *cm, uint32_t l)
         rc = upload_rows(u, &cl->wqkv, nq + nkv, &L->wv);
     if (!rc && !(rc = mat_alloc(c, cm, &cl->wo, D, nq)))
         rc = upload_rows(u, &cl->wo, 0, &L->wo);
-    if (!rc && !(rc = mat_alloc(c, cm, &cl->wgu, 2 * F, D)) &&
-        !(rc = upload_rows(u, &cl->wgu, 0, &L->w_gate)))
+    if (!rc && cfg->n_experts)
+        rc = upload_experts(u, cm, cl, L);
+    else if (!rc && !(rc = mat_alloc(c, cm, &cl->wgu, 2 * F, D)) &&
+             !(rc = upload_rows(u, &cl->wgu, 0, &L->w_gate)))
         rc = upload_rows(u, &cl->wgu, F, &L->w_up);
-    if (!rc && !(rc = mat_alloc(c, cm, &cl->wdown, D, F)))
+    if (!rc && !cfg->n_experts && !(rc = mat_alloc(c, cm, &cl->wdown, D, F)))
         rc = upload_rows(u, &cl->wdown, 0, &L->w_down);
     if (!rc)
         rc = vec_upload(c, cm, &cl->attn_norm, L->attn_norm.data, D);
@@ -130,6 +181,10 @@ static int upload_layer(struct upload *u, struct cuda_model *cm, uint32_t l)
         rc = vec_upload(c, cm, &cl->ffn_norm, L->ffn_norm.data, D);
     if (!rc)
         rc = upload_biases(c, cm, cl, L, nq, nkv);
+    if (!rc && L->sinks.data) /* gpt-oss */
+        rc = vec_upload(c, cm, &cl->sinks, L->sinks.data, cfg->n_heads);
+    if (!rc && L->bo.data)
+        rc = vec_upload(c, cm, &cl->bo, L->bo.data, D);
     if (!rc && L->q_norm.data && L->k_norm.data &&
         !(rc = vec_upload(c, cm, &cl->q_norm, L->q_norm.data, cfg->head_dim)))
         rc = vec_upload(c, cm, &cl->k_norm, L->k_norm.data, cfg->head_dim);
@@ -164,6 +219,8 @@ static int upload_model(struct upload *u, struct cuda_model *cm)
         rc = vec_upload(c, cm, &cm->out_norm, m->out_norm.data, D);
     if (!rc)
         rc = vec_upload(c, cm, &cm->freq_div, m->rope_div, m->cfg.head_dim / 2);
+    if (!rc && m->rope_mix) /* YaRN: the table make_yarn computed for the CPU, as is */
+        rc = vec_upload(c, cm, &cm->yarn_mix, m->rope_mix, m->cfg.head_dim / 2);
     for (uint32_t l = 0; l < m->cfg.n_layers && !rc; l++)
         rc = upload_layer(u, cm, l);
     if (!rc)
@@ -190,8 +247,12 @@ void ty__cuda_model_free(struct cuda_ctx *c)
         mat_free(&cl->wo);
         mat_free(&cl->wgu);
         mat_free(&cl->wdown);
-        float *v[] = {cl->attn_norm, cl->ffn_norm, cl->bqkv, cl->q_norm, cl->k_norm};
-        for (int i = 0; i < 5; i++)
+        mat_free(&cl->router);
+        mat_free(&cl->exp_gu);
+        mat_free(&cl->exp_down);
+        float *v[] = {cl->attn_norm, cl->ffn_norm, cl->bqkv,     cl->q_norm,    cl->k_norm,
+                      cl->sinks,     cl->bo,       cl->router_b, cl->exp_b_gu, cl->exp_b_down};
+        for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
             if (v[i])
                 TY_CU_QUIET(cudaFree(v[i]));
     }
@@ -202,11 +263,19 @@ void ty__cuda_model_free(struct cuda_ctx *c)
         TY_CU_QUIET(cudaFree(cm->out_norm));
     if (cm->freq_div)
         TY_CU_QUIET(cudaFree(cm->freq_div));
+    if (cm->yarn_mix)
+        TY_CU_QUIET(cudaFree(cm->yarn_mix));
     free(cm->layers);
     free(cm);
     c->model = NULL;
     c->buf.cap_t = 0; /* sized for this model's dims: reallocated for the next one */
     ty__cuda_graphs_reset(c);
+}
+
+bool ty__cuda_moe_supported(const struct ty_model_config *c)
+{
+    /* deepseek2 (MLA, sigmoid and grouped routing, shared experts) has no kernels here */
+    return c->arch != TY_MODEL_ARCH_DEEPSEEK2 && !c->kv_lora_rank;
 }
 
 int ty__cuda_model_use(struct cuda_ctx *c, const struct ty_model *m)
@@ -218,14 +287,9 @@ int ty__cuda_model_use(struct cuda_ctx *c, const struct ty_model *m)
                      "supported", c->name, m->desc);
         return TY_ENOTSUP;
     }
-    if (m->cfg.n_experts) { /* no expert kernels here; the engine refuses such models first */
-        TY_LOG_ERROR("cuda", "%s: mixture-of-experts model (%s) not supported", c->name,
-                     m->desc);
-        return TY_ENOTSUP;
-    }
-    if (m->rope_mix) { /* the rope kernels know frequency divisors, not YaRN's ramp */
-        TY_LOG_ERROR("cuda", "%s: yarn rope scaling is not supported by the cuda backend",
-                     m->desc);
+    if (m->cfg.n_experts && !ty__cuda_moe_supported(&m->cfg)) { /* the engine refuses first */
+        TY_LOG_ERROR("cuda", "%s: mixture-of-experts model (%s) not supported: only "
+                     "qwen3moe, mixtral and gpt-oss experts", c->name, m->desc);
         return TY_ENOTSUP;
     }
     ty__cuda_model_free(c);

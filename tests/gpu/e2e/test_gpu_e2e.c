@@ -1,7 +1,8 @@
 /* End-to-end CUDA backend checks on the real stories260K model, the CPU backend as reference:
  * greedy ids for 256 tokens on several prompts, logits of a prefill, a batch of 8 mixed-length
  * sequences equal to each alone, CUDA graphs on = off (bit-identical logits), and KV exported
- * from one backend continuing on the other. Exits 77 without a CUDA device or without
+ * from one backend continuing on the other; random mkmodel files for the tuned head dims,
+ * YaRN rope, mixtures of experts and gpt-oss. Exits 77 without a CUDA device or without
  * $TYCHO_TEST_DATA/models/stories260K/stories260K.gguf.
  *
  * Greedy comparisons allow one kind of divergence only: at a step where the reference's two
@@ -269,8 +270,9 @@ static void test_f16_kv(void **state)
  * tuned kernels serve: f16 KV pages on both backends, so CUDA runs the tensor-core prefill
  * attention and the bandwidth decode attention. Two prefill chunks (the second over a cached
  * prefix of 100 tokens, not a tile multiple; more than 64 rows: two row tiles) and three decode
- * steps; every logit row against the CPU backend's. */
-static void check_model_dims(const char *dims, const char *tag)
+ * steps; every logit row against the CPU backend's; 64 greedy ids after a 40-token prompt
+ * equal to the CPU backend's (compare_ids' near-tie rule). args: mkmodel's options. */
+static void check_model(const char *args, const char *tag)
 {
     const char *bin = getenv("TYCHO_BIN"), *bdir = getenv("TYCHO_BUILD_DIR");
     char tycho[512], path[512], cmd[1400], err[256];
@@ -283,8 +285,8 @@ static void check_model_dims(const char *dims, const char *tag)
     const char *tmp = getenv("TMPDIR");
     snprintf(path, sizeof(path), "%s/tycho-gpu-e2e-%s-%d.gguf", tmp ? tmp : "/tmp", tag,
              (int)getpid());
-    snprintf(cmd, sizeof(cmd), "'%s' mkmodel --dims %s --type f16 --vocab-from bytes --out '%s'",
-             tycho, dims, path);
+    snprintf(cmd, sizeof(cmd), "'%s' mkmodel %s --vocab-from bytes --out '%s'", tycho, args,
+             path);
     assert_int_equal(system(cmd), 0);
     ty_model_t *m;
     assert_int_equal(ty_model_load(&m, path, err, sizeof(err)), 0);
@@ -295,12 +297,17 @@ static void check_model_dims(const char *dims, const char *tag)
     for (uint32_t i = 0; i < N1 + N2 + STEPS; i++)
         t[i] = i == 0 ? 1 : 3 + (i * 37u) % (Vm - 3);
     float *l[2];
+    struct ty_gen_result g[2] = {{0}, {0}};
     for (int k = 0; k < 2; k++) {
         struct ty_engine_opts o = {.kv_block_tokens = B, .max_seqs = 4, .max_ctx = 512,
                                    .max_batch_tokens = 512, .no_prefix_sharing = true,
                                    .backend = k ? "cuda" : "cpu", .kv_dtype = "f16"};
         ty_engine_t *e;
         assert_int_equal(ty_engine_new(&e, m, &o), 0);
+        const uint32_t *gp = t; /* what `tycho generate` does: 64 greedy ids of a prompt */
+        size_t glen = 40;
+        struct ty_gen_params gpar = greedy(64);
+        assert_int_equal(ty_engine_generate(e, &gp, &glen, 1, &gpar, &g[k], NULL, NULL), 0);
         l[k] = malloc((size_t)ROWS * Vm * 4);
         ty_kvseq_t *sq;
         assert_int_equal(ty_kvpool_seq_new(ty_engine_pool(e), &sq), 0);
@@ -321,17 +328,79 @@ static void check_model_dims(const char *dims, const char *tag)
     double e1 = nerr(l[1], l[0], (size_t)(N1 + N2) * Vm);
     double e2 = nerr(l[1] + (size_t)(N1 + N2) * Vm, l[0] + (size_t)(N1 + N2) * Vm,
                      (size_t)STEPS * Vm);
-    printf("  %s (%s): prefill logits nerr %.3g, decode logits nerr %.3g\n", tag, dims, e1, e2);
+    printf("  %s (%s): prefill logits nerr %.3g, decode logits nerr %.3g\n", tag, args, e1, e2);
     assert_true(e1 <= 2e-2 && e2 <= 2e-2);
+    compare_ids(&g[0], &g[1], tag, 0); /* equal but at a near-tie of the CPU's */
+    ty_gen_result_clear(&g[0]);
+    ty_gen_result_clear(&g[1]);
     free(l[0]), free(l[1]);
     ty_model_free(m);
 }
 
 static void test_tuned_head_dims(void **state)
 {
-    check_model_dims("256,2,4,2,688", "hd64-gqa2");
-    check_model_dims("512,2,4,1,1024", "hd128-mqa");
-    check_model_dims("1024,1,8,2,1024", "hd128-gqa4");
+    check_model("--dims 256,2,4,2,688 --type f16", "hd64-gqa2");
+    check_model("--dims 512,2,4,1,1024 --type f16", "hd128-mqa");
+    check_model("--dims 1024,1,8,2,1024 --type f16", "hd128-gqa4");
+}
+
+/* YaRN rope (the CPU's per-pair mix table uploaded as is): an original context of 64 tokens
+ * stretched 8 times, so positions 64..152 of check_model's prompt lie past it; llama's
+ * interleaved pairs and Qwen3's NeoX pairs with q/k norms. */
+static void test_yarn(void **state)
+{
+    check_model("--dims 256,2,4,2,688 --type f16 --yarn 8,64", "yarn-llama");
+    check_model("--arch qwen3 --dims 256,2,4,2,688 --type f16 --yarn 8,64", "yarn-qwen3");
+}
+
+/* Mixtures of experts (kernels/moe.cu): Qwen3-MoE (q/k norms, NeoX rope) and Mixtral (GGUF
+ * llama with experts), 8 experts with 2 used; F32 files, so the device routes on the logits the
+ * CPU routes on (a near-tie flipped by rounding would pick another expert). */
+static void test_moe(void **state)
+{
+    check_model("--arch qwen3moe --dims 256,2,4,2,128 --type f32 --experts 8 --experts-used 2",
+                "qwen3moe");
+    check_model("--arch mixtral --dims 256,2,4,2,128 --type f32 --experts 8 --experts-used 2",
+                "mixtral");
+}
+
+/* gpt-oss (attention sinks, q/k/v/output biases, even layers sliding over 16 tokens, biased
+ * experts with SwiGLU-OAI, top-k-then-softmax routing, YaRN): 153 positions, so windows and
+ * YaRN's stretch both matter; F32 as test_moe. */
+static void test_gptoss(void **state)
+{
+    check_model("--arch gpt-oss --dims 256,2,4,2,128 --type f32 --experts 8 --experts-used 2 "
+                "--yarn 4,64 --untied",
+                "gpt-oss");
+}
+
+/* What CUDA still refuses, by the codes a user sees: a deepseek2 (MLA) model at engine
+ * creation (TY_ENOTSUP), bf16 KV pages (TY_EINVAL). */
+static void test_refusals(void **state)
+{
+    const char *bin = getenv("TYCHO_BIN"), *bdir = getenv("TYCHO_BUILD_DIR");
+    const char *tmp = getenv("TMPDIR");
+    char tycho[512], path[512], cmd[1400], err[256];
+    if (bin)
+        snprintf(tycho, sizeof(tycho), "%s", bin);
+    else if (bdir)
+        snprintf(tycho, sizeof(tycho), "%s/src/cli/tycho", bdir);
+    else
+        skip();
+    snprintf(path, sizeof(path), "%s/tycho-gpu-e2e-ds2-%d.gguf", tmp ? tmp : "/tmp", (int)getpid());
+    snprintf(cmd, sizeof(cmd), "'%s' mkmodel --arch deepseek2 --dims 256,2,4,4,128 --type f32 "
+             "--vocab-from bytes --out '%s'", tycho, path);
+    assert_int_equal(system(cmd), 0);
+    ty_model_t *m;
+    assert_int_equal(ty_model_load(&m, path, err, sizeof(err)), 0);
+    unlink(path);
+    struct ty_engine_opts o = {.kv_block_tokens = B, .max_seqs = 2, .max_ctx = 256,
+                               .max_batch_tokens = 256, .backend = "cuda"};
+    ty_engine_t *e = NULL;
+    assert_int_equal(ty_engine_new(&e, m, &o), TY_ENOTSUP);
+    ty_model_free(m);
+    o.kv_dtype = "bf16";
+    assert_int_equal(ty_engine_new(&e, model, &o), TY_EINVAL);
 }
 
 int main(void)
@@ -356,6 +425,10 @@ int main(void)
         cmocka_unit_test(test_export_import_across_backends),
         cmocka_unit_test(test_f16_kv),
         cmocka_unit_test(test_tuned_head_dims),
+        cmocka_unit_test(test_yarn),
+        cmocka_unit_test(test_moe),
+        cmocka_unit_test(test_gptoss),
+        cmocka_unit_test(test_refusals),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ty_model_free(model);

@@ -1,14 +1,32 @@
 /* ty_cuda_qkv_rope_store against a double-precision loop written from its definition: bias,
  * per-head q/k RMSNorm (Qwen3), HF rotate_half order undone, rotary pairs (GGUF interleaved or NeoX), llama-style frequency
  * divisors, q dense, K/V into page slots (f32, f16, bf16 pools; a negative slot writes
- * nothing). Outputs poisoned with NaN first; pool pages not addressed must stay poisoned. */
+ * nothing). Outputs poisoned with NaN first; pool pages not addressed must stay poisoned.
+ * YaRN cases take their q and k from the CPU backend's ty__cpu_rope on the same inputs and
+ * tables instead (the per-pair mix ramp and magnitude of a 16x YaRN). */
 #include "gpu_test_util.h"
+
+#include "cpu/cpu-impl.h" /* ty__cpu_rope: the CPU backend's rope, the YaRN cases' reference */
 
 struct qcase {
     int n_tokens, n_heads, n_kv, hd, B, neox, hf, bias;
     enum ty_cuda_dtype type;
     int norm; /* q/k RMSNorm weights */
+    int yarn; /* YaRN mix and magnitude; reference: the CPU backend */
 };
+
+#define YARN_FACTOR 16.0f
+
+/* A YaRN mix table shaped as model.c's make_yarn makes one: 1 for the first pairs, 0 for the
+ * last, a linear ramp between. */
+static void yarn_table(float *mix, int half)
+{
+    float lo = (float)(half / 4), hi = (float)(half * 3 / 4);
+    for (int i = 0; i < half; i++) {
+        float y = ((float)i - lo) / (hi - lo);
+        mix[i] = 1 - (y < 0 ? 0 : y > 1 ? 1 : y);
+    }
+}
 
 #define NORM_EPS 1e-6f
 
@@ -46,6 +64,26 @@ static void ref_head(double *out, const float *src, const struct qcase *c, int p
     }
 }
 
+/* The CPU backend's rope of one head (interleaved-order input) into out. */
+static void cpu_head(double *out, const float *src, const struct qcase *c, int pos,
+                     float *div, float *mix, float scale)
+{
+    struct ty_model m;
+    float x[1024];
+    memset(&m, 0, sizeof(m));
+    m.cfg.rope = c->neox ? TY_ROPE_NEOX : TY_ROPE_NORM;
+    m.rope_theta_scale = scale;
+    m.rope_div = div;
+    m.rope_mix = mix;
+    m.rope_freq_scale = 1.0f / YARN_FACTOR;
+    m.rope_mscale = 1.0f + 0.1f * logf(YARN_FACTOR);
+    for (int j = 0; j < c->hd; j++)
+        x[j] = (float)src_at(src, c->hd, c->hf, j);
+    ty__cpu_rope(x, (uint32_t)c->hd, (uint32_t)pos, &m);
+    for (int j = 0; j < c->hd; j++)
+        out[j] = x[j];
+}
+
 static float read_pool(const void *pool, enum ty_cuda_dtype t, size_t i)
 {
     if (t == TY_CUDA_F32)
@@ -69,7 +107,8 @@ static void run_case(const struct qcase *c, uint64_t *rng)
     float *qn = malloc((size_t)hd * 4), *kn = malloc((size_t)hd * 4);
     gt_fill(qn, hd, rng, 0.5f, 1.5f);
     gt_fill(kn, hd, rng, 0.5f, 1.5f);
-    float div[512], scale = powf(10000.0f, -2.0f / hd);
+    float div[512], mix[512], scale = powf(10000.0f, -2.0f / hd);
+    yarn_table(mix, hd / 2);
     int32_t *pos = malloc(T * 4), *slots = malloc(T * 4);
     gt_fill(qkv, (size_t)T * ld, rng, -2, 2);
     gt_fill(bias, ld, rng, -0.5f, 0.5f);
@@ -81,6 +120,7 @@ static void run_case(const struct qcase *c, uint64_t *rng)
     }
     float *dq = gt_upload(qkv, (size_t)T * ld * 4), *db = gt_upload(bias, (size_t)ld * 4);
     float *ddiv = gt_upload(div, sizeof(div)), *dqo = gt_dev((size_t)T * Q * 4);
+    float *dmix = gt_upload(mix, sizeof(mix));
     float *dqn = gt_upload(qn, (size_t)hd * 4), *dkn = gt_upload(kn, (size_t)hd * 4);
     int32_t *dpos = gt_upload(pos, T * 4), *dslot = gt_upload(slots, T * 4);
     void *kp = gt_dev(pool_elems * es), *vp = gt_dev(pool_elems * es);
@@ -89,7 +129,9 @@ static void run_case(const struct qcase *c, uint64_t *rng)
     gt_poison(vp, pool_elems * es);
     struct ty_cuda_kv_layout l = {c->type, c->n_kv, c->B, hd, n_pages};
     struct ty_cuda_qkv p = {c->n_heads, c->n_kv, hd, c->neox, c->hf, scale, ddiv,
-                            c->norm ? dqn : NULL, c->norm ? dkn : NULL, NORM_EPS};
+                            c->norm ? dqn : NULL, c->norm ? dkn : NULL, NORM_EPS,
+                            c->yarn ? dmix : NULL, 1.0f / YARN_FACTOR,
+                            1.0f + 0.1f * logf(YARN_FACTOR)};
     assert_int_equal(ty_cuda_qkv_rope_store(dqo, kp, vp, &l, dq, c->bias ? db : NULL, dpos,
                                             dslot, T, &p, NULL), 0);
     float *q = malloc((size_t)T * Q * 4);
@@ -109,6 +151,8 @@ static void run_case(const struct qcase *c, uint64_t *rng)
             if (isv)
                 for (int j = 0; j < hd; j++)
                     want[j] = src[h * hd + j];
+            else if (c->yarn)
+                cpu_head(want, src + h * hd, c, pos[t], div, mix, scale);
             else
                 ref_head(want, src + h * hd, c, pos[t], div, scale);
             if (isq) {
@@ -136,20 +180,28 @@ static void run_case(const struct qcase *c, uint64_t *rng)
     free(qn), free(kn), cudaFree(dqn), cudaFree(dkn);
     free(qkv), free(bias), free(pos), free(slots), free(q), free(kh), free(vh), free(want),
         free(src), free(got);
-    cudaFree(dq), cudaFree(db), cudaFree(ddiv), cudaFree(dqo), cudaFree(dpos), cudaFree(dslot),
-        cudaFree(kp), cudaFree(vp);
+    cudaFree(dq), cudaFree(db), cudaFree(ddiv), cudaFree(dmix), cudaFree(dqo), cudaFree(dpos),
+        cudaFree(dslot), cudaFree(kp), cudaFree(vp);
 }
 
 static void test_qkv_rope_store(void **state)
 {
     static const struct qcase cases[] = {
-        {5, 8, 4, 8, 16, 0, 0, 0, TY_CUDA_F32, 0},   {9, 4, 4, 64, 7, 0, 1, 0, TY_CUDA_F32, 0},
-        {3, 14, 2, 64, 64, 1, 0, 1, TY_CUDA_F32, 0}, {17, 32, 8, 128, 16, 0, 1, 0, TY_CUDA_F16, 0},
-        {2, 2, 1, 256, 32, 1, 0, 1, TY_CUDA_BF16, 0}, {1, 12, 12, 80, 16, 0, 0, 1, TY_CUDA_F32, 0},
+        {5, 8, 4, 8, 16, 0, 0, 0, TY_CUDA_F32, 0, 0},
+        {9, 4, 4, 64, 7, 0, 1, 0, TY_CUDA_F32, 0, 0},
+        {3, 14, 2, 64, 64, 1, 0, 1, TY_CUDA_F32, 0, 0},
+        {17, 32, 8, 128, 16, 0, 1, 0, TY_CUDA_F16, 0, 0},
+        {2, 2, 1, 256, 32, 1, 0, 1, TY_CUDA_BF16, 0, 0},
+        {1, 12, 12, 80, 16, 0, 0, 1, TY_CUDA_F32, 0, 0},
         /* Qwen3: q/k norm, NeoX, no bias; head_dim 128 (4 warps) and 80 (2 warps, one partly
          * idle in the rope) */
-        {6, 16, 8, 128, 16, 1, 0, 0, TY_CUDA_F32, 1}, {4, 4, 2, 80, 16, 1, 0, 0, TY_CUDA_F16, 1},
-        {3, 8, 2, 64, 16, 1, 0, 1, TY_CUDA_F32, 1},
+        {6, 16, 8, 128, 16, 1, 0, 0, TY_CUDA_F32, 1, 0},
+        {4, 4, 2, 80, 16, 1, 0, 0, TY_CUDA_F16, 1, 0},
+        {3, 8, 2, 64, 16, 1, 0, 1, TY_CUDA_F32, 1, 0},
+        /* YaRN against the CPU backend: GGUF llama order, HF order, NeoX with Qwen3's norms */
+        {7, 8, 4, 64, 16, 0, 0, 0, TY_CUDA_F32, 0, 1},
+        {5, 4, 2, 128, 16, 0, 1, 1, TY_CUDA_F16, 0, 1},
+        {4, 8, 2, 64, 16, 1, 0, 0, TY_CUDA_F32, 1, 1},
     };
     uint64_t rng = 42;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
@@ -160,7 +212,7 @@ static void test_qkv_rejects_bad_shapes(void **state)
 {
     struct ty_cuda_kv_layout l = {TY_CUDA_F32, 2, 16, 8, 4};
     float div[4] = {1, 1, 1, 1};
-    struct ty_cuda_qkv p = {4, 2, 8, 0, 0, 0.5f, div, NULL, NULL, 0.0f};
+    struct ty_cuda_qkv p = {4, 2, 8, 0, 0, 0.5f, div, NULL, NULL, 0.0f, NULL, 0.0f, 0.0f};
     p.n_heads = 3; /* not a multiple of n_kv_heads */
     assert_int_equal(ty_cuda_qkv_rope_store(NULL, NULL, NULL, &l, NULL, NULL, NULL, NULL, 1, &p,
                                             NULL), TY_EINVAL);
