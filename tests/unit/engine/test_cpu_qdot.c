@@ -321,7 +321,8 @@ static void test_matmul(void **st)
 /* ty__cpu_qgemm (prefill's integer GEMM) against ty__cpu_gemv one token at a time, bit for
  * bit: a token's output must not depend on how many tokens came with it. T and rows off the
  * register tiles, a token count past one cache block of tokens, a zero input row, 1-3 threads
- * and the caller alone; ty__cpu_matmul above the gemv limit must give the same bits. */
+ * and the caller alone; ty__cpu_matmul between the gemv and GEMM limits must give the same
+ * bits. */
 static void check_qgemm(uint32_t type, uint64_t rows, uint64_t cols, uint32_t T,
                         ty_cpu_pool_t *pool)
 {
@@ -337,7 +338,10 @@ static void check_qgemm(uint32_t type, uint64_t rows, uint64_t cols, uint32_t T,
     for (uint64_t i = 0; i < T * rows; i++)
         y[i] = ym[i] = NAN;
     assert_int_equal(ty__cpu_qgemm(pool, &w, x, y, T), 0);
-    ty__cpu_matmul(pool, &w, x, ym, T, scratch, ns);
+    if (T <= TY_CPU_QGEMM_MAX_T)
+        ty__cpu_matmul(pool, &w, x, ym, T, scratch, ns);
+    else
+        memcpy(ym, y, T * rows * sizeof(float)); /* the tile path: checked in check_matmul */
     for (uint32_t t = 0; t < T; t++) {
         assert_int_equal(ty__cpu_gemv(NULL, &w, x + t * cols, y1, 1, NULL, 0), 0);
         for (uint64_t r = 0; r < rows; r++)
@@ -376,6 +380,7 @@ static void test_qgemm(void **st)
             assert_true(ty__cpu_qgemm_supported(&w));
             check_qgemm(gtypes[ti], 37, 512, 9, pool);
             check_qgemm(gtypes[ti], 5, 256, 14, pool);
+            check_qgemm(gtypes[ti], 11, 768, TY_CPU_QGEMM_MAX_T, pool);
             check_qgemm(gtypes[ti], 43, 2048, 101, pool); /* 96 tokens per cache block */
         }
         if (pool)
