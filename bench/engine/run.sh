@@ -1,8 +1,9 @@
 #!/bin/sh
 # Tycho vs llama.cpp on the same ~110M-parameter GGUF (made by `tycho mkmodel`, F32 or with
-# BENCH_TYPE=f16 or q8_0 those weights), prefill and decode tokens/s at 1 and 2 threads, plus memory
-# read bandwidth, all in one run.
-# usage: [BENCH_TYPE=f32|f16|q8_0] bench/engine/run.sh [BUILD_DIR] [PROMPT_TOKENS] [GEN_TOKENS]
+# BENCH_TYPE=f16, q8_0, q4_k, q6_k or q4_k_m (llama.cpp's mix of Q4_K and Q6_K) those weights),
+# prefill and decode tokens/s at 1 and 2 threads, plus memory read bandwidth, all in one run.
+# usage: [BENCH_TYPE=f32|f16|q8_0|q4_k|q6_k|q4_k_m] bench/engine/run.sh [BUILD_DIR]
+#        [PROMPT_TOKENS] [GEN_TOKENS]
 set -eu
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 BUILD="${1:-$ROOT/build}"
@@ -10,7 +11,8 @@ P="${2:-256}"
 G="${3:-64}"
 DATA="${TYCHO_TEST_DATA:-$ROOT/../shared}"
 TYPE="${BENCH_TYPE:-f32}"
-case "$TYPE" in f32|f16|q8_0) ;; *) echo "BENCH_TYPE must be f32, f16 or q8_0" >&2; exit 2 ;; esac
+case "$TYPE" in f32|f16|q8_0|q4_k|q6_k|q4_k_m) ;;
+    *) echo "BENCH_TYPE must be f32, f16, q8_0, q4_k, q6_k or q4_k_m" >&2; exit 2 ;; esac
 MODEL="${BENCH_MODEL:-/tmp/tycho-bench-110m-$TYPE.gguf}"
 BENCH="$BUILD/bench/engine/bench_engine"
 if [ ! -x "$BENCH" ]; then  # bench/ not in the build yet: link against the built libraries

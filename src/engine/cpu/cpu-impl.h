@@ -53,7 +53,8 @@ typedef struct ty_cpu_pool ty_cpu_pool_t;
  * block-quantized weights with few tokens (decode) through ty__cpu_gemv on `pool` (may be
  * NULL: the calling thread alone); otherwise converted a tile of rows at a time into
  * `scratch` (scratch_floats) for BLAS, block types against inputs rounded as their 8-bit
- * input format (ty__cpu_round_inputs; without memory for them, the f32 inputs). */
+ * input format (ty__cpu_round_inputs; without memory for them, the f32 inputs); up to
+ * TY_CPU_QGEMM_MAX_T tokens the block types ty__cpu_qgemm takes go there instead. */
 void ty__cpu_matmul(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x, float *y,
                     uint32_t T, float *scratch, size_t scratch_floats);
 /* Scratch floats ty__cpu_matmul needs for a weight with `cols` inputs. */
@@ -68,6 +69,22 @@ size_t ty__cpu_matmul_scratch(uint64_t cols);
 bool ty__cpu_gemv_supported(const struct ty_weight *w, uint32_t T);
 int ty__cpu_gemv(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x, float *y,
                  uint32_t T, float *scratch, size_t scratch_floats);
+
+/* Many-token matmul on block-quantized weights (qgemm.c): the inputs quantized once as
+ * ty__cpu_gemv quantizes them, rows split over `pool` (may be NULL), a cache- and
+ * register-blocked integer kernel; each output bit-identical to what ty__cpu_gemv gives for
+ * the same row and input, so a token's result does not depend on its batch. Supported with
+ * AVX2 for Q8_0, Q4_K and Q6_K weights, any T. Returns 0, or TY_ENOMEM with y untouched.
+ * ty__cpu_matmul takes it for TY_CPU_GEMV_MAX_T < T <= TY_CPU_QGEMM_MAX_T: above that
+ * OpenBLAS's f32 sgemm on converted tiles is faster on AVX2 without VNNI (two integer
+ * multiplies per 32 products against four FMAs on two pipes; docs/benchmarks.md). A build
+ * may set it (-DTY_CPU_QGEMM_MAX_T=...) to measure the GEMM on prefill. */
+#ifndef TY_CPU_QGEMM_MAX_T
+#define TY_CPU_QGEMM_MAX_T 32
+#endif
+bool ty__cpu_qgemm_supported(const struct ty_weight *w);
+int ty__cpu_qgemm(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x, float *y,
+                  uint32_t T);
 
 /* ---- block dot products (qdot.c) ---------------------------------------------------------- */
 

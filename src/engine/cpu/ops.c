@@ -104,6 +104,9 @@ void ty__cpu_matmul(ty_cpu_pool_t *pool, const struct ty_weight *w, const float 
     if (ty__cpu_gemv_supported(w, T) &&
         ty__cpu_gemv(pool, w, x, y, T, scratch, scratch_floats) == 0)
         return; /* else (no memory for Q8_0's quantized inputs) the tile path */
+    if (T > TY_CPU_GEMV_MAX_T && T <= TY_CPU_QGEMM_MAX_T && ty__cpu_qgemm_supported(w) &&
+        ty__cpu_qgemm(pool, w, x, y, T) == 0)
+        return; /* else (no memory for the quantized inputs) the tile path */
     if (w->type == TY_GGML_F32) {
         if (T == 1)
             cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, cols, 1.0f, w->data, cols, x, 1, 0.0f,

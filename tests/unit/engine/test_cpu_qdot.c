@@ -7,8 +7,10 @@
  *    (d * q) and sums in double; AVX2 and scalar against each other;
  *  - the input quantizers: Q8_K's 16-sums and its largest value at -127, Q8_0's scales;
  *  - the weight quantizers round-trip within their format's resolution;
- *  - the few-token matmul (1-8 inputs, worker pool and caller thread) and the tile path of
- *    ty__cpu_matmul (20 inputs: inputs rounded, BLAS) against the same reference. */
+ *  - the few-token matmul (1-8 inputs, worker pool and caller thread) and the many-token path
+ *    of ty__cpu_matmul (20 inputs: the integer GEMM, or rounded inputs and BLAS) against the
+ *    same reference;
+ *  - the integer GEMM bit for bit against one token at a time. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -316,6 +318,76 @@ static void test_matmul(void **st)
     ty__cpu_pool_free(pool);
 }
 
+/* ty__cpu_qgemm (prefill's integer GEMM) against ty__cpu_gemv one token at a time, bit for
+ * bit: a token's output must not depend on how many tokens came with it. T and rows off the
+ * register tiles, a token count past one cache block of tokens, a zero input row, 1-3 threads
+ * and the caller alone; ty__cpu_matmul between the gemv and GEMM limits must give the same
+ * bits. */
+static void check_qgemm(uint32_t type, uint64_t rows, uint64_t cols, uint32_t T,
+                        ty_cpu_pool_t *pool)
+{
+    struct ty_weight w = {
+        .data = random_blocks(type, rows, cols), .type = type, .rows = rows, .cols = cols};
+    float *x = malloc(T * cols * sizeof(float)), *y = malloc(T * rows * sizeof(float));
+    float *y1 = malloc(rows * sizeof(float)), *ym = malloc(T * rows * sizeof(float));
+    size_t ns = ty__cpu_matmul_scratch(cols);
+    float *scratch = malloc(ns * sizeof(float));
+    for (uint32_t t = 0; t < T; t++)
+        for (uint64_t c = 0; c < cols; c++)
+            x[t * cols + c] = t == 3 ? 0.0f : (float)((1 + t % 7) * uniform());
+    for (uint64_t i = 0; i < T * rows; i++)
+        y[i] = ym[i] = NAN;
+    assert_int_equal(ty__cpu_qgemm(pool, &w, x, y, T), 0);
+    if (T <= TY_CPU_QGEMM_MAX_T)
+        ty__cpu_matmul(pool, &w, x, ym, T, scratch, ns);
+    else
+        memcpy(ym, y, T * rows * sizeof(float)); /* the tile path: checked in check_matmul */
+    for (uint32_t t = 0; t < T; t++) {
+        assert_int_equal(ty__cpu_gemv(NULL, &w, x + t * cols, y1, 1, NULL, 0), 0);
+        for (uint64_t r = 0; r < rows; r++)
+            if (memcmp(&y[t * rows + r], &y1[r], sizeof(float)) ||
+                memcmp(&ym[t * rows + r], &y1[r], sizeof(float)))
+                fail_msg("%s rows %llu cols %llu T %u: y[%u][%llu] = %.9g (matmul %.9g), "
+                         "one token alone %.9g",
+                         ty_ggml_type_name(type), (unsigned long long)rows,
+                         (unsigned long long)cols, T, t, (unsigned long long)r, y[t * rows + r],
+                         ym[t * rows + r], y1[r]);
+    }
+    free((void *)w.data);
+    free(x);
+    free(y);
+    free(y1);
+    free(ym);
+    free(scratch);
+}
+
+static void test_qgemm(void **st)
+{
+    (void)st;
+    struct ty_weight q40 = {.type = TY_GGML_Q4_0, .rows = 1, .cols = 32};
+    assert_false(ty__cpu_qgemm_supported(&q40)); /* keeps the tile path */
+    if (!ty__cpu_have_avx2()) {
+        print_message("no AVX2: the integer GEMM is not used here\n");
+        return;
+    }
+    static const uint32_t gtypes[] = {TY_GGML_Q8_0, TY_GGML_Q4_K, TY_GGML_Q6_K};
+    for (uint32_t n = 0; n <= 3; n++) {
+        ty_cpu_pool_t *pool = NULL;
+        if (n)
+            assert_int_equal(ty__cpu_pool_new(&pool, n), 0);
+        for (size_t ti = 0; ti < sizeof(gtypes) / sizeof(gtypes[0]); ti++) {
+            struct ty_weight w = {.type = gtypes[ti], .rows = 1, .cols = 512};
+            assert_true(ty__cpu_qgemm_supported(&w));
+            check_qgemm(gtypes[ti], 37, 512, 9, pool);
+            check_qgemm(gtypes[ti], 5, 256, 14, pool);
+            check_qgemm(gtypes[ti], 11, 768, TY_CPU_QGEMM_MAX_T, pool);
+            check_qgemm(gtypes[ti], 43, 2048, 101, pool); /* 96 tokens per cache block */
+        }
+        if (pool)
+            ty__cpu_pool_free(pool);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -324,6 +396,7 @@ int main(void)
         cmocka_unit_test(test_mxfp4_spec),
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_qgemm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
