@@ -41,6 +41,22 @@ struct gemv {
     bool avx2;          /* take the AVX2 + FMA + F16C kernels */
 };
 
+/* How far ahead of the row being read the row loops below ask the caches for weights:
+ * a row of a few blocks takes less time than a memory round trip, and the hardware
+ * prefetcher alone leaves the kernels waiting (measured on the 32000-row output matrix). */
+#define PREFETCH_BYTES 2048
+
+/* Before reading the row of rb bytes at p: ask for the row that many bytes ahead (whole rows,
+ * at least PREFETCH_BYTES), a cache line at a time; none when that row is the next slice's. */
+static inline void prefetch_ahead(const unsigned char *p, uint64_t rb, uint32_t r, uint32_t r1)
+{
+    uint64_t ahead = (PREFETCH_BYTES + rb - 1) / rb;
+    if (r + ahead >= r1)
+        return;
+    for (uint64_t o = 0; o < rb; o += 64)
+        __builtin_prefetch(p + ahead * rb + o, 0, 3);
+}
+
 /* Rows of Q4_0 / K-quant weights, each against every input through g->dot. */
 static void rows_qdot(const struct gemv *g, uint32_t r0, uint32_t r1)
 {
@@ -49,6 +65,7 @@ static void rows_qdot(const struct gemv *g, uint32_t r0, uint32_t r1)
     uint64_t nb = cols / ty_ggml_type_block(w->type), rb = ty_ggml_type_nbytes(w->type, cols);
     for (uint32_t r = r0; r < r1; r++) {
         const unsigned char *row = (const unsigned char *)w->data + r * rb;
+        prefetch_ahead(row, rb, r, r1);
         for (uint32_t t = 0; t < g->T; t++) {
             struct ty_cpu_qin in = {g->xq + (size_t)t * cols, g->xd + (size_t)t * (cols / ib),
                                     g->xs ? g->xs + (size_t)t * (cols / 16) : NULL};
@@ -164,6 +181,7 @@ AVX2 static void rows_16_avx2(const struct gemv *g, uint32_t r0, uint32_t r1)
     bool bf16 = w->type == TY_GGML_BF16;
     for (uint32_t r = r0; r < r1; r++) {
         const uint16_t *p = (const uint16_t *)w->data + r * cols;
+        prefetch_ahead((const unsigned char *)p, cols * 2, r, r1);
         for (uint32_t t0 = 0; t0 < g->T; t0 += 4) {
             const float *x = g->x + (size_t)t0 * cols;
             float *out = g->y + (size_t)t0 * w->rows + r;
@@ -194,6 +212,7 @@ AVX2 static void rows_q8_avx2(const struct gemv *g, uint32_t r0, uint32_t r1)
     const __m256i ones = _mm256_set1_epi16(1);
     for (uint32_t r = r0; r < r1; r++) {
         const unsigned char *row = (const unsigned char *)w->data + r * nb * 34;
+        prefetch_ahead(row, nb * 34, r, r1);
         for (uint32_t t0 = 0; t0 < g->T; t0 += 4) {
             uint32_t n = g->T - t0 < 4 ? g->T - t0 : 4;
             __m256 a[4];

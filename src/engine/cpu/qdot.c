@@ -266,30 +266,40 @@ AVX2 static float dot_mxfp4_avx2(const unsigned char *w, const struct ty_cpu_qin
     return dot_nib32_avx2(w, x, nb, true);
 }
 
-/* sum_s m_s * (16-sums 2s + 2s + 1) of a K block: the mins' share, in int32. */
-static int32_t k_min_sum(const uint8_t mn[8], const int16_t *bs)
+/* A K block's eight 6-bit scales (low 128 bits) and mins (high 128 bits) as int16 lanes: the
+ * unpacking of ty__cpu_k_scales, done on three 32-bit words at once. */
+AVX2 static __m256i k_scales_avx2(const unsigned char *s)
 {
-    int32_t summ = 0;
-    for (int s = 0; s < 8; s++)
-        summ += mn[s] * (bs[2 * s] + bs[2 * s + 1]);
-    return summ;
+    uint32_t u[3];
+    memcpy(u, s, 12);
+    uint32_t sc_lo = u[0] & 0x3f3f3f3f, mn_lo = u[1] & 0x3f3f3f3f;
+    uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | (u[0] >> 6 & 0x03030303) << 4;
+    uint32_t mn_hi = (u[2] >> 4 & 0x0f0f0f0f) | (u[1] >> 6 & 0x03030303) << 4;
+    return _mm256_cvtepu8_epi16(
+        _mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo));
 }
 
 /* Q4_K / Q5_K: each 32-byte run of nibbles gives two sub-blocks of 32 unsigned values (plus
  * 16 for a set fifth bit); maddubs (unsigned values x signed inputs, no saturation: 31 * 127 *
- * 2 < 2^15), madd by the sub-block's scale into int32 lanes summed over the block. */
+ * 2 < 2^15), madd by the sub-block's scale (broadcast from the unpacked scales by a byte
+ * shuffle) into int32 lanes summed over the block. The mins' share: the pairs of 16-sums
+ * (one per sub-block) madd the mins, four int32 lanes per block scaled by dmin * dx. */
 __attribute__((always_inline)) AVX2 static inline float
 dot_k45_avx2(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb, bool q5)
 {
     const __m256i m4 = _mm256_set1_epi8(15), sixteen = _mm256_set1_epi8(16);
     uint32_t bytes = q5 ? 176 : 144;
     __m256 acc = _mm256_setzero_ps();
-    float accm = 0;
+    __m128 accm = _mm_setzero_ps();
     for (uint64_t b = 0; b < nb; b++, w += bytes) {
         const unsigned char *qs = w + (q5 ? 48 : 16);
         const int8_t *q = x->q + b * 256;
-        uint8_t sc[8], mn[8];
-        ty__cpu_k_scales(w + 4, sc, mn);
+        __m256i scmn = k_scales_avx2(w + 4);
+        __m128i sc128 = _mm256_castsi256_si128(scmn);
+        __m256i sc = _mm256_set_m128i(sc128, sc128);
+        __m256i bs = _mm256_loadu_si256((const __m256i *)(x->s + b * 16));
+        __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        __m128i summ = _mm_madd_epi16(_mm256_extracti128_si256(scmn, 1), pairs);
         __m256i qh = q5 ? _mm256_loadu_si256((const __m256i *)(w + 16)) : _mm256_setzero_si256();
         __m256i sumi = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
@@ -304,19 +314,24 @@ dot_k45_avx2(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb, bo
                 hi = _mm256_or_si256(
                     hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), sixteen));
             }
+            /* int16 lane 2c (bytes 4c, 4c + 1) and lane 2c + 1 everywhere */
+            __m256i s0 = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)((4 * c + 1) << 8 | 4 * c)));
+            __m256i s1 =
+                _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)((4 * c + 3) << 8 | (4 * c + 2))));
             __m256i p0 =
                 _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q + 64 * c)));
             __m256i p1 =
                 _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q + 64 * c + 32)));
-            p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * c]));
-            p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * c + 1]));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_madd_epi16(p0, s0),
+                                                           _mm256_madd_epi16(p1, s1)));
         }
-        acc =
-            _mm256_fmadd_ps(_mm256_set1_ps(half_f16c(w) * x->d[b]), _mm256_cvtepi32_ps(sumi), acc);
-        accm += half_f16c(w + 2) * x->d[b] * (float)k_min_sum(mn, x->s + b * 16);
+        float dx = x->d[b];
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(half_f16c(w) * dx), _mm256_cvtepi32_ps(sumi), acc);
+        accm = _mm_fmadd_ps(_mm_set1_ps(half_f16c(w + 2) * dx), _mm_cvtepi32_ps(summ), accm);
     }
-    return ty__cpu_hsum8(acc) - accm;
+    accm = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
+    accm = _mm_add_ss(accm, _mm_shuffle_ps(accm, accm, 1));
+    return ty__cpu_hsum8(acc) - _mm_cvtss_f32(accm);
 }
 
 AVX2 static float dot_q4_k_avx2(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb)
@@ -330,19 +345,21 @@ AVX2 static float dot_q5_k_avx2(const unsigned char *w, const struct ty_cpu_qin 
 }
 
 /* Q6_K: the unsigned 6-bit values (0..63) through maddubs (63 * 127 * 2 < 2^15), madd by the
- * two 16-value scales of each 32-value load; the -32 comes back as 32 * sum_s sc_s * 16-sum_s. */
+ * two 16-value scales of each 32-value load (a byte shuffle of the 16 scales, widened); the
+ * -32 comes back in int32 as 32 * sum_s sc_s * 16-sum_s (one madd), so a block is one
+ * integer sum (|sum| < 2^29) times d * dx. */
 AVX2 static float dot_q6_k_avx2(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb)
 {
     const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+    /* bytes 0..7 pick scale 0, bytes 8..15 scale 1; plus s for the pair (s, s + 1) */
+    const __m128i pair = _mm_set_epi64x(0x0101010101010101LL, 0);
     __m256 acc = _mm256_setzero_ps();
-    float accm = 0;
     for (uint64_t b = 0; b < nb; b++, w += 210) {
-        const int8_t *q = x->q + b * 256, *sc = (const int8_t *)(w + 192);
-        const int16_t *bs = x->s + b * 16;
+        const int8_t *q = x->q + b * 256;
+        __m128i sc = _mm_loadu_si128((const __m128i *)(w + 192));
+        __m256i corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc),
+                                         _mm256_loadu_si256((const __m256i *)(x->s + b * 16)));
         __m256i sumi = _mm256_setzero_si256();
-        int32_t corr = 0;
-        for (int s = 0; s < 16; s++)
-            corr += sc[s] * bs[s];
         for (int h = 0; h < 2; h++) {
             const unsigned char *ql = w + 64 * h;
             __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
@@ -359,18 +376,18 @@ AVX2 static float dot_q6_k_avx2(const unsigned char *w, const struct ty_cpu_qin 
                                 _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)),
             };
             for (int k = 0; k < 4; k++) {
-                int s = 8 * h + 2 * k;
                 __m256i p = _mm256_maddubs_epi16(
                     v[k], _mm256_loadu_si256((const __m256i *)(q + 128 * h + 32 * k)));
-                __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[s + 1]), _mm_set1_epi16(sc[s]));
+                __m256i scv = _mm256_cvtepi8_epi16(
+                    _mm_shuffle_epi8(sc, _mm_add_epi8(pair, _mm_set1_epi8((char)(8 * h + 2 * k)))));
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scv));
             }
         }
-        float d = half_f16c(w + 208) * x->d[b];
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        accm += d * (float)(32 * corr);
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 5));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(half_f16c(w + 208) * x->d[b]),
+                              _mm256_cvtepi32_ps(sumi), acc);
     }
-    return ty__cpu_hsum8(acc) - accm;
+    return ty__cpu_hsum8(acc);
 }
 #endif
 

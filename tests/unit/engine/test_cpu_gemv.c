@@ -3,7 +3,9 @@
  * double: every row, every input count 1..8, column counts with a vector tail, the worker
  * pool and the calling thread alone. For Q8_0 the reference quantizes the inputs itself the
  * way ggml's quantize_row_q8_0 does (d = max|x|/127 at f16 precision, q = round(x/d)) and sums
- * d_w * d_x * (int8 products). Outputs start as NaN so a row left unwritten fails. */
+ * d_w * d_x * (int8 products). Outputs start as NaN so a row left unwritten fails. The worker
+ * pool (threads.c): every index of every run to one thread, back to back, after the workers
+ * went to sleep, and with a slow worker. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +18,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static uint64_t rng = 88172645463325252ull;
 static float scratch[16384]; /* T * cols / 32 + T * cols / 4 floats for the largest case */
@@ -180,6 +183,41 @@ static void test_pool(void **st)
     ty__cpu_pool_free(pool);
 }
 
+/* The worker pool hands every index of every run to exactly one thread, whether the workers
+ * are still polling from the last run (back to back), asleep (a pause longer than their
+ * polling window first), or the caller waits past its own window for a slow worker. */
+struct handoff {
+    unsigned counts[64];
+    unsigned slow; /* microseconds each slice of worker 1 takes */
+};
+
+static void handoff_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
+{
+    struct handoff *h = arg;
+    if (thread == 1 && h->slow)
+        usleep(h->slow);
+    for (uint32_t i = begin; i < end; i++)
+        h->counts[i]++;
+}
+
+static void test_pool_handoff(void **st)
+{
+    (void)st;
+    ty_cpu_pool_t *pool;
+    assert_int_equal(ty__cpu_pool_new(&pool, 3), 0);
+    struct handoff h = {{0}, 0};
+    unsigned runs = 0;
+    for (int r = 0; r < 3000; r++, runs++) {
+        if (r % 500 == 499)
+            usleep(2000); /* past the polling window: the workers sleep */
+        h.slow = r % 700 == 3 ? 1000 : 0;
+        ty__cpu_pool_run(pool, 64, handoff_task, &h);
+    }
+    for (int i = 0; i < 64; i++)
+        assert_int_equal(h.counts[i], runs);
+    ty__cpu_pool_free(pool);
+}
+
 static void test_unsupported(void **st)
 {
     (void)st;
@@ -195,6 +233,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_calling_thread),
         cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_pool_handoff),
         cmocka_unit_test(test_unsupported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

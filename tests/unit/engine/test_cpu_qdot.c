@@ -132,7 +132,10 @@ static void test_kernels(void **st)
         ty_cpu_qdot_fn scalar = ty__cpu_qdot_kernel(type, false);
         ty_cpu_qdot_fn avx2 = ty__cpu_have_avx2() ? ty__cpu_qdot_kernel(type, true) : NULL;
         assert_non_null(scalar);
-        for (uint64_t cols = 256; cols <= 2048; cols *= 2) {
+        /* 1 to 8 K blocks, odd counts too (768: the 110M bench model's rows) */
+        static const uint64_t sizes[] = {256, 512, 768, 1024, 1280, 2048};
+        for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+            uint64_t cols = sizes[si];
             for (int rep = 0; rep < 20; rep++) {
                 unsigned char *w = random_blocks(type, 1, cols);
                 float *x = malloc(cols * sizeof(float));
