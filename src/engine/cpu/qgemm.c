@@ -13,8 +13,9 @@
  * Every (row, token) output is summed exactly as the few-token kernels sum it (gemv.c's Q8_0
  * rows, qdot.c's AVX2 Q4_K and Q6_K dots): the same int32 block sums, the same f32 block
  * factors, one 8-lane accumulator fed in block order and reduced by ty__cpu_hsum8, the same
- * scalar mins/offset term. A token's output is therefore bit-identical whatever the batch it
- * came in. AVX2 only (Q8_0, Q4_K, Q6_K); other types and machines keep the tile path. */
+ * mins lanes (Q4_K) and int32 offset (Q6_K). A token's output is therefore bit-identical whatever
+ * the batch it came in. AVX2 only (Q8_0, Q4_K, Q6_K); other types and machines keep the tile path.
+ */
 #include "cpu-impl.h"
 
 #include "tycho/errors.h"
@@ -23,20 +24,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define QG_ROWS 8      /* rows per pool work unit */
-#define QG_L2 (192 << 10) /* bytes of quantized inputs one token block may hold */
+#define QG_ROWS 8           /* rows per pool work unit */
+#define QG_L2   (192 << 10) /* bytes of quantized inputs one token block may hold */
 
 struct qgemm {
     const struct ty_weight *w;
-    const float *x;     /* (T, cols) */
-    float *y;           /* (T, rows) */
-    uint32_t T, tb;     /* tokens, tokens per cache block */
-    uint64_t cols, nb;  /* columns, weight blocks per row */
-    size_t rb;          /* bytes per weight row */
-    uint32_t ib;        /* input block: 32 or 256 */
-    int8_t *xq;         /* (T, cols) quantized inputs */
-    float *xd;          /* (T, cols / ib) their scales */
-    int16_t *xs;        /* Q8_K: (T, cols / 16) sums of 16 quants; else NULL */
+    const float *x;    /* (T, cols) */
+    float *y;          /* (T, rows) */
+    uint32_t T, tb;    /* tokens, tokens per cache block */
+    uint64_t cols, nb; /* columns, weight blocks per row */
+    size_t rb;         /* bytes per weight row */
+    uint32_t ib;       /* input block: 32 or 256 */
+    int8_t *xq;        /* (T, cols) quantized inputs */
+    float *xd;         /* (T, cols / ib) their scales */
+    int16_t *xs;       /* Q8_K: (T, cols / 16) sums of 16 quants; else NULL */
 };
 
 /* Token rows [begin, end) quantized (a pool task). */
@@ -73,8 +74,7 @@ AVX2 static float half_at(const unsigned char *p)
 
 /* Per block and (row, token): |w| x (x signed as w) through maddubs, pairs to int32, to f32,
  * fma by d_w * d_x into the pair's accumulator: gemv.c's rows_q8_avx2 step. */
-AVX2 static void tile_q8_0(const struct qgemm *g, uint32_t r, uint32_t nr, uint32_t t,
-                           uint32_t nt)
+AVX2 static void tile_q8_0(const struct qgemm *g, uint32_t r, uint32_t nr, uint32_t t, uint32_t nt)
 {
     const __m256i ones = _mm256_set1_epi16(1);
     const unsigned char *w[Q8R];
@@ -104,9 +104,9 @@ AVX2 static void tile_q8_0(const struct qgemm *g, uint32_t r, uint32_t nr, uint3
             float dx = xd[j][b];
             for (int i = 0; i < Q8R; i++) {
                 __m256i p = _mm256_maddubs_epi16(u[i], _mm256_sign_epi8(qx, q[i]));
-                acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(d[i] * dx),
-                                            _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)),
-                                            acc[i][j]);
+                acc[i][j] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(d[i] * dx),
+                                    _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), acc[i][j]);
             }
         }
     }
@@ -115,26 +115,24 @@ AVX2 static void tile_q8_0(const struct qgemm *g, uint32_t r, uint32_t nr, uint3
             g->y[(size_t)(t + j) * g->w->rows + r + i] = ty__cpu_hsum8(acc[i][j]);
 }
 
-/* ---- K-quants: 1 row x 4 tokens --------------------------------------------------------------- */
+/* ---- K-quants: 1 row x 4 tokens ---------------------------------------------------------------
+ */
 
-/* sum_s mn_s * (16-sums 2s + 2s + 1) in int32 (mn16: the eight mins widened), qdot.c's
- * k_min_sum with pairwise adds. */
-AVX2 static int32_t min_sum(__m128i mn16, const int16_t *bs)
+/* The mins' share of a Q4_K block as four int32 lanes, lane i = mn_2i * (16-sums 4i + 4i + 1)
+ * + mn_2i+1 * (16-sums 4i + 2 + 4i + 3) (mn16: the eight mins widened): qdot.c's
+ * dot_k45_avx2 keeps these four lanes apart until its final sum. */
+AVX2 static __m128i min_lanes(__m128i mn16, const int16_t *bs)
 {
     __m128i s = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bs),
                                _mm_loadu_si128((const __m128i *)(bs + 8)));
-    __m128i p = _mm_madd_epi16(mn16, s);
-    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
-    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
-    return _mm_cvtsi128_si32(p);
+    return _mm_madd_epi16(mn16, s);
 }
 
 /* Q4_K: per 32-byte run of nibbles two sub-blocks of unsigned values, maddubs with each
  * token's inputs, madd by the sub-block scale into int32; d * d_x * that (fma into the
- * token's accumulator), dmin * d_x * the mins' share (a scalar per token). qdot.c's
- * dot_k45_avx2 for Q4_K, one unpacking for four tokens. */
-AVX2 static void tile_q4_k(const struct qgemm *g, uint32_t r, uint32_t nr, uint32_t t,
-                           uint32_t nt)
+ * token's accumulator), dmin * d_x * the mins' share (four lanes per token, summed at the end).
+ * qdot.c's dot_k45_avx2 for Q4_K, one unpacking for four tokens. */
+AVX2 static void tile_q4_k(const struct qgemm *g, uint32_t r, uint32_t nr, uint32_t t, uint32_t nt)
 {
     (void)nr;
     const __m256i m4 = _mm256_set1_epi8(15);
@@ -149,9 +147,11 @@ AVX2 static void tile_q4_k(const struct qgemm *g, uint32_t r, uint32_t nr, uint3
         xs[j] = g->xs + tj * (g->cols / 16);
     }
     __m256 acc[4];
-    float accm[4] = {0, 0, 0, 0};
-    for (int j = 0; j < 4; j++)
+    __m128 accm[4];
+    for (int j = 0; j < 4; j++) {
         acc[j] = _mm256_setzero_ps();
+        accm[j] = _mm_setzero_ps();
+    }
     for (uint64_t b = 0; b < g->nb; b++, w += 144) {
         uint8_t sc[8], mn[8];
         ty__cpu_k_scales(w + 4, sc, mn);
@@ -169,26 +169,30 @@ AVX2 static void tile_q4_k(const struct qgemm *g, uint32_t r, uint32_t nr, uint3
                 __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q));
                 __m256i p1 =
                     _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q + 32)));
-                sumi[j] = _mm256_add_epi32(
-                    sumi[j], _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1)));
+                sumi[j] = _mm256_add_epi32(sumi[j], _mm256_add_epi32(_mm256_madd_epi16(p0, s0),
+                                                                     _mm256_madd_epi16(p1, s1)));
             }
         }
         float d = half_at(w), dmin = half_at(w + 2);
         for (int j = 0; j < 4; j++) {
             float dx = xd[j][b];
             acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
-            accm[j] += dmin * dx * (float)min_sum(mn16, xs[j] + b * 16);
+            accm[j] = _mm_fmadd_ps(_mm_set1_ps(dmin * dx),
+                                   _mm_cvtepi32_ps(min_lanes(mn16, xs[j] + b * 16)), accm[j]);
         }
     }
-    for (uint32_t j = 0; j < nt; j++)
-        g->y[(size_t)(t + j) * g->w->rows + r] = ty__cpu_hsum8(acc[j]) - accm[j];
+    for (uint32_t j = 0; j < nt; j++) {
+        __m128 m = _mm_add_ps(accm[j], _mm_movehl_ps(accm[j], accm[j]));
+        m = _mm_add_ss(m, _mm_shuffle_ps(m, m, 1));
+        g->y[(size_t)(t + j) * g->w->rows + r] = ty__cpu_hsum8(acc[j]) - _mm_cvtss_f32(m);
+    }
 }
 
 /* Q6_K: the unsigned 6-bit values (0..63) of each 32-value run through maddubs with each
- * token's inputs, madd by the run's two 16-value scales; the -32 offset comes back as
- * 32 * d * d_x * sum_s sc_s * 16-sum_s. qdot.c's dot_q6_k_avx2, one unpacking for four tokens. */
-AVX2 static void tile_q6_k(const struct qgemm *g, uint32_t r, uint32_t nr, uint32_t t,
-                           uint32_t nt)
+ * token's inputs, madd by the run's two 16-value scales; the -32 offset comes back in
+ * int32 as 32 * sum_s sc_s * 16-sum_s before the block's one conversion. qdot.c's dot_q6_k_avx2,
+ * one unpacking for four tokens. */
+AVX2 static void tile_q6_k(const struct qgemm *g, uint32_t r, uint32_t nr, uint32_t t, uint32_t nt)
 {
     (void)nr;
     const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
@@ -203,13 +207,11 @@ AVX2 static void tile_q6_k(const struct qgemm *g, uint32_t r, uint32_t nr, uint3
         xs[j] = g->xs + tj * (g->cols / 16);
     }
     __m256 acc[4];
-    float accm[4] = {0, 0, 0, 0};
     for (int j = 0; j < 4; j++)
         acc[j] = _mm256_setzero_ps();
     for (uint64_t b = 0; b < g->nb; b++, w += 210) {
         const int8_t *sc = (const int8_t *)(w + 192);
-        __m128i sc16 = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)sc));
-        __m128i sc16h = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(sc + 8)));
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
         __m256i sumi[4];
         for (int j = 0; j < 4; j++)
             sumi[j] = _mm256_setzero_si256();
@@ -233,27 +235,23 @@ AVX2 static void tile_q6_k(const struct qgemm *g, uint32_t r, uint32_t nr, uint3
                 __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[s + 1]), _mm_set1_epi16(sc[s]));
                 for (int j = 0; j < 4; j++) {
                     __m256i p = _mm256_maddubs_epi16(
-                        v[k], _mm256_loadu_si256((const __m256i *)(xq[j] + b * 256 + 128 * h +
-                                                                   32 * k)));
+                        v[k],
+                        _mm256_loadu_si256((const __m256i *)(xq[j] + b * 256 + 128 * h + 32 * k)));
                     sumi[j] = _mm256_add_epi32(sumi[j], _mm256_madd_epi16(p, scv));
                 }
             }
         }
         float dw = half_at(w + 208);
         for (int j = 0; j < 4; j++) {
-            const int16_t *bs = xs[j] + b * 16;
-            __m128i c = _mm_add_epi32(
-                _mm_madd_epi16(sc16, _mm_loadu_si128((const __m128i *)bs)),
-                _mm_madd_epi16(sc16h, _mm_loadu_si128((const __m128i *)(bs + 8))));
-            c = _mm_add_epi32(c, _mm_shuffle_epi32(c, 0x4e));
-            c = _mm_add_epi32(c, _mm_shuffle_epi32(c, 0xb1));
-            float d = dw * xd[j][b];
-            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
-            accm[j] += d * (float)(32 * _mm_cvtsi128_si32(c));
+            __m256i c =
+                _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(xs[j] + b * 16)));
+            sumi[j] = _mm256_sub_epi32(sumi[j], _mm256_slli_epi32(c, 5));
+            acc[j] =
+                _mm256_fmadd_ps(_mm256_set1_ps(dw * xd[j][b]), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
         }
     }
     for (uint32_t j = 0; j < nt; j++)
-        g->y[(size_t)(t + j) * g->w->rows + r] = ty__cpu_hsum8(acc[j]) - accm[j];
+        g->y[(size_t)(t + j) * g->w->rows + r] = ty__cpu_hsum8(acc[j]);
 }
 
 /* The micro-kernel of a type and its tile (rows x tokens); NULL where there is none. */
@@ -311,8 +309,8 @@ int ty__cpu_qgemm(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x
                   uint32_t T)
 {
 #if defined(__x86_64__)
-    struct qgemm g = {.w = w, .x = x, .y = y, .T = T, .cols = w->cols,
-                      .ib = ty__cpu_input_block(w->type)};
+    struct qgemm g = {
+        .w = w, .x = x, .y = y, .T = T, .cols = w->cols, .ib = ty__cpu_input_block(w->type)};
     g.nb = g.cols / g.ib; /* the input block is the weight block for these types */
     g.rb = ty_ggml_type_nbytes(w->type, g.cols);
     size_t n = (size_t)T * g.cols, nd = n / g.ib, ns = g.ib == 256 ? n / 16 : 0;
