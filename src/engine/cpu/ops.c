@@ -12,7 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TILE_FLOATS (64u * 1024u) /* 256 KiB of f32 per converted tile: stays in L2 */
+/* Converted tiles: 256 KiB of f32 (stays in L2 between conversion and GEMM) up to 16 tokens,
+ * growing with the token count to 4 MiB at 256 tokens and more: with many tokens the GEMM is
+ * compute-bound and each sgemm call's packing and thread start-up, not the tile's trip
+ * through L3, is what a small tile multiplies (a 256-token chunk of the 110M Q8_0 model:
+ * +30-35 % prefill at 2 threads with 4 MiB tiles, docs/benchmarks.md 2026-12-07). */
+#define TILE_FLOATS (64u * 1024u)
+#define TILE_FLOATS_MAX (1024u * 1024u)
 
 static float f16_table[65536];
 static pthread_once_t f16_once = PTHREAD_ONCE_INIT;
@@ -94,7 +100,7 @@ static void convert_rows(void *arg, uint32_t thread, uint32_t begin, uint32_t en
 
 size_t ty__cpu_matmul_scratch(uint64_t cols)
 {
-    return cols > TILE_FLOATS ? cols : TILE_FLOATS;
+    return cols > TILE_FLOATS_MAX ? cols : TILE_FLOATS_MAX;
 }
 
 void ty__cpu_matmul(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x, float *y,
@@ -123,7 +129,9 @@ void ty__cpu_matmul(ty_cpu_pool_t *pool, const struct ty_weight *w, const float 
         ty__cpu_round_inputs(w->type, x, xr, (uint64_t)cols, T);
         x = xr;
     }
-    int tile = (int)(scratch_floats / (size_t)cols);
+    size_t tf = (size_t)TILE_FLOATS * (T > 16 ? T / 16 : 1);
+    tf = tf < scratch_floats ? tf : scratch_floats;
+    int tile = (int)(tf > (size_t)cols ? tf / (size_t)cols : 1);
     for (int r0 = 0; r0 < rows; r0 += tile) {
         int nr = rows - r0 < tile ? rows - r0 : tile;
         struct convert cv = {.w = w, .row0 = (uint64_t)r0, .out = scratch};
