@@ -163,6 +163,8 @@ int ty__cpu_pool_new(ty_cpu_pool_t **out, uint32_t n_threads);
 void ty__cpu_pool_free(ty_cpu_pool_t *p);
 /* Run fn over [0, n) split into contiguous parts, one per thread (the caller takes one). */
 void ty__cpu_pool_run(ty_cpu_pool_t *p, uint32_t n, ty_cpu_task_cb fn, void *arg);
+/* Threads of the pool, the caller included. */
+uint32_t ty__cpu_pool_threads(const ty_cpu_pool_t *p);
 
 /* ---- multi-head latent attention (mla.c), DeepSeek-V2/V3 ---------------------------------- */
 

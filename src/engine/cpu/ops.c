@@ -17,7 +17,7 @@
  * compute-bound and each sgemm call's packing and thread start-up, not the tile's trip
  * through L3, is what a small tile multiplies (a 256-token chunk of the 110M Q8_0 model:
  * +30-35 % prefill at 2 threads with 4 MiB tiles, docs/benchmarks.md 2026-12-07). */
-#define TILE_FLOATS (64u * 1024u)
+#define TILE_FLOATS     (64u * 1024u)
 #define TILE_FLOATS_MAX (1024u * 1024u)
 
 static float f16_table[65536];
@@ -77,8 +77,7 @@ void ty__cpu_row_to_f32(const struct ty_weight *w, uint64_t row, float *out)
     }
     default:
         /* block types (tycho/quant.h); zeros for a type no loader lets through */
-        if (ty_quant_row_dequantize(w->type, base + row * ty_ggml_type_nbytes(w->type, n), out,
-                                    n))
+        if (ty_quant_row_dequantize(w->type, base + row * ty_ggml_type_nbytes(w->type, n), out, n))
             memset(out, 0, n * 4);
     }
 }
@@ -88,6 +87,40 @@ struct convert {
     uint64_t row0;
     float *out;
 };
+
+void openblas_set_num_threads(int num_threads); /* OpenBLAS extension, not in cblas.h */
+
+#ifndef TY_CPU_SPLIT_SGEMM
+#define TY_CPU_SPLIT_SGEMM 1
+#endif
+
+/* Each pool worker takes a contiguous share of the rows, converts them a tile at a time into
+ * its own part of the scratch and multiplies them with a one-thread sgemm: no alternation of
+ * the pool (conversion) and OpenBLAS's own threads (GEMM), which on a machine with one core
+ * per thread spin against each other. */
+struct split {
+    const struct ty_weight *w;
+    const float *x;
+    float *y;
+    float *scratch;
+    size_t per_thread; /* floats of scratch per worker */
+    uint32_t T;
+};
+
+static void split_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
+{
+    const struct split *sp = arg;
+    int cols = (int)sp->w->cols, rows = (int)sp->w->rows;
+    float *tile = sp->scratch + (size_t)thread * sp->per_thread;
+    uint32_t step = (uint32_t)(sp->per_thread / (size_t)cols);
+    for (uint32_t r0 = begin; r0 < end; r0 += step) {
+        uint32_t nr = end - r0 < step ? end - r0 : step;
+        for (uint32_t r = 0; r < nr; r++)
+            ty__cpu_row_to_f32(sp->w, r0 + r, tile + (size_t)r * cols);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)sp->T, (int)nr, cols, 1.0f, sp->x,
+                    cols, tile, cols, 0.0f, sp->y + r0, rows);
+    }
+}
 
 /* Rows row0 + [begin, end) of a tile to f32 (a worker pool task). */
 static void convert_rows(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
@@ -115,11 +148,11 @@ void ty__cpu_matmul(ty_cpu_pool_t *pool, const struct ty_weight *w, const float 
         return; /* else (no memory for the quantized inputs) the tile path */
     if (w->type == TY_GGML_F32) {
         if (T == 1)
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, cols, 1.0f, w->data, cols, x, 1, 0.0f,
-                        y, 1);
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, cols, 1.0f, w->data, cols, x, 1, 0.0f, y,
+                        1);
         else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, rows, cols, 1.0f, x,
-                        cols, w->data, cols, 0.0f, y, rows);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, rows, cols, 1.0f, x, cols,
+                        w->data, cols, 0.0f, y, rows);
         return;
     }
     /* Converted tiles: trade conversion work per call for no resident f32 copy. */
@@ -128,6 +161,16 @@ void ty__cpu_matmul(ty_cpu_pool_t *pool, const struct ty_weight *w, const float 
     if (ib && cols % ib == 0 && (xr = malloc((size_t)T * (size_t)cols * sizeof(float)))) {
         ty__cpu_round_inputs(w->type, x, xr, (uint64_t)cols, T);
         x = xr;
+    }
+    uint32_t nth = pool ? ty__cpu_pool_threads(pool) : 1;
+    if (TY_CPU_SPLIT_SGEMM && nth > 1 && T > 1 && scratch_floats / nth >= (size_t)cols) {
+        struct split sp = {
+            .w = w, .x = x, .y = y, .scratch = scratch, .T = T, .per_thread = scratch_floats / nth};
+        openblas_set_num_threads(1);
+        ty__cpu_pool_run(pool, (uint32_t)rows, split_task, &sp);
+        openblas_set_num_threads((int)nth);
+        free(xr);
+        return;
     }
     size_t tf = (size_t)TILE_FLOATS * (T > 16 ? T / 16 : 1);
     tf = tf < scratch_floats ? tf : scratch_floats;

@@ -164,6 +164,11 @@ void ty__cpu_pool_free(ty_cpu_pool_t *p)
     free(p);
 }
 
+uint32_t ty__cpu_pool_threads(const ty_cpu_pool_t *p)
+{
+    return p->n_threads;
+}
+
 void ty__cpu_pool_run(ty_cpu_pool_t *p, uint32_t n, ty_cpu_task_cb fn, void *arg)
 {
     if (p->n_threads == 1 || n < 2) {
