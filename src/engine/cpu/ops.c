@@ -13,10 +13,9 @@
 #include <string.h>
 
 /* Converted tiles: 256 KiB of f32 (stays in L2 between conversion and GEMM) up to 16 tokens,
- * growing with the token count to 4 MiB at 256 tokens and more: with many tokens the GEMM is
- * compute-bound and each sgemm call's packing and thread start-up, not the tile's trip
- * through L3, is what a small tile multiplies (a 256-token chunk of the 110M Q8_0 model:
- * +30-35 % prefill at 2 threads with 4 MiB tiles, docs/benchmarks.md 2026-12-07). */
+ * growing with the token count to 4 MiB (split among the pool's workers) at 256 tokens and
+ * more: with many tokens the GEMM is compute-bound and each sgemm call's packing, not the
+ * tile's trip through L3, is what a small tile multiplies (docs/benchmarks.md 2026-12-07). */
 #define TILE_FLOATS     (64u * 1024u)
 #define TILE_FLOATS_MAX (1024u * 1024u)
 
@@ -97,7 +96,8 @@ void openblas_set_num_threads(int num_threads); /* OpenBLAS extension, not in cb
 /* Each pool worker takes a contiguous share of the rows, converts them a tile at a time into
  * its own part of the scratch and multiplies them with a one-thread sgemm: no alternation of
  * the pool (conversion) and OpenBLAS's own threads (GEMM), which on a machine with one core
- * per thread spin against each other. */
+ * per thread spin against each other. A build may set -DTY_CPU_SPLIT_SGEMM=0 to measure the
+ * turn-taking path against it. */
 struct split {
     const struct ty_weight *w;
     const float *x;
@@ -162,18 +162,21 @@ void ty__cpu_matmul(ty_cpu_pool_t *pool, const struct ty_weight *w, const float 
         ty__cpu_round_inputs(w->type, x, xr, (uint64_t)cols, T);
         x = xr;
     }
+    size_t tf = (size_t)TILE_FLOATS * (T > 16 ? T / 16 : 1);
+    tf = tf < scratch_floats ? tf : scratch_floats;
     uint32_t nth = pool ? ty__cpu_pool_threads(pool) : 1;
     if (TY_CPU_SPLIT_SGEMM && nth > 1 && T > 1 && scratch_floats / nth >= (size_t)cols) {
+        size_t per = scratch_floats / nth;
         struct split sp = {
-            .w = w, .x = x, .y = y, .scratch = scratch, .T = T, .per_thread = scratch_floats / nth};
+            .w = w, .x = x, .y = y, .scratch = scratch, .T = T, .per_thread = tf < per ? tf : per};
+        if (sp.per_thread < (size_t)cols)
+            sp.per_thread = (size_t)cols;
         openblas_set_num_threads(1);
         ty__cpu_pool_run(pool, (uint32_t)rows, split_task, &sp);
         openblas_set_num_threads((int)nth);
         free(xr);
         return;
     }
-    size_t tf = (size_t)TILE_FLOATS * (T > 16 ? T / 16 : 1);
-    tf = tf < scratch_floats ? tf : scratch_floats;
     int tile = (int)(tf > (size_t)cols ? tf / (size_t)cols : 1);
     for (int r0 = 0; r0 < rows; r0 += tile) {
         int nr = rows - r0 < tile ? rows - r0 : tile;
