@@ -579,11 +579,22 @@ int sm90_launch(const CUtensorMap &tk, const CUtensorMap &tv, const sm90_args &a
     return TY_CUDA_LAUNCH_CHECK("attn_prefill_sm90");
 }
 
-int g_enabled = 1; // ty__attn_prefill_sm90_set_enabled
+// ty__attn_prefill_sm90_set_enabled's setting; -1: the environment decides. The kernel has
+// never run on hardware, so a server takes it only when asked (TYCHO_CUDA_SM90_PREFILL=1);
+// tests and benchmarks turn it on through the hook.
+int g_enabled = -1;
+
+bool enabled()
+{
+    if (g_enabled < 0) {
+        const char *env = getenv("TYCHO_CUDA_SM90_PREFILL");
+        g_enabled = env && !strcmp(env, "1");
+    }
+    return g_enabled != 0;
+}
 
 // Whether device `dev` can run the kernel: compute capability 9.0 and sm_90 code for the
-// kernel in this binary (a build without 90a would only have the trapping stub), unless the
-// environment says TYCHO_CUDA_SM90_PREFILL=0 (an operator's way back to the mma.sync kernel).
+// kernel in this binary (a build without 90a would only have the trapping stub).
 bool device_ok_uncached(int dev)
 {
     int major = 0, minor = 0;
@@ -591,9 +602,6 @@ bool device_ok_uncached(int dev)
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
         return false;
     if (major != 9 || minor != 0)
-        return false;
-    const char *env = getenv("TYCHO_CUDA_SM90_PREFILL"); // "0": keep the mma.sync kernel
-    if (env && !strcmp(env, "0"))
         return false;
     cudaFuncAttributes fa;
     if (cudaFuncGetAttributes(&fa, prefill_sm90_kernel<__nv_bfloat16, 128>) != cudaSuccess)
@@ -620,7 +628,7 @@ bool device_ok()
 
 extern "C" int ty__attn_prefill_sm90_set_enabled(int on)
 {
-    const int was = g_enabled;
+    const int was = enabled();
     g_enabled = on != 0;
     return was;
 }
@@ -632,7 +640,7 @@ extern "C" int ty__attn_prefill_sm90_available(void)
 
 bool ty__attn_prefill_sm90_applies(const ty_cuda_kv_layout *l, const ty_cuda_attn_shape *s)
 {
-    return g_enabled &&
+    return enabled() &&
            ty_sm90_shape_ok(l->type == TY_CUDA_F16 || l->type == TY_CUDA_BF16, s->head_dim,
                             l->page_tokens, s->window) &&
            device_ok();

@@ -13,9 +13,10 @@ extern "C" {
 
 int ty__attn_prefill_tc_set_variant(int variant);
 
-/* Turns the Hopper kernel (attn_prefill_sm90.cu) on (the default) or off; off, sm_90 devices
- * take the tensor-core path above, so that tests and benchmarks can compare the two. Returns
- * the previous setting. Not thread-safe; not for serving code. */
+/* Turns the Hopper kernel (attn_prefill_sm90.cu) on or off (default: on only when the
+ * environment has TYCHO_CUDA_SM90_PREFILL=1, as the kernel has not run on hardware yet); off,
+ * sm_90 devices take the tensor-core path above, so that tests and benchmarks can compare the
+ * two. Returns the previous setting. Not thread-safe; not for serving code. */
 int ty__attn_prefill_sm90_set_enabled(int on);
 
 /* 1 when the current device can run the Hopper kernel (compute capability 9.0, this binary

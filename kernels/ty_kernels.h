@@ -233,7 +233,8 @@ int ty_cuda_attn_decode(float *out, const float *q, const void *k_pool, const vo
  * tokens): query row i of chunk s has position kv_lens[s] - q_lens[s] + i and sees positions
  * <= that. q, out: (total_rows, n_heads, head_dim) f32; block_tables (n_chunks, max_pages);
  * max_q_len (host) bounds q_lens. f16/bf16 pools with head_dim 64/128 and no window run on
- * tensor cores (wgmma on sm_90 for page sizes that tile, else mma.sync; q and the softmax
+ * tensor cores (wgmma on sm_90 for page sizes that tile when TYCHO_CUDA_SM90_PREFILL=1, else
+ * mma.sync; q and the softmax
  * weights rounded to the pool type), everything else in f32 on CUDA cores. */
 int ty_cuda_attn_prefill(float *out, const float *q, const void *k_pool, const void *v_pool,
                          const struct ty_cuda_kv_layout *l, const struct ty_cuda_attn_shape *s,

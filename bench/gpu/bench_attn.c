@@ -7,7 +7,8 @@
  * 16-bit pool takes the tensor-core path); TFLOP/s counted as
  * 4 * n_heads * L^2 * head_dim / 2 * 2 per sequence (causal half of QK^T and PV), the same
  * formula bench/gpu/sdpa_ref.py uses for PyTorch's scaled_dot_product_attention. On an sm_90
- * device that is the Hopper kernel (attn_prefill_sm90.cu); `prefill` then also times the
+ * device that is the Hopper kernel (attn_prefill_sm90.cu, turned on here: servers take it only
+ * with TYCHO_CUDA_SM90_PREFILL=1); `prefill` then also times the
  * mma.sync kernel (attn_prefill_tc.cu) on the same inputs at 4 x 2k, 1 x 16k and 8 x 4k and
  * prints both and the normalized difference of their outputs.
  * Prints "RESULT <name> <value> <unit>" lines. Exit 77 without a GPU. */
@@ -517,6 +518,7 @@ int main(int argc, char **argv)
         rc |= prefill_sweep(4096);
     }
     if (!strcmp(what, "all") || !strcmp(what, "prefill")) {
+        ty__attn_prefill_sm90_set_enabled(1);
         rc |= bench_prefill(4, 1024);
         rc |= bench_prefill(4, 2048);
         rc |= bench_prefill(4, 4096);
