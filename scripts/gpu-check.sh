@@ -105,6 +105,18 @@ if [ "$ONLY" != bench ]; then
            fi ;;
         esac
     done
+    # On an sm_90 device the whole model once more with the Hopper prefill kernel, which
+    # servers take only with TYCHO_CUDA_SM90_PREFILL=1 until it has passed here.
+    if [ -x "$BIN/test_gpu_e2e" ] && grep -q "PASSED" "$LOG/test_gpu_attn_sm90.log" 2>/dev/null &&
+       ! grep -q "FAILED\|not sm_90" "$LOG/test_gpu_attn_sm90.log"; then
+        s=$(date +%s.%N)
+        TYCHO_CUDA_SM90_PREFILL=1 timeout "${GPU_CHECK_TIMEOUT:-240}" "$BIN/test_gpu_e2e" \
+            >"$LOG/test_gpu_e2e.sm90.log" 2>&1
+        rc=$?
+        secs=$(awk -v s="$s" -v e="$(date +%s.%N)" 'BEGIN{printf "%.1f s", e - s}')
+        if [ $rc = 0 ]; then row "test test_gpu_e2e, sm90 prefill" pass "$secs"
+        else row "test test_gpu_e2e, sm90 prefill" FAIL "rc=$rc $secs"; status=1; fi
+    fi
 fi
 
 # The disaggregated cluster on the GPU: Conductor + prefill (cuda) + decode (cuda) processes
