@@ -86,6 +86,18 @@ bool ty__cpu_qgemm_supported(const struct ty_weight *w);
 int ty__cpu_qgemm(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x, float *y,
                   uint32_t T);
 
+/* Prefill's matmul on block-quantized weights (qpanel.c): the inputs quantized once as
+ * ty__cpu_gemv quantizes them, rows split over `pool` (may be NULL) in groups of eight, each
+ * group unpacked into an interleaved panel (in `scratch` when it has room for one per worker,
+ * else allocated) and multiplied with integer madd/maddubs, eight rows per register. The block
+ * sums are exact; a token's output does not depend on its batch or the thread count, but may
+ * differ in the last bits from ty__cpu_gemv's. Supported with AVX2 for Q8_0, Q4_K and Q6_K.
+ * ty__cpu_matmul takes it above TY_CPU_QGEMM_MAX_T tokens. Returns 0, or TY_ENOMEM with y
+ * untouched. */
+bool ty__cpu_qpanel_supported(const struct ty_weight *w);
+int ty__cpu_qpanel(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x, float *y,
+                   uint32_t T, void *scratch, size_t scratch_bytes);
+
 /* ---- block dot products (qdot.c) ---------------------------------------------------------- */
 
 /* The input format a block weight type is multiplied with, as in llama.cpp (its vec_dot_type):

@@ -89,6 +89,11 @@ struct convert {
 
 void openblas_set_num_threads(int num_threads); /* OpenBLAS extension, not in cblas.h */
 
+/* -DTY_CPU_QPANEL=0 builds keep Q8_0/Q4_K/Q6_K prefill on the tiles (to measure qpanel.c). */
+#ifndef TY_CPU_QPANEL
+#define TY_CPU_QPANEL 1
+#endif
+
 #ifndef TY_CPU_SPLIT_SGEMM
 #define TY_CPU_SPLIT_SGEMM 1
 #endif
@@ -146,6 +151,9 @@ void ty__cpu_matmul(ty_cpu_pool_t *pool, const struct ty_weight *w, const float 
     if (T > TY_CPU_GEMV_MAX_T && T <= TY_CPU_QGEMM_MAX_T && ty__cpu_qgemm_supported(w) &&
         ty__cpu_qgemm(pool, w, x, y, T) == 0)
         return; /* else (no memory for the quantized inputs) the tile path */
+    if (TY_CPU_QPANEL && T > TY_CPU_QGEMM_MAX_T && ty__cpu_qpanel_supported(w) &&
+        ty__cpu_qpanel(pool, w, x, y, T, scratch, scratch_floats * sizeof(float)) == 0)
+        return; /* else (no memory) the tile path */
     if (w->type == TY_GGML_F32) {
         if (T == 1)
             cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, cols, 1.0f, w->data, cols, x, 1, 0.0f, y,

@@ -10,7 +10,9 @@
  *  - the few-token matmul (1-8 inputs, worker pool and caller thread) and the many-token path
  *    of ty__cpu_matmul (20 inputs: the integer GEMM, or rounded inputs and BLAS) against the
  *    same reference;
- *  - the integer GEMM bit for bit against one token at a time. */
+ *  - the integer GEMM bit for bit against one token at a time;
+ *  - the panel GEMM (prefill) against the reference, a token's bits the same alone and in a
+ *    batch, and ty__cpu_matmul taking it above the integer GEMM's token limit. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -391,6 +393,82 @@ static void test_qgemm(void **st)
     }
 }
 
+/* ty__cpu_qpanel (prefill's panel GEMM) against the double reference, and a token's outputs
+ * the same bits whatever the batch and thread count: rows and tokens off the 8-row panels and
+ * 4-token steps, a zero input row, 1-3 threads and the caller alone, scratch too small for a
+ * panel per worker; ty__cpu_matmul above TY_CPU_QGEMM_MAX_T takes it. */
+static void check_qpanel(uint32_t type, uint64_t rows, uint64_t cols, uint32_t T,
+                         ty_cpu_pool_t *pool)
+{
+    struct ty_weight w = {
+        .data = random_blocks(type, rows, cols), .type = type, .rows = rows, .cols = cols};
+    uint64_t rb = ty_ggml_type_nbytes(type, cols);
+    float *x = malloc(T * cols * sizeof(float)), *y = malloc(T * rows * sizeof(float));
+    float *y1 = malloc(rows * sizeof(float)), *ym = malloc(T * rows * sizeof(float));
+    size_t ns = ty__cpu_matmul_scratch(cols);
+    float *scratch = malloc(ns * sizeof(float));
+    for (uint32_t t = 0; t < T; t++)
+        for (uint64_t c = 0; c < cols; c++)
+            x[t * cols + c] = t == 3 ? 0.0f : (float)((1 + t % 7) * uniform());
+    for (uint64_t i = 0; i < T * rows; i++)
+        y[i] = ym[i] = NAN;
+    assert_int_equal(ty__cpu_qpanel(pool, &w, x, y, T, NULL, 0), 0);
+    ty__cpu_matmul(pool, &w, x, ym, T, scratch, ns);
+    for (uint32_t t = 0; t < T; t++) {
+        struct qinput qi;
+        quantize(type, x + t * cols, cols, &qi);
+        /* the same token alone (padded to one micro-kernel step by duplicates) */
+        assert_int_equal(ty__cpu_qpanel(NULL, &w, x + t * cols, y1, 1, scratch, ns * 4), 0);
+        for (uint64_t r = 0; r < rows; r++) {
+            double mag, ref = reference(type, (const unsigned char *)w.data + r * rb, cols, &qi,
+                                        &mag);
+            double got = y[t * rows + r];
+            if (!(fabs(got - ref) <= 1e-5 * mag + 1e-9) ||
+                memcmp(&y[t * rows + r], &y1[r], sizeof(float)) ||
+                (T > TY_CPU_QGEMM_MAX_T && memcmp(&ym[t * rows + r], &y1[r], sizeof(float))))
+                fail_msg("%s rows %llu cols %llu T %u: y[%u][%llu] = %.9g (alone %.9g, matmul "
+                         "%.9g), want %.9g",
+                         ty_ggml_type_name(type), (unsigned long long)rows,
+                         (unsigned long long)cols, T, t, (unsigned long long)r, got, y1[r],
+                         ym[t * rows + r], ref);
+        }
+        qinput_free(&qi);
+    }
+    free((void *)w.data);
+    free(x);
+    free(y);
+    free(y1);
+    free(ym);
+    free(scratch);
+}
+
+static void test_qpanel(void **st)
+{
+    (void)st;
+    struct ty_weight q40 = {.type = TY_GGML_Q4_0, .rows = 1, .cols = 32};
+    assert_false(ty__cpu_qpanel_supported(&q40)); /* keeps the tile path */
+    if (!ty__cpu_have_avx2()) {
+        print_message("no AVX2: the panel GEMM is not used here\n");
+        return;
+    }
+    static const uint32_t gtypes[] = {TY_GGML_Q8_0, TY_GGML_Q4_K, TY_GGML_Q6_K};
+    for (uint32_t n = 0; n <= 3; n++) {
+        ty_cpu_pool_t *pool = NULL;
+        if (n)
+            assert_int_equal(ty__cpu_pool_new(&pool, n), 0);
+        for (size_t ti = 0; ti < sizeof(gtypes) / sizeof(gtypes[0]); ti++) {
+            struct ty_weight w = {.type = gtypes[ti], .rows = 1, .cols = 512};
+            assert_true(ty__cpu_qpanel_supported(&w));
+            check_qpanel(gtypes[ti], 37, 512, TY_CPU_QGEMM_MAX_T + 1, pool);
+            check_qpanel(gtypes[ti], 5, 256, 7, pool);
+            check_qpanel(gtypes[ti], 16, 768, 64, pool);
+            check_qpanel(gtypes[ti], 43, 2048, 101, pool);
+        }
+        if (pool)
+            ty__cpu_pool_free(pool);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -400,6 +478,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_qgemm),
+        cmocka_unit_test(test_qpanel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
