@@ -51,10 +51,48 @@ const float *ty__cpu_f16_table(void)
     return f16_table;
 }
 
+#if defined(__x86_64__)
+/* The tile path's two most common conversions with AVX2 + F16C: F16 (eight halves per
+ * instruction) and Q8_0 (d times the 32 quants, as ty_quant_row_dequantize computes them). */
+__attribute__((target("avx2,f16c"))) static bool row_to_f32_avx2(const struct ty_weight *w,
+                                                                uint64_t row, float *out)
+{
+    uint64_t n = w->cols;
+    const unsigned char *base = w->data;
+    if (w->type == TY_GGML_F16 && n % 8 == 0) {
+        const unsigned char *p = base + row * n * 2;
+        for (uint64_t i = 0; i < n; i += 8)
+            _mm256_storeu_ps(out + i,
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 2 * i))));
+        return true;
+    }
+    if (w->type == TY_GGML_Q8_0 && n % 32 == 0) {
+        const unsigned char *p = base + row * (n / 32) * 34;
+        for (uint64_t b = 0; b < n / 32; b++, p += 34, out += 32) {
+            uint16_t h;
+            memcpy(&h, p, 2);
+            __m256 d = _mm256_set1_ps(_cvtsh_ss(h));
+            for (int k = 0; k < 4; k++) {
+                __m128i q = _mm_loadl_epi64((const __m128i *)(p + 2 + 8 * k));
+                _mm256_storeu_ps(out + 8 * k,
+                                 _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
+            }
+        }
+        return true;
+    }
+    return false;
+}
+#endif
+
 void ty__cpu_row_to_f32(const struct ty_weight *w, uint64_t row, float *out)
 {
     uint64_t n = w->cols;
     const unsigned char *base = w->data;
+#if defined(__x86_64__)
+    if ((w->type == TY_GGML_F16 || w->type == TY_GGML_Q8_0) && ty__cpu_have_avx2() &&
+        row_to_f32_avx2(w, row, out))
+        return;
+#endif
     switch (w->type) {
     case TY_GGML_F32:
         memcpy(out, base + row * n * 4, n * 4);
@@ -89,7 +127,7 @@ struct convert {
 
 void openblas_set_num_threads(int num_threads); /* OpenBLAS extension, not in cblas.h */
 
-/* -DTY_CPU_QPANEL=0 builds keep Q8_0/Q4_K/Q6_K prefill on the tiles (to measure qpanel.c). */
+/* -DTY_CPU_QPANEL=0 builds keep Q4_K/Q6_K prefill on the tiles (to measure qpanel.c). */
 #ifndef TY_CPU_QPANEL
 #define TY_CPU_QPANEL 1
 #endif

@@ -85,10 +85,109 @@ static void quantize_q8_k(const float *x, uint64_t n, int8_t *q, float *d, int16
     }
 }
 
+#if defined(__x86_64__)
+#define AVX2_QIN __attribute__((target("avx2,fma,f16c")))
+
+/* 32 int32 (four vectors of eight, in order) to 32 int8, in order. */
+AVX2_QIN static void store_i8x32(int8_t *q, __m256i a, __m256i b, __m256i c, __m256i e)
+{
+    __m256i ab = _mm256_packs_epi32(a, b), ce = _mm256_packs_epi32(c, e); /* lanes interleaved */
+    __m256i v = _mm256_packs_epi16(ab, ce);
+    v = _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)q, v);
+}
+
+AVX2_QIN static float hmax8(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    return _mm_cvtss_f32(m);
+}
+
+/* quantize_q8_0 with AVX2: the same amax, factor, f16 scale and round-half-to-even products
+ * (cvtps rounds as nearbyintf does in the default rounding mode), so the same bits. */
+AVX2_QIN static void quantize_q8_0_avx2(const float *x, uint64_t n, int8_t *q, float *d)
+{
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (uint64_t b = 0; b < n / 32; b++) {
+        const float *v = x + b * 32;
+        __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8);
+        __m256 v2 = _mm256_loadu_ps(v + 16), v3 = _mm256_loadu_ps(v + 24);
+        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v0, abs), _mm256_and_ps(v1, abs)),
+                                 _mm256_max_ps(_mm256_and_ps(v2, abs), _mm256_and_ps(v3, abs)));
+        float amax = hmax8(m);
+        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        d[b] = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+        __m256 f = _mm256_set1_ps(id);
+        store_i8x32(q + b * 32, _mm256_cvtps_epi32(_mm256_mul_ps(v0, f)),
+                    _mm256_cvtps_epi32(_mm256_mul_ps(v1, f)),
+                    _mm256_cvtps_epi32(_mm256_mul_ps(v2, f)),
+                    _mm256_cvtps_epi32(_mm256_mul_ps(v3, f)));
+    }
+}
+
+/* quantize_q8_k with AVX2: the first value of largest magnitude found as the scalar loop finds
+ * it, the same factor, rounding and clamp, the 16-sums in int16 lanes: the same bits. */
+AVX2_QIN static void quantize_q8_k_avx2(const float *x, uint64_t n, int8_t *q, float *d,
+                                        int16_t *s)
+{
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (uint64_t b = 0; b < n / 256; b++) {
+        const float *v = x + b * 256;
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < 256; j += 8)
+            m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(v + j), abs));
+        float amax = hmax8(m), max = 0;
+        int8_t *qb = q + b * 256;
+        if (amax == 0) {
+            d[b] = 0;
+            memset(qb, 0, 256);
+            memset(s + b * 16, 0, 16 * sizeof(int16_t));
+            continue;
+        }
+        for (int j = 0; j < 256; j++)
+            if (fabsf(v[j]) == amax) {
+                max = v[j];
+                break;
+            }
+        float is = -127.0f / max;
+        __m256 f = _mm256_set1_ps(is);
+        __m256i top = _mm256_set1_epi32(127);
+        for (int j = 0; j < 256; j += 32) {
+            __m256i r[4];
+            for (int k = 0; k < 4; k++)
+                r[k] = _mm256_min_epi32(
+                    _mm256_cvtps_epi32(_mm256_mul_ps(f, _mm256_loadu_ps(v + j + 8 * k))), top);
+            store_i8x32(qb + j, r[0], r[1], r[2], r[3]);
+            /* the 16-sums of these 32: pairs of vectors of eight, summed across lanes */
+            for (int h = 0; h < 2; h++) {
+                __m256i t = _mm256_add_epi32(r[2 * h], r[2 * h + 1]);
+                __m128i u = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+                u = _mm_hadd_epi32(u, u);
+                u = _mm_hadd_epi32(u, u);
+                s[b * 16 + j / 16 + h] = (int16_t)_mm_cvtsi128_si32(u);
+            }
+        }
+        d[b] = 1 / is;
+    }
+}
+#endif
+
 void ty__cpu_quantize_inputs(uint32_t weight_type, const float *x, uint64_t n, int8_t *q, float *d,
                              int16_t *s)
 {
-    if (ty__cpu_input_block(weight_type) == 256)
+    bool k = ty__cpu_input_block(weight_type) == 256;
+#if defined(__x86_64__)
+    if (ty__cpu_have_avx2()) {
+        if (k)
+            quantize_q8_k_avx2(x, n, q, d, s);
+        else
+            quantize_q8_0_avx2(x, n, q, d);
+        return;
+    }
+#endif
+    if (k)
         quantize_q8_k(x, n, q, d, s);
     else
         quantize_q8_0(x, n, q, d, ty__cpu_f16_table());

@@ -7,9 +7,9 @@
  *    (d * q) and sums in double; AVX2 and scalar against each other;
  *  - the input quantizers: Q8_K's 16-sums and its largest value at -127, Q8_0's scales;
  *  - the weight quantizers round-trip within their format's resolution;
- *  - the few-token matmul (1-8 inputs, worker pool and caller thread) and the many-token path
- *    of ty__cpu_matmul (20 inputs: the integer GEMM, or rounded inputs and BLAS) against the
- *    same reference;
+ *  - the few-token matmul (1-8 inputs, worker pool and caller thread) and the many-token paths
+ *    of ty__cpu_matmul (20 inputs: the integer GEMM; 40: the panel GEMM; or rounded inputs and
+ *    BLAS) against the same reference;
  *  - the integer GEMM bit for bit against one token at a time;
  *  - the panel GEMM (prefill) against the reference, a token's bits the same alone and in a
  *    batch, and ty__cpu_matmul taking it above the integer GEMM's token limit. */
@@ -195,7 +195,43 @@ static void test_input_quantization(void **st)
         for (int j = 0; j < 32; j++)
             amax = fabsf(x[32 * b + j]) > amax ? fabsf(x[32 * b + j]) : amax;
         assert_true(fabsf(qi.d[b] - amax / 127) <= amax / 127 / 1024); /* an f16 of it */
+        for (int j = 0; j < 32; j++) /* x * 127 / amax, halves to even */
+            assert_int_equal(qi.q[32 * b + j], (int)nearbyintf(x[32 * b + j] * (127.0f / amax)));
     }
+    qinput_free(&qi);
+    /* Q8_K: the first of two values of largest magnitude sets the sign; every quant is
+     * x * -127 / max rounded, halves to even (exact halves: x = k + 0.5 at scale 1); a zero
+     * block is all zeros */
+    float y[768] = {0};
+    for (int i = 0; i < 256; i++)
+        y[i] = (float)(i % 5) - 2.0f + (i % 3 == 0 ? 0.5f : 0.0f);
+    y[40] = -127.0f, y[41] = 127.0f; /* scale -127 / -127 = 1: quants are the rounded values */
+    for (int i = 256; i < 512; i++)
+        y[i] = (float)uniform();
+    quantize(TY_GGML_Q6_K, y, 768, &qi);
+    for (int b = 0; b < 2; b++) {
+        float max = 0;
+        for (int j = 0; j < 256; j++)
+            if (fabsf(y[256 * b + j]) > fabsf(max))
+                max = y[256 * b + j];
+        for (int j = 0; j < 256; j++) {
+            int r = (int)nearbyintf(-127.0f / max * y[256 * b + j]);
+            assert_int_equal(qi.q[256 * b + j], r > 127 ? 127 : r);
+        }
+        for (int g = 0; g < 16; g++) {
+            int sum = 0;
+            for (int j = 0; j < 16; j++)
+                sum += qi.q[256 * b + 16 * g + j];
+            assert_int_equal(qi.s[16 * b + g], sum);
+        }
+    }
+    assert_int_equal(qi.q[40], -127); /* y[40] came first */
+    assert_int_equal(qi.q[41], 127);
+    assert_int_equal(qi.q[0], -2); /* -1.5 and 1.5 to even */
+    assert_int_equal(qi.q[3], 2);
+    assert_true(qi.d[2] == 0.0f);
+    for (int j = 512; j < 768; j++)
+        assert_int_equal(qi.q[j], 0);
     qinput_free(&qi);
 }
 
@@ -273,7 +309,7 @@ static void test_roundtrip(void **st)
 /* ty__cpu_matmul (few-token kernels for T <= 8, tiles + BLAS above) against the reference. */
 static void check_matmul(uint32_t type, uint64_t rows, uint64_t cols, ty_cpu_pool_t *pool)
 {
-    enum { TMAX = 20 };
+    enum { TMAX = 40 };
     struct ty_weight w = {
         .data = random_blocks(type, rows, cols), .type = type, .rows = rows, .cols = cols};
     uint64_t rb = ty_ggml_type_nbytes(type, cols);
@@ -282,7 +318,7 @@ static void check_matmul(uint32_t type, uint64_t rows, uint64_t cols, ty_cpu_poo
     float *scratch = malloc(ns * sizeof(float));
     for (uint64_t i = 0; i < TMAX * cols; i++)
         x[i] = (float)uniform();
-    static const uint32_t Ts[] = {1, 2, 3, 5, 8, TMAX};
+    static const uint32_t Ts[] = {1, 2, 3, 5, 8, 20, TMAX}; /* 40: panels or tiles */
     for (size_t k = 0; k < sizeof(Ts) / sizeof(Ts[0]); k++) {
         uint32_t T = Ts[k];
         assert_true(ty__cpu_gemv_supported(&w, T) == (T <= TY_CPU_GEMV_MAX_T));
@@ -320,6 +356,8 @@ static void test_matmul(void **st)
         check_matmul(types[ti], 5, 256, NULL);
     }
     check_matmul(TY_GGML_Q4_0, 9, 96, pool);
+    check_matmul(TY_GGML_Q8_0, 37, 512, pool); /* the AVX2 widening into tiles */
+    check_matmul(TY_GGML_Q8_0, 5, 256, NULL);
     ty__cpu_pool_free(pool);
 }
 
@@ -446,12 +484,14 @@ static void test_qpanel(void **st)
 {
     (void)st;
     struct ty_weight q40 = {.type = TY_GGML_Q4_0, .rows = 1, .cols = 32};
-    assert_false(ty__cpu_qpanel_supported(&q40)); /* keeps the tile path */
+    struct ty_weight q80 = {.type = TY_GGML_Q8_0, .rows = 1, .cols = 32};
+    assert_false(ty__cpu_qpanel_supported(&q40)); /* keep the tile path */
+    assert_false(ty__cpu_qpanel_supported(&q80));
     if (!ty__cpu_have_avx2()) {
         print_message("no AVX2: the panel GEMM is not used here\n");
         return;
     }
-    static const uint32_t gtypes[] = {TY_GGML_Q8_0, TY_GGML_Q4_K, TY_GGML_Q6_K};
+    static const uint32_t gtypes[] = {TY_GGML_Q4_K, TY_GGML_Q6_K};
     for (uint32_t n = 0; n <= 3; n++) {
         ty_cpu_pool_t *pool = NULL;
         if (n)
