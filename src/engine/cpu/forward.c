@@ -22,7 +22,8 @@ struct cpu_ctx {
     ty_cpu_pool_t *pool;
     float *buf; /* all activation scratch, grown on demand */
     size_t buf_floats;
-    float *abuf; /* prefill attention scratch: K, V gathered (ctx, hd) x2 + scores (n, ctx) */
+    float *abuf; /* prefill attention scratch, per worker: K, V gathered (ctx, hd) x2 + scores
+                  * (rows, ctx) */
     size_t abuf_floats;
 };
 
@@ -206,41 +207,66 @@ static void softmax_row(float *row, uint32_t len, uint32_t lo, uint32_t end, flo
 /* Attention of one prefill chunk (n > 1 new tokens at rows t0.., positions p0..) as GEMMs
  * over the keys from the page holding the first row's first key (`base`) on, `rows` query
  * rows at a time, each block over the keys up to its last row only (causal):
- * S (rows, kctx) = Q_h K^T * scale, causal (and window) mask, softmax rows, out = S V. */
+ * S (rows, kctx) = Q_h K^T * scale, causal (and window) mask, softmax rows, out = S V.
+ * Heads are split over the worker pool, each worker gathering its heads' K and V into its own
+ * part of the scratch (a KV head shared by a group is gathered once per query head: ctx * hd
+ * conversions against rows * ctx * hd products). */
+struct attn_prefill {
+    struct fwd *f;
+    float *buf;  /* per worker: K, V gathered (ctx, hd) each, then scores (rows, ctx) */
+    size_t need; /* floats per worker */
+    uint32_t t0, n, p0, base, ctx, rows;
+};
+
+static void attn_prefill_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
+{
+    const struct attn_prefill *ap = arg;
+    struct fwd *f = ap->f;
+    const struct ty_model_config *c = &f->m->cfg;
+    uint32_t hd = c->head_dim, group = c->n_heads / c->n_kv_heads, n = ap->n, p0 = ap->p0;
+    size_t Q = (size_t)c->n_heads * hd;
+    float *kc = ap->buf + (size_t)thread * ap->need, *vc = kc + (size_t)ap->ctx * hd;
+    float *S = vc + (size_t)ap->ctx * hd;
+    const uint32_t *pages = ty_kvseq_pages(f->batch->seqs[f->seq_of[ap->t0]].seq);
+    uint32_t have = UINT32_MAX; /* the KV head now in kc, vc */
+    for (uint32_t h = begin; h < end; h++) {
+        uint32_t kvh = h / group;
+        if (kvh != have)
+            gather_kv(f, pages, kvh, ap->base, ap->ctx, kc, vc), have = kvh;
+        for (uint32_t r0 = 0; r0 < n; r0 += ap->rows) {
+            uint32_t m = n - r0 < ap->rows ? n - r0 : ap->rows, kctx = p0 + r0 + m - ap->base;
+            const float *q = f->q + (ap->t0 + r0) * Q + (size_t)h * hd;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)kctx, (int)hd,
+                        1.0f / sqrtf((float)hd), q, (int)Q, kc, (int)hd, 0.0f, S, (int)kctx);
+            for (uint32_t i = 0; i < m; i++)
+                softmax_row(S + (size_t)i * kctx, kctx, first_key(f, p0 + r0 + i) - ap->base,
+                            p0 + r0 + i + 1 - ap->base, head_sink(f, h));
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)hd, (int)kctx,
+                        1.0f, S, (int)kctx, vc, (int)hd, 0.0f,
+                        f->att + (ap->t0 + r0) * Q + (size_t)h * hd, (int)Q);
+        }
+    }
+}
+
 static int attn_prefill(struct fwd *f, struct cpu_ctx *cc, uint32_t t0, uint32_t n)
 {
     const struct ty_model_config *c = &f->m->cfg;
-    uint32_t hd = c->head_dim, p0 = f->pos[t0], group = c->n_heads / c->n_kv_heads;
+    uint32_t hd = c->head_dim, p0 = f->pos[t0];
     uint32_t base = first_key(f, p0) / f->B * f->B, ctx = p0 + n - base;
     uint32_t rows = ATTN_SCORE_FLOATS / ctx ? ATTN_SCORE_FLOATS / ctx : 1;
     rows = rows < n ? rows : n;
-    size_t Q = (size_t)c->n_heads * hd, need = 2 * (size_t)ctx * hd + (size_t)rows * ctx;
-    if (need > cc->abuf_floats) {
-        float *nb = realloc(cc->abuf, need * sizeof(float));
+    uint32_t nth = ty__cpu_pool_threads(cc->pool); /* any worker may take a head */
+    size_t need = 2 * (size_t)ctx * hd + (size_t)rows * ctx;
+    if (need * nth > cc->abuf_floats) {
+        float *nb = realloc(cc->abuf, need * nth * sizeof(float));
         if (!nb)
             return TY_ENOMEM;
         cc->abuf = nb;
-        cc->abuf_floats = need;
+        cc->abuf_floats = need * nth;
     }
-    float *kc = cc->abuf, *vc = kc + (size_t)ctx * hd, *S = vc + (size_t)ctx * hd;
-    const uint32_t *pages = ty_kvseq_pages(f->batch->seqs[f->seq_of[t0]].seq);
-    for (uint32_t kvh = 0; kvh < c->n_kv_heads; kvh++) {
-        gather_kv(f, pages, kvh, base, ctx, kc, vc);
-        for (uint32_t h = kvh * group; h < (kvh + 1) * group; h++)
-            for (uint32_t r0 = 0; r0 < n; r0 += rows) {
-                uint32_t m = n - r0 < rows ? n - r0 : rows, kctx = p0 + r0 + m - base;
-                const float *q = f->q + (t0 + r0) * Q + (size_t)h * hd;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)kctx, (int)hd,
-                            1.0f / sqrtf((float)hd), q, (int)Q, kc, (int)hd, 0.0f, S,
-                            (int)kctx);
-                for (uint32_t i = 0; i < m; i++)
-                    softmax_row(S + (size_t)i * kctx, kctx, first_key(f, p0 + r0 + i) - base,
-                                p0 + r0 + i + 1 - base, head_sink(f, h));
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)hd,
-                            (int)kctx, 1.0f, S, (int)kctx, vc, (int)hd, 0.0f,
-                            f->att + (t0 + r0) * Q + (size_t)h * hd, (int)Q);
-            }
-    }
+    struct attn_prefill ap = {.f = f, .buf = cc->abuf, .need = need, .t0 = t0, .n = n,
+                              .p0 = p0, .base = base, .ctx = ctx, .rows = rows};
+    ty__cpu_pool_run(cc->pool, c->n_heads, attn_prefill_task, &ap);
     return 0;
 }
 
@@ -781,7 +807,7 @@ int ty_backend_cpu_new(ty_backend_t **out, const struct ty_backend_cpu_opts *opt
     }
     if ((rc = ty__cpu_pool_new(&c->pool, c->n_threads)))
         goto err;
-    openblas_set_num_threads((int)c->n_threads);
+    openblas_set_num_threads(1); /* the pool splits every GEMM (ops.c) */
     b->iface = &cpu_iface;
     b->context = c;
     *out = b;

@@ -125,28 +125,23 @@ struct convert {
     float *out;
 };
 
-void openblas_set_num_threads(int num_threads); /* OpenBLAS extension, not in cblas.h */
-
 /* -DTY_CPU_QPANEL=0 builds keep Q4_K/Q6_K prefill on the tiles (to measure qpanel.c). */
 #ifndef TY_CPU_QPANEL
 #define TY_CPU_QPANEL 1
 #endif
 
-#ifndef TY_CPU_SPLIT_SGEMM
-#define TY_CPU_SPLIT_SGEMM 1
-#endif
-
-/* Each pool worker takes a contiguous share of the rows, converts them a tile at a time into
- * its own part of the scratch and multiplies them with a one-thread sgemm: no alternation of
- * the pool (conversion) and OpenBLAS's own threads (GEMM), which on a machine with one core
- * per thread spin against each other. A build may set -DTY_CPU_SPLIT_SGEMM=0 to measure the
- * turn-taking path against it. */
+/* OpenBLAS runs on one thread (the CPU backend sets it so at creation): every GEMM is split
+ * over the worker pool by rows, each worker multiplying its share with a one-thread sgemm
+ * (or sgemv), F32 rows straight from the weights and other types converted a tile at a time
+ * into the worker's own part of the scratch. No alternation of the pool and OpenBLAS's own
+ * threads, which on a machine with one core per thread spin against each other (OpenBLAS's
+ * idle threads yield in a loop for a while after each call). */
 struct split {
     const struct ty_weight *w;
     const float *x;
     float *y;
     float *scratch;
-    size_t per_thread; /* floats of scratch per worker */
+    size_t per_thread; /* floats of scratch per worker (converted types) */
     uint32_t T;
 };
 
@@ -154,14 +149,21 @@ static void split_task(void *arg, uint32_t thread, uint32_t begin, uint32_t end)
 {
     const struct split *sp = arg;
     int cols = (int)sp->w->cols, rows = (int)sp->w->rows;
-    float *tile = sp->scratch + (size_t)thread * sp->per_thread;
-    uint32_t step = (uint32_t)(sp->per_thread / (size_t)cols);
+    bool f32 = sp->w->type == TY_GGML_F32;
+    float *tile = f32 ? NULL : sp->scratch + (size_t)thread * sp->per_thread;
+    uint32_t step = f32 ? end - begin : (uint32_t)(sp->per_thread / (size_t)cols);
     for (uint32_t r0 = begin; r0 < end; r0 += step) {
         uint32_t nr = end - r0 < step ? end - r0 : step;
-        for (uint32_t r = 0; r < nr; r++)
-            ty__cpu_row_to_f32(sp->w, r0 + r, tile + (size_t)r * cols);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)sp->T, (int)nr, cols, 1.0f, sp->x,
-                    cols, tile, cols, 0.0f, sp->y + r0, rows);
+        const float *wr = f32 ? (const float *)sp->w->data + (size_t)r0 * cols : tile;
+        if (!f32)
+            for (uint32_t r = 0; r < nr; r++)
+                ty__cpu_row_to_f32(sp->w, r0 + r, tile + (size_t)r * cols);
+        if (sp->T == 1)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)nr, cols, 1.0f, wr, cols, sp->x, 1, 0.0f,
+                        sp->y + r0, 1);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)sp->T, (int)nr, cols, 1.0f,
+                        sp->x, cols, wr, cols, 0.0f, sp->y + r0, rows);
     }
 }
 
@@ -192,13 +194,13 @@ void ty__cpu_matmul(ty_cpu_pool_t *pool, const struct ty_weight *w, const float 
     if (TY_CPU_QPANEL && T > TY_CPU_QGEMM_MAX_T && ty__cpu_qpanel_supported(w) &&
         ty__cpu_qpanel(pool, w, x, y, T, scratch, scratch_floats * sizeof(float)) == 0)
         return; /* else (no memory) the tile path */
+    uint32_t nth = pool ? ty__cpu_pool_threads(pool) : 1;
+    struct split sp = {.w = w, .x = x, .y = y, .scratch = scratch, .T = T};
     if (w->type == TY_GGML_F32) {
-        if (T == 1)
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, cols, 1.0f, w->data, cols, x, 1, 0.0f, y,
-                        1);
+        if (pool)
+            ty__cpu_pool_run(pool, (uint32_t)rows, split_task, &sp);
         else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, rows, cols, 1.0f, x, cols,
-                        w->data, cols, 0.0f, y, rows);
+            split_task(&sp, 0, 0, (uint32_t)rows);
         return;
     }
     /* Converted tiles: trade conversion work per call for no resident f32 copy. */
@@ -206,23 +208,20 @@ void ty__cpu_matmul(ty_cpu_pool_t *pool, const struct ty_weight *w, const float 
     uint32_t ib = ty__cpu_input_block(w->type);
     if (ib && cols % ib == 0 && (xr = malloc((size_t)T * (size_t)cols * sizeof(float)))) {
         ty__cpu_round_inputs(w->type, x, xr, (uint64_t)cols, T);
-        x = xr;
+        sp.x = x = xr;
     }
-    size_t tf = (size_t)TILE_FLOATS * (T > 16 ? T / 16 : 1);
+    size_t tf = (size_t)TILE_FLOATS * (T > 16 ? T / 16 : 1), per = scratch_floats / nth;
     tf = tf < scratch_floats ? tf : scratch_floats;
-    uint32_t nth = pool ? ty__cpu_pool_threads(pool) : 1;
-    if (TY_CPU_SPLIT_SGEMM && nth > 1 && T > 1 && scratch_floats / nth >= (size_t)cols) {
-        size_t per = scratch_floats / nth;
-        struct split sp = {
-            .w = w, .x = x, .y = y, .scratch = scratch, .T = T, .per_thread = tf < per ? tf : per};
-        if (sp.per_thread < (size_t)cols)
-            sp.per_thread = (size_t)cols;
-        openblas_set_num_threads(1);
-        ty__cpu_pool_run(pool, (uint32_t)rows, split_task, &sp);
-        openblas_set_num_threads((int)nth);
+    if (per >= (size_t)cols) { /* a row per worker at least */
+        sp.per_thread = tf < per ? (tf > (size_t)cols ? tf : (size_t)cols) : per;
+        if (pool)
+            ty__cpu_pool_run(pool, (uint32_t)rows, split_task, &sp);
+        else
+            split_task(&sp, 0, 0, (uint32_t)rows);
         free(xr);
         return;
     }
+    /* scratch too small for a row per worker: the pool converts a tile, then one sgemm */
     int tile = (int)(tf > (size_t)cols ? tf / (size_t)cols : 1);
     for (int r0 = 0; r0 < rows; r0 += tile) {
         int nr = rows - r0 < tile ? rows - r0 : tile;
