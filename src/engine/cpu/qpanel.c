@@ -92,6 +92,9 @@ static void quantize_task(void *arg, uint32_t thread, uint32_t begin, uint32_t e
 
 #if defined(__x86_64__)
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
+/* In the micro-kernels the loops over the PT tokens (and the few scale pairs) are unrolled so
+ * their accumulators stay in registers; the loops over a block's columns are kept rolled
+ * (`unroll 1`): unrolled, the compiler hoists their loads and spills the accumulators. */
 
 AVX2 static float half_at(const unsigned char *p)
 {
@@ -107,7 +110,6 @@ static void interleave(uint32_t *out, uint32_t vals[PR][64], uint32_t words)
         for (uint32_t i = 0; i < PR; i++)
             out[k * PR + i] = vals[i][k];
 }
-
 
 /* ---- Q4_K ---------------------------------------------------------------------------------- */
 
