@@ -152,6 +152,24 @@ static inline void ty__cpu_k_scales(const unsigned char *s, uint8_t sc[8], uint8
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+/* Q6_K: half h (0, 1) of the block at w unpacked to unsigned 6-bit values (0..63), 32 per
+ * vector: v[k] byte l = value 128h + 32k + l (low nibbles from ql, bit pairs from qh; the
+ * -32 offset is the caller's). For the AVX2 kernels of qdot.c, qgemm.c and qpanel.c. */
+__attribute__((target("avx2"))) static inline void ty__cpu_q6_k_unpack(const unsigned char *w,
+                                                                     int h, __m256i v[4])
+{
+    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+    const unsigned char *ql = w + 64 * h;
+    __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+    __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+    __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * h));
+    v[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+    v[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+    v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30));
+    v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                           _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+}
+
 /* The sum of v's eight lanes (for AVX2 kernels: gemv.c, qdot.c). */
 __attribute__((target("avx2"))) static inline float ty__cpu_hsum8(__m256 v)
 {

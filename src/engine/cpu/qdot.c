@@ -449,7 +449,6 @@ AVX2 static float dot_q5_k_avx2(const unsigned char *w, const struct ty_cpu_qin 
  * integer sum (|sum| < 2^29) times d * dx. */
 AVX2 static float dot_q6_k_avx2(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb)
 {
-    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
     /* bytes 0..7 pick scale 0, bytes 8..15 scale 1; plus s for the pair (s, s + 1) */
     const __m128i pair = _mm_set_epi64x(0x0101010101010101LL, 0);
     __m256 acc = _mm256_setzero_ps();
@@ -460,20 +459,8 @@ AVX2 static float dot_q6_k_avx2(const unsigned char *w, const struct ty_cpu_qin 
                                          _mm256_loadu_si256((const __m256i *)(x->s + b * 16)));
         __m256i sumi = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
-            const unsigned char *ql = w + 64 * h;
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-            __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * h));
-            __m256i v[4] = {
-                _mm256_or_si256(_mm256_and_si256(l0, m4),
-                                _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)),
-                _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                _mm256_and_si256(hb, m30)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)),
-            };
+            __m256i v[4];
+            ty__cpu_q6_k_unpack(w, h, v);
             for (int k = 0; k < 4; k++) {
                 __m256i p = _mm256_maddubs_epi16(
                     v[k], _mm256_loadu_si256((const __m256i *)(q + 128 * h + 32 * k)));

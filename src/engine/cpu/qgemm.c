@@ -195,7 +195,6 @@ AVX2 static void tile_q4_k(const struct qgemm *g, uint32_t r, uint32_t nr, uint3
 AVX2 static void tile_q6_k(const struct qgemm *g, uint32_t r, uint32_t nr, uint32_t t, uint32_t nt)
 {
     (void)nr;
-    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
     const unsigned char *w = (const unsigned char *)g->w->data + (size_t)r * g->rb;
     const int8_t *xq[4];
     const float *xd[4];
@@ -216,20 +215,8 @@ AVX2 static void tile_q6_k(const struct qgemm *g, uint32_t r, uint32_t nr, uint3
         for (int j = 0; j < 4; j++)
             sumi[j] = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
-            const unsigned char *ql = w + 64 * h;
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-            __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * h));
-            __m256i v[4] = {
-                _mm256_or_si256(_mm256_and_si256(l0, m4),
-                                _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)),
-                _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                _mm256_and_si256(hb, m30)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)),
-            };
+            __m256i v[4];
+            ty__cpu_q6_k_unpack(w, h, v);
             for (int k = 0; k < 4; k++) {
                 int s = 8 * h + 2 * k;
                 __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[s + 1]), _mm_set1_epi16(sc[s]));

@@ -219,7 +219,6 @@ kern_q4_k(const struct qpanel *g, const unsigned char *p, uint32_t t, uint64_t k
 
 AVX2 static void pack_q6_k(const struct qpanel *g, uint32_t r0, uint32_t nr, unsigned char *p)
 {
-    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
     uint32_t vals[PR][64];
     for (uint64_t b = 0; b < g->nb; b++, p += Q6_K_PB) {
         float *d = (float *)p;
@@ -242,22 +241,10 @@ AVX2 static void pack_q6_k(const struct qpanel *g, uint32_t r0, uint32_t nr, uns
                 sc[s * PR + i] = pair16(s8[s], s8[s]);
             for (int q = 0; q < 8; q++)
                 sp[q * PR + i] = pair16(s8[2 * q], s8[2 * q + 1]);
-            /* values 128h + 32k + l, as qdot.c's dot_q6_k_avx2 unpacks them */
+            /* values 128h + 32k + l */
             for (int h = 0; h < 2; h++) {
-                const unsigned char *ql = w + 64 * h;
-                __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-                __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-                __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * h));
-                __m256i v[4] = {
-                    _mm256_or_si256(_mm256_and_si256(l0, m4),
-                                    _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)),
-                    _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                    _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                    _mm256_and_si256(hb, m30)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                    _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)),
-                };
+                __m256i v[4];
+                ty__cpu_q6_k_unpack(w, h, v);
                 for (int k = 0; k < 4; k++)
                     _mm256_storeu_si256((__m256i *)(vals[i] + 32 * h + 8 * k), v[k]);
             }
