@@ -75,10 +75,10 @@ int ty__cpu_gemv(ty_cpu_pool_t *pool, const struct ty_weight *w, const float *x,
  * register-blocked integer kernel; each output bit-identical to what ty__cpu_gemv gives for
  * the same row and input, so a token's result does not depend on its batch. Supported with
  * AVX2 for Q8_0, Q4_K and Q6_K weights, any T. Returns 0, or TY_ENOMEM with y untouched.
- * ty__cpu_matmul takes it for TY_CPU_GEMV_MAX_T < T <= TY_CPU_QGEMM_MAX_T: above that
- * OpenBLAS's f32 sgemm on converted tiles is faster on AVX2 without VNNI (two integer
- * multiplies per 32 products against four FMAs on two pipes; docs/benchmarks.md). A build
- * may set it (-DTY_CPU_QGEMM_MAX_T=...) to measure the GEMM on prefill. */
+ * ty__cpu_matmul takes it for TY_CPU_GEMV_MAX_T < T <= TY_CPU_QGEMM_MAX_T: above that the
+ * panels (ty__cpu_qpanel, K-quants) and OpenBLAS's f32 sgemm on converted tiles (Q8_0) are
+ * faster, each input load here feeding one multiply (docs/benchmarks.md). A build may set
+ * it (-DTY_CPU_QGEMM_MAX_T=...) to measure the GEMM on prefill. */
 #ifndef TY_CPU_QGEMM_MAX_T
 #define TY_CPU_QGEMM_MAX_T 32
 #endif

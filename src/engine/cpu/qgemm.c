@@ -68,7 +68,7 @@ AVX2 static float half_at(const unsigned char *p)
 /* ---- Q8_0: Q8R rows x Q8T tokens ----------------------------------------------------------- */
 
 /* 8 accumulators, the rows' weights and their absolute values, one input: 2 x 4 measured
- * fastest of 1x4 .. 4x3 on Zen 2 (wider tiles spill). */
+ * fastest of 1x4 .. 4x3 on this VM (wider tiles spill). */
 #define Q8R 2
 #define Q8T 4
 
