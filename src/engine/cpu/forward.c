@@ -266,7 +266,10 @@ static int attn_prefill(struct fwd *f, struct cpu_ctx *cc, uint32_t t0, uint32_t
     }
     struct attn_prefill ap = {.f = f, .buf = cc->abuf, .need = need, .t0 = t0, .n = n,
                               .p0 = p0, .base = base, .ctx = ctx, .rows = rows};
-    ty__cpu_pool_run(cc->pool, c->n_heads, attn_prefill_task, &ap);
+    if ((uint64_t)n * ctx * hd * c->n_heads < (1u << 18))
+        attn_prefill_task(&ap, 0, 0, c->n_heads); /* small: a fork-join costs more */
+    else
+        ty__cpu_pool_run(cc->pool, c->n_heads, attn_prefill_task, &ap);
     return 0;
 }
 

@@ -136,6 +136,8 @@ struct convert {
  * into the worker's own part of the scratch. No alternation of the pool and OpenBLAS's own
  * threads, which on a machine with one core per thread spin against each other (OpenBLAS's
  * idle threads yield in a loop for a while after each call). */
+#define TY_CPU_SPLIT_MIN (1u << 18) /* products below which a matmul is not split */
+
 struct split {
     const struct ty_weight *w;
     const float *x;
@@ -194,6 +196,9 @@ void ty__cpu_matmul(ty_cpu_pool_t *pool, const struct ty_weight *w, const float 
     if (TY_CPU_QPANEL && T > TY_CPU_QGEMM_MAX_T && ty__cpu_qpanel_supported(w) &&
         ty__cpu_qpanel(pool, w, x, y, T, scratch, scratch_floats * sizeof(float)) == 0)
         return; /* else (no memory) the tile path */
+    /* a small product (a tiny model's decode) stays on the caller: a fork-join costs more */
+    if ((uint64_t)rows * (uint64_t)cols * T < TY_CPU_SPLIT_MIN)
+        pool = NULL;
     uint32_t nth = pool ? ty__cpu_pool_threads(pool) : 1;
     struct split sp = {.w = w, .x = x, .y = y, .scratch = scratch, .T = T};
     if (w->type == TY_GGML_F32) {
