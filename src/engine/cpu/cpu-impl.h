@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* The IEEE half -> f32 table (all 65536 values, built once). */
 const float *ty__cpu_f16_table(void);
@@ -168,6 +169,14 @@ __attribute__((target("avx2"))) static inline void ty__cpu_q6_k_unpack(const uns
     v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30));
     v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                            _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+}
+
+/* The f16 at p (unaligned) as a float, through F16C (for the AVX2 kernels). */
+__attribute__((target("f16c"))) static inline float ty__cpu_half_f16c(const unsigned char *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
 }
 
 /* The sum of v's eight lanes (for AVX2 kernels: gemv.c, qdot.c). */

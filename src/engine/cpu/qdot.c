@@ -318,13 +318,6 @@ static float dot_q6_k(const unsigned char *w, const struct ty_cpu_qin *x, uint64
 #if defined(__x86_64__)
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
-AVX2 static float half_f16c(const unsigned char *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
 /* Q4_0 and MXFP4, 32 4-bit codes per block after a 2- or 1-byte scale: the 16 bytes widen to
  * 32 codes (low nibbles in the low lane), which become signed values (Q4_0: less 8; MXFP4: a
  * byte shuffle through the table of doubled E2M1 values), then signed x signed through
@@ -346,7 +339,7 @@ dot_nib32_avx2(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb, 
         __m256i q = _mm256_loadu_si256((const __m256i *)(x->q + b * 32));
         __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(q, v));
         __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-        __m256 d = _mm256_set1_ps((mx ? ty__mxfp4_scale(w[0]) : half_f16c(w)) * x->d[b]);
+        __m256 d = _mm256_set1_ps((mx ? ty__mxfp4_scale(w[0]) : ty__cpu_half_f16c(w)) * x->d[b]);
         if (b % 2)
             acc1 = _mm256_fmadd_ps(d, f, acc1);
         else
@@ -425,8 +418,8 @@ dot_k45_avx2(const unsigned char *w, const struct ty_cpu_qin *x, uint64_t nb, bo
                                                            _mm256_madd_epi16(p1, s1)));
         }
         float dx = x->d[b];
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(half_f16c(w) * dx), _mm256_cvtepi32_ps(sumi), acc);
-        accm = _mm_fmadd_ps(_mm_set1_ps(half_f16c(w + 2) * dx), _mm_cvtepi32_ps(summ), accm);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(ty__cpu_half_f16c(w) * dx), _mm256_cvtepi32_ps(sumi), acc);
+        accm = _mm_fmadd_ps(_mm_set1_ps(ty__cpu_half_f16c(w + 2) * dx), _mm_cvtepi32_ps(summ), accm);
     }
     accm = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
     accm = _mm_add_ss(accm, _mm_shuffle_ps(accm, accm, 1));
@@ -470,7 +463,7 @@ AVX2 static float dot_q6_k_avx2(const unsigned char *w, const struct ty_cpu_qin 
             }
         }
         sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 5));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(half_f16c(w + 208) * x->d[b]),
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(ty__cpu_half_f16c(w + 208) * x->d[b]),
                               _mm256_cvtepi32_ps(sumi), acc);
     }
     return ty__cpu_hsum8(acc);

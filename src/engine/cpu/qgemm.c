@@ -58,13 +58,6 @@ static void quantize_task(void *arg, uint32_t thread, uint32_t begin, uint32_t e
  * kernel's tile; the missing ones are computed on duplicates and not stored). */
 typedef void (*tile_fn)(const struct qgemm *g, uint32_t r, uint32_t nr, uint32_t t, uint32_t nt);
 
-AVX2 static float half_at(const unsigned char *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
 /* ---- Q8_0: Q8R rows x Q8T tokens ----------------------------------------------------------- */
 
 /* 8 accumulators, the rows' weights and their absolute values, one input: 2 x 4 measured
@@ -95,7 +88,7 @@ AVX2 static void tile_q8_0(const struct qgemm *g, uint32_t r, uint32_t nr, uint3
         __m256i q[Q8R], u[Q8R];
         float d[Q8R];
         for (int i = 0; i < Q8R; i++) {
-            d[i] = half_at(w[i] + b * 34);
+            d[i] = ty__cpu_half_f16c(w[i] + b * 34);
             q[i] = _mm256_loadu_si256((const __m256i *)(w[i] + b * 34 + 2));
             u[i] = _mm256_sign_epi8(q[i], q[i]);
         }
@@ -173,7 +166,7 @@ AVX2 static void tile_q4_k(const struct qgemm *g, uint32_t r, uint32_t nr, uint3
                                                                      _mm256_madd_epi16(p1, s1)));
             }
         }
-        float d = half_at(w), dmin = half_at(w + 2);
+        float d = ty__cpu_half_f16c(w), dmin = ty__cpu_half_f16c(w + 2);
         for (int j = 0; j < 4; j++) {
             float dx = xd[j][b];
             acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
@@ -228,7 +221,7 @@ AVX2 static void tile_q6_k(const struct qgemm *g, uint32_t r, uint32_t nr, uint3
                 }
             }
         }
-        float dw = half_at(w + 208);
+        float dw = ty__cpu_half_f16c(w + 208);
         for (int j = 0; j < 4; j++) {
             __m256i c =
                 _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(xs[j] + b * 16)));

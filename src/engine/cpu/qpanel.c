@@ -96,13 +96,6 @@ static void quantize_task(void *arg, uint32_t thread, uint32_t begin, uint32_t e
  * their accumulators stay in registers; the loops over a block's columns are kept rolled
  * (`unroll 1`): unrolled, the compiler hoists their loads and spills the accumulators. */
 
-AVX2 static float half_at(const unsigned char *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
 /* out[w * 8 + i] = 32-bit word w of vals[i] (words of the rows' values, interleaved). */
 static void interleave(uint32_t *out, uint32_t vals[PR][64], uint32_t words)
 {
@@ -132,8 +125,8 @@ AVX2 static void pack_q4_k(const struct qpanel *g, uint32_t r0, uint32_t nr, uns
             }
             const unsigned char *blk =
                 (const unsigned char *)g->w->data + (r0 + i) * g->rb + b * 144;
-            d[i] = half_at(blk);
-            dmin[i] = half_at(blk + 2);
+            d[i] = ty__cpu_half_f16c(blk);
+            dmin[i] = ty__cpu_half_f16c(blk + 2);
             uint8_t s8[8], m8[8];
             ty__cpu_k_scales(blk + 4, s8, m8);
             for (int s = 0; s < 8; s++)
@@ -236,7 +229,7 @@ AVX2 static void pack_q6_k(const struct qpanel *g, uint32_t r0, uint32_t nr, uns
             const unsigned char *w =
                 (const unsigned char *)g->w->data + (r0 + i) * g->rb + b * 210;
             const int8_t *s8 = (const int8_t *)(w + 192);
-            d[i] = half_at(w + 208);
+            d[i] = ty__cpu_half_f16c(w + 208);
             for (int s = 0; s < 16; s++)
                 sc[s * PR + i] = pair16(s8[s], s8[s]);
             for (int q = 0; q < 8; q++)
