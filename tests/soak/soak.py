@@ -33,6 +33,8 @@ import sys
 import tempfile
 import time
 import http.client
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../pylib"))
+from tyports import free_port  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.environ.get("TYCHO_TEST_DATA", os.path.join(HERE, "..", "..", "..", "shared"))
@@ -42,14 +44,6 @@ PROMPTS = ["Once upon a time", "The little dog", "Lily and Tom went to the park"
            "Tim had a red ball", "The cat sat on the mat and looked at the bird in the tree"]
 NS = "tycho-soak-%d" % os.getpid()
 KEEP = ("conductor0", "p0", "d0", "pool0")  # SIGSTOPped at times, never SIGKILLed
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def scrape(port):

@@ -23,6 +23,8 @@ import sys
 import tempfile
 import threading
 import time
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../pylib"))
+from tyports import free_port  # noqa: E402
 
 BUILD = sys.argv[1]
 CASE = sys.argv[2]
@@ -3428,14 +3430,6 @@ def case_decode_same_port():
     ok &= check(st == 200 and json.loads(data)["choices"][0].get("token_ids") == ref,
                 "after the last restart too (%d)" % st)
     return ok
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def case_gpu():

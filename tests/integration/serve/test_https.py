@@ -25,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 import time
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../pylib"))
+from tyports import free_port  # noqa: E402
 
 TYCHO = sys.argv[1]
 CASE = sys.argv[2]
@@ -37,14 +39,6 @@ def check(cond, what):
         print("FAIL:", what)
         sys.exit(1)
     print("ok:", what)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def make_pair(d, name, key_type="rsa:2048"):

@@ -23,20 +23,14 @@ import subprocess
 import sys
 import tempfile
 import time
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../pylib"))
+from tyports import free_port  # noqa: E402
 
 TYCHO = sys.argv[1]
 SLOW = os.environ.get("TYCHO_SANITIZER_SLOW") == "1"
 CTX = 131072
 P = 8000 if SLOW else 32000  # the long prompt
 N = 8                        # tokens answered
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def check(cond, what):

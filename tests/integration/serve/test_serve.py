@@ -16,6 +16,8 @@ import sys
 import tempfile
 import threading
 import time
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../pylib"))
+from tyports import free_port  # noqa: E402
 
 TYCHO = sys.argv[1]
 CASE = sys.argv[2]
@@ -23,14 +25,6 @@ DATA = os.environ.get("TYCHO_TEST_DATA", "")
 MODEL = os.path.join(DATA, "models/stories260K/stories260K.gguf")
 PROMPTS = ["Once upon a time", "The little dog", "Lily and Tom went to the park",
            "One day, a big bear"]
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class Server:

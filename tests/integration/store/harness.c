@@ -136,8 +136,46 @@ pid_t harness_spawn(const char *const *argv, const char *log)
     return pid;
 }
 
+/* A port of the kernel's ephemeral range (what bind to port 0 gives) is drawn from by every
+ * daemon's outgoing connections too, so one may take it before the daemon it was meant for binds.
+ * Ports are drawn at random below that range instead, checked bindable now, never twice. */
+static int port_bindable(unsigned port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
 unsigned harness_free_port(void)
 {
+    static unsigned given[64];
+    static int ngiven;
+    unsigned low = 10000, high = 32768;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%u", &high) != 1)
+            high = 32768;
+        fclose(f);
+    }
+    static unsigned seed;
+    if (!seed)
+        seed = (unsigned)getpid() * 2654435761u ^ (unsigned)time(NULL);
+    for (int tries = 0; high > low + 1000 && tries < 500; tries++) {
+        unsigned p = low + (unsigned)rand_r(&seed) % (high - low);
+        int dup = 0;
+        for (int i = 0; i < ngiven; i++)
+            dup |= given[i] == p;
+        if (!dup && port_bindable(p)) {
+            if (ngiven < 64)
+                given[ngiven++] = p;
+            return p;
+        }
+    }
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t l = sizeof(a);

@@ -16,6 +16,8 @@ import subprocess
 import sys
 import tempfile
 import time
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../pylib"))
+from tyports import free_port  # noqa: E402
 
 TYCHO = sys.argv[1]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -34,14 +36,6 @@ def skip_reason():
         if not os.path.exists(os.path.join(PEER, "node_modules", pkg, "package.json")):
             return f"no {pkg} in {PEER} (run scripts/install-peers.sh)"
     return None
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def health(port):
