@@ -185,7 +185,7 @@ static const struct ty_backend_i cuda_iface = {
     .forward = ty__cuda_forward,
     .kv_storage = cuda_kv_storage,
     .healthy = cuda_healthy,
-    .kv_dtypes = 1u << TY_KV_F32 | 1u << TY_KV_F16, /* kernels read f32 and f16 pages */
+    .kv_dtypes = 1u << TY_KV_F32 | 1u << TY_KV_F16 | 1u << TY_KV_BF16, /* every page type */
 };
 
 static int parse_weights(struct cuda_ctx *c, const char *w)

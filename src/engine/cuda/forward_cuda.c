@@ -556,6 +556,13 @@ static bool pool_fits(const ty_kvpool_t *pool, const struct ty_model_config *m)
                                              ty_kv_dtype_size(ty_kvpool_dtype(pool));
 }
 
+/* The kernels' element type of a pool's pages (the same IEEE half / bfloat16 bits, rounded to
+ * nearest even when stored, as the CPU backend's, so pages move between the two as bytes). */
+static enum ty_cuda_dtype kv_type(enum ty_kv_dtype t)
+{
+    return t == TY_KV_F16 ? TY_CUDA_F16 : t == TY_KV_BF16 ? TY_CUDA_BF16 : TY_CUDA_F32;
+}
+
 int ty__cuda_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
                      const struct ty_batch *batch, float *logits)
 {
@@ -569,7 +576,7 @@ int ty__cuda_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
     if (rc)
         return rc;
     struct pass ps = {c, c->model, &m->cfg, &p, pool,
-                      {ty_kvpool_dtype(pool) == TY_KV_F16 ? TY_CUDA_F16 : TY_CUDA_F32,
+                      {kv_type(ty_kvpool_dtype(pool)),
                        (int)m->cfg.n_kv_heads, (int)ty_kvpool_block_tokens(pool),
                        (int)m->cfg.head_dim, (int)ty_kvpool_pages_total(pool)},
                       batch};
