@@ -1,7 +1,8 @@
-// Mixture-of-experts FFN pieces (Qwen3-MoE, Mixtral, gpt-oss; the CPU backend's moe_route and
-// moe_ffn in src/engine/cpu/forward.c): the routing of each token (softmax over the router
-// logits, the n_used most probable with ties to the lower index, renormalised when asked; or
-// gpt-oss's k largest logits and their softmax), a matrix-vector
+// Mixture-of-experts FFN pieces (Qwen3-MoE, Mixtral, gpt-oss, DeepSeek-V2/V3; the CPU backend's
+// moe_route and moe_ffn in src/engine/cpu/forward.c): the routing of each token (softmax over
+// the router logits, the n_used most probable with ties to the lower index, renormalised when
+// asked; gpt-oss's k largest logits and their softmax; or DeepSeek's sigmoid/softmax scores
+// with a selection bias and group pruning), a matrix-vector
 // product per (token, slot) through the picked expert's rows, and the weighted sum of each
 // token's slots into the residual in slot order. The expert products read the weights of the
 // expert each slot names, so no host round trip (and no per-expert row counts on the host) is
@@ -90,6 +91,91 @@ __global__ void route_topk_softmax_kernel(int32_t *sel, float *w, float *logits,
         wsum = wsum > 6.103515625e-5f ? wsum : 6.103515625e-5f;
         for (int k = 0; k < K; k++)
             wt[k] = __fdiv_rn(wt[k], wsum);
+    }
+}
+
+constexpr int kMaxRouteExperts = 256; // the CPU's TY_MODEL_MAX_EXPERTS
+
+// DeepSeek-V2/V3 (the CPU's route_deepseek, top_k, norm_weights): p = sigmoid or softmax of
+// the logits (kept in the logits row), selection scores s = p + bias in a per-thread array,
+// groups outside the n_groups_used best (by their two best s) marked ineligible, then the k
+// best s (ties to the lower index) weighted by their p. One thread per token.
+__global__ void route_deepseek_kernel(int32_t *sel, float *w, float *logits, const float *bias,
+                                      int n_tokens, int E, int K, int sigmoid, int G, int G_used,
+                                      int norm_topk, float scale)
+{
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n_tokens)
+        return;
+    float *p = logits + (size_t)t * E, *wt = w + (size_t)t * K;
+    int32_t *st = sel + (size_t)t * K;
+    float s[kMaxRouteExperts];
+    if (sigmoid) {
+        for (int e = 0; e < E; e++)
+            p[e] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-p[e])));
+    } else { // softmax_row: max in f32, sum in double
+        float mx = -INFINITY;
+        for (int e = 0; e < E; e++)
+            mx = p[e] > mx ? p[e] : mx;
+        double sum = 0;
+        for (int e = 0; e < E; e++) {
+            p[e] = expf(__fsub_rn(p[e], mx));
+            sum += p[e];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int e = 0; e < E; e++)
+            p[e] = __fmul_rn(p[e], inv);
+    }
+    for (int e = 0; e < E; e++)
+        s[e] = bias ? __fadd_rn(p[e], bias[e]) : p[e];
+    if (G > 1 && G_used < G) {
+        const int per = E / G;
+        float gs[kMaxRouteExperts];
+        uint32_t keep[kMaxRouteExperts / 32];
+        for (int g = 0; g < G; g++) {
+            float a = -INFINITY, b = -INFINITY; // the group's best two
+            for (int e = g * per; e < (g + 1) * per; e++) {
+                if (s[e] > a) {
+                    b = a;
+                    a = s[e];
+                } else if (s[e] > b) {
+                    b = s[e];
+                }
+            }
+            gs[g] = per > 1 ? __fadd_rn(a, b) : a;
+        }
+        for (int i = 0; i < kMaxRouteExperts / 32; i++)
+            keep[i] = 0u;
+        for (int k = 0; k < G_used; k++) {
+            int best = 0;
+            for (int g = 1; g < G; g++)
+                best = gs[g] > gs[best] ? g : best;
+            keep[best >> 5] |= 1u << (best & 31);
+            gs[best] = -INFINITY;
+        }
+        for (int e = 0; e < E; e++) {
+            const int g = e / per;
+            if (!((keep[g >> 5] >> (g & 31)) & 1u))
+                s[e] = -INFINITY;
+        }
+    }
+    float wsum = 0.0f;
+    for (int k = 0; k < K; k++) {
+        int best = 0;
+        for (int e = 1; e < E; e++)
+            best = s[e] > s[best] ? e : best;
+        st[k] = best;
+        wt[k] = p[best];
+        wsum = __fadd_rn(wsum, p[best]);
+        s[best] = -INFINITY; // taken
+    }
+    if (norm_topk) // at least 2^-14, as llama.cpp's build_moe_ffn clamps
+        wsum = wsum > 6.103515625e-5f ? wsum : 6.103515625e-5f;
+    for (int k = 0; k < K; k++) {
+        float v = wt[k];
+        if (norm_topk)
+            v = __fdiv_rn(v, wsum);
+        wt[k] = __fmul_rn(v, scale);
     }
 }
 
@@ -188,6 +274,30 @@ extern "C" int ty_cuda_moe_route_topk_softmax(int32_t *sel, float *w, float *log
                                 (cudaStream_t)stream>>>(sel, w, logits, bias, n_tokens,
                                                         n_experts, n_used, norm_topk != 0);
     return TY_CUDA_LAUNCH_CHECK("moe_route_topk_softmax");
+}
+
+extern "C" int ty_cuda_moe_route_deepseek(int32_t *sel, float *w, float *logits,
+                                          const float *bias, int n_tokens, int n_experts,
+                                          int n_used, int sigmoid, int n_groups,
+                                          int n_groups_used, int norm_topk, float scale,
+                                          ty_cuda_stream_t stream)
+{
+    if (n_tokens < 0 || n_experts <= 0 || n_experts > kMaxRouteExperts || n_used <= 0 ||
+        n_used > n_experts || n_groups < 0)
+        return TY_EINVAL;
+    // groups prune only with n_groups > 1 and n_groups_used < n_groups: whole groups, at
+    // least one kept, enough eligible experts for n_used picks
+    if (n_groups > 1 && n_groups_used < n_groups &&
+        (n_experts % n_groups || n_groups_used <= 0 ||
+         n_used > n_groups_used * (n_experts / n_groups)))
+        return TY_EINVAL;
+    if (n_tokens == 0)
+        return 0;
+    route_deepseek_kernel<<<ty::ceil_div((size_t)n_tokens, kRouteThreads), kRouteThreads, 0,
+                            (cudaStream_t)stream>>>(sel, w, logits, bias, n_tokens, n_experts,
+                                                    n_used, sigmoid != 0, n_groups,
+                                                    n_groups_used, norm_topk != 0, scale);
+    return TY_CUDA_LAUNCH_CHECK("moe_route_deepseek");
 }
 
 extern "C" int ty_cuda_moe_combine(float *x, const float *ys, const float *w, int n_tokens,

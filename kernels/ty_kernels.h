@@ -113,6 +113,19 @@ int ty_cuda_moe_route_topk_softmax(int32_t *sel, float *w, float *logits, const 
                                    int n_tokens, int n_experts, int n_used, int norm_topk,
                                    ty_cuda_stream_t stream);
 
+/* DeepSeek-V2/V3 routing (the CPU backend's route_deepseek, llama.cpp's build_moe_ffn for
+ * deepseek2): p = sigmoid(logits) (sigmoid 1) or their softmax (0, max subtracted); selection
+ * scores s = p + bias[e] (bias: device (n_experts) or NULL for 0); with n_groups > 1 and
+ * n_groups_used < n_groups, only the n_groups_used groups (n_experts / n_groups consecutive
+ * experts each) with the largest sums of their two best s (the best alone for one-expert
+ * groups; ties to the lower group) stay eligible; the n_used largest eligible s (ties to the
+ * lower index, best first) go to sel, their p to w, divided by the sum of those p (at least
+ * 2^-14) when norm_topk, then times scale. logits (n_tokens, n_experts) are overwritten. */
+int ty_cuda_moe_route_deepseek(int32_t *sel, float *w, float *logits, const float *bias,
+                               int n_tokens, int n_experts, int n_used, int sigmoid,
+                               int n_groups, int n_groups_used, int norm_topk, float scale,
+                               ty_cuda_stream_t stream);
+
 /* Per-slot expert product: y[s][:] (n_slots, rows) = W_{sel[s]} x[s / x_div], W the
  * (n_experts * rows, cols) row-major stack of every expert's (rows, cols) matrix of `type`,
  * x f32 rows of cols (x_div = n_used: each token's row for all its slots; 1: a row per slot).
@@ -267,6 +280,46 @@ int ty_cuda_attn_sinks(float *out, const float *q, const void *k_pool,
                        const float *sinks, const int32_t *pos, int n_rows,
                        const struct ty_cuda_attn_rows *r, ty_cuda_stream_t stream);
 
+/* ---- multi-head latent attention (mla.cu; DeepSeek-V2/V3, the CPU backend's cpu/mla.c) ---- */
+
+/* Shapes: H = n_heads, R = kv_lora_rank, P = rope_dim (even), N = qk_nope_dim. The KV pool holds,
+ * per token, one row of R + P values (the RMS-normed latent, then the roped shared key) cut in
+ * halves of hh = (R + P) / 2: values 0..hh-1 in the page's K array, hh..2hh-1 in its V array,
+ * i.e. a ty_cuda_kv_layout with n_kv_heads 1 and head_dim hh. Rope of the P dims as
+ * ty_cuda_qkv's (ggml's angle recurrence theta_0 = pos, theta_{i+1} = theta_i * theta_scale in
+ * f32, angle_i = theta_i / freq_div[i], YaRN-mixed when yarn_mix is set; pairs (2i, 2i+1), or
+ * (i, i + P/2) when neox). */
+struct ty_cuda_mla {
+    int n_heads, kv_lora_rank, rope_dim, qk_nope_dim;
+    float norm_eps;        /* the latent's RMSNorm epsilon */
+    int neox;
+    float theta_scale;     /* rope_theta^(-2/P) */
+    const float *freq_div; /* device (P/2) */
+    const float *yarn_mix; /* device (P/2) or NULL */
+    float yarn_freq_scale, yarn_mscale;
+};
+
+/* The queries' rope part and the new latent rows. q (n_tokens, H, R + P): the first R values of
+ * each head (the absorbed queries) are left as they are; values R..R+P-1 of head h become
+ * rope(qf[t][h][N..N+P-1]) at pos[t], qf (n_tokens, H, N + P) the heads' full queries. kv
+ * (n_tokens, R + P), wkv_a's output: its first R values RMS-normed with norm (device (R) f32
+ * weights, x * rsqrt(mean(x^2) + eps) * w), its last P roped at pos[t], the row stored into the
+ * pool at slots[t] (negative: skipped) rounded to the pool type; kv is left unchanged. */
+int ty_cuda_mla_rope_store(float *q, const float *qf, const float *kv, const float *norm,
+                           void *k_pool, void *v_pool, const struct ty_cuda_kv_layout *l,
+                           const int32_t *pos, const int32_t *slots, int n_tokens,
+                           const struct ty_cuda_mla *m, ty_cuda_stream_t stream);
+
+/* Attention of the absorbed queries over the pool's latent rows (multi-query: one shared row per
+ * key). Row i of q (n_rows, H, R + P), at position pos[i], head h: scores s_j = (q . row_j) *
+ * scale for keys j = 0..pos[i] of the row's sequence (block tables as r gives them, see
+ * ty_cuda_attn_rows; no window), softmax over j, and out[i][h][:] (n_rows, H, R) = sum_j p_j *
+ * row_j[0..R-1] (the latent part of each row). f32 accumulation. */
+int ty_cuda_mla_attn(float *out, const float *q, const void *k_pool, const void *v_pool,
+                     const struct ty_cuda_kv_layout *l, const struct ty_cuda_mla *m, float scale,
+                     const int32_t *pos, int n_rows, const struct ty_cuda_attn_rows *r,
+                     ty_cuda_stream_t stream);
+
 /* ---- sampling (sample.cu) ----------------------------------------------------------------- */
 
 /* ids[r] = argmax_i logits[r][i] (the lowest index among equal maxima). logits (n_rows, vocab). */
@@ -292,6 +345,17 @@ int ty_cuda_sample_topkp(int32_t *ids, const float *logits, const float *temp,
  * (no TF32); f16/bf16 accumulate in f32. The handle must be bound to the caller's stream. */
 int ty_cuda_gemm(ty_cublas_t h, float *y, const void *x, const void *w, enum ty_cuda_dtype w_type,
                  int n_rows, int n_in, int n_out);
+
+/* One small product per head, through one strided batched cuBLAS call (MLA's per-head k_b and
+ * v_b): for b < batch, y_b (n_rows, n_out) = x_b (n_rows, n_in) . W_b^T (trans_w 0: W_b
+ * (n_out, n_in) row-major) or x_b . W_b (trans_w 1: W_b (n_in, n_out) row-major). x_b starts
+ * at element b * x_head of x (of w_type) with rows ldx elements apart; W_b at element b * w_head
+ * of w, rows ldw apart; y_b (f32, overwritten) at b * y_head of y, rows ldy apart. Accumulation
+ * as ty_cuda_gemm. */
+int ty_cuda_gemm_heads(ty_cublas_t h, float *y, int ldy, long long y_head, const void *x,
+                       int ldx, long long x_head, const void *w, enum ty_cuda_dtype w_type,
+                       int ldw, long long w_head, int trans_w, int n_rows, int n_in, int n_out,
+                       int batch);
 
 #ifdef __cplusplus
 }

@@ -39,28 +39,6 @@ static int make_backend_and_pool(ty_engine_t *e, const struct ty_engine_opts *o)
     int rc = ty_backend_new_by_name(&e->be, o->backend, &bo, &go);
     if (rc)
         return rc;
-    /* Multi-head latent attention (deepseek2): its split latent rows and absorbed queries
-     * exist in the CPU forward pass only (cpu/mla.c). */
-    if (c->kv_lora_rank && strcmp(ty_backend_name(e->be), "cpu") != 0) {
-        TY_LOG_ERROR("engine", "the %s backend does not support multi-head latent attention "
-                     "(MLA, deepseek2: %s): use the cpu backend", ty_backend_name(e->be),
-                     ty_model_desc(e->m));
-        return TY_ENOTSUP;
-    }
-    /* CUDA runs qwen3moe's, mixtral's and gpt-oss's experts, not deepseek2's */
-    bool moe_on_cuda = !strcmp(ty_backend_name(e->be), "cuda") &&
-                       c->arch != TY_MODEL_ARCH_DEEPSEEK2;
-    if (c->n_experts && strcmp(ty_backend_name(e->be), "cpu") != 0 && !moe_on_cuda) {
-        /* mixture-of-experts layers (routing, per-expert matmuls) beyond these exist in the
-         * CPU forward pass only: another backend would compute a dense FFN */
-        TY_LOG_ERROR("engine", "the %s backend does not support mixture-of-experts models "
-                     "(%s%s): use the cpu backend", ty_backend_name(e->be), ty_model_desc(e->m),
-                     c->arch == TY_MODEL_ARCH_GPTOSS
-                         ? "; gpt-oss's attention sinks, biases and SwiGLU-OAI experts too"
-                         : c->arch == TY_MODEL_ARCH_DEEPSEEK2 ? "; deepseek2's routing too"
-                                                              : "");
-        return TY_ENOTSUP;
-    }
     int dev = ty_backend_kv_storage(e->be, &st);
     if (dev < 0)
         return dev;

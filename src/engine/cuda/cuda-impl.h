@@ -62,6 +62,17 @@ struct cuda_layer {
     float *attn_norm, *ffn_norm; /* (D) */
     float *bqkv;                 /* (Q + 2 KV) or NULL */
     float *q_norm, *k_norm;      /* (head_dim) each, or NULL (Qwen3's per-head q/k norm) */
+    /* DeepSeek-V2/V3 (MLA: wqkv unused; wo (D, H V)): the low-rank query wq_a (q_lora, D) and
+     * its norm, then wq_b (H (N + P), q_lora), or without q_lora the query projection alone
+     * in wq_b (H (N + P), D); the latent + rope key wkv_a (R + P, D) and the latent's norm (R);
+     * per head k_b and v_b, GGUF's wk_b (H R, N) and wv_b (H V, R), or HF's kv_b (H (N + V), R)
+     * in wkv_b alone */
+    struct cuda_mat wq_a, wq_b, wkv_a, wk_b, wv_b, wkv_b;
+    float *q_a_norm, *kv_a_norm;
+    /* DeepSeek's routing bias (E) and shared expert (2 S, D) gate|up, (D, S); dense lead
+     * layers use wgu / wdown with their own width */
+    float *exp_probs_b;
+    struct cuda_mat sh_gu, sh_down;
 };
 
 /* Device copy of one model (uploaded once, reused while the backend runs that model). */
@@ -80,6 +91,9 @@ struct cuda_model {
 struct cuda_bufs {
     uint32_t cap_t;
     float *x, *xb, *qkv, *q, *att, *gu, *hb, *xg, *logits;
+    /* MLA: qkv holds the heads' full queries (cap_t, H (N + P)), then the low-rank query
+     * (cap_t, q_lora), then wkv_a's rows (cap_t, R + P); q the absorbed queries (cap_t, H (R +
+     * P)); att the latent outputs (cap_t, H R), then at att + cap_t H R the values (cap_t, H V) */
     /* gu and hb hold n_used rows per token in a mixture of experts; then also: */
     float *ys;     /* (cap_t * n_used, D) each (token, slot)'s expert output */
     float *rlog;   /* (cap_t, E) router logits, then their softmax */
@@ -123,9 +137,6 @@ struct cuda_ctx {
     uint64_t n_graph_launches, n_graph_captures; /* for tests and logs */
 };
 
-/* Whether the expert kernels (kernels/moe.cu) compute this mixture of experts: qwen3moe,
- * mixtral and gpt-oss, not deepseek2. */
-bool ty__cuda_moe_supported(const struct ty_model_config *c);
 
 /* Upload `m` (freeing a previous model's copy) unless it is already resident. */
 int ty__cuda_model_use(struct cuda_ctx *c, const struct ty_model *m);

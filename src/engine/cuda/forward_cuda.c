@@ -139,15 +139,30 @@ static int ensure_bufs(struct cuda_ctx *c, const struct ty_model_config *m, uint
     uint32_t cap = T < 64 ? 64 : T;
     size_t D = m->dim, Q = (size_t)m->n_heads * m->head_dim;
     size_t KV = (size_t)m->n_kv_heads * m->head_dim, F = m->ffn_dim, V = m->n_vocab;
-    size_t widest = D > Q ? (D > F ? D : F) : (Q > F ? Q : F);
     size_t K = m->n_experts ? m->n_experts_used : 1, E = m->n_experts; /* slots per token */
+    size_t QKV = Q + 2 * KV, ATT = Q, FK = K * F; /* FK: FFN rows per token */
+    FK = m->dense_ffn_dim > FK ? m->dense_ffn_dim : FK; /* DeepSeek's dense and shared FFNs */
+    FK = m->shared_ffn_dim > FK ? m->shared_ffn_dim : FK;
+    size_t widest = D > F ? D : F;
+    widest = Q > widest ? Q : widest;
+    widest = FK > widest ? FK : widest;
+    if (m->kv_lora_rank) { /* MLA (the layout in cuda_bufs) */
+        size_t H = m->n_heads, R = m->kv_lora_rank, P = m->rope_dim;
+        size_t QF = H * (m->qk_nope_dim + P), HR = H * R, HV = H * m->v_head_dim;
+        QKV = QF + m->q_lora_rank + R + P;
+        Q = H * (R + P);
+        ATT = HR + HV;
+        size_t in[] = {QF, HR, HV, m->q_lora_rank}; /* 16-bit GEMM inputs */
+        for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++)
+            widest = in[i] > widest ? in[i] : widest;
+    }
     struct {
         void **p;
         size_t bytes;
     } want[] = {{(void **)&b->x, cap * D * 4},          {(void **)&b->xb, cap * D * 4},
-                {(void **)&b->qkv, cap * (Q + 2 * KV) * 4}, {(void **)&b->q, cap * Q * 4},
-                {(void **)&b->att, cap * Q * 4},        {(void **)&b->gu, cap * K * 2 * F * 4},
-                {(void **)&b->hb, cap * K * F * 4},     {(void **)&b->xg, cap * D * 4},
+                {(void **)&b->qkv, cap * QKV * 4},      {(void **)&b->q, cap * Q * 4},
+                {(void **)&b->att, cap * ATT * 4},      {(void **)&b->gu, cap * 2 * FK * 4},
+                {(void **)&b->hb, cap * FK * 4},        {(void **)&b->xg, cap * D * 4},
                 {(void **)&b->logits, cap * V * 4},     {&b->xh, cap * widest * 2},
                 {(void **)&b->ys, E ? cap * K * D * 4 : 0}, {(void **)&b->rlog, cap * E * 4},
                 {(void **)&b->rw, E ? cap * K * 4 : 0}, {(void **)&b->re, E ? cap * K * 4 : 0},
@@ -230,6 +245,98 @@ static int gemm(struct cuda_ctx *c, float *y, const float *x, const struct cuda_
     }
     return TY_KL(c, ty_cuda_gemm(c->blas, y, in, w->d, w->type, (int)T, (int)w->cols,
                                  (int)w->rows));
+}
+
+/* Per-head products of MLA (k_b, v_b): y_b = x_b W_b^T or x_b W_b over H heads, the inputs
+ * x (T rows of ldx floats, head b's at b * x_head) rounded to the weight type first when it is
+ * 16-bit (the whole (T, ldx) block, as gemm() does). w_off: the first head's element in w. */
+static int gemm_heads(struct cuda_ctx *c, float *y, int ldy, int y_head, const float *x, int ldx,
+                      int x_head, const struct cuda_mat *w, size_t w_off, int ldw, int w_head,
+                      bool trans, uint32_t T, int n_in, int n_out, int H)
+{
+    const void *in = x;
+    if (w->type != TY_CUDA_F32) {
+        int rc = TY_KL(c, ty_cuda_convert(c->buf.xh, w->type, x, TY_CUDA_F32, (size_t)T * ldx,
+                                          c->stream));
+        if (rc)
+            return rc;
+        in = c->buf.xh;
+    }
+    const char *wd = (const char *)w->d + w_off * ty_cuda_dtype_size(w->type);
+    return TY_KL(c, ty_cuda_gemm_heads(c->blas, y, ldy, y_head, in, ldx, x_head, wd, w->type, ldw,
+                                       w_head, trans, (int)T, n_in, n_out, H));
+}
+
+/* Multi-head latent attention (the CPU's cpu/mla.c, arXiv 2405.04434 in the absorbed form):
+ * queries (low-rank when q_lora), their no-rope part absorbed through each head's k_b into the
+ * latent, rope parts and the new latent rows (normed, roped, stored), attention over the
+ * latent rows, each head's output through its v_b, then attn_output into xb. */
+static int mla_attention(struct pass *ps, uint32_t l)
+{
+    struct cuda_ctx *c = ps->c;
+    struct cuda_bufs *b = &c->buf;
+    const struct cuda_layer *L = &ps->cm->layers[l];
+    const struct ty_model_config *m = ps->cfg;
+    const struct ty_model *src = ps->cm->src;
+    const struct plan *p = ps->p;
+    const int32_t *md = c->meta_d;
+    uint32_t T = p->T, cap = b->cap_t;
+    int H = (int)m->n_heads, N = (int)m->qk_nope_dim, P = (int)m->rope_dim;
+    int R = (int)m->kv_lora_rank, V = (int)m->v_head_dim, QL = (int)m->q_lora_rank;
+    float *qf = b->qkv, *qa = qf + (size_t)cap * H * (N + P);
+    float *kv = qa + (size_t)cap * QL, *lat = b->att, *val = b->att + (size_t)cap * H * R;
+    int rc = 0;
+    if (QL) {
+        rc = gemm(c, qa, b->xb, &L->wq_a, T);
+        if (!rc)
+            rc = TY_KL(c, ty_cuda_rmsnorm_f32(qa, qa, L->q_a_norm, (int)T, QL, m->rms_eps,
+                                              c->stream));
+        if (!rc)
+            rc = gemm(c, qf, qa, &L->wq_b, T);
+    } else {
+        rc = gemm(c, qf, b->xb, &L->wq_b, T);
+    }
+    /* absorbed queries: q[t][h][0..R) = k_b_h q_nope[t][h]; GGUF's k_b (H R, N) holds k_b_h
+     * as (R, N), HF's kv_b (H (N + V), R) its transpose in the first N rows of each head */
+    if (!rc && L->wkv_b.d)
+        rc = gemm_heads(c, b->q, H * (R + P), R + P, qf, H * (N + P), N + P, &L->wkv_b, 0, R,
+                        (N + V) * R, true, T, N, R, H);
+    else if (!rc)
+        rc = gemm_heads(c, b->q, H * (R + P), R + P, qf, H * (N + P), N + P, &L->wk_b, 0, N,
+                        R * N, false, T, N, R, H);
+    if (!rc)
+        rc = gemm(c, kv, b->xb, &L->wkv_a, T);
+    struct ty_cuda_mla mla = {H,
+                              R,
+                              P,
+                              N,
+                              m->rms_eps,
+                              m->rope == TY_ROPE_NEOX,
+                              src->rope_theta_scale,
+                              ps->cm->freq_div,
+                              ps->cm->yarn_mix,
+                              src->rope_freq_scale,
+                              src->rope_mscale};
+    if (!rc)
+        rc = TY_KL(c, ty_cuda_mla_rope_store(b->q, qf, kv, L->kv_a_norm,
+                                             ty_kvpool_k(ps->pool, l, 0),
+                                             ty_kvpool_v(ps->pool, l, 0), &ps->kl, md + p->o_pos,
+                                             md + p->o_slot, (int)T, &mla, c->stream));
+    struct ty_cuda_attn_rows r = {(int)p->nd, md + p->o_dtab, (int)p->maxp_d, (int)p->np,
+                                  md + p->o_ptab, md + p->o_pqs, (int)p->maxp_p};
+    if (!rc)
+        rc = TY_KL(c, ty_cuda_mla_attn(lat, b->q, ty_kvpool_k(ps->pool, l, 0),
+                                       ty_kvpool_v(ps->pool, l, 0), &ps->kl, &mla, m->kq_scale,
+                                       md + p->o_pos, (int)T, &r, c->stream));
+    /* values: val[t][h] = v_b_h lat[t][h]; GGUF's v_b (H V, R), HF's the last V rows of each
+     * head's N + V in kv_b */
+    if (!rc && L->wkv_b.d)
+        rc = gemm_heads(c, val, H * V, V, lat, H * R, R, &L->wkv_b, (size_t)N * R, R,
+                        (N + V) * R, false, T, R, V, H);
+    else if (!rc)
+        rc = gemm_heads(c, val, H * V, V, lat, H * R, R, &L->wv_b, 0, R, V * R, false, T, R, V,
+                        H);
+    return rc ? rc : gemm(c, b->xb, val, &L->wo, T);
 }
 
 static int attention(struct pass *ps, uint32_t layer, uint32_t window)
@@ -359,12 +466,18 @@ static int moe_ffn(struct pass *ps, const struct cuda_layer *L)
     int T = (int)ps->p->T, D = (int)m->dim, F = (int)m->ffn_dim, E = (int)m->n_experts;
     int K = (int)m->n_experts_used;
     int rc = gemm(c, b->rlog, b->xb, &L->router, (uint32_t)T);
-    if (!rc && m->moe_topk_softmax) /* gpt-oss: the k largest logits, their softmax */
+    if (!rc && m->arch == TY_MODEL_ARCH_DEEPSEEK2) /* sigmoid or softmax, bias, groups, scale */
+        rc = TY_KL(c, ty_cuda_moe_route_deepseek(
+                          b->re, b->rw, b->rlog, L->exp_probs_b, T, E, K, m->moe_gating != 0,
+                          (int)m->n_expert_groups, (int)m->n_group_used, m->moe_norm_topk,
+                          m->expert_weights_scale != 0.0f ? m->expert_weights_scale : 1.0f,
+                          c->stream));
+    else if (!rc && m->moe_topk_softmax) /* gpt-oss: the k largest logits, their softmax */
         rc = TY_KL(c, ty_cuda_moe_route_topk_softmax(b->re, b->rw, b->rlog, L->router_b, T, E,
                                                      K, m->moe_norm_topk, c->stream));
     else if (!rc && L->router_b)
         rc = TY_KL(c, ty_cuda_add_bias_f32(b->rlog, L->router_b, T, E, c->stream));
-    if (!rc && !m->moe_topk_softmax)
+    if (!rc && !m->moe_topk_softmax && m->arch != TY_MODEL_ARCH_DEEPSEEK2)
         rc = TY_KL(c, ty_cuda_moe_route(b->re, b->rw, b->rlog, T, E, K, m->moe_norm_topk,
                                         c->stream));
     if (!rc && ps->p->np && ps->p->T >= MOE_GROUPED_MIN_T)
@@ -385,6 +498,37 @@ static int moe_ffn(struct pass *ps, const struct cuda_layer *L)
     return rc;
 }
 
+/* A SwiGLU FFN of the normed rows xb into y (y may be xb): gate|up (2 F, D) in one GEMM,
+ * SiLU(gate) * up, down (D, F). */
+static int swiglu_ffn(struct cuda_ctx *c, float *y, const struct cuda_mat *gu,
+                      const struct cuda_mat *down, uint32_t T)
+{
+    struct cuda_bufs *b = &c->buf;
+    int F = (int)gu->rows / 2;
+    int rc = gemm(c, b->gu, b->xb, gu, T);
+    if (!rc)
+        rc = TY_KL(c, ty_cuda_silu_mul_f32(b->hb, b->gu, b->gu + F, (int)T, F, 2 * F, c->stream));
+    return rc ? rc : gemm(c, y, b->hb, down, T);
+}
+
+/* q|k|v (fused GEMM, bias, norms, rope, KV store), attention, attn_output into xb. */
+static int qkv_attention(struct pass *ps, uint32_t l, const struct ty_cuda_qkv *q)
+{
+    struct cuda_ctx *c = ps->c;
+    struct cuda_bufs *b = &c->buf;
+    const struct cuda_layer *L = &ps->cm->layers[l];
+    uint32_t T = ps->p->T;
+    int rc = gemm(c, b->qkv, b->xb, &L->wqkv, T);
+    if (!rc)
+        rc = TY_KL(c, ty_cuda_qkv_rope_store(b->q, ty_kvpool_k(ps->pool, l, 0),
+                                             ty_kvpool_v(ps->pool, l, 0), &ps->kl, b->qkv,
+                                             L->bqkv, c->meta_d + ps->p->o_pos,
+                                             c->meta_d + ps->p->o_slot, (int)T, q, c->stream));
+    if (!rc)
+        rc = attention(ps, l, ps->cm->src->layers[l].window);
+    return rc ? rc : gemm(c, b->xb, b->att, &L->wo, T);
+}
+
 static int layer_forward(struct pass *ps, uint32_t l)
 {
     struct cuda_ctx *c = ps->c;
@@ -392,24 +536,17 @@ static int layer_forward(struct pass *ps, uint32_t l)
     const struct ty_model_config *m = ps->cfg;
     const struct ty_model *src = ps->cm->src;
     struct cuda_bufs *b = &c->buf;
-    uint32_t T = ps->p->T, D = m->dim, F = m->ffn_dim;
+    uint32_t T = ps->p->T, D = m->dim;
     struct ty_cuda_qkv q = {(int)m->n_heads, (int)m->n_kv_heads, (int)m->head_dim,
                             m->rope == TY_ROPE_NEOX, m->qk_hf_order, src->rope_theta_scale,
                             ps->cm->freq_div, L->q_norm, L->k_norm, m->rms_eps,
                             ps->cm->yarn_mix, src->rope_freq_scale, src->rope_mscale};
     int rc = TY_KL(c, ty_cuda_rmsnorm_f32(b->xb, b->x, L->attn_norm, (int)T, (int)D, m->rms_eps,
                                           c->stream));
-    if (!rc)
-        rc = gemm(c, b->qkv, b->xb, &L->wqkv, T);
-    if (!rc)
-        rc = TY_KL(c, ty_cuda_qkv_rope_store(b->q, ty_kvpool_k(ps->pool, l, 0),
-                                             ty_kvpool_v(ps->pool, l, 0), &ps->kl, b->qkv,
-                                             L->bqkv, c->meta_d + ps->p->o_pos,
-                                             c->meta_d + ps->p->o_slot, (int)T, &q, c->stream));
-    if (!rc)
-        rc = attention(ps, l, ps->cm->src->layers[l].window);
-    if (!rc)
-        rc = gemm(c, b->xb, b->att, &L->wo, T);
+    if (!rc && m->kv_lora_rank)
+        rc = mla_attention(ps, l);
+    else if (!rc)
+        rc = qkv_attention(ps, l, &q);
     if (!rc && L->bo) /* gpt-oss */
         rc = TY_KL(c, ty_cuda_add_bias_f32(b->xb, L->bo, (int)T, (int)D, c->stream));
     if (!rc)
@@ -417,15 +554,17 @@ static int layer_forward(struct pass *ps, uint32_t l)
     if (!rc)
         rc = TY_KL(c, ty_cuda_rmsnorm_f32(b->xb, b->x, L->ffn_norm, (int)T, (int)D, m->rms_eps,
                                           c->stream));
-    if (!rc && m->n_experts)
-        return moe_ffn(ps, L);
-    if (!rc)
-        rc = gemm(c, b->gu, b->xb, &L->wgu, T);
-    if (!rc)
-        rc = TY_KL(c, ty_cuda_silu_mul_f32(b->hb, b->gu, b->gu + F, (int)T, (int)F, (int)(2 * F),
-                                           c->stream));
-    if (!rc)
-        rc = gemm(c, b->xb, b->hb, &L->wdown, T);
+    if (!rc && m->n_experts && l >= m->n_dense_lead) {
+        if (L->sh_gu.d) /* DeepSeek's shared expert into xg, beside the routed ones */
+            rc = swiglu_ffn(c, b->xg, &L->sh_gu, &L->sh_down, T);
+        if (!rc)
+            rc = moe_ffn(ps, L);
+        if (!rc && L->sh_gu.d)
+            rc = TY_KL(c, ty_cuda_add_f32(b->x, b->xg, (size_t)T * D, c->stream));
+        return rc;
+    }
+    if (!rc) /* the dense FFN (DeepSeek's dense lead layers have their own width) */
+        rc = swiglu_ffn(c, b->xb, &L->wgu, &L->wdown, T);
     if (!rc)
         rc = TY_KL(c, ty_cuda_add_f32(b->x, b->xb, (size_t)T * D, c->stream));
     return rc;

@@ -1,6 +1,8 @@
 /* Device copies of a model's weights, made once per model: q|k|v and gate|up fused row-wise
- * (one GEMM each), mixture-of-experts routers and stacked experts, 16-bit or f32 matrices,
- * f32 norms (q/k norms too), biases, gpt-oss's sinks, rope divisors and YaRN's per-pair mix.
+ * (one GEMM each), mixture-of-experts routers and stacked experts, multi-head latent
+ * attention's projections and DeepSeek's shared experts and routing bias, 16-bit or f32
+ * matrices, f32 norms (q/k norms too), biases, gpt-oss's sinks, rope divisors and YaRN's
+ * per-pair mix.
  * A matrix whose file type equals the device type is copied as is; any other is converted on
  * the host to f32 rows (the CPU backend's ty__cpu_row_to_f32, so Q8_0 and F16 read exactly
  * as on the CPU), staged through pinned memory and rounded to the device type on the device. */
@@ -153,6 +155,46 @@ static int upload_experts(struct upload *u, struct cuda_model *cm, struct cuda_l
     return rc;
 }
 
+/* A matrix of its own file shape (rows, cols). */
+static int mat_upload(struct upload *u, struct cuda_model *cm, struct cuda_mat *m,
+                      const struct ty_weight *w)
+{
+    int rc = mat_alloc(u->c, cm, m, (uint32_t)w->rows, (uint32_t)w->cols);
+    return rc ? rc : upload_rows(u, m, 0, w);
+}
+
+/* gate and up (each (F, D)) stacked as one (2 F, D) matrix, and down (D, F). */
+static int swiglu_upload(struct upload *u, struct cuda_model *cm, struct cuda_mat *gu,
+                         struct cuda_mat *down, const struct ty_weight *gate,
+                         const struct ty_weight *up, const struct ty_weight *w_down)
+{
+    uint32_t F = (uint32_t)gate->rows;
+    int rc = mat_alloc(u->c, cm, gu, 2 * F, (uint32_t)gate->cols);
+    if (!rc && !(rc = upload_rows(u, gu, 0, gate)))
+        rc = upload_rows(u, gu, F, up);
+    return rc ? rc : mat_upload(u, cm, down, w_down);
+}
+
+/* Multi-head latent attention's matrices and norms (the layout in cuda_layer). */
+static int upload_mla(struct upload *u, struct cuda_model *cm, struct cuda_layer *cl,
+                      const struct ty_layer_weights *L)
+{
+    const struct ty_model_config *cfg = &cm->src->cfg;
+    int rc = 0;
+    if (cfg->q_lora_rank && !(rc = mat_upload(u, cm, &cl->wq_a, &L->wq_a)) &&
+        !(rc = vec_upload(u->c, cm, &cl->q_a_norm, L->q_a_norm.data, cfg->q_lora_rank)))
+        rc = mat_upload(u, cm, &cl->wq_b, &L->wq_b);
+    else if (!cfg->q_lora_rank)
+        rc = mat_upload(u, cm, &cl->wq_b, &L->wq);
+    if (!rc && !(rc = mat_upload(u, cm, &cl->wkv_a, &L->wkv_a)))
+        rc = vec_upload(u->c, cm, &cl->kv_a_norm, L->kv_a_norm.data, cfg->kv_lora_rank);
+    if (!rc && L->wkv_b.data)
+        rc = mat_upload(u, cm, &cl->wkv_b, &L->wkv_b);
+    else if (!rc && !(rc = mat_upload(u, cm, &cl->wk_b, &L->wk_b)))
+        rc = mat_upload(u, cm, &cl->wv_b, &L->wv_b);
+    return rc ? rc : mat_upload(u, cm, &cl->wo, &L->wo);
+}
+
 static int upload_layer(struct upload *u, struct cuda_model *cm, uint32_t l)
 {
     const struct ty_model *m = cm->src;
@@ -160,21 +202,29 @@ static int upload_layer(struct upload *u, struct cuda_model *cm, uint32_t l)
     const struct ty_layer_weights *L = &m->layers[l];
     struct cuda_layer *cl = &cm->layers[l];
     struct cuda_ctx *c = u->c;
-    uint32_t D = cfg->dim, F = cfg->ffn_dim;
+    uint32_t D = cfg->dim;
     uint32_t nq = cfg->n_heads * cfg->head_dim, nkv = cfg->n_kv_heads * cfg->head_dim;
-    int rc = mat_alloc(c, cm, &cl->wqkv, nq + 2 * nkv, D);
-    if (!rc && !(rc = upload_rows(u, &cl->wqkv, 0, &L->wq)) &&
-        !(rc = upload_rows(u, &cl->wqkv, nq, &L->wk)))
-        rc = upload_rows(u, &cl->wqkv, nq + nkv, &L->wv);
-    if (!rc && !(rc = mat_alloc(c, cm, &cl->wo, D, nq)))
-        rc = upload_rows(u, &cl->wo, 0, &L->wo);
-    if (!rc && cfg->n_experts)
+    bool experts = cfg->n_experts && l >= cfg->n_dense_lead; /* DeepSeek: dense lead layers */
+    int rc = 0;
+    if (cfg->kv_lora_rank) {
+        rc = upload_mla(u, cm, cl, L);
+    } else {
+        rc = mat_alloc(c, cm, &cl->wqkv, nq + 2 * nkv, D);
+        if (!rc && !(rc = upload_rows(u, &cl->wqkv, 0, &L->wq)) &&
+            !(rc = upload_rows(u, &cl->wqkv, nq, &L->wk)))
+            rc = upload_rows(u, &cl->wqkv, nq + nkv, &L->wv);
+        if (!rc && !(rc = mat_alloc(c, cm, &cl->wo, D, nq)))
+            rc = upload_rows(u, &cl->wo, 0, &L->wo);
+    }
+    if (!rc && experts)
         rc = upload_experts(u, cm, cl, L);
-    else if (!rc && !(rc = mat_alloc(c, cm, &cl->wgu, 2 * F, D)) &&
-             !(rc = upload_rows(u, &cl->wgu, 0, &L->w_gate)))
-        rc = upload_rows(u, &cl->wgu, F, &L->w_up);
-    if (!rc && !cfg->n_experts && !(rc = mat_alloc(c, cm, &cl->wdown, D, F)))
-        rc = upload_rows(u, &cl->wdown, 0, &L->w_down);
+    else if (!rc)
+        rc = swiglu_upload(u, cm, &cl->wgu, &cl->wdown, &L->w_gate, &L->w_up, &L->w_down);
+    if (!rc && experts && L->exp_probs_b.data)
+        rc = vec_upload(c, cm, &cl->exp_probs_b, L->exp_probs_b.data, cfg->n_experts);
+    if (!rc && experts && L->sh_gate.data)
+        rc = swiglu_upload(u, cm, &cl->sh_gu, &cl->sh_down, &L->sh_gate, &L->sh_up,
+                           &L->sh_down);
     if (!rc)
         rc = vec_upload(c, cm, &cl->attn_norm, L->attn_norm.data, D);
     if (!rc)
@@ -218,9 +268,9 @@ static int upload_model(struct upload *u, struct cuda_model *cm)
     if (!rc)
         rc = vec_upload(c, cm, &cm->out_norm, m->out_norm.data, D);
     if (!rc)
-        rc = vec_upload(c, cm, &cm->freq_div, m->rope_div, m->cfg.head_dim / 2);
+        rc = vec_upload(c, cm, &cm->freq_div, m->rope_div, m->cfg.rope_dim / 2);
     if (!rc && m->rope_mix) /* YaRN: the table make_yarn computed for the CPU, as is */
-        rc = vec_upload(c, cm, &cm->yarn_mix, m->rope_mix, m->cfg.head_dim / 2);
+        rc = vec_upload(c, cm, &cm->yarn_mix, m->rope_mix, m->cfg.rope_dim / 2);
     for (uint32_t l = 0; l < m->cfg.n_layers && !rc; l++)
         rc = upload_layer(u, cm, l);
     if (!rc)
@@ -250,8 +300,14 @@ void ty__cuda_model_free(struct cuda_ctx *c)
         mat_free(&cl->router);
         mat_free(&cl->exp_gu);
         mat_free(&cl->exp_down);
-        float *v[] = {cl->attn_norm, cl->ffn_norm, cl->bqkv,     cl->q_norm,    cl->k_norm,
-                      cl->sinks,     cl->bo,       cl->router_b, cl->exp_b_gu, cl->exp_b_down};
+        struct cuda_mat *mla[] = {&cl->wq_a, &cl->wq_b,  &cl->wkv_a, &cl->wk_b,
+                                  &cl->wv_b, &cl->wkv_b, &cl->sh_gu, &cl->sh_down};
+        for (size_t i = 0; i < sizeof(mla) / sizeof(mla[0]); i++)
+            mat_free(mla[i]);
+        float *v[] = {cl->attn_norm, cl->ffn_norm,  cl->bqkv,      cl->q_norm,
+                      cl->k_norm,    cl->sinks,     cl->bo,        cl->router_b,
+                      cl->exp_b_gu,  cl->exp_b_down, cl->q_a_norm, cl->kv_a_norm,
+                      cl->exp_probs_b};
         for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
             if (v[i])
                 TY_CU_QUIET(cudaFree(v[i]));
@@ -272,26 +328,10 @@ void ty__cuda_model_free(struct cuda_ctx *c)
     ty__cuda_graphs_reset(c);
 }
 
-bool ty__cuda_moe_supported(const struct ty_model_config *c)
-{
-    /* deepseek2 (MLA, sigmoid and grouped routing, shared experts) has no kernels here */
-    return c->arch != TY_MODEL_ARCH_DEEPSEEK2 && !c->kv_lora_rank;
-}
-
 int ty__cuda_model_use(struct cuda_ctx *c, const struct ty_model *m)
 {
     if (c->model && c->model->src == m)
         return 0;
-    if (m->cfg.kv_lora_rank) { /* no MLA kernels here; the engine refuses such models first */
-        TY_LOG_ERROR("cuda", "%s: multi-head latent attention (MLA, deepseek2: %s) not "
-                     "supported", c->name, m->desc);
-        return TY_ENOTSUP;
-    }
-    if (m->cfg.n_experts && !ty__cuda_moe_supported(&m->cfg)) { /* the engine refuses first */
-        TY_LOG_ERROR("cuda", "%s: mixture-of-experts model (%s) not supported: only "
-                     "qwen3moe, mixtral and gpt-oss experts", c->name, m->desc);
-        return TY_ENOTSUP;
-    }
     ty__cuda_model_free(c);
     struct cuda_model *cm = calloc(1, sizeof(*cm));
     struct upload u = {.c = c};

@@ -273,11 +273,12 @@ static void test_f16_kv(void **state)
  * steps; every logit row against the CPU backend's; 64 greedy ids after a 40-token prompt
  * equal to the CPU backend's (compare_ids' near-tie rule). args: mkmodel's options. */
 static const char *g_model_kv = "f16"; /* check_model's KV pages */
+static bool g_model_hf;                   /* check_model loads mkmodel's --hf directory */
 
 static void check_model(const char *args, const char *tag)
 {
     const char *bin = getenv("TYCHO_BIN"), *bdir = getenv("TYCHO_BUILD_DIR");
-    char tycho[512], path[512], cmd[1400], err[256];
+    char tycho[512], path[512], cmd[2400], err[256];
     if (bin)
         snprintf(tycho, sizeof(tycho), "%s", bin);
     else if (bdir)
@@ -287,12 +288,20 @@ static void check_model(const char *args, const char *tag)
     const char *tmp = getenv("TMPDIR");
     snprintf(path, sizeof(path), "%s/tycho-gpu-e2e-%s-%d.gguf", tmp ? tmp : "/tmp", tag,
              (int)getpid());
-    snprintf(cmd, sizeof(cmd), "'%s' mkmodel %s --vocab-from bytes --out '%s'", tycho, args,
-             path);
+    char hf[600] = "";
+    if (g_model_hf)
+        snprintf(hf, sizeof(hf), "%s.hf", path);
+    snprintf(cmd, sizeof(cmd), "'%s' mkmodel %s --vocab-from bytes --out '%s'%s%s%s", tycho,
+             args, path, hf[0] ? " --hf '" : "", hf, hf[0] ? "'" : "");
     assert_int_equal(system(cmd), 0);
     ty_model_t *m;
-    assert_int_equal(ty_model_load(&m, path, err, sizeof(err)), 0);
+    if (ty_model_load(&m, hf[0] ? hf : path, err, sizeof(err)) != 0)
+        fail_msg("%s: %s", tag, err);
     unlink(path);
+    if (hf[0]) {
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", hf);
+        assert_int_equal(system(cmd), 0);
+    }
     const uint32_t Vm = ty_model_config(m)->n_vocab;
     enum { N1 = 100, N2 = 50, STEPS = 3, ROWS = N1 + N2 + STEPS };
     uint32_t t[N1 + N2 + STEPS];
@@ -399,31 +408,20 @@ static void test_bf16_kv(void **state)
     g_model_kv = "f16";
 }
 
-/* What CUDA still refuses, by the code a user sees: a deepseek2 (MLA) model at engine
- * creation (TY_ENOTSUP). */
-static void test_refusals(void **state)
+/* DeepSeek-V3's shape (tycho mkmodel --arch deepseek2): multi-head latent attention with a
+ * low-rank query (kernels/mla.cu: the latent rows as the paged KV, absorbed queries, per-head
+ * k_b/v_b through batched cuBLAS), a dense first layer, sigmoid routing over 4 expert groups
+ * with a selection bias, a shared expert; DeepSeek-V2's softmax routing; F32 files as test_moe
+ * (routing on the CPU's logits) and an F16 one; and the same weights as a Hugging Face
+ * directory (kv_b_proj instead of k_b/v_b: the transposed absorption). */
+static void test_deepseek2(void **state)
 {
-    const char *bin = getenv("TYCHO_BIN"), *bdir = getenv("TYCHO_BUILD_DIR");
-    const char *tmp = getenv("TMPDIR");
-    char tycho[512], path[512], cmd[1400], err[256];
-    if (bin)
-        snprintf(tycho, sizeof(tycho), "%s", bin);
-    else if (bdir)
-        snprintf(tycho, sizeof(tycho), "%s/src/cli/tycho", bdir);
-    else
-        skip();
-    snprintf(path, sizeof(path), "%s/tycho-gpu-e2e-ds2-%d.gguf", tmp ? tmp : "/tmp", (int)getpid());
-    snprintf(cmd, sizeof(cmd), "'%s' mkmodel --arch deepseek2 --dims 256,2,4,4,128 --type f32 "
-             "--vocab-from bytes --out '%s'", tycho, path);
-    assert_int_equal(system(cmd), 0);
-    ty_model_t *m;
-    assert_int_equal(ty_model_load(&m, path, err, sizeof(err)), 0);
-    unlink(path);
-    struct ty_engine_opts o = {.kv_block_tokens = B, .max_seqs = 2, .max_ctx = 256,
-                               .max_batch_tokens = 256, .backend = "cuda"};
-    ty_engine_t *e = NULL;
-    assert_int_equal(ty_engine_new(&e, m, &o), TY_ENOTSUP);
-    ty_model_free(m);
+    check_model("--arch deepseek2 --dims 256,2,4,4,128 --type f32", "deepseek2");
+    check_model("--arch deepseek2 --dims 256,2,4,4,128 --type f32 --deepseek-v2", "deepseek-v2");
+    check_model("--arch deepseek2 --dims 256,2,4,4,128 --type f16 --yarn 4,64", "deepseek2-f16");
+    g_model_hf = true;
+    check_model("--arch deepseek2 --dims 256,2,4,4,128 --type f32", "deepseek2-hf");
+    g_model_hf = false;
 }
 
 int main(void)
@@ -452,7 +450,7 @@ int main(void)
         cmocka_unit_test(test_yarn),
         cmocka_unit_test(test_moe),
         cmocka_unit_test(test_gptoss),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_deepseek2),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ty_model_free(model);
