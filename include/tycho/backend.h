@@ -52,6 +52,12 @@ struct ty_batch {
     uint32_t layer_begin, layer_end;
     const float *hidden_in;
     float *hidden_out;
+    /* Greedy rows: when set (one entry per logits row), every logits row is decided by its
+     * argmax alone: ids[i] receives ty_logits_argmax() of row i, and the logits buffer may be
+     * left unwritten (NULL is allowed), so a device backend copies back 4 bytes a row instead
+     * of the vocabulary. A backend that cannot pick on its side has the rows written and
+     * picked on the host by ty_backend_forward (same result). */
+    uint32_t *ids;
 };
 
 /* Rows of logits a batch produces (sum over sequences of n or 1; 0 with hidden_out). */

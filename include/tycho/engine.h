@@ -85,7 +85,9 @@ uint32_t ty_engine_max_batch_tokens(const ty_engine_t *e);
 
 /* Reserve, run and commit a batch, split into forward calls of at most max_batch_tokens
  * (chunked prefill). Logits as ty_backend_forward (rows in batch order); a pipeline stage's
- * layer range and hidden rows (tycho/backend.h) go with each split. Returns 0, TY_ENOTSUP,
+ * layer range and hidden rows (tycho/backend.h) go with each split. With batch->ids each
+ * row's greedy pick lands there and the logits rows may stay unwritten (logits is still
+ * required: split calls use it as scratch). Returns 0, TY_ENOTSUP,
  * TY_ENOCAPACITY (pool full), TY_ERANGE (beyond max_ctx), TY_EINVAL or TY_ENOMEM. */
 int ty_engine_forward(ty_engine_t *e, const struct ty_batch *batch, float *logits);
 

@@ -65,5 +65,13 @@ void ty_sampler_ban_next(ty_sampler_t *s, const uint32_t *ids, size_t n);
  * far (prompt and output) for the penalties. */
 int ty_sampler_sample(ty_sampler_t *s, float *logits, const uint32_t *history, size_t n_history,
                       struct ty_sample *out);
+/* Whether the next ty_sampler_sample() is the argmax of the raw logits and nothing else:
+ * greedy, no penalty, no logit bias, no ban pending, no log-probabilities. Its result is then
+ * {ty_logits_argmax(row), 0...}, which a device can compute without sending the row back
+ * (struct ty_batch.ids). */
+bool ty_sampler_plain_greedy(const ty_sampler_t *s);
+/* Greedy decoding's pick: the index of the largest of l[0..n) (the lowest among equal maxima;
+ * NaN never wins; 0 when every value is NaN). */
+uint32_t ty_logits_argmax(const float *l, uint32_t n);
 
 #endif

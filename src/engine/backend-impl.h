@@ -16,6 +16,7 @@ struct ty_backend_i {
     int (*kv_storage)(ty_backend_t *b, struct ty_kvpool_storage *out);
     bool (*healthy)(const ty_backend_t *b);
     uint32_t kv_dtypes; /* 1u << enum ty_kv_dtype for each KV page type forward reads */
+    bool greedy_ids;    /* forward fills batch->ids itself (else ty_backend_forward does) */
     bool layer_ranges;
 };
 

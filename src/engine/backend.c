@@ -2,6 +2,8 @@
 #include "backend-impl.h"
 
 #include "tycho/errors.h"
+#include "tycho/model.h"
+#include "tycho/sampling.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -57,7 +59,7 @@ const char *ty_backend_name(const ty_backend_t *b)
 int ty_backend_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
                        const struct ty_batch *batch, float *logits)
 {
-    if (!b || !m || !pool || !batch || (!logits && !batch->hidden_out))
+    if (!b || !m || !pool || !batch || (!logits && !batch->hidden_out && !batch->ids))
         return TY_EINVAL;
     if (is_stage(batch)) {
         uint32_t lo, hi;
@@ -66,7 +68,15 @@ int ty_backend_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
         if (!b->iface->layer_ranges)
             return TY_ENOTSUP;
     }
-    return b->iface->forward(b, m, pool, batch, logits);
+    if (!batch->ids || batch->hidden_out || b->iface->greedy_ids)
+        return b->iface->forward(b, m, pool, batch, logits);
+    if (!logits) /* the rows are picked here, from the logits the backend writes */
+        return TY_EINVAL;
+    int rc = b->iface->forward(b, m, pool, batch, logits);
+    uint32_t V = ty_model_config(m)->n_vocab, n = ty_batch_n_logits(batch);
+    for (uint32_t i = 0; i < n && !rc; i++)
+        batch->ids[i] = ty_logits_argmax(logits + (size_t)i * V, V);
+    return rc;
 }
 
 int ty_backend_kv_storage(ty_backend_t *b, struct ty_kvpool_storage *out)

@@ -58,6 +58,7 @@ struct ty_batcher {
     uint32_t n_run, cap_run, n_waiting, n_requeued, n_reserved;
     uint64_t n_added, preemptions, steps;
     float *logits; /* (max_running, V) */
+    uint32_t *ids; /* (max_running) greedy picks of a step whose every draw is plain greedy */
     ty_grammar_vocab_t *gvocab; /* the tokenizer's index, made for the first grammar */
     uint32_t *gmask;            /* (mask words) */
     /* the step in progress, for the layer hook */
@@ -615,6 +616,15 @@ static bool sample(ty_batcher_t *b, struct ty_breq *r, float *row)
     return accept(b, r, &s);
 }
 
+/* Whether r's draw after this step's forward (if it draws: its last prompt chunk or a decode
+ * step) is the plain argmax of its logits row (no grammar, no min_tokens ban, a plain greedy
+ * sampler), which the backend may then pick itself (struct ty_batch.ids). */
+static bool plain_greedy(const struct ty_breq *r)
+{
+    return !r->stage && !r->gm && r->n_out >= r->gen.min_tokens &&
+           ty_sampler_plain_greedy(r->sampler);
+}
+
 /* A stage's call (r alone in it): its layer range, the hidden states of its tokens in, and
  * (before the last stage) the batcher's rows for those out. TY_ENOMEM: no room for them. */
 static int stage_batch(ty_batcher_t *b, struct ty_breq *r, struct ty_batch *batch)
@@ -667,7 +677,10 @@ int ty_batcher_step(ty_batcher_t *b)
         call.context += l;
         call.decode_only = call.decode_only && bs[i].n == 1;
     }
-    struct ty_batch batch = {.seqs = bs, .n_seqs = n};
+    struct ty_batch batch = {.seqs = bs, .n_seqs = n, .ids = b->ids};
+    for (uint32_t i = 0; i < n && batch.ids; i++)
+        if (!plain_greedy(who[i]))
+            batch.ids = NULL; /* the rows come back for the host's sampler */
     if (who[0]->stage && (rc = stage_batch(b, who[0], &batch)) < 0) {
         finish(b, who[0], TY_FINISH_NONE, rc);
         return rc;
@@ -694,6 +707,8 @@ int ty_batcher_step(ty_batcher_t *b)
             finish(b, r, TY_FINISH_NONE, rc);
         else if (r->stage && r->hi < b->L)
             stage_out(b, r, bs[i].n);
+        else if (ty_kvseq_n_tokens(r->seq) == r->n_hist && batch.ids)
+            accept(b, r, &(struct ty_sample){.id = batch.ids[i]}); /* what sample() picks */
         else if (ty_kvseq_n_tokens(r->seq) == r->n_hist)
             sample(b, r, b->logits + (size_t)i * b->V);
     }
@@ -741,9 +756,11 @@ int ty_batcher_new(ty_batcher_t **out, const struct ty_batcher_opts *opts)
     b->cap_run = b->o.max_running;
     b->run = malloc(b->cap_run * sizeof(*b->run));
     b->logits = malloc((size_t)b->o.max_running * b->V * sizeof(float));
-    if (!b->run || !b->logits) {
+    b->ids = malloc(b->o.max_running * sizeof(uint32_t));
+    if (!b->run || !b->logits || !b->ids) {
         free(b->run);
         free(b->logits);
+        free(b->ids);
         free(b);
         return TY_ENOMEM;
     }
@@ -775,6 +792,7 @@ void ty_batcher_free(ty_batcher_t *b)
         }
     free(b->run);
     free(b->logits);
+    free(b->ids);
     free(b->hout);
     ty_grammar_vocab_free(b->gvocab);
     free(b->gmask);

@@ -213,7 +213,7 @@ static int forward_chunk(ty_engine_t *e, const struct ty_batch *b, uint32_t *si,
     *tok += e->max_batch - budget;
     struct ty_batch sb = {sub, ns, b->layer_cb, b->layer_arg, b->layer_begin, b->layer_end,
                           b->hidden_in ? b->hidden_in + t0 * D : NULL,
-                          b->hidden_out ? b->hidden_out + t0 * D : NULL};
+                          b->hidden_out ? b->hidden_out + t0 * D : NULL, NULL};
     /* keep the rows the caller asked for: every row of logits_all sequences, and the last
      * token's row of a sequence whose final chunk this was. When the caller keeps every row
      * the backend makes (a decode step: one token per sequence), it writes them in place. */
@@ -222,6 +222,8 @@ static int forward_chunk(ty_engine_t *e, const struct ty_batch *b, uint32_t *si,
         all_kept = sub[i].logits_all ||
                    sub[i].tokens + sub[i].n == b->seqs[first + i].tokens + b->seqs[first + i].n;
     float *out = b->hidden_out ? NULL : all_kept ? logits + (size_t)*row * V : e->tmp_logits;
+    if (b->ids && all_kept) /* greedy rows: picked by the backend, in place */
+        sb.ids = b->ids + *row;
     int rc = ty_backend_forward(e->be, e->m, e->pool, &sb, out);
     if (rc)
         return rc;
@@ -234,7 +236,9 @@ static int forward_chunk(ty_engine_t *e, const struct ty_batch *b, uint32_t *si,
         bool last = sub[i].tokens + sub[i].n == orig->tokens + orig->n;
         uint32_t rows = sub[i].logits_all ? sub[i].n : 1;
         if (sub[i].logits_all || last) {
-            if (!all_kept)
+            for (uint32_t k = 0; k < rows && !all_kept && b->ids; k++) /* greedy rows, here */
+                b->ids[*row + k] = ty_logits_argmax(e->tmp_logits + (size_t)(r + k) * V, V);
+            if (!all_kept && logits)
                 memcpy(logits + (size_t)*row * V, e->tmp_logits + (size_t)r * V,
                        (size_t)rows * V * sizeof(float));
             *row += rows;

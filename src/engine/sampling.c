@@ -238,9 +238,17 @@ static uint32_t first_equal(const float *l, uint32_t n, float v)
 }
 
 /* The first index of the largest logit (NaNs never win). */
-static uint32_t argmax(const float *l, uint32_t n)
+uint32_t ty_logits_argmax(const float *l, uint32_t n)
 {
     return first_equal(l, n, row_max(l, n));
+}
+
+bool ty_sampler_plain_greedy(const ty_sampler_t *s)
+{
+    const struct ty_sampling_params *p = &s->p;
+    bool rep = p->repetition_penalty > 0 && p->repetition_penalty != 1;
+    return p->temperature <= 0 && !rep && p->presence_penalty == 0 && p->frequency_penalty == 0 &&
+           !p->n_logit_bias && !s->n_ban && !p->logprobs && !p->n_logprobs;
 }
 
 /* Log-softmax statistics: max and log-sum-exp of the full row. */
@@ -374,7 +382,7 @@ int ty_sampler_sample(ty_sampler_t *s, float *logits, const uint32_t *history, s
         logits[s->ban[i]] = -INFINITY;
     s->n_ban = 0;
     if (s->p.temperature <= 0) {
-        out->id = argmax(logits, s->n_vocab);
+        out->id = ty_logits_argmax(logits, s->n_vocab);
     } else {
         uint32_t n = filter(s, logits);
         double sum = 0;

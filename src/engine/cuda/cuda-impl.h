@@ -130,6 +130,8 @@ struct cuda_ctx {
     size_t meta_cap;          /* int32 elements */
     float *logits_h;          /* pinned */
     size_t logits_cap;        /* floats */
+    int32_t *ids_d, *ids_h;   /* greedy picks (struct ty_batch.ids): device / pinned */
+    size_t ids_cap;           /* entries */
     void *ws;                 /* decode attention workspace */
     size_t ws_cap;
     struct cuda_graph graph[TY_CUDA_MAX_GRAPHS];

@@ -208,6 +208,16 @@ static int ensure_host(struct cuda_ctx *c, const struct plan *p, uint32_t V)
             !(rc = ty__cuda_grow(c, (void **)&c->meta_d, &dcap, cap * 4)))
             c->meta_cap = cap;
     }
+    if (!rc && p->n_log > c->ids_cap) {
+        if (c->ids_h)
+            TY_CU_QUIET(cudaFreeHost(c->ids_h));
+        c->ids_h = NULL;
+        size_t dcap = c->ids_cap * 4;
+        c->ids_cap = 0;
+        if (!(rc = TY_CU(c, cudaMallocHost((void **)&c->ids_h, p->n_log * 4))) &&
+            !(rc = ty__cuda_grow(c, (void **)&c->ids_d, &dcap, p->n_log * 4)))
+            c->ids_cap = p->n_log;
+    }
     if (!rc && lf > c->logits_cap) {
         if (c->logits_h)
             TY_CU_QUIET(cudaFreeHost(c->logits_h));
@@ -387,8 +397,8 @@ static struct cuda_mat expert_view(const struct cuda_mat *m, uint32_t e, uint32_
  * gathered, and each expert's gate|up and down run as one GEMM over its group (cuBLAS) with
  * its biases; the weighted slots are then summed through each slot's grouped row. The host
  * round trip ends any graph capture, so decode steps (graph-captured) keep the per-slot
- * products. Writes gu, hb, ys; reads the routing in re and rw. */
-static int moe_grouped(struct pass *ps, const struct cuda_layer *L)
+ * products. Writes gu, hb, ys; reads the routing in re and rw; adds the weighted slots to dst. */
+static int moe_grouped(struct pass *ps, const struct cuda_layer *L, float *dst)
 {
     struct cuda_ctx *c = ps->c;
     struct cuda_bufs *b = &c->buf;
@@ -449,16 +459,17 @@ static int moe_grouped(struct pass *ps, const struct cuda_layer *L)
                                                c->stream));
     }
     if (!rc)
-        rc = TY_KL(c, ty_cuda_moe_combine_rows(b->x, b->ys, b->rw, b->grp_d + S, (int)T, (int)K,
+        rc = TY_KL(c, ty_cuda_moe_combine_rows(dst, b->ys, b->rw, b->grp_d + S, (int)T, (int)K,
                                                (int)D, c->stream));
     return rc;
 }
 
-/* The mixture-of-experts FFN of the normed rows xb, added to x (the CPU's moe_ffn): router
+/* The mixture-of-experts FFN of the normed rows xb, added to dst (the residual x, or DeepSeek's
+ * shared expert output; the CPU's moe_ffn): router
  * logits (a GEMM, + gpt-oss's bias), each token's experts and weights, each (token, slot)'s
  * gate|up through its expert (+ bias), SwiGLU (gpt-oss: SwiGLU-OAI), down (+ bias), then the
- * weighted slots summed into the residual. */
-static int moe_ffn(struct pass *ps, const struct cuda_layer *L)
+ * weighted slots summed into dst. */
+static int moe_ffn(struct pass *ps, const struct cuda_layer *L, float *dst)
 {
     struct cuda_ctx *c = ps->c;
     struct cuda_bufs *b = &c->buf;
@@ -481,7 +492,7 @@ static int moe_ffn(struct pass *ps, const struct cuda_layer *L)
         rc = TY_KL(c, ty_cuda_moe_route(b->re, b->rw, b->rlog, T, E, K, m->moe_norm_topk,
                                         c->stream));
     if (!rc && ps->p->np && ps->p->T >= MOE_GROUPED_MIN_T)
-        return moe_grouped(ps, L);
+        return moe_grouped(ps, L, dst);
     if (!rc)
         rc = TY_KL(c, ty_cuda_moe_matvec_bias(b->gu, b->xb, K, L->exp_gu.d, L->exp_gu.type,
                                               L->exp_b_gu, b->re, T * K, 2 * F, D, c->stream));
@@ -494,7 +505,7 @@ static int moe_ffn(struct pass *ps, const struct cuda_layer *L)
         rc = TY_KL(c, ty_cuda_moe_matvec_bias(b->ys, b->hb, 1, L->exp_down.d, L->exp_down.type,
                                               L->exp_b_down, b->re, T * K, D, F, c->stream));
     if (!rc)
-        rc = TY_KL(c, ty_cuda_moe_combine(b->x, b->ys, b->rw, T, K, D, c->stream));
+        rc = TY_KL(c, ty_cuda_moe_combine(dst, b->ys, b->rw, T, K, D, c->stream));
     return rc;
 }
 
@@ -555,10 +566,12 @@ static int layer_forward(struct pass *ps, uint32_t l)
         rc = TY_KL(c, ty_cuda_rmsnorm_f32(b->xb, b->x, L->ffn_norm, (int)T, (int)D, m->rms_eps,
                                           c->stream));
     if (!rc && m->n_experts && l >= m->n_dense_lead) {
-        if (L->sh_gu.d) /* DeepSeek's shared expert into xg, beside the routed ones */
+        /* DeepSeek's shared expert into xg, the routed sum added to it, then xg to x: x +
+         * (routed + shared), the CPU's (llama.cpp's) order of the adds */
+        if (L->sh_gu.d)
             rc = swiglu_ffn(c, b->xg, &L->sh_gu, &L->sh_down, T);
         if (!rc)
-            rc = moe_ffn(ps, L);
+            rc = moe_ffn(ps, L, L->sh_gu.d ? b->xg : b->x);
         if (!rc && L->sh_gu.d)
             rc = TY_KL(c, ty_cuda_add_f32(b->x, b->xg, (size_t)T * D, c->stream));
         return rc;
@@ -720,6 +733,19 @@ int ty__cuda_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
                        (int)m->cfg.head_dim, (int)ty_kvpool_pages_total(pool)},
                       batch};
     rc = c->graphs && p.np == 0 && !batch->layer_cb ? run_graph(&ps) : enqueue(&ps);
+    if (batch->ids) { /* greedy rows: the picks come back, never the rows */
+        if (!rc)
+            rc = TY_KL(c, ty_cuda_sample_greedy(c->ids_d, c->buf.logits, (int)p.n_log,
+                                                (int)m->cfg.n_vocab, c->stream));
+        if (!rc)
+            rc = TY_CU(c, cudaMemcpyAsync(c->ids_h, c->ids_d, p.n_log * 4,
+                                          cudaMemcpyDeviceToHost, c->stream));
+        if (!rc)
+            rc = TY_CU(c, cudaStreamSynchronize(c->stream));
+        for (uint32_t i = 0; i < p.n_log && !rc; i++)
+            batch->ids[i] = (uint32_t)c->ids_h[i];
+        return rc;
+    }
     size_t bytes = (size_t)p.n_log * m->cfg.n_vocab * 4;
     if (!rc)
         rc = TY_CU(c, cudaMemcpyAsync(c->logits_h, c->buf.logits, bytes, cudaMemcpyDeviceToHost,

@@ -332,6 +332,13 @@ int ty__cuda_model_use(struct cuda_ctx *c, const struct ty_model *m)
 {
     if (c->model && c->model->src == m)
         return 0;
+    uint32_t R = m->cfg.kv_lora_rank, RP = R + m->cfg.rope_dim;
+    if (R && (R % 4 || (RP / 2) % 4 || RP > 1024)) { /* mla.cu's 16-byte row loads */
+        TY_LOG_ERROR("cuda", "%s: MLA latent rank %u + rope %u not supported by the CUDA "
+                     "kernels (the rank and half the row must be multiples of 4, the row at most "
+                     "1024)", c->name, R, m->cfg.rope_dim);
+        return TY_ENOTSUP;
+    }
     ty__cuda_model_free(c);
     struct cuda_model *cm = calloc(1, sizeof(*cm));
     struct upload u = {.c = c};

@@ -389,6 +389,57 @@ static void test_gptoss(void **state)
                 "gpt-oss");
 }
 
+/* Greedy picks on the device (struct ty_batch.ids; the CUDA backend's greedy_ids): a prefill
+ * batch (one prompt with every row) and then 8 all-decode steps of 3 sequences (graph-captured)
+ * give in ids the argmax of each row of the same batches run for logits, and the logits
+ * buffer is left as it was (only the ids come back). */
+static void test_greedy_ids_on_device(void **state)
+{
+    uint32_t a[30], b[45], c[12];
+    mk_prompt(a, 30, 1), mk_prompt(b, 45, 2), mk_prompt(c, 12, 3);
+    enum { ROWS = 30 + 1 + 1, STEPS = 8 };
+    float *want = malloc((size_t)ROWS * V * 4), *buf = malloc((size_t)ROWS * V * 4);
+    uint32_t ids[ROWS], next[2][3];
+    ty_engine_t *e[2] = {mk_engine("cuda", "f32", false), mk_engine("cuda", "f32", false)};
+    ty_kvseq_t *s[2][3];
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(ty_kvpool_seq_new(ty_engine_pool(e[k]), &s[k][i]), 0);
+        struct ty_batch_seq bs[3] = {{s[k][0], a, 30, true}, {s[k][1], b, 45, false},
+                                     {s[k][2], c, 12, false}};
+        struct ty_batch batch = {.seqs = bs, .n_seqs = 3, .ids = k ? ids : NULL};
+        memset(buf, 0x7f, (size_t)ROWS * V * 4);
+        assert_int_equal(ty_engine_forward(e[k], &batch, k ? buf : want), 0);
+    }
+    for (uint32_t r = 0; r < ROWS; r++)
+        assert_int_equal(ids[r], argmax(want + (size_t)r * V));
+    for (size_t i = 0; i < (size_t)ROWS * V; i++)
+        assert_true(buf[i] != buf[i] || ((uint32_t *)buf)[i] == 0x7f7f7f7fu);
+    for (int i = 0; i < 3; i++)
+        next[0][i] = next[1][i] = ids[i == 0 ? 29 : 29 + i];
+    for (int step = 0; step < STEPS; step++) {
+        for (int k = 0; k < 2; k++) {
+            struct ty_batch_seq bs[3];
+            for (int i = 0; i < 3; i++)
+                bs[i] = (struct ty_batch_seq){s[k][i], &next[k][i], 1, false};
+            struct ty_batch batch = {.seqs = bs, .n_seqs = 3, .ids = k ? ids : NULL};
+            assert_int_equal(ty_engine_forward(e[k], &batch, k ? buf : want), 0);
+        }
+        for (int i = 0; i < 3; i++) {
+            assert_int_equal(ids[i], argmax(want + (size_t)i * V));
+            next[0][i] = next[1][i] = ids[i];
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        assert_true(ty_engine_healthy(e[k]));
+        for (int i = 0; i < 3; i++)
+            ty_kvpool_seq_free(ty_engine_pool(e[k]), s[k][i]);
+        ty_engine_free(e[k]);
+    }
+    free(want);
+    free(buf);
+}
+
 /* bf16 KV pages (engine.kv_dtype: bf16) on both backends: the same rounding to nearest even
  * on either side, so greedy ids agree and pages move between CPU and CUDA engines as bytes; the
  * stories260K model (head_dim 8: the general kernels) and the tuned head dims (tensor-core
@@ -446,6 +497,7 @@ int main(void)
         cmocka_unit_test(test_export_import_across_backends),
         cmocka_unit_test(test_f16_kv),
         cmocka_unit_test(test_bf16_kv),
+        cmocka_unit_test(test_greedy_ids_on_device),
         cmocka_unit_test(test_tuned_head_dims),
         cmocka_unit_test(test_yarn),
         cmocka_unit_test(test_moe),

@@ -97,6 +97,54 @@ static ty_kvseq_t *prefill(ty_engine_t *e, const uint32_t *t, size_t n, float *o
     return s;
 }
 
+/* The index of the largest logit, the lowest of equal ones (a plain loop, the reference). */
+static uint32_t ref_argmax(const float *l)
+{
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < V; i++)
+        best = l[i] > l[best] ? i : best;
+    return best;
+}
+
+/* Greedy rows (struct ty_batch.ids): a batch of a prompt with logits for every token, a
+ * prompt and a one-token step gives, in ids, the argmax of each logits row the same batch
+ * gives without ids; also when the engine splits the batch over forward calls of 7 tokens
+ * (the rows are then picked from its scratch rows). */
+static void test_greedy_ids(void **state)
+{
+    uint32_t a[30], b[45], c[12];
+    mk_prompt(a, 30, 1), mk_prompt(b, 45, 2), mk_prompt(c, 12, 3);
+    enum { ROWS = 30 + 1 + 1 };
+    for (int k = 0; k < 2; k++) {
+        uint32_t tokens = k ? 7 : 512;
+        float *want = malloc((size_t)ROWS * V * sizeof(float));
+        float *scratch = malloc((size_t)ROWS * V * sizeof(float));
+        uint32_t ids[ROWS];
+        for (int pass = 0; pass < 2; pass++) {
+            ty_engine_t *e = mk_engine(tokens, true);
+            ty_kvseq_t *s[3];
+            for (int i = 0; i < 3; i++)
+                assert_int_equal(ty_kvpool_seq_new(ty_engine_pool(e), &s[i]), 0);
+            /* c's first 11 tokens first: its 12th is then a one-token step */
+            struct ty_batch_seq pre = {s[2], c, 11, false};
+            struct ty_batch pb = {.seqs = &pre, .n_seqs = 1};
+            assert_int_equal(ty_engine_forward(e, &pb, scratch), 0);
+            struct ty_batch_seq bs[3] = {{s[0], a, 30, true}, {s[1], b, 45, false},
+                                         {s[2], c + 11, 1, false}};
+            struct ty_batch batch = {.seqs = bs, .n_seqs = 3, .ids = pass ? ids : NULL};
+            memset(ids, 0xff, sizeof(ids));
+            assert_int_equal(ty_engine_forward(e, &batch, pass ? scratch : want), 0);
+            for (int i = 0; i < 3; i++)
+                ty_kvpool_seq_free(ty_engine_pool(e), s[i]);
+            ty_engine_free(e);
+        }
+        for (uint32_t r = 0; r < ROWS; r++)
+            assert_int_equal(ids[r], ref_argmax(want + (size_t)r * V));
+        free(want);
+        free(scratch);
+    }
+}
+
 static void test_chunked_prefill(void **state)
 {
     uint32_t t[100];
@@ -263,6 +311,7 @@ int main(void)
     V = ty_model_config(model)->n_vocab;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_equals_alone), cmocka_unit_test(test_chunked_prefill),
+        cmocka_unit_test(test_greedy_ids),
         cmocka_unit_test(test_prefix_sharing),     cmocka_unit_test(test_export_import),
         cmocka_unit_test(test_bad_batches),        cmocka_unit_test(test_context_defaults),
     };

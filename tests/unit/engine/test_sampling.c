@@ -40,6 +40,51 @@ static void test_greedy_and_logprobs(void **state)
     assert_float_equal(s.top[2].logprob, logf(0.2f), 1e-5);
 }
 
+/* The greedy pick a device may make in place of the sampler (struct ty_batch.ids): the lowest
+ * of equal maxima, NaN never winning, 0 for a row of NaN; and which samplers it stands for:
+ * greedy without penalties, bias, a pending ban or log-probabilities. */
+static void test_plain_greedy(void **state)
+{
+    float row[37];
+    for (int i = 0; i < 37; i++)
+        row[i] = (float)(i % 5); /* maxima 4 at 4, 9, 14, ... */
+    assert_int_equal(ty_logits_argmax(row, 37), 4);
+    row[0] = NAN;
+    row[30] = 9.0f, row[33] = 9.0f; /* past the 16-wide and 4-wide loops' first blocks */
+    assert_int_equal(ty_logits_argmax(row, 37), 30);
+    row[36] = INFINITY;
+    assert_int_equal(ty_logits_argmax(row, 37), 36);
+    for (int i = 0; i < 37; i++)
+        row[i] = NAN;
+    assert_int_equal(ty_logits_argmax(row, 37), 0);
+    for (int i = 0; i < 37; i++)
+        row[i] = -INFINITY;
+    assert_int_equal(ty_logits_argmax(row, 37), 0);
+
+    struct ty_sampling_params p = {.repetition_penalty = 1};
+    ty_sampler_t *s;
+    assert_int_equal(ty_sampler_new(&s, &p, 37), 0);
+    assert_true(ty_sampler_plain_greedy(s));
+    uint32_t ban = 3;
+    ty_sampler_ban_next(s, &ban, 1); /* min_tokens: not plain until the draw is made */
+    assert_false(ty_sampler_plain_greedy(s));
+    float l[37] = {0};
+    struct ty_sample out;
+    assert_int_equal(ty_sampler_sample(s, l, NULL, 0, &out), 0);
+    assert_true(ty_sampler_plain_greedy(s));
+    ty_sampler_free(s);
+    struct ty_sampling_params not_plain[] = {
+        {.temperature = 0.7f, .repetition_penalty = 1}, {.repetition_penalty = 1.1f},
+        {.presence_penalty = 0.5f},                      {.frequency_penalty = 0.5f},
+        {.logprobs = true},                              {.n_logprobs = 2},
+        {.n_logit_bias = 1, .logit_bias = {{3, 1.0f}}}};
+    for (size_t i = 0; i < sizeof(not_plain) / sizeof(not_plain[0]); i++) {
+        assert_int_equal(ty_sampler_new(&s, &not_plain[i], 37), 0);
+        assert_false(ty_sampler_plain_greedy(s));
+        ty_sampler_free(s);
+    }
+}
+
 static void test_penalties(void **state)
 {
     /* token 2 leads by 0.5; presence 0.3 + frequency 0.2 x 2 occurrences = 0.7 drops it
@@ -379,6 +424,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_and_logprobs),
         cmocka_unit_test(test_penalties),
+        cmocka_unit_test(test_plain_greedy),
         cmocka_unit_test(test_seed_and_filters),
         cmocka_unit_test(test_logprobs_on_request),
         cmocka_unit_test(test_large_vocab),
