@@ -5,7 +5,10 @@
  * of b single-token sequences including the logits download and a host argmax (what a decode
  * node does per step). Prints "RESULT decode_<tag>_b<b>_tok_s <v> tok/s" lines, the same
  * counting only the time inside ty_engine_forward ("..._forward_tok_s": the engine without the
- * host argmax), plus the graphs-off figures with --compare-graphs. Exit 77 without a GPU.
+ * host argmax), plus the graphs-off figures with --compare-graphs. Then the same steps with the
+ * picks made on the device (struct ty_batch.ids: only the ids come back, what a batcher step
+ * of greedy requests does): "RESULT decode_<tag>_b<b>_ids_tok_s" and their ratio to the
+ * logits-download steps of the same run ("..._ids_vs_rows"). Exit 77 without a GPU.
  *
  * usage: bench_gpu_decode MODEL.gguf [--batches 1,16,64] [--prompt 128] [--steps 64]
  *        [--tag 1b] [--weights auto|f32|f16|bf16] [--compare-graphs] */
@@ -38,19 +41,20 @@ static uint32_t argmax(const float *l, uint32_t n)
 
 static uint64_t g_forward_ns; /* time inside ty_engine_forward during timed steps */
 
-/* One decode step for b sequences; next tokens from the logits. */
+/* One decode step for b sequences; next tokens from the logits, or picked on the device. */
 static int step(ty_engine_t *e, ty_kvseq_t **seqs, uint32_t *tok, uint32_t b, float *logits,
-                uint32_t V)
+                uint32_t V, bool ids)
 {
     struct ty_batch_seq bs[MAX_B];
+    uint32_t next[MAX_B];
     for (uint32_t i = 0; i < b; i++)
         bs[i] = (struct ty_batch_seq){seqs[i], &tok[i], 1, false};
-    struct ty_batch batch = {.seqs = bs, .n_seqs = b};
+    struct ty_batch batch = {.seqs = bs, .n_seqs = b, .ids = ids ? next : NULL};
     uint64_t t0 = ty_clock_ns();
     int rc = ty_engine_forward(e, &batch, logits);
     g_forward_ns += ty_clock_ns() - t0;
     for (uint32_t i = 0; !rc && i < b; i++)
-        tok[i] = argmax(logits + (size_t)i * V, V);
+        tok[i] = ids ? next[i] : argmax(logits + (size_t)i * V, V);
     return rc;
 }
 
@@ -74,7 +78,7 @@ static int prefill(ty_engine_t *e, ty_kvseq_t **seqs, uint32_t b, uint32_t P, fl
 
 /* tokens/s at batch b, or a negative TY_E*. */
 static double run_batch(ty_engine_t *e, uint32_t b, const struct args *a, uint32_t V,
-                        bool graphs)
+                        bool graphs, bool ids)
 {
     ty_kvseq_t *seqs[MAX_B] = {0};
     uint32_t tok[MAX_B];
@@ -83,13 +87,13 @@ static double run_batch(ty_engine_t *e, uint32_t b, const struct args *a, uint32
     for (uint32_t i = 0; !rc && i < b; i++)
         tok[i] = argmax(logits + (size_t)i * V, V);
     for (int i = 0; !rc && i < WARM; i++)
-        rc = step(e, seqs, tok, b, logits, V);
+        rc = step(e, seqs, tok, b, logits, V, ids);
     uint64_t t0 = ty_clock_ns();
     g_forward_ns = 0;
     for (uint32_t i = 0; !rc && i < a->steps; i++)
-        rc = step(e, seqs, tok, b, logits, V);
+        rc = step(e, seqs, tok, b, logits, V, ids);
     double s = (double)(ty_clock_ns() - t0) / 1e9;
-    if (!rc) {
+    if (!rc && !ids) {
         printf("# batch %u: %.3f ms per step, %.3f ms of it in ty_engine_forward (the rest: "
                "host argmax over %u x %u logits)\n",
                b, s * 1e3 / a->steps, g_forward_ns / 1e6 / a->steps, b, V);
@@ -122,14 +126,20 @@ static int run_all(const ty_model_t *m, const struct args *a, bool graphs)
     snprintf(list, sizeof(list), "%s", a->batches);
     for (char *t = strtok(list, ","); t && !rc; t = strtok(NULL, ",")) {
         uint32_t b = (uint32_t)atoi(t);
-        double v = run_batch(e, b, a, V, graphs);
-        if (v < 0) {
-            fprintf(stderr, "bench_gpu_decode: batch %u: %s\n", b, ty_strerror((int)v));
-            rc = (int)v;
+        double v = run_batch(e, b, a, V, graphs, false);
+        double w = v < 0 || !graphs ? 0 : run_batch(e, b, a, V, graphs, true);
+        if (v < 0 || w < 0) {
+            fprintf(stderr, "bench_gpu_decode: batch %u: %s\n", b,
+                    ty_strerror((int)(v < 0 ? v : w)));
+            rc = (int)(v < 0 ? v : w);
             break;
         }
         printf("RESULT decode_%s_b%u%s_tok_s %.1f tok/s\n", a->tag, b, graphs ? "" : "_nograph",
                v);
+        if (graphs) {
+            printf("RESULT decode_%s_b%u_ids_tok_s %.1f tok/s\n", a->tag, b, w);
+            printf("RESULT decode_%s_b%u_ids_vs_rows %.3f ratio\n", a->tag, b, w / v);
+        }
         fflush(stdout);
     }
     ty_engine_free(e);
