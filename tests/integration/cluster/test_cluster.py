@@ -263,8 +263,9 @@ def generate(prompt, n, model=MODEL, extra=()):
     return json.loads(out.stdout)
 
 
-def stream(cl, prompt, n, result, key, timeout=30, extra=None):
-    """Streaming completion; result[key] = (ids, text, finish, error, t_error)."""
+def stream(cl, prompt, n, result, key, timeout=30, extra=None, first=None):
+    """Streaming completion; result[key] = (ids, text, finish, error, t_error); first[key]:
+    when its first token arrived (first: a dict, or None)."""
     ids, text, finish, err = [], "", None, None
     try:
         c = http.client.HTTPConnection("127.0.0.1", cl.http, timeout=timeout)
@@ -293,6 +294,8 @@ def stream(cl, prompt, n, result, key, timeout=30, extra=None):
             ch = ev["choices"][0]
             text += ch.get("text", "")
             ids += ch.get("token_ids") or []
+            if ids and first is not None and key not in first:
+                first[key] = time.time()
             finish = ch.get("finish_reason") or finish
         c.close()
     except Exception as e:  # a dropped connection is an error the client notices
@@ -1075,13 +1078,19 @@ def case_kill_decode():
     cl = Cluster(1, 2, model=mid)
     ok = True
     ref = generate(PROMPTS[0], n_long, mid, ["--ignore-eos"])
-    res, threads = {}, []
+    res, threads, first = {}, [], {}
     for i in range(8):  # long streams spread over both decode nodes (least-loaded)
         t = threading.Thread(target=stream, args=(cl, PROMPTS[0], n_long, res, i, 60,
-                                                  {"ignore_eos": True}))
+                                                  {"ignore_eos": True}, first))
         t.start()
         threads.append(t)
-    time.sleep(3.0)  # tokens are streaming (300 take ~7 s here)
+    # every stream has tokens before the kill (300 take ~7 s here): the case is a decode node
+    # lost mid-stream (a request a node had not started is placed again: the mute cases). A
+    # fixed 3 s was not always enough on a loaded machine.
+    end = time.time() + 20
+    while len(first) < 8 and time.time() < end and any(t.is_alive() for t in threads):
+        time.sleep(0.05)
+    time.sleep(0.5)
     victim = cl.procs["d0"]
     t_kill = time.time()
     victim.send_signal(signal.SIGKILL)
