@@ -32,27 +32,13 @@ struct mla_params {
     float yarn_freq_scale, yarn_mscale; // used where the mix table is not NULL
 };
 
-// cos and sin of rope pair i at position pos: theta_0 = pos, theta_{k+1} = theta_k *
-// theta_scale in f32, angle = theta_i / freq_div[i], YaRN-mixed when yarn_mix is set (the CPU
-// backend's ty__cpu_rope, product by product, as qkv.cu).
+// cos and sin of rope pair i at position pos (ty::rope_cos_sin, as qkv.cu).
 __device__ __forceinline__ void rope_cs(int pos, int i, const float *freq_div,
                                         const float *yarn_mix, const mla_params &p, float &c,
                                         float &s)
 {
-    float theta = (float)pos;
-    for (int k = 0; k < i; k++)
-        theta = __fmul_rn(theta, p.theta_scale);
-    float ang = __fdiv_rn(theta, freq_div[i]);
-    if (yarn_mix) {
-        const float mx = yarn_mix[i];
-        ang = __fadd_rn(__fmul_rn(__fmul_rn(p.yarn_freq_scale, ang), __fsub_rn(1.0f, mx)),
-                        __fmul_rn(ang, mx));
-        c = __fmul_rn(cosf(ang), p.yarn_mscale);
-        s = __fmul_rn(sinf(ang), p.yarn_mscale);
-    } else {
-        c = cosf(ang);
-        s = sinf(ang);
-    }
+    ty::rope_cos_sin(pos, i, p.theta_scale, freq_div, yarn_mix, p.yarn_freq_scale,
+                     p.yarn_mscale, c, s);
 }
 
 // Element e (0 <= e < 2 hh) of a pool row whose halves start at k and v.
@@ -278,34 +264,17 @@ int attn_launch(float *out, const float *q, const void *k_pool, const void *v_po
                 const ty_cuda_attn_rows &r, const int32_t *pos, int n_rows, int H, int R, int RP,
                 int B, float scale, cudaStream_t st)
 {
-    switch ((RP + 127) / 128) {
-    case 1:
-        return attn_launch_nc<T, 1>(out, q, k_pool, v_pool, r, pos, n_rows, H, R, RP, B, scale,
-                                    st);
-    case 2:
-        return attn_launch_nc<T, 2>(out, q, k_pool, v_pool, r, pos, n_rows, H, R, RP, B, scale,
-                                    st);
-    case 3:
-        return attn_launch_nc<T, 3>(out, q, k_pool, v_pool, r, pos, n_rows, H, R, RP, B, scale,
-                                    st);
-    case 4:
-        return attn_launch_nc<T, 4>(out, q, k_pool, v_pool, r, pos, n_rows, H, R, RP, B, scale,
-                                    st);
-    case 5:
-        return attn_launch_nc<T, 5>(out, q, k_pool, v_pool, r, pos, n_rows, H, R, RP, B, scale,
-                                    st);
-    case 6:
-        return attn_launch_nc<T, 6>(out, q, k_pool, v_pool, r, pos, n_rows, H, R, RP, B, scale,
-                                    st);
-    case 7:
-        return attn_launch_nc<T, 7>(out, q, k_pool, v_pool, r, pos, n_rows, H, R, RP, B, scale,
-                                    st);
-    case 8:
-        return attn_launch_nc<T, 8>(out, q, k_pool, v_pool, r, pos, n_rows, H, R, RP, B, scale,
-                                    st);
-    default:
+    using launch_fn = int (*)(float *, const float *, const void *, const void *,
+                              const ty_cuda_attn_rows &, const int32_t *, int, int, int, int, int,
+                              float, cudaStream_t);
+    static constexpr launch_fn by_nc[] = {attn_launch_nc<T, 1>, attn_launch_nc<T, 2>,
+                                          attn_launch_nc<T, 3>, attn_launch_nc<T, 4>,
+                                          attn_launch_nc<T, 5>, attn_launch_nc<T, 6>,
+                                          attn_launch_nc<T, 7>, attn_launch_nc<T, 8>};
+    const int nc = (RP + 127) / 128; // 128-value chunks per row
+    if (nc < 1 || nc > 8)
         return TY_EINVAL;
-    }
+    return by_nc[nc - 1](out, q, k_pool, v_pool, r, pos, n_rows, H, R, RP, B, scale, st);
 }
 
 // Shape checks shared by both entry points: one kv head of (R + P) / 2 per pool row.

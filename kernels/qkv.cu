@@ -87,20 +87,9 @@ __global__ void qkv_kernel(float *q_out, T *k_pool, T *v_pool, const float *qkv,
     float *qdst = q_out + ((size_t)t * p.n_heads + h) * hd;
     T *kdst = is_q ? nullptr : pool_row(k_pool, p, slot, h - p.n_heads);
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float theta = (float)pos[t];
-        for (int k = 0; k < i; k++)
-            theta = __fmul_rn(theta, p.theta_scale);
-        float ang = __fdiv_rn(theta, freq_div[i]), c, s;
-        if (yarn_mix) { // the CPU's ty__cpu_rope, product by product
-            const float mx = yarn_mix[i];
-            ang = __fadd_rn(__fmul_rn(__fmul_rn(p.yarn_freq_scale, ang), __fsub_rn(1.0f, mx)),
-                            __fmul_rn(ang, mx));
-            c = __fmul_rn(cosf(ang), p.yarn_mscale);
-            s = __fmul_rn(sinf(ang), p.yarn_mscale);
-        } else {
-            c = cosf(ang);
-            s = sinf(ang);
-        }
+        float c, s;
+        ty::rope_cos_sin(pos[t], i, p.theta_scale, freq_div, yarn_mix, p.yarn_freq_scale,
+                         p.yarn_mscale, c, s);
         const int a = p.neox ? i : 2 * i, b = p.neox ? i + half : 2 * i + 1;
         const float x0 = head[src_index(p, a)], x1 = head[src_index(p, b)];
         const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));

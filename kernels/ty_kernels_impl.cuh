@@ -60,6 +60,31 @@ __device__ __forceinline__ float warp_max(float v)
 
 static inline unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 
+// cos and sin of rope pair i at position pos as the CPU backend's ty__cpu_rope computes them,
+// product by product (no FMA contraction): theta_0 = pos, theta_{k+1} = theta_k * theta_scale
+// in f32, angle = theta_i / freq_div[i]; with a YaRN mix table (else NULL) the angle becomes
+// (freq_scale * angle) * (1 - mix[i]) + angle * mix[i] and cos/sin are scaled by mscale.
+__device__ __forceinline__ void rope_cos_sin(int pos, int i, float theta_scale,
+                                             const float *freq_div, const float *yarn_mix,
+                                             float yarn_freq_scale, float yarn_mscale, float &c,
+                                             float &s)
+{
+    float theta = (float)pos;
+    for (int k = 0; k < i; k++)
+        theta = __fmul_rn(theta, theta_scale);
+    float ang = __fdiv_rn(theta, freq_div[i]);
+    if (yarn_mix) {
+        const float mx = yarn_mix[i];
+        ang = __fadd_rn(__fmul_rn(__fmul_rn(yarn_freq_scale, ang), __fsub_rn(1.0f, mx)),
+                        __fmul_rn(ang, mx));
+        c = __fmul_rn(cosf(ang), yarn_mscale);
+        s = __fmul_rn(sinf(ang), yarn_mscale);
+    } else {
+        c = cosf(ang);
+        s = sinf(ang);
+    }
+}
+
 } // namespace ty
 
 // Instantiates a dtype switch: calls F<T>(args...) for the runtime type `dt`.
