@@ -56,6 +56,18 @@ __device__ __forceinline__ const T *kv_row(const T *pool, const int32_t *table, 
     return pool + (((size_t)page * n_kv + kh) * page_tokens + off) * hd;
 }
 
+// The block table of row `row` of a forward's q block (ty_cuda_attn_rows): decode rows first,
+// then the prefill chunk whose rows hold it.
+__device__ __forceinline__ const int32_t *row_table(const ty_cuda_attn_rows &r, int row)
+{
+    if (row < r.n_decode)
+        return r.decode_tables + (size_t)row * r.decode_max_pages;
+    int c = 0;
+    while (c + 1 < r.n_chunks && row >= r.chunk_q_starts[c + 1])
+        c++;
+    return r.chunk_tables + (size_t)c * r.chunk_max_pages;
+}
+
 } // namespace ty
 
 static inline int ty__attn_check(const ty_cuda_kv_layout *l, const ty_cuda_attn_shape *s)

@@ -38,15 +38,7 @@ __global__ void sink_kernel(float *out, const float *q, const T *k_pool, const f
     for (int i = lane; i < hd; i += 32)
         qs[i] = q[off + i];
     __syncwarp();
-    const int32_t *tab;
-    if (row < r.n_decode) {
-        tab = r.decode_tables + (size_t)row * r.decode_max_pages;
-    } else {
-        int c = 0;
-        while (c + 1 < r.n_chunks && row >= r.chunk_q_starts[c + 1])
-            c++;
-        tab = r.chunk_tables + (size_t)c * r.chunk_max_pages;
-    }
+    const int32_t *tab = ty::row_table(r, row);
     const int p = pos[row], kvh = h / (n_heads / n_kv);
     const int first = window > 0 && p >= window ? p - window + 1 : 0;
     float m = -INFINITY, l = 0.0f;

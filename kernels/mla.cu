@@ -145,15 +145,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
         const int hq = i / W, e = i % W;
         qs[i] = h0 + hq < H && e < RP ? q[((size_t)row * H + h0 + hq) * RP + e] : 0.0f;
     }
-    const int32_t *tab;
-    if (row < r.n_decode) {
-        tab = r.decode_tables + (size_t)row * r.decode_max_pages;
-    } else {
-        int c = 0;
-        while (c + 1 < r.n_chunks && row >= r.chunk_q_starts[c + 1])
-            c++;
-        tab = r.chunk_tables + (size_t)c * r.chunk_max_pages;
-    }
+    const int32_t *tab = ty::row_table(r, row);
     const int last = pos[row]; // keys 0 .. last (no window)
     __syncthreads();
 
