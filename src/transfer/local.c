@@ -270,8 +270,11 @@ static int map_add(struct map_list *next, struct map_list *old, const struct ty_
             return 0;
         }
     }
-    /* MAP_POPULATE: fault the peer's pages in now, not during the first transfers */
-    void *ptr = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    /* No MAP_POPULATE: it would allocate and zero every page the peer has not touched yet (a
+     * decode node's whole KV cache, gigabytes) in this open, which holds the engine's open lock
+     * and outlasted a request's KV deadline on a loaded host. Pages are faulted in by the copies
+     * that reach them; a page the peer already holds costs a minor fault once. */
+    void *ptr = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (ptr == MAP_FAILED)
         return ty_errno();
     map_insert(next, (struct local_map){h->addr, len, ptr});
