@@ -489,6 +489,10 @@ static int parse_args(struct bench *b, int argc, char **argv)
 
 static int run_bench(int argc, char **argv)
 {
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        usage(stdout);
+        return TY_CLI_EXIT_OK;
+    }
     if (argc < 2 || strcmp(argv[1], "serve")) {
         usage(stderr);
         return TY_CLI_EXIT_USAGE;

@@ -15,9 +15,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static void usage(void)
+static void usage(FILE *f)
 {
-    fprintf(stderr,
+    fprintf(f,
             "usage: tycho status [--url http://127.0.0.1:8000] [--api-key KEY] [--json]\n"
             "         [--timeout-ms N]\n"
             "Show a running tycho-conductor's (or tycho serve's) state: requests in flight, the\n"
@@ -242,13 +242,13 @@ static int run_status(int argc, char **argv)
                 return TY_CLI_EXIT_USAGE;
             }
             break;
-        case 'h': usage(); return TY_CLI_EXIT_OK;
-        default: usage(); return TY_CLI_EXIT_USAGE;
+        case 'h': usage(stdout); return TY_CLI_EXIT_OK;
+        default: usage(stderr); return TY_CLI_EXIT_USAGE;
         }
     }
     char host[256], port[16], why[512];
     if (optind < argc || parse_url(url, host, sizeof(host), port, sizeof(port))) {
-        usage();
+        usage(stderr);
         return TY_CLI_EXIT_USAGE;
     }
     if (key && !key[0])

@@ -26,9 +26,9 @@ static uint64_t parse_size(const char *s)
     return (uint64_t)(v * (double)m);
 }
 
-static void usage(void)
+static void usage(FILE *f)
 {
-    fprintf(stderr, "usage: tycho store-bench [--master=HOST:PORT] [--sizes=64K,256K,1M,4M] "
+    fprintf(f, "usage: tycho store-bench [--master=HOST:PORT] [--sizes=64K,256K,1M,4M] "
                     "[--clients=N]\n"
                     "       [--batch=8] [--reps=3] [--bytes=256M] [--dram=1G] [--transport=auto|tcp|local] "
                     "[--listen-host=ADDR]\n"
@@ -124,12 +124,12 @@ static int run_store_bench(int argc, char **argv)
     int ch;
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         if (ch == 'h') {
-            usage();
+            usage(stdout);
             return TY_CLI_EXIT_OK;
         }
         if (ch == 's' ? parse_sizes(&o, optarg) != 0 : parse_opt(&o, ch, optarg) != 0) {
             fprintf(stderr, "store-bench: bad option or value\n");
-            usage();
+            usage(stderr);
             return TY_CLI_EXIT_USAGE;
         }
     }

@@ -11,9 +11,9 @@
 #include <getopt.h>
 #include <stdio.h>
 
-static void usage(void)
+static void usage(FILE *f)
 {
-    fprintf(stderr, "usage: tycho store-stats --master=HOST:PORT[,HOST:PORT...] [--json] "
+    fprintf(f, "usage: tycho store-stats --master=HOST:PORT[,HOST:PORT...] [--json] "
                     "[--timeout-ms=N]\n"
                     "Print the KV pool master's counters: committed blocks, uncommitted puts, "
                     "live pool nodes,\nDRAM capacity and use, evictions, SSD offloads, expired "
@@ -44,15 +44,15 @@ static int run_store_stats(int argc, char **argv)
             }
             break;
         case 'h':
-            usage();
+            usage(stdout);
             return TY_CLI_EXIT_OK;
         default:
-            usage();
+            usage(stderr);
             return TY_CLI_EXIT_USAGE;
         }
     }
     if (!master || optind < argc) {
-        usage();
+        usage(stderr);
         return TY_CLI_EXIT_USAGE;
     }
     ty_log_set_level(TY_LOG_LEVEL_WARN); /* the client's engine start-up is not news here */

@@ -2,10 +2,17 @@
 #include "cli.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static int run_version(int argc, char **argv)
 {
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("usage: tycho version   (the same as tycho --version)\n");
+        return TY_CLI_EXIT_OK;
+    }
     printf("tycho %s (%s)\n", TY_VERSION, TY_GIT_REV);
+    printf("  cuda: %s\n", TY_BUILD_CUDA ? "built" : "not built");
+    printf("  build: %s\n", TY_BUILD_TYPE);
     return TY_CLI_EXIT_OK;
 }
 

@@ -5,13 +5,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static void print_version(void)
-{
-    printf("tycho %s (%s)\n", TY_VERSION, TY_GIT_REV);
-    printf("  cuda: %s\n", TY_BUILD_CUDA ? "built" : "not built");
-    printf("  build: %s\n", TY_BUILD_TYPE);
-}
-
 static void print_help(FILE *f)
 {
     fprintf(f, "usage: tycho [--version] [--help] <command> [args]\n\n"
@@ -28,9 +21,9 @@ int main(int argc, char **argv)
         return TY_CLI_EXIT_USAGE;
     }
     const char *cmd = argv[1];
-    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0 || strcmp(cmd, "version") == 0) {
-        print_version();
-        return TY_CLI_EXIT_OK;
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0) {
+        char *args[] = {"version", NULL};
+        return ty_cli_cmd_version.run(1, args);
     }
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         print_help(stdout);
