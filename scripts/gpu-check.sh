@@ -161,6 +161,9 @@ if [ "$ONLY" != tests ]; then
     else
         row "bench_gpu_decode (1B model)" skipped "no model: $VOCAB or tycho missing"
     fi
+    # KV handoff between two processes on this GPU: CUDA IPC vs a device copy, tcp staging vs
+    # iperf3 (issue 22)
+    bench handoff bash "$SRC/bench/gpu/handoff.sh" "$BIN/tycho" 3
     # Where a batch-64 decode step of the 1B model spends its device time: Nsight Compute's
     # duration of each kernel launched after the prefill, summed by kernel name.
     if [ "${GPU_CHECK_PROFILE:-0}" = 1 ] && command -v ncu >/dev/null && [ -f "$MODEL1B" ]; then
@@ -180,6 +183,10 @@ for L in 1024 4096; do
     p=$(get prefill_attn_b4_L${L}_tflops); t=$(get sdpa_prefill_b4_L${L}_tflops)
     [ -n "$p" ] && [ -n "$t" ] && row "prefill attn / SDPA at 4 x $L" \
         "$(awk -v p="$p" -v t="$t" 'BEGIN{printf "%.2f", p/t}')" "$p vs $t TFLOP/s"
+done
+for k in handoff_cuda_ipc_1m_vs_d2d handoff_cuda_ipc_64k_vs_d2d handoff_tcp_staging_vs_iperf3; do
+    r=$(get $k)
+    [ -n "$r" ] && row "target: $k >= 0.8" "$(awk -v r="$r" 'BEGIN{print (r>=0.8)?"met":"MISSED"}')" "ratio $r"
 done
 p=$(get prefill_attn_b4_L2048_tflops); t=$(get sdpa_prefill_b4_L2048_tflops)
 [ -n "$p" ] && [ -n "$t" ] && row "target: prefill attn >= 0.50 x SDPA" \

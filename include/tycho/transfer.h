@@ -90,7 +90,8 @@ struct ty_xfer_region_info {
     uint64_t addr; /* address in the owner's space: the `remote` of a request */
     uint64_t len;
     char location[16];
-    bool shared; /* memfd-backed: reachable by the local transport */
+    bool shared;   /* reachable by the local transport: memfd host memory, or cuda_ipc */
+    bool cuda_ipc; /* device memory a same-host peer opens by CUDA IPC */
 };
 
 /* Open the segment `name` ("host:port" in handshake mode; any name in etcd mode). Opening the
@@ -102,7 +103,8 @@ int ty_xfer_segment_open(ty_xfer_engine_t *e, const char *name, ty_xfer_segment_
 /* Drop one open of seg; the last one fails its pending tasks and frees it. Returns 0. */
 int ty_xfer_segment_close(ty_xfer_engine_t *e, ty_xfer_segment_t *seg);
 
-/* Name of the transport serving seg: "tcp", "local" or "rdma" (static string). */
+/* Name of the transport serving seg: "tcp", "local", "cuda_ipc" (the local transport to a peer
+ * with device regions) or "rdma" (static string). */
 const char *ty_xfer_segment_transport(const ty_xfer_segment_t *seg);
 
 /* Copy up to `cap` of the segment's regions (as last learned) to out; *n gets the total count. */

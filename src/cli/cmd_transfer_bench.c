@@ -2,6 +2,9 @@
  * Mooncake's transfer_engine_bench. A target process registers a buffer and serves; an
  * initiator process moves batches of blocks to or from it and prints GB/s and batch latency
  * percentiles (or JSON). `--role memcpy` measures a plain memcpy of the same sizes as baseline.
+ * `--location cuda:N` (CUDA builds) puts every buffer in device memory: the target's is then
+ * reached over tcp through pinned staging or, on one host, by CUDA IPC (`--transport local`),
+ * and the baseline is cudaMemcpyAsync device to device.
  */
 #include "cli.h"
 
@@ -19,9 +22,14 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#if TY_BUILD_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 struct bench_opts {
     const char *role, *target, *listen, *transport;
+    const char *location; /* "cpu" or "cuda:N" */
+    int device;           /* N of cuda:N; -1: host memory */
     bool write, json, checksum;
     uint64_t block, buffer_mb;
     uint32_t batch, threads, conns;
@@ -48,15 +56,84 @@ static void on_signal(int sig)
     g_stop = 1;
 }
 
-static void usage(void)
+static void usage(FILE *f)
 {
-    fprintf(stderr,
+    fprintf(f,
             "usage: tycho transfer-bench --role target [--listen HOST:PORT] [--buffer-mb N]\n"
             "       tycho transfer-bench --role initiator --target HOST:PORT\n"
             "            [--transport tcp|local|rdma] [--op read|write] [--block-size BYTES] "
             "[--batch-size N] [--threads N]\n"
             "            [--duration S] [--conns N] [--checksum] [--json]\n"
-            "       tycho transfer-bench --role memcpy [same sizing options]   (baseline)\n");
+            "       tycho transfer-bench --role memcpy [same sizing options]   (baseline)\n"
+            "every role: [--location cpu|cuda:N] (where the buffers live; cuda in CUDA builds)\n");
+}
+
+/* ---- buffers at --location -------------------------------------------------------------- */
+
+/* len bytes filled with `byte`: host memory from malloc, or device memory on o->device. */
+static void *buf_alloc(const struct bench_opts *o, size_t len, int byte)
+{
+    if (o->device < 0) {
+        void *p = malloc(len);
+        if (p)
+            memset(p, byte, len);
+        return p;
+    }
+#if TY_BUILD_CUDA
+    void *p = NULL;
+    if (cudaSetDevice(o->device) != cudaSuccess || cudaMalloc(&p, len) != cudaSuccess ||
+        cudaMemset(p, byte, len) != cudaSuccess) {
+        fprintf(stderr, "transfer-bench: %zu bytes on cuda:%d: %s\n", len, o->device,
+                cudaGetErrorString(cudaGetLastError()));
+        if (p)
+            cudaFree(p);
+        return NULL;
+    }
+    return p;
+#else
+    return NULL;
+#endif
+}
+
+static void buf_free(const struct bench_opts *o, void *p)
+{
+    if (o->device < 0)
+        free(p);
+#if TY_BUILD_CUDA
+    else if (p)
+        cudaFree(p);
+#endif
+}
+
+/* A buffer registered with e at --location (host memory: shared memfd pages, so the local
+ * transport reaches it). */
+static int buf_register(const struct bench_opts *o, ty_xfer_engine_t *e, size_t len, int byte,
+                        void **out)
+{
+    if (o->device < 0) {
+        int rc = ty_xfer_mem_alloc(e, len, out);
+        if (rc == 0)
+            memset(*out, byte, len); /* fault pages in, as the memcpy baseline does */
+        return rc;
+    }
+    if (!(*out = buf_alloc(o, len, byte)))
+        return TY_ENOMEM;
+    int rc = ty_xfer_mem_register(e, *out, len, o->location);
+    if (rc) {
+        buf_free(o, *out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+static void buf_unregister(const struct bench_opts *o, ty_xfer_engine_t *e, void *p)
+{
+    if (o->device < 0) {
+        ty_xfer_mem_release(e, p);
+    } else {
+        ty_xfer_mem_unregister(e, p);
+        buf_free(o, p);
+    }
 }
 
 static int parse(int argc, char **argv, struct bench_opts *o)
@@ -66,7 +143,8 @@ static int parse(int argc, char **argv, struct bench_opts *o)
         {"transport", 1, 0, 'T'},  {"op", 1, 0, 'o'},       {"block-size", 1, 0, 'b'},
         {"batch-size", 1, 0, 'B'}, {"threads", 1, 0, 'j'},  {"duration", 1, 0, 'd'},
         {"json", 0, 0, 'J'},       {"checksum", 0, 0, 'c'}, {"conns", 1, 0, 'C'},
-        {"buffer-mb", 1, 0, 'm'},  {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
+        {"buffer-mb", 1, 0, 'm'},  {"location", 1, 0, 'L'}, {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
     *o = (struct bench_opts){.role = "initiator",
                              .transport = "tcp",
                              .write = true,
@@ -75,7 +153,9 @@ static int parse(int argc, char **argv, struct bench_opts *o)
                              .threads = 1,
                              .duration = 5,
                              .buffer_mb = 1024,
-                             .listen = "127.0.0.1:0"};
+                             .listen = "127.0.0.1:0",
+                             .location = "cpu",
+                             .device = -1};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -121,6 +201,27 @@ static int parse(int argc, char **argv, struct bench_opts *o)
         case 'm':
             o->buffer_mb = strtoull(optarg, NULL, 0);
             break;
+        case 'L': {
+            char *end;
+            o->location = optarg;
+            if (strcmp(optarg, "cpu") == 0 || strcmp(optarg, "cpu:0") == 0) {
+                o->device = -1;
+                break;
+            }
+            if (strncmp(optarg, "cuda:", 5) != 0)
+                return TY_EINVAL;
+            long d = strtol(optarg + 5, &end, 10);
+            if (end == optarg + 5 || *end || d < 0 || d > 255)
+                return TY_EINVAL;
+            if (!TY_BUILD_CUDA) {
+                fprintf(stderr, "transfer-bench: --location %s: this build has no CUDA\n", optarg);
+                return TY_EINVAL;
+            }
+            o->device = (int)d;
+            break;
+        }
+        case 'h':
+            return 1;
         default:
             return TY_EINVAL;
         }
@@ -144,20 +245,20 @@ static int run_target(const struct bench_opts *o)
     ty_xfer_engine_t *e;
     void *buf;
     int rc = ty_xfer_engine_new(&e, &eo);
-    if (rc == 0 && (rc = ty_xfer_mem_alloc(e, o->buffer_mb << 20, &buf)) != 0)
+    if (rc == 0 && (rc = buf_register(o, e, o->buffer_mb << 20, 1, &buf)) != 0)
         ty_xfer_engine_free(e);
     if (rc) {
         fprintf(stderr, "transfer-bench: target: %s\n", ty_strerror(rc));
         return TY_CLI_EXIT_FAIL;
     }
-    memset(buf, 1, o->buffer_mb << 20); /* fault pages in, as the memcpy baseline does */
-    printf("segment %s buffer 0x%" PRIxPTR " size %" PRIu64 "\n", ty_xfer_engine_name(e),
-           (uintptr_t)buf, o->buffer_mb << 20);
+    printf("segment %s buffer 0x%" PRIxPTR " size %" PRIu64 " location %s\n",
+           ty_xfer_engine_name(e), (uintptr_t)buf, o->buffer_mb << 20, o->location);
     fflush(stdout);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     while (!g_stop) /* serve until SIGINT / SIGTERM */
         ty_sleep_ns(50 * TY_NS_PER_MS);
+    buf_unregister(o, e, buf);
     ty_xfer_engine_free(e);
     return TY_CLI_EXIT_OK;
 }
@@ -192,6 +293,10 @@ static void *xfer_thread(void *arg)
     const struct bench_opts *o = t->o;
     uint64_t span = o->block * o->batch, slots = t->remote_len / span;
     struct ty_xfer_request *reqs = calloc(o->batch, sizeof(*reqs));
+#if TY_BUILD_CUDA
+    if (o->device >= 0) /* the local transport's copy queue is made on this thread's device */
+        cudaSetDevice(o->device);
+#endif
     uint64_t end = ty_clock_ns() + (uint64_t)(o->duration * 1e9);
     for (uint64_t iter = 0; !g_stop && ty_clock_ns() < end; iter++) {
         uint64_t base = t->remote + ((t->index + iter * o->threads) % slots) * span;
@@ -209,25 +314,59 @@ static void *xfer_thread(void *arg)
     return NULL;
 }
 
+/* One batch of the baseline: host memcpy, or on a device cudaMemcpyAsync of each block on the
+ * thread's stream and one synchronize (what the transfer engine's batch wait stands for). */
+static int baseline_batch(struct bench_thread *t, uint8_t *base, void *stream)
+{
+    const struct bench_opts *o = t->o;
+    for (uint32_t i = 0; i < o->batch; i++) {
+        uint8_t *dst = o->write ? base + i * o->block : t->local + i * o->block;
+        const uint8_t *src = o->write ? t->local + i * o->block : base + i * o->block;
+        if (o->device < 0) {
+            memcpy(dst, src, o->block);
+            continue;
+        }
+#if TY_BUILD_CUDA
+        if (cudaMemcpyAsync(dst, src, o->block, cudaMemcpyDefault, stream) != cudaSuccess)
+            return TY_ECUDA;
+#endif
+    }
+#if TY_BUILD_CUDA
+    if (o->device >= 0 && cudaStreamSynchronize(stream) != cudaSuccess)
+        return TY_ECUDA;
+#endif
+    (void)stream;
+    return 0;
+}
+
 static void *memcpy_thread(void *arg)
 {
     struct bench_thread *t = arg;
     const struct bench_opts *o = t->o;
     uint64_t span = o->block * o->batch, slots = t->remote_len / span;
     uint8_t *remote = (uint8_t *)(uintptr_t)t->remote;
+    void *stream = NULL;
+#if TY_BUILD_CUDA
+    if (o->device >= 0 && (cudaSetDevice(o->device) != cudaSuccess ||
+                           cudaStreamCreateWithFlags((cudaStream_t *)&stream,
+                                                     cudaStreamNonBlocking) != cudaSuccess)) {
+        t->err = TY_ECUDA;
+        return NULL;
+    }
+#endif
     uint64_t end = ty_clock_ns() + (uint64_t)(o->duration * 1e9);
     for (uint64_t iter = 0; !g_stop && ty_clock_ns() < end; iter++) {
         uint8_t *base = remote + ((t->index + iter * o->threads) % slots) * span;
         uint64_t t0 = ty_clock_ns();
-        for (uint32_t i = 0; i < o->batch; i++) {
-            if (o->write)
-                memcpy(base + i * o->block, t->local + i * o->block, o->block);
-            else
-                memcpy(t->local + i * o->block, base + i * o->block, o->block);
-        }
+        if ((t->err = baseline_batch(t, base, stream)) != 0)
+            break;
         lat_push(t, (double)(ty_clock_ns() - t0) / 1e6);
         t->bytes += span;
     }
+#if TY_BUILD_CUDA
+    if (stream)
+        cudaStreamDestroy((cudaStream_t)stream);
+#endif
     return NULL;
 }
 
@@ -253,17 +392,17 @@ static void report(const struct bench_opts *o, struct bench_thread *th, double s
     double gbps = (double)bytes / 1e9 / secs;
     const char *tr = strcmp(o->role, "memcpy") == 0 ? "memcpy" : o->transport;
     if (o->json)
-        printf("{\"transport\":\"%s\",\"op\":\"%s\",\"block_size\":%" PRIu64 ",\"batch_size\":%u,"
-               "\"threads\":%u,\"seconds\":%.3f,\"bytes\":%" PRIu64 ",\"gb_per_s\":%.3f,"
-               "\"batches\":%zu,\"lat_ms\":{\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f,"
-               "\"max\":%.3f}}\n",
-               tr, o->write ? "write" : "read", o->block, o->batch, o->threads, secs, bytes, gbps,
-               n, PCT(0.5), PCT(0.9), PCT(0.99), PCT(1.0));
+        printf("{\"transport\":\"%s\",\"location\":\"%s\",\"op\":\"%s\",\"block_size\":%" PRIu64
+               ",\"batch_size\":%u,\"threads\":%u,\"seconds\":%.3f,\"bytes\":%" PRIu64
+               ",\"gb_per_s\":%.3f,\"batches\":%zu,\"lat_ms\":{\"p50\":%.3f,\"p90\":%.3f,"
+               "\"p99\":%.3f,\"max\":%.3f}}\n",
+               tr, o->location, o->write ? "write" : "read", o->block, o->batch, o->threads, secs,
+               bytes, gbps, n, PCT(0.5), PCT(0.9), PCT(0.99), PCT(1.0));
     else
-        printf("%s %s: block %" PRIu64 " B x batch %u x %u threads, %.2f s: %.3f GB/s; batch "
-               "latency ms p50 %.3f p90 %.3f p99 %.3f max %.3f (%zu batches)\n",
-               tr, o->write ? "write" : "read", o->block, o->batch, o->threads, secs, gbps,
-               PCT(0.5), PCT(0.9), PCT(0.99), PCT(1.0), n);
+        printf("%s %s (%s): block %" PRIu64 " B x batch %u x %u threads, %.2f s: %.3f GB/s; "
+               "batch latency ms p50 %.3f p90 %.3f p99 %.3f max %.3f (%zu batches)\n",
+               tr, o->write ? "write" : "read", o->location, o->block, o->batch, o->threads, secs,
+               gbps, PCT(0.5), PCT(0.9), PCT(0.99), PCT(1.0), n);
 #undef PCT
     free(all);
 }
@@ -293,15 +432,23 @@ static int run_transfers(const struct bench_opts *o)
     ty_xfer_segment_t *seg = NULL;
     struct ty_xfer_region_info reg = {0};
     int rc = 0;
+    void *baseline_buf = NULL;
     if (baseline) {
         reg.len = o->buffer_mb << 20;
-        void *p = mmap(NULL, reg.len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED)
+        if (o->device < 0) {
+            void *p = mmap(NULL, reg.len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
+                           0);
+            if (p == MAP_FAILED)
+                return TY_CLI_EXIT_FAIL;
+            memset(p, 1, reg.len);
+            reg.addr = (uintptr_t)p;
+        } else if ((baseline_buf = buf_alloc(o, reg.len, 1)) != NULL) {
+            reg.addr = (uintptr_t)baseline_buf;
+        } else {
             return TY_CLI_EXIT_FAIL;
-        memset(p, 1, reg.len);
-        reg.addr = (uintptr_t)p;
+        }
     } else if (!o->target) {
-        usage();
+        usage(stderr);
         return TY_CLI_EXIT_USAGE;
     } else if ((rc = setup_initiator(o, &e, &seg, &reg)) != 0) {
         fprintf(stderr, "transfer-bench: %s: %s\n", o->target, ty_strerror(rc));
@@ -313,11 +460,9 @@ static int run_transfers(const struct bench_opts *o)
     for (uint32_t i = 0; i < o->threads && rc == 0; i++) {
         th[i] = (struct bench_thread){o, e, seg, NULL, reg.addr, reg.len, i, 0, NULL, 0, 0, 0};
         if (e)
-            rc = ty_xfer_mem_alloc(e, span, (void **)&th[i].local);
+            rc = buf_register(o, e, span, 7, (void **)&th[i].local);
         else
-            rc = (th[i].local = malloc(span)) ? 0 : TY_ENOMEM;
-        if (th[i].local)
-            memset(th[i].local, 7, span);
+            rc = (th[i].local = buf_alloc(o, span, 7)) ? 0 : TY_ENOMEM;
     }
     if (rc) {
         fprintf(stderr, "transfer-bench: allocating %" PRIu64 " bytes: %s\n", span,
@@ -340,9 +485,14 @@ static int run_transfers(const struct bench_opts *o)
         report(o, th, secs);
     for (uint32_t i = 0; i < o->threads; i++) {
         free(th[i].lat_ms);
-        if (!e)
-            free(th[i].local);
+        if (!th[i].local)
+            continue;
+        if (e)
+            buf_unregister(o, e, th[i].local);
+        else
+            buf_free(o, th[i].local);
     }
+    buf_free(o, baseline_buf);
     free(th);
     free(tids);
     if (seg)
@@ -354,16 +504,17 @@ static int run_transfers(const struct bench_opts *o)
 static int run_transfer_bench(int argc, char **argv)
 {
     struct bench_opts o;
-    if (parse(argc, argv, &o) != 0) {
-        usage();
-        return TY_CLI_EXIT_USAGE;
+    int rc = parse(argc, argv, &o);
+    if (rc) {
+        usage(rc > 0 ? stdout : stderr);
+        return rc > 0 ? TY_CLI_EXIT_OK : TY_CLI_EXIT_USAGE;
     }
     signal(SIGPIPE, SIG_IGN);
     if (strcmp(o.role, "target") == 0)
         return run_target(&o);
     if (strcmp(o.role, "initiator") == 0 || strcmp(o.role, "memcpy") == 0)
         return run_transfers(&o);
-    usage();
+    usage(stderr);
     return TY_CLI_EXIT_USAGE;
 }
 

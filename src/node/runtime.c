@@ -79,8 +79,9 @@ static int start_transfer(struct node *s)
                 s->cfg.listen_host, s->cfg.transfer_port, ty_strerror(rc));
     }
     s->n_xports = 0;
-    if (!strcmp(xport, "auto") || !strcmp(xport, "local"))
-        s->xports[s->n_xports++] = "local";
+    if (!strcmp(xport, "auto") || !strcmp(xport, "local")) /* device pages: by CUDA IPC */
+        s->xports[s->n_xports++] =
+            !strcmp(ty_engine_backend_names[s->cfg.backend], "cuda") ? "cuda_ipc" : "local";
     if (!strcmp(xport, "auto") || !strcmp(xport, "tcp"))
         s->xports[s->n_xports++] = "tcp";
     if (!strcmp(xport, "rdma") || (!strcmp(xport, "auto") && ty_xfer_rdma_available()))

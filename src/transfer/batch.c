@@ -93,9 +93,6 @@ static int validate(ty_xfer_engine_t *e, const struct ty_xfer_request *r, bool *
         return TY_EOUTOFRANGE;
     *cuda = reg->loc_kind == TY__XFER_LOC_CUDA;
     ty__xfer_regions_unlock(e);
-    if (*cuda && r->segment->iface == &ty__xfer_local_iface)
-        return TY_ENOTSUP; /* local memcpy of device memory: not supported (tcp stages it, rdma
-                            * needs the NIC to have registered it: GPUDirect) */
     return 0;
 }
 
@@ -138,6 +135,10 @@ int ty_xfer_batch_submit(ty_xfer_batch_t *b, const struct ty_xfer_request *reqs,
             ty__xfer_task_start(t, 1);
             ty__xfer_slice_done(t, 0, rc);
         }
+        /* a segment's run of tasks ends: let go what its transport holds back (device copies
+         * of the local transport complete together) */
+        if (s->iface->flush && (i + 1 == n || reqs[i + 1].segment != s))
+            s->iface->flush(s->context);
     }
     return 0;
 }

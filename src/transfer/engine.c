@@ -416,7 +416,7 @@ void ty_xfer_engine_stats(ty_xfer_engine_t *e, struct ty_xfer_stats *out)
     for (struct ty_xfer_segment *s = e->segments; s; s = s->next) {
         if (s->iface == &ty__xfer_tcp_iface)
             out->segments_tcp++;
-        else if (s->iface == &ty__xfer_local_iface)
+        else if (s->iface == &ty__xfer_local_iface || s->iface == &ty__xfer_local_ipc_iface)
             out->segments_local++;
         else
             out->segments_rdma++;

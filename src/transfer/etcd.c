@@ -3,7 +3,8 @@
  * /v3/lease/revoke for the lease the segment key is put under), over libcurl. One curl easy
  * handle per call, so the client is safe from any thread (the lease id is an atomic). The value is
  * a JSON object describing a segment:
- * {"name", "host", "port", "host_id", "unix", "regions": [{"addr", "len", "location", "shared"}]}.
+ * {"name", "host", "port", "host_id", "unix", "regions": [{"addr", "len", "location", "shared",
+ *  "cuda_ipc", "rkeys"}], "nics"}.
  */
 #include "xfer-impl.h"
 
@@ -113,9 +114,10 @@ char *ty__xfer_meta_to_json(const struct ty__xfer_hello *h, const char *host, ui
         json_t *rk = json_array();
         for (size_t k = 0; k < h->n_nics; k++)
             json_array_append_new(rk, json_integer(h->rkeys[i * h->n_nics + k]));
-        json_array_append_new(regs, json_pack("{s:I,s:I,s:s,s:b,s:o}", "addr", (json_int_t)r->addr,
-                                              "len", (json_int_t)r->len, "location", r->location,
-                                              "shared", r->shared, "rkeys", rk));
+        json_array_append_new(regs, json_pack("{s:I,s:I,s:s,s:b,s:b,s:o}", "addr",
+                                              (json_int_t)r->addr, "len", (json_int_t)r->len,
+                                              "location", r->location, "shared", r->shared,
+                                              "cuda_ipc", r->cuda_ipc, "rkeys", rk));
     }
     json_t *o = json_pack("{s:s,s:s,s:i,s:s,s:s,s:o,s:o}", "name", h->name, "host", host, "port",
                           (int)port, "host_id", h->host_id, "unix", h->unix_name, "regions", regs,
@@ -220,6 +222,7 @@ static int meta_regions(json_t *arr, struct ty__xfer_hello *h)
         h->regions[i].addr = (uint64_t)json_integer_value(a);
         h->regions[i].len = (uint64_t)json_integer_value(l);
         h->regions[i].shared = json_is_true(json_object_get(r, "shared"));
+        h->regions[i].cuda_ipc = json_is_true(json_object_get(r, "cuda_ipc"));
     }
     return 0;
 }

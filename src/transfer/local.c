@@ -1,13 +1,16 @@
 /* Local transport: same process by memcpy against our own region table; same host, other
- * process through shared memory. A peer's memfd-backed regions come over its unix socket
- * (SOCK_SEQPACKET, abstract name from the hello) as SCM_RIGHTS, and are mapped here, so a task is
- * one memcpy in the submitting thread: the task is DONE when submit returns. Bounds are checked
- * against the mapped regions (nothing else is reachable); a task outside them first asks the peer
- * for its current regions again (regions registered after the open become reachable, released
- * ones are unmapped). The socket stays open for ordered notifications and as a liveness signal:
- * a hung-up peer fails new tasks with ECONNRESET. Threading: submit may run on many threads at
- * once (copies hold maps_lock for reading); the socket (notify, refresh) serializes on `mu`,
- * taken before maps_lock.
+ * process through shared memory or CUDA IPC. A peer's memfd-backed regions come over its unix
+ * socket (SOCK_SEQPACKET, abstract name from the hello) as SCM_RIGHTS, and are mapped here, so a
+ * host task is one memcpy in the submitting thread: the task is DONE when submit returns. Its
+ * device regions (cuda:N) come as CUDA IPC handles and are opened here; a task whose either side
+ * is device memory is a cudaMemcpyAsync on the peer's own stream (cuda.c's copy queue), and the
+ * tasks a batch queued complete together after their copies (flush). Bounds are checked against
+ * the mapped regions (nothing else is reachable); a task outside them first asks the peer for its
+ * current regions again (regions registered after the open become reachable, released ones are
+ * unmapped). The socket stays open for ordered notifications and as a liveness signal: a hung-up
+ * peer fails new tasks with ECONNRESET. Threading: submit may run on many threads at once
+ * (copies hold maps_lock for reading); the socket (notify, refresh) serializes on `mu`, taken
+ * before maps_lock; `qmu` (creating the copy queue) is taken last and nothing is taken under it.
  */
 #include "xfer-impl.h"
 
@@ -27,6 +30,7 @@ struct local_map {
     uint64_t remote;
     uint64_t len;
     uint8_t *ptr;
+    void *ipc_base; /* device memory: the opened CUDA IPC allocation (NULL: a memfd mapping) */
 };
 
 struct local_peer {
@@ -37,6 +41,8 @@ struct local_peer {
     pthread_rwlock_t maps_lock; /* guards n, maps; held for reading while copying */
     size_t n;
     struct local_map *maps; /* sorted by remote */
+    pthread_mutex_t qmu;    /* guards creating q */
+    struct ty__xfer_cuda_q *q; /* device copies (CUDA builds), made at the first one */
 };
 
 bool ty__xfer_shmem_thp(void)
@@ -172,6 +178,21 @@ static int msg_recv(int fd, struct ty__xfer_hdr *h, void *body, size_t cap, size
 
 /* ---- server side -------------------------------------------------------------------------- */
 
+static void put_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* Every region a peer can reach: memfds as FDS messages, device regions as CUDA_IPC. */
 static int serve_fds(ty_xfer_engine_t *e, int fd)
 {
     pthread_rwlock_rdlock(&e->regions_lock);
@@ -179,10 +200,19 @@ static int serve_fds(ty_xfer_engine_t *e, int fd)
     uint64_t count = 0;
     for (size_t i = 0; i < e->regions.n && rc == 0; i++) {
         const struct ty__xfer_region *r = &e->regions.v[i];
-        if (r->memfd < 0)
+        if (r->memfd >= 0) {
+            struct ty__xfer_hdr h = {.type = TY__XFER_MSG_FDS, .addr = r->addr, .seq = r->len};
+            rc = msg_send(fd, &h, NULL, 0, r->memfd);
+        } else if (r->ipc) {
+            uint8_t body[TY__XFER_IPC_HANDLE + 8];
+            memcpy(body, r->ipc_handle, TY__XFER_IPC_HANDLE);
+            put_le64(body + TY__XFER_IPC_HANDLE, r->ipc_offset);
+            struct ty__xfer_hdr h = {
+                .type = TY__XFER_MSG_CUDA_IPC, .addr = r->addr, .seq = r->len, .len = sizeof(body)};
+            rc = msg_send(fd, &h, body, sizeof(body), -1);
+        } else {
             continue;
-        struct ty__xfer_hdr h = {.type = TY__XFER_MSG_FDS, .addr = r->addr, .seq = r->len};
-        rc = msg_send(fd, &h, NULL, 0, r->memfd);
+        }
         count++;
     }
     pthread_rwlock_unlock(&e->regions_lock);
@@ -255,20 +285,43 @@ static void map_insert(struct map_list *l, struct local_map m)
     l->n++;
 }
 
-/* Add the region of one FDS message to `next`, reusing the mapping in `old` when it has the
- * same range (then marked taken by ptr = NULL in old). */
+/* Move the mapping of [addr, addr+len) from `old` to `next` when old has it (then marked taken
+ * by ptr = NULL in old). */
+static bool map_reuse(struct map_list *next, struct map_list *old, uint64_t addr, uint64_t len)
+{
+    for (size_t i = 0; i < old->n; i++) {
+        if (old->v[i].ptr && old->v[i].remote == addr && old->v[i].len == len) {
+            map_insert(next, old->v[i]);
+            old->v[i].ptr = NULL;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Add the region of one FDS message (fd >= 0) or CUDA_IPC message (handle and offset in body)
+ * to `next`, reusing the mapping in `old` when it has the same range. */
 static int map_add(struct map_list *next, struct map_list *old, const struct ty__xfer_hdr *h,
-                   int fd)
+                   int fd, const uint8_t *body)
 {
     uint64_t len = h->seq;
     if (len == 0 || h->addr + len < h->addr)
         return TY_EPROTO;
-    for (size_t i = 0; i < old->n; i++) {
-        if (old->v[i].ptr && old->v[i].remote == h->addr && old->v[i].len == len) {
-            map_insert(next, old->v[i]);
-            old->v[i].ptr = NULL;
-            return 0;
-        }
+    if (map_reuse(next, old, h->addr, len))
+        return 0;
+    if (fd < 0) {
+        uint64_t off = get_le64(body + TY__XFER_IPC_HANDLE); /* of the region in its allocation */
+#ifdef TY_XFER_HAVE_CUDA
+        void *base;
+        int rc = ty__xfer_cuda_ipc_open(body, &base);
+        if (rc)
+            return rc;
+        map_insert(next, (struct local_map){h->addr, len, (uint8_t *)base + off, base});
+        return 0;
+#else
+        (void)off;
+        return TY_ENOTSUP; /* device memory of a peer, and no CUDA in this build */
+#endif
     }
     /* No MAP_POPULATE: it would allocate and zero every page the peer has not touched yet (a
      * decode node's whole KV cache, gigabytes) in this open, which holds the engine's open lock
@@ -277,15 +330,26 @@ static int map_add(struct map_list *next, struct map_list *old, const struct ty_
     void *ptr = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (ptr == MAP_FAILED)
         return ty_errno();
-    map_insert(next, (struct local_map){h->addr, len, ptr});
+    map_insert(next, (struct local_map){h->addr, len, ptr, NULL});
     return 0;
+}
+
+static void map_drop(const struct local_map *m)
+{
+#ifdef TY_XFER_HAVE_CUDA
+    if (m->ipc_base) {
+        ty__xfer_cuda_ipc_close(m->ipc_base);
+        return;
+    }
+#endif
+    munmap(m->ptr, (size_t)m->len);
 }
 
 static void maps_unmap(struct map_list *l)
 {
     for (size_t i = 0; i < l->n; i++)
         if (l->v[i].ptr)
-            munmap(l->v[i].ptr, (size_t)l->v[i].len);
+            map_drop(&l->v[i]);
     free(l->v);
     l->v = NULL;
     l->n = 0;
@@ -298,10 +362,10 @@ static int maps_receive(struct local_peer *p, struct map_list *old, struct map_l
     struct ty__xfer_hdr h;
     int rc = 0;
     while (rc == 0) {
-        uint8_t body[8];
+        uint8_t body[TY__XFER_IPC_HANDLE + 8];
         size_t len;
         int fd;
-        if ((rc = msg_recv(p->fd, &h, body, 0, &len, &fd)) != 0)
+        if ((rc = msg_recv(p->fd, &h, body, sizeof(body), &len, &fd)) != 0)
             break;
         if (h.type == TY__XFER_MSG_ACK) {
             if (h.addr == next->n)
@@ -309,13 +373,17 @@ static int maps_receive(struct local_peer *p, struct map_list *old, struct map_l
             rc = TY_EPROTO;
             break;
         }
-        if (h.type != TY__XFER_MSG_FDS || fd < 0) {
+        if (h.type == TY__XFER_MSG_CUDA_IPC && fd < 0) {
+            rc = map_add(next, old, &h, -1, body);
+            continue;
+        }
+        if (h.type != TY__XFER_MSG_FDS || fd < 0 || len != 0) {
             if (fd >= 0)
                 close(fd);
             rc = TY_EPROTO;
             break;
         }
-        rc = map_add(next, old, &h, fd);
+        rc = map_add(next, old, &h, fd, NULL);
         close(fd);
     }
     /* give reused mappings back to old, unmap the new ones */
@@ -366,13 +434,17 @@ static int local_refresh(struct local_peer *p)
 
 static void local_free(struct local_peer *p)
 {
+#ifdef TY_XFER_HAVE_CUDA
+    ty__xfer_cuda_q_free(p->q); /* its copies land (and complete their tasks) first */
+#endif
     for (size_t i = 0; i < p->n; i++)
-        munmap(p->maps[i].ptr, (size_t)p->maps[i].len);
+        map_drop(&p->maps[i]);
     free(p->maps);
     if (p->fd >= 0)
         close(p->fd);
     pthread_rwlock_destroy(&p->maps_lock);
     pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->qmu);
     free(p);
 }
 
@@ -384,6 +456,7 @@ static struct local_peer *peer_alloc(ty_xfer_engine_t *e)
     p->e = e;
     p->fd = -1;
     pthread_mutex_init(&p->mu, NULL);
+    pthread_mutex_init(&p->qmu, NULL);
     pthread_rwlock_init(&p->maps_lock, NULL);
     return p;
 }
@@ -439,49 +512,85 @@ static const struct local_map *map_find(const struct local_peer *p, uint64_t add
     return addr + len <= m->remote + m->len ? m : NULL;
 }
 
-static void copy(const struct ty__xfer_slice_req *r, uint8_t *remote)
+/* Copy r's bytes to or from `remote`: memcpy between host memory (done on return), else a
+ * device copy queued on the peer's stream (*queued: the task completes at the flush). */
+static int copy(struct local_peer *p, const struct ty__xfer_slice_req *r, uint8_t *remote,
+                bool remote_dev, bool *queued)
 {
-    if (r->op == TY_XFER_OP_WRITE)
-        memcpy(remote, r->local, (size_t)r->len);
-    else
-        memcpy(r->local, remote, (size_t)r->len);
+    if (!remote_dev && !r->local_cuda) {
+        if (r->op == TY_XFER_OP_WRITE)
+            memcpy(remote, r->local, (size_t)r->len);
+        else
+            memcpy(r->local, remote, (size_t)r->len);
+        return 0;
+    }
+#ifdef TY_XFER_HAVE_CUDA
+    pthread_mutex_lock(&p->qmu);
+    int rc = p->q ? 0 : ty__xfer_cuda_q_new(&p->q);
+    pthread_mutex_unlock(&p->qmu);
+    if (rc == 0 && r->op == TY_XFER_OP_WRITE)
+        rc = ty__xfer_cuda_q_copy(p->q, remote, r->local, r->len, r->task);
+    else if (rc == 0)
+        rc = ty__xfer_cuda_q_copy(p->q, r->local, remote, r->len, r->task);
+    *queued = rc == 0;
+    return rc;
+#else
+    (void)p;
+    return TY_ENOTSUP; /* unreachable: device memory needs a CUDA build */
+#endif
 }
 
-static int copy_mapped(struct local_peer *p, const struct ty__xfer_slice_req *r)
+static int copy_mapped(struct local_peer *p, const struct ty__xfer_slice_req *r, bool *queued)
 {
     pthread_rwlock_rdlock(&p->maps_lock);
     const struct local_map *m = map_find(p, r->remote, r->len);
-    if (m)
-        copy(r, m->ptr + (r->remote - m->remote));
+    int rc = m ? copy(p, r, m->ptr + (r->remote - m->remote), m->ipc_base != NULL, queued)
+               : TY_EOUTOFRANGE;
     pthread_rwlock_unlock(&p->maps_lock);
-    return m ? 0 : TY_EOUTOFRANGE;
+    return rc;
 }
 
 static int local_submit(void *ctx, const struct ty__xfer_slice_req *r)
 {
     struct local_peer *p = ctx;
+    bool queued = false;
+    int rc;
     if (p->self) {
         const struct ty__xfer_region *reg = ty__xfer_regions_rdlock(p->e, r->remote, r->len);
-        if (!reg || reg->loc_kind != TY__XFER_LOC_CPU) { /* device memory: use tcp */
-            if (reg)
-                ty__xfer_regions_unlock(p->e);
-            return reg ? TY_ENOTSUP : TY_EOUTOFRANGE;
-        }
-        copy(r, (uint8_t *)(uintptr_t)r->remote);
+        if (!reg)
+            return TY_EOUTOFRANGE;
+        rc = copy(p, r, (uint8_t *)(uintptr_t)r->remote, reg->loc_kind == TY__XFER_LOC_CUDA,
+                  &queued);
         ty__xfer_regions_unlock(p->e);
     } else {
         struct pollfd pfd = {.fd = p->fd, .events = POLLRDHUP};
         if (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))
             return TY_ECONNRESET;
-        int rc = copy_mapped(p, r);
+        rc = copy_mapped(p, r, &queued);
         if (rc == TY_EOUTOFRANGE && local_refresh(p) == 0)
-            rc = copy_mapped(p, r); /* the peer may have registered it after our open */
-        if (rc)
-            return rc;
+            rc = copy_mapped(p, r, &queued); /* the peer may have registered it after our open */
     }
-    ty__xfer_task_start(r->task, 1);
-    ty__xfer_slice_done(r->task, r->len, 0);
+    if (rc)
+        return rc;
+    if (!queued) {
+        ty__xfer_task_start(r->task, 1);
+        ty__xfer_slice_done(r->task, r->len, 0);
+    }
     return 0;
+}
+
+static void local_flush(void *ctx)
+{
+#ifdef TY_XFER_HAVE_CUDA
+    struct local_peer *p = ctx;
+    pthread_mutex_lock(&p->qmu);
+    struct ty__xfer_cuda_q *q = p->q;
+    pthread_mutex_unlock(&p->qmu);
+    if (q)
+        ty__xfer_cuda_q_flush(q);
+#else
+    (void)ctx;
+#endif
 }
 
 static int local_notify(void *ctx, const void *msg, size_t len)
@@ -513,6 +622,16 @@ const struct ty__xfer_transport_i ty__xfer_local_iface = {
     .name = "local",
     .submit = local_submit,
     .notify = local_notify,
+    .flush = local_flush,
+    .tick = NULL,
+    .close = local_close,
+};
+
+const struct ty__xfer_transport_i ty__xfer_local_ipc_iface = {
+    .name = "cuda_ipc",
+    .submit = local_submit,
+    .notify = local_notify,
+    .flush = local_flush,
     .tick = NULL,
     .close = local_close,
 };

@@ -29,7 +29,8 @@ void ty__xfer_engine_hello(ty_xfer_engine_t *e, struct ty__xfer_hello *h)
         const struct ty__xfer_region *r = &e->regions.v[i];
         h->regions[i].addr = r->addr;
         h->regions[i].len = r->len;
-        h->regions[i].shared = r->memfd >= 0;
+        h->regions[i].shared = r->memfd >= 0 || r->ipc;
+        h->regions[i].cuda_ipc = r->ipc;
         snprintf(h->regions[i].location, sizeof(h->regions[i].location), "%s:%d",
                  r->loc_kind == TY__XFER_LOC_CUDA ? "cuda" : "cpu", r->loc_dev);
     }
@@ -74,6 +75,10 @@ static int mem_add(ty_xfer_engine_t *e, void *addr, size_t len, const char *loca
         TY_LOG_ERROR(TY_XFER_SUBSYS, "location '%s': this build has no CUDA", location);
         return TY_ENOTSUP;
     }
+#else
+    /* same-host peers reach it by CUDA IPC where the driver exports it; else only over tcp */
+    if (r.loc_kind == TY__XFER_LOC_CUDA)
+        r.ipc = ty__xfer_cuda_ipc_export(addr, len, r.ipc_handle, &r.ipc_offset) == 0;
 #endif
     int rc = ty__xfer_rdma_reg(e->rdma, &r); /* pins the pages on every NIC */
     if (rc)
@@ -194,12 +199,22 @@ static int seg_resolve(ty_xfer_engine_t *e, const char *name, char *host, size_t
     return rc;
 }
 
+/* Whether the local transport reaches every region of the peer: memfd host memory, and device
+ * memory by CUDA IPC where this process has a device to open it with. */
 static bool all_shared(const struct ty__xfer_hello *h)
 {
     for (size_t i = 0; i < h->n_regions; i++)
-        if (!h->regions[i].shared)
+        if (!h->regions[i].shared || (h->regions[i].cuda_ipc && !ty__xfer_cuda_ipc_usable()))
             return false;
     return h->n_regions > 0;
+}
+
+static bool any_ipc(const struct ty__xfer_hello *h)
+{
+    for (size_t i = 0; i < h->n_regions; i++)
+        if (h->regions[i].cuda_ipc)
+            return true;
+    return false;
 }
 
 /* Replace the tcp peer state in *ctx with the RDMA transport. Returns 0 or an error (tcp kept). */
@@ -227,13 +242,16 @@ static int seg_use_local(ty_xfer_engine_t *e, const char *name, const struct ty_
         return rc;
     ty__xfer_tcp_iface.close(*ctx);
     *ctx = lctx;
-    *iface = &ty__xfer_local_iface;
-    TY_LOG_INFO(TY_XFER_SUBSYS, "segment '%s' served by local (shared memory)", name);
+    bool ipc = any_ipc(h);
+    *iface = ipc ? &ty__xfer_local_ipc_iface : &ty__xfer_local_iface;
+    TY_LOG_INFO(TY_XFER_SUBSYS, "segment '%s' served by local (%s)", name,
+                ipc ? "CUDA IPC" : "shared memory");
     return 0;
 }
 
 /* Pick and open the transport for a connected tcp peer. On return iface and ctx serve it.
- * auto: local for a same-host peer whose regions are all shared memory, else rdma when both
+ * auto: local for a same-host peer whose regions are all shared (memfd host memory, or device
+ * memory this process can open by CUDA IPC), else rdma when both
  * sides have NICs that pair, else tcp; every fallback is logged as a warning. */
 static int seg_choose(ty_xfer_engine_t *e, const char *name, const char *host, uint16_t port,
                       const struct ty__xfer_hello *h, void **ctx,
@@ -247,7 +265,8 @@ static int seg_choose(ty_xfer_engine_t *e, const char *name, const char *host, u
         if (!same_host || !all_shared(h)) {
             TY_LOG_ERROR(TY_XFER_SUBSYS,
                          "segment '%s': local transport needs a same-host peer "
-                         "whose regions are all shared memory",
+                         "whose regions are all shared memory or CUDA IPC memory "
+                         "(and a CUDA device here for the latter)",
                          name);
             return TY_ENOTSUP;
         }
@@ -266,8 +285,8 @@ static int seg_choose(ty_xfer_engine_t *e, const char *name, const char *host, u
     if (is_auto && same_host && all_shared(h)) {
         if ((rc = seg_use_local(e, name, h, ctx, iface)) == 0)
             return 0;
-        TY_LOG_WARN(TY_XFER_SUBSYS, "segment '%s': shared memory unavailable (%s), using tcp", name,
-                    ty_strerror(rc));
+        TY_LOG_WARN(TY_XFER_SUBSYS, "segment '%s': %s unavailable (%s), using tcp", name,
+                    any_ipc(h) ? "CUDA IPC" : "shared memory", ty_strerror(rc));
     } else if (is_auto && ty__xfer_rdma_can_serve(e, h)) {
         if ((rc = seg_use_rdma(e, name, host, port, h, ctx, iface)) == 0)
             return 0;

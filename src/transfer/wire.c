@@ -192,7 +192,7 @@ int ty__xfer_hdr_decode(const uint8_t in[TY__XFER_HDR_SIZE], struct ty__xfer_hdr
     h->task_addr = get_u64(in + 48);
     h->task_len = get_u64(in + 56);
     if (h->magic != TY__XFER_MAGIC || h->type < TY__XFER_MSG_HELLO ||
-        h->type > TY__XFER_MSG_RDMA_CONNECT_REPLY)
+        h->type > TY__XFER_MSG_CUDA_IPC)
         return TY_EPROTO;
     if (h->status > 0 || h->status < -20000)
         return TY_EPROTO;
@@ -206,6 +206,8 @@ int ty__xfer_hdr_decode(const uint8_t in[TY__XFER_HDR_SIZE], struct ty__xfer_hdr
     case TY__XFER_MSG_HELLO_REPLY:
     case TY__XFER_MSG_FDS:
         return h->len <= (1u << 20) ? 0 : TY_EPROTO;
+    case TY__XFER_MSG_CUDA_IPC:
+        return h->len == TY__XFER_IPC_HANDLE + 8 ? 0 : TY_EPROTO;
     case TY__XFER_MSG_ACK:
         return 0;
     case TY__XFER_MSG_READ_RESP:
@@ -264,7 +266,7 @@ void ty__xfer_hello_encode(const struct ty__xfer_hello *h, uint8_t **out, size_t
         put_u64(p, r->addr);
         put_u64(p + 8, r->len);
         wbuf_str(&b, r->location);
-        *wbuf_grow(&b, 1) = r->shared ? 1 : 0;
+        *wbuf_grow(&b, 1) = r->cuda_ipc ? 2 : r->shared ? 1 : 0; /* 1 memfd, 2 CUDA IPC */
     }
     *wbuf_grow(&b, 1) = (uint8_t)h->n_nics;
     for (size_t i = 0; i < h->n_nics; i++) {
@@ -368,9 +370,10 @@ int ty__xfer_hello_decode(const uint8_t *buf, size_t len, struct ty__xfer_hello 
         if (rbuf_str(&b, regs[i].location, sizeof(regs[i].location)) || b.n - b.off < 1)
             goto err_free;
         uint8_t shared = b.p[b.off++];
-        if (shared > 1)
+        if (shared > 2)
             goto err_free;
-        regs[i].shared = shared == 1;
+        regs[i].shared = shared != 0;
+        regs[i].cuda_ipc = shared == 2;
     }
     h->regions = regs;
     h->n_regions = n;

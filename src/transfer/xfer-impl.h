@@ -24,6 +24,7 @@
 enum ty__xfer_loc_kind { TY__XFER_LOC_CPU = 0, TY__XFER_LOC_CUDA = 1 };
 
 #define TY__XFER_RDMA_MAX_NICS 8
+#define TY__XFER_IPC_HANDLE    64 /* bytes of a cudaIpcMemHandle_t */
 
 struct ty__xfer_region {
     uint64_t addr;
@@ -32,6 +33,11 @@ struct ty__xfer_region {
     int loc_dev;
     int memfd;  /* >= 0 when shareable through the local transport */
     bool owned; /* mapped by ty_xfer_mem_alloc */
+    /* cuda:N memory that same-host peers open by CUDA IPC: the handle of the allocation holding
+     * it and addr's offset in that allocation */
+    bool ipc;
+    uint8_t ipc_handle[TY__XFER_IPC_HANDLE];
+    uint64_t ipc_offset;
     /* RDMA: one memory registration per local NIC (struct ibv_mr *; NULL: not registered) */
     void *mr[TY__XFER_RDMA_MAX_NICS];
     uint32_t lkey[TY__XFER_RDMA_MAX_NICS], rkey[TY__XFER_RDMA_MAX_NICS];
@@ -73,6 +79,8 @@ enum ty__xfer_msg {
     TY__XFER_MSG_FDS = 8,          /* unix only: one region per message, memfd in SCM_RIGHTS */
     TY__XFER_MSG_RDMA_CONNECT = 9, /* payload: rdma connect body (the initiator's QPs) */
     TY__XFER_MSG_RDMA_CONNECT_REPLY = 10, /* status; payload: the target's QPs, same order */
+    TY__XFER_MSG_CUDA_IPC = 11, /* unix only: one device region (addr, seq = len); payload: the
+                                 * 64-byte IPC handle of its allocation, u64 offset in it */
 };
 
 struct ty__xfer_hdr {
@@ -208,12 +216,39 @@ struct ty__xfer_stage {
     size_t cap;
 };
 
+struct ty__xfer_task;
+struct ty__xfer_cuda_q;
+
 #ifdef TY_XFER_HAVE_CUDA
 /* Make s hold at least len bytes. Returns 0 or TY_ECUDA. */
 int ty__xfer_cuda_stage_reserve(struct ty__xfer_stage *s, size_t len);
 void ty__xfer_cuda_stage_free(struct ty__xfer_stage *s);
 /* cudaMemcpy with cudaMemcpyDefault (UVA decides the direction). Returns 0 or TY_ECUDA. */
 int ty__xfer_cuda_copy(void *dst, const void *src, size_t len);
+/* Whether this process sees a CUDA device (it can open peers' IPC handles). */
+bool ty__xfer_cuda_ipc_usable(void);
+/* The IPC handle of the allocation holding [ptr, ptr+len) and ptr's offset in it. TY_ENOTSUP
+ * when there is no device, the range is not inside one cudaMalloc allocation, or the driver
+ * refuses (e.g. no IPC support). */
+int ty__xfer_cuda_ipc_export(const void *ptr, uint64_t len, uint8_t handle[TY__XFER_IPC_HANDLE],
+                             uint64_t *offset);
+/* Open a peer's handle in the calling thread's current device (peer access enabled lazily);
+ * *base is its allocation's start here. Close with ty__xfer_cuda_ipc_close. */
+int ty__xfer_cuda_ipc_open(const uint8_t handle[TY__XFER_IPC_HANDLE], void **base);
+void ty__xfer_cuda_ipc_close(void *base);
+/* Copy queue: cudaMemcpyAsync (cudaMemcpyDefault) on the queue's own stream. q_copy starts t
+ * with one slice and queues the copy; q_flush completes every task queued since the last flush
+ * with one host function after their copies; q_free flushes and waits for the stream. */
+int ty__xfer_cuda_q_new(struct ty__xfer_cuda_q **out);
+int ty__xfer_cuda_q_copy(struct ty__xfer_cuda_q *q, void *dst, const void *src, uint64_t len,
+                         struct ty__xfer_task *t);
+void ty__xfer_cuda_q_flush(struct ty__xfer_cuda_q *q);
+void ty__xfer_cuda_q_free(struct ty__xfer_cuda_q *q);
+#else
+static inline bool ty__xfer_cuda_ipc_usable(void)
+{
+    return false;
+}
 #endif
 
 /* ---- tasks, batches ----------------------------------------------------------------------- */
@@ -262,6 +297,9 @@ struct ty__xfer_transport_i {
     int (*submit)(void *ctx, const struct ty__xfer_slice_req *req);
     /* Ordered notification; blocks until acknowledged. */
     int (*notify)(void *ctx, const void *msg, size_t len);
+    /* End of a batch's submission to this peer: tasks the transport holds back to complete
+     * together are let go (optional, NULL: none). */
+    void (*flush)(void *ctx);
     /* Periodic check from the engine's watchdog (optional, NULL: none). */
     void (*tick)(void *ctx, uint64_t now_ns);
     /* Fail everything pending, stop threads, free ctx. */
@@ -446,7 +484,9 @@ int ty__xfer_rdma_open(ty_xfer_engine_t *e, const char *host, uint16_t port,
 
 /* local.c */
 extern const struct ty__xfer_transport_i ty__xfer_local_iface;
-/* Same-host peer: connect its unix socket and map its memfd regions. */
+/* The same transport to a peer with device regions opened by CUDA IPC (named "cuda_ipc"). */
+extern const struct ty__xfer_transport_i ty__xfer_local_ipc_iface;
+/* Same-host peer: connect its unix socket, map its memfd regions and open its CUDA IPC ones. */
 int ty__xfer_local_open(ty_xfer_engine_t *e, const struct ty__xfer_hello *hello, void **ctx);
 /* Same process: memcpy against our own table. */
 int ty__xfer_local_open_self(ty_xfer_engine_t *e, void **ctx);

@@ -3445,8 +3445,9 @@ def case_gpu():
     """The cluster on a GPU (scripts/gpu-check.sh runs it; exit 77 without a CUDA device):
     Conductor + prefill (cuda) + decode (cuda) as separate processes on one GPU give the ids of
     `tycho generate --backend cuda` (the engine `tycho serve --backend cuda` runs) and of the
-    CPU engine: stories260K, 8 prompts x 256 tokens; a 1.1B random model (TYCHO_GPU_1B_MODEL),
-    4 prompts x 64; the handoff forced over tcp; a KV pool hit on a new prefill node; a decode
+    CPU engine: stories260K, 8 prompts x 256 tokens, the KV handed off by CUDA IPC (what
+    transport auto picks between two cuda nodes on one host); a 1.1B random model
+    (TYCHO_GPU_1B_MODEL), 4 prompts x 64; the handoff forced over tcp; a KV pool hit on a new prefill node; a decode
     node killed mid-stream (an error within 5 s, the prefill node keeps serving)."""
     probe = subprocess.run([TYCHO, "generate", "--model", MODEL, "--prompt", "Hi", "-n", "1",
                             "--backend", "cuda", "--json"], capture_output=True, text=True)
@@ -3478,6 +3479,8 @@ def case_gpu():
                 "the decode node runs on cuda:0: %s" % info)
     xp = {t: kv_bytes(dm, "received", t) for t in ("tcp", "local", "rdma", "cuda_ipc")}
     print("  KV received by transport:", xp)
+    ok &= check(xp["cuda_ipc"] > 0 and xp["tcp"] == 0,
+                "two cuda nodes on one host hand KV off by CUDA IPC (transport auto): %s" % xp)
     cl.stop()
     big = os.environ.get("TYCHO_GPU_1B_MODEL")
     if big and os.path.exists(big):

@@ -53,27 +53,47 @@ static void test_hdr_bytes(void **state)
     h = (struct ty__xfer_hdr){.type = 99};
     ty__xfer_hdr_encode(&h, b);
     assert_int_equal(ty__xfer_hdr_decode(b, &d), TY_EPROTO);
+    /* a CUDA IPC region message carries exactly a 64-byte handle and an 8-byte offset */
+    h = (struct ty__xfer_hdr){.type = TY__XFER_MSG_CUDA_IPC, .len = 72};
+    ty__xfer_hdr_encode(&h, b);
+    assert_int_equal(ty__xfer_hdr_decode(b, &d), 0);
+    h.len = 71;
+    ty__xfer_hdr_encode(&h, b);
+    assert_int_equal(ty__xfer_hdr_decode(b, &d), TY_EPROTO);
 }
 
 static void test_hello_roundtrip_and_truncation(void **state)
 {
-    struct ty_xfer_region_info regs[2] = {{0x1000, 4096, "cpu:0", true},
-                                          {0x9000, 1, "cuda:3", false}};
+    struct ty_xfer_region_info regs[3] = {{0x1000, 4096, "cpu:0", true, false},
+                                          {0x9000, 1, "cuda:3", false, false},
+                                          {0x20000, 64, "cuda:1", true, true}};
     struct ty__xfer_hello h = {
-        .name = "decode-1", .host_id = "boot-1", .unix_name = "u", .n_regions = 2, .regions = regs};
+        .name = "decode-1", .host_id = "boot-1", .unix_name = "u", .n_regions = 3, .regions = regs};
     uint8_t *buf;
     size_t len;
     ty__xfer_hello_encode(&h, &buf, &len);
     struct ty__xfer_hello d;
     assert_int_equal(ty__xfer_hello_decode(buf, len, &d), 0);
     assert_string_equal(d.name, "decode-1");
-    assert_int_equal(d.n_regions, 2);
-    assert_true(d.regions[1].addr == 0x9000 && d.regions[1].len == 1 && !d.regions[1].shared);
+    assert_int_equal(d.n_regions, 3);
+    assert_true(d.regions[0].shared && !d.regions[0].cuda_ipc);
+    assert_true(d.regions[1].addr == 0x9000 && d.regions[1].len == 1 && !d.regions[1].shared &&
+                !d.regions[1].cuda_ipc);
     assert_string_equal(d.regions[1].location, "cuda:3");
+    /* device memory a same-host peer opens by CUDA IPC: shared, and says how */
+    assert_true(d.regions[2].shared && d.regions[2].cuda_ipc);
     ty__xfer_hello_clear(&d);
     for (size_t cut = 0; cut < len; cut++)
         assert_int_equal(ty__xfer_hello_decode(buf, cut, &d), TY_EPROTO);
-    buf[len - 1] = 7; /* "shared" must be 0 or 1 */
+    /* the last region's sharing byte (before the NIC count) is 0 none, 1 memfd, 2 CUDA IPC */
+    assert_int_equal(buf[len - 2], 2);
+    buf[len - 2] = 3;
+    assert_int_equal(ty__xfer_hello_decode(buf, len, &d), TY_EPROTO);
+    buf[len - 2] = 0;
+    assert_int_equal(ty__xfer_hello_decode(buf, len, &d), 0);
+    assert_true(!d.regions[2].shared && !d.regions[2].cuda_ipc);
+    ty__xfer_hello_clear(&d);
+    buf[len - 1] = 7; /* seven NICs announced, none follows */
     assert_int_equal(ty__xfer_hello_decode(buf, len, &d), TY_EPROTO);
     free(buf);
 }
@@ -130,16 +150,19 @@ static void test_base64_rfc4648(void **state)
 
 static void test_meta_json(void **state)
 {
-    struct ty_xfer_region_info regs[1] = {{0x7f0000001000ull, 1ull << 30, "cpu:0", true}};
+    struct ty_xfer_region_info regs[2] = {{0x7f0000001000ull, 1ull << 30, "cpu:0", true, false},
+                                          {0x7f8000000000ull, 1ull << 20, "cuda:0", true, true}};
     struct ty__xfer_hello h = {
-        .name = "n", .host_id = "b", .unix_name = "u", .n_regions = 1, .regions = regs};
+        .name = "n", .host_id = "b", .unix_name = "u", .n_regions = 2, .regions = regs};
     char *js = ty__xfer_meta_to_json(&h, "10.0.0.5", 4242), host[64];
     struct ty__xfer_hello d;
     uint16_t port;
     assert_int_equal(ty__xfer_meta_from_json(js, &d, host, sizeof(host), &port), 0);
     assert_string_equal(host, "10.0.0.5");
     assert_int_equal(port, 4242);
-    assert_true(d.n_regions == 1 && d.regions[0].addr == 0x7f0000001000ull);
+    assert_true(d.n_regions == 2 && d.regions[0].addr == 0x7f0000001000ull);
+    assert_true(d.regions[0].shared && !d.regions[0].cuda_ipc);
+    assert_true(d.regions[1].shared && d.regions[1].cuda_ipc); /* etcd mode says it as well */
     ty__xfer_hello_clear(&d);
     free(js);
     assert_int_equal(ty__xfer_meta_from_json("{\"port\":99999}", &d, host, 64, &port), TY_EPARSE);
@@ -335,8 +358,8 @@ static void test_rdma_connect_codec(void **state)
 /* rkeys of every region on every NIC travel in the hello and in the etcd JSON */
 static void test_rdma_rkeys_in_metadata(void **state)
 {
-    struct ty_xfer_region_info regs[2] = {{0x1000, 4096, "cpu:0", false},
-                                          {0x9000, 8192, "cpu:0", false}};
+    struct ty_xfer_region_info regs[2] = {{0x1000, 4096, "cpu:0", false, false},
+                                          {0x9000, 8192, "cpu:0", false, false}};
     uint32_t rkeys[4] = {0x11, 0x22, 0x33, 0xFFFFFFFFu}; /* [region][nic] */
     struct ty__xfer_hello h = {.name = "n",
                                .host_id = "b",
