@@ -91,7 +91,8 @@ struct ty_batcher_opts {
                             * only: max_tokens 1); nothing is ever preempted */
     bool trim_window;      /* sliding-window models: after each call, release the pages no
                             * layer reads again (ty_engine_seq_trim); not where a request's
-                            * KV is exported later (prefill, decode's KV pool writes) */
+                            * whole KV is exported later (prefill). A decode node trims: its
+                            * KV pool writes take each block as the step that fills it ends */
     struct ty_batcher_hooks hooks;
 };
 

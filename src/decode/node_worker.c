@@ -90,6 +90,11 @@ static void pool_publish(struct wstate *w, struct dreq *d, ty_breq_t *r)
     if (!w->n->kvstore || !seq)
         return;
     uint32_t B = ty_kvpool_block_tokens(w->pool), n = ty_kvseq_n_tokens(seq);
+    /* a sliding window's released pages are gone (published before, unless the window is
+     * under a block) */
+    uint32_t gone = ty_kvseq_n_released(seq) * B;
+    if (d->published < gone)
+        d->published = gone;
     if (n / B * B <= d->published)
         return;
     ty_node_kvstore_store(w->n->kvstore, seq, ty_kvseq_tokens(seq), n, d->published);
@@ -543,6 +548,7 @@ void *ty__decode_node_worker(void *arg)
     w.n_layers = ty_model_config(m)->n_layers;
     struct ty_batcher_opts bo = {
         .engine = n->o.engine, .max_running = n->o.max_running,
+        .trim_window = true, /* the KV pool writes follow each step (pool_publish) */
         .hooks = {.arg = &w, .on_token = on_token, .on_end = on_end, .on_preempt = on_preempt,
                   .on_forward = on_forward}};
     int rc = ty_batcher_new(&w.b, &bo);
