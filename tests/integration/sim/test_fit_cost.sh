@@ -35,7 +35,10 @@ fit, gen = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 spec = yaml.safe_load(open(sys.argv[3]))
 p, d = fit["prefill"], fit["decode"]
 assert all(x >= 0 for x in p + d), fit
-assert p[1] > 0 and d[0] + d[1] > 0, fit                 # time grows with the work
+# time grows with the work: prefill with the prompt's tokens; decode with the step, the
+# sequences or their context (on a loaded machine the non-negative fit may put all of a tiny
+# model's step into the context term: 0, 0, 2.29 us per token on a CI run)
+assert p[1] > 0 and d[0] + d[1] + d[2] > 0, fit
 assert fit["prefill_samples"] >= 20 and fit["decode_samples"] >= 20, fit
 assert fit["prefill_error_mean"] < 0.5 and fit["decode_error_mean"] < 0.5, fit
 L, n = gen["n_prompt"], 128
