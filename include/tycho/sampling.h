@@ -62,9 +62,46 @@ void ty_sampler_free(ty_sampler_t *s);
 #define TY_SAMPLE_MAX_BAN 64
 void ty_sampler_ban_next(ty_sampler_t *s, const uint32_t *ids, size_t n);
 /* Pick the next token. `logits` (n_vocab) is modified in place; `history` is the sequence so
- * far (prompt and output) for the penalties. */
+ * far (prompt and output) for the penalties. The same as ty_sampler_prepare followed by
+ * ty_sampler_draw on the row. */
 int ty_sampler_sample(ty_sampler_t *s, float *logits, const uint32_t *history, size_t n_history,
                       struct ty_sample *out);
+
+/* ---- a draw in two halves: made on the host, carried out where the logits are ------------- */
+
+/* What the penalties, the logit bias and a pending ban do to one token's logit l:
+ * l = (l > 0 ? l / rep : l * rep) - sub, then l += bias (bias -inf: banned). rep 1, sub 0,
+ * bias 0 leave l as it is (bit for bit). */
+struct ty_logit_adj {
+    uint32_t id;
+    float rep, sub, bias;
+};
+
+/* One draw: its adjustments (entries adj_begin.. of the caller's array, one per token id), then
+ * greedy (temperature <= 0: the argmax) or top-k -> temperature -> top-p -> min-p and the
+ * uniform u in [0, 1) the sampler drew; the log-probabilities the params ask for. */
+struct ty_row_draw {
+    float temperature, top_p, min_p;
+    uint32_t top_k;
+    double u;
+    uint32_t adj_begin, n_adj;
+    uint32_t n_logprobs; /* top log-probabilities wanted (<= TY_SAMPLE_MAX_LOGPROBS) */
+    bool logprobs;       /* the chosen token's log-probability (implied by n_logprobs) */
+};
+
+/* The adjustment entries the next draw needs (bounded by the penalty window's distinct tokens,
+ * the logit bias and the ban). */
+uint32_t ty_sampler_adj_count(const ty_sampler_t *s, size_t n_history);
+/* Make the next draw: its adjustments into adj[0..*n_adj) (cap entries; d->adj_begin is left
+ * for the caller), the RNG's uniform (drawn as ty_sampler_sample would: only when sampling), the
+ * pending ban taken. TY_ENOSPC (nothing consumed) when cap < ty_sampler_adj_count(). */
+int ty_sampler_prepare(ty_sampler_t *s, const uint32_t *history, size_t n_history,
+                       struct ty_row_draw *d, struct ty_logit_adj *adj, uint32_t cap,
+                       uint32_t *n_adj);
+/* Carry out a prepared draw on a row of raw logits (modified in place) with this sampler's
+ * scratch: what ty_sampler_sample would have picked. adj: the draw's own entries. */
+void ty_sampler_draw(ty_sampler_t *s, float *logits, const struct ty_row_draw *d,
+                     const struct ty_logit_adj *adj, struct ty_sample *out);
 /* Whether the next ty_sampler_sample() is the argmax of the raw logits and nothing else:
  * greedy, no penalty, no logit bias, no ban pending, no log-probabilities. Its result is then
  * {ty_logits_argmax(row), 0...}, which a device can compute without sending the row back

@@ -27,8 +27,10 @@ struct ty_sampler {
     uint64_t rng;
     struct cand *c;    /* (n_vocab) */
     struct cand *tmp;  /* (n_vocab) the radix sort's other buffer, made on first use */
-    uint32_t *counts;  /* (n_vocab) occurrences in the penalty window */
+    uint32_t *counts;  /* (n_vocab) occurrences in the penalty window; 0 between calls */
     uint32_t ban[TY_SAMPLE_MAX_BAN], n_ban; /* for the next draw only */
+    struct ty_logit_adj *adj; /* ty_sampler_sample's adjustments (grown on demand) */
+    uint32_t adj_cap;
 };
 
 int ty_sampler_new(ty_sampler_t **out, const struct ty_sampling_params *p, uint32_t n_vocab)
@@ -64,6 +66,7 @@ void ty_sampler_free(ty_sampler_t *s)
     free(s->c);
     free(s->tmp);
     free(s->counts);
+    free(s->adj);
     free(s);
 }
 
@@ -77,27 +80,72 @@ static double rng_next(ty_sampler_t *s)
     return (double)(z >> 11) * (1.0 / 9007199254740992.0);
 }
 
-static void apply_penalties(ty_sampler_t *s, float *logits, const uint32_t *h, size_t n)
+static bool penalties_on(const struct ty_sampling_params *p)
+{
+    bool rep = p->repetition_penalty > 0 && p->repetition_penalty != 1;
+    return rep || p->presence_penalty != 0 || p->frequency_penalty != 0;
+}
+
+uint32_t ty_sampler_adj_count(const ty_sampler_t *s, size_t n)
 {
     const struct ty_sampling_params *p = &s->p;
-    bool rep = p->repetition_penalty > 0 && p->repetition_penalty != 1;
-    if (!rep && p->presence_penalty == 0 && p->frequency_penalty == 0)
-        return;
-    size_t from = p->penalty_last_n && n > p->penalty_last_n ? n - p->penalty_last_n : 0;
-    for (size_t i = from; i < n; i++)
-        if (h[i] < s->n_vocab)
-            s->counts[h[i]]++;
-    for (size_t i = from; i < n; i++) {
-        uint32_t id = h[i];
-        if (id >= s->n_vocab || !s->counts[id])
-            continue;
-        float l = logits[id];
-        if (rep)
-            l = l > 0 ? l / p->repetition_penalty : l * p->repetition_penalty;
-        l -= p->presence_penalty + p->frequency_penalty * (float)s->counts[id];
-        logits[id] = l;
-        s->counts[id] = 0; /* each distinct token once; also resets the table */
+    size_t win = !penalties_on(p)                                 ? 0
+                 : p->penalty_last_n && n > p->penalty_last_n ? p->penalty_last_n
+                                                                  : n;
+    size_t c = win + p->n_logit_bias + s->n_ban;
+    return c > s->n_vocab ? s->n_vocab : (uint32_t)c;
+}
+
+#define ADJ_MARK 0x80000000u /* counts[id] = ADJ_MARK | entry: id has an entry already */
+
+/* The entry of token id in adj[0..*k), made (rep 1, sub 0, bias 0) when id has none. */
+static struct ty_logit_adj *adj_entry(ty_sampler_t *s, struct ty_logit_adj *adj, uint32_t *k,
+                                      uint32_t id)
+{
+    if (s->counts[id] & ADJ_MARK)
+        return &adj[s->counts[id] & ~ADJ_MARK];
+    s->counts[id] = ADJ_MARK | *k;
+    adj[*k] = (struct ty_logit_adj){id, 1.0f, 0.0f, 0.0f};
+    return &adj[(*k)++];
+}
+
+int ty_sampler_prepare(ty_sampler_t *s, const uint32_t *h, size_t n, struct ty_row_draw *d,
+                       struct ty_logit_adj *adj, uint32_t cap, uint32_t *n_adj)
+{
+    const struct ty_sampling_params *p = &s->p;
+    if (cap < ty_sampler_adj_count(s, n))
+        return TY_ENOSPC;
+    uint32_t k = 0;
+    if (penalties_on(p)) { /* one entry per distinct token of the window */
+        bool rep = p->repetition_penalty > 0 && p->repetition_penalty != 1;
+        size_t from = p->penalty_last_n && n > p->penalty_last_n ? n - p->penalty_last_n : 0;
+        for (size_t i = from; i < n; i++)
+            if (h[i] < s->n_vocab)
+                s->counts[h[i]]++;
+        for (size_t i = from; i < n; i++) {
+            uint32_t id = h[i];
+            if (id >= s->n_vocab || (s->counts[id] & ADJ_MARK))
+                continue;
+            float sub = p->presence_penalty + p->frequency_penalty * (float)s->counts[id];
+            s->counts[id] = ADJ_MARK | k;
+            adj[k++] = (struct ty_logit_adj){id, rep ? p->repetition_penalty : 1.0f, sub, 0.0f};
+        }
     }
+    for (uint32_t i = 0; i < p->n_logit_bias; i++)
+        adj_entry(s, adj, &k, p->logit_bias[i].id)->bias += p->logit_bias[i].bias;
+    for (uint32_t i = 0; i < s->n_ban; i++)
+        adj_entry(s, adj, &k, s->ban[i])->bias = -INFINITY;
+    for (uint32_t i = 0; i < k; i++)
+        s->counts[adj[i].id] = 0;
+    s->n_ban = 0;
+    *d = (struct ty_row_draw){.temperature = p->temperature, .top_p = p->top_p,
+                              .min_p = p->min_p, .top_k = p->top_k, .n_adj = k,
+                              .n_logprobs = p->n_logprobs,
+                              .logprobs = p->logprobs || p->n_logprobs};
+    if (p->temperature > 0)
+        d->u = rng_next(s);
+    *n_adj = k;
+    return 0;
 }
 
 static int cmp_logit_desc(const void *a, const void *b)
@@ -262,14 +310,15 @@ static void row_lse(const float *l, uint32_t n, float *mx, double *lse)
     *lse = log(sum);
 }
 
-static void fill_logprobs(ty_sampler_t *s, const float *logits, struct ty_sample *out)
+static void fill_logprobs(ty_sampler_t *s, const float *logits, uint32_t n_logprobs,
+                          struct ty_sample *out)
 {
     float mx;
     double lse;
     row_lse(logits, s->n_vocab, &mx, &lse);
     out->logprob = (float)((double)logits[out->id] - mx - lse);
     /* one pass keeping the best n in descending order (insertion) */
-    uint32_t k = s->p.n_logprobs < s->n_vocab ? s->p.n_logprobs : s->n_vocab, n = 0;
+    uint32_t k = n_logprobs < s->n_vocab ? n_logprobs : s->n_vocab, n = 0;
     for (uint32_t i = 0; i < s->n_vocab && k; i++) {
         if (n == k && logits[i] <= logits[out->top[n - 1].id])
             continue;
@@ -336,9 +385,8 @@ static uint32_t cut_sorted(ty_sampler_t *s, uint32_t n, float top_p, float min_p
 }
 
 /* top-k, temperature, softmax, top-p, min-p over the candidates; returns the kept count. */
-static uint32_t filter(ty_sampler_t *s, const float *logits)
+static uint32_t filter(ty_sampler_t *s, const float *logits, const struct ty_row_draw *p)
 {
-    const struct ty_sampling_params *p = &s->p;
     uint32_t n = s->n_vocab;
     for (uint32_t i = 0; i < n; i++)
         s->c[i] = (struct cand){i, logits[i], 0};
@@ -371,24 +419,29 @@ void ty_sampler_ban_next(ty_sampler_t *s, const uint32_t *ids, size_t n)
             s->ban[s->n_ban++] = ids[i];
 }
 
-int ty_sampler_sample(ty_sampler_t *s, float *logits, const uint32_t *history, size_t n_history,
-                      struct ty_sample *out)
+void ty_sampler_draw(ty_sampler_t *s, float *logits, const struct ty_row_draw *d,
+                     const struct ty_logit_adj *adj, struct ty_sample *out)
 {
     memset(out, 0, sizeof(*out));
-    apply_penalties(s, logits, history, n_history);
-    for (uint32_t i = 0; i < s->p.n_logit_bias; i++)
-        logits[s->p.logit_bias[i].id] += s->p.logit_bias[i].bias;
-    for (uint32_t i = 0; i < s->n_ban; i++)
-        logits[s->ban[i]] = -INFINITY;
-    s->n_ban = 0;
-    if (s->p.temperature <= 0) {
+    for (uint32_t i = 0; i < d->n_adj; i++) {
+        const struct ty_logit_adj *a = &adj[i];
+        if (a->id >= s->n_vocab)
+            continue;
+        float l = logits[a->id];
+        if (a->rep != 1.0f)
+            l = l > 0 ? l / a->rep : l * a->rep;
+        l -= a->sub;
+        l += a->bias;
+        logits[a->id] = l;
+    }
+    if (d->temperature <= 0) {
         out->id = ty_logits_argmax(logits, s->n_vocab);
     } else {
-        uint32_t n = filter(s, logits);
+        uint32_t n = filter(s, logits, d);
         double sum = 0;
         for (uint32_t i = 0; i < n; i++)
             sum += s->c[i].p;
-        double r = rng_next(s) * sum, acc = 0;
+        double r = d->u * sum, acc = 0;
         out->id = s->c[n - 1].id;
         for (uint32_t i = 0; i < n; i++) {
             acc += s->c[i].p;
@@ -398,7 +451,25 @@ int ty_sampler_sample(ty_sampler_t *s, float *logits, const uint32_t *history, s
             }
         }
     }
-    if (s->p.logprobs || s->p.n_logprobs)
-        fill_logprobs(s, logits, out);
+    if (d->logprobs || d->n_logprobs)
+        fill_logprobs(s, logits, d->n_logprobs, out);
+}
+
+int ty_sampler_sample(ty_sampler_t *s, float *logits, const uint32_t *history, size_t n_history,
+                      struct ty_sample *out)
+{
+    uint32_t need = ty_sampler_adj_count(s, n_history), n_adj;
+    if (need > s->adj_cap) {
+        struct ty_logit_adj *a = realloc(s->adj, need * sizeof(*a));
+        if (!a)
+            return TY_ENOMEM;
+        s->adj = a;
+        s->adj_cap = need;
+    }
+    struct ty_row_draw d;
+    int rc = ty_sampler_prepare(s, history, n_history, &d, s->adj, s->adj_cap, &n_adj);
+    if (rc)
+        return rc;
+    ty_sampler_draw(s, logits, &d, s->adj, out);
     return 0;
 }

@@ -419,6 +419,79 @@ static void test_bad_params(void **state)
     assert_int_equal(ty_sampler_new(&s, &q, 4), TY_EINVAL);
 }
 
+/* A draw made in two halves (prepare on the host, carried out where the row is) is the draw
+ * ty_sampler_sample makes: the same token and log-probabilities for the same seed, with every
+ * adjustment at once (penalties over a window, logit bias on a penalised token and on another,
+ * a ban) and each filter. The prepared adjustments hold one entry per token; too small an array
+ * is refused without consuming the draw. */
+static void test_prepare_then_draw(void **state)
+{
+    enum { V = 3000, N = 40 };
+    static float base[V], a[V], b[V];
+    uint64_t x = 7;
+    for (uint32_t i = 0; i < V; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        base[i] = (float)((x >> 40) % 2000) / 200.0f - 5.0f;
+    }
+    uint32_t hist[N];
+    for (uint32_t i = 0; i < N; i++)
+        hist[i] = (i * 37) % 11 + 5; /* eleven distinct tokens, repeated */
+    struct ty_sampling_params cases[] = {
+        {.temperature = 0.8f, .seed = 1, .repetition_penalty = 1.3f, .presence_penalty = 0.5f,
+         .frequency_penalty = 0.25f, .penalty_last_n = 30, .n_logprobs = 5},
+        {.temperature = 1.1f, .top_k = 50, .seed = 2, .frequency_penalty = 0.1f},
+        {.temperature = 0.9f, .top_p = 0.7f, .min_p = 0.05f, .seed = 3, .logprobs = true},
+        {.temperature = 0, .repetition_penalty = 1.5f, .n_logprobs = 3},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        struct ty_sampling_params p = cases[c];
+        p.n_logit_bias = 2;
+        p.logit_bias[0] = (struct ty_logit_bias){5, 2.5f};  /* also penalised */
+        p.logit_bias[1] = (struct ty_logit_bias){900, 4.0f}; /* only biased */
+        ty_sampler_t *one, *two;
+        assert_int_equal(ty_sampler_new(&one, &p, V), 0);
+        assert_int_equal(ty_sampler_new(&two, &p, V), 0);
+        for (int round = 0; round < 20; round++) {
+            uint32_t ban = 7; /* a penalised token banned (min_tokens) */
+            ty_sampler_ban_next(one, &ban, 1);
+            ty_sampler_ban_next(two, &ban, 1);
+            memcpy(a, base, sizeof(a));
+            memcpy(b, base, sizeof(b));
+            struct ty_sample sa, sb;
+            assert_int_equal(ty_sampler_sample(one, a, hist, N, &sa), 0);
+            struct ty_logit_adj adj[64];
+            struct ty_row_draw d;
+            uint32_t n_adj = 0, need = ty_sampler_adj_count(two, N);
+            assert_true(need <= 64);
+            assert_int_equal(ty_sampler_prepare(two, hist, N, &d, adj, 1, &n_adj), TY_ENOSPC);
+            assert_int_equal(ty_sampler_prepare(two, hist, N, &d, adj, 64, &n_adj), 0);
+            assert_true(n_adj <= need);
+            /* one entry per token the draw adjusts: the window's distinct tokens (penalties
+             * on), the two biased ones and the banned one */
+            bool pen = p.repetition_penalty != 0 || p.frequency_penalty != 0, seen[V] = {0};
+            uint32_t want = 0, from = pen && p.penalty_last_n ? N - p.penalty_last_n : 0;
+            for (uint32_t i = from; i < N && pen; i++)
+                want += !seen[hist[i]], seen[hist[i]] = true;
+            want += !seen[5] + !seen[900] + !seen[7];
+            assert_int_equal(n_adj, want);
+            for (uint32_t i = 0; i < n_adj; i++)
+                for (uint32_t j = i + 1; j < n_adj; j++)
+                    assert_int_not_equal(adj[i].id, adj[j].id);
+            ty_sampler_draw(two, b, &d, adj, &sb);
+            assert_int_equal(sa.id, sb.id);
+            assert_true(sa.id != 7);
+            assert_true(sa.logprob == sb.logprob && sa.n_top == sb.n_top);
+            for (uint32_t i = 0; i < sa.n_top; i++)
+                assert_true(sa.top[i].id == sb.top[i].id &&
+                            sa.top[i].logprob == sb.top[i].logprob);
+            assert_memory_equal(a, b, sizeof(a)); /* the same adjusted row */
+            hist[round % N] = sa.id;
+        }
+        ty_sampler_free(one);
+        ty_sampler_free(two);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -433,6 +506,7 @@ int main(void)
         cmocka_unit_test(test_greedy_long_rows),
         cmocka_unit_test(test_ban_next_and_min_tokens),
         cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_prepare_then_draw),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
