@@ -1,7 +1,10 @@
 // Token sampling on the device, one block per row of logits. Greedy is an argmax reduction.
 // Top-k/top-p avoid sorting the vocabulary: each cut is a threshold on the logits found by
 // building the threshold's order-preserving 32-bit key one bit at a time (32 counting or mass
-// passes over the row), then one scan in index order picks the sample.
+// passes over the row), then one scan in index order picks the sample. A whole draw
+// (ty_cuda_sample_draws) first applies the host's per-token adjustments (penalties, logit
+// bias, bans), adds min-p as one more key, and finds the top log-probabilities by repeated
+// argmax, each after the last in (value, index) order.
 #include "ty_kernels_impl.cuh"
 
 #include <limits.h>
@@ -227,7 +230,113 @@ __global__ void __launch_bounds__(kThreads)
         ids[r] = pick < 0 ? (a.i < 0 ? 0 : a.i) : pick;
 }
 
+// The row's cut for top-k, top-p and min-p in the temperature-scaled space (x * inv_t, max m):
+// the key a token must reach to be kept (0: all kept). top_p must be in (0, 1] (1: off).
+__device__ uint32_t draw_cut(const float *x, int vocab, float inv_t, float m, int k, float p,
+                             float min_p)
+{
+    uint32_t cut = 0;
+    if (k >= 1 && k < vocab)
+        cut = topk_threshold(x, vocab, inv_t, k);
+    if (p < 1.0f) {
+        float z = 0.0f;
+        for (int i = threadIdx.x; i < vocab; i += kThreads) {
+            const float xi = x[i] * inv_t;
+            z += fkey(xi) >= cut ? expf(xi - m) : 0.0f;
+        }
+        z = block_sum(z);
+        cut = topp_threshold(x, vocab, inv_t, m, cut, p * z);
+    }
+    if (min_p > 0.0f) { // p_i >= min_p * p_max  <=>  x_i >= m + log(min_p)
+        const uint32_t mk = fkey(m + logf(min_p));
+        cut = mk > cut ? mk : cut;
+    }
+    return cut;
+}
+
+// The best of x after `prev` in (value descending, index ascending) order (prev.i < 0: the
+// best of all); NaN never taken.
+__device__ argmax_t row_next_best(const float *x, int vocab, argmax_t prev)
+{
+    argmax_t a = {-INFINITY, -1};
+    for (int i = threadIdx.x; i < vocab; i += kThreads) {
+        const float v = x[i];
+        if (prev.i < 0 || v < prev.v || (v == prev.v && i > prev.i))
+            a = better(a, argmax_t{v, i});
+    }
+    return block_argmax(a);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    draws_kernel(ty_cuda_draw_out *out, float *logits, const ty_cuda_draw *draws,
+                 const ty_cuda_logit_adj *adj, int vocab)
+{
+    const int r = blockIdx.x;
+    float *x = logits + (size_t)r * vocab;
+    const ty_cuda_draw d = draws[r];
+    for (int j = threadIdx.x; j < d.n_adj; j += kThreads) { // one entry per token: no races
+        const ty_cuda_logit_adj a = adj[d.adj_begin + j];
+        if (a.id < 0 || a.id >= vocab)
+            continue;
+        float l = x[a.id];
+        if (a.rep != 1.0f)
+            l = l > 0.0f ? l / a.rep : l * a.rep;
+        l -= a.sub;
+        l += a.bias;
+        x[a.id] = l;
+    }
+    __syncthreads();
+    const argmax_t a = row_argmax(x, vocab);
+    int id = a.i < 0 ? 0 : a.i;
+    if (d.temperature > 0.0f) {
+        const float inv_t = 1.0f / d.temperature, m = a.v * inv_t;
+        const float p = d.top_p > 0.0f && d.top_p < 1.0f ? d.top_p : 1.0f;
+        const uint32_t cut = draw_cut(x, vocab, inv_t, m, d.top_k, p, d.min_p);
+        const float u = d.u < 0.0f ? 0.0f : (d.u >= 1.0f ? 0.99999994f : d.u);
+        const int pick = pick_in_order(x, vocab, inv_t, m, cut, u);
+        if (pick >= 0)
+            id = pick;
+    }
+    const int n_top = d.n_top < 0 ? 0 : (d.n_top > TY_CUDA_MAX_TOP ? TY_CUDA_MAX_TOP : d.n_top);
+    float lse = 0.0f;
+    if (d.logprob || n_top) { // log-softmax of the adjusted row at temperature 1
+        float z = 0.0f;
+        for (int i = threadIdx.x; i < vocab; i += kThreads)
+            z += expf(x[i] - a.v);
+        lse = a.v + logf(block_sum(z));
+    }
+    argmax_t prev = {0.0f, -1};
+    int got = 0;
+    for (int k = 0; k < n_top && k < vocab; k++) {
+        prev = row_next_best(x, vocab, prev);
+        if (prev.i < 0)
+            break;
+        if (threadIdx.x == 0) {
+            out[r].top_id[k] = prev.i;
+            out[r].top_lp[k] = prev.v - lse;
+        }
+        got++;
+    }
+    if (threadIdx.x == 0) {
+        out[r].id = id;
+        out[r].logprob = d.logprob || n_top ? x[id] - lse : 0.0f;
+        out[r].n_top = got;
+    }
+}
+
 } // namespace
+
+extern "C" int ty_cuda_sample_draws(ty_cuda_draw_out *out, float *logits,
+                                    const ty_cuda_draw *draws, const ty_cuda_logit_adj *adj,
+                                    int n_rows, int vocab, ty_cuda_stream_t stream)
+{
+    if (n_rows < 0 || vocab <= 0)
+        return TY_EINVAL;
+    if (n_rows == 0)
+        return 0;
+    draws_kernel<<<n_rows, kThreads, 0, (cudaStream_t)stream>>>(out, logits, draws, adj, vocab);
+    return TY_CUDA_LAUNCH_CHECK("sample_draws");
+}
 
 extern "C" int ty_cuda_sample_greedy(int32_t *ids, const float *logits, int n_rows, int vocab,
                                      ty_cuda_stream_t stream)

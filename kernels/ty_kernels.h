@@ -337,6 +337,33 @@ int ty_cuda_sample_topkp(int32_t *ids, const float *logits, const float *temp,
                          const int32_t *top_k, const float *top_p, const float *u, int n_rows,
                          int vocab, ty_cuda_stream_t stream);
 
+/* A whole draw per row (the engine's struct ty_row_draw, tycho/sampling.h): adjustments
+ * adj[adj_begin .. adj_begin + n_adj) of the row, one per token id: l = (l > 0 ? l / rep :
+ * l * rep) - sub + bias (bias -inf bans); then temperature <= 0 is the argmax, else top_k
+ * (0: off), top_p (in (0, 1), else off) and min_p (> 0: keep p >= min_p x p_max) cut as in
+ * ty_cuda_sample_topkp and the pick with u. logprob / n_top (<= TY_CUDA_MAX_TOP): the chosen
+ * token's log-probability and the n_top best under the adjusted row at temperature 1. */
+#define TY_CUDA_MAX_TOP 20
+struct ty_cuda_draw {
+    float temperature, top_p, min_p, u;
+    int32_t top_k, adj_begin, n_adj, n_top, logprob;
+};
+struct ty_cuda_logit_adj {
+    int32_t id;
+    float rep, sub, bias;
+};
+struct ty_cuda_draw_out {
+    int32_t id;
+    float logprob;
+    int32_t n_top;
+    int32_t top_id[TY_CUDA_MAX_TOP];
+    float top_lp[TY_CUDA_MAX_TOP];
+};
+/* logits (n_rows, vocab) are adjusted in place; draws, adj and out are device arrays. */
+int ty_cuda_sample_draws(struct ty_cuda_draw_out *out, float *logits,
+                         const struct ty_cuda_draw *draws, const struct ty_cuda_logit_adj *adj,
+                         int n_rows, int vocab, ty_cuda_stream_t stream);
+
 /* ---- projections (gemm.cu) ---------------------------------------------------------------- */
 
 /* y = x W^T through cuBLAS: W (n_out, n_in) row-major of w_type (the GGUF/HF layout);

@@ -16,6 +16,9 @@
 #include <stdint.h>
 
 typedef struct ty_backend ty_backend_t;
+struct ty_row_draw;
+struct ty_logit_adj;
+struct ty_sample;
 
 /* One sequence's part of a batch: `n` new tokens at positions n_past .. n_past+n-1, where
  * n_past = ty_kvseq_n_tokens(seq). The sequence must have room reserved for them
@@ -58,6 +61,15 @@ struct ty_batch {
      * of the vocabulary. A backend that cannot pick on its side has the rows written and
      * picked on the host by ty_backend_forward (same result). */
     uint32_t *ids;
+    /* Draws: one per logits row (tycho/sampling.h's halves of a draw), row i adjusted by its
+     * entries of adj (indices draws[i].adj_begin.. of this array) and drawn; samples[i]
+     * receives the token and the log-probabilities asked for. A device backend draws on its
+     * side (its own rounding of ty_sampler_draw) and may leave the logits rows unwritten, so
+     * it copies back a few bytes a row; for the others ty_backend_forward draws each row the
+     * backend wrote (then logits is required), exactly as ty_sampler_sample would. */
+    const struct ty_row_draw *draws;
+    const struct ty_logit_adj *adj;
+    struct ty_sample *samples;
 };
 
 /* Rows of logits a batch produces (sum over sequences of n or 1; 0 with hidden_out). */

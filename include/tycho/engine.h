@@ -87,7 +87,10 @@ uint32_t ty_engine_max_batch_tokens(const ty_engine_t *e);
  * (chunked prefill). Logits as ty_backend_forward (rows in batch order); a pipeline stage's
  * layer range and hidden rows (tycho/backend.h) go with each split. With batch->ids each
  * row's greedy pick lands there and the logits rows may stay unwritten (logits is still
- * required: split calls use it as scratch). Returns 0, TY_ENOTSUP,
+ * required: split calls use it as scratch). With batch->draws each row's draw lands in
+ * batch->samples (made on the device where the backend draws), except in a call that also
+ * computes a prompt's earlier chunk: there the row is in logits and its sample's id is
+ * TY_SAMPLE_NOT_DRAWN (the caller draws it with ty_sampler_draw). Returns 0, TY_ENOTSUP,
  * TY_ENOCAPACITY (pool full), TY_ERANGE (beyond max_ctx), TY_EINVAL or TY_ENOMEM. */
 int ty_engine_forward(ty_engine_t *e, const struct ty_batch *batch, float *logits);
 

@@ -43,6 +43,8 @@ struct ty_token_logprob {
     float logprob;
 };
 
+#define TY_SAMPLE_NOT_DRAWN UINT32_MAX /* ty_sample.id of a draw the backend left to the host */
+
 struct ty_sample {
     uint32_t id;
     float logprob; /* of the chosen token under the penalised distribution (temperature 1);

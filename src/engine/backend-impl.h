@@ -17,12 +17,17 @@ struct ty_backend_i {
     bool (*healthy)(const ty_backend_t *b);
     uint32_t kv_dtypes; /* 1u << enum ty_kv_dtype for each KV page type forward reads */
     bool greedy_ids;    /* forward fills batch->ids itself (else ty_backend_forward does) */
+    bool draws;         /* forward carries out batch->draws (else ty_backend_forward does,
+                         * on the rows forward writes) */
     bool layer_ranges;
 };
+
+struct ty_sampler;
 
 struct ty_backend {
     const struct ty_backend_i *iface;
     void *context;
+    struct ty_sampler *draw_scratch; /* ty_backend_forward's draws on the host (made once) */
 };
 
 struct ty_weight;

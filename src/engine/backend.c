@@ -47,8 +47,37 @@ static bool is_stage(const struct ty_batch *b)
 
 void ty_backend_free(ty_backend_t *b)
 {
-    if (b)
-        b->iface->free(b);
+    if (!b)
+        return;
+    ty_sampler_free(b->draw_scratch);
+    b->iface->free(b);
+}
+
+/* Draws for a backend that does not make them: forward writes the rows, each is drawn here
+ * (ty_sampler_draw with a scratch sampler: the draw's own parameters, this backend's one row
+ * buffer), the result ty_sampler_sample gives. */
+static int host_draws(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
+                      const struct ty_batch *batch, float *logits)
+{
+    uint32_t V = ty_model_config(m)->n_vocab, n = ty_batch_n_logits(batch);
+    if (!logits)
+        return TY_EINVAL;
+    if (!b->draw_scratch) {
+        struct ty_sampling_params none = {0};
+        int rc = ty_sampler_new(&b->draw_scratch, &none, V);
+        if (rc)
+            return rc;
+    }
+    struct ty_batch rows = *batch;
+    rows.draws = NULL;
+    rows.adj = NULL;
+    rows.samples = NULL;
+    int rc = b->iface->forward(b, m, pool, &rows, logits);
+    for (uint32_t i = 0; i < n && !rc; i++)
+        ty_sampler_draw(b->draw_scratch, logits + (size_t)i * V, &batch->draws[i],
+                        batch->draws[i].n_adj ? batch->adj + batch->draws[i].adj_begin : NULL,
+                        &batch->samples[i]);
+    return rc;
 }
 
 const char *ty_backend_name(const ty_backend_t *b)
@@ -59,8 +88,13 @@ const char *ty_backend_name(const ty_backend_t *b)
 int ty_backend_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
                        const struct ty_batch *batch, float *logits)
 {
-    if (!b || !m || !pool || !batch || (!logits && !batch->hidden_out && !batch->ids))
+    if (!b || !m || !pool || !batch ||
+        (!logits && !batch->hidden_out && !batch->ids && !batch->draws))
         return TY_EINVAL;
+    if (batch->draws && (!batch->samples || batch->hidden_out))
+        return TY_EINVAL; /* (adj may be NULL when no draw adjusts its row) */
+    if (batch->draws && !b->iface->draws)
+        return host_draws(b, m, pool, batch, logits);
     if (is_stage(batch)) {
         uint32_t lo, hi;
         if (ty_batch_layers(batch, ty_model_config(m)->n_layers, &lo, &hi))

@@ -59,6 +59,12 @@ struct ty_batcher {
     uint64_t n_added, preemptions, steps;
     float *logits; /* (max_running, V) */
     uint32_t *ids; /* (max_running) greedy picks of a step whose every draw is plain greedy */
+    /* draws made by the engine's backend (ty_engine_draws): one per row, their adjustments
+     * (grown on demand) and results */
+    struct ty_row_draw *draws;
+    struct ty_sample *samples;
+    struct ty_logit_adj *adj;
+    uint32_t adj_cap;
     ty_grammar_vocab_t *gvocab; /* the tokenizer's index, made for the first grammar */
     uint32_t *gmask;            /* (mask words) */
     /* the step in progress, for the layer hook */
@@ -616,6 +622,18 @@ static bool sample(ty_batcher_t *b, struct ty_breq *r, float *row)
     return accept(b, r, &s);
 }
 
+/* Row i's prepared draw after the call: made by the backend, or (a call with an earlier
+ * prompt chunk in it) carried out here on the row it sent back. */
+static bool draw_done(ty_batcher_t *b, struct ty_breq *r, const struct ty_batch *batch,
+                      uint32_t i)
+{
+    if (batch->samples[i].id == TY_SAMPLE_NOT_DRAWN)
+        ty_sampler_draw(r->sampler, b->logits + (size_t)i * b->V, &batch->draws[i],
+                        batch->draws[i].n_adj ? b->adj + batch->draws[i].adj_begin : NULL,
+                        &batch->samples[i]);
+    return accept(b, r, &batch->samples[i]);
+}
+
 /* Whether r's draw after this step's forward (if it draws: its last prompt chunk or a decode
  * step) is the plain argmax of its logits row (no grammar, no min_tokens ban, a plain greedy
  * sampler), which the backend may then pick itself (struct ty_batch.ids). */
@@ -623,6 +641,48 @@ static bool plain_greedy(const struct ty_breq *r)
 {
     return !r->stage && !r->gm && r->n_out >= r->gen.min_tokens &&
            ty_sampler_plain_greedy(r->sampler);
+}
+
+/* Whether the step's draws can all go with the forward call (tycho/backend.h struct ty_batch
+ * .draws; a device backend makes them on its side): none needs the row here (a grammar's mask,
+ * a pipeline stage). Then each row that draws after this call is prepared: its ban, its
+ * sampler's adjustments into b->adj and its uniform; the others get a greedy draw that no one
+ * reads. TY_ENOTSUP / TY_ENOMEM: nothing consumed, the rows come back and sample() draws. */
+static int prepare_draws(ty_batcher_t *b, struct ty_breq **who, const struct ty_batch_seq *bs,
+                         uint32_t n)
+{
+    if ((!b->draws && !(b->draws = malloc(b->o.max_running * sizeof(*b->draws)))) ||
+        (!b->samples && !(b->samples = malloc(b->o.max_running * sizeof(*b->samples)))))
+        return TY_ENOMEM;
+    uint64_t need = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (who[i]->gm || who[i]->stage)
+            return TY_ENOTSUP;
+        need += ty_sampler_adj_count(who[i]->sampler, who[i]->n_hist);
+    }
+    if (need > b->adj_cap) {
+        struct ty_logit_adj *a = need > UINT32_MAX ? NULL : realloc(b->adj, need * sizeof(*a));
+        if (!a)
+            return TY_ENOMEM;
+        b->adj = a;
+        b->adj_cap = (uint32_t)need;
+    }
+    uint32_t used = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct ty_breq *r = who[i];
+        uint32_t n_adj = 0;
+        b->draws[i] = (struct ty_row_draw){0};
+        if (ty_kvseq_n_tokens(r->seq) + bs[i].n != r->n_hist)
+            continue; /* an earlier prompt chunk: no draw after this call */
+        ty_gen_ban_ends(&r->gen, r->n_out, b->eog, b->n_eog, r->sampler);
+        int rc = ty_sampler_prepare(r->sampler, r->hist, r->n_hist, &b->draws[i],
+                                    b->adj ? b->adj + used : NULL, b->adj_cap - used, &n_adj);
+        if (rc) /* sized above: cannot happen */
+            return rc;
+        b->draws[i].adj_begin = used;
+        used += n_adj;
+    }
+    return 0;
 }
 
 /* A stage's call (r alone in it): its layer range, the hidden states of its tokens in, and
@@ -681,6 +741,11 @@ int ty_batcher_step(ty_batcher_t *b)
     for (uint32_t i = 0; i < n && batch.ids; i++)
         if (!plain_greedy(who[i]))
             batch.ids = NULL; /* the rows come back for the host's sampler */
+    if (!batch.ids && prepare_draws(b, who, bs, n) == 0) { /* or the backend draws them */
+        batch.draws = b->draws;
+        batch.adj = b->adj;
+        batch.samples = b->samples;
+    }
     if (who[0]->stage && (rc = stage_batch(b, who[0], &batch)) < 0) {
         finish(b, who[0], TY_FINISH_NONE, rc);
         return rc;
@@ -709,6 +774,8 @@ int ty_batcher_step(ty_batcher_t *b)
             stage_out(b, r, bs[i].n);
         else if (ty_kvseq_n_tokens(r->seq) == r->n_hist && batch.ids)
             accept(b, r, &(struct ty_sample){.id = batch.ids[i]}); /* what sample() picks */
+        else if (ty_kvseq_n_tokens(r->seq) == r->n_hist && batch.draws)
+            draw_done(b, r, &batch, i);
         else if (ty_kvseq_n_tokens(r->seq) == r->n_hist)
             sample(b, r, b->logits + (size_t)i * b->V);
     }
@@ -793,6 +860,9 @@ void ty_batcher_free(ty_batcher_t *b)
     free(b->run);
     free(b->logits);
     free(b->ids);
+    free(b->draws);
+    free(b->samples);
+    free(b->adj);
     free(b->hout);
     ty_grammar_vocab_free(b->gvocab);
     free(b->gmask);

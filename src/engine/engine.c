@@ -190,6 +190,7 @@ uint32_t ty_engine_max_ctx(const ty_engine_t *e)
     return e->max_ctx;
 }
 
+
 /* Run one sub-batch: the next <= max_batch tokens, starting at seq `*si`, token `*ti`, which
  * is token `*tok` of the whole batch (a stage's hidden rows go with their tokens). */
 static int forward_chunk(ty_engine_t *e, const struct ty_batch *b, uint32_t *si, uint32_t *ti,
@@ -211,9 +212,11 @@ static int forward_chunk(ty_engine_t *e, const struct ty_batch *b, uint32_t *si,
         }
     }
     *tok += e->max_batch - budget;
-    struct ty_batch sb = {sub, ns, b->layer_cb, b->layer_arg, b->layer_begin, b->layer_end,
-                          b->hidden_in ? b->hidden_in + t0 * D : NULL,
-                          b->hidden_out ? b->hidden_out + t0 * D : NULL, NULL};
+    struct ty_batch sb = {.seqs = sub, .n_seqs = ns, .layer_cb = b->layer_cb,
+                          .layer_arg = b->layer_arg, .layer_begin = b->layer_begin,
+                          .layer_end = b->layer_end,
+                          .hidden_in = b->hidden_in ? b->hidden_in + t0 * D : NULL,
+                          .hidden_out = b->hidden_out ? b->hidden_out + t0 * D : NULL};
     /* keep the rows the caller asked for: every row of logits_all sequences, and the last
      * token's row of a sequence whose final chunk this was. When the caller keeps every row
      * the backend makes (a decode step: one token per sequence), it writes them in place. */
@@ -224,6 +227,11 @@ static int forward_chunk(ty_engine_t *e, const struct ty_batch *b, uint32_t *si,
     float *out = b->hidden_out ? NULL : all_kept ? logits + (size_t)*row * V : e->tmp_logits;
     if (b->ids && all_kept) /* greedy rows: picked by the backend, in place */
         sb.ids = b->ids + *row;
+    if (b->draws && all_kept) { /* draws: made by the backend, in place */
+        sb.draws = b->draws + *row;
+        sb.adj = b->adj;
+        sb.samples = b->samples + *row;
+    }
     int rc = ty_backend_forward(e->be, e->m, e->pool, &sb, out);
     if (rc)
         return rc;
@@ -238,6 +246,8 @@ static int forward_chunk(ty_engine_t *e, const struct ty_batch *b, uint32_t *si,
         if (sub[i].logits_all || last) {
             for (uint32_t k = 0; k < rows && !all_kept && b->ids; k++) /* greedy rows, here */
                 b->ids[*row + k] = ty_logits_argmax(e->tmp_logits + (size_t)(r + k) * V, V);
+            for (uint32_t k = 0; k < rows && !all_kept && b->draws; k++) /* the caller draws */
+                b->samples[*row + k].id = TY_SAMPLE_NOT_DRAWN;
             if (!all_kept && logits)
                 memcpy(logits + (size_t)*row * V, e->tmp_logits + (size_t)r * V,
                        (size_t)rows * V * sizeof(float));

@@ -147,7 +147,7 @@ static void free_buffers(struct cuda_ctx *c)
     void *bufs[] = {c->buf.x,  c->buf.xb, c->buf.qkv, c->buf.q,      c->buf.att, c->buf.gu,
                     c->buf.hb, c->buf.xg, c->buf.logits, c->buf.xh, c->meta_d, c->ws,
                     c->blas_ws, c->buf.ys, c->buf.rlog, c->buf.rw, c->buf.re,
-                    c->buf.grp_d, c->ids_d};
+                    c->buf.grp_d, c->ids_d, c->draw_d};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (bufs[i])
             TY_CU_QUIET(cudaFree(bufs[i]));
@@ -157,6 +157,8 @@ static void free_buffers(struct cuda_ctx *c)
         TY_CU_QUIET(cudaFreeHost(c->logits_h));
     if (c->ids_h)
         TY_CU_QUIET(cudaFreeHost(c->ids_h));
+    if (c->draw_h)
+        TY_CU_QUIET(cudaFreeHost(c->draw_h));
     if (c->buf.grp_h)
         TY_CU_QUIET(cudaFreeHost(c->buf.grp_h));
 }
@@ -189,6 +191,7 @@ static const struct ty_backend_i cuda_iface = {
     .healthy = cuda_healthy,
     .kv_dtypes = 1u << TY_KV_F32 | 1u << TY_KV_F16 | 1u << TY_KV_BF16, /* every page type */
     .greedy_ids = true, /* argmax on the device: 4 bytes a row come back, not the row */
+    .draws = true,      /* whole draws on the device: ~170 bytes a row come back */
 };
 
 static int parse_weights(struct cuda_ctx *c, const char *w)

@@ -132,6 +132,9 @@ struct cuda_ctx {
     size_t logits_cap;        /* floats */
     int32_t *ids_d, *ids_h;   /* greedy picks (struct ty_batch.ids): device / pinned */
     size_t ids_cap;           /* entries */
+    void *draw_h, *draw_d;    /* draws (struct ty_batch.draws): rows and adjustments up, the
+                               * results down; pinned / device */
+    size_t draw_cap;          /* bytes */
     void *ws;                 /* decode attention workspace */
     size_t ws_cap;
     struct cuda_graph graph[TY_CUDA_MAX_GRAPHS];

@@ -9,7 +9,9 @@
 
 #include "tycho/errors.h"
 #include "tycho/log.h"
+#include "tycho/sampling.h"
 
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -715,6 +717,69 @@ static enum ty_cuda_dtype kv_type(enum ty_kv_dtype t)
     return t == TY_KV_F16 ? TY_CUDA_F16 : t == TY_KV_BF16 ? TY_CUDA_BF16 : TY_CUDA_F32;
 }
 
+/* The batch's draws on the device (struct ty_batch.draws): the rows' parameters and
+ * adjustments go up in one copy, one kernel draws every row (ty_cuda_sample_draws), and the
+ * results come back, never the logits rows. */
+static int run_draws(struct cuda_ctx *c, const struct ty_batch *batch, uint32_t n_log,
+                     uint32_t V)
+{
+    uint32_t n_adj = 0;
+    for (uint32_t i = 0; i < n_log; i++) /* adj_begin indexes the caller's whole array */
+        if (batch->draws[i].n_adj && batch->draws[i].adj_begin + batch->draws[i].n_adj > n_adj)
+            n_adj = batch->draws[i].adj_begin + batch->draws[i].n_adj;
+    size_t up = n_log * sizeof(struct ty_cuda_draw) + n_adj * sizeof(struct ty_cuda_logit_adj);
+    size_t down = n_log * sizeof(struct ty_cuda_draw_out), need = up + down;
+    int rc = 0;
+    if (need > c->draw_cap) {
+        if (c->draw_h)
+            TY_CU_QUIET(cudaFreeHost(c->draw_h));
+        c->draw_h = NULL;
+        size_t dcap = c->draw_cap;
+        c->draw_cap = 0;
+        if (!(rc = TY_CU(c, cudaMallocHost(&c->draw_h, need))) &&
+            !(rc = ty__cuda_grow(c, &c->draw_d, &dcap, need)))
+            c->draw_cap = need;
+        if (rc)
+            return rc;
+    }
+    struct ty_cuda_draw *dh = c->draw_h;
+    struct ty_cuda_logit_adj *ah = (struct ty_cuda_logit_adj *)(dh + n_log);
+    for (uint32_t i = 0; i < n_log; i++) {
+        const struct ty_row_draw *d = &batch->draws[i];
+        dh[i] = (struct ty_cuda_draw){
+            .temperature = d->temperature, .top_p = d->top_p, .min_p = d->min_p,
+            .u = (float)d->u, .top_k = d->top_k > INT32_MAX ? INT32_MAX : (int32_t)d->top_k,
+            .adj_begin = (int32_t)d->adj_begin, .n_adj = (int32_t)d->n_adj,
+            .n_top = (int32_t)d->n_logprobs, .logprob = d->logprobs || d->n_logprobs};
+    }
+    for (uint32_t j = 0; j < n_adj; j++)
+        ah[j] = (struct ty_cuda_logit_adj){(int32_t)batch->adj[j].id, batch->adj[j].rep,
+                                           batch->adj[j].sub, batch->adj[j].bias};
+    struct ty_cuda_draw *dd = c->draw_d;
+    struct ty_cuda_logit_adj *ad = (struct ty_cuda_logit_adj *)(dd + n_log);
+    struct ty_cuda_draw_out *od = (struct ty_cuda_draw_out *)((char *)c->draw_d + up);
+    const struct ty_cuda_draw_out *oh =
+        (const struct ty_cuda_draw_out *)((const char *)c->draw_h + up);
+    if (!(rc = TY_CU(c, cudaMemcpyAsync(dd, dh, up, cudaMemcpyHostToDevice, c->stream))) &&
+        !(rc = TY_KL(c, ty_cuda_sample_draws(od, c->buf.logits, dd, ad, (int)n_log, (int)V,
+                                             c->stream))) &&
+        !(rc = TY_CU(c, cudaMemcpyAsync((void *)oh, od, down, cudaMemcpyDeviceToHost,
+                                        c->stream))))
+        rc = TY_CU(c, cudaStreamSynchronize(c->stream));
+    for (uint32_t i = 0; i < n_log && !rc; i++) {
+        struct ty_sample *s = &batch->samples[i];
+        memset(s, 0, sizeof(*s));
+        s->id = (uint32_t)oh[i].id;
+        s->logprob = oh[i].logprob;
+        s->n_top = oh[i].n_top < 0                        ? 0
+                   : oh[i].n_top > TY_SAMPLE_MAX_LOGPROBS ? TY_SAMPLE_MAX_LOGPROBS
+                                                          : (uint32_t)oh[i].n_top;
+        for (uint32_t k = 0; k < s->n_top; k++)
+            s->top[k] = (struct ty_token_logprob){(uint32_t)oh[i].top_id[k], oh[i].top_lp[k]};
+    }
+    return rc;
+}
+
 int ty__cuda_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
                      const struct ty_batch *batch, float *logits)
 {
@@ -733,6 +798,8 @@ int ty__cuda_forward(ty_backend_t *b, const ty_model_t *m, ty_kvpool_t *pool,
                        (int)m->cfg.head_dim, (int)ty_kvpool_pages_total(pool)},
                       batch};
     rc = c->graphs && p.np == 0 && !batch->layer_cb ? run_graph(&ps) : enqueue(&ps);
+    if (batch->draws)
+        return rc ? rc : run_draws(c, batch, p.n_log, m->cfg.n_vocab);
     if (batch->ids) { /* greedy rows: the picks come back, never the rows */
         if (!rc)
             rc = TY_KL(c, ty_cuda_sample_greedy(c->ids_d, c->buf.logits, (int)p.n_log,

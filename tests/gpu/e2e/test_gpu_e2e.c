@@ -440,6 +440,66 @@ static void test_greedy_ids_on_device(void **state)
     free(buf);
 }
 
+/* Draws on the device (struct ty_batch.draws) in the engine: the batch of
+ * test_greedy_ids_on_device on two CUDA engines, one with draws (greedy after adjustments: a
+ * ban of each row's best token and a bias lifting another, and the top 5 log-probabilities),
+ * the other writing its rows, drawn on the host by ty_sampler_draw with the same draws: the
+ * same ids, log-probabilities within 1e-3, and the drawing engine's logits buffer untouched. */
+static void test_draws_on_device(void **state)
+{
+    uint32_t a[30], b[45], c[12];
+    mk_prompt(a, 30, 1), mk_prompt(b, 45, 2), mk_prompt(c, 12, 3);
+    enum { ROWS = 30 + 1 + 1 };
+    float *want = malloc((size_t)ROWS * V * 4), *buf = malloc((size_t)ROWS * V * 4);
+    struct ty_sample got[ROWS], ref;
+    struct ty_row_draw d[ROWS];
+    struct ty_logit_adj adj[ROWS * 2];
+    ty_engine_t *e[2] = {mk_engine("cuda", "f32", false), mk_engine("cuda", "f32", false)};
+    ty_kvseq_t *s[2][3];
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(ty_kvpool_seq_new(ty_engine_pool(e[k]), &s[k][i]), 0);
+        struct ty_batch_seq bs[3] = {{s[k][0], a, 30, true}, {s[k][1], b, 45, false},
+                                     {s[k][2], c, 12, false}};
+        struct ty_batch batch = {.seqs = bs, .n_seqs = 3};
+        if (k) {
+            for (uint32_t r = 0; r < ROWS; r++) {
+                uint32_t best = argmax(want + (size_t)r * V), lift = (best + 17 + r) % V;
+                adj[2 * r] = (struct ty_logit_adj){best, 1, 0, -INFINITY};
+                adj[2 * r + 1] = (struct ty_logit_adj){lift, 1.1f, 0.2f, r % 2 ? 30.0f : 0};
+                d[r] = (struct ty_row_draw){.adj_begin = 2 * r, .n_adj = 2, .n_logprobs = 5,
+                                            .logprobs = true};
+            }
+            batch.draws = d;
+            batch.adj = adj;
+            batch.samples = got;
+        }
+        memset(buf, 0x7f, (size_t)ROWS * V * 4);
+        assert_int_equal(ty_engine_forward(e[k], &batch, k ? buf : want), 0);
+    }
+    for (size_t i = 0; i < (size_t)ROWS * V; i++)
+        assert_true(((uint32_t *)buf)[i] == 0x7f7f7f7fu);
+    ty_sampler_t *host;
+    struct ty_sampling_params none = {0};
+    assert_int_equal(ty_sampler_new(&host, &none, V), 0);
+    for (uint32_t r = 0; r < ROWS; r++) {
+        ty_sampler_draw(host, want + (size_t)r * V, &d[r], adj + d[r].adj_begin, &ref);
+        assert_int_equal(got[r].id, ref.id);
+        assert_true(fabsf(got[r].logprob - ref.logprob) < 1e-3f);
+        assert_int_equal(got[r].n_top, ref.n_top);
+        for (uint32_t j = 0; j < ref.n_top; j++)
+            assert_true(fabsf(got[r].top[j].logprob - ref.top[j].logprob) < 1e-3f);
+    }
+    ty_sampler_free(host);
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 3; i++)
+            ty_kvpool_seq_free(ty_engine_pool(e[k]), s[k][i]);
+        ty_engine_free(e[k]);
+    }
+    free(want);
+    free(buf);
+}
+
 /* bf16 KV pages (engine.kv_dtype: bf16) on both backends: the same rounding to nearest even
  * on either side, so greedy ids agree and pages move between CPU and CUDA engines as bytes; the
  * stories260K model (head_dim 8: the general kernels) and the tuned head dims (tensor-core
@@ -498,6 +558,7 @@ int main(void)
         cmocka_unit_test(test_f16_kv),
         cmocka_unit_test(test_bf16_kv),
         cmocka_unit_test(test_greedy_ids_on_device),
+        cmocka_unit_test(test_draws_on_device),
         cmocka_unit_test(test_tuned_head_dims),
         cmocka_unit_test(test_yarn),
         cmocka_unit_test(test_moe),

@@ -1,6 +1,7 @@
 /* GPU op tests, part 3: greedy and temperature/top-k/top-p sampling on device against a CPU
  * reference that sorts the row (the textbook definition) and then walks the kept tokens in
- * index order with the same uniform draw u (check_sample), every row compared. */
+ * index order with the same uniform draw u (check_sample), every row compared; whole draws
+ * (adjustments, min-p, log-probabilities) against the host's arithmetic. */
 #include "gpu_test_util.h"
 
 static int cmp_desc(const void *a, const void *b, void *ctx)
@@ -151,12 +152,118 @@ static void test_topk_topp(void **state)
     printf("  topk/topp: %d rows compared\n", compared);
 }
 
+/* Whole draws (ty_cuda_sample_draws): each row adjusted by its entries (a repetition penalty on
+ * a positive and a negative logit, presence/frequency subtractions, a bias that makes a token
+ * the best, a ban of the best), the adjusted row equal bit for bit to the host's arithmetic;
+ * then greedy rows give the argmax of the adjusted row, sampled rows a token the definition's
+ * draw lands on (check_sample), min-p rows a token with p >= min_p x p_max, and the
+ * log-probabilities asked for (chosen and top n) those of the adjusted row within 1e-3. */
+static void test_draws(void **state)
+{
+    static const int vocabs[] = {7, 1000, 32000, 128256};
+    static const struct {
+        float t;
+        int k;
+        float p, min_p;
+        int n_top;
+    } params[] = {{0, 0, 1, 0, 0},      {0, 0, 1, 0, 5},   {1, 0, 1, 0, 0},
+                  {0.7f, 40, 1, 0, 3},  {1, 0, 0.9f, 0, 0}, {0.8f, 50, 0.95f, 0, 20},
+                  {1, 0, 1, 0.1f, 2},   {1.2f, 0, 0.9f, 0.05f, 0}};
+    enum { NP = sizeof(params) / sizeof(params[0]), REP = 3, R = NP * REP, NA = 5 };
+    uint64_t s = 33;
+    for (size_t v = 0; v < sizeof(vocabs) / sizeof(vocabs[0]); v++) {
+        const int V = vocabs[v];
+        float *l = malloc((size_t)R * V * 4), *adjd = malloc((size_t)R * V * 4);
+        struct ty_cuda_draw d[R];
+        struct ty_cuda_logit_adj a[R * NA];
+        struct ty_cuda_draw_out out[R];
+        gt_fill(l, (size_t)R * V, &s, -6, 6);
+        memcpy(adjd, l, (size_t)R * V * 4);
+        for (int r = 0; r < R; r++) {
+            float *x = adjd + (size_t)r * V;
+            int best = ref_argmax(x, V), n = 0;
+            d[r] = (struct ty_cuda_draw){params[r % NP].t, params[r % NP].p,
+                                         params[r % NP].min_p, (float)gt_u01(&s),
+                                         params[r % NP].k, r * NA, 0, params[r % NP].n_top,
+                                         r % 2};
+            int lift = (best + 1 + r) % V, other = (best + 2 + r) % V;
+            struct ty_cuda_logit_adj want[4] = {
+                {lift, 1, 0, 20.0f},                                 /* made the best */
+                {best, 1, 0, r % 3 == 0 ? -INFINITY : 0},            /* banned: another wins */
+                {other, 1.3f, 0.5f, 0},                              /* penalised */
+                {(other + 1) % V, 0.8f, 0.25f, 0}};
+            for (int j = 0; j < 4; j++) { /* one entry per token, as the host makes them */
+                bool dup = false;
+                for (int i = 0; i < n; i++)
+                    dup |= a[r * NA + i].id == want[j].id;
+                if (!dup)
+                    a[r * NA + n++] = want[j];
+            }
+            d[r].n_adj = n;
+            for (int j = 0; j < n; j++) { /* the host's arithmetic (ty_sampler_draw's) */
+                const struct ty_cuda_logit_adj *e = &a[r * NA + j];
+                float y = x[e->id];
+                if (e->rep != 1.0f)
+                    y = y > 0 ? y / e->rep : y * e->rep;
+                y -= e->sub;
+                y += e->bias;
+                x[e->id] = y;
+            }
+        }
+        float *dl = gt_upload(l, (size_t)R * V * 4);
+        struct ty_cuda_draw *dd = gt_upload(d, sizeof(d));
+        struct ty_cuda_logit_adj *da = gt_upload(a, sizeof(a));
+        struct ty_cuda_draw_out *dout = gt_dev(sizeof(out));
+        gt_poison(dout, sizeof(out));
+        assert_int_equal(ty_cuda_sample_draws(dout, dl, dd, da, R, V, NULL), 0);
+        gt_download(out, dout, sizeof(out));
+        float *back = malloc((size_t)R * V * 4);
+        gt_download(back, dl, (size_t)R * V * 4);
+        assert_memory_equal(back, adjd, (size_t)R * V * 4); /* the same adjusted rows */
+        for (int r = 0; r < R; r++) {
+            const float *x = adjd + (size_t)r * V;
+            const int got = out[r].id;
+            if (!(d[r].temperature > 0)) {
+                assert_int_equal(got, ref_argmax(x, V));
+            } else if (d[r].min_p > 0) {
+                double m = x[ref_argmax(x, V)] / d[r].temperature;
+                assert_true(got >= 0 && got < V);
+                assert_true(x[got] / d[r].temperature >= m + log(d[r].min_p) - 1e-4);
+            } else if (!check_sample(x, V, d[r].temperature, d[r].top_k, d[r].top_p, d[r].u,
+                                     got)) {
+                fail_msg("vocab %d row %d: got %d, not the draw's token", V, r, got);
+            }
+            double mx = x[ref_argmax(x, V)], z = 0;
+            for (int i = 0; i < V; i++)
+                z += exp((double)x[i] - mx);
+            double lse = mx + log(z);
+            if (d[r].logprob || d[r].n_top)
+                assert_true(fabs(out[r].logprob - (x[got] - lse)) < 1e-3);
+            int want_top = d[r].n_top < V ? d[r].n_top : V;
+            assert_int_equal(out[r].n_top, want_top);
+            int *idx = malloc(V * sizeof(int));
+            for (int i = 0; i < V; i++)
+                idx[i] = i;
+            g_sort_x = x;
+            qsort(idx, V, sizeof(int), cmp_desc_g);
+            for (int k = 0; k < want_top; k++) {
+                assert_true(x[out[r].top_id[k]] == x[idx[k]]); /* ties: any of equal value */
+                assert_true(fabs(out[r].top_lp[k] - (x[idx[k]] - lse)) < 1e-3);
+            }
+            free(idx);
+        }
+        cudaFree(dl), cudaFree(dd), cudaFree(da), cudaFree(dout);
+        free(l), free(adjd), free(back);
+    }
+}
+
 int main(void)
 {
     gt_require_gpu("test_gpu_sample");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy),
         cmocka_unit_test(test_topk_topp),
+        cmocka_unit_test(test_draws),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

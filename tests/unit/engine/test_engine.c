@@ -10,6 +10,7 @@
 #include "tycho/engine.h"
 #include "tycho/errors.h"
 #include "tycho/kvpool.h"
+#include "tycho/sampling.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -142,6 +143,90 @@ static void test_greedy_ids(void **state)
             assert_int_equal(ids[r], ref_argmax(want + (size_t)r * V));
         free(want);
         free(scratch);
+    }
+}
+
+/* Draws (struct ty_batch.draws): the same batch as test_greedy_ids, each row drawn with its own
+ * prepared draw (penalties, bias, a ban, temperature and the filters, log-probabilities); in
+ * samples, what ty_sampler_sample gives on the logits row the batch gives without draws, the
+ * same sampler state on both sides. Split over calls of 7 tokens the rows of a call that also
+ * computes an earlier chunk come back TY_SAMPLE_NOT_DRAWN with the row in logits, for the
+ * caller's ty_sampler_draw. */
+static void test_draws(void **state)
+{
+    uint32_t a[30], b[45], c[12];
+    mk_prompt(a, 30, 1), mk_prompt(b, 45, 2), mk_prompt(c, 12, 3);
+    enum { ROWS = 30 + 1 + 1 };
+    for (int k = 0; k < 2; k++) {
+        uint32_t tokens = k ? 7 : 512;
+        float *want = malloc((size_t)ROWS * V * sizeof(float));
+        float *got = malloc((size_t)ROWS * V * sizeof(float));
+        struct ty_sample samples[ROWS], ref;
+        struct ty_row_draw draws[ROWS];
+        struct ty_logit_adj adj[ROWS * 8];
+        ty_sampler_t *mine[ROWS], *theirs[ROWS];
+        uint32_t used = 0;
+        for (uint32_t r = 0; r < ROWS; r++) {
+            struct ty_sampling_params p = {.temperature = r % 4 ? 0.7f + 0.1f * (r % 3) : 0,
+                                           .top_k = r % 5 == 1 ? 20 : 0,
+                                           .top_p = r % 5 == 2 ? 0.8f : 1,
+                                           .min_p = r % 5 == 3 ? 0.1f : 0,
+                                           .seed = r + 1,
+                                           .repetition_penalty = 1.2f,
+                                           .n_logprobs = r % 2 ? 3 : 0,
+                                           .n_logit_bias = 1};
+            p.logit_bias[0] = (struct ty_logit_bias){r % V, 1.5f};
+            assert_int_equal(ty_sampler_new(&mine[r], &p, V), 0);
+            assert_int_equal(ty_sampler_new(&theirs[r], &p, V), 0);
+            uint32_t ban = (r * 7) % V, n_adj;
+            ty_sampler_ban_next(mine[r], &ban, 1);
+            ty_sampler_ban_next(theirs[r], &ban, 1);
+            assert_int_equal(ty_sampler_prepare(mine[r], a, 5, &draws[r], adj + used, 8, &n_adj),
+                             0);
+            draws[r].adj_begin = used;
+            used += n_adj;
+        }
+        for (int pass = 0; pass < 2; pass++) {
+            ty_engine_t *e = mk_engine(tokens, true);
+            ty_kvseq_t *s[3];
+            for (int i = 0; i < 3; i++)
+                assert_int_equal(ty_kvpool_seq_new(ty_engine_pool(e), &s[i]), 0);
+            struct ty_batch_seq pre = {s[2], c, 11, false};
+            struct ty_batch pb = {.seqs = &pre, .n_seqs = 1};
+            assert_int_equal(ty_engine_forward(e, &pb, got), 0);
+            struct ty_batch_seq bs[3] = {{s[0], a, 30, true}, {s[1], b, 45, false},
+                                         {s[2], c + 11, 1, false}};
+            struct ty_batch batch = {.seqs = bs, .n_seqs = 3};
+            if (pass) {
+                batch.draws = draws;
+                batch.adj = adj;
+                batch.samples = samples;
+            }
+            memset(samples, 0xff, sizeof(samples));
+            assert_int_equal(ty_engine_forward(e, &batch, pass ? got : want), 0);
+            for (int i = 0; i < 3; i++)
+                ty_kvpool_seq_free(ty_engine_pool(e), s[i]);
+            ty_engine_free(e);
+        }
+        uint32_t left = 0;
+        for (uint32_t r = 0; r < ROWS; r++) {
+            if (samples[r].id == TY_SAMPLE_NOT_DRAWN) { /* the caller's draw, on its row */
+                left++;
+                ty_sampler_draw(mine[r], got + (size_t)r * V, &draws[r], adj + draws[r].adj_begin,
+                                &samples[r]);
+            }
+            assert_int_equal(ty_sampler_sample(theirs[r], want + (size_t)r * V, a, 5, &ref), 0);
+            assert_int_equal(samples[r].id, ref.id);
+            assert_true(samples[r].n_top == ref.n_top && samples[r].logprob == ref.logprob);
+            for (uint32_t j = 0; j < ref.n_top; j++)
+                assert_int_equal(samples[r].top[j].id, ref.top[j].id);
+            ty_sampler_free(mine[r]);
+            ty_sampler_free(theirs[r]);
+        }
+        /* whole calls: every row drawn by the engine; split: the calls with earlier chunks */
+        assert_true(k ? left > 0 : left == 0);
+        free(want);
+        free(got);
     }
 }
 
@@ -312,6 +397,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_equals_alone), cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_greedy_ids),
+        cmocka_unit_test(test_draws),
         cmocka_unit_test(test_prefix_sharing),     cmocka_unit_test(test_export_import),
         cmocka_unit_test(test_bad_batches),        cmocka_unit_test(test_context_defaults),
     };
