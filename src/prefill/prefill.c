@@ -229,6 +229,39 @@ static void note_progress(struct pjob *j, uint32_t from, uint32_t end)
     j->t_step = now;
 }
 
+/* Writes of this layer's K and V for pages [i0, i1): a run of pages that lie one after the
+ * other here and at the destination is one write each for K and V, and the layer's writes go
+ * in one submission (for the local transport's device copies one completion, not one per
+ * page). Returns 0 or the first error. */
+static int write_layer(ty_prefill_t *p, struct pjob *j, const uint32_t *pages, uint32_t layer,
+                       uint32_t i0, uint32_t i1)
+{
+    ty_kvpool_t *pool = ty_engine_pool(p->o.engine);
+    struct ty_xfer_request rq[128];
+    uint32_t n = 0;
+    int rc = 0;
+    for (uint32_t i = i0; i < i1 && !rc; i++) {
+        uint64_t at = (uint64_t)j->dest_pages[i] * j->stride; /* no overflow: take_destination */
+        uint8_t *k = ty_kvpool_k(pool, layer, pages[i]), *v = ty_kvpool_v(pool, layer, pages[i]);
+        uint64_t rk = j->k_base[layer] + at, rv = j->v_base[layer] + at;
+        if (n && k == (uint8_t *)rq[n - 2].local + rq[n - 2].len &&
+            rk == rq[n - 2].remote + rq[n - 2].len &&
+            v == (uint8_t *)rq[n - 1].local + rq[n - 1].len &&
+            rv == rq[n - 1].remote + rq[n - 1].len) {
+            rq[n - 2].len += p->page_bytes; /* the run goes on */
+            rq[n - 1].len += p->page_bytes;
+            continue;
+        }
+        if (n == sizeof(rq) / sizeof(rq[0])) {
+            rc = ty_xfer_batch_submit(j->batch, rq, n);
+            n = 0;
+        }
+        rq[n++] = (struct ty_xfer_request){TY_XFER_OP_WRITE, k, j->seg, rk, p->page_bytes};
+        rq[n++] = (struct ty_xfer_request){TY_XFER_OP_WRITE, v, j->seg, rv, p->page_bytes};
+    }
+    return rc || !n ? rc : ty_xfer_batch_submit(j->batch, rq, n);
+}
+
 /* After layer `layer` of a forward call: write the pages of r's prompt this call completed
  * (all pages after the prompt's last piece) to its decode node. Pages complete in order, so
  * each is sent once per layer. */
@@ -236,7 +269,6 @@ static void on_layer(void *arg, ty_breq_t *r, const struct ty_batch_seq *piece, 
 {
     ty_prefill_t *p = arg;
     struct pjob *j = ty_breq_user(r);
-    ty_kvpool_t *pool = ty_engine_pool(p->o.engine);
     if (j->xfer_err || (atomic_load(&j->cancelled) && !j->test_late))
         return;
     uint32_t end = ty_kvseq_n_tokens(piece->seq) + piece->n;
@@ -244,15 +276,8 @@ static void on_layer(void *arg, ty_breq_t *r, const struct ty_batch_seq *piece, 
     const uint32_t *pages = ty_kvseq_pages(piece->seq);
     if (!j->t_first_write && j->pages_sent < p1)
         j->t_first_write = ty_clock_us();
-    for (uint32_t i = j->pages_sent; i < p1 && !j->xfer_err; i++) {
-        uint64_t at = (uint64_t)j->dest_pages[i] * j->stride; /* no overflow: take_destination */
-        struct ty_xfer_request rq[2] = {
-            {TY_XFER_OP_WRITE, ty_kvpool_k(pool, layer, pages[i]), j->seg,
-             j->k_base[layer] + at, p->page_bytes},
-            {TY_XFER_OP_WRITE, ty_kvpool_v(pool, layer, pages[i]), j->seg,
-             j->v_base[layer] + at, p->page_bytes}};
-        j->xfer_err = ty_xfer_batch_submit(j->batch, rq, 2);
-    }
+    if (j->pages_sent < p1)
+        j->xfer_err = write_layer(p, j, pages, layer, j->pages_sent, p1);
     if (layer + 1 == (j->staged ? j->hi : p->n_layers) && !j->xfer_err) {
         j->pages_sent = p1;
         if (p->test_slow_chunk_ms)
