@@ -7,7 +7,8 @@
  * pinned staging path), and for each: reads ranges of odd sizes into device memory and into
  * shared host memory and compares them with the pattern; writes ranges from device memory and
  * compares the child's hash of what landed; checks that a range outside the peer's memory fails
- * and that a killed peer fails new tasks within 5 s. Exits 77 without a CUDA device.
+ * and that a killed peer fails new tasks within the engine's 5 s peer timeout. Exits 77
+ * without a CUDA device.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -227,7 +228,7 @@ static void scenario(const char *transport, const char *expect)
         if ((rc = run_batch(e, &r, 1)) == 0)
             ty_sleep_ns(100 * TY_NS_PER_MS);
     assert_int_not_equal(rc, 0);
-    assert_true(ty_clock_ns() - t0 < 5 * TY_NS_PER_S);
+    assert_true(ty_clock_ns() - t0 < 6 * TY_NS_PER_S); /* the engine's 5 s peer timeout, at most */
 
     ty_xfer_segment_close(e, seg);
     ty_xfer_mem_unregister(e, dlocal);
