@@ -59,8 +59,8 @@ struct ty_batcher {
     uint64_t n_added, preemptions, steps;
     float *logits; /* (max_running, V) */
     uint32_t *ids; /* (max_running) greedy picks of a step whose every draw is plain greedy */
-    /* draws made by the engine's backend (ty_engine_draws): one per row, their adjustments
-     * (grown on demand) and results */
+    /* a step's draws, carried out by the forward call (struct ty_batch.draws): one per row,
+     * their adjustments (grown on demand) and results */
     struct ty_row_draw *draws;
     struct ty_sample *samples;
     struct ty_logit_adj *adj;
@@ -654,11 +654,16 @@ static int prepare_draws(ty_batcher_t *b, struct ty_breq **who, const struct ty_
     if ((!b->draws && !(b->draws = malloc(b->o.max_running * sizeof(*b->draws)))) ||
         (!b->samples && !(b->samples = malloc(b->o.max_running * sizeof(*b->samples)))))
         return TY_ENOMEM;
-    uint64_t need = 0;
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t i = 0; i < n; i++)
         if (who[i]->gm || who[i]->stage)
             return TY_ENOTSUP;
-        need += ty_sampler_adj_count(who[i]->sampler, who[i]->n_hist);
+    uint64_t need = 0;
+    for (uint32_t i = 0; i < n; i++) { /* the bans first: they count (sample() sets the same) */
+        struct ty_breq *r = who[i];
+        if (ty_kvseq_n_tokens(r->seq) + bs[i].n != r->n_hist)
+            continue; /* an earlier prompt chunk: no draw after this call */
+        ty_gen_ban_ends(&r->gen, r->n_out, b->eog, b->n_eog, r->sampler);
+        need += ty_sampler_adj_count(r->sampler, r->n_hist);
     }
     if (need > b->adj_cap) {
         struct ty_logit_adj *a = need > UINT32_MAX ? NULL : realloc(b->adj, need * sizeof(*a));
@@ -673,8 +678,7 @@ static int prepare_draws(ty_batcher_t *b, struct ty_breq **who, const struct ty_
         uint32_t n_adj = 0;
         b->draws[i] = (struct ty_row_draw){0};
         if (ty_kvseq_n_tokens(r->seq) + bs[i].n != r->n_hist)
-            continue; /* an earlier prompt chunk: no draw after this call */
-        ty_gen_ban_ends(&r->gen, r->n_out, b->eog, b->n_eog, r->sampler);
+            continue;
         int rc = ty_sampler_prepare(r->sampler, r->hist, r->n_hist, &b->draws[i],
                                     b->adj ? b->adj + used : NULL, b->adj_cap - used, &n_adj);
         if (rc) /* sized above: cannot happen */

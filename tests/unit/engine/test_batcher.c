@@ -333,6 +333,20 @@ static void test_shared_calls(void **state)
     g[1].n_stop_ids = g[4].n_stop_ids = 1;
     g[1].min_tokens = 5;
     g[4].min_tokens = 30;
+    /* a sampled request with every adjustment a draw carries: penalties, a logit bias, and the
+     * min_tokens ban of its stop token (the batcher prepares its draws before each call; the
+     * reference samples the rows itself: the same stream, draw for draw) */
+    g[5].sampling.temperature = 0.9f;
+    g[5].sampling.seed = 5;
+    g[5].sampling.top_p = 0.95f;
+    g[5].sampling.presence_penalty = 0.4f;
+    g[5].sampling.repetition_penalty = 1.2f;
+    g[5].sampling.n_logprobs = 2;
+    g[5].sampling.n_logit_bias = 1;
+    g[5].sampling.logit_bias[0] = (struct ty_logit_bias){dot, 1.0f};
+    g[5].stop_ids[0] = dot;
+    g[5].n_stop_ids = 1;
+    g[5].min_tokens = 12;
     struct ty_gen_result no_min;
     g[4].min_tokens = 0;
     reference(prompts[4], lens[4], &g[4], 16, ctx, &no_min);
