@@ -194,44 +194,9 @@ __device__ int pick_in_order(const float *x, int vocab, float inv_t, float m, ui
     return pick;
 }
 
-__global__ void __launch_bounds__(kThreads)
-    topkp_kernel(int32_t *ids, const float *logits, const float *temp, const int32_t *top_k,
-                 const float *top_p, const float *u, int vocab)
-{
-    const int r = blockIdx.x;
-    const float *x = logits + (size_t)r * vocab;
-    const float t = temp[r];
-    argmax_t a = row_argmax(x, vocab);
-    if (!(t > 0.0f)) {
-        if (threadIdx.x == 0)
-            ids[r] = a.i < 0 ? 0 : a.i;
-        return;
-    }
-    const float inv_t = 1.0f / t;
-    const float m = a.v * inv_t;
-    uint32_t cut = 0;
-    const int k = top_k[r];
-    if (k >= 1 && k < vocab)
-        cut = topk_threshold(x, vocab, inv_t, k);
-    const float p = top_p[r];
-    if (p < 1.0f) {
-        float z = 0.0f;
-        for (int i = threadIdx.x; i < vocab; i += kThreads) {
-            const float xi = x[i] * inv_t;
-            z += fkey(xi) >= cut ? expf(xi - m) : 0.0f;
-        }
-        z = block_sum(z);
-        cut = topp_threshold(x, vocab, inv_t, m, cut, fmaxf(p, 0.0f) * z);
-    }
-    float uu = u[r];
-    uu = uu < 0.0f ? 0.0f : (uu >= 1.0f ? 0.99999994f : uu);
-    const int pick = pick_in_order(x, vocab, inv_t, m, cut, uu);
-    if (threadIdx.x == 0)
-        ids[r] = pick < 0 ? (a.i < 0 ? 0 : a.i) : pick;
-}
-
 // The row's cut for top-k, top-p and min-p in the temperature-scaled space (x * inv_t, max m):
-// the key a token must reach to be kept (0: all kept). top_p must be in (0, 1] (1: off).
+// the key a token must reach to be kept (0: all kept). top_p in [0, 1) cuts (0: the best
+// alone), 1 is off.
 __device__ uint32_t draw_cut(const float *x, int vocab, float inv_t, float m, int k, float p,
                              float min_p)
 {
@@ -252,6 +217,33 @@ __device__ uint32_t draw_cut(const float *x, int vocab, float inv_t, float m, in
         cut = mk > cut ? mk : cut;
     }
     return cut;
+}
+
+// The sample of a row whose argmax is a: the argmax at temperature t <= 0, else the draw with u
+// among the tokens draw_cut keeps (top_p as draw_cut takes it).
+__device__ int sample_row(const float *x, int vocab, argmax_t a, float t, int k, float p,
+                          float min_p, float u)
+{
+    const int best = a.i < 0 ? 0 : a.i;
+    if (!(t > 0.0f))
+        return best;
+    const float inv_t = 1.0f / t, m = a.v * inv_t;
+    const uint32_t cut = draw_cut(x, vocab, inv_t, m, k, p, min_p);
+    u = u < 0.0f ? 0.0f : (u >= 1.0f ? 0.99999994f : u);
+    const int pick = pick_in_order(x, vocab, inv_t, m, cut, u);
+    return pick < 0 ? best : pick;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    topkp_kernel(int32_t *ids, const float *logits, const float *temp, const int32_t *top_k,
+                 const float *top_p, const float *u, int vocab)
+{
+    const int r = blockIdx.x;
+    const float *x = logits + (size_t)r * vocab;
+    const int id = sample_row(x, vocab, row_argmax(x, vocab), temp[r], top_k[r],
+                              fmaxf(top_p[r], 0.0f), 0.0f, u[r]);
+    if (threadIdx.x == 0)
+        ids[r] = id;
 }
 
 // The best of x after `prev` in (value descending, index ascending) order (prev.i < 0: the
@@ -287,16 +279,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
     const argmax_t a = row_argmax(x, vocab);
-    int id = a.i < 0 ? 0 : a.i;
-    if (d.temperature > 0.0f) {
-        const float inv_t = 1.0f / d.temperature, m = a.v * inv_t;
-        const float p = d.top_p > 0.0f && d.top_p < 1.0f ? d.top_p : 1.0f;
-        const uint32_t cut = draw_cut(x, vocab, inv_t, m, d.top_k, p, d.min_p);
-        const float u = d.u < 0.0f ? 0.0f : (d.u >= 1.0f ? 0.99999994f : d.u);
-        const int pick = pick_in_order(x, vocab, inv_t, m, cut, u);
-        if (pick >= 0)
-            id = pick;
-    }
+    const float p = d.top_p > 0.0f && d.top_p < 1.0f ? d.top_p : 1.0f; // else off
+    const int id = sample_row(x, vocab, a, d.temperature, d.top_k, p, d.min_p, d.u);
     const int n_top = d.n_top < 0 ? 0 : (d.n_top > TY_CUDA_MAX_TOP ? TY_CUDA_MAX_TOP : d.n_top);
     float lse = 0.0f;
     if (d.logprob || n_top) { // log-softmax of the adjusted row at temperature 1

@@ -643,6 +643,13 @@ static bool plain_greedy(const struct ty_breq *r)
            ty_sampler_plain_greedy(r->sampler);
 }
 
+/* Whether r draws after a call that computes `piece` of it (its last prompt chunk or a decode
+ * step; not an earlier chunk). */
+static bool draws_after(const struct ty_breq *r, const struct ty_batch_seq *piece)
+{
+    return ty_kvseq_n_tokens(r->seq) + piece->n == r->n_hist;
+}
+
 /* Whether the step's draws can all go with the forward call (tycho/backend.h struct ty_batch
  * .draws; a device backend makes them on its side): none needs the row here (a grammar's mask,
  * a pipeline stage). Then each row that draws after this call is prepared: its ban, its
@@ -660,8 +667,8 @@ static int prepare_draws(ty_batcher_t *b, struct ty_breq **who, const struct ty_
     uint64_t need = 0;
     for (uint32_t i = 0; i < n; i++) { /* the bans first: they count (sample() sets the same) */
         struct ty_breq *r = who[i];
-        if (ty_kvseq_n_tokens(r->seq) + bs[i].n != r->n_hist)
-            continue; /* an earlier prompt chunk: no draw after this call */
+        if (!draws_after(r, &bs[i]))
+            continue;
         ty_gen_ban_ends(&r->gen, r->n_out, b->eog, b->n_eog, r->sampler);
         need += ty_sampler_adj_count(r->sampler, r->n_hist);
     }
@@ -677,7 +684,7 @@ static int prepare_draws(ty_batcher_t *b, struct ty_breq **who, const struct ty_
         struct ty_breq *r = who[i];
         uint32_t n_adj = 0;
         b->draws[i] = (struct ty_row_draw){0};
-        if (ty_kvseq_n_tokens(r->seq) + bs[i].n != r->n_hist)
+        if (!draws_after(r, &bs[i]))
             continue;
         int rc = ty_sampler_prepare(r->sampler, r->hist, r->n_hist, &b->draws[i],
                                     b->adj ? b->adj + used : NULL, b->adj_cap - used, &n_adj);

@@ -178,20 +178,6 @@ static int msg_recv(int fd, struct ty__xfer_hdr *h, void *body, size_t cap, size
 
 /* ---- server side -------------------------------------------------------------------------- */
 
-static void put_le64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 /* Every region a peer can reach: memfds as FDS messages, device regions as CUDA_IPC. */
 static int serve_fds(ty_xfer_engine_t *e, int fd)
 {
@@ -206,7 +192,7 @@ static int serve_fds(ty_xfer_engine_t *e, int fd)
         } else if (r->ipc) {
             uint8_t body[TY__XFER_IPC_HANDLE + 8];
             memcpy(body, r->ipc_handle, TY__XFER_IPC_HANDLE);
-            put_le64(body + TY__XFER_IPC_HANDLE, r->ipc_offset);
+            ty__xfer_put_u64(body + TY__XFER_IPC_HANDLE, r->ipc_offset);
             struct ty__xfer_hdr h = {
                 .type = TY__XFER_MSG_CUDA_IPC, .addr = r->addr, .seq = r->len, .len = sizeof(body)};
             rc = msg_send(fd, &h, body, sizeof(body), -1);
@@ -310,7 +296,8 @@ static int map_add(struct map_list *next, struct map_list *old, const struct ty_
     if (map_reuse(next, old, h->addr, len))
         return 0;
     if (fd < 0) {
-        uint64_t off = get_le64(body + TY__XFER_IPC_HANDLE); /* of the region in its allocation */
+        /* the region's offset in its allocation */
+        uint64_t off = ty__xfer_get_u64(body + TY__XFER_IPC_HANDLE);
 #ifdef TY_XFER_HAVE_CUDA
         void *base;
         int rc = ty__xfer_cuda_ipc_open(body, &base);

@@ -132,7 +132,7 @@ static void put_u32(uint8_t *p, uint32_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static void put_u64(uint8_t *p, uint64_t v)
+void ty__xfer_put_u64(uint8_t *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++)
         p[i] = (uint8_t)(v >> (8 * i));
@@ -151,7 +151,7 @@ static uint32_t get_u32(const uint8_t *p)
     return v;
 }
 
-static uint64_t get_u64(const uint8_t *p)
+uint64_t ty__xfer_get_u64(const uint8_t *p)
 {
     uint64_t v = 0;
     for (int i = 7; i >= 0; i--)
@@ -169,12 +169,12 @@ void ty__xfer_hdr_encode(const struct ty__xfer_hdr *h, uint8_t out[TY__XFER_HDR_
     put_u16(out + 6, 0);
     put_u32(out + 8, (uint32_t)h->status);
     put_u32(out + 12, h->fence);
-    put_u64(out + 16, h->seq);
-    put_u64(out + 24, h->addr);
-    put_u64(out + 32, h->len);
-    put_u64(out + 40, h->checksum);
-    put_u64(out + 48, h->task_addr);
-    put_u64(out + 56, h->task_len);
+    ty__xfer_put_u64(out + 16, h->seq);
+    ty__xfer_put_u64(out + 24, h->addr);
+    ty__xfer_put_u64(out + 32, h->len);
+    ty__xfer_put_u64(out + 40, h->checksum);
+    ty__xfer_put_u64(out + 48, h->task_addr);
+    ty__xfer_put_u64(out + 56, h->task_len);
 }
 
 int ty__xfer_hdr_decode(const uint8_t in[TY__XFER_HDR_SIZE], struct ty__xfer_hdr *h)
@@ -185,12 +185,12 @@ int ty__xfer_hdr_decode(const uint8_t in[TY__XFER_HDR_SIZE], struct ty__xfer_hdr
     h->reserved = get_u16(in + 6);
     h->status = (int32_t)get_u32(in + 8);
     h->fence = get_u32(in + 12);
-    h->seq = get_u64(in + 16);
-    h->addr = get_u64(in + 24);
-    h->len = get_u64(in + 32);
-    h->checksum = get_u64(in + 40);
-    h->task_addr = get_u64(in + 48);
-    h->task_len = get_u64(in + 56);
+    h->seq = ty__xfer_get_u64(in + 16);
+    h->addr = ty__xfer_get_u64(in + 24);
+    h->len = ty__xfer_get_u64(in + 32);
+    h->checksum = ty__xfer_get_u64(in + 40);
+    h->task_addr = ty__xfer_get_u64(in + 48);
+    h->task_len = ty__xfer_get_u64(in + 56);
     if (h->magic != TY__XFER_MAGIC || h->type < TY__XFER_MSG_HELLO ||
         h->type > TY__XFER_MSG_CUDA_IPC)
         return TY_EPROTO;
@@ -263,8 +263,8 @@ void ty__xfer_hello_encode(const struct ty__xfer_hello *h, uint8_t **out, size_t
     for (size_t i = 0; i < h->n_regions; i++) {
         const struct ty_xfer_region_info *r = &h->regions[i];
         uint8_t *p = wbuf_grow(&b, 16);
-        put_u64(p, r->addr);
-        put_u64(p + 8, r->len);
+        ty__xfer_put_u64(p, r->addr);
+        ty__xfer_put_u64(p + 8, r->len);
         wbuf_str(&b, r->location);
         *wbuf_grow(&b, 1) = r->cuda_ipc ? 2 : r->shared ? 1 : 0; /* 1 memfd, 2 CUDA IPC */
     }
@@ -362,8 +362,8 @@ int ty__xfer_hello_decode(const uint8_t *buf, size_t len, struct ty__xfer_hello 
     for (uint32_t i = 0; i < n; i++) {
         if (b.n - b.off < 16)
             goto err_free;
-        regs[i].addr = get_u64(b.p + b.off);
-        regs[i].len = get_u64(b.p + b.off + 8);
+        regs[i].addr = ty__xfer_get_u64(b.p + b.off);
+        regs[i].len = ty__xfer_get_u64(b.p + b.off + 8);
         b.off += 16;
         if (regs[i].len == 0 || regs[i].addr + regs[i].len < regs[i].addr)
             goto err_free;

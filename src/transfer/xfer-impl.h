@@ -98,6 +98,10 @@ struct ty__xfer_hdr {
     uint64_t task_len;
 };
 
+/* The wire's 64-bit little-endian fields. */
+void ty__xfer_put_u64(uint8_t *p, uint64_t v);
+uint64_t ty__xfer_get_u64(const uint8_t *p);
+
 void ty__xfer_hdr_encode(const struct ty__xfer_hdr *h, uint8_t out[TY__XFER_HDR_SIZE]);
 /* Decode and validate magic, type and that len fits a payload. Returns 0 or TY_EPROTO. */
 int ty__xfer_hdr_decode(const uint8_t in[TY__XFER_HDR_SIZE], struct ty__xfer_hdr *h);

@@ -393,6 +393,23 @@ static void test_gptoss(void **state)
  * batch (one prompt with every row) and then 8 all-decode steps of 3 sequences (graph-captured)
  * give in ids the argmax of each row of the same batches run for logits, and the logits
  * buffer is left as it was (only the ids come back). */
+/* One engine's part of test_greedy_ids_on_device and test_draws_on_device: prompts a (a row for
+ * every token), b and c as new sequences s[0..3) in one batch with `picks`' ids or draws, rows
+ * into logits (poisoned with 0x7f bytes first, so what is left unwritten shows). */
+static void three_prompts(ty_engine_t *e, ty_kvseq_t *s[3], const uint32_t *a, const uint32_t *b,
+                          const uint32_t *c, const struct ty_batch *picks, float *logits,
+                          size_t rows)
+{
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(ty_kvpool_seq_new(ty_engine_pool(e), &s[i]), 0);
+    struct ty_batch_seq bs[3] = {{s[0], a, 30, true}, {s[1], b, 45, false}, {s[2], c, 12, false}};
+    struct ty_batch batch = *picks;
+    batch.seqs = bs;
+    batch.n_seqs = 3;
+    memset(logits, 0x7f, rows * V * 4);
+    assert_int_equal(ty_engine_forward(e, &batch, logits), 0);
+}
+
 static void test_greedy_ids_on_device(void **state)
 {
     uint32_t a[30], b[45], c[12];
@@ -402,15 +419,8 @@ static void test_greedy_ids_on_device(void **state)
     uint32_t ids[ROWS], next[2][3];
     ty_engine_t *e[2] = {mk_engine("cuda", "f32", false), mk_engine("cuda", "f32", false)};
     ty_kvseq_t *s[2][3];
-    for (int k = 0; k < 2; k++) {
-        for (int i = 0; i < 3; i++)
-            assert_int_equal(ty_kvpool_seq_new(ty_engine_pool(e[k]), &s[k][i]), 0);
-        struct ty_batch_seq bs[3] = {{s[k][0], a, 30, true}, {s[k][1], b, 45, false},
-                                     {s[k][2], c, 12, false}};
-        struct ty_batch batch = {.seqs = bs, .n_seqs = 3, .ids = k ? ids : NULL};
-        memset(buf, 0x7f, (size_t)ROWS * V * 4);
-        assert_int_equal(ty_engine_forward(e[k], &batch, k ? buf : want), 0);
-    }
+    three_prompts(e[0], s[0], a, b, c, &(struct ty_batch){0}, want, ROWS);
+    three_prompts(e[1], s[1], a, b, c, &(struct ty_batch){.ids = ids}, buf, ROWS);
     for (uint32_t r = 0; r < ROWS; r++)
         assert_int_equal(ids[r], argmax(want + (size_t)r * V));
     for (size_t i = 0; i < (size_t)ROWS * V; i++)
@@ -456,27 +466,16 @@ static void test_draws_on_device(void **state)
     struct ty_logit_adj adj[ROWS * 2];
     ty_engine_t *e[2] = {mk_engine("cuda", "f32", false), mk_engine("cuda", "f32", false)};
     ty_kvseq_t *s[2][3];
-    for (int k = 0; k < 2; k++) {
-        for (int i = 0; i < 3; i++)
-            assert_int_equal(ty_kvpool_seq_new(ty_engine_pool(e[k]), &s[k][i]), 0);
-        struct ty_batch_seq bs[3] = {{s[k][0], a, 30, true}, {s[k][1], b, 45, false},
-                                     {s[k][2], c, 12, false}};
-        struct ty_batch batch = {.seqs = bs, .n_seqs = 3};
-        if (k) {
-            for (uint32_t r = 0; r < ROWS; r++) {
-                uint32_t best = argmax(want + (size_t)r * V), lift = (best + 17 + r) % V;
-                adj[2 * r] = (struct ty_logit_adj){best, 1, 0, -INFINITY};
-                adj[2 * r + 1] = (struct ty_logit_adj){lift, 1.1f, 0.2f, r % 2 ? 30.0f : 0};
-                d[r] = (struct ty_row_draw){.adj_begin = 2 * r, .n_adj = 2, .n_logprobs = 5,
-                                            .logprobs = true};
-            }
-            batch.draws = d;
-            batch.adj = adj;
-            batch.samples = got;
-        }
-        memset(buf, 0x7f, (size_t)ROWS * V * 4);
-        assert_int_equal(ty_engine_forward(e[k], &batch, k ? buf : want), 0);
+    three_prompts(e[0], s[0], a, b, c, &(struct ty_batch){0}, want, ROWS);
+    for (uint32_t r = 0; r < ROWS; r++) {
+        uint32_t best = argmax(want + (size_t)r * V), lift = (best + 17 + r) % V;
+        adj[2 * r] = (struct ty_logit_adj){best, 1, 0, -INFINITY};
+        adj[2 * r + 1] = (struct ty_logit_adj){lift, 1.1f, 0.2f, r % 2 ? 30.0f : 0};
+        d[r] = (struct ty_row_draw){.adj_begin = 2 * r, .n_adj = 2, .n_logprobs = 5,
+                                    .logprobs = true};
     }
+    three_prompts(e[1], s[1], a, b, c,
+                  &(struct ty_batch){.draws = d, .adj = adj, .samples = got}, buf, ROWS);
     for (size_t i = 0; i < (size_t)ROWS * V; i++)
         assert_true(((uint32_t *)buf)[i] == 0x7f7f7f7fu);
     ty_sampler_t *host;

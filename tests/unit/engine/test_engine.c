@@ -107,6 +107,31 @@ static uint32_t ref_argmax(const float *l)
     return best;
 }
 
+/* The batch test_greedy_ids and test_draws run, on a fresh engine of `tokens` per forward call:
+ * c's first 11 tokens first (its 12th is then a one-token step), then a (30 tokens, a row for
+ * every one), b (45) and c's 12th in one batch with `picks`' ids or draws; rows into logits
+ * (scratch: the first call's). */
+static void mixed_batch(uint32_t tokens, const uint32_t *a, const uint32_t *b, const uint32_t *c,
+                        const struct ty_batch *picks, float *logits, float *scratch)
+{
+    ty_engine_t *e = mk_engine(tokens, true);
+    ty_kvseq_t *s[3];
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(ty_kvpool_seq_new(ty_engine_pool(e), &s[i]), 0);
+    struct ty_batch_seq pre = {s[2], c, 11, false};
+    struct ty_batch pb = {.seqs = &pre, .n_seqs = 1};
+    assert_int_equal(ty_engine_forward(e, &pb, scratch), 0);
+    struct ty_batch_seq bs[3] = {{s[0], a, 30, true}, {s[1], b, 45, false},
+                                 {s[2], c + 11, 1, false}};
+    struct ty_batch batch = *picks;
+    batch.seqs = bs;
+    batch.n_seqs = 3;
+    assert_int_equal(ty_engine_forward(e, &batch, logits), 0);
+    for (int i = 0; i < 3; i++)
+        ty_kvpool_seq_free(ty_engine_pool(e), s[i]);
+    ty_engine_free(e);
+}
+
 /* Greedy rows (struct ty_batch.ids): a batch of a prompt with logits for every token, a
  * prompt and a one-token step gives, in ids, the argmax of each logits row the same batch
  * gives without ids; also when the engine splits the batch over forward calls of 7 tokens
@@ -121,24 +146,9 @@ static void test_greedy_ids(void **state)
         float *want = malloc((size_t)ROWS * V * sizeof(float));
         float *scratch = malloc((size_t)ROWS * V * sizeof(float));
         uint32_t ids[ROWS];
-        for (int pass = 0; pass < 2; pass++) {
-            ty_engine_t *e = mk_engine(tokens, true);
-            ty_kvseq_t *s[3];
-            for (int i = 0; i < 3; i++)
-                assert_int_equal(ty_kvpool_seq_new(ty_engine_pool(e), &s[i]), 0);
-            /* c's first 11 tokens first: its 12th is then a one-token step */
-            struct ty_batch_seq pre = {s[2], c, 11, false};
-            struct ty_batch pb = {.seqs = &pre, .n_seqs = 1};
-            assert_int_equal(ty_engine_forward(e, &pb, scratch), 0);
-            struct ty_batch_seq bs[3] = {{s[0], a, 30, true}, {s[1], b, 45, false},
-                                         {s[2], c + 11, 1, false}};
-            struct ty_batch batch = {.seqs = bs, .n_seqs = 3, .ids = pass ? ids : NULL};
-            memset(ids, 0xff, sizeof(ids));
-            assert_int_equal(ty_engine_forward(e, &batch, pass ? scratch : want), 0);
-            for (int i = 0; i < 3; i++)
-                ty_kvpool_seq_free(ty_engine_pool(e), s[i]);
-            ty_engine_free(e);
-        }
+        memset(ids, 0xff, sizeof(ids));
+        mixed_batch(tokens, a, b, c, &(struct ty_batch){0}, want, scratch);
+        mixed_batch(tokens, a, b, c, &(struct ty_batch){.ids = ids}, scratch, scratch);
         for (uint32_t r = 0; r < ROWS; r++)
             assert_int_equal(ids[r], ref_argmax(want + (size_t)r * V));
         free(want);
@@ -186,28 +196,10 @@ static void test_draws(void **state)
             draws[r].adj_begin = used;
             used += n_adj;
         }
-        for (int pass = 0; pass < 2; pass++) {
-            ty_engine_t *e = mk_engine(tokens, true);
-            ty_kvseq_t *s[3];
-            for (int i = 0; i < 3; i++)
-                assert_int_equal(ty_kvpool_seq_new(ty_engine_pool(e), &s[i]), 0);
-            struct ty_batch_seq pre = {s[2], c, 11, false};
-            struct ty_batch pb = {.seqs = &pre, .n_seqs = 1};
-            assert_int_equal(ty_engine_forward(e, &pb, got), 0);
-            struct ty_batch_seq bs[3] = {{s[0], a, 30, true}, {s[1], b, 45, false},
-                                         {s[2], c + 11, 1, false}};
-            struct ty_batch batch = {.seqs = bs, .n_seqs = 3};
-            if (pass) {
-                batch.draws = draws;
-                batch.adj = adj;
-                batch.samples = samples;
-            }
-            memset(samples, 0xff, sizeof(samples));
-            assert_int_equal(ty_engine_forward(e, &batch, pass ? got : want), 0);
-            for (int i = 0; i < 3; i++)
-                ty_kvpool_seq_free(ty_engine_pool(e), s[i]);
-            ty_engine_free(e);
-        }
+        memset(samples, 0xff, sizeof(samples));
+        mixed_batch(tokens, a, b, c, &(struct ty_batch){0}, want, got);
+        mixed_batch(tokens, a, b, c,
+                    &(struct ty_batch){.draws = draws, .adj = adj, .samples = samples}, got, got);
         uint32_t left = 0;
         for (uint32_t r = 0; r < ROWS; r++) {
             if (samples[r].id == TY_SAMPLE_NOT_DRAWN) { /* the caller's draw, on its row */
